@@ -1,0 +1,64 @@
+# Builds the C runtime (libtpurt.a), its C tests, and the PyTorch bridge
+# (torch_tpu/_C.so). Incremental: each source recompiles only when it or a
+# header it includes changes (-MMD dependency files).
+PYTHON ?= .venv/bin/python
+BUILD  ?= build
+CC     ?= gcc
+CXX    ?= g++
+
+CFLAGS_BASE := -std=c11 -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -pthread \
+               -D_GNU_SOURCE -Iruntime/include -MMD -MP
+CFLAGS ?=
+RT_SRCS := $(shell find runtime -name '*.c' -not -path 'runtime/tests/*' | sort)
+RT_OBJS := $(RT_SRCS:%.c=$(BUILD)/%.o)
+TEST_SRCS := $(wildcard runtime/tests/test_*.c)
+TEST_BINS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/tests/%)
+SPECS := $(wildcard runtime/targets/host/kernels/*.spec)
+
+TORCH_DIR := $(shell $(PYTHON) -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+TORCH_ABI := $(shell $(PYTHON) -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
+PY_INC    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+CXXFLAGS_BRIDGE := -std=c++17 -O2 -g -fPIC -Wall -Wno-unused-parameter -pthread -MMD -MP \
+  -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI) -DTORCH_EXTENSION_NAME=_C -DTORCH_API_INCLUDE_EXTENSION_H \
+  -Iruntime/include -isystem $(TORCH_DIR)/include \
+  -isystem $(TORCH_DIR)/include/torch/csrc/api/include -isystem $(PY_INC)
+BR_SRCS := $(wildcard torch_tpu/csrc/*.cpp)
+BR_OBJS := $(BR_SRCS:%.cpp=$(BUILD)/%.o)
+LDFLAGS_BRIDGE := -shared -L$(TORCH_DIR)/lib -Wl,-rpath,$(TORCH_DIR)/lib \
+  -lc10 -ltorch -ltorch_cpu -ltorch_python -pthread -lm
+
+.PHONY: all runtime bridge ctest defs clean
+all: bridge
+runtime: $(BUILD)/libtpurt.a
+bridge: torch_tpu/_C.so
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libtpurt.a: $(RT_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/%: runtime/tests/%.c $(BUILD)/libtpurt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Iruntime -o $@ $< $(BUILD)/libtpurt.a -lm -pthread
+
+ctest: $(TEST_BINS)
+	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done
+
+$(BUILD)/torch_tpu/csrc/%.o: torch_tpu/csrc/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_BRIDGE) -c $< -o $@
+
+torch_tpu/_C.so: $(BR_OBJS) $(BUILD)/libtpurt.a
+	$(CXX) -o $@ $(BR_OBJS) $(BUILD)/libtpurt.a $(LDFLAGS_BRIDGE)
+
+# Regenerate the op inventories from their specs (needs torch in $(PYTHON)).
+defs:
+	@for s in $(SPECS); do $(PYTHON) tools/gen_op_defs.py $$s $${s%.spec}.def || exit 1; done
+
+clean:
+	rm -rf $(BUILD) torch_tpu/_C.so
+
+-include $(RT_OBJS:.o=.d) $(BR_OBJS:.o=.d) $(TEST_BINS:=.d)

@@ -1,0 +1,228 @@
+/* Caching allocator for host-target device memory.
+ *
+ * Blocks are rounded up (512 B below 1 MiB, 64 KiB above) and cached by
+ * exact rounded size when freed, like CUDA's caching allocator without block
+ * splitting. Each block carries a header in front of the user pointer that
+ * records its size and owner. The capacity bounds reserved bytes (live plus
+ * cached); when a request does not fit, the device's streams are drained and
+ * the cache released before giving up with RESOURCE_EXHAUSTED.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define TPU_BLOCK_MAGIC 0x7470754d454d0001ull
+#define TPU_HEADER 64 /* keeps user pointers 64-byte aligned */
+
+typedef struct tpu_block_header {
+  uint64_t magic;
+  size_t size; /* rounded size, excluding the header */
+  int32_t device;
+  int32_t live;
+  struct tpu_block_header* next_free;
+} tpu_block_header_t;
+
+struct tpu_size_bin {
+  size_t size;
+  tpu_block_header_t* head;
+  struct tpu_size_bin* next;
+};
+
+void tpu_allocator_init(tpu_allocator_t* a, size_t capacity) {
+  memset(a, 0, sizeof(*a));
+  pthread_mutex_init(&a->mu, NULL);
+  a->capacity = capacity;
+  a->stats.capacity_bytes = (int64_t)capacity;
+}
+
+static size_t round_size(size_t n) {
+  if (n < ((size_t)1 << 20)) return (n + 511) & ~(size_t)511;
+  return (n + 65535) & ~(size_t)65535;
+}
+
+static tpu_size_bin_t** bin_slot(tpu_allocator_t* a, size_t size) {
+  size_t h = (size >> 9) * 0x9E3779B97F4A7C15ull;
+  return &a->bins[(h >> 20) & 1023];
+}
+
+static tpu_block_header_t* cache_pop(tpu_allocator_t* a, size_t size) {
+  for (tpu_size_bin_t* b = *bin_slot(a, size); b; b = b->next) {
+    if (b->size == size && b->head) {
+      tpu_block_header_t* h = b->head;
+      b->head = h->next_free;
+      return h;
+    }
+  }
+  return NULL;
+}
+
+static void cache_push(tpu_allocator_t* a, tpu_block_header_t* h) {
+  tpu_size_bin_t** slot = bin_slot(a, h->size);
+  tpu_size_bin_t* b = *slot;
+  while (b && b->size != h->size) b = b->next;
+  if (!b) {
+    b = calloc(1, sizeof(*b));
+    if (!b) { /* cannot cache: release to the system */
+      a->stats.reserved_bytes -= (int64_t)h->size;
+      a->stats.num_device_free++;
+      free(h);
+      return;
+    }
+    b->size = h->size;
+    b->next = *slot;
+    *slot = b;
+  }
+  h->next_free = b->head;
+  b->head = h;
+}
+
+static void release_cache_locked(tpu_allocator_t* a) {
+  for (int i = 0; i < 1024; i++) {
+    for (tpu_size_bin_t* b = a->bins[i]; b; b = b->next) {
+      while (b->head) {
+        tpu_block_header_t* h = b->head;
+        b->head = h->next_free;
+        a->stats.reserved_bytes -= (int64_t)h->size;
+        a->stats.num_device_free++;
+        h->magic = 0;
+        free(h);
+      }
+    }
+  }
+}
+
+static void note_alloc(tpu_allocator_t* a, size_t size) {
+  tpu_memory_stats_t* s = &a->stats;
+  s->allocated_bytes += (int64_t)size;
+  if (s->allocated_bytes > s->peak_allocated_bytes) s->peak_allocated_bytes = s->allocated_bytes;
+  if (s->reserved_bytes > s->peak_reserved_bytes) s->peak_reserved_bytes = s->reserved_bytes;
+  s->active_allocations++;
+  if (s->active_allocations > s->peak_active_allocations)
+    s->peak_active_allocations = s->active_allocations;
+  s->total_allocated_bytes += (int64_t)size;
+  s->num_allocs++;
+}
+
+tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) {
+  *out_ptr = NULL;
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) return TPU_ERR(INVALID_ARGUMENT, "device malloc: no device %d", device);
+  if (bytes == 0) return TPU_OK;
+  tpu_allocator_t* a = &d->alloc;
+  size_t size = round_size(bytes);
+  if (size < bytes || size > ((size_t)1 << 60))
+    return TPU_ERR(RESOURCE_EXHAUSTED,
+                   "tpu:%d out of memory: tried to allocate %zu bytes, which exceeds any "
+                   "device capacity (capacity %zu bytes)", device, bytes, a->capacity);
+  pthread_mutex_lock(&a->mu);
+  tpu_block_header_t* h = cache_pop(a, size);
+  if (h) {
+    a->stats.num_cache_hits++;
+  } else {
+    if ((size_t)a->stats.reserved_bytes + size > a->capacity) {
+      /* Drain the streams so cached blocks are truly idle, then free them. */
+      pthread_mutex_unlock(&a->mu);
+      tpu_status_free(tpu_device_synchronize(device));
+      pthread_mutex_lock(&a->mu);
+      release_cache_locked(a);
+    }
+    if ((size_t)a->stats.reserved_bytes + size > a->capacity) {
+      a->stats.num_ooms++;
+      int64_t alloc = a->stats.allocated_bytes;
+      pthread_mutex_unlock(&a->mu);
+      return TPU_ERR(RESOURCE_EXHAUSTED,
+                     "tpu:%d out of memory: tried to allocate %zu bytes; %" PRId64
+                     " bytes already allocated, %zu bytes free of a capacity of %zu bytes "
+                     "(TORCH_TPU_HBM_BYTES)",
+                     device, bytes, alloc, a->capacity - (size_t)alloc, a->capacity);
+    }
+    void* mem = NULL;
+    if (posix_memalign(&mem, 64, size + TPU_HEADER) != 0 || !mem) {
+      a->stats.num_ooms++;
+      pthread_mutex_unlock(&a->mu);
+      return TPU_ERR(RESOURCE_EXHAUSTED,
+                     "tpu:%d out of memory: the host could not back %zu bytes of device memory",
+                     device, size);
+    }
+    h = mem;
+    h->magic = TPU_BLOCK_MAGIC;
+    h->size = size;
+    h->device = device;
+    a->stats.reserved_bytes += (int64_t)size;
+    a->stats.num_device_alloc++;
+  }
+  h->live = 1;
+  h->next_free = NULL;
+  note_alloc(a, size);
+  pthread_mutex_unlock(&a->mu);
+  *out_ptr = (char*)h + TPU_HEADER;
+  return TPU_OK;
+}
+
+void tpu_device_free(int device, void* ptr) {
+  if (!ptr) return;
+  tpu_block_header_t* h = (tpu_block_header_t*)((char*)ptr - TPU_HEADER);
+  tpu_device_state_t* d = tpu_device_state(h->device);
+  (void)device;
+  if (!d || h->magic != TPU_BLOCK_MAGIC || !h->live) return; /* not ours: ignore */
+  tpu_allocator_t* a = &d->alloc;
+  pthread_mutex_lock(&a->mu);
+  h->live = 0;
+  a->stats.allocated_bytes -= (int64_t)h->size;
+  a->stats.active_allocations--;
+  a->stats.total_freed_bytes += (int64_t)h->size;
+  a->stats.num_frees++;
+  cache_push(a, h);
+  pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_device_empty_cache(int device) {
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) return;
+  tpu_status_free(tpu_device_synchronize(device));
+  pthread_mutex_lock(&d->alloc.mu);
+  release_cache_locked(&d->alloc);
+  pthread_mutex_unlock(&d->alloc.mu);
+}
+
+void tpu_device_memory_stats(int device, tpu_memory_stats_t* out) {
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) {
+    memset(out, 0, sizeof(*out));
+    return;
+  }
+  pthread_mutex_lock(&d->alloc.mu);
+  *out = d->alloc.stats;
+  pthread_mutex_unlock(&d->alloc.mu);
+}
+
+void tpu_device_reset_peak_stats(int device) {
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) return;
+  pthread_mutex_lock(&d->alloc.mu);
+  tpu_memory_stats_t* s = &d->alloc.stats;
+  s->peak_allocated_bytes = s->allocated_bytes;
+  s->peak_reserved_bytes = s->reserved_bytes;
+  s->peak_active_allocations = s->active_allocations;
+  pthread_mutex_unlock(&d->alloc.mu);
+}
+
+void tpu_device_reset_accumulated_stats(int device) {
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) return;
+  pthread_mutex_lock(&d->alloc.mu);
+  tpu_memory_stats_t* s = &d->alloc.stats;
+  s->total_allocated_bytes = s->total_freed_bytes = 0;
+  s->num_allocs = s->num_frees = s->num_ooms = s->num_cache_hits = 0;
+  s->num_device_alloc = s->num_device_free = 0;
+  pthread_mutex_unlock(&d->alloc.mu);
+}
+
+int tpu_device_of_ptr(const void* ptr) {
+  if (!ptr) return -1;
+  const tpu_block_header_t* h = (const tpu_block_header_t*)((const char*)ptr - TPU_HEADER);
+  if (h->magic == TPU_BLOCK_MAGIC && h->live) return h->device;
+  return -1;
+}

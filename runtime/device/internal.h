@@ -1,0 +1,35 @@
+/* Device layer internals shared by runtime.c, allocator.c and stream.c. */
+#ifndef TPU_DEVICE_INTERNAL_H_
+#define TPU_DEVICE_INTERNAL_H_
+
+#include <pthread.h>
+
+#include "tpu/device.h"
+
+typedef struct tpu_size_bin tpu_size_bin_t;
+
+typedef struct tpu_allocator {
+  pthread_mutex_t mu;
+  size_t capacity;
+  tpu_memory_stats_t stats;
+  tpu_size_bin_t* bins[1024]; /* cached free blocks, hashed by rounded size */
+} tpu_allocator_t;
+
+#define TPU_MAX_STREAMS 64
+
+typedef struct tpu_device_state {
+  int index;
+  tpu_allocator_t alloc;
+  pthread_mutex_t streams_mu;
+  int nstreams;
+  tpu_stream_t* streams[TPU_MAX_STREAMS];
+} tpu_device_state_t;
+
+tpu_device_state_t* tpu_device_state(int device);
+void tpu_allocator_init(tpu_allocator_t* a, size_t capacity);
+tpu_status_t tpu_stream_new(int device, int64_t id, tpu_stream_t** out);
+/* Runtime-wide environment integer with a default. */
+int64_t tpu_env_int(const char* name, int64_t dflt);
+void tpu_threadpool_init(void);
+
+#endif

@@ -1,0 +1,418 @@
+/* Streams (in-order queues, one worker thread each), events, host copies. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+typedef enum { WORK_CALL, WORK_FN } work_kind_t;
+
+typedef struct tpu_work {
+  work_kind_t kind;
+  struct tpu_work* next;
+  const char* what;
+  tpu_status_t (*fn)(void*);
+  void* ctx;
+  void (*destroy)(void*);
+  tpu_call_t call; /* WORK_CALL: deep copy, storage follows the struct */
+} tpu_work_t;
+
+struct tpu_stream {
+  int device;
+  int64_t id;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv;
+  pthread_cond_t done_cv;
+  tpu_work_t* head;
+  tpu_work_t* tail;
+  _Atomic uint64_t submitted;
+  _Atomic uint64_t completed;
+  _Atomic int sleeping;
+  tpu_status_t error; /* first asynchronous error since last sync */
+};
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static tpu_work_t* pop_work(tpu_stream_t* s) {
+  /* Spin briefly before sleeping: ops usually arrive microseconds apart. */
+  for (int spin = 0; spin < 20000; spin++) {
+    if (atomic_load_explicit(&s->submitted, memory_order_acquire) !=
+        atomic_load_explicit(&s->completed, memory_order_relaxed))
+      break;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  pthread_mutex_lock(&s->mu);
+  while (!s->head) {
+    s->sleeping = 1;
+    pthread_cond_wait(&s->work_cv, &s->mu);
+    s->sleeping = 0;
+  }
+  tpu_work_t* w = s->head;
+  s->head = w->next;
+  if (!s->head) s->tail = NULL;
+  pthread_mutex_unlock(&s->mu);
+  return w;
+}
+
+static void* stream_main(void* arg) {
+  tpu_stream_t* s = arg;
+  for (;;) {
+    tpu_work_t* w = pop_work(s);
+    tpu_status_t st;
+    const char* what;
+    if (w->kind == WORK_CALL) {
+      st = tpu_call_run(&w->call);
+      what = w->call.op ? w->call.op->name : "kernel";
+    } else {
+      st = w->fn(w->ctx);
+      what = w->what;
+      if (w->destroy) w->destroy(w->ctx);
+    }
+    pthread_mutex_lock(&s->mu);
+    if (st) {
+      if (!s->error) {
+        char prefix[160];
+        snprintf(prefix, sizeof prefix, "aten::%s", what ? what : "?");
+        s->error = tpu_status_annotate(st, prefix);
+      } else {
+        tpu_status_free(st);
+      }
+    }
+    atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+    free(w);
+  }
+  return NULL;
+}
+
+tpu_status_t tpu_stream_new(int device, int64_t id, tpu_stream_t** out) {
+  tpu_stream_t* s = calloc(1, sizeof(*s));
+  if (!s) return TPU_ERR(RESOURCE_EXHAUSTED, "stream create: out of host memory");
+  s->device = device;
+  s->id = id;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work_cv, NULL);
+  pthread_cond_init(&s->done_cv, NULL);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&s->thread, &attr, stream_main, s);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    free(s);
+    return TPU_ERR(INTERNAL, "stream create: cannot start a worker thread (error %d)", rc);
+  }
+  *out = s;
+  return TPU_OK;
+}
+
+int64_t tpu_stream_id(const tpu_stream_t* s) { return s->id; }
+int tpu_stream_device(const tpu_stream_t* s) { return s->device; }
+
+static void push_work(tpu_stream_t* s, tpu_work_t* w) {
+  w->next = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (s->tail) s->tail->next = w;
+  else s->head = w;
+  s->tail = w;
+  atomic_fetch_add_explicit(&s->submitted, 1, memory_order_release);
+  if (s->sleeping) pthread_cond_signal(&s->work_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- deep copy of a call into one block ---- */
+static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+static size_t call_extra_size(const tpu_call_t* c) {
+  size_t n = align8(sizeof(tpu_arg_t) * (size_t)c->nargs) +
+             align8(sizeof(tpu_tensor_t) * (size_t)c->nouts);
+  for (int i = 0; i < c->nargs; i++) {
+    const tpu_arg_t* a = &c->args[i];
+    switch (a->kind) {
+      case TPU_ARG_TENSOR: n += align8(sizeof(tpu_tensor_t)); break;
+      case TPU_ARG_INTLIST: n += align8(sizeof(int64_t) * (size_t)a->n); break;
+      case TPU_ARG_DOUBLELIST: n += align8(sizeof(double) * (size_t)a->n); break;
+      case TPU_ARG_BOOLLIST: n += align8(sizeof(bool) * (size_t)a->n); break;
+      case TPU_ARG_STRING: n += align8(strlen(a->v.s) + 1); break;
+      case TPU_ARG_TENSORLIST: n += align8(sizeof(tpu_tensor_t) * (size_t)a->n); break;
+      default: break;
+    }
+  }
+  return n;
+}
+
+static void fix_scalar(tpu_tensor_t* t) {
+  if (t->flags & TPU_TENSOR_CPU_SCALAR) {
+    size_t sz = tpu_dtype_size(t->dtype);
+    if (t->data != t->inline_value) memcpy(t->inline_value, t->data, sz);
+    t->data = t->inline_value;
+  }
+}
+
+static void call_copy_into(tpu_call_t* dst, const tpu_call_t* src, char* p) {
+  *dst = *src;
+  dst->args = (tpu_arg_t*)p;
+  p += align8(sizeof(tpu_arg_t) * (size_t)src->nargs);
+  memcpy(dst->args, src->args, sizeof(tpu_arg_t) * (size_t)src->nargs);
+  dst->outs = (tpu_tensor_t*)p;
+  p += align8(sizeof(tpu_tensor_t) * (size_t)src->nouts);
+  memcpy(dst->outs, src->outs, sizeof(tpu_tensor_t) * (size_t)src->nouts);
+  for (int i = 0; i < src->nargs; i++) {
+    tpu_arg_t* a = &dst->args[i];
+    size_t sz = 0;
+    switch (a->kind) {
+      case TPU_ARG_TENSOR:
+        memcpy(p, a->v.t, sizeof(tpu_tensor_t));
+        a->v.t = (tpu_tensor_t*)p;
+        fix_scalar(a->v.t);
+        p += align8(sizeof(tpu_tensor_t));
+        break;
+      case TPU_ARG_INTLIST: sz = sizeof(int64_t) * (size_t)a->n; goto copy;
+      case TPU_ARG_DOUBLELIST: sz = sizeof(double) * (size_t)a->n; goto copy;
+      case TPU_ARG_BOOLLIST: sz = sizeof(bool) * (size_t)a->n; goto copy;
+      case TPU_ARG_STRING: sz = strlen(a->v.s) + 1; goto copy;
+      case TPU_ARG_TENSORLIST: {
+        tpu_tensor_t* ts = (tpu_tensor_t*)p;
+        memcpy(ts, a->v.tlist, sizeof(tpu_tensor_t) * (size_t)a->n);
+        for (int k = 0; k < a->n; k++) fix_scalar(&ts[k]);
+        a->v.tlist = ts;
+        p += align8(sizeof(tpu_tensor_t) * (size_t)a->n);
+        break;
+      }
+      copy:
+        if (sz) memcpy(p, a->v.ilist, sz);
+        a->v.ilist = (const int64_t*)p;
+        p += align8(sz);
+        break;
+      default: break;
+    }
+  }
+}
+
+tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
+  size_t extra = call_extra_size(call);
+  tpu_work_t* w = malloc(sizeof(tpu_work_t) + extra);
+  if (!w) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory queueing the op",
+                         call->op ? call->op->name : "op");
+  w->kind = WORK_CALL;
+  w->what = NULL;
+  w->fn = NULL;
+  w->destroy = NULL;
+  call_copy_into(&w->call, call, (char*)(w + 1));
+  if (tpu_get_eager_mode() == TPU_MODE_DEBUG) {
+    w->call.debug_checks = true;
+    /* Debug: run now on this thread, after the queued work. */
+    tpu_status_t st = tpu_stream_synchronize(s);
+    if (st) {
+      free(w);
+      return st;
+    }
+    st = tpu_call_run(&w->call);
+    free(w);
+    if (st) {
+      char prefix[160];
+      snprintf(prefix, sizeof prefix, "aten::%s", call->op ? call->op->name : "?");
+      return tpu_status_annotate(st, prefix);
+    }
+    return TPU_OK;
+  }
+  push_work(s, w);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
+                                void* ctx, void (*destroy)(void*)) {
+  tpu_work_t* w = malloc(sizeof(tpu_work_t));
+  if (!w) {
+    if (destroy) destroy(ctx);
+    return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory queueing work", what);
+  }
+  memset(w, 0, sizeof(*w));
+  w->kind = WORK_FN;
+  w->what = what;
+  w->fn = fn;
+  w->ctx = ctx;
+  w->destroy = destroy;
+  push_work(s, w);
+  if (tpu_get_eager_mode() == TPU_MODE_DEBUG) return tpu_stream_synchronize(s);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_stream_synchronize(tpu_stream_t* s) {
+  uint64_t target = atomic_load(&s->submitted);
+  if (atomic_load(&s->completed) < target) {
+    pthread_mutex_lock(&s->mu);
+    while (atomic_load(&s->completed) < target) pthread_cond_wait(&s->done_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (!s->error) return TPU_OK;
+  pthread_mutex_lock(&s->mu);
+  tpu_status_t e = s->error;
+  s->error = NULL;
+  pthread_mutex_unlock(&s->mu);
+  return e;
+}
+
+bool tpu_stream_query(tpu_stream_t* s) {
+  return atomic_load(&s->completed) == atomic_load(&s->submitted);
+}
+
+/* ---- events ---- */
+struct tpu_event {
+  pthread_mutex_t mu;
+  tpu_stream_t* stream;
+  uint64_t target; /* stream's completed count that marks the event */
+  double time;     /* completion time of the marker */
+  int recorded;
+};
+
+tpu_status_t tpu_event_create(tpu_event_t** out) {
+  tpu_event_t* e = calloc(1, sizeof(*e));
+  if (!e) return TPU_ERR(RESOURCE_EXHAUSTED, "event create: out of host memory");
+  pthread_mutex_init(&e->mu, NULL);
+  *out = e;
+  return TPU_OK;
+}
+
+void tpu_event_destroy(tpu_event_t* e) {
+  if (!e) return;
+  if (e->stream) tpu_event_synchronize(e); /* markers may still point at it */
+  free(e);
+}
+
+typedef struct {
+  tpu_event_t* e;
+  uint64_t target;
+} marker_t;
+
+static tpu_status_t marker_fn(void* ctx) {
+  marker_t* m = ctx;
+  pthread_mutex_lock(&m->e->mu);
+  if (m->e->target == m->target) m->e->time = now_seconds();
+  pthread_mutex_unlock(&m->e->mu);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_event_record(tpu_event_t* e, tpu_stream_t* s) {
+  marker_t* m = malloc(sizeof(*m));
+  if (!m) return TPU_ERR(RESOURCE_EXHAUSTED, "event record: out of host memory");
+  pthread_mutex_lock(&s->mu); /* target must equal the marker's position */
+  pthread_mutex_lock(&e->mu);
+  e->stream = s;
+  e->target = atomic_load(&s->submitted) + 1;
+  e->recorded = 1;
+  m->e = e;
+  m->target = e->target;
+  pthread_mutex_unlock(&e->mu);
+  tpu_work_t* w = calloc(1, sizeof(tpu_work_t));
+  if (!w) {
+    pthread_mutex_unlock(&s->mu);
+    free(m);
+    return TPU_ERR(RESOURCE_EXHAUSTED, "event record: out of host memory");
+  }
+  w->kind = WORK_FN;
+  w->what = "event_record";
+  w->fn = marker_fn;
+  w->ctx = m;
+  w->destroy = free;
+  if (s->tail) s->tail->next = w;
+  else s->head = w;
+  s->tail = w;
+  atomic_fetch_add(&s->submitted, 1);
+  if (s->sleeping) pthread_cond_signal(&s->work_cv);
+  pthread_mutex_unlock(&s->mu);
+  return TPU_OK;
+}
+
+bool tpu_event_query(tpu_event_t* e) {
+  pthread_mutex_lock(&e->mu);
+  bool done = !e->recorded || atomic_load(&e->stream->completed) >= e->target;
+  pthread_mutex_unlock(&e->mu);
+  return done;
+}
+
+static void wait_count(tpu_stream_t* s, uint64_t target) {
+  if (atomic_load(&s->completed) >= target) return;
+  pthread_mutex_lock(&s->mu);
+  while (atomic_load(&s->completed) < target) pthread_cond_wait(&s->done_cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void tpu_event_synchronize(tpu_event_t* e) {
+  pthread_mutex_lock(&e->mu);
+  tpu_stream_t* s = e->stream;
+  uint64_t t = e->target;
+  int rec = e->recorded;
+  pthread_mutex_unlock(&e->mu);
+  if (rec && s) wait_count(s, t);
+}
+
+typedef struct {
+  tpu_stream_t* s;
+  uint64_t target;
+} wait_t;
+
+static tpu_status_t wait_fn(void* ctx) {
+  wait_t* w = ctx;
+  wait_count(w->s, w->target);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_stream_wait_event(tpu_stream_t* s, tpu_event_t* e) {
+  pthread_mutex_lock(&e->mu);
+  tpu_stream_t* es = e->stream;
+  uint64_t t = e->target;
+  int rec = e->recorded;
+  pthread_mutex_unlock(&e->mu);
+  if (!rec || es == s) return TPU_OK; /* same stream: already ordered */
+  wait_t* w = malloc(sizeof(*w));
+  if (!w) return TPU_ERR(RESOURCE_EXHAUSTED, "stream wait: out of host memory");
+  w->s = es;
+  w->target = t;
+  return tpu_stream_enqueue(s, "stream_wait_event", wait_fn, w, free);
+}
+
+double tpu_event_elapsed_seconds(tpu_event_t* a, tpu_event_t* b) {
+  tpu_event_synchronize(a);
+  tpu_event_synchronize(b);
+  return b->time - a->time;
+}
+
+/* ---- host copies ---- */
+typedef struct {
+  void* dst;
+  size_t bytes;
+  unsigned char data[];
+} h2d_t;
+
+static tpu_status_t h2d_fn(void* ctx) {
+  h2d_t* c = ctx;
+  memcpy(c->dst, c->data, c->bytes);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return TPU_OK;
+  h2d_t* c = malloc(sizeof(h2d_t) + bytes);
+  if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "copy to tpu: cannot stage %zu bytes", bytes);
+  c->dst = dst;
+  c->bytes = bytes;
+  memcpy(c->data, src, bytes);
+  return tpu_stream_enqueue(s, "copy_h2d", h2d_fn, c, free);
+}
+
+tpu_status_t tpu_stream_copy_d2h(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
+  TPU_RETURN_IF_ERROR(tpu_stream_synchronize(s));
+  if (bytes) memcpy(dst, src, bytes);
+  return TPU_OK;
+}

@@ -1,0 +1,114 @@
+/* TorchTPU runtime: devices, device memory, streams and events (host target).
+ *
+ * Each virtual chip owns a capacity of device memory behind a caching
+ * allocator, and streams. A stream is an in-order queue run by one worker
+ * thread. Memory is stream-ordered: a block freed by the host may be handed
+ * to later work on the same stream at once.
+ */
+#ifndef TPU_DEVICE_H_
+#define TPU_DEVICE_H_
+
+#include "tpu/op.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tpu_eager_mode {
+  TPU_MODE_STRICT = 0, /* asynchronous, one op at a time */
+  TPU_MODE_DEBUG = 1,  /* synchronous, extra checks */
+} tpu_eager_mode_t;
+
+/* Reads the environment (TORCH_TPU_HOST_DEVICES, TORCH_TPU_HBM_BYTES,
+ * TORCH_TPU_LAUNCH_BLOCKING / TPU_LAUNCH_BLOCKING). Idempotent, thread-safe. */
+tpu_status_t tpu_runtime_init(void) TPU_MUST_USE;
+bool tpu_runtime_is_initialized(void);
+int tpu_device_count(void);
+tpu_eager_mode_t tpu_get_eager_mode(void);
+void tpu_set_eager_mode(tpu_eager_mode_t mode);
+
+/* ---- memory ---- */
+typedef struct tpu_memory_stats {
+  int64_t allocated_bytes, peak_allocated_bytes;
+  int64_t reserved_bytes, peak_reserved_bytes;
+  int64_t active_allocations, peak_active_allocations;
+  int64_t total_allocated_bytes, total_freed_bytes; /* accumulated */
+  int64_t num_allocs, num_frees, num_ooms, num_cache_hits, num_device_alloc,
+      num_device_free;
+  int64_t capacity_bytes;
+} tpu_memory_stats_t;
+
+/* Allocates `bytes` of device memory. bytes == 0 gives *out_ptr == NULL.
+ * Fails with TPU_CODE_RESOURCE_EXHAUSTED, naming requested, allocated and
+ * capacity bytes, when the device is full even after freeing its cache. */
+tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) TPU_MUST_USE;
+/* Returns a block to the device's cache. NULL is ignored. */
+void tpu_device_free(int device, void* ptr);
+/* Waits for the device's streams, then releases cached blocks. */
+void tpu_device_empty_cache(int device);
+void tpu_device_memory_stats(int device, tpu_memory_stats_t* out_stats);
+void tpu_device_reset_peak_stats(int device);
+void tpu_device_reset_accumulated_stats(int device);
+/* Which device owns ptr (any address inside a live block); -1 if none. */
+int tpu_device_of_ptr(const void* ptr);
+
+/* ---- streams ---- */
+typedef struct tpu_stream tpu_stream_t;
+
+/* Stream `id` of `device`; id 0 is the default stream. NULL if no such. */
+tpu_stream_t* tpu_stream_get(int device, int64_t id);
+/* Creates a new stream with its own worker; *out_id names it. */
+tpu_status_t tpu_stream_create(int device, int64_t* out_id) TPU_MUST_USE;
+int64_t tpu_stream_id(const tpu_stream_t* s);
+int tpu_stream_device(const tpu_stream_t* s);
+
+/* Submits a kernel call. The call is deep-copied. In Strict mode it is queued
+ * and errors surface at the next synchronization; in Debug mode it runs on the
+ * worker and this waits, returning the kernel's error directly. */
+tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) TPU_MUST_USE;
+/* Queues fn(ctx) (then destroy(ctx) if non-NULL); fn returns a status that is
+ * handled like a kernel's. `what` names the work in error messages. */
+tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what,
+                                tpu_status_t (*fn)(void*), void* ctx,
+                                void (*destroy)(void*)) TPU_MUST_USE;
+/* Waits until all queued work has run; returns (and clears) the first error
+ * raised by queued work since the last synchronization, naming the op. */
+tpu_status_t tpu_stream_synchronize(tpu_stream_t* s) TPU_MUST_USE;
+/* True when the stream has no queued or running work. */
+bool tpu_stream_query(tpu_stream_t* s);
+/* Synchronizes every stream of the device; returns the first error. */
+tpu_status_t tpu_device_synchronize(int device) TPU_MUST_USE;
+
+/* ---- events ---- */
+typedef struct tpu_event tpu_event_t;
+tpu_status_t tpu_event_create(tpu_event_t** out_event) TPU_MUST_USE;
+void tpu_event_destroy(tpu_event_t* e);
+/* Marks the current end of s; the event completes when s reaches it. */
+tpu_status_t tpu_event_record(tpu_event_t* e, tpu_stream_t* s) TPU_MUST_USE;
+/* Makes s wait (on its worker) until e completes. */
+tpu_status_t tpu_stream_wait_event(tpu_stream_t* s, tpu_event_t* e) TPU_MUST_USE;
+bool tpu_event_query(tpu_event_t* e);
+void tpu_event_synchronize(tpu_event_t* e);
+/* Seconds between two completed events' completion times. */
+double tpu_event_elapsed_seconds(tpu_event_t* start, tpu_event_t* end);
+
+/* ---- host copies ---- */
+/* Enqueues a copy of `bytes` from host memory into device memory. The source
+ * is snapshotted now (the caller may reuse it on return). */
+tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src,
+                                 size_t bytes) TPU_MUST_USE;
+/* Waits for s, then copies device memory to host memory. */
+tpu_status_t tpu_stream_copy_d2h(tpu_stream_t* s, void* dst, const void* src,
+                                 size_t bytes) TPU_MUST_USE;
+
+/* ---- threads for kernels ---- */
+/* Runs fn(ctx, begin, end) over [0, n) split in chunks of at least `grain`
+ * across the kernel thread pool; runs inline when n <= grain. */
+void tpu_parallel_for(int64_t n, int64_t grain,
+                      void (*fn)(void* ctx, int64_t begin, int64_t end), void* ctx);
+int tpu_num_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_DEVICE_H_ */

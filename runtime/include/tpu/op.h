@@ -1,0 +1,100 @@
+/* TorchTPU runtime: op calls and the op table.
+ *
+ * An op call mirrors an ATen schema: `args` are the schema arguments in order
+ * (out= tensors included), `outs` are the returned tensors (for in-place and
+ * out= overloads they describe the same memory as the mutated argument).
+ * The caller allocates every output before the call; kernels never allocate
+ * device memory.
+ */
+#ifndef TPU_OP_H_
+#define TPU_OP_H_
+
+#include "tpu/status.h"
+#include "tpu/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tpu_arg_kind {
+  TPU_ARG_NONE = 0,
+  TPU_ARG_TENSOR,
+  TPU_ARG_INT,       /* int, SymInt, ScalarType, Layout, MemoryFormat, integral Scalar */
+  TPU_ARG_DOUBLE,    /* float, floating Scalar */
+  TPU_ARG_BOOL,      /* bool, boolean Scalar */
+  TPU_ARG_INTLIST,
+  TPU_ARG_DOUBLELIST,
+  TPU_ARG_BOOLLIST,
+  TPU_ARG_STRING,
+  TPU_ARG_TENSORLIST, /* entries with dtype TPU_DTYPE_NONE are None */
+} tpu_arg_kind_t;
+
+typedef struct tpu_arg {
+  tpu_arg_kind_t kind;
+  int32_t n; /* list length */
+  union {
+    tpu_tensor_t* t;
+    int64_t i;
+    double d;
+    bool b;
+    const int64_t* ilist;
+    const double* dlist;
+    const bool* blist;
+    const char* s;
+    tpu_tensor_t* tlist;
+  } v;
+} tpu_arg_t;
+
+struct tpu_op;
+
+typedef struct tpu_call {
+  const struct tpu_op* op;
+  int32_t nargs;
+  int32_t nouts;
+  tpu_arg_t* args;
+  tpu_tensor_t* outs;
+  int32_t device;
+  bool debug_checks; /* Debug mode: extra validation (NaN/bounds) */
+  uint64_t rng_seed;   /* for ops flagged TPU_OP_RANDOM */
+  uint64_t rng_offset; /* Philox counter offset reserved for this call */
+} tpu_call_t;
+
+typedef tpu_status_t (*tpu_kernel_fn_t)(const tpu_call_t* call);
+
+enum {
+  TPU_OP_RANDOM = 1u << 0, /* consumes the device generator: seed + offset */
+};
+
+typedef struct tpu_op {
+  const char* name; /* ATen overload name: "add.Tensor", "add_.Tensor", "sum" */
+  tpu_kernel_fn_t fn;
+  uint32_t flags;
+} tpu_op_t;
+
+/* Finds the kernel for an ATen overload name; NULL when the runtime does not
+ * implement it. Thread-safe; the table is immutable after first use. */
+const tpu_op_t* tpu_op_lookup(const char* name);
+/* Number of implemented overloads and the i-th name (sorted). */
+int tpu_op_count(void);
+const char* tpu_op_name(int i);
+
+/* Argument accessors for kernels. They do not validate kinds beyond what
+ * their names say; a kernel is written against a known schema. */
+static inline const tpu_tensor_t* tpu_arg_tensor(const tpu_call_t* c, int i) {
+  return (i < c->nargs && c->args[i].kind == TPU_ARG_TENSOR) ? c->args[i].v.t : 0;
+}
+static inline bool tpu_arg_is_none(const tpu_call_t* c, int i) {
+  return i >= c->nargs || c->args[i].kind == TPU_ARG_NONE;
+}
+double tpu_arg_f64(const tpu_call_t* c, int i, double dflt);
+int64_t tpu_arg_i64(const tpu_call_t* c, int i, int64_t dflt);
+bool tpu_arg_bool(const tpu_call_t* c, int i, bool dflt);
+const char* tpu_arg_str(const tpu_call_t* c, int i, const char* dflt);
+
+/* Runs a call on the calling thread (no stream). Used by streams and tests. */
+tpu_status_t tpu_call_run(const tpu_call_t* call);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_OP_H_ */

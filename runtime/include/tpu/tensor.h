@@ -1,0 +1,83 @@
+/* TorchTPU runtime: data types and tensor descriptors.
+ *
+ * A tpu_tensor_t describes a strided view of device memory; it owns nothing.
+ * The numeric values of tpu_dtype_t equal PyTorch's c10::ScalarType values so
+ * the bridge converts with a cast (checked by static_asserts there).
+ */
+#ifndef TPU_TENSOR_H_
+#define TPU_TENSOR_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tpu_dtype {
+  TPU_U8 = 0,
+  TPU_I8 = 1,
+  TPU_I16 = 2,
+  TPU_I32 = 3,
+  TPU_I64 = 4,
+  TPU_F16 = 5,
+  TPU_F32 = 6,
+  TPU_F64 = 7,
+  TPU_BOOL = 11,
+  TPU_BF16 = 15,
+  TPU_DTYPE_NONE = -1,
+} tpu_dtype_t;
+
+/* Bytes per element; 0 for an unsupported dtype. */
+size_t tpu_dtype_size(tpu_dtype_t dt);
+/* "float32", "bfloat16", ...; "unsupported" otherwise. */
+const char* tpu_dtype_name(tpu_dtype_t dt);
+bool tpu_dtype_is_supported(int dt);
+bool tpu_dtype_is_float(tpu_dtype_t dt);
+bool tpu_dtype_is_integral(tpu_dtype_t dt, bool include_bool);
+/* PyTorch's promoteTypes on the supported dtypes. */
+tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b);
+
+#define TPU_MAX_DIMS 16
+
+enum {
+  /* A 0-d tensor that PyTorch created from a Python number (wrapped number);
+   * it takes part in type promotion with the lowest priority. */
+  TPU_TENSOR_WRAPPED_NUMBER = 1u << 0,
+  /* A 0-d CPU tensor passed to a device op; `data` points at a copy the call
+   * owns. */
+  TPU_TENSOR_CPU_SCALAR = 1u << 1,
+};
+
+typedef struct tpu_tensor {
+  void* data;       /* address of the element at index (0, ..., 0) */
+  tpu_dtype_t dtype;
+  int32_t ndim;
+  uint32_t flags;
+  int32_t device;
+  int64_t sizes[TPU_MAX_DIMS];
+  int64_t strides[TPU_MAX_DIMS]; /* in elements, may be 0 or negative-free */
+  unsigned char inline_value[16]; /* storage for TPU_TENSOR_CPU_SCALAR */
+} tpu_tensor_t;
+
+int64_t tpu_tensor_numel(const tpu_tensor_t* t);
+bool tpu_tensor_is_contiguous(const tpu_tensor_t* t);
+/* True when t is 0-d; with TPU_TENSOR_CPU_SCALAR or not. */
+static inline bool tpu_tensor_is_scalar(const tpu_tensor_t* t) { return t->ndim == 0; }
+
+/* Reads element `linear` (row-major logical index) converted to double /
+ * int64. Slow; for tests, scalars and reference paths. */
+double tpu_tensor_get_f64(const tpu_tensor_t* t, int64_t linear);
+int64_t tpu_tensor_get_i64(const tpu_tensor_t* t, int64_t linear);
+/* Address of element `linear` (row-major logical index). */
+void* tpu_tensor_elem_ptr(const tpu_tensor_t* t, int64_t linear);
+
+/* Type promotion of a set of operands as PyTorch's at::result_type does:
+ * dimensioned tensors first, then 0-d tensors, then wrapped numbers. */
+tpu_dtype_t tpu_result_type(const tpu_tensor_t* const* ts, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_TENSOR_H_ */

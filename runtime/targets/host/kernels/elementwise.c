@@ -1,0 +1,701 @@
+/* Element-wise kernels: arithmetic, math, comparisons, logic, activations
+ * and their backward formulas. Each op has loop bodies per compute type
+ * generated from one expression (tgmath picks float or double functions). */
+#include <stdatomic.h>
+#include <tgmath.h>
+
+#include "kernels.h"
+
+typedef struct {
+  double s0, s1;  /* scalar operands (alpha, value, min, max ...) as float */
+  int64_t i0, i1; /* the same, as integers */
+  bool has0, has1;
+  _Atomic int err; /* integer division by zero, etc. */
+} ew_ctx_t;
+
+/* ---- loop body generators ----
+ * In expressions: a, b, c are the current elements of in[0..2]; s0/s1 and
+ * i0/i1 the context scalars in the loop's type. */
+#define BODY1(NAME, T, SUF, EXPR)                                             \
+  static void NAME##_##SUF(void* c_, int64_t n, void* o_, const void* const* in) { \
+    ew_ctx_t* cx = c_;                                                        \
+    T* o = o_;                                                                \
+    const T* x = in[0];                                                       \
+    const T s0 = (T)cx->s0, s1 = (T)cx->s1;                                   \
+    (void)s0; (void)s1; (void)cx;                                             \
+    for (int64_t i = 0; i < n; i++) {                                         \
+      const T a = x[i]; (void)a;                                                     \
+      o[i] = (T)(EXPR);                                                       \
+    }                                                                         \
+  }
+#define BODY2(NAME, T, SUF, EXPR)                                             \
+  static void NAME##_##SUF(void* c_, int64_t n, void* o_, const void* const* in) { \
+    ew_ctx_t* cx = c_;                                                        \
+    T* o = o_;                                                                \
+    const T* x = in[0];                                                       \
+    const T* y = in[1];                                                       \
+    const T s0 = (T)cx->s0, s1 = (T)cx->s1;                                   \
+    (void)s0; (void)s1; (void)cx;                                             \
+    for (int64_t i = 0; i < n; i++) {                                         \
+      const T a = x[i], b = y[i];                                             \
+      (void)a; (void)b;                                                       \
+      o[i] = (T)(EXPR);                                                       \
+    }                                                                         \
+  }
+#define BODY3(NAME, T, SUF, EXPR)                                             \
+  static void NAME##_##SUF(void* c_, int64_t n, void* o_, const void* const* in) { \
+    ew_ctx_t* cx = c_;                                                        \
+    T* o = o_;                                                                \
+    const T* x = in[0];                                                       \
+    const T* y = in[1];                                                       \
+    const T* z = in[2];                                                       \
+    const T s0 = (T)cx->s0, s1 = (T)cx->s1;                                   \
+    (void)s0; (void)s1; (void)cx;                                             \
+    for (int64_t i = 0; i < n; i++) {                                         \
+      const T a = x[i], b = y[i], c = z[i];                                   \
+      o[i] = (T)(EXPR);                                                       \
+    }                                                                         \
+  }
+/* integer bodies take their scalars from i0/i1 */
+#define IBODY(K, NAME, EXPR)                                                  \
+  static void NAME##_i64(void* c_, int64_t n, void* o_, const void* const* in) { \
+    ew_ctx_t* cx = c_;                                                        \
+    int64_t* o = o_;                                                          \
+    const int64_t* x = in[0];                                                 \
+    const int64_t* y = K > 1 ? (const int64_t*)in[1] : x;                    \
+    const int64_t* z = K > 2 ? (const int64_t*)in[2] : x;                    \
+    const int64_t s0 = cx->i0, s1 = cx->i1;                                   \
+    (void)s0; (void)s1; (void)y; (void)z; (void)cx;                           \
+    for (int64_t i = 0; i < n; i++) {                                         \
+      const int64_t a = x[i], b = y[i], c = z[i];                             \
+      (void)a; (void)b; (void)c;                                                       \
+      o[i] = (int64_t)(EXPR);                                                 \
+    }                                                                         \
+  }
+
+#define FLOAT_OP(K, NAME, EXPR) BODY##K(NAME, float, f32, EXPR) BODY##K(NAME, double, f64, EXPR)
+/* an op defined for floats and integers with separate expressions */
+#define OP_FI(K, NAME, FEXPR, IEXPR) \
+  FLOAT_OP(K, NAME, FEXPR) IBODY(K, NAME, IEXPR) \
+  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NAME##_i64};
+#define OP_F(K, NAME, FEXPR) \
+  FLOAT_OP(K, NAME, FEXPR) static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NULL};
+#define OP_I(K, NAME, IEXPR) \
+  IBODY(K, NAME, IEXPR) static const tpu_loop_set_t NAME##_loops = {NULL, NULL, NAME##_i64};
+
+/* wrapping integer arithmetic (two's complement like PyTorch) */
+#define UADD(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
+#define USUB(a, b) ((int64_t)((uint64_t)(a) - (uint64_t)(b)))
+#define UMUL(a, b) ((int64_t)((uint64_t)(a) * (uint64_t)(b)))
+
+static inline int64_t idiv_trunc(ew_ctx_t* cx, int64_t a, int64_t b) {
+  if (b == 0) { cx->err = 1; return 0; }
+  if (b == -1) return USUB(0, a);
+  return a / b;
+}
+static inline int64_t idiv_floor(ew_ctx_t* cx, int64_t a, int64_t b) {
+  if (b == 0) { cx->err = 1; return 0; }
+  if (b == -1) return USUB(0, a);
+  int64_t q = a / b, r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) q--;
+  return q;
+}
+static inline int64_t imod_floor(ew_ctx_t* cx, int64_t a, int64_t b) {
+  if (b == 0) { cx->err = 1; return 0; }
+  if (b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+static inline int64_t imod_trunc(ew_ctx_t* cx, int64_t a, int64_t b) {
+  if (b == 0) { cx->err = 1; return 0; }
+  if (b == -1) return 0;
+  return a % b;
+}
+#define FLOOR_DIV(T, a, b) floor_div_##T(a, b)
+static inline double floor_div_d(double a, double b) {
+  if (b == 0) return a / b;
+  double mod = fmod(a, b);
+  double div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
+  double fl;
+  if (div != 0) {
+    fl = floor(div);
+    if (div - fl > 0.5) fl += 1;
+  } else {
+    fl = copysign(0.0, a / b);
+  }
+  return fl;
+}
+static inline double fmod_floor(double a, double b) {
+  double m = fmod(a, b);
+  if (m != 0 && ((b < 0) != (m < 0))) m += b;
+  return m;
+}
+static inline int64_t ipow(int64_t a, int64_t b) {
+  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+  int64_t r = 1;
+  while (b) {
+    if (b & 1) r = UMUL(r, a);
+    a = UMUL(a, a);
+    b >>= 1;
+  }
+  return r;
+}
+static inline int64_t isign(int64_t a) { return (a > 0) - (a < 0); }
+#define NANPROP_MAX(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : ((a) > (b) ? (a) : (b)))
+#define NANPROP_MIN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : ((a) < (b) ? (a) : (b)))
+#define SIGMOID(x) (1 / (1 + exp(-(x))))
+#define M_SQRT1_2_ 0.70710678118654752440
+#define M_2_SQRTPI_ 1.12837916709551257390
+#define KBETA_ 0.79788456080286535588 /* sqrt(2/pi) */
+#define KKAPPA_ 0.044715
+#define GELU(x) ((x) * 0.5 * (1 + erf((x) * M_SQRT1_2_)))
+#define GELU_TANH(x) (0.5 * (x) * (1 + tanh(KBETA_ * ((x) + KKAPPA_ * (x) * (x) * (x)))))
+
+/* binary arithmetic: s0 = alpha */
+OP_FI(2, add, a + s0 * b, UADD(a, UMUL(s0, b)))
+OP_FI(2, sub, a - s0 * b, USUB(a, UMUL(s0, b)))
+OP_FI(2, rsub, b - s0 * a, USUB(b, UMUL(s0, a)))
+OP_FI(2, mul, a * b, UMUL(a, b))
+OP_FI(2, div, a / b, idiv_trunc(cx, a, b))
+OP_FI(2, div_trunc, trunc(a / b), idiv_trunc(cx, a, b))
+OP_FI(2, div_floor, floor_div_d((double)a, (double)b), idiv_floor(cx, a, b))
+OP_FI(2, remainder, fmod_floor((double)a, (double)b), imod_floor(cx, a, b))
+OP_FI(2, fmod, fmod(a, b), imod_trunc(cx, a, b))
+OP_FI(2, pow, pow(a, b), ipow(a, b))
+OP_FI(2, maximum, NANPROP_MAX(a, b), (a > b ? a : b))
+OP_FI(2, minimum, NANPROP_MIN(a, b), (a < b ? a : b))
+OP_FI(2, fmax, fmax(a, b), (a > b ? a : b))
+OP_FI(2, fmin, fmin(a, b), (a < b ? a : b))
+OP_F(2, atan2, atan2(a, b))
+OP_F(2, hypot, hypot(a, b))
+OP_F(2, xlogy, (b != b) ? b : (a == 0 ? 0 : a * log(b)))
+OP_F(2, copysign, copysign(a, b))
+/* comparisons (compute in the common type, store as bool) */
+OP_FI(2, eq, a == b, a == b)
+OP_FI(2, ne, a != b, a != b)
+OP_FI(2, lt, a < b, a < b)
+OP_FI(2, le, a <= b, a <= b)
+OP_FI(2, gt, a > b, a > b)
+OP_FI(2, ge, a >= b, a >= b)
+OP_FI(2, logical_and, (a != 0) && (b != 0), (a != 0) && (b != 0))
+OP_FI(2, logical_or, (a != 0) || (b != 0), (a != 0) || (b != 0))
+OP_FI(2, logical_xor, (a != 0) != (b != 0), (a != 0) != (b != 0))
+OP_FI(1, logical_not, a == 0, a == 0)
+OP_I(2, bitwise_and, a & b)
+OP_I(2, bitwise_or, a | b)
+OP_I(2, bitwise_xor, a ^ b)
+OP_I(1, bitwise_not, ~a)
+OP_I(1, bool_not, !a)
+OP_I(2, lshift, (b < 0 || b >= 64) ? 0 : (int64_t)((uint64_t)a << b))
+OP_I(2, rshift, (b < 0 || b >= 64) ? (a < 0 ? -1 : 0) : (a >> b))
+/* unary math */
+OP_FI(1, neg, -a, USUB(0, a))
+OP_FI(1, abs, fabs(a), (a < 0 ? USUB(0, a) : a))
+OP_FI(1, sign, (a > 0) - (a < 0), isign(a))
+OP_FI(1, square, a * a, UMUL(a, a))
+OP_F(1, exp, exp(a))
+OP_F(1, exp2, exp2(a))
+OP_F(1, expm1, expm1(a))
+OP_F(1, log, log(a))
+OP_F(1, log2, log2(a))
+OP_F(1, log10, log10(a))
+OP_F(1, log1p, log1p(a))
+OP_F(1, sqrt, sqrt(a))
+OP_F(1, rsqrt, 1 / sqrt(a))
+OP_F(1, reciprocal, 1 / a)
+OP_F(1, sin, sin(a))
+OP_F(1, cos, cos(a))
+OP_F(1, tan, tan(a))
+OP_F(1, asin, asin(a))
+OP_F(1, acos, acos(a))
+OP_F(1, atan, atan(a))
+OP_F(1, sinh, sinh(a))
+OP_F(1, cosh, cosh(a))
+OP_F(1, tanh, tanh(a))
+OP_F(1, asinh, asinh(a))
+OP_F(1, acosh, acosh(a))
+OP_F(1, atanh, atanh(a))
+OP_F(1, erf, erf(a))
+OP_F(1, erfc, erfc(a))
+OP_F(1, lgamma, lgamma(a))
+OP_F(1, sigmoid, SIGMOID(a))
+OP_F(1, logit, log(a / (1 - a)))
+OP_FI(1, floor, floor(a), a)
+OP_FI(1, ceil, ceil(a), a)
+OP_FI(1, round, nearbyint(a), a)
+OP_FI(1, trunc, trunc(a), a)
+OP_F(1, frac, a - trunc(a))
+OP_F(1, round_dec, nearbyint(a * s0) / s0)
+OP_F(1, round_negdec, nearbyint(a / s0) * s0)
+OP_F(1, isnan, a != a)
+OP_F(1, isinf, isinf(a) ? 1 : 0)
+OP_F(1, isposinf, (isinf(a) && a > 0) ? 1 : 0)
+OP_F(1, isneginf, (isinf(a) && a < 0) ? 1 : 0)
+OP_F(1, isfinite, isfinite(a) ? 1 : 0)
+OP_F(1, nan_to_num, (a != a) ? s0 : (isinf(a) ? (a > 0 ? s1 : -s1) : a))
+/* activations */
+OP_FI(1, relu, a > 0 ? a : 0, a > 0 ? a : 0)
+OP_F(1, silu, a * SIGMOID(a))
+OP_F(1, gelu, GELU(a))
+OP_F(1, gelu_tanh, GELU_TANH(a))
+OP_F(1, leaky_relu, a > 0 ? a : a * s0)
+OP_F(1, softplus, (a * s0 > s1) ? a : log1p(exp(a * s0)) / s0)
+OP_F(1, elu, a > 0 ? a : s0 * (exp(a) - 1))
+OP_FI(1, hardtanh, a < s0 ? s0 : (a > s1 ? s1 : a), a < s0 ? s0 : (a > s1 ? s1 : a))
+OP_F(1, hardsigmoid, a <= -3 ? 0 : (a >= 3 ? 1 : a / 6 + 0.5))
+OP_F(1, hardswish, a <= -3 ? 0 : (a >= 3 ? a : a * (a + 3) / 6))
+OP_F(1, mish, a * tanh(log1p(exp(a))))
+/* clamp with scalar bounds: s0 = min, s1 = max (has flags in ctx) */
+OP_FI(1, clamp_both, (a < s0 ? s0 : (a > s1 ? s1 : a)), (a < s0 ? s0 : (a > s1 ? s1 : a)))
+OP_FI(1, clamp_lo, (a < s0 ? s0 : a), (a < s0 ? s0 : a))
+OP_FI(1, clamp_hi, (a > s1 ? s1 : a), (a > s1 ? s1 : a))
+/* tensor clamp: b = min, c = max */
+OP_FI(3, clamp_t, NANPROP_MIN(NANPROP_MAX(a, b), c), ((a < b ? b : a) > c ? c : (a < b ? b : a)))
+OP_FI(2, clamp_tlo, NANPROP_MAX(a, b), (a < b ? b : a))
+OP_FI(2, clamp_thi, NANPROP_MIN(a, b), (a > b ? b : a))
+/* selection: a = condition */
+OP_FI(3, where, a != 0 ? b : c, a != 0 ? b : c)
+/* masked fill: a = self, b = mask, c = value */
+OP_FI(3, masked_fill, b != 0 ? c : a, b != 0 ? c : a)
+OP_FI(1, fill, s0, s0)
+/* lerp: a + weight * (b - a) */
+OP_F(2, lerp_s, (fabs(s0) < 0.5) ? a + s0 * (b - a) : b - (b - a) * (1 - s0))
+OP_F(3, lerp_t, (fabs(c) < 0.5) ? a + c * (b - a) : b - (b - a) * (1 - c))
+OP_FI(3, addcmul, a + s0 * b * c, UADD(a, UMUL(s0, UMUL(b, c))))
+OP_F(3, addcdiv, a + s0 * (b / c))
+/* backward formulas: a = grad, b = saved tensor */
+OP_FI(2, threshold_backward, b <= s0 ? 0 : a, b <= s0 ? 0 : a)
+OP_FI(2, threshold, a <= s0 ? s1 : a, a <= s0 ? s1 : a)
+OP_F(2, sigmoid_backward, a * (1 - b) * b)
+OP_F(2, tanh_backward, a * (1 - b * b))
+OP_F(2, silu_backward, a * SIGMOID(b) * (1 + b * (1 - SIGMOID(b))))
+OP_F(2, gelu_backward,
+     a * (0.5 * (1 + erf(b * M_SQRT1_2_)) + b * (M_2_SQRTPI_ * M_SQRT1_2_ * 0.5) * exp(-0.5 * b * b)))
+OP_F(2, gelu_tanh_backward,
+     a * (0.5 * (1 + tanh(KBETA_ * (b + KKAPPA_ * b * b * b))) +
+          0.5 * b * (1 - tanh(KBETA_ * (b + KKAPPA_ * b * b * b)) * tanh(KBETA_ * (b + KKAPPA_ * b * b * b))) *
+              KBETA_ * (1 + 3 * KKAPPA_ * b * b)))
+OP_F(2, leaky_relu_backward, b > 0 ? a : a * s0)
+OP_FI(2, hardtanh_backward, (b <= s0 || b >= s1) ? 0 : a, (b <= s0 || b >= s1) ? 0 : a)
+OP_F(2, softplus_backward, (b * s0 > s1) ? a : a * SIGMOID(b * s0))
+OP_F(2, hardsigmoid_backward, (b > -3 && b < 3) ? a / 6 : 0)
+OP_F(2, hardswish_backward, b < -3 ? 0 : (b <= 3 ? a * ((b / 3) + 0.5) : a))
+OP_F(2, mish_backward,
+     a * (tanh(log1p(exp(b))) + b * SIGMOID(b) * (1 - tanh(log1p(exp(b))) * tanh(log1p(exp(b))))))
+OP_F(2, logit_backward, (b < 0 || b > 1) ? NAN : a / (b * (1 - b)))
+
+/* ---- helpers for kernels ---- */
+static const tpu_tensor_t* scalar_arg_tensor(const tpu_call_t* call, int i, tpu_tensor_t* tmp) {
+  const tpu_arg_t* a = &call->args[i];
+  if (a->kind == TPU_ARG_TENSOR) return a->v.t;
+  memset(tmp, 0, sizeof(*tmp));
+  tmp->ndim = 0;
+  tmp->flags = TPU_TENSOR_WRAPPED_NUMBER | TPU_TENSOR_CPU_SCALAR;
+  tmp->data = tmp->inline_value;
+  if (a->kind == TPU_ARG_DOUBLE) {
+    tmp->dtype = TPU_F64;
+    memcpy(tmp->inline_value, &a->v.d, 8);
+  } else if (a->kind == TPU_ARG_BOOL) {
+    tmp->dtype = TPU_BOOL;
+    tmp->inline_value[0] = a->v.b;
+  } else {
+    tmp->dtype = TPU_I64;
+    int64_t v = tpu_arg_i64(call, i, 0);
+    memcpy(tmp->inline_value, &v, 8);
+  }
+  return tmp;
+}
+
+static void ctx_scalars(ew_ctx_t* cx, double s0, double s1) {
+  cx->s0 = s0;
+  cx->s1 = s1;
+  cx->i0 = (int64_t)s0;
+  cx->i1 = (int64_t)s1;
+}
+
+static tpu_status_t finish(const char* op, ew_ctx_t* cx, tpu_status_t st) {
+  if (st) return st;
+  if (cx->err) return TPU_ERR(INVALID_ARGUMENT, "%s: ZeroDivisionError (integer division by zero)", op);
+  return TPU_OK;
+}
+
+/* compute type for the common dtype of the inputs; int->float ops use the
+ * output's float type when the inputs are integral */
+static tpu_ctype_t common_ct(const tpu_tensor_t* const* ins, int n, const tpu_tensor_t* out,
+                             bool int_to_float) {
+  tpu_dtype_t dt = tpu_result_type(ins, n);
+  if (int_to_float && !tpu_dtype_is_float(dt)) dt = tpu_dtype_is_float(out->dtype) ? out->dtype : TPU_F32;
+  return tpu_ctype_of(dt);
+}
+
+static tpu_status_t run(const char* op, const tpu_call_t* call, const tpu_tensor_t* const* ins,
+                        int n, const tpu_loop_set_t* loops, double s0, double s1, bool int_to_float) {
+  ew_ctx_t cx = {0};
+  ctx_scalars(&cx, s0, s1);
+  tpu_ctype_t ct = common_ct(ins, n, &call->outs[0], int_to_float);
+  return finish(op, &cx, tpu_elementwise_set(op, &call->outs[0], ins, n, ct, loops, &cx));
+}
+
+/* self, other (tensor or scalar) */
+static tpu_status_t binary(const char* op, const tpu_call_t* call, const tpu_loop_set_t* loops,
+                           double s0, bool int_to_float) {
+  tpu_tensor_t tmp;
+  const tpu_tensor_t* ins[2] = {scalar_arg_tensor(call, 0, &tmp), NULL};
+  tpu_tensor_t tmp2;
+  ins[1] = scalar_arg_tensor(call, 1, &tmp2);
+  return run(op, call, ins, 2, loops, s0, 0, int_to_float);
+}
+
+static tpu_status_t unary(const char* op, const tpu_call_t* call, const tpu_loop_set_t* loops,
+                          bool int_to_float) {
+  const tpu_tensor_t* ins[1] = {tpu_arg_tensor(call, 0)};
+  return run(op, call, ins, 1, loops, 0, 0, int_to_float);
+}
+
+/* ---- kernels ---- */
+#define ALPHA(i) tpu_arg_f64(c, i, 1.0)
+
+tpu_status_t tpu_k_add(const tpu_call_t* c) { return binary("add", c, &add_loops, ALPHA(2), false); }
+tpu_status_t tpu_k_sub(const tpu_call_t* c) { return binary("sub", c, &sub_loops, ALPHA(2), false); }
+tpu_status_t tpu_k_rsub(const tpu_call_t* c) { return binary("rsub", c, &rsub_loops, ALPHA(2), false); }
+tpu_status_t tpu_k_mul(const tpu_call_t* c) { return binary("mul", c, &mul_loops, 0, false); }
+
+tpu_status_t tpu_k_div(const tpu_call_t* c) {
+  const char* mode = tpu_arg_str(c, 2, NULL);
+  if (!mode) return binary("div", c, &div_loops, 0, true);
+  if (!strcmp(mode, "trunc")) return binary("div", c, &div_trunc_loops, 0, false);
+  if (!strcmp(mode, "floor")) return binary("div", c, &div_floor_loops, 0, false);
+  return TPU_ERR(INVALID_ARGUMENT,
+                 "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '%s'",
+                 mode);
+}
+tpu_status_t tpu_k_floor_divide(const tpu_call_t* c) { return binary("floor_divide", c, &div_floor_loops, 0, false); }
+tpu_status_t tpu_k_remainder(const tpu_call_t* c) { return binary("remainder", c, &remainder_loops, 0, false); }
+tpu_status_t tpu_k_fmod(const tpu_call_t* c) { return binary("fmod", c, &fmod_loops, 0, false); }
+tpu_status_t tpu_k_pow(const tpu_call_t* c) { return binary("pow", c, &pow_loops, 0, false); }
+tpu_status_t tpu_k_maximum(const tpu_call_t* c) { return binary("maximum", c, &maximum_loops, 0, false); }
+tpu_status_t tpu_k_minimum(const tpu_call_t* c) { return binary("minimum", c, &minimum_loops, 0, false); }
+tpu_status_t tpu_k_fmax(const tpu_call_t* c) { return binary("fmax", c, &fmax_loops, 0, false); }
+tpu_status_t tpu_k_fmin(const tpu_call_t* c) { return binary("fmin", c, &fmin_loops, 0, false); }
+tpu_status_t tpu_k_atan2(const tpu_call_t* c) { return binary("atan2", c, &atan2_loops, 0, true); }
+tpu_status_t tpu_k_hypot(const tpu_call_t* c) { return binary("hypot", c, &hypot_loops, 0, true); }
+tpu_status_t tpu_k_xlogy(const tpu_call_t* c) { return binary("xlogy", c, &xlogy_loops, 0, true); }
+tpu_status_t tpu_k_copysign(const tpu_call_t* c) { return binary("copysign", c, &copysign_loops, 0, true); }
+tpu_status_t tpu_k_eq(const tpu_call_t* c) { return binary("eq", c, &eq_loops, 0, false); }
+tpu_status_t tpu_k_ne(const tpu_call_t* c) { return binary("ne", c, &ne_loops, 0, false); }
+tpu_status_t tpu_k_lt(const tpu_call_t* c) { return binary("lt", c, &lt_loops, 0, false); }
+tpu_status_t tpu_k_le(const tpu_call_t* c) { return binary("le", c, &le_loops, 0, false); }
+tpu_status_t tpu_k_gt(const tpu_call_t* c) { return binary("gt", c, &gt_loops, 0, false); }
+tpu_status_t tpu_k_ge(const tpu_call_t* c) { return binary("ge", c, &ge_loops, 0, false); }
+tpu_status_t tpu_k_logical_and(const tpu_call_t* c) { return binary("logical_and", c, &logical_and_loops, 0, false); }
+tpu_status_t tpu_k_logical_or(const tpu_call_t* c) { return binary("logical_or", c, &logical_or_loops, 0, false); }
+tpu_status_t tpu_k_logical_xor(const tpu_call_t* c) { return binary("logical_xor", c, &logical_xor_loops, 0, false); }
+tpu_status_t tpu_k_logical_not(const tpu_call_t* c) { return unary("logical_not", c, &logical_not_loops, false); }
+tpu_status_t tpu_k_bitwise_and(const tpu_call_t* c) { return binary("bitwise_and", c, &bitwise_and_loops, 0, false); }
+tpu_status_t tpu_k_bitwise_or(const tpu_call_t* c) { return binary("bitwise_or", c, &bitwise_or_loops, 0, false); }
+tpu_status_t tpu_k_bitwise_xor(const tpu_call_t* c) { return binary("bitwise_xor", c, &bitwise_xor_loops, 0, false); }
+tpu_status_t tpu_k_lshift(const tpu_call_t* c) { return binary("bitwise_left_shift", c, &lshift_loops, 0, false); }
+tpu_status_t tpu_k_rshift(const tpu_call_t* c) { return binary("bitwise_right_shift", c, &rshift_loops, 0, false); }
+
+tpu_status_t tpu_k_bitwise_not(const tpu_call_t* c) {
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  return unary("bitwise_not", c, in->dtype == TPU_BOOL ? &bool_not_loops : &bitwise_not_loops, false);
+}
+
+#define UNARY_KERNEL(NAME, I2F) \
+  tpu_status_t tpu_k_##NAME(const tpu_call_t* c) { return unary(#NAME, c, &NAME##_loops, I2F); }
+UNARY_KERNEL(neg, false)
+UNARY_KERNEL(abs, false)
+UNARY_KERNEL(sign, false)
+UNARY_KERNEL(square, false)
+UNARY_KERNEL(exp, true)
+UNARY_KERNEL(exp2, true)
+UNARY_KERNEL(expm1, true)
+UNARY_KERNEL(log, true)
+UNARY_KERNEL(log2, true)
+UNARY_KERNEL(log10, true)
+UNARY_KERNEL(log1p, true)
+UNARY_KERNEL(sqrt, true)
+UNARY_KERNEL(rsqrt, true)
+UNARY_KERNEL(reciprocal, true)
+UNARY_KERNEL(sin, true)
+UNARY_KERNEL(cos, true)
+UNARY_KERNEL(tan, true)
+UNARY_KERNEL(asin, true)
+UNARY_KERNEL(acos, true)
+UNARY_KERNEL(atan, true)
+UNARY_KERNEL(sinh, true)
+UNARY_KERNEL(cosh, true)
+UNARY_KERNEL(tanh, true)
+UNARY_KERNEL(asinh, true)
+UNARY_KERNEL(acosh, true)
+UNARY_KERNEL(atanh, true)
+UNARY_KERNEL(erf, true)
+UNARY_KERNEL(erfc, true)
+UNARY_KERNEL(lgamma, true)
+UNARY_KERNEL(sigmoid, true)
+UNARY_KERNEL(floor, false)
+UNARY_KERNEL(ceil, false)
+UNARY_KERNEL(trunc, false)
+UNARY_KERNEL(frac, false)
+UNARY_KERNEL(relu, false)
+UNARY_KERNEL(silu, false)
+UNARY_KERNEL(hardsigmoid, false)
+UNARY_KERNEL(hardswish, false)
+UNARY_KERNEL(mish, false)
+
+/* float-only predicates: integers are never nan/inf and always finite */
+static tpu_status_t predicate(const char* op, const tpu_call_t* c, const tpu_loop_set_t* loops,
+                              double int_value) {
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  if (!tpu_dtype_is_float(in->dtype)) {
+    ew_ctx_t cx = {0};
+    ctx_scalars(&cx, int_value, 0);
+    return tpu_elementwise(&c->outs[0], NULL, 0, TPU_CT_I64, fill_i64, &cx);
+  }
+  return unary(op, c, loops, false);
+}
+tpu_status_t tpu_k_isnan(const tpu_call_t* c) { return predicate("isnan", c, &isnan_loops, 0); }
+tpu_status_t tpu_k_isinf(const tpu_call_t* c) { return predicate("isinf", c, &isinf_loops, 0); }
+tpu_status_t tpu_k_isposinf(const tpu_call_t* c) { return predicate("isposinf", c, &isposinf_loops, 0); }
+tpu_status_t tpu_k_isneginf(const tpu_call_t* c) { return predicate("isneginf", c, &isneginf_loops, 0); }
+tpu_status_t tpu_k_isfinite(const tpu_call_t* c) { return predicate("isfinite", c, &isfinite_loops, 1); }
+
+tpu_status_t tpu_k_logit(const tpu_call_t* c) {
+  /* logit(self, eps=None): clamp to [eps, 1-eps] first */
+  if (!tpu_arg_is_none(c, 1)) {
+    double eps = tpu_arg_f64(c, 1, 0);
+    const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
+    TPU_RETURN_IF_ERROR(run("logit", c, ins, 1, &clamp_both_loops, eps, 1 - eps, true));
+    const tpu_tensor_t* o[1] = {&c->outs[0]};
+    return run("logit", c, o, 1, &logit_loops, 0, 0, true);
+  }
+  return unary("logit", c, &logit_loops, true);
+}
+
+tpu_status_t tpu_k_round(const tpu_call_t* c) {
+  int64_t dec = tpu_arg_i64(c, 1, 0);
+  const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
+  if (dec == 0 || tpu_arg_is_none(c, 1)) return unary("round", c, &round_loops, false);
+  double p = pow(10.0, (double)(dec > 0 ? dec : -dec));
+  return run("round", c, ins, 1, dec > 0 ? &round_dec_loops : &round_negdec_loops, p, 0, false);
+}
+
+tpu_status_t tpu_k_nan_to_num(const tpu_call_t* c) {
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  double big = in->dtype == TPU_F64 ? 1.7976931348623157e308
+             : in->dtype == TPU_F16 ? 65504.0
+             : in->dtype == TPU_BF16 ? 3.3895313892515355e38 : 3.4028234663852886e38;
+  double nan_v = tpu_arg_f64(c, 1, 0.0);
+  double pos = tpu_arg_f64(c, 2, big), negv = tpu_arg_f64(c, 3, -big);
+  if (!tpu_dtype_is_float(in->dtype)) return tpu_copy_strided(&c->outs[0], in);
+  /* two passes keep one body: +inf -> pos; then -inf handled by sign */
+  if (pos != -negv) {
+    /* general case: elementwise per value */
+    int64_t n = tpu_tensor_numel(in);
+    for (int64_t i = 0; i < n; i++) {
+      double v = tpu_tensor_get_f64(in, i);
+      if (v != v) v = nan_v;
+      else if (isinf(v)) v = v > 0 ? pos : negv;
+      tpu_store_f64(tpu_tensor_elem_ptr(&c->outs[0], i), c->outs[0].dtype, v);
+    }
+    return TPU_OK;
+  }
+  const tpu_tensor_t* ins[1] = {in};
+  return run("nan_to_num", c, ins, 1, &nan_to_num_loops, nan_v, pos, false);
+}
+
+tpu_status_t tpu_k_gelu(const tpu_call_t* c) {
+  const char* ap = tpu_arg_str(c, 1, "none");
+  return unary("gelu", c, strcmp(ap, "tanh") == 0 ? &gelu_tanh_loops : &gelu_loops, false);
+}
+
+tpu_status_t tpu_k_gelu_backward(const tpu_call_t* c) {
+  const char* ap = tpu_arg_str(c, 2, "none");
+  const tpu_tensor_t* ins[2] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1)};
+  return run("gelu_backward", c, ins, 2,
+             strcmp(ap, "tanh") == 0 ? &gelu_tanh_backward_loops : &gelu_backward_loops, 0, 0, false);
+}
+
+static tpu_status_t grad2(const char* op, const tpu_call_t* c, const tpu_loop_set_t* l, double s0,
+                          double s1) {
+  const tpu_tensor_t* ins[2] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1)};
+  return run(op, c, ins, 2, l, s0, s1, false);
+}
+tpu_status_t tpu_k_threshold_backward(const tpu_call_t* c) {
+  return grad2("threshold_backward", c, &threshold_backward_loops, tpu_arg_f64(c, 2, 0), 0);
+}
+tpu_status_t tpu_k_sigmoid_backward(const tpu_call_t* c) { return grad2("sigmoid_backward", c, &sigmoid_backward_loops, 0, 0); }
+tpu_status_t tpu_k_tanh_backward(const tpu_call_t* c) { return grad2("tanh_backward", c, &tanh_backward_loops, 0, 0); }
+tpu_status_t tpu_k_silu_backward(const tpu_call_t* c) { return grad2("silu_backward", c, &silu_backward_loops, 0, 0); }
+tpu_status_t tpu_k_hardsigmoid_backward(const tpu_call_t* c) { return grad2("hardsigmoid_backward", c, &hardsigmoid_backward_loops, 0, 0); }
+tpu_status_t tpu_k_hardswish_backward(const tpu_call_t* c) { return grad2("hardswish_backward", c, &hardswish_backward_loops, 0, 0); }
+tpu_status_t tpu_k_mish_backward(const tpu_call_t* c) { return grad2("mish_backward", c, &mish_backward_loops, 0, 0); }
+tpu_status_t tpu_k_logit_backward(const tpu_call_t* c) { return grad2("logit_backward", c, &logit_backward_loops, 0, 0); }
+tpu_status_t tpu_k_leaky_relu_backward(const tpu_call_t* c) {
+  return grad2("leaky_relu_backward", c, &leaky_relu_backward_loops, tpu_arg_f64(c, 2, 0.01), 0);
+}
+tpu_status_t tpu_k_hardtanh_backward(const tpu_call_t* c) {
+  return grad2("hardtanh_backward", c, &hardtanh_backward_loops, tpu_arg_f64(c, 2, -1), tpu_arg_f64(c, 3, 1));
+}
+tpu_status_t tpu_k_softplus_backward(const tpu_call_t* c) {
+  return grad2("softplus_backward", c, &softplus_backward_loops, tpu_arg_f64(c, 2, 1), tpu_arg_f64(c, 3, 20));
+}
+tpu_status_t tpu_k_threshold(const tpu_call_t* c) {
+  const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
+  return run("threshold", c, ins, 1, &threshold_loops, tpu_arg_f64(c, 1, 0), tpu_arg_f64(c, 2, 0), false);
+}
+tpu_status_t tpu_k_leaky_relu(const tpu_call_t* c) {
+  const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
+  return run("leaky_relu", c, ins, 1, &leaky_relu_loops, tpu_arg_f64(c, 1, 0.01), 0, false);
+}
+tpu_status_t tpu_k_hardtanh(const tpu_call_t* c) {
+  const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
+  return run("hardtanh", c, ins, 1, &hardtanh_loops, tpu_arg_f64(c, 1, -1), tpu_arg_f64(c, 2, 1), false);
+}
+tpu_status_t tpu_k_softplus(const tpu_call_t* c) {
+  const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
+  return run("softplus", c, ins, 1, &softplus_loops, tpu_arg_f64(c, 1, 1), tpu_arg_f64(c, 2, 20), false);
+}
+tpu_status_t tpu_k_elu(const tpu_call_t* c) {
+  /* elu(self, alpha, scale, input_scale): only the default scales */
+  double alpha = tpu_arg_f64(c, 1, 1), scale = tpu_arg_f64(c, 2, 1), iscale = tpu_arg_f64(c, 3, 1);
+  if (scale != 1 || iscale != 1) return TPU_ERR(UNIMPLEMENTED, "elu: scale/input_scale other than 1");
+  const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
+  return run("elu", c, ins, 1, &elu_loops, alpha, 0, false);
+}
+
+tpu_status_t tpu_k_clamp(const tpu_call_t* c) {
+  const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
+  bool has_lo = !tpu_arg_is_none(c, 1), has_hi = !tpu_arg_is_none(c, 2);
+  if ((has_lo && c->args[1].kind == TPU_ARG_TENSOR) || (has_hi && c->args[2].kind == TPU_ARG_TENSOR)) {
+    const tpu_tensor_t* lo = has_lo ? c->args[1].v.t : NULL;
+    const tpu_tensor_t* hi = has_hi ? c->args[2].v.t : NULL;
+    if (lo && hi) {
+      const tpu_tensor_t* ins[3] = {self, lo, hi};
+      return run("clamp", c, ins, 3, &clamp_t_loops, 0, 0, false);
+    }
+    const tpu_tensor_t* ins[2] = {self, lo ? lo : hi};
+    return run("clamp", c, ins, 2, lo ? &clamp_tlo_loops : &clamp_thi_loops, 0, 0, false);
+  }
+  double lo = tpu_arg_f64(c, 1, 0), hi = tpu_arg_f64(c, 2, 0);
+  if (!has_lo && !has_hi)
+    return TPU_ERR(INVALID_ARGUMENT, "clamp: At least one of 'min' or 'max' must not be None");
+  tpu_tensor_t t1, t2;
+  const tpu_tensor_t* ins[3] = {self, has_lo ? scalar_arg_tensor(c, 1, &t1) : NULL,
+                                has_hi ? scalar_arg_tensor(c, 2, &t2) : NULL};
+  ew_ctx_t cx = {0};
+  ctx_scalars(&cx, lo, hi);
+  const tpu_tensor_t* pr[3] = {self, ins[1], ins[2]};
+  tpu_ctype_t ct = tpu_ctype_of(tpu_result_type(pr, 3));
+  if (tpu_ctype_of(c->outs[0].dtype) != ct) ct = tpu_ctype_of(c->outs[0].dtype);
+  const tpu_loop_set_t* l = has_lo && has_hi ? &clamp_both_loops : has_lo ? &clamp_lo_loops : &clamp_hi_loops;
+  if (ct != TPU_CT_I64 && ((has_lo && lo != lo) || (has_hi && hi != hi))) {
+    ctx_scalars(&cx, NAN, NAN);
+    return tpu_elementwise(&c->outs[0], NULL, 0, ct, ct == TPU_CT_F32 ? fill_f32 : fill_f64, &cx);
+  }
+  return tpu_elementwise_set("clamp", &c->outs[0], ins, 1, ct, l, &cx);
+}
+
+tpu_status_t tpu_k_clamp_min(const tpu_call_t* c) {
+  if (c->args[1].kind == TPU_ARG_TENSOR) {
+    const tpu_tensor_t* ins[2] = {tpu_arg_tensor(c, 0), c->args[1].v.t};
+    return run("clamp_min", c, ins, 2, &clamp_tlo_loops, 0, 0, false);
+  }
+  tpu_tensor_t t;
+  const tpu_tensor_t* ins[2] = {tpu_arg_tensor(c, 0), scalar_arg_tensor(c, 1, &t)};
+  ew_ctx_t cx = {0};
+  ctx_scalars(&cx, tpu_arg_f64(c, 1, 0), 0);
+  tpu_ctype_t ct = tpu_ctype_of(tpu_result_type(ins, 2));
+  return tpu_elementwise_set("clamp_min", &c->outs[0], ins, 1, ct, &clamp_lo_loops, &cx);
+}
+
+tpu_status_t tpu_k_clamp_max(const tpu_call_t* c) {
+  if (c->args[1].kind == TPU_ARG_TENSOR) {
+    const tpu_tensor_t* ins[2] = {tpu_arg_tensor(c, 0), c->args[1].v.t};
+    return run("clamp_max", c, ins, 2, &clamp_thi_loops, 0, 0, false);
+  }
+  tpu_tensor_t t;
+  const tpu_tensor_t* ins[2] = {tpu_arg_tensor(c, 0), scalar_arg_tensor(c, 1, &t)};
+  ew_ctx_t cx = {0};
+  ctx_scalars(&cx, 0, tpu_arg_f64(c, 1, 0));
+  tpu_ctype_t ct = tpu_ctype_of(tpu_result_type(ins, 2));
+  return tpu_elementwise_set("clamp_max", &c->outs[0], ins, 1, ct, &clamp_hi_loops, &cx);
+}
+
+tpu_status_t tpu_k_where(const tpu_call_t* c) {
+  tpu_tensor_t t1, t2;
+  const tpu_tensor_t* cond = tpu_arg_tensor(c, 0);
+  const tpu_tensor_t* ins[3] = {cond, scalar_arg_tensor(c, 1, &t1), scalar_arg_tensor(c, 2, &t2)};
+  ew_ctx_t cx = {0};
+  tpu_ctype_t ct = tpu_ctype_of(c->outs[0].dtype);
+  return tpu_elementwise_set("where", &c->outs[0], ins, 3, ct, &where_loops, &cx);
+}
+
+tpu_status_t tpu_k_masked_fill(const tpu_call_t* c) {
+  tpu_tensor_t t;
+  const tpu_tensor_t* ins[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), scalar_arg_tensor(c, 2, &t)};
+  if (ins[1]->dtype != TPU_BOOL)
+    return TPU_ERR(INVALID_ARGUMENT, "masked_fill only supports boolean masks, but got mask with dtype %s",
+                   tpu_dtype_name(ins[1]->dtype));
+  if (ins[2]->ndim != 0)
+    return TPU_ERR(INVALID_ARGUMENT,
+                   "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with %d dimension(s)",
+                   ins[2]->ndim);
+  ew_ctx_t cx = {0};
+  return tpu_elementwise_set("masked_fill", &c->outs[0], ins, 3, tpu_ctype_of(c->outs[0].dtype),
+                             &masked_fill_loops, &cx);
+}
+
+tpu_status_t tpu_k_fill(const tpu_call_t* c) {
+  const tpu_arg_t* v = &c->args[1];
+  if (v->kind == TPU_ARG_TENSOR) { /* fill_.Tensor: broadcast the 0-d value */
+    if (v->v.t->ndim != 0)
+      return TPU_ERR(INVALID_ARGUMENT,
+                     "fill_ only supports 0-dimension value tensor but got tensor with %d dimensions.",
+                     v->v.t->ndim);
+    return tpu_copy_strided(&c->outs[0], v->v.t);
+  }
+  ew_ctx_t cx = {0};
+  tpu_ctype_t ct = tpu_ctype_of(c->outs[0].dtype);
+  if (ct == TPU_CT_I64 && v->kind == TPU_ARG_INT) {
+    cx.i0 = v->v.i;
+  } else {
+    ctx_scalars(&cx, tpu_arg_f64(c, 1, 0), 0);
+  }
+  return tpu_elementwise_set("fill_", &c->outs[0], NULL, 0, ct, &fill_loops, &cx);
+}
+
+tpu_status_t tpu_k_zero(const tpu_call_t* c) {
+  ew_ctx_t cx = {0};
+  return tpu_elementwise_set("zero_", &c->outs[0], NULL, 0, tpu_ctype_of(c->outs[0].dtype), &fill_loops, &cx);
+}
+
+tpu_status_t tpu_k_lerp(const tpu_call_t* c) {
+  if (c->args[2].kind == TPU_ARG_TENSOR) {
+    const tpu_tensor_t* ins[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), c->args[2].v.t};
+    return run("lerp", c, ins, 3, &lerp_t_loops, 0, 0, false);
+  }
+  const tpu_tensor_t* ins[2] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1)};
+  return run("lerp", c, ins, 2, &lerp_s_loops, tpu_arg_f64(c, 2, 0), 0, false);
+}
+
+tpu_status_t tpu_k_addcmul(const tpu_call_t* c) {
+  const tpu_tensor_t* ins[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2)};
+  return run("addcmul", c, ins, 3, &addcmul_loops, tpu_arg_f64(c, 3, 1), 0, false);
+}
+
+tpu_status_t tpu_k_addcdiv(const tpu_call_t* c) {
+  const tpu_tensor_t* ins[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2)};
+  if (!tpu_dtype_is_float(ins[1]->dtype) && !tpu_dtype_is_float(ins[2]->dtype))
+    return TPU_ERR(INVALID_ARGUMENT,
+                   "Integer division with addcdiv is no longer supported, and in a future release "
+                   "addcdiv will perform a true division of tensor1 and tensor2.");
+  return run("addcdiv", c, ins, 3, &addcdiv_loops, tpu_arg_f64(c, 3, 1), 0, false);
+}
+
+tpu_status_t tpu_k_copy_(const tpu_call_t* c) {
+  return tpu_copy_strided(&c->outs[0], tpu_arg_tensor(c, 1));
+}

@@ -1,0 +1,424 @@
+/* Element-wise iteration engine: broadcasting, dimension coalescing, chunked
+ * conversion to a compute type, and the thread split. */
+#include <stdlib.h>
+
+#include "kernels.h"
+
+/* ---- scalar conversions ---- */
+float tpu_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else { /* subnormal: normalize */
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while (!(man & 0x400u));
+      u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t tpu_f32_to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow -> inf */
+  if (a < 0x38800000u) { /* subnormal or zero in half */
+    if (a < 0x33000000u) return (uint16_t)sign; /* below half of the smallest */
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    int shift = (int)(126 - e); /* value = m * 2^(e-150); half ulp is 2^-24 */
+    uint32_t r = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = a - 0x38000000u; /* rebias exponent 127 -> 15, keep 23-bit mantissa */
+  uint32_t lower = r & 0x1fffu;
+  r >>= 13;
+  if (lower > 0x1000u || (lower == 0x1000u && (r & 1u))) r++;
+  return (uint16_t)(sign | r);
+}
+
+double tpu_load_f64(const void* p, tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_U8: return *(const uint8_t*)p;
+    case TPU_I8: return *(const int8_t*)p;
+    case TPU_I16: return *(const int16_t*)p;
+    case TPU_I32: return *(const int32_t*)p;
+    case TPU_I64: return (double)*(const int64_t*)p;
+    case TPU_F16: return tpu_f16_to_f32(*(const uint16_t*)p);
+    case TPU_BF16: return tpu_bf16_to_f32(*(const uint16_t*)p);
+    case TPU_F32: return *(const float*)p;
+    case TPU_F64: return *(const double*)p;
+    case TPU_BOOL: return *(const uint8_t*)p ? 1.0 : 0.0;
+    default: return 0;
+  }
+}
+
+int64_t tpu_load_i64(const void* p, tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_U8: return *(const uint8_t*)p;
+    case TPU_I8: return *(const int8_t*)p;
+    case TPU_I16: return *(const int16_t*)p;
+    case TPU_I32: return *(const int32_t*)p;
+    case TPU_I64: return *(const int64_t*)p;
+    case TPU_BOOL: return *(const uint8_t*)p != 0;
+    default: return (int64_t)tpu_load_f64(p, dt);
+  }
+}
+
+void tpu_store_f64(void* p, tpu_dtype_t dt, double v) {
+  switch (dt) {
+    case TPU_U8: *(uint8_t*)p = (uint8_t)(int64_t)v; break;
+    case TPU_I8: *(int8_t*)p = (int8_t)(int64_t)v; break;
+    case TPU_I16: *(int16_t*)p = (int16_t)(int64_t)v; break;
+    case TPU_I32: *(int32_t*)p = (int32_t)(int64_t)v; break;
+    case TPU_I64: *(int64_t*)p = (int64_t)v; break;
+    case TPU_F16: *(uint16_t*)p = tpu_f32_to_f16((float)v); break;
+    case TPU_BF16: *(uint16_t*)p = tpu_f32_to_bf16((float)v); break;
+    case TPU_F32: *(float*)p = (float)v; break;
+    case TPU_F64: *(double*)p = v; break;
+    case TPU_BOOL: *(uint8_t*)p = v != 0; break;
+    default: break;
+  }
+}
+
+void tpu_store_i64(void* p, tpu_dtype_t dt, int64_t v) {
+  switch (dt) {
+    case TPU_U8: *(uint8_t*)p = (uint8_t)v; break;
+    case TPU_I8: *(int8_t*)p = (int8_t)v; break;
+    case TPU_I16: *(int16_t*)p = (int16_t)v; break;
+    case TPU_I32: *(int32_t*)p = (int32_t)v; break;
+    case TPU_I64: *(int64_t*)p = v; break;
+    case TPU_BOOL: *(uint8_t*)p = v != 0; break;
+    default: tpu_store_f64(p, dt, (double)v); break;
+  }
+}
+
+int64_t tpu_tensor_offset_of(const tpu_tensor_t* t, int64_t linear) {
+  int64_t off = 0;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    int64_t s = t->sizes[d];
+    if (s == 0) return 0;
+    off += (linear % s) * t->strides[d];
+    linear /= s;
+  }
+  return off * (int64_t)tpu_dtype_size(t->dtype);
+}
+
+void* tpu_tensor_elem_ptr(const tpu_tensor_t* t, int64_t linear) {
+  return (char*)t->data + tpu_tensor_offset_of(t, linear);
+}
+
+double tpu_tensor_get_f64(const tpu_tensor_t* t, int64_t linear) {
+  return tpu_load_f64(tpu_tensor_elem_ptr(t, linear), t->dtype);
+}
+
+int64_t tpu_tensor_get_i64(const tpu_tensor_t* t, int64_t linear) {
+  return tpu_load_i64(tpu_tensor_elem_ptr(t, linear), t->dtype);
+}
+
+void tpu_tensor_make_contig(tpu_tensor_t* t, void* data, tpu_dtype_t dt, int ndim,
+                            const int64_t* sizes) {
+  memset(t, 0, offsetof(tpu_tensor_t, inline_value));
+  t->data = data;
+  t->dtype = dt;
+  t->ndim = ndim;
+  int64_t st = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    t->sizes[d] = sizes[d];
+    t->strides[d] = st;
+    st *= sizes[d] > 1 ? sizes[d] : 1;
+  }
+}
+
+tpu_ctype_t tpu_ctype_of(tpu_dtype_t dt) {
+  if (dt == TPU_F64) return TPU_CT_F64;
+  if (tpu_dtype_is_float(dt)) return TPU_CT_F32;
+  return TPU_CT_I64;
+}
+
+size_t tpu_ctype_size(tpu_ctype_t ct) { return ct == TPU_CT_F32 ? 4 : 8; }
+
+static bool ctype_is_native(tpu_ctype_t ct, tpu_dtype_t dt) {
+  return (ct == TPU_CT_F32 && dt == TPU_F32) || (ct == TPU_CT_F64 && dt == TPU_F64) ||
+         (ct == TPU_CT_I64 && dt == TPU_I64);
+}
+
+/* ---- run conversions ---- */
+#define CONV_ID(x) (x)
+#define CONV_BOOL(x) ((x) ? 1 : 0)
+#define LOAD_CASES(CT)                                                            \
+  switch (dt) {                                                                   \
+    case TPU_U8: LOAD_RUN(CT, uint8_t, CONV_ID); break;                           \
+    case TPU_I8: LOAD_RUN(CT, int8_t, CONV_ID); break;                            \
+    case TPU_I16: LOAD_RUN(CT, int16_t, CONV_ID); break;                          \
+    case TPU_I32: LOAD_RUN(CT, int32_t, CONV_ID); break;                          \
+    case TPU_I64: LOAD_RUN(CT, int64_t, CONV_ID); break;                          \
+    case TPU_F16: LOAD_RUN(CT, uint16_t, tpu_f16_to_f32); break;                  \
+    case TPU_BF16: LOAD_RUN(CT, uint16_t, tpu_bf16_to_f32); break;                \
+    case TPU_F32: LOAD_RUN(CT, float, CONV_ID); break;                            \
+    case TPU_F64: LOAD_RUN(CT, double, CONV_ID); break;                           \
+    case TPU_BOOL: LOAD_RUN(CT, uint8_t, CONV_BOOL); break;                       \
+    default: break;                                                               \
+  }
+#define LOAD_RUN(CT, T, CONV)                                               \
+  do {                                                                      \
+    CT* o = (CT*)buf;                                                       \
+    if (stride == (int64_t)sizeof(T)) {                                     \
+      const T* s = (const T*)src;                                           \
+      for (int64_t i = 0; i < n; i++) o[i] = (CT)CONV(s[i]);                \
+    } else if (stride == 0) {                                               \
+      CT v = (CT)CONV(*(const T*)src);                                      \
+      for (int64_t i = 0; i < n; i++) o[i] = v;                             \
+    } else {                                                                \
+      for (int64_t i = 0; i < n; i++) o[i] = (CT)CONV(*(const T*)(src + i * stride)); \
+    }                                                                       \
+  } while (0)
+
+static void load_run(tpu_ctype_t ct, void* buf, const char* src, int64_t stride,
+                     tpu_dtype_t dt, int64_t n) {
+  if (ct == TPU_CT_F32) {
+    LOAD_CASES(float)
+  } else if (ct == TPU_CT_F64) {
+    LOAD_CASES(double)
+  } else {
+    LOAD_CASES(int64_t)
+  }
+}
+#undef LOAD_RUN
+
+#define ST_INT(T) (T)
+#define STORE_RUN(CT, T, CONV)                                                  \
+  do {                                                                          \
+    const CT* v = (const CT*)buf;                                               \
+    if (stride == (int64_t)sizeof(T)) {                                         \
+      T* d = (T*)dst;                                                           \
+      for (int64_t i = 0; i < n; i++) d[i] = CONV(v[i]);                        \
+    } else {                                                                    \
+      for (int64_t i = 0; i < n; i++) *(T*)(dst + i * stride) = CONV(v[i]);     \
+    }                                                                           \
+  } while (0)
+#define TO_U8(x) ((uint8_t)(int64_t)(x))
+#define TO_I8(x) ((int8_t)(int64_t)(x))
+#define TO_I16(x) ((int16_t)(int64_t)(x))
+#define TO_I32(x) ((int32_t)(int64_t)(x))
+#define TO_I64(x) ((int64_t)(x))
+#define TO_F16(x) tpu_f32_to_f16((float)(x))
+#define TO_BF16(x) tpu_f32_to_bf16((float)(x))
+#define TO_F32(x) ((float)(x))
+#define TO_F64(x) ((double)(x))
+#define TO_BOOL(x) ((uint8_t)((x) != 0))
+#define STORE_CASES(CT)                                       \
+  switch (dt) {                                               \
+    case TPU_U8: STORE_RUN(CT, uint8_t, TO_U8); break;        \
+    case TPU_I8: STORE_RUN(CT, int8_t, TO_I8); break;         \
+    case TPU_I16: STORE_RUN(CT, int16_t, TO_I16); break;      \
+    case TPU_I32: STORE_RUN(CT, int32_t, TO_I32); break;      \
+    case TPU_I64: STORE_RUN(CT, int64_t, TO_I64); break;      \
+    case TPU_F16: STORE_RUN(CT, uint16_t, TO_F16); break;     \
+    case TPU_BF16: STORE_RUN(CT, uint16_t, TO_BF16); break;   \
+    case TPU_F32: STORE_RUN(CT, float, TO_F32); break;        \
+    case TPU_F64: STORE_RUN(CT, double, TO_F64); break;       \
+    case TPU_BOOL: STORE_RUN(CT, uint8_t, TO_BOOL); break;    \
+    default: break;                                           \
+  }
+
+static void store_run(tpu_ctype_t ct, const void* buf, char* dst, int64_t stride,
+                      tpu_dtype_t dt, int64_t n) {
+  if (ct == TPU_CT_F32) {
+    STORE_CASES(float)
+  } else if (ct == TPU_CT_F64) {
+    STORE_CASES(double)
+  } else {
+    STORE_CASES(int64_t)
+  }
+}
+
+/* ---- the iterator ---- */
+typedef struct {
+  int ndim;
+  int nops; /* 0 = output */
+  int64_t shape[TPU_MAX_DIMS];
+  int64_t strides[TPU_ITER_MAX_OPS][TPU_MAX_DIMS]; /* bytes */
+  char* data[TPU_ITER_MAX_OPS];
+  tpu_dtype_t dtype[TPU_ITER_MAX_OPS];
+  tpu_ctype_t ct;
+  tpu_loop_fn_t body;
+  void* ctx;
+} iter_t;
+
+static tpu_status_t iter_build(iter_t* it, const tpu_tensor_t* out, const tpu_tensor_t* const* in,
+                               int nin) {
+  if (nin + 1 > TPU_ITER_MAX_OPS)
+    return TPU_ERR(INTERNAL, "element-wise op with %d inputs exceeds %d", nin,
+                   TPU_ITER_MAX_OPS - 1);
+  int nd = out->ndim;
+  it->nops = nin + 1;
+  const tpu_tensor_t* ops[TPU_ITER_MAX_OPS];
+  ops[0] = out;
+  for (int k = 0; k < nin; k++) ops[k + 1] = in[k];
+  for (int k = 0; k < it->nops; k++) {
+    const tpu_tensor_t* t = ops[k];
+    if (!tpu_dtype_is_supported(t->dtype))
+      return TPU_ERR(UNIMPLEMENTED, "dtype %d is not supported on tpu", (int)t->dtype);
+    if (t->ndim > nd)
+      return TPU_ERR(INVALID_ARGUMENT,
+                     "operand %d with %d dims cannot broadcast to the output's %d dims", k,
+                     t->ndim, nd);
+    int64_t isz = (int64_t)tpu_dtype_size(t->dtype);
+    for (int d = 0; d < nd; d++) {
+      int td = d - (nd - t->ndim);
+      int64_t st = 0;
+      if (td >= 0) {
+        int64_t sz = t->sizes[td];
+        if (sz == out->sizes[d]) st = t->strides[td] * isz;
+        else if (sz != 1)
+          return TPU_ERR(INVALID_ARGUMENT,
+                         "the size of operand %d (%lld) must match the output's size (%lld) "
+                         "at dimension %d",
+                         k, (long long)sz, (long long)out->sizes[d], d);
+      }
+      it->strides[k][d] = out->sizes[d] == 1 ? 0 : st;
+    }
+    it->data[k] = t->data;
+    it->dtype[k] = t->dtype;
+  }
+  /* drop size-1 dims, then merge mergeable neighbours */
+  int m = 0;
+  for (int d = 0; d < nd; d++) {
+    if (out->sizes[d] == 1) continue;
+    it->shape[m] = out->sizes[d];
+    for (int k = 0; k < it->nops; k++) it->strides[k][m] = it->strides[k][d];
+    m++;
+  }
+  int c = 0;
+  for (int d = 0; d < m; d++) {
+    if (c > 0) {
+      bool ok = true;
+      for (int k = 0; k < it->nops; k++)
+        if (it->strides[k][c - 1] != it->strides[k][d] * it->shape[d]) ok = false;
+      if (ok) {
+        it->shape[c - 1] *= it->shape[d];
+        for (int k = 0; k < it->nops; k++) it->strides[k][c - 1] = it->strides[k][d];
+        continue;
+      }
+    }
+    it->shape[c] = it->shape[d];
+    for (int k = 0; k < it->nops; k++) it->strides[k][c] = it->strides[k][d];
+    c++;
+  }
+  if (c == 0) { /* scalar output */
+    it->shape[0] = 1;
+    for (int k = 0; k < it->nops; k++) it->strides[k][0] = 0;
+    c = 1;
+  }
+  it->ndim = c;
+  return TPU_OK;
+}
+
+static void iter_range(void* arg, int64_t begin, int64_t end) {
+  const iter_t* it = arg;
+  int nd = it->ndim, nops = it->nops;
+  size_t csz = tpu_ctype_size(it->ct);
+  _Alignas(64) unsigned char bufs[TPU_ITER_MAX_OPS][TPU_CHUNK * 8];
+  int64_t idx[TPU_MAX_DIMS];
+  int64_t rem = begin;
+  for (int d = nd - 1; d >= 0; d--) {
+    idx[d] = rem % it->shape[d];
+    rem /= it->shape[d];
+  }
+  int64_t inner = it->shape[nd - 1];
+  int64_t pos = begin;
+  while (pos < end) {
+    char* base[TPU_ITER_MAX_OPS];
+    for (int k = 0; k < nops; k++) {
+      int64_t off = 0;
+      for (int d = 0; d < nd; d++) off += idx[d] * it->strides[k][d];
+      base[k] = it->data[k] + off;
+    }
+    int64_t n = inner - idx[nd - 1];
+    if (n > end - pos) n = end - pos;
+    if (n > TPU_CHUNK) n = TPU_CHUNK;
+    const void* in[TPU_ITER_MAX_OPS];
+    for (int k = 1; k < nops; k++) {
+      int64_t st = it->strides[k][nd - 1];
+      if (ctype_is_native(it->ct, it->dtype[k]) && st == (int64_t)csz) {
+        in[k - 1] = base[k];
+      } else {
+        load_run(it->ct, bufs[k], base[k], st, it->dtype[k], n);
+        in[k - 1] = bufs[k];
+      }
+    }
+    int64_t ost = it->strides[0][nd - 1];
+    bool direct = ctype_is_native(it->ct, it->dtype[0]) && ost == (int64_t)csz;
+    void* o = direct ? (void*)base[0] : (void*)bufs[0];
+    it->body(it->ctx, n, o, in);
+    if (!direct) store_run(it->ct, bufs[0], base[0], ost, it->dtype[0], n);
+    pos += n;
+    idx[nd - 1] += n;
+    for (int d = nd - 1; d > 0 && idx[d] >= it->shape[d]; d--) {
+      idx[d] = 0;
+      idx[d - 1]++;
+    }
+  }
+}
+
+tpu_status_t tpu_elementwise(const tpu_tensor_t* out, const tpu_tensor_t* const* in, int nin,
+                             tpu_ctype_t ct, tpu_loop_fn_t body, void* ctx) {
+  iter_t it;
+  TPU_RETURN_IF_ERROR(iter_build(&it, out, in, nin));
+  int64_t numel = tpu_tensor_numel(out);
+  if (numel == 0) return TPU_OK;
+  it.ct = ct;
+  it.body = body;
+  it.ctx = ctx;
+  tpu_parallel_for(numel, 32768, iter_range, &it);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_elementwise_set(const char* op, const tpu_tensor_t* out,
+                                 const tpu_tensor_t* const* in, int nin, tpu_ctype_t ct,
+                                 const tpu_loop_set_t* loops, void* ctx) {
+  tpu_loop_fn_t fn = ct == TPU_CT_F32 ? loops->f32 : ct == TPU_CT_F64 ? loops->f64 : loops->i64;
+  if (!fn) {
+    const char* what = ct == TPU_CT_I64 ? "integer or bool" : "floating";
+    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for %s tensors (output dtype %s)", op,
+                   what, tpu_dtype_name(out->dtype));
+  }
+  return tpu_elementwise(out, in, nin, ct, fn, ctx);
+}
+
+/* ---- copies ---- */
+static void copy_body(void* ctx, int64_t n, void* out, const void* const* in) {
+  memcpy(out, in[0], (size_t)n * (size_t)(uintptr_t)ctx);
+}
+
+tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src) {
+  tpu_ctype_t ct;
+  if (dst->dtype == TPU_F64 || src->dtype == TPU_F64) ct = TPU_CT_F64;
+  else if (tpu_dtype_is_float(dst->dtype) || tpu_dtype_is_float(src->dtype)) ct = TPU_CT_F32;
+  else ct = TPU_CT_I64;
+  if (dst->dtype == src->dtype && tpu_tensor_is_contiguous(dst) && tpu_tensor_is_contiguous(src) &&
+      tpu_tensor_numel(dst) == tpu_tensor_numel(src)) {
+    size_t bytes = (size_t)tpu_tensor_numel(dst) * tpu_dtype_size(dst->dtype);
+    if (bytes && dst->data != src->data) memmove(dst->data, src->data, bytes);
+    return TPU_OK;
+  }
+  /* bf16/f16 same-dtype copies go through float exactly (both directions are lossless) */
+  const tpu_tensor_t* in[1] = {src};
+  return tpu_elementwise(dst, in, 1, ct, copy_body, (void*)(uintptr_t)tpu_ctype_size(ct));
+}

@@ -1,0 +1,113 @@
+/* Host target kernel library: shared internals for kernel families.
+ *
+ * Kernels are `tpu_status_t tpu_k_<name>(const tpu_call_t*)`; the op tables
+ * (*.def beside this file) bind ATen overload names to them. Outputs are
+ * preallocated by the caller with their final shape, strides and dtype.
+ *
+ * Element-wise work goes through the chunked iterator below: operands are
+ * broadcast to the output's shape, dimensions are coalesced, and each chunk
+ * of up to TPU_CHUNK elements is handed to a loop body as contiguous arrays
+ * of one compute type (float for f16/bf16/f32, double for f64, int64 for
+ * integers and bool). Operands already contiguous in the compute type are
+ * passed in place; others are converted through per-thread buffers.
+ */
+#ifndef TPU_HOST_KERNELS_H_
+#define TPU_HOST_KERNELS_H_
+
+#include <math.h>
+#include <string.h>
+
+#include "tpu/device.h"
+#include "tpu/op.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPU_CHUNK 512
+#define TPU_ITER_MAX_OPS 6
+
+typedef enum tpu_ctype { TPU_CT_F32 = 0, TPU_CT_F64 = 1, TPU_CT_I64 = 2 } tpu_ctype_t;
+
+/* Compute type used for a storage dtype. */
+tpu_ctype_t tpu_ctype_of(tpu_dtype_t dt);
+size_t tpu_ctype_size(tpu_ctype_t ct);
+
+/* Loop body: n elements, out and in[k] are contiguous arrays of the compute
+ * type. `ctx` is the kernel's closure (scalars and so on). */
+typedef void (*tpu_loop_fn_t)(void* ctx, int64_t n, void* out, const void* const* in);
+
+/* Runs body over out = f(in[0..nin-1]) with broadcasting; computes in `ct`.
+ * Inputs may be 0-d CPU scalars. Returns an error for unbroadcastable shapes
+ * or unsupported dtypes. */
+tpu_status_t tpu_elementwise(const tpu_tensor_t* out, const tpu_tensor_t* const* in,
+                             int nin, tpu_ctype_t ct, tpu_loop_fn_t body, void* ctx);
+
+/* Same, with one loop body per compute type (entries may be NULL when a type
+ * is not supported: error naming `op`). */
+typedef struct tpu_loop_set {
+  tpu_loop_fn_t f32, f64, i64;
+} tpu_loop_set_t;
+tpu_status_t tpu_elementwise_set(const char* op, const tpu_tensor_t* out,
+                                 const tpu_tensor_t* const* in, int nin, tpu_ctype_t ct,
+                                 const tpu_loop_set_t* loops, void* ctx);
+
+/* Strided N-d iteration helper for kernels that are not element-wise:
+ * visits every index of `sizes` (row-major) calling fn with the byte offsets
+ * of each operand. */
+typedef struct tpu_nd_iter {
+  int ndim;
+  int64_t sizes[TPU_MAX_DIMS];
+  int64_t idx[TPU_MAX_DIMS];
+} tpu_nd_iter_t;
+
+/* Converting copy of an arbitrary strided tensor into another of the same
+ * shape (any dtypes). */
+tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src);
+
+/* Scalar conversion helpers. */
+static inline float tpu_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t tpu_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+float tpu_f16_to_f32(uint16_t h);
+uint16_t tpu_f32_to_f16(float f);
+
+/* Loads element at p (dtype dt) as double / int64; stores v converted. */
+double tpu_load_f64(const void* p, tpu_dtype_t dt);
+int64_t tpu_load_i64(const void* p, tpu_dtype_t dt);
+void tpu_store_f64(void* p, tpu_dtype_t dt, double v);
+void tpu_store_i64(void* p, tpu_dtype_t dt, int64_t v);
+
+/* Byte offset of row-major logical index `linear` in t. */
+int64_t tpu_tensor_offset_of(const tpu_tensor_t* t, int64_t linear);
+
+/* A tensor descriptor with the same data as t restricted/reshaped; helpers
+ * for kernels. `tpu_tensor_make_contig` fills sizes and contiguous strides. */
+void tpu_tensor_make_contig(tpu_tensor_t* t, void* data, tpu_dtype_t dt, int ndim,
+                            const int64_t* sizes);
+
+/* Kernel-side argument checks with messages naming the op. */
+#define TPU_CHECK_ARG(cond, ...)                                  \
+  do {                                                            \
+    if (!(cond)) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, __VA_ARGS__); \
+  } while (0)
+
+/* Declarations of every kernel, from the op tables. */
+#define TPU_OP(name, fn, flags) tpu_status_t fn(const tpu_call_t* call);
+#include "ops_all.def"
+#undef TPU_OP
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_HOST_KERNELS_H_ */
