@@ -20,7 +20,7 @@ TORCH_ABI := $(shell $(PYTHON) -c 'import torch; print(int(torch._C._GLIBCXX_USE
 PY_INC    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 CXXFLAGS_BRIDGE := -std=c++17 -O2 -g -fPIC -Wall -Wno-unused-parameter -pthread -MMD -MP \
   -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI) -DTORCH_EXTENSION_NAME=_C -DTORCH_API_INCLUDE_EXTENSION_H \
-  -Iruntime/include -isystem $(TORCH_DIR)/include \
+  -Iruntime/include -Iruntime -isystem $(TORCH_DIR)/include \
   -isystem $(TORCH_DIR)/include/torch/csrc/api/include -isystem $(PY_INC)
 BR_SRCS := $(wildcard torch_tpu/csrc/*.cpp)
 BR_OBJS := $(BR_SRCS:%.cpp=$(BUILD)/%.o)

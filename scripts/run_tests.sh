@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh), then runs the C runtime tests and the pytest
+# suite. Extra arguments go to pytest. Exit code 5 (no tests ran) fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+make -s -j"$(nproc)" PYTHON=.venv/bin/python ctest
+set +e
+.venv/bin/python -m pytest tests "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: failing" >&2
+  exit 1
+fi
+exit "$rc"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Creates/refreshes .venv (Python 3.11, torch 2.13.0 CPU, numpy, pytest),
+# builds the C runtime and the bridge incrementally, and installs torch_tpu
+# in development mode (no build isolation: it would fetch a CUDA torch).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.torch_tpu_deps
+want="torch==2.13.0 numpy pytest"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  .venv/bin/pip install -q --disable-pip-version-check $want
+  echo "$want" > "$stamp"
+fi
+make -s -j"$(nproc)" PYTHON=.venv/bin/python bridge
+if ! .venv/bin/python -c 'import importlib.metadata as m; m.distribution("torch_tpu")' 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+fi

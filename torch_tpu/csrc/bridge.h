@@ -1,0 +1,57 @@
+// TorchTPU bridge: the only C++ in the project. It adapts PyTorch's
+// PrivateUse1 interfaces to the C runtime (runtime/include/tpu).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Device.h>
+
+#include <string>
+
+extern "C" {
+#include "tpu/device.h"
+#include "tpu/op.h"
+}
+
+namespace torch_tpu {
+
+constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
+
+// Throws the Python exception matching a runtime status and frees it:
+// OUT_OF_RANGE -> IndexError, RESOURCE_EXHAUSTED -> torch.OutOfMemoryError,
+// UNIMPLEMENTED -> NotImplementedError, INVALID_ARGUMENT -> RuntimeError (or
+// ValueError when `value_error`), otherwise RuntimeError.
+void throw_status(tpu_status_t st);
+inline void check(tpu_status_t st) {
+  if (st) throw_status(st);
+}
+
+// Runtime start-up (idempotent); raises if the environment is invalid.
+void ensure_runtime();
+
+// Thread-local current device and per-device current stream.
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex d);
+int64_t current_stream_id(c10::DeviceIndex d);
+void set_current_stream_id(c10::DeviceIndex d, int64_t id);
+tpu_stream_t* current_stream(c10::DeviceIndex d);
+tpu_stream_t* stream_or_throw(c10::DeviceIndex d, int64_t id);
+
+// Fills a runtime descriptor for a tpu tensor (or a 0-d CPU tensor).
+void to_desc(const at::Tensor& t, tpu_tensor_t* out);
+
+// Synchronizes the device's streams, raising the first asynchronous error.
+void synchronize_device(c10::DeviceIndex d);
+
+// The per-device default generator and its (seed, offset) reservation for a
+// random op that consumes `counters` Philox blocks.
+const at::Generator& default_generator(c10::DeviceIndex d);
+void reserve_random(const std::optional<at::Generator>& gen, c10::DeviceIndex d, uint64_t counters,
+                    uint64_t* seed, uint64_t* offset);
+
+// Memory allocator (a c10::DeviceAllocator).
+c10::Allocator* allocator();
+
+// Copies between host and device and on the device (used by _copy_from).
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
+
+}  // namespace torch_tpu

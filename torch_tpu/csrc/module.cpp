@@ -1,0 +1,89 @@
+// Python module torch_tpu._C: what the torch.tpu module and torch_tpu need
+// from the runtime (device queries, memory statistics, modes, generators).
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "bridge.h"
+
+namespace torch_tpu {
+std::vector<std::string> supported_ops();
+}
+
+namespace {
+using namespace torch_tpu;
+
+py::dict memory_stats(int device) {
+  ensure_runtime();
+  tpu_memory_stats_t s;
+  tpu_device_memory_stats(device, &s);
+  py::dict d;
+  d["allocated_bytes.all.current"] = s.allocated_bytes;
+  d["allocated_bytes.all.peak"] = s.peak_allocated_bytes;
+  d["allocated_bytes.all.allocated"] = s.total_allocated_bytes;
+  d["allocated_bytes.all.freed"] = s.total_freed_bytes;
+  d["reserved_bytes.all.current"] = s.reserved_bytes;
+  d["reserved_bytes.all.peak"] = s.peak_reserved_bytes;
+  d["active.all.current"] = s.active_allocations;
+  d["active.all.peak"] = s.peak_active_allocations;
+  d["allocation.all.allocated"] = s.num_allocs;
+  d["allocation.all.freed"] = s.num_frees;
+  d["num_ooms"] = s.num_ooms;
+  d["num_cache_hits"] = s.num_cache_hits;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  d["capacity_bytes"] = s.capacity_bytes;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "TorchTPU native bridge";
+  m.def("_init", &ensure_runtime);
+  m.def("is_initialized", [] { return tpu_runtime_is_initialized(); });
+  m.def("device_count", [] { return tpu_device_count(); });
+  m.def("current_device", [] { return (int)current_device(); });
+  m.def("set_device", [](int d) { set_current_device((c10::DeviceIndex)d); });
+  m.def("synchronize", [](int d) {
+    py::gil_scoped_release no_gil;
+    synchronize_device((c10::DeviceIndex)d);
+  });
+  m.def("memory_stats", &memory_stats);
+  m.def("reset_peak_memory_stats", [](int d) {
+    ensure_runtime();
+    tpu_device_reset_peak_stats(d);
+  });
+  m.def("reset_accumulated_memory_stats", [](int d) {
+    ensure_runtime();
+    tpu_device_reset_accumulated_stats(d);
+  });
+  m.def("empty_cache", [] {
+    py::gil_scoped_release no_gil;
+    ensure_runtime();
+    for (int d = 0; d < tpu_device_count(); d++) tpu_device_empty_cache(d);
+  });
+  m.def("default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator((c10::DeviceIndex)d)));
+  });
+  m.def("supported_ops", &supported_ops);
+  m.def("get_eager_mode", [] {
+    return std::string(tpu_get_eager_mode() == TPU_MODE_DEBUG ? "debug" : "strict");
+  });
+  m.def("set_eager_mode", [](const std::string& mode) {
+    ensure_runtime();
+    if (mode == "strict") {
+      tpu_set_eager_mode(TPU_MODE_STRICT);
+    } else if (mode == "debug") {
+      for (int d = 0; d < tpu_device_count(); d++) synchronize_device(d);
+      tpu_set_eager_mode(TPU_MODE_DEBUG);
+    } else {
+      throw py::value_error("unknown eager mode '" + mode +
+                            "': expected 'strict' or 'debug'");
+    }
+  });
+  m.def("num_threads", [] {
+    ensure_runtime();
+    return tpu_num_threads();
+  });
+}

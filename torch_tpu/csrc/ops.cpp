@@ -1,0 +1,649 @@
+// Op bridge: one boxed fallback routes every ATen op on device tpu into the
+// runtime's op table; a few ops that only manipulate metadata, move data
+// across devices or have data-dependent output shapes are registered directly.
+//
+// The fallback asks PyTorch's meta kernel for the outputs' shapes, strides and
+// dtypes (so they match CPU exactly), allocates fresh outputs (or resizes out=
+// arguments), converts the IValue stack into a tpu_call_t and submits it to
+// the current stream.
+#include <ATen/CPUFunctions.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/NativeFunctions.h>
+#include <ATen/native/CPUFallback.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "bridge.h"
+
+extern "C" {
+#include "targets/host/kernels/index.h"
+}
+
+namespace torch_tpu {
+namespace {
+
+constexpr int kMaxArgs = 64;
+
+bool cpu_fallback_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCH_TPU_CPU_FALLBACK");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+// Per-operator facts, computed once.
+struct OpInfo {
+  const tpu_op_t* rt = nullptr;
+  std::string name;  // "add.Tensor"
+  bool random = false;
+  int generator_arg = -1;
+  bool is_index = false;      // index.Tensor: bool masks become long indices
+  bool is_index_put = false;  // index_put(_) / _index_put_impl_
+  // For each return: the argument it aliases (mutation), or -1 when fresh.
+  std::vector<int> return_alias;
+  std::vector<bool> return_is_view;
+};
+
+const OpInfo& op_info(const c10::OperatorHandle& op) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, std::unique_ptr<OpInfo>> cache;
+  const void* key = &op.schema();
+  std::lock_guard<std::mutex> g(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return *it->second;
+  auto info = std::make_unique<OpInfo>();
+  const auto& schema = op.schema();
+  std::string base = schema.name();
+  if (base.rfind("aten::", 0) == 0) base = base.substr(6);
+  info->name = schema.overload_name().empty() ? base : base + "." + schema.overload_name();
+  info->rt = tpu_op_lookup(info->name.c_str());
+  info->random = info->rt && (info->rt->flags & TPU_OP_RANDOM);
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); i++)
+    if (args[i].type()->kind() == c10::TypeKind::OptionalType &&
+        args[i].type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+            c10::TypeKind::GeneratorType)
+      info->generator_arg = (int)i;
+  info->is_index = base == "index";
+  info->is_index_put = base == "index_put_" || base == "index_put" || base == "_index_put_impl_";
+  for (const auto& ret : schema.returns()) {
+    int alias = -1;
+    bool view = false;
+    if (ret.alias_info()) {
+      for (size_t i = 0; i < args.size(); i++) {
+        if (args[i].alias_info() && args[i].alias_info()->beforeSets() == ret.alias_info()->beforeSets()) {
+          alias = (int)i;
+          view = !ret.alias_info()->isWrite();
+          break;
+        }
+      }
+    }
+    info->return_alias.push_back(alias);
+    info->return_is_view.push_back(view);
+  }
+  auto& ref = *info;
+  cache.emplace(key, std::move(info));
+  return ref;
+}
+
+// A meta tensor with the same geometry and dtype as t (storage offset kept).
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined() || t.is_meta()) return t;
+  if (t.is_cpu() && t.dim() == 0) return t;  // CPU scalars stay as they are
+  auto opts = t.options().device(c10::kMeta);
+  if (t.storage_offset() == 0) return at::empty_strided(t.sizes(), t.strides(), opts);
+  const int64_t n = (int64_t)(t.storage().nbytes() / t.element_size());
+  return at::empty({n}, opts).as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+c10::IValue ivalue_to_meta(const c10::IValue& v) {
+  if (v.isTensor()) return to_meta(v.toTensor());
+  if (v.isTensorList()) {
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(to_meta(t));
+    return out;
+  }
+  if (v.isList()) {  // Tensor?[]
+    auto list = v.toList();
+    if (list.size() && (list.get(0).isTensor() || list.get(0).isNone())) {
+      c10::List<std::optional<at::Tensor>> out;
+      for (size_t i = 0; i < list.size(); i++) {
+        auto e = list.get(i);
+        out.push_back(e.isTensor() ? std::optional<at::Tensor>(to_meta(e.toTensor()))
+                                   : std::nullopt);
+      }
+      return out;
+    }
+  }
+  return v;
+}
+
+// Checks that tensor arguments live on one tpu device (0-d CPU tensors are
+// allowed as scalars) and returns that device.
+c10::DeviceIndex check_devices(const OpInfo& info, const c10::IValue* args, size_t n) {
+  c10::DeviceIndex dev = -1;
+  auto visit = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    if (t.device().type() == kTpu) {
+      if (dev < 0) dev = t.device().index();
+      TORCH_CHECK(t.device().index() == dev,
+                  "Expected all tensors to be on the same device, but found at least two devices, "
+                  "tpu:", (int)dev, " and tpu:", (int)t.device().index(), "! (when checking aten::",
+                  info.name, ")");
+    } else if (!(t.is_cpu() && t.dim() == 0)) {
+      TORCH_CHECK(false,
+                  "Expected all tensors to be on the same device, but found at least two devices, "
+                  "tpu and ", t.device(), "! (when checking aten::", info.name, ")");
+    }
+  };
+  for (size_t i = 0; i < n; i++) {
+    const auto& v = args[i];
+    if (v.isTensor()) visit(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList()) visit(t);
+    else if (v.isList()) {
+      auto list = v.toList();
+      for (size_t k = 0; k < list.size(); k++)
+        if (list.get(k).isTensor()) visit(list.get(k).toTensor());
+    }
+  }
+  return dev < 0 ? current_device() : dev;
+}
+
+// Converts the arguments of an index / index_put op: boolean masks become
+// long indices (via nonzero), CPU indices move to the device.
+void prepare_indices(c10::IValue* args, c10::DeviceIndex dev) {
+  auto list = args[1].toList();
+  c10::List<std::optional<at::Tensor>> out;
+  for (size_t i = 0; i < list.size(); i++) {
+    auto e = list.get(i);
+    if (!e.isTensor()) {
+      out.push_back(std::nullopt);
+      continue;
+    }
+    at::Tensor idx = e.toTensor();
+    if (idx.device().type() != kTpu) idx = idx.to(c10::Device(kTpu, dev));
+    if (idx.scalar_type() == at::kBool || idx.scalar_type() == at::kByte) {
+      at::Tensor nz = at::nonzero(idx);  // [n, k]
+      for (int64_t k = 0; k < idx.dim(); k++) out.push_back(nz.select(1, k));
+    } else {
+      out.push_back(idx);
+    }
+  }
+  args[1] = out;
+}
+
+// Storage for one call's converted arguments.
+struct CallBuilder {
+  std::deque<tpu_tensor_t> tensors;
+  std::deque<std::vector<int64_t>> ilists;
+  std::deque<std::vector<double>> dlists;
+  std::deque<std::unique_ptr<bool[]>> blists;
+  std::deque<std::string> strings;
+  std::deque<std::vector<tpu_tensor_t>> tlists;
+  std::vector<tpu_arg_t> args;
+  std::vector<tpu_tensor_t> outs;
+
+  tpu_tensor_t* tensor(const at::Tensor& t) {
+    tensors.emplace_back();
+    to_desc(t, &tensors.back());
+    return &tensors.back();
+  }
+
+  tpu_tensor_t none_desc() {
+    tpu_tensor_t d;
+    std::memset(&d, 0, sizeof d);
+    d.dtype = TPU_DTYPE_NONE;
+    return d;
+  }
+
+  void add(const c10::IValue& v) {
+    tpu_arg_t a;
+    std::memset(&a, 0, sizeof a);
+    if (v.isNone()) {
+      a.kind = TPU_ARG_NONE;
+    } else if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) {
+        a.kind = TPU_ARG_NONE;
+      } else {
+        a.kind = TPU_ARG_TENSOR;
+        a.v.t = tensor(t);
+      }
+    } else if (v.isBool()) {
+      a.kind = TPU_ARG_BOOL;
+      a.v.b = v.toBool();
+    } else if (v.isInt() || v.isSymInt()) {
+      a.kind = TPU_ARG_INT;
+      a.v.i = v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__);
+    } else if (v.isDouble() || v.isSymFloat()) {
+      a.kind = TPU_ARG_DOUBLE;
+      a.v.d = v.isDouble() ? v.toDouble() : v.toSymFloat().guard_float(__FILE__, __LINE__);
+    } else if (v.isScalar()) {
+      auto s = v.toScalar();
+      if (s.isBoolean()) {
+        a.kind = TPU_ARG_BOOL;
+        a.v.b = s.toBool();
+      } else if (s.isIntegral(false)) {
+        a.kind = TPU_ARG_INT;
+        a.v.i = s.toLong();
+      } else {
+        TORCH_CHECK_NOT_IMPLEMENTED(!s.isComplex(), "tpu does not support complex scalars");
+        a.kind = TPU_ARG_DOUBLE;
+        a.v.d = s.toDouble();
+      }
+    } else if (v.isString()) {
+      strings.emplace_back(v.toStringRef());
+      a.kind = TPU_ARG_STRING;
+      a.v.s = strings.back().c_str();
+    } else if (v.isIntList() || v.isSymIntList()) {
+      ilists.emplace_back();
+      if (v.isIntList()) {
+        for (int64_t x : v.toIntList()) ilists.back().push_back(x);
+      } else {
+        for (const c10::SymInt& x : v.toSymIntList())
+          ilists.back().push_back(x.guard_int(__FILE__, __LINE__));
+      }
+      a.kind = TPU_ARG_INTLIST;
+      a.v.ilist = ilists.back().data();
+      a.n = (int32_t)ilists.back().size();
+    } else if (v.isDoubleList()) {
+      dlists.emplace_back();
+      for (double x : v.toDoubleList()) dlists.back().push_back(x);
+      a.kind = TPU_ARG_DOUBLELIST;
+      a.v.dlist = dlists.back().data();
+      a.n = (int32_t)dlists.back().size();
+    } else if (v.isBoolList()) {
+      auto bl = v.toBoolList();
+      blists.emplace_back(new bool[bl.size() + 1]);
+      for (size_t i = 0; i < bl.size(); i++) blists.back()[i] = bl.get(i);
+      a.kind = TPU_ARG_BOOLLIST;
+      a.v.blist = blists.back().get();
+      a.n = (int32_t)bl.size();
+    } else if (v.isTensorList() || v.isList()) {
+      tlists.emplace_back();
+      auto& vec = tlists.back();
+      if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList()) {
+          vec.emplace_back();
+          to_desc(t, &vec.back());
+        }
+      } else {
+        auto list = v.toList();
+        for (size_t i = 0; i < list.size(); i++) {
+          auto e = list.get(i);
+          if (e.isTensor() && e.toTensor().defined()) {
+            vec.emplace_back();
+            to_desc(e.toTensor(), &vec.back());
+          } else {
+            vec.push_back(none_desc());
+          }
+        }
+      }
+      a.kind = TPU_ARG_TENSORLIST;
+      a.v.tlist = vec.data();
+      a.n = (int32_t)vec.size();
+    } else if (v.isGenerator() || v.isDevice() || v.isStream()) {
+      a.kind = TPU_ARG_NONE;
+    } else {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu bridge cannot pass an argument of type ",
+                                  v.tagKind());
+    }
+    args.push_back(a);
+  }
+};
+
+void warn_cpu_fallback(const std::string& name) {
+  static std::mutex mu;
+  static std::unordered_set<std::string> warned;
+  std::lock_guard<std::mutex> g(mu);
+  if (warned.insert(name).second)
+    TORCH_WARN("TorchTPU: aten::", name,
+               " is not implemented natively and runs on the CPU (TORCH_TPU_CPU_FALLBACK=1); "
+               "it is slow and counted as not covered.");
+}
+
+void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const OpInfo& info = op_info(op);
+  if (!info.rt) {
+    if (cpu_fallback_enabled()) {
+      warn_cpu_fallback(info.name);
+      at::native::cpu_fallback(op, stack);
+      return;
+    }
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "TorchTPU: the operator 'aten::", info.name,
+                                "' is not implemented for the tpu device. Set "
+                                "TORCH_TPU_CPU_FALLBACK=1 to run unsupported ops on the CPU.");
+  }
+  ensure_runtime();
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  TORCH_CHECK(nargs <= (size_t)kMaxArgs, "aten::", info.name, ": too many arguments");
+  c10::IValue* args = &(*stack)[stack->size() - nargs];
+  const c10::DeviceIndex dev = check_devices(info, args, nargs);
+  c10::DeviceGuard guard(c10::Device(kTpu, dev));
+  if ((info.is_index || info.is_index_put) && args[1].isList()) prepare_indices(args, dev);
+
+  // Output metadata from the meta kernel.
+  torch::jit::Stack meta;
+  meta.reserve(nargs);
+  for (size_t i = 0; i < nargs; i++) meta.push_back(ivalue_to_meta(args[i]));
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+
+  const size_t nret = schema.returns().size();
+  std::vector<c10::IValue> results(nret);
+  CallBuilder b;
+  b.outs.reserve(nret);
+  for (size_t r = 0; r < nret; r++) {
+    const c10::IValue& mv = meta[r];
+    TORCH_CHECK_NOT_IMPLEMENTED(mv.isTensor() || mv.isNone(), "TorchTPU: aten::", info.name,
+                                " returns a non-tensor value that the bridge cannot produce");
+    at::Tensor m = mv.isTensor() ? mv.toTensor() : at::Tensor();
+    const int alias = info.return_alias[r];
+    at::Tensor real;
+    if (!m.defined()) {
+      b.outs.push_back(b.none_desc());
+      results[r] = at::Tensor();
+      continue;
+    } else if (alias >= 0 && !info.return_is_view[r]) {
+      real = args[alias].toTensor();
+      if (real.sizes() != m.sizes()) at::native::resize_(real, m.sizes(), std::nullopt);
+    } else if (alias >= 0) {
+      // A view op reaching the backend: same geometry as the meta result.
+      real = at::native::as_strided_tensorimpl(args[alias].toTensor(), m.sizes(), m.strides(),
+                                               m.storage_offset());
+      results[r] = real;
+      b.outs.emplace_back();
+      to_desc(real, &b.outs.back());
+      continue;
+    } else {
+      real = at::detail::empty_strided_generic(m.sizes(), m.strides(), allocator(),
+                                               c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                               m.scalar_type());
+    }
+    results[r] = real;
+    b.outs.emplace_back();
+    to_desc(real, &b.outs.back());
+  }
+
+  bool all_views = true;
+  for (size_t r = 0; r < nret; r++) all_views = all_views && info.return_is_view[r];
+  if (!(nret > 0 && all_views)) {
+    for (size_t i = 0; i < nargs; i++) b.add(args[i]);
+    tpu_call_t call;
+    std::memset(&call, 0, sizeof call);
+    call.op = info.rt;
+    call.nargs = (int32_t)b.args.size();
+    call.args = b.args.data();
+    call.nouts = (int32_t)b.outs.size();
+    call.outs = b.outs.data();
+    call.device = dev;
+    if (info.random) {
+      std::optional<at::Generator> gen;
+      if (info.generator_arg >= 0 && args[info.generator_arg].isGenerator())
+        gen = args[info.generator_arg].toGenerator();
+      uint64_t counters = 0;
+      for (auto& o : b.outs)
+        if (o.dtype != TPU_DTYPE_NONE) counters = std::max<uint64_t>(counters, tpu_tensor_numel(&o));
+      reserve_random(gen, dev, counters, &call.rng_seed, &call.rng_offset);
+    }
+    check(tpu_stream_submit(current_stream(dev), &call));
+  }
+  torch::jit::drop(*stack, nargs);
+  for (auto& r : results) stack->push_back(std::move(r));
+}
+
+// ---------------------------------------------------------------------------
+// Direct registrations
+
+at::Tensor tpu_empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                                   std::optional<c10::Layout> layout,
+                                   std::optional<c10::Device> device, std::optional<bool> pin,
+                                   std::optional<c10::MemoryFormat> memory_format) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "tpu supports only strided tensors");
+  ensure_runtime();
+  const auto d = c10::device_or_default(device);
+  c10::DeviceGuard guard(d.has_index() ? d : c10::Device(kTpu, current_device()));
+  return at::detail::empty_generic(size, allocator(),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor tpu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                             std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                             std::optional<c10::Device> device, std::optional<bool> pin) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "tpu supports only strided tensors");
+  ensure_runtime();
+  const auto d = c10::device_or_default(device);
+  c10::DeviceGuard guard(d.has_index() ? d : c10::Device(kTpu, current_device()));
+  return at::detail::empty_strided_generic(size, stride, allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor tpu_as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
+                          c10::SymIntArrayRef stride, std::optional<c10::SymInt> offset) {
+  return at::cpu::as_strided_symint(self, size, stride, std::move(offset));
+}
+
+at::Tensor tpu_view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor tpu_reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
+                             c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
+                                    C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+const at::Tensor& tpu_resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                              std::optional<c10::MemoryFormat> fmt) {
+  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), fmt);
+}
+
+at::Tensor& tpu_set_storage_offset(at::Tensor& self, at::Storage storage, int64_t offset,
+                                   c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::cpu::set_(self, storage, offset, size, stride);
+}
+
+at::Tensor& tpu_set_storage(at::Tensor& self, at::Storage storage) {
+  const int64_t n = (int64_t)(storage.nbytes() / self.dtype().itemsize());
+  return at::cpu::set_(self, storage, 0, {n}, {});
+}
+
+at::Tensor& tpu_set_tensor(at::Tensor& self, const at::Tensor& src) {
+  return at::native::set_tensor_(self, src);
+}
+
+at::Tensor& tpu_set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, allocator(), true);
+  return at::cpu::set_(self, storage, 0, {0}, {});
+}
+
+at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  return copy_from(self, dst, non_blocking);
+}
+
+at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) at::native::resize_(dst, self.sizes(), std::nullopt);
+  return copy_from(self, dst, false);
+}
+
+at::Scalar tpu_local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  copy_from(self.view({}), host, false);
+  return host.item();
+}
+
+at::Tensor& tpu_nonzero_out(const at::Tensor& self, at::Tensor& out) {
+  c10::DeviceGuard guard(self.device());
+  synchronize_device(self.device().index());
+  tpu_tensor_t d;
+  to_desc(self, &d);
+  const int64_t n = tpu_count_nonzero_all(&d);
+  at::native::resize_(out, {n, self.dim()}, std::nullopt);
+  const tpu_op_t* rt = tpu_op_lookup("nonzero");
+  TORCH_CHECK(rt, "tpu runtime has no nonzero kernel");
+  tpu_arg_t a[2];
+  std::memset(a, 0, sizeof a);
+  tpu_tensor_t od;
+  to_desc(out, &od);
+  a[0].kind = TPU_ARG_TENSOR;
+  a[0].v.t = &d;
+  a[1].kind = TPU_ARG_TENSOR;
+  a[1].v.t = &od;
+  tpu_call_t call;
+  std::memset(&call, 0, sizeof call);
+  call.op = rt;
+  call.nargs = 2;
+  call.args = a;
+  call.nouts = 1;
+  call.outs = &od;
+  call.device = self.device().index();
+  check(tpu_stream_submit(current_stream(self.device().index()), &call));
+  return out;
+}
+
+at::Tensor tpu_nonzero(const at::Tensor& self) {
+  at::Tensor out = at::empty({0, self.dim()}, self.options().dtype(at::kLong));
+  tpu_nonzero_out(self, out);
+  return out;
+}
+
+at::Tensor tpu_masked_select(const at::Tensor& self, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool,
+              "masked_select: expected BoolTensor for mask, got ", mask.scalar_type());
+  auto shapes = at::infer_size(self.sizes(), mask.sizes());
+  return self.expand(shapes).index({mask.expand(shapes)});
+}
+
+at::Tensor& tpu_masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  at::Tensor r = tpu_masked_select(self, mask);
+  at::native::resize_(out, r.sizes(), std::nullopt);
+  out.copy_(r);
+  return out;
+}
+
+void tpu_record_stream(at::Tensor& self, c10::Stream s) {
+  allocator();  // the allocator tracks side-stream use of the block
+  static_cast<c10::DeviceAllocator*>(allocator())->recordStream(self.storage().data_ptr(), s);
+}
+
+}  // namespace
+
+// Host/device copies. On the host target device memory is host-addressable,
+// so device->host copies read it directly after synchronizing; host->device
+// copies go through the stream with a staging snapshot.
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
+  if (dst.numel() == 0) return dst;
+  ensure_runtime();
+  const bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
+  at::Tensor src = self;
+  if (src.sizes() != dst.sizes()) src = src.expand(dst.sizes());
+  if (src_tpu && dst_tpu) {
+    if (self.device() != dst.device()) {
+      // Across chips: wait for the source chip, then copy on the target's stream.
+      synchronize_device(self.device().index());
+    }
+    c10::DeviceGuard guard(dst.device());
+    const tpu_op_t* rt = tpu_op_lookup("copy_");
+    TORCH_CHECK(rt, "tpu runtime has no copy_ kernel");
+    tpu_tensor_t s, d;
+    to_desc(src, &s);
+    to_desc(dst, &d);
+    tpu_arg_t a[2];
+    std::memset(a, 0, sizeof a);
+    a[0].kind = TPU_ARG_TENSOR;
+    a[0].v.t = &d;
+    a[1].kind = TPU_ARG_TENSOR;
+    a[1].v.t = &s;
+    tpu_call_t call;
+    std::memset(&call, 0, sizeof call);
+    call.op = rt;
+    call.nargs = 2;
+    call.args = a;
+    call.nouts = 1;
+    call.outs = &d;
+    call.device = dst.device().index();
+    check(tpu_stream_submit(current_stream(dst.device().index()), &call));
+    return dst;
+  }
+  if (dst_tpu) {  // host -> device
+    TORCH_CHECK(src.is_cpu(), "copy_: cannot copy from ", src.device(), " to tpu");
+    c10::DeviceGuard guard(dst.device());
+    at::Tensor host = src.to(dst.scalar_type()).contiguous();
+    const size_t bytes = (size_t)host.numel() * host.element_size();
+    tpu_stream_t* s = current_stream(dst.device().index());
+    if (dst.is_non_overlapping_and_dense() && dst.is_contiguous()) {
+      check(tpu_stream_copy_h2d(s, dst.data_ptr(), host.const_data_ptr(), bytes));
+    } else {
+      at::Tensor tmp = at::empty(dst.sizes(), dst.options());
+      check(tpu_stream_copy_h2d(s, tmp.data_ptr(), host.const_data_ptr(), bytes));
+      copy_from(tmp, dst, false);
+    }
+    return dst;
+  }
+  // device -> host
+  TORCH_CHECK(src_tpu && dst.is_cpu(), "copy_: cannot copy from ", src.device(), " to ",
+              dst.device());
+  synchronize_device(src.device().index());
+  at::Tensor view = at::from_blob(src.data_ptr(), src.sizes(), src.strides(),
+                                  src.options().device(at::kCPU));
+  dst.copy_(view);
+  return dst;
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", tpu_empty_memory_format);
+  m.impl("empty_strided", tpu_empty_strided);
+  m.impl("as_strided", tpu_as_strided);
+  m.impl("view", tpu_view);
+  m.impl("_reshape_alias", tpu_reshape_alias);
+  m.impl("resize_", tpu_resize_);
+  m.impl("set_.source_Storage_storage_offset", tpu_set_storage_offset);
+  m.impl("set_.source_Storage", tpu_set_storage);
+  m.impl("set_.source_Tensor", tpu_set_tensor);
+  m.impl("set_", tpu_set_empty);
+  m.impl("_copy_from", tpu_copy_from);
+  m.impl("_copy_from_and_resize", tpu_copy_from_and_resize);
+  m.impl("_local_scalar_dense", tpu_local_scalar_dense);
+  m.impl("nonzero", tpu_nonzero);
+  m.impl("nonzero.out", tpu_nonzero_out);
+  m.impl("masked_select", tpu_masked_select);
+  m.impl("masked_select.out", tpu_masked_select_out);
+  m.impl("record_stream", tpu_record_stream);
+}
+
+// Names of the overloads implemented natively: the runtime's table plus the
+// direct registrations above.
+std::vector<std::string> supported_ops() {
+  std::vector<std::string> out;
+  for (int i = 0; i < tpu_op_count(); i++) out.push_back(std::string("aten::") + tpu_op_name(i));
+  for (const char* n : {"empty.memory_format", "empty_strided", "as_strided", "view",
+                        "_reshape_alias", "resize_", "set_.source_Storage_storage_offset",
+                        "set_.source_Storage", "set_.source_Tensor", "set_", "_copy_from",
+                        "_copy_from_and_resize", "_local_scalar_dense", "nonzero.out",
+                        "masked_select", "masked_select.out", "record_stream"})
+    if (!tpu_op_lookup(n)) out.push_back(std::string("aten::") + n);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace torch_tpu
