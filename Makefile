@@ -2,6 +2,8 @@
 # (torch_tpu/_C.so). Incremental: each source recompiles only when it or a
 # header it includes changes (-MMD dependency files).
 PYTHON ?= .venv/bin/python
+# Importing torch must not autoload torch_tpu while torch_tpu is being built.
+export TORCH_DEVICE_BACKEND_AUTOLOAD = 0
 BUILD  ?= build
 CC     ?= gcc
 CXX    ?= g++
@@ -15,9 +17,9 @@ TEST_SRCS := $(wildcard runtime/tests/test_*.c)
 TEST_BINS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/tests/%)
 SPECS := $(wildcard runtime/targets/host/kernels/*.spec)
 
-TORCH_DIR := $(shell $(PYTHON) -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
-TORCH_ABI := $(shell $(PYTHON) -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
-PY_INC    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+TORCH_DIR := $(shell TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTHON) -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+TORCH_ABI := $(shell TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTHON) -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
+PY_INC    := $(shell TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 CXXFLAGS_BRIDGE := -std=c++17 -O2 -g -fPIC -Wall -Wno-unused-parameter -pthread -MMD -MP \
   -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI) -DTORCH_EXTENSION_NAME=_C -DTORCH_API_INCLUDE_EXTENSION_H \
   -Iruntime/include -Iruntime -isystem $(TORCH_DIR)/include \

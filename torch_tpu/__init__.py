@@ -19,12 +19,47 @@ def _register():
         return
     _registered = True
     torch.utils.rename_privateuse1_backend("tpu")
+    _prefer_cpp_meta_kernels()
     from . import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
     from . import device as _device_module
 
     torch._register_device_module("tpu", _device_module)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+
+
+def _prefer_cpp_meta_kernels():
+    """Makes PyTorch's C++ meta kernels the active Meta kernels again.
+
+    The bridge infers every output's shape, strides and dtype by calling the
+    op's Meta kernel. torch._meta_registrations overrides most C++ meta kernels
+    with Python ones (for FakeTensor), which costs milliseconds per call. The
+    C++ kernels are the ones CPU itself uses, so they give CPU's exact
+    metadata; the Python ones stay registered where no C++ kernel exists, and
+    as Python-dispatcher kernels (OpOverload.py_kernels) for FakeTensor and
+    torch.compile, which do not use these registrations.
+    """
+    from torch import _meta_registrations as mr
+
+    lib = getattr(mr, "_meta_lib_dont_use_me_use_register_meta", None)
+    if lib is None:
+        return
+    keys = sorted(lib._op_impls)
+    lib._destroy()
+    keep = torch.library.Library("aten", "IMPL", "Meta")
+    meta = torch._C.DispatchKey.Meta
+    for key in keys:
+        ns, name, _ = key.split("/")
+        qual = f"{ns}::{name}"
+        if torch._C._dispatch_has_kernel_for_dispatch_key(qual, "Meta"):
+            continue  # a C++ meta kernel is active again
+        base, _, overload = name.partition(".")
+        packet = getattr(getattr(torch.ops, ns), base, None)
+        op = getattr(packet, overload or "default", None) if packet is not None else None
+        fn = op.py_kernels.get(meta) if op is not None else None
+        if fn is not None:
+            keep.impl(op, fn)
+    globals()["_meta_lib"] = keep  # keep the registrations alive
 
 
 def _autoload():

@@ -609,6 +609,34 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
 }
 
+namespace {
+// The fallback only sees ops that have no kernel usable for PrivateUse1. Ops
+// with a CompositeExplicitAutograd(NonFunctional) kernel (add.Tensor decomposes
+// into add.out, whose meta kernel is Python) would never reach the runtime, so
+// every overload in the runtime's table is registered to the boxed fallback
+// explicitly. Composite-implicit overloads are left alone: they decompose
+// above autograd and need no backend kernel.
+struct RegisterRuntimeOps {
+  RegisterRuntimeOps() {
+    lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                           c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    auto& disp = c10::Dispatcher::singleton();
+    for (int i = 0; i < tpu_op_count(); i++) {
+      std::string full = tpu_op_name(i);
+      auto dot = full.find('.');
+      std::string name = "aten::" + full.substr(0, dot);
+      std::string ovl = dot == std::string::npos ? "" : full.substr(dot + 1);
+      auto handle = disp.findOp(c10::OperatorName(name, ovl));
+      if (!handle || handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
+          handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+        continue;
+      lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
+    }
+  }
+  std::unique_ptr<torch::Library> lib;
+};
+}  // namespace
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", tpu_empty_memory_format);
   m.impl("empty_strided", tpu_empty_strided);
@@ -629,6 +657,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("masked_select.out", tpu_masked_select_out);
   m.impl("record_stream", tpu_record_stream);
 }
+
+namespace {
+// After the direct registrations above (same translation unit: in order).
+RegisterRuntimeOps g_register_runtime_ops;
+}  // namespace
 
 // Names of the overloads implemented natively: the runtime's table plus the
 // direct registrations above.

@@ -1,0 +1,424 @@
+/* Sorting and selection along a dimension: sort, topk, kthvalue, median,
+ * nanmedian and mode.
+ *
+ * Every element maps to an unsigned 64-bit key whose order is PyTorch's value
+ * order (NaN above +inf, -0.0 tied with +0.0, integers by value). A slice is
+ * loaded as (key, index) items ordered by key, then by index: the order is
+ * total, so results never depend on the algorithm or the thread split, and
+ * equal values keep their original order (every sort is stable). Descending
+ * orders invert the key, which puts NaN first and still keeps ties in index
+ * order. Independent slices run in parallel.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "kernels.h"
+
+typedef struct {
+  uint64_t key;
+  int64_t idx;
+} item_t;
+
+#define KEY_NAN UINT64_MAX /* key of every float NaN */
+
+static uint64_t key_of(const char* p, tpu_dtype_t dt) {
+  if (tpu_dtype_is_float(dt)) {
+    double v = tpu_load_f64(p, dt);
+    if (v != v) return KEY_NAN;
+    if (v == 0) v = 0; /* -0.0 ties with +0.0 */
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    /* sign-magnitude to an unsigned order: flip negatives, lift positives */
+    return (u >> 63) ? ~u : (u | (1ull << 63));
+  }
+  return (uint64_t)tpu_load_i64(p, dt) ^ (1ull << 63);
+}
+
+static inline bool item_less(item_t a, item_t b) {
+  return a.key < b.key || (a.key == b.key && a.idx < b.idx);
+}
+
+static void insertion_sort(item_t* a, int64_t n) {
+  for (int64_t i = 1; i < n; i++) {
+    item_t x = a[i];
+    int64_t j = i;
+    for (; j > 0 && item_less(x, a[j - 1]); j--) a[j] = a[j - 1];
+    a[j] = x;
+  }
+}
+
+static void merge(const item_t* l, int64_t nl, const item_t* r, int64_t nr, item_t* dst) {
+  int64_t i = 0, j = 0, o = 0;
+  while (i < nl && j < nr) dst[o++] = item_less(r[j], l[i]) ? r[j++] : l[i++];
+  while (i < nl) dst[o++] = l[i++];
+  while (j < nr) dst[o++] = r[j++];
+}
+
+/* Bottom-up merge sort of a[0..n) with scratch tmp[0..n). */
+static void sort_items(item_t* a, item_t* tmp, int64_t n) {
+  const int64_t run = 32;
+  for (int64_t b = 0; b < n; b += run) insertion_sort(a + b, n - b < run ? n - b : run);
+  item_t *src = a, *dst = tmp;
+  for (int64_t w = run; w < n; w *= 2) {
+    for (int64_t lo = 0; lo < n; lo += 2 * w) {
+      int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      merge(src + lo, mid - lo, src + mid, hi - mid, dst + lo);
+    }
+    item_t* t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != a) memcpy(a, src, (size_t)n * sizeof(item_t));
+}
+
+static inline void swap_items(item_t* a, item_t* b) {
+  item_t t = *a;
+  *a = *b;
+  *b = t;
+}
+
+/* Reorders a[0..n) so that a[nth] holds the item sorting would put there,
+ * with no greater item before it and no smaller one after it (quickselect
+ * with median-of-three pivots; sorts what is left after too many rounds). */
+static void select_nth(item_t* a, item_t* tmp, int64_t n, int64_t nth) {
+  int64_t lo = 0, hi = n - 1;
+  for (int rounds = 0; hi - lo > 32 && rounds < 64; rounds++) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (item_less(a[mid], a[lo])) swap_items(&a[mid], &a[lo]);
+    if (item_less(a[hi], a[lo])) swap_items(&a[hi], &a[lo]);
+    if (item_less(a[hi], a[mid])) swap_items(&a[hi], &a[mid]);
+    item_t pivot = a[mid];
+    int64_t i = lo, j = hi;
+    while (i <= j) {
+      while (item_less(a[i], pivot)) i++;
+      while (item_less(pivot, a[j])) j--;
+      if (i <= j) swap_items(&a[i++], &a[j--]);
+    }
+    if (nth <= j) hi = j;
+    else if (nth >= i) lo = i;
+    else return; /* a[nth] is the pivot itself */
+  }
+  sort_items(a + lo, tmp, hi - lo + 1);
+}
+
+/* ---- slice geometry ---- */
+typedef enum { K_SORT, K_TOPK, K_KTHVALUE, K_MEDIAN, K_MODE } kind_t;
+
+typedef struct {
+  char* data;
+  int64_t outer[TPU_MAX_DIMS]; /* element strides over the outer index space */
+  int64_t along;               /* element stride along the dimension */
+} view_t;
+
+typedef struct {
+  kind_t kind;
+  tpu_dtype_t dt;
+  size_t esz;
+  int64_t n;       /* slice length */
+  int64_t k;       /* topk / kthvalue */
+  bool descending; /* sort / topk(largest) */
+  bool ignore_nan; /* nanmedian */
+  int nouter;
+  int64_t outer_sizes[TPU_MAX_DIMS];
+  int64_t nslices;
+  view_t in, values, indices;
+  bool has_indices;
+  _Atomic int oom;
+} job_t;
+
+/* Describes output `t` over the job's slices. An output either keeps the
+ * dimension (sort, topk, keepdim) with `len` entries, or drops it. */
+static tpu_status_t view_output(const char* op, const job_t* j, const tpu_tensor_t* t,
+                                const tpu_tensor_t* in, int dim, int64_t len, view_t* v) {
+  int nd = in->ndim;
+  bool keeps = t->ndim == nd;
+  if (!keeps && t->ndim != nd - 1)
+    return TPU_ERR(INVALID_ARGUMENT, "%s(): output has %d dims for an input with %d dims", op,
+                   t->ndim, nd);
+  v->data = t->data;
+  v->along = (keeps && nd > 0) ? t->strides[dim] : 0;
+  if (keeps && nd > 0 && t->sizes[dim] != len)
+    return TPU_ERR(INVALID_ARGUMENT, "%s(): output size %lld at dimension %d, expected %lld", op,
+                   (long long)t->sizes[dim], dim, (long long)len);
+  for (int d = 0, o = 0; d < t->ndim; d++) {
+    if (keeps && d == dim) continue;
+    if (t->sizes[d] != j->outer_sizes[o])
+      return TPU_ERR(INVALID_ARGUMENT, "%s(): output size %lld at dimension %d, expected %lld",
+                     op, (long long)t->sizes[d], d, (long long)j->outer_sizes[o]);
+    v->outer[o++] = t->strides[d];
+  }
+  return TPU_OK;
+}
+
+/* Sets up a job over `in` along `dim` (wrapped here); `len` is the length
+ * the outputs that keep the dimension have along it (-1: the slice's). */
+static tpu_status_t job_init(job_t* j, const char* op, kind_t kind, const tpu_tensor_t* in,
+                             int64_t dim, const tpu_tensor_t* values, const tpu_tensor_t* indices,
+                             int64_t len) {
+  memset(j, 0, sizeof(*j));
+  int nd = in->ndim > 0 ? in->ndim : 1;
+  if (dim < -nd || dim >= nd)
+    return TPU_ERR(OUT_OF_RANGE,
+                   "%s(): Dimension out of range (expected to be in range of [%d, %d], but got "
+                   "%lld)",
+                   op, -nd, nd - 1, (long long)dim);
+  if (dim < 0) dim += nd;
+  if (!tpu_dtype_is_supported(in->dtype))
+    return TPU_ERR(UNIMPLEMENTED, "%s(): dtype %d is not supported on tpu", op, (int)in->dtype);
+  if (values->dtype != in->dtype)
+    return TPU_ERR(INVALID_ARGUMENT, "%s(): expected values to be %s but got %s", op,
+                   tpu_dtype_name(in->dtype), tpu_dtype_name(values->dtype));
+  if (indices && indices->dtype != TPU_I64)
+    return TPU_ERR(INVALID_ARGUMENT, "%s(): expected indices to be int64 but got %s", op,
+                   tpu_dtype_name(indices->dtype));
+  j->kind = kind;
+  j->dt = in->dtype;
+  j->esz = tpu_dtype_size(in->dtype);
+  j->n = in->ndim > 0 ? in->sizes[dim] : 1;
+  j->in.data = in->data;
+  j->in.along = in->ndim > 0 ? in->strides[dim] : 0;
+  j->nslices = 1;
+  for (int d = 0; d < in->ndim; d++) {
+    if (d == dim) continue;
+    j->outer_sizes[j->nouter] = in->sizes[d];
+    j->in.outer[j->nouter++] = in->strides[d];
+    j->nslices *= in->sizes[d];
+  }
+  if (len < 0) len = j->n;
+  if (kind == K_TOPK && len > j->n)
+    return TPU_ERR(INVALID_ARGUMENT, "topk(): selected index k out of range (k=%lld, size=%lld)",
+                   (long long)len, (long long)j->n);
+  TPU_RETURN_IF_ERROR(view_output(op, j, values, in, (int)dim, len, &j->values));
+  j->has_indices = indices != NULL;
+  if (indices) TPU_RETURN_IF_ERROR(view_output(op, j, indices, in, (int)dim, len, &j->indices));
+  return TPU_OK;
+}
+
+/* Copies element `it.idx` of the staged slice `raw` to position `pos` of
+ * the outputs. */
+static void put(const job_t* j, const char* raw, char* val, int64_t* ind, int64_t pos, item_t it) {
+  memcpy(val + (size_t)(pos * j->values.along) * j->esz, raw + (size_t)it.idx * j->esz, j->esz);
+  if (ind) ind[pos * j->indices.along] = it.idx;
+}
+
+/* Position in ascending item order of the (nan)median of a slice. */
+static int64_t median_pos(const job_t* j, const item_t* items) {
+  int64_t nans = 0;
+  if (tpu_dtype_is_float(j->dt))
+    for (int64_t i = 0; i < j->n; i++) nans += items[i].key == KEY_NAN;
+  if (nans && !j->ignore_nan) return j->n - nans; /* median: the first NaN */
+  int64_t m = j->n - nans;
+  return m > 0 ? (m - 1) / 2 : 0; /* lower median; all-NaN gives the first NaN */
+}
+
+/* Mode: the smallest of the most frequent values, reported with the last
+ * index it occurs at (items must be sorted). NaNs never equal each other,
+ * as in PyTorch, so each counts once. */
+static item_t mode_of(const job_t* j, const item_t* items, int64_t n) {
+  bool nan_distinct = tpu_dtype_is_float(j->dt);
+  item_t best = items[0];
+  int64_t best_count = 0;
+  for (int64_t b = 0; b < n;) {
+    int64_t e = b + 1;
+    bool is_nan = nan_distinct && items[b].key == KEY_NAN;
+    while (e < n && !is_nan && items[e].key == items[b].key) e++;
+    if (e - b > best_count) {
+      best_count = e - b;
+      best = items[e - 1];
+    }
+    b = e;
+  }
+  return best;
+}
+
+static void slice_range(void* arg, int64_t begin, int64_t end) {
+  job_t* j = arg;
+  int64_t n = j->n;
+  /* items, merge scratch, and the slice's raw elements: outputs may alias
+   * the input (sort(x, out=(x, i))), so values are copied from the stage */
+  item_t* items = malloc((size_t)(2 * n) * sizeof(item_t) + (size_t)n * j->esz + 1);
+  if (!items) {
+    j->oom = 1;
+    return;
+  }
+  item_t* tmp = items + n;
+  char* raw = (char*)(items + 2 * n);
+  for (int64_t s = begin; s < end; s++) {
+    int64_t rem = s, oin = 0, oval = 0, oind = 0;
+    for (int d = j->nouter - 1; d >= 0; d--) {
+      int64_t i = rem % j->outer_sizes[d];
+      rem /= j->outer_sizes[d];
+      oin += i * j->in.outer[d];
+      oval += i * j->values.outer[d];
+      oind += i * j->indices.outer[d];
+    }
+    const char* src = j->in.data + (size_t)oin * j->esz;
+    char* val = j->values.data + (size_t)oval * j->esz;
+    int64_t* ind = j->has_indices ? (int64_t*)j->indices.data + oind : NULL;
+    uint64_t flip = j->descending ? UINT64_MAX : 0;
+    for (int64_t i = 0; i < n; i++) {
+      char* e = raw + (size_t)i * j->esz;
+      memcpy(e, src + (size_t)(i * j->in.along) * j->esz, j->esz);
+      items[i].key = key_of(e, j->dt) ^ flip;
+      items[i].idx = i;
+    }
+    switch (j->kind) {
+      case K_SORT:
+        sort_items(items, tmp, n);
+        for (int64_t p = 0; p < n; p++) put(j, raw, val, ind, p, items[p]);
+        break;
+      case K_TOPK:
+        if (j->k == 0) break;
+        select_nth(items, tmp, n, j->k - 1);
+        sort_items(items, tmp, j->k);
+        for (int64_t p = 0; p < j->k; p++) put(j, raw, val, ind, p, items[p]);
+        break;
+      case K_KTHVALUE:
+        select_nth(items, tmp, n, j->k - 1);
+        put(j, raw, val, ind, 0, items[j->k - 1]);
+        break;
+      case K_MEDIAN: {
+        int64_t pos = median_pos(j, items);
+        select_nth(items, tmp, n, pos);
+        put(j, raw, val, ind, 0, items[pos]);
+        break;
+      }
+      case K_MODE:
+        sort_items(items, tmp, n);
+        put(j, raw, val, ind, 0, mode_of(j, items, n));
+        break;
+    }
+  }
+  free(items);
+}
+
+static tpu_status_t job_run(const char* op, job_t* j) {
+  if (j->nslices == 0) return TPU_OK;
+  int64_t n = j->n > 0 ? j->n : 1;
+  tpu_parallel_for(j->nslices, n >= 4096 ? 1 : 4096 / n, slice_range, j);
+  if (j->oom)
+    return TPU_ERR(RESOURCE_EXHAUSTED, "%s(): out of host memory for a slice of %lld elements", op,
+                   (long long)j->n);
+  return TPU_OK;
+}
+
+/* Reductions to one value per slice need a non-empty dimension. */
+static tpu_status_t check_reduction(const char* op, const job_t* j, int64_t dim) {
+  if (j->n == 0)
+    return TPU_ERR(OUT_OF_RANGE, "%s(): Expected reduction dim %lld to have non-zero size.", op,
+                   (long long)dim);
+  return TPU_OK;
+}
+
+/* ---- kernels ---- */
+static tpu_status_t sort_impl(const tpu_call_t* c, int dim_arg) {
+  int64_t dim = tpu_arg_i64(c, dim_arg, -1);
+  job_t j;
+  TPU_RETURN_IF_ERROR(job_init(&j, "sort", K_SORT, tpu_arg_tensor(c, 0), dim, &c->outs[0],
+                               &c->outs[1], -1));
+  j.descending = tpu_arg_bool(c, dim_arg + 1, false);
+  return job_run("sort", &j);
+}
+
+/* sort(self, dim, descending) and sort.values(..., values, indices) */
+tpu_status_t tpu_k_sort(const tpu_call_t* c) { return sort_impl(c, 1); }
+
+/* sort.stable(self, *, stable, dim, descending) and sort.values_stable: every
+ * sort here is stable, so `stable` changes nothing. */
+tpu_status_t tpu_k_sort_stable(const tpu_call_t* c) { return sort_impl(c, 2); }
+
+/* topk(self, k, dim, largest, sorted): results are always sorted. */
+tpu_status_t tpu_k_topk(const tpu_call_t* c) {
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  int64_t k = tpu_arg_i64(c, 1, 0), dim = tpu_arg_i64(c, 2, -1);
+  if (k < 0)
+    return TPU_ERR(INVALID_ARGUMENT, "topk(): selected index k out of range (k=%lld)",
+                   (long long)k);
+  job_t j;
+  TPU_RETURN_IF_ERROR(job_init(&j, "topk", K_TOPK, in, dim, &c->outs[0], &c->outs[1], k));
+  j.k = k;
+  j.descending = tpu_arg_bool(c, 3, true);
+  return job_run("topk", &j);
+}
+
+/* kthvalue(self, k, dim, keepdim): the k-th smallest (1-based). */
+tpu_status_t tpu_k_kthvalue(const tpu_call_t* c) {
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  int64_t k = tpu_arg_i64(c, 1, 1), dim = tpu_arg_i64(c, 2, -1);
+  job_t j;
+  TPU_RETURN_IF_ERROR(job_init(&j, "kthvalue", K_KTHVALUE, in, dim, &c->outs[0], &c->outs[1], 1));
+  TPU_RETURN_IF_ERROR(check_reduction("kthvalue", &j, dim));
+  if (k < 1 || k > j.n)
+    return TPU_ERR(INVALID_ARGUMENT,
+                   "kthvalue(): selected number k out of range for dimension %lld (k=%lld, "
+                   "size=%lld)",
+                   (long long)dim, (long long)k, (long long)j.n);
+  j.k = k;
+  return job_run("kthvalue", &j);
+}
+
+static tpu_status_t median_dim(const tpu_call_t* c, const char* op, bool ignore_nan) {
+  int64_t dim = tpu_arg_i64(c, 1, -1);
+  job_t j;
+  TPU_RETURN_IF_ERROR(job_init(&j, op, K_MEDIAN, tpu_arg_tensor(c, 0), dim, &c->outs[0],
+                               &c->outs[1], 1));
+  TPU_RETURN_IF_ERROR(check_reduction(op, &j, dim));
+  j.ignore_nan = ignore_nan;
+  return job_run(op, &j);
+}
+
+/* median / nanmedian over all elements (value only): runs on a contiguous
+ * copy flattened to one slice. */
+static tpu_status_t median_all(const tpu_call_t* c, const char* op, bool ignore_nan) {
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  const tpu_tensor_t* out = &c->outs[0];
+  int64_t numel = tpu_tensor_numel(in);
+  if (numel == 0) { /* NaN, or what converting NaN gives int64 (as PyTorch) */
+    if (tpu_dtype_is_float(out->dtype)) tpu_store_f64(out->data, out->dtype, NAN);
+    else tpu_store_i64(out->data, out->dtype, INT64_MIN);
+    return TPU_OK;
+  }
+  tpu_tensor_t flat;
+  void* copy = NULL;
+  if (tpu_tensor_is_contiguous(in)) {
+    tpu_tensor_make_contig(&flat, in->data, in->dtype, 1, &numel);
+  } else {
+    copy = malloc((size_t)numel * tpu_dtype_size(in->dtype));
+    if (!copy)
+      return TPU_ERR(RESOURCE_EXHAUSTED, "%s(): out of host memory for %lld elements", op,
+                     (long long)numel);
+    tpu_tensor_make_contig(&flat, copy, in->dtype, in->ndim, in->sizes);
+    tpu_status_t st = tpu_copy_strided(&flat, in);
+    if (st) {
+      free(copy);
+      return st;
+    }
+    tpu_tensor_make_contig(&flat, copy, in->dtype, 1, &numel);
+  }
+  job_t j;
+  tpu_status_t st = job_init(&j, op, K_MEDIAN, &flat, 0, out, NULL, 1);
+  if (!st) {
+    j.ignore_nan = ignore_nan;
+    st = job_run(op, &j);
+  }
+  free(copy);
+  return st;
+}
+
+/* median(self) and median.out; median.dim(self, dim, keepdim) and dim_values:
+ * the lower median; NaN (at its first index) when the slice has a NaN. */
+tpu_status_t tpu_k_median(const tpu_call_t* c) { return median_all(c, "median", false); }
+tpu_status_t tpu_k_median_dim(const tpu_call_t* c) { return median_dim(c, "median", false); }
+/* nanmedian: the lower median of the non-NaN values. */
+tpu_status_t tpu_k_nanmedian(const tpu_call_t* c) { return median_all(c, "nanmedian", true); }
+tpu_status_t tpu_k_nanmedian_dim(const tpu_call_t* c) { return median_dim(c, "nanmedian", true); }
+
+/* mode(self, dim, keepdim) */
+tpu_status_t tpu_k_mode(const tpu_call_t* c) {
+  int64_t dim = tpu_arg_i64(c, 1, -1);
+  job_t j;
+  TPU_RETURN_IF_ERROR(
+      job_init(&j, "mode", K_MODE, tpu_arg_tensor(c, 0), dim, &c->outs[0], &c->outs[1], 1));
+  TPU_RETURN_IF_ERROR(check_reduction("mode", &j, dim));
+  return job_run("mode", &j);
+}
