@@ -176,10 +176,10 @@ import warnings, torch
 x = torch.arange(4.0, device='tpu')
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter('always')
-    r1 = torch.fft.rfft(x).abs()
-    r2 = torch.fft.rfft(x).abs()
-msgs = [str(m.message) for m in w if '_fft_r2c' in str(m.message)]
-print(len(msgs), r1.device, torch.allclose(r1.cpu(), torch.fft.rfft(torch.arange(4.0)).abs()))
+    r1 = torch.special.bessel_j0(x)
+    r2 = torch.special.bessel_j0(x)
+msgs = [str(m.message) for m in w if 'special_bessel_j0' in str(m.message)]
+print(len(msgs), r1.device, torch.allclose(r1.cpu(), torch.special.bessel_j0(torch.arange(4.0))))
 """
     r = run_python(code, env={"TORCH_TPU_CPU_FALLBACK": "1"})
     assert r.returncode == 0, r.stderr

@@ -6,14 +6,14 @@ PrivateUse1 device to "tpu", loads the C++/C runtime and registers the
 `torch.tpu` module. Set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to turn that off and
 `import torch_tpu` explicitly instead.
 """
-import torch
-
 __all__ = ["supported_ops", "set_eager_mode", "get_eager_mode", "eager_mode"]
 
 _registered = False
 
 
 def _register():
+    import torch
+
     global _registered
     if _registered:
         return
@@ -39,6 +39,7 @@ def _prefer_cpp_meta_kernels():
     as Python-dispatcher kernels (OpOverload.py_kernels) for FakeTensor and
     torch.compile, which do not use these registrations.
     """
+    import torch
     from torch import _meta_registrations as mr
 
     lib = getattr(mr, "_meta_lib_dont_use_me_use_register_meta", None)
@@ -66,6 +67,8 @@ def _autoload():
     """Entry point called by `import torch` (group `torch.backends`)."""
     _register()
 
+
+import torch  # noqa: E402  (autoload may re-enter this module: _autoload is defined above)
 
 _register()
 

@@ -68,6 +68,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("supported_ops", &supported_ops);
   m.def("get_eager_mode", [] {
+    ensure_runtime();
     return std::string(tpu_get_eager_mode() == TPU_MODE_DEBUG ? "debug" : "strict");
   });
   m.def("set_eager_mode", [](const std::string& mode) {

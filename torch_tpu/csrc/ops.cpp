@@ -38,6 +38,21 @@ bool cpu_fallback_enabled() {
   return on;
 }
 
+// Resizes like at::native::resize_, but grows the storage through the hooks
+// (ordered after queued work) instead of an unordered host memcpy.
+const at::Tensor& resize_tensor(const at::Tensor& self, c10::IntArrayRef size,
+                                std::optional<c10::MemoryFormat> fmt) {
+  int64_t numel = 1;
+  for (int64_t s : size) {
+    TORCH_CHECK(s >= 0, "resize_: negative size ", s, " in ", size);
+    numel *= s;
+  }
+  const size_t need = (size_t)(numel + self.storage_offset()) * self.element_size();
+  if (numel > 0 && need > self.storage().nbytes())
+    at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(self.storage(), need);
+  return at::native::resize_(self, size, fmt);
+}
+
 // Per-operator facts, computed once.
 struct OpInfo {
   const tpu_op_t* rt = nullptr;
@@ -164,7 +179,7 @@ void prepare_indices(c10::IValue* args, c10::DeviceIndex dev) {
   c10::List<std::optional<at::Tensor>> out;
   for (size_t i = 0; i < list.size(); i++) {
     auto e = list.get(i);
-    if (!e.isTensor()) {
+    if (!e.isTensor() || !e.toTensor().defined()) {
       out.push_back(std::nullopt);
       continue;
     }
@@ -327,9 +342,10 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t nargs = schema.arguments().size();
   TORCH_CHECK(nargs <= (size_t)kMaxArgs, "aten::", info.name, ": too many arguments");
   c10::IValue* args = &(*stack)[stack->size() - nargs];
+  if ((info.is_index || info.is_index_put) && args[1].isList() && args[0].isTensor())
+    prepare_indices(args, args[0].toTensor().device().index());
   const c10::DeviceIndex dev = check_devices(info, args, nargs);
   c10::DeviceGuard guard(c10::Device(kTpu, dev));
-  if ((info.is_index || info.is_index_put) && args[1].isList()) prepare_indices(args, dev);
 
   // Output metadata from the meta kernel.
   torch::jit::Stack meta;
@@ -354,7 +370,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       continue;
     } else if (alias >= 0 && !info.return_is_view[r]) {
       real = args[alias].toTensor();
-      if (real.sizes() != m.sizes()) at::native::resize_(real, m.sizes(), std::nullopt);
+      if (real.sizes() != m.sizes()) resize_tensor(real, m.sizes(), std::nullopt);
     } else if (alias >= 0) {
       // A view op reaching the backend: same geometry as the meta result.
       real = at::native::as_strided_tensorimpl(args[alias].toTensor(), m.sizes(), m.strides(),
@@ -447,7 +463,7 @@ at::Tensor tpu_reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
 
 const at::Tensor& tpu_resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                               std::optional<c10::MemoryFormat> fmt) {
-  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), fmt);
+  return resize_tensor(self, C10_AS_INTARRAYREF_SLOW(size), fmt);
 }
 
 at::Tensor& tpu_set_storage_offset(at::Tensor& self, at::Storage storage, int64_t offset,
@@ -473,51 +489,68 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   return copy_from(self, dst, non_blocking);
 }
 
+at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  copy_from(src, self, non_blocking);
+  return self;
+}
+
 at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  if (dst.sizes() != self.sizes()) at::native::resize_(dst, self.sizes(), std::nullopt);
+  if (dst.sizes() != self.sizes()) resize_tensor(dst, self.sizes(), std::nullopt);
   return copy_from(self, dst, false);
 }
 
 at::Scalar tpu_local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
-  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
-  copy_from(self.view({}), host, false);
+  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+  copy_from(self, host, false);
   return host.item();
 }
 
-at::Tensor& tpu_nonzero_out(const at::Tensor& self, at::Tensor& out) {
-  c10::DeviceGuard guard(self.device());
+// nonzero's output size depends on the data: wait for the input, count on the
+// host, then queue the kernel that writes the indices.
+int64_t count_nonzero_host(const at::Tensor& self) {
   synchronize_device(self.device().index());
   tpu_tensor_t d;
   to_desc(self, &d);
-  const int64_t n = tpu_count_nonzero_all(&d);
-  at::native::resize_(out, {n, self.dim()}, std::nullopt);
+  return tpu_count_nonzero_all(&d);
+}
+
+void submit_nonzero(const at::Tensor& self, const at::Tensor& out) {
   const tpu_op_t* rt = tpu_op_lookup("nonzero");
   TORCH_CHECK(rt, "tpu runtime has no nonzero kernel");
-  tpu_arg_t a[2];
-  std::memset(a, 0, sizeof a);
-  tpu_tensor_t od;
+  tpu_tensor_t d, od;
+  to_desc(self, &d);
   to_desc(out, &od);
+  tpu_arg_t a[1];
+  std::memset(a, 0, sizeof a);
   a[0].kind = TPU_ARG_TENSOR;
   a[0].v.t = &d;
-  a[1].kind = TPU_ARG_TENSOR;
-  a[1].v.t = &od;
   tpu_call_t call;
   std::memset(&call, 0, sizeof call);
   call.op = rt;
-  call.nargs = 2;
+  call.nargs = 1;
   call.args = a;
   call.nouts = 1;
   call.outs = &od;
   call.device = self.device().index();
   check(tpu_stream_submit(current_stream(self.device().index()), &call));
+}
+
+at::Tensor& tpu_nonzero_out(const at::Tensor& self, at::Tensor& out) {
+  c10::DeviceGuard guard(self.device());
+  const int64_t n = count_nonzero_host(self);
+  resize_tensor(out, {n, self.dim()}, std::nullopt);
+  submit_nonzero(self, out);
   return out;
 }
 
 at::Tensor tpu_nonzero(const at::Tensor& self) {
-  at::Tensor out = at::empty({0, self.dim()}, self.options().dtype(at::kLong));
-  tpu_nonzero_out(self, out);
+  c10::DeviceGuard guard(self.device());
+  const int64_t n = count_nonzero_host(self);
+  // CPU returns a column-major [n, ndim] result; keep that layout.
+  at::Tensor out = at::empty({self.dim(), n}, self.options().dtype(at::kLong)).t();
+  submit_nonzero(self, out);
   return out;
 }
 
@@ -530,7 +563,7 @@ at::Tensor tpu_masked_select(const at::Tensor& self, const at::Tensor& mask) {
 
 at::Tensor& tpu_masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
   at::Tensor r = tpu_masked_select(self, mask);
-  at::native::resize_(out, r.sizes(), std::nullopt);
+  resize_tensor(out, r.sizes(), std::nullopt);
   out.copy_(r);
   return out;
 }
@@ -558,7 +591,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       synchronize_device(self.device().index());
     }
     c10::DeviceGuard guard(dst.device());
-    const tpu_op_t* rt = tpu_op_lookup("copy_");
+    const tpu_op_t* rt = tpu_op_lookup("copy");
     TORCH_CHECK(rt, "tpu runtime has no copy_ kernel");
     tpu_tensor_t s, d;
     to_desc(src, &s);
@@ -648,6 +681,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", tpu_set_storage);
   m.impl("set_.source_Tensor", tpu_set_tensor);
   m.impl("set_", tpu_set_empty);
+  m.impl("copy_", tpu_copy_);
   m.impl("_copy_from", tpu_copy_from);
   m.impl("_copy_from_and_resize", tpu_copy_from_and_resize);
   m.impl("_local_scalar_dense", tpu_local_scalar_dense);
@@ -671,7 +705,7 @@ std::vector<std::string> supported_ops() {
   for (const char* n : {"empty.memory_format", "empty_strided", "as_strided", "view",
                         "_reshape_alias", "resize_", "set_.source_Storage_storage_offset",
                         "set_.source_Storage", "set_.source_Tensor", "set_", "_copy_from",
-                        "_copy_from_and_resize", "_local_scalar_dense", "nonzero.out",
+                        "_copy_from_and_resize", "copy_", "_local_scalar_dense", "nonzero.out",
                         "masked_select", "masked_select.out", "record_stream"})
     if (!tpu_op_lookup(n)) out.push_back(std::string("aten::") + n);
   std::sort(out.begin(), out.end());

@@ -236,7 +236,7 @@ OP_F(1, isneginf, (isinf(a) && a < 0) ? 1 : 0)
 OP_F(1, isfinite, isfinite(a) ? 1 : 0)
 OP_F(1, nan_to_num, (a != a) ? s0 : (isinf(a) ? (a > 0 ? s1 : -s1) : a))
 /* activations */
-OP_FI(1, relu, a > 0 ? a : 0, a > 0 ? a : 0)
+OP_FI(1, relu, a < 0 ? 0 : a, a < 0 ? 0 : a) /* keeps NaN and -0.0 like PyTorch */
 OP_F(1, silu, a * SIGMOID(a))
 OP_F(1, gelu, GELU(a))
 OP_F(1, gelu_tanh, GELU_TANH(a))
@@ -365,7 +365,16 @@ tpu_status_t tpu_k_mul(const tpu_call_t* c) { return binary("mul", c, &mul_loops
 tpu_status_t tpu_k_div(const tpu_call_t* c) {
   const char* mode = tpu_arg_str(c, 2, NULL);
   if (!mode) return binary("div", c, &div_loops, 0, true);
-  if (!strcmp(mode, "trunc")) return binary("div", c, &div_trunc_loops, 0, false);
+  if (!strcmp(mode, "trunc")) {
+    tpu_dtype_t od = c->outs[0].dtype;
+    if (od == TPU_BF16 || od == TPU_F16) {
+      /* PyTorch rounds the quotient to the 16-bit type before truncating */
+      TPU_RETURN_IF_ERROR(binary("div", c, &div_loops, 0, false));
+      const tpu_tensor_t* q[1] = {&c->outs[0]};
+      return run("div", c, q, 1, &trunc_loops, 0, 0, false);
+    }
+    return binary("div", c, &div_trunc_loops, 0, false);
+  }
   if (!strcmp(mode, "floor")) return binary("div", c, &div_floor_loops, 0, false);
   return TPU_ERR(INVALID_ARGUMENT,
                  "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '%s'",
@@ -407,7 +416,11 @@ tpu_status_t tpu_k_bitwise_not(const tpu_call_t* c) {
 #define UNARY_KERNEL(NAME, I2F) \
   tpu_status_t tpu_k_##NAME(const tpu_call_t* c) { return unary(#NAME, c, &NAME##_loops, I2F); }
 UNARY_KERNEL(neg, false)
-UNARY_KERNEL(abs, false)
+tpu_status_t tpu_k_abs(const tpu_call_t* c) {
+  if (tpu_arg_tensor(c, 0)->dtype == TPU_BOOL)
+    return TPU_ERR(UNIMPLEMENTED, "abs: not implemented for 'Bool'");
+  return unary("abs", c, &abs_loops, false);
+}
 UNARY_KERNEL(sign, false)
 UNARY_KERNEL(square, false)
 UNARY_KERNEL(exp, true)
