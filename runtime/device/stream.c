@@ -63,6 +63,8 @@ static tpu_work_t* pop_work(tpu_stream_t* s) {
   return w;
 }
 
+static void record_error_locked(tpu_stream_t* s, tpu_status_t st, const char* what);
+
 static void* stream_main(void* arg) {
   tpu_stream_t* s = arg;
   for (;;) {
@@ -78,15 +80,7 @@ static void* stream_main(void* arg) {
       if (w->destroy) w->destroy(w->ctx);
     }
     pthread_mutex_lock(&s->mu);
-    if (st) {
-      if (!s->error) {
-        char prefix[160];
-        snprintf(prefix, sizeof prefix, "aten::%s", what ? what : "?");
-        s->error = tpu_status_annotate(st, prefix);
-      } else {
-        tpu_status_free(st);
-      }
-    }
+    record_error_locked(s, st, what);
     atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
     pthread_cond_broadcast(&s->done_cv);
     pthread_mutex_unlock(&s->mu);
@@ -199,7 +193,54 @@ static void call_copy_into(tpu_call_t* dst, const tpu_call_t* src, char* p) {
   }
 }
 
+/* Elements a call touches (tensor arguments and outputs). */
+static int64_t call_elements(const tpu_call_t* c) {
+  int64_t n = 0;
+  for (int i = 0; i < c->nouts; i++)
+    if (c->outs[i].dtype != TPU_DTYPE_NONE) n += tpu_tensor_numel(&c->outs[i]);
+  for (int i = 0; i < c->nargs; i++) {
+    const tpu_arg_t* a = &c->args[i];
+    if (a->kind == TPU_ARG_TENSOR) n += tpu_tensor_numel(a->v.t);
+    else if (a->kind == TPU_ARG_TENSORLIST)
+      for (int k = 0; k < a->n; k++)
+        if (a->v.tlist[k].dtype != TPU_DTYPE_NONE) n += tpu_tensor_numel(&a->v.tlist[k]);
+  }
+  return n;
+}
+
+static void record_error_locked(tpu_stream_t* s, tpu_status_t st, const char* what) {
+  if (!st) return;
+  if (s->error) {
+    tpu_status_free(st);
+    return;
+  }
+  char prefix[160];
+  snprintf(prefix, sizeof prefix, "aten::%s", what ? what : "?");
+  s->error = tpu_status_annotate(st, prefix);
+}
+
+/* Strict mode runs a small call on the submitting thread when the stream is
+ * idle: the result is the same as queueing it (nothing is pending, errors
+ * still surface at the next synchronization) without the hand-off cost. */
+#define TPU_INLINE_ELEMENTS 32768
+
+static bool try_run_inline(tpu_stream_t* s, const tpu_call_t* call) {
+  if (call_elements(call) > TPU_INLINE_ELEMENTS) return false;
+  pthread_mutex_lock(&s->mu);
+  if (s->head || atomic_load(&s->submitted) != atomic_load(&s->completed)) {
+    pthread_mutex_unlock(&s->mu);
+    return false;
+  }
+  atomic_fetch_add(&s->submitted, 1);
+  tpu_status_t st = tpu_call_run(call);
+  record_error_locked(s, st, call->op ? call->op->name : NULL);
+  atomic_fetch_add(&s->completed, 1);
+  pthread_mutex_unlock(&s->mu);
+  return true;
+}
+
 tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
+  if (tpu_get_eager_mode() == TPU_MODE_STRICT && try_run_inline(s, call)) return TPU_OK;
   size_t extra = call_extra_size(call);
   tpu_work_t* w = malloc(sizeof(tpu_work_t) + extra);
   if (!w) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory queueing the op",

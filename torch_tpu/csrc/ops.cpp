@@ -14,7 +14,7 @@
 #include <torch/library.h>
 
 #include <cstdlib>
-#include <deque>
+#include <list>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -64,9 +64,23 @@ struct OpInfo {
   // For each return: the argument it aliases (mutation), or -1 when fresh.
   std::vector<int> return_alias;
   std::vector<bool> return_is_view;
+  bool has_view_return = false;
+  bool all_views = false;  // every return is a view: no kernel to run
+  size_t nargs = 0;
 };
 
+const OpInfo& op_info_slow(const c10::OperatorHandle& op);
+
 const OpInfo& op_info(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const void*, const OpInfo*> local;
+  auto it = local.find(&op.schema());
+  if (it != local.end()) return *it->second;
+  const OpInfo& info = op_info_slow(op);
+  local.emplace(&op.schema(), &info);
+  return info;
+}
+
+const OpInfo& op_info_slow(const c10::OperatorHandle& op) {
   static std::mutex mu;
   static std::unordered_map<const void*, std::unique_ptr<OpInfo>> cache;
   const void* key = &op.schema();
@@ -102,7 +116,11 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
     }
     info->return_alias.push_back(alias);
     info->return_is_view.push_back(view);
+    info->has_view_return = info->has_view_return || view;
   }
+  info->nargs = args.size();
+  info->all_views = !info->return_is_view.empty();
+  for (bool v : info->return_is_view) info->all_views = info->all_views && v;
   auto& ref = *info;
   cache.emplace(key, std::move(info));
   return ref;
@@ -195,21 +213,39 @@ void prepare_indices(c10::IValue* args, c10::DeviceIndex dev) {
   args[1] = out;
 }
 
-// Storage for one call's converted arguments.
+// Storage for one call's converted arguments. Tensors live in a fixed array
+// (no allocation on the hot path); lists, which are rare, in node containers
+// whose elements never move.
 struct CallBuilder {
-  std::deque<tpu_tensor_t> tensors;
-  std::deque<std::vector<int64_t>> ilists;
-  std::deque<std::vector<double>> dlists;
-  std::deque<std::unique_ptr<bool[]>> blists;
-  std::deque<std::string> strings;
-  std::deque<std::vector<tpu_tensor_t>> tlists;
-  std::vector<tpu_arg_t> args;
-  std::vector<tpu_tensor_t> outs;
+  static constexpr int kInline = 16;
+  tpu_tensor_t inline_tensors[kInline];
+  int ntensors = 0;
+  std::list<tpu_tensor_t> more_tensors;
+  std::list<std::vector<int64_t>> ilists;
+  std::list<std::vector<double>> dlists;
+  std::list<std::unique_ptr<bool[]>> blists;
+  std::list<std::string> strings;
+  std::list<std::vector<tpu_tensor_t>> tlists;
+  tpu_arg_t args[kMaxArgs];
+  int nargs = 0;
+  tpu_tensor_t outs[kInline];
+  int nouts = 0;
+
+  tpu_tensor_t* next_tensor() {
+    if (ntensors < kInline) return &inline_tensors[ntensors++];
+    more_tensors.emplace_back();
+    return &more_tensors.back();
+  }
+
+  tpu_tensor_t* new_out() {
+    TORCH_CHECK(nouts < kInline, "tpu bridge: too many outputs");
+    return &outs[nouts++];
+  }
 
   tpu_tensor_t* tensor(const at::Tensor& t) {
-    tensors.emplace_back();
-    to_desc(t, &tensors.back());
-    return &tensors.back();
+    tpu_tensor_t* d = next_tensor();
+    to_desc(t, d);
+    return d;
   }
 
   tpu_tensor_t none_desc() {
@@ -311,7 +347,7 @@ struct CallBuilder {
       TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu bridge cannot pass an argument of type ",
                                   v.tagKind());
     }
-    args.push_back(a);
+    args[nargs++] = a;
   }
 };
 
@@ -323,6 +359,157 @@ void warn_cpu_fallback(const std::string& name) {
     TORCH_WARN("TorchTPU: aten::", name,
                " is not implemented natively and runs on the CPU (TORCH_TPU_CPU_FALLBACK=1); "
                "it is slow and counted as not covered.");
+}
+
+// ---------------------------------------------------------------------------
+// Output metadata. Meta kernels are deterministic functions of the inputs'
+// dtypes, sizes, strides and non-tensor argument values, so their results are
+// cached per thread under a key made of exactly those; a training loop calls
+// the meta kernel once per distinct call site and shape.
+
+struct OutMeta {
+  bool defined = false;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  c10::SmallVector<int64_t, 6> sizes, strides;
+  int64_t storage_offset = 0;
+};
+
+struct MetaKey {
+  const void* op = nullptr;
+  c10::SmallVector<int64_t, 48> words;
+  size_t hash = 0;
+  bool operator==(const MetaKey& o) const { return op == o.op && words == o.words; }
+};
+
+struct MetaKeyHash {
+  size_t operator()(const MetaKey& k) const { return k.hash; }
+};
+
+void key_tensor(MetaKey& k, const at::Tensor& t, bool with_offset) {
+  if (!t.defined()) {
+    k.words.push_back(-1);
+    return;
+  }
+  const auto* impl = t.unsafeGetTensorImpl();
+  k.words.push_back((int64_t)t.scalar_type() | ((int64_t)t.dim() << 8) |
+                    ((int64_t)t.is_cpu() << 16) | ((int64_t)impl->is_wrapped_number() << 17));
+  for (int64_t v : t.sizes()) k.words.push_back(v);
+  for (int64_t v : t.strides()) k.words.push_back(v);
+  if (with_offset) k.words.push_back(t.storage_offset());
+}
+
+// Builds the key; false when an argument kind is not cacheable.
+bool make_meta_key(const OpInfo& info, const void* op, const c10::IValue* args, size_t n,
+                   MetaKey& k) {
+  k.op = op;
+  for (size_t i = 0; i < n; i++) {
+    const auto& v = args[i];
+    if (v.isTensor()) {
+      key_tensor(k, v.toTensor(), info.has_view_return);
+    } else if (v.isNone()) {
+      k.words.push_back(-2);
+    } else if (v.isInt()) {
+      k.words.push_back(-3);
+      k.words.push_back(v.toInt());
+    } else if (v.isBool()) {
+      k.words.push_back(-4);
+      k.words.push_back(v.toBool());
+    } else if (v.isDouble()) {
+      double d = v.toDouble();
+      int64_t bits;
+      std::memcpy(&bits, &d, 8);
+      k.words.push_back(-5);
+      k.words.push_back(bits);
+    } else if (v.isScalar()) {
+      const auto sc = v.toScalar();
+      if (sc.isComplex() || sc.isSymbolic()) return false;
+      k.words.push_back(-6 - (int64_t)sc.type());
+      if (sc.isFloatingPoint()) {
+        double d = sc.toDouble();
+        int64_t bits;
+        std::memcpy(&bits, &d, 8);
+        k.words.push_back(bits);
+      } else {
+        k.words.push_back(sc.toLong());
+      }
+    } else if (v.isString()) {
+      k.words.push_back(-20);
+      k.words.push_back((int64_t)std::hash<std::string>()(v.toStringRef()));
+    } else if (v.isIntList()) {
+      k.words.push_back(-21);
+      auto l = v.toIntList();
+      k.words.push_back((int64_t)l.size());
+      for (int64_t x : l) k.words.push_back(x);
+    } else if (v.isBoolList()) {
+      k.words.push_back(-22);
+      auto l = v.toBoolList();
+      k.words.push_back((int64_t)l.size());
+      for (size_t j = 0; j < l.size(); j++) k.words.push_back(l.get(j));
+    } else if (v.isTensorList()) {
+      k.words.push_back(-23);
+      auto l = v.toTensorList();
+      k.words.push_back((int64_t)l.size());
+      for (const at::Tensor& t : l) key_tensor(k, t, info.has_view_return);
+    } else if (v.isList()) {
+      k.words.push_back(-24);
+      auto l = v.toList();
+      k.words.push_back((int64_t)l.size());
+      for (size_t j = 0; j < l.size(); j++) {
+        auto e = l.get(j);
+        if (e.isTensor()) key_tensor(k, e.toTensor(), info.has_view_return);
+        else if (e.isNone()) k.words.push_back(-2);
+        else return false;
+      }
+    } else if (v.isGenerator()) {
+      k.words.push_back(-25);
+    } else {
+      return false;
+    }
+  }
+  size_t h = std::hash<const void*>()(op);
+  for (int64_t w : k.words) h = (h ^ (size_t)w) * 0x100000001b3ull;
+  k.hash = h;
+  return true;
+}
+
+void run_meta(const c10::OperatorHandle& op, const c10::IValue* args, size_t nargs, size_t nret,
+              std::vector<OutMeta>& out) {
+  torch::jit::Stack meta;
+  meta.reserve(nargs);
+  for (size_t i = 0; i < nargs; i++) meta.push_back(ivalue_to_meta(args[i]));
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  out.resize(nret);
+  for (size_t r = 0; r < nret; r++) {
+    const c10::IValue& mv = meta[r];
+    TORCH_CHECK_NOT_IMPLEMENTED(mv.isTensor() || mv.isNone(), "TorchTPU: aten::",
+                                op.schema().name(),
+                                " returns a non-tensor value that the bridge cannot produce");
+    if (!mv.isTensor() || !mv.toTensor().defined()) continue;
+    const at::Tensor& m = mv.toTensor();
+    OutMeta& o = out[r];
+    o.defined = true;
+    o.dtype = m.scalar_type();
+    o.sizes.assign(m.sizes().begin(), m.sizes().end());
+    o.strides.assign(m.strides().begin(), m.strides().end());
+    o.storage_offset = m.storage_offset();
+  }
+}
+
+const std::vector<OutMeta>& output_meta(const c10::OperatorHandle& op, const OpInfo& info,
+                                        const c10::IValue* args, size_t nargs, size_t nret,
+                                        std::vector<OutMeta>& scratch) {
+  constexpr size_t kMaxEntries = 8192;
+  thread_local std::unordered_map<MetaKey, std::vector<OutMeta>, MetaKeyHash> cache;
+  MetaKey key;
+  if (!make_meta_key(info, &op.schema(), args, nargs, key)) {
+    run_meta(op, args, nargs, nret, scratch);
+    return scratch;
+  }
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  run_meta(op, args, nargs, nret, scratch);  // throws on invalid input: nothing cached
+  if (cache.size() >= kMaxEntries) cache.clear();
+  return cache.emplace(std::move(key), scratch).first->second;
 }
 
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -338,8 +525,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                 "TORCH_TPU_CPU_FALLBACK=1 to run unsupported ops on the CPU.");
   }
   ensure_runtime();
-  const auto& schema = op.schema();
-  const size_t nargs = schema.arguments().size();
+  const size_t nargs = info.nargs;
   TORCH_CHECK(nargs <= (size_t)kMaxArgs, "aten::", info.name, ": too many arguments");
   c10::IValue* args = &(*stack)[stack->size() - nargs];
   if ((info.is_index || info.is_index_put) && args[1].isList() && args[0].isTensor())
@@ -347,67 +533,57 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::DeviceIndex dev = check_devices(info, args, nargs);
   c10::DeviceGuard guard(c10::Device(kTpu, dev));
 
-  // Output metadata from the meta kernel.
-  torch::jit::Stack meta;
-  meta.reserve(nargs);
-  for (size_t i = 0; i < nargs; i++) meta.push_back(ivalue_to_meta(args[i]));
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  const size_t nret = info.return_alias.size();
+  std::vector<OutMeta> scratch;
+  const std::vector<OutMeta>& metas = output_meta(op, info, args, nargs, nret, scratch);
 
-  const size_t nret = schema.returns().size();
-  std::vector<c10::IValue> results(nret);
+  c10::SmallVector<c10::IValue, 4> results(nret);
   CallBuilder b;
-  b.outs.reserve(nret);
   for (size_t r = 0; r < nret; r++) {
-    const c10::IValue& mv = meta[r];
-    TORCH_CHECK_NOT_IMPLEMENTED(mv.isTensor() || mv.isNone(), "TorchTPU: aten::", info.name,
-                                " returns a non-tensor value that the bridge cannot produce");
-    at::Tensor m = mv.isTensor() ? mv.toTensor() : at::Tensor();
+    const OutMeta& m = metas[r];
     const int alias = info.return_alias[r];
-    at::Tensor real;
-    if (!m.defined()) {
-      b.outs.push_back(b.none_desc());
+    tpu_tensor_t* od = b.new_out();
+    if (!m.defined) {
+      std::memset(od, 0, sizeof *od);
+      od->dtype = TPU_DTYPE_NONE;
       results[r] = at::Tensor();
       continue;
-    } else if (alias >= 0 && !info.return_is_view[r]) {
+    }
+    at::Tensor real;
+    if (alias >= 0 && !info.return_is_view[r]) {
       real = args[alias].toTensor();
-      if (real.sizes() != m.sizes()) resize_tensor(real, m.sizes(), std::nullopt);
+      if (real.sizes() != c10::IntArrayRef(m.sizes)) resize_tensor(real, m.sizes, std::nullopt);
     } else if (alias >= 0) {
       // A view op reaching the backend: same geometry as the meta result.
-      real = at::native::as_strided_tensorimpl(args[alias].toTensor(), m.sizes(), m.strides(),
-                                               m.storage_offset());
-      results[r] = real;
-      b.outs.emplace_back();
-      to_desc(real, &b.outs.back());
-      continue;
+      real = at::native::as_strided_tensorimpl(args[alias].toTensor(), m.sizes, m.strides,
+                                               m.storage_offset);
     } else {
-      real = at::detail::empty_strided_generic(m.sizes(), m.strides(), allocator(),
+      real = at::detail::empty_strided_generic(m.sizes, m.strides, allocator(),
                                                c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                               m.scalar_type());
+                                               m.dtype);
     }
-    results[r] = real;
-    b.outs.emplace_back();
-    to_desc(real, &b.outs.back());
+    to_desc(real, od);
+    results[r] = std::move(real);
   }
 
-  bool all_views = true;
-  for (size_t r = 0; r < nret; r++) all_views = all_views && info.return_is_view[r];
-  if (!(nret > 0 && all_views)) {
+  if (!info.all_views) {
     for (size_t i = 0; i < nargs; i++) b.add(args[i]);
     tpu_call_t call;
     std::memset(&call, 0, sizeof call);
     call.op = info.rt;
-    call.nargs = (int32_t)b.args.size();
-    call.args = b.args.data();
-    call.nouts = (int32_t)b.outs.size();
-    call.outs = b.outs.data();
+    call.nargs = b.nargs;
+    call.args = b.args;
+    call.nouts = b.nouts;
+    call.outs = b.outs;
     call.device = dev;
     if (info.random) {
       std::optional<at::Generator> gen;
       if (info.generator_arg >= 0 && args[info.generator_arg].isGenerator())
         gen = args[info.generator_arg].toGenerator();
       uint64_t counters = 0;
-      for (auto& o : b.outs)
-        if (o.dtype != TPU_DTYPE_NONE) counters = std::max<uint64_t>(counters, tpu_tensor_numel(&o));
+      for (int o = 0; o < b.nouts; o++)
+        if (b.outs[o].dtype != TPU_DTYPE_NONE)
+          counters = std::max<uint64_t>(counters, tpu_tensor_numel(&b.outs[o]));
       reserve_random(gen, dev, counters, &call.rng_seed, &call.rng_offset);
     }
     check(tpu_stream_submit(current_stream(dev), &call));
