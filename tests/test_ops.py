@@ -497,3 +497,30 @@ def test_random_distributions(dtype):
     e = torch.randn(3, 4, device="tpu").t()
     e.normal_()  # non-contiguous target
     assert e.shape == (4, 3)
+
+
+# ------------------------------------------------------------- dtype sweep
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_core_ops_every_dtype(dtype):
+    """The core op set on every supported dtype, including views and 0-d/empty tensors."""
+    x, y = make((3, 4), dtype, 0, 4, seed=1), make((4,), dtype, 1, 4, seed=2)
+    ops = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a == b, lambda a, b: a < b,
+           lambda a, b: torch.maximum(a, b), lambda a, b: torch.where(a > b, a, b),
+           lambda a, b: torch.cat([a, b[None]]), lambda a, b: a.t().contiguous(),
+           lambda a, b: a[:, 1:3].clone(), lambda a, b: a.sum(0), lambda a, b: a.amax(1),
+           lambda a, b: a.index_select(1, torch.tensor([3, 0], device=a.device)),
+           lambda a, b: torch.gather(a, 1, torch.tensor([[0], [2], [3]], device=a.device)),
+           lambda a, b: a.masked_fill(a > 1, 0), lambda a, b: a.triu(), lambda a, b: a.flip(0),
+           lambda a, b: a.to(torch.float32), lambda a, b: a.any(), lambda a, b: a[a > 1],
+           lambda a, b: torch.nonzero(a), lambda a, b: a.view(-1)[5], lambda a, b: a.clone().fill_(1)]
+    if dtype != torch.bool:
+        ops += [lambda a, b: a - b, lambda a, b: a.cumsum(1), lambda a, b: torch.sort(a, 1)[0],
+                lambda a, b: torch.clamp(a, 1, 2), lambda a, b: a.abs()]
+    for fn in ops:
+        check_op(fn, x, y)
+        check_op(fn, make((3, 4), dtype, 0, 4, seed=3, noncontig=True), y)
+    check_op(lambda a: a + a, make((), dtype, 1, 3))
+    check_op(lambda a: a.sum(), make((0, 4), dtype))
+    assert_same(torch.zeros(2, 3, dtype=dtype, device="tpu"), torch.zeros(2, 3, dtype=dtype))
+    t = make((5,), dtype, 0, 4).to("tpu")
+    assert t.dtype == dtype and t[2].item() == t.cpu()[2].item()

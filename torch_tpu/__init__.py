@@ -26,6 +26,7 @@ def _register():
     torch._register_device_module("tpu", _device_module)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+    torch.set_autocast_dtype("tpu", torch.bfloat16)  # the matrix unit's input type
 
 
 def _prefer_cpp_meta_kernels():

@@ -1,0 +1,144 @@
+"""Throughput of common ops on tpu relative to PyTorch CPU, measured in one run.
+
+    .venv/bin/python bench/ops.py [--sizes 1M,16M] [--dtypes float32,bfloat16]
+                                  [--ops add,exp,...] [--repeats N]
+
+For each op, size (elements of the main operand) and dtype, prints the best-of
+time per call on CPU and on tpu (the tpu clock stops after
+torch.tpu.synchronize()) and ratio = tpu throughput / CPU throughput
+(= CPU time / tpu time; above 1 means tpu is faster).
+
+Goals (issue 3): ratio >= 0.7 for float32 and >= 1.0 for bfloat16.
+"""
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+SIZES = {"1M": 1 << 20, "16M": 1 << 24}
+ROW = 1024  # innermost size of 2-d operands (softmax, layer_norm, reductions over a row)
+
+
+def make_inputs(n, dtype, device):
+    """Every operand an op may need, for n elements; same values on each device."""
+    g = torch.Generator().manual_seed(0)
+    rows = n // ROW
+    x = torch.randn(rows, ROW, generator=g).to(dtype)
+    y = torch.rand(rows, ROW, generator=g).add_(0.5).to(dtype)
+    cond = torch.rand(rows, ROW, generator=g) > 0.5
+    half = x[: rows // 2]
+    idx = torch.randint(0, rows, (rows,), generator=g)
+    vocab = 4096
+    weight = torch.randn(vocab, ROW, generator=g).to(dtype)
+    tokens = torch.randint(0, vocab, (rows,), generator=g)
+    target = torch.randint(0, ROW, (rows,), generator=g)
+    lnw = torch.randn(ROW, generator=g).to(dtype)
+    lnb = torch.randn(ROW, generator=g).to(dtype)
+    d = dict(x=x, y=y, cond=cond, half=half, idx=idx, weight=weight, tokens=tokens,
+             target=target, lnw=lnw, lnb=lnb)
+    return {k: v.to(device) for k, v in d.items()}
+
+
+def other_float(dtype):
+    return torch.float32 if dtype == torch.bfloat16 else torch.bfloat16
+
+
+OPS = {
+    "add": lambda t, dt: t["x"] + t["y"],
+    "mul": lambda t, dt: t["x"] * t["y"],
+    "div": lambda t, dt: t["x"] / t["y"],
+    "exp": lambda t, dt: torch.exp(t["x"]),
+    "log": lambda t, dt: torch.log(t["y"]),
+    "tanh": lambda t, dt: torch.tanh(t["x"]),
+    "sigmoid": lambda t, dt: torch.sigmoid(t["x"]),
+    "gelu": lambda t, dt: F.gelu(t["x"]),
+    "gelu_tanh": lambda t, dt: F.gelu(t["x"], approximate="tanh"),
+    "silu": lambda t, dt: F.silu(t["x"]),
+    "relu": lambda t, dt: torch.relu(t["x"]),
+    "where": lambda t, dt: torch.where(t["cond"], t["x"], t["y"]),
+    "clamp": lambda t, dt: torch.clamp(t["x"], -0.5, 0.5),
+    "softmax": lambda t, dt: torch.softmax(t["x"], -1),
+    "log_softmax": lambda t, dt: torch.log_softmax(t["x"], -1),
+    "layer_norm": lambda t, dt: F.layer_norm(t["x"], (ROW,), t["lnw"], t["lnb"]),
+    "sum": lambda t, dt: t["x"].sum(),
+    "sum(dim=-1)": lambda t, dt: t["x"].sum(-1),
+    "mean(dim=0)": lambda t, dt: t["x"].mean(0),
+    "amax(dim=-1)": lambda t, dt: t["x"].amax(-1),
+    "cat": lambda t, dt: torch.cat([t["half"], t["half"]]),
+    "index_select": lambda t, dt: torch.index_select(t["x"], 0, t["idx"]),
+    "embedding": lambda t, dt: F.embedding(t["tokens"], t["weight"]),
+    "cross_entropy": lambda t, dt: F.cross_entropy(t["x"], t["target"]),
+    "to(other float)": lambda t, dt: t["x"].to(other_float(dt)),
+}
+
+
+def timer(fn, device):
+    """Returns run(iters) -> seconds per call, after a warm-up (allocator and
+    meta-kernel caches) and a calibration of iters to ~30 ms per measurement."""
+    sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
+
+    def run(iters):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        sync()
+        return (time.perf_counter() - t0) / iters
+
+    run(1)
+    once = run(1)
+    iters = max(1, min(50, int(0.03 / max(once, 1e-6))))
+    return lambda: run(iters)
+
+
+def best_times(fns, repeats):
+    """Best-of-repeats seconds per call for each device; the devices alternate
+    within each repeat so that load from other processes hits both alike."""
+    timers = {dev: timer(fn, dev) for dev, fn in fns.items()}
+    best = {dev: float("inf") for dev in fns}
+    for _ in range(repeats):
+        for dev, t in timers.items():
+            best[dev] = min(best[dev], t())
+    return best
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--sizes", default="1M,16M")
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads for torch (the tpu pool size is TORCH_TPU_NUM_THREADS)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ops = args.ops.split(",")
+    unknown = [o for o in ops if o not in OPS]
+    if unknown:
+        raise SystemExit(f"unknown ops {unknown}; known: {', '.join(OPS)}")
+    print(f"torch {torch.__version__}, CPU threads {torch.get_num_threads()}, "
+          f"tpu threads {torch.tpu.get_device_properties().num_threads}")
+    print(f"{'op':<16} {'dtype':<9} {'size':>4} {'cpu ms':>9} {'tpu ms':>9} {'ratio':>6}")
+    worst = {}
+    for dname in args.dtypes.split(","):
+        dtype = getattr(torch, dname)
+        for sname in args.sizes.split(","):
+            n = SIZES[sname]
+            inputs = {dev: make_inputs(n, dtype, dev) for dev in ("cpu", "tpu")}
+            for op in ops:
+                fn = OPS[op]
+                times = best_times({dev: (lambda d=dev: fn(inputs[d], dtype))
+                                    for dev in ("cpu", "tpu")}, args.repeats)
+                ratio = times["cpu"] / times["tpu"]
+                worst[dname] = min(worst.get(dname, ratio), ratio)
+                print(f"{op:<16} {dname:<9} {sname:>4} {times['cpu'] * 1e3:9.3f} "
+                      f"{times['tpu'] * 1e3:9.3f} {ratio:6.2f}", flush=True)
+            del inputs
+    for dname, r in worst.items():
+        print(f"lowest ratio {dname}: {r:.2f}")
+
+
+if __name__ == "__main__":
+    main()
