@@ -27,6 +27,9 @@ def _register():
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     torch.set_autocast_dtype("tpu", torch.bfloat16)  # the matrix unit's input type
+    from . import precision as _precision
+
+    _precision._install()
 
 
 def _prefer_cpp_meta_kernels():

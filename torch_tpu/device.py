@@ -232,6 +232,9 @@ def stream(stream: Optional[torch.Stream]):
         torch.accelerator.set_stream(prev)
 
 
+# ---- matmul precision ----
+from .precision import TpuPerformanceWarning, get_precision, precision  # noqa: E402,F401
+
 # ---- autocast ----
 def get_amp_supported_dtype():
     return [torch.bfloat16, torch.float16]

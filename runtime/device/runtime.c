@@ -102,6 +102,10 @@ tpu_device_state_t* tpu_device_state(int device) {
   return &g_devices[device];
 }
 
+static _Atomic int g_precision = TPU_PRECISION_MEDIUM;
+tpu_precision_t tpu_get_matmul_precision(void) { return (tpu_precision_t)g_precision; }
+void tpu_set_matmul_precision(tpu_precision_t p) { g_precision = p; }
+
 tpu_eager_mode_t tpu_get_eager_mode(void) { return (tpu_eager_mode_t)g_mode; }
 void tpu_set_eager_mode(tpu_eager_mode_t mode) { g_mode = mode; }
 

@@ -83,6 +83,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                             "': expected 'strict' or 'debug'");
     }
   });
+  m.def("set_matmul_precision", [](const std::string& p) {
+    if (p == "medium") tpu_set_matmul_precision(TPU_PRECISION_MEDIUM);
+    else if (p == "high") tpu_set_matmul_precision(TPU_PRECISION_HIGH);
+    else if (p == "highest") tpu_set_matmul_precision(TPU_PRECISION_HIGHEST);
+    else throw py::value_error("unknown matmul precision '" + p +
+                               "': expected 'medium', 'high' or 'highest'");
+  });
   m.def("num_threads", [] {
     ensure_runtime();
     return tpu_num_threads();

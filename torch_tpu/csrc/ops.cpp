@@ -576,6 +576,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     call.nouts = b.nouts;
     call.outs = b.outs;
     call.device = dev;
+    call.precision = tpu_get_matmul_precision();
     if (info.random) {
       std::optional<at::Generator> gen;
       if (info.generator_arg >= 0 && args[info.generator_arg].isGenerator())

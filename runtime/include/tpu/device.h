@@ -27,6 +27,11 @@ int tpu_device_count(void);
 tpu_eager_mode_t tpu_get_eager_mode(void);
 void tpu_set_eager_mode(tpu_eager_mode_t mode);
 
+/* The float32 matmul precision that the bridge records in each call
+ * (process-wide; TPU_PRECISION_MEDIUM until set). */
+tpu_precision_t tpu_get_matmul_precision(void);
+void tpu_set_matmul_precision(tpu_precision_t p);
+
 /* ---- memory ---- */
 typedef struct tpu_memory_stats {
   int64_t allocated_bytes, peak_allocated_bytes;

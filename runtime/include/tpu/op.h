@@ -47,6 +47,14 @@ typedef struct tpu_arg {
 
 struct tpu_op;
 
+/* Float32 matmul precision (PyTorch's set_float32_matmul_precision names).
+ * Matmul-class kernels follow it; bfloat16 inputs always take one pass. */
+typedef enum tpu_precision {
+  TPU_PRECISION_MEDIUM = 0,  /* inputs rounded to bf16, exact products, fp32 sums */
+  TPU_PRECISION_HIGH = 1,    /* 3-pass bf16 split: a_hi*b_hi + a_hi*b_lo + a_lo*b_hi */
+  TPU_PRECISION_HIGHEST = 2, /* 6-pass bf16 split, or float32 where as accurate */
+} tpu_precision_t;
+
 typedef struct tpu_call {
   const struct tpu_op* op;
   int32_t nargs;
@@ -55,6 +63,7 @@ typedef struct tpu_call {
   tpu_tensor_t* outs;
   int32_t device;
   bool debug_checks; /* Debug mode: extra validation (NaN/bounds) */
+  tpu_precision_t precision; /* float32 matmul precision at submission */
   uint64_t rng_seed;   /* for ops flagged TPU_OP_RANDOM */
   uint64_t rng_offset; /* Philox counter offset reserved for this call */
 } tpu_call_t;
