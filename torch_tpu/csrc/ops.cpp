@@ -684,6 +684,36 @@ at::Scalar tpu_local_scalar_dense(const at::Tensor& self) {
   return host.item();
 }
 
+// Submits the runtime kernel `name` with tensor arguments `args` and one
+// output on the output's device and current stream.
+void submit_tensor_call(const char* name, std::initializer_list<at::Tensor> args,
+                        const at::Tensor& out) {
+  const tpu_op_t* rt = tpu_op_lookup(name);
+  TORCH_CHECK(rt, "tpu runtime has no ", name, " kernel");
+  tpu_tensor_t descs[4], od;
+  tpu_arg_t a[4];
+  TORCH_CHECK(args.size() <= 4, "submit_tensor_call: too many arguments");
+  std::memset(a, 0, sizeof a);
+  int n = 0;
+  for (const at::Tensor& t : args) {
+    to_desc(t, &descs[n]);
+    a[n].kind = TPU_ARG_TENSOR;
+    a[n].v.t = &descs[n];
+    n++;
+  }
+  to_desc(out, &od);
+  tpu_call_t call;
+  std::memset(&call, 0, sizeof call);
+  call.op = rt;
+  call.nargs = n;
+  call.args = a;
+  call.nouts = 1;
+  call.outs = &od;
+  call.device = out.device().index();
+  call.precision = tpu_get_matmul_precision();
+  check(tpu_stream_submit(current_stream(out.device().index()), &call));
+}
+
 // nonzero's output size depends on the data: wait for the input, count on the
 // host, then queue the kernel that writes the indices.
 int64_t count_nonzero_host(const at::Tensor& self) {
@@ -694,24 +724,7 @@ int64_t count_nonzero_host(const at::Tensor& self) {
 }
 
 void submit_nonzero(const at::Tensor& self, const at::Tensor& out) {
-  const tpu_op_t* rt = tpu_op_lookup("nonzero");
-  TORCH_CHECK(rt, "tpu runtime has no nonzero kernel");
-  tpu_tensor_t d, od;
-  to_desc(self, &d);
-  to_desc(out, &od);
-  tpu_arg_t a[1];
-  std::memset(a, 0, sizeof a);
-  a[0].kind = TPU_ARG_TENSOR;
-  a[0].v.t = &d;
-  tpu_call_t call;
-  std::memset(&call, 0, sizeof call);
-  call.op = rt;
-  call.nargs = 1;
-  call.args = a;
-  call.nouts = 1;
-  call.outs = &od;
-  call.device = self.device().index();
-  check(tpu_stream_submit(current_stream(self.device().index()), &call));
+  submit_tensor_call("nonzero", {self}, out);
 }
 
 at::Tensor& tpu_nonzero_out(const at::Tensor& self, at::Tensor& out) {
@@ -768,26 +781,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       synchronize_device(self.device().index());
     }
     c10::DeviceGuard guard(dst.device());
-    const tpu_op_t* rt = tpu_op_lookup("copy");
-    TORCH_CHECK(rt, "tpu runtime has no copy_ kernel");
-    tpu_tensor_t s, d;
-    to_desc(src, &s);
-    to_desc(dst, &d);
-    tpu_arg_t a[2];
-    std::memset(a, 0, sizeof a);
-    a[0].kind = TPU_ARG_TENSOR;
-    a[0].v.t = &d;
-    a[1].kind = TPU_ARG_TENSOR;
-    a[1].v.t = &s;
-    tpu_call_t call;
-    std::memset(&call, 0, sizeof call);
-    call.op = rt;
-    call.nargs = 2;
-    call.args = a;
-    call.nouts = 1;
-    call.outs = &d;
-    call.device = dst.device().index();
-    check(tpu_stream_submit(current_stream(dst.device().index()), &call));
+    submit_tensor_call("copy", {dst, src}, dst);  // copy(self, src) writes src into out
     return dst;
   }
   if (dst_tpu) {  // host -> device
