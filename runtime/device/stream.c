@@ -40,15 +40,20 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+#define TPU_SPIN_SECONDS 50e-6
+
 static tpu_work_t* pop_work(tpu_stream_t* s) {
-  /* Spin briefly before sleeping: ops usually arrive microseconds apart. */
-  for (int spin = 0; spin < 20000; spin++) {
+  /* Spin about 50 us before sleeping: queued ops usually arrive microseconds
+   * apart, and waking a sleeping thread costs more than that. */
+  double deadline = now_seconds() + TPU_SPIN_SECONDS;
+  for (int spin = 1;; spin++) {
     if (atomic_load_explicit(&s->submitted, memory_order_acquire) !=
         atomic_load_explicit(&s->completed, memory_order_relaxed))
       break;
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
+    if ((spin & 63) == 0 && now_seconds() > deadline) break;
   }
   pthread_mutex_lock(&s->mu);
   while (!s->head) {
