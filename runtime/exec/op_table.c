@@ -35,7 +35,19 @@ const char* tpu_op_name(int i) {
   return (i >= 0 && i < g_nops) ? g_ops[i].name : NULL;
 }
 
-tpu_status_t tpu_call_run(const tpu_call_t* call) { return call->op->fn(call); }
+/* The precision of the call running on this thread, for matmul-class code
+ * that kernels reach indirectly (convolution, attention through the GEMM). */
+static _Thread_local tpu_precision_t t_precision = TPU_PRECISION_HIGHEST;
+
+tpu_precision_t tpu_kernel_precision(void) { return t_precision; }
+
+tpu_status_t tpu_call_run(const tpu_call_t* call) {
+  tpu_precision_t saved = t_precision;
+  t_precision = call->precision;
+  tpu_status_t st = call->op->fn(call);
+  t_precision = saved;
+  return st;
+}
 
 double tpu_arg_f64(const tpu_call_t* c, int i, double dflt) {
   if (i >= c->nargs) return dflt;

@@ -103,6 +103,10 @@ const char* tpu_arg_str(const tpu_call_t* c, int i, const char* dflt);
 /* Runs a call on the calling thread (no stream). Used by streams and tests. */
 tpu_status_t tpu_call_run(const tpu_call_t* call);
 
+/* Float32 matmul precision of the call running on this thread
+ * (TPU_PRECISION_HIGHEST outside tpu_call_run). */
+tpu_precision_t tpu_kernel_precision(void);
+
 #ifdef __cplusplus
 }
 #endif
