@@ -129,6 +129,12 @@ static void test_gemm_semantics(void) {
   tpu_tensor_t tbn = tt_make(bn, TPU_F32, 2, s22), ts2 = tt_make(s2, TPU_F32, 2, s22);
   CHECK_OK(tpu_gemm(&ta, &tbn, &tc, 0, 3, &ts2));
   for (int i = 0; i < 4; i++) CHECK_NEAR(c[i], 3 * s2[i], 0);
+  /* in place on a 1 x 2 row (size-1 dims): c = 2 * c + [1, 2] @ b */
+  float row[2] = {10, 20};
+  int64_t s12f[2] = {1, 2};
+  tpu_tensor_t trow = tt_make(row, TPU_F32, 2, s12f), ta12 = tt_make(a, TPU_F32, 2, s12f);
+  CHECK_OK(tpu_gemm(&ta12, &tb, &trow, 1, 2, &trow));
+  CHECK(row[0] == 21 && row[1] == 42);
   /* int8 wraps like PyTorch: 100 * 2 + 100 * 1 = 300 -> 44 */
   int8_t ia[2] = {100, 100}, ib[2] = {2, 1}, ic[1];
   int64_t s12[2] = {1, 2}, s21[2] = {2, 1}, s11[2] = {1, 1};
@@ -289,13 +295,14 @@ static void test_softmax(void) {
 }
 
 static void test_softmax_backward(void) {
-  /* along dim 1 of a 2 x 3 x 2 tensor */
-  double x[12], y[12], ly[12], g[12], gi[12], lgi[12];
-  for (int i = 0; i < 12; i++) {
-    x[i] = urand();
+  /* along dim 1 of a 2 x 3 x 20 tensor: strided rows, moved in lane blocks */
+  enum { N = 2, C = 3, K = 20, T = N * C * K };
+  double x[T], y[T], ly[T], g[T], gi[T], lgi[T];
+  for (int i = 0; i < T; i++) {
+    x[i] = urand() * 3;
     g[i] = urand();
   }
-  int64_t s[3] = {2, 3, 2};
+  int64_t s[3] = {N, C, K};
   tpu_tensor_t tx = tt_make(x, TPU_F64, 3, s), ty = tt_make(y, TPU_F64, 3, s),
                tly = tt_make(ly, TPU_F64, 3, s), tg = tt_make(g, TPU_F64, 3, s),
                tgi = tt_make(gi, TPU_F64, 3, s), tlgi = tt_make(lgi, TPU_F64, 3, s);
@@ -306,16 +313,21 @@ static void test_softmax_backward(void) {
   CHECK_OK(tt_run("_softmax_backward_data", b, 4, &tgi, 1));
   tpu_arg_t c[4] = {ta_t(&tg), ta_t(&tly), ta_i(1), ta_i(TPU_F64)};
   CHECK_OK(tt_run("_log_softmax_backward_data", c, 4, &tlgi, 1));
-  for (int n = 0; n < 2; n++)
-    for (int k = 0; k < 2; k++) {
-      double sgy = 0, sg = 0;
-      for (int j = 0; j < 3; j++) {
-        int i = n * 6 + j * 2 + k;
+  for (int n = 0; n < N; n++)
+    for (int k = 0; k < K; k++) {
+      double sgy = 0, sg = 0, sy = 0, se = 0;
+      for (int j = 0; j < C; j++) se += exp(x[n * C * K + j * K + k]);
+      for (int j = 0; j < C; j++) {
+        int i = n * C * K + j * K + k;
+        CHECK_NEAR(y[i], exp(x[i]) / se, 1e-12);
+        CHECK_NEAR(ly[i], x[i] - log(se), 1e-12);
         sgy += g[i] * y[i];
         sg += g[i];
+        sy += y[i];
       }
-      for (int j = 0; j < 3; j++) {
-        int i = n * 6 + j * 2 + k;
+      CHECK_NEAR(sy, 1, 1e-12);
+      for (int j = 0; j < C; j++) {
+        int i = n * C * K + j * K + k;
         CHECK_NEAR(gi[i], y[i] * (g[i] - sgy), 1e-12);
         CHECK_NEAR(lgi[i], g[i] - y[i] * sg, 1e-12);
       }

@@ -9,7 +9,9 @@
  * kc x NR panel into a float accumulator tile. After the last block the tile
  * is scaled, combined with beta * self and stored once (one rounding for
  * bf16/f16). Every element's sum runs over k in the same order whatever the
- * tiling, so results do not depend on the thread split.
+ * tiling, so results do not depend on the thread split. Matrix-vector
+ * shapes (m == 1 or n == 1) skip packing: dot products of contiguous rows,
+ * or column-by-column axpys when the matrix is stored the other way.
  *
  * Float64 and integer path: tiles of RB rows x NB columns accumulated with
  * scalar axpys over k, in double or in wrapping 64-bit integer arithmetic.
@@ -118,18 +120,19 @@ static inline char* mat_ptr(const mat_t* x, int64_t b, int64_t r, int64_t c) {
   return x->data + (b * x->sb + r * x->sr + c * x->sc) * x->esz;
 }
 
-/* Views t (2-d, or 3-d when batched) as a mat_t. */
+/* Views t (2-d, or 3-d when batched) as a mat_t; size-1 dims get stride 0
+ * (as in mat_broadcast, so an in-place self compares equal to c). */
 static void mat_from(mat_t* x, const tpu_tensor_t* t, bool batched) {
   int o = batched ? 1 : 0;
   x->data = t->data;
   x->dt = t->dtype;
   x->esz = (int64_t)tpu_dtype_size(t->dtype);
   x->nb = batched ? t->sizes[0] : 1;
-  x->sb = batched ? t->strides[0] : 0;
+  x->sb = batched && x->nb != 1 ? t->strides[0] : 0;
   x->nr = t->sizes[o];
-  x->sr = t->strides[o];
+  x->sr = x->nr != 1 ? t->strides[o] : 0;
   x->nc = t->sizes[o + 1];
-  x->sc = t->strides[o + 1];
+  x->sc = x->nc != 1 ? t->strides[o + 1] : 0;
 }
 
 /* Views t broadcast to batch x rows x cols (right-aligned, size-1 dims get
@@ -494,8 +497,9 @@ typedef struct {
   _Atomic int oom;
 } rtile_job_t;
 
-/* Defines rtile_range_SUF: storage compute type T, accumulation type U
- * (unsigned for integers so that overflow wraps like PyTorch). */
+/* Defines the tile range function NAME: loads through tpu_run_*_SUF into
+ * type T, accumulates in U (unsigned for integers so that overflow wraps
+ * like PyTorch); ATTR adds target attributes. */
 #define DEFINE_RTILE(NAME, SUF, T, U, ATTR)                                                \
   ATTR static void NAME(void* ctx, int64_t begin, int64_t end) {                          \
     rtile_job_t* job = ctx;                                                               \

@@ -112,6 +112,51 @@ static void row_store(const rows_t* v, int64_t lane, const double* buf) {
   rows_io(v, lane, (void*)buf, IO_STORE);
 }
 
+/* Lane blocks: when rows are strided but neighbouring lanes are adjacent in
+ * memory (softmax over a dim other than the last), rows are moved LANE_BLOCK
+ * lanes at a time, element by element across the lanes, so each cache line
+ * and page is visited once per block instead of once per lane. */
+enum { LANE_BLOCK = 16 };
+
+static bool rows_blockable(const rows_t* v) {
+  return v->nr > 0 && v->rstride[v->nr - 1] != 1 && v->nl > 0 && v->lstride[v->nl - 1] == 1;
+}
+
+/* How many lanes from `lane` (before `end`) form one block: they must share
+ * all but the innermost lane index. */
+static int64_t block_lanes(const rows_t* v, int64_t lane, int64_t end, bool blocked) {
+  if (!blocked) return 1;
+  int64_t inner = v->lsize[v->nl - 1], n = inner - lane % inner;
+  if (n > end - lane) n = end - lane;
+  return n < LANE_BLOCK ? n : LANE_BLOCK;
+}
+
+/* Moves the rows of lanes [lane, lane + nl) between the tensor and buf
+ * (row k at buf + k * len); nl > 1 only for lanes from block_lanes. */
+static void rows_io_block(const rows_t* v, int64_t lane, int64_t nl, double* buf, io_t io) {
+  if (nl == 1) {
+    rows_io(v, lane, buf, io);
+    return;
+  }
+  char* base = rows_lane_ptr(v, lane);
+  int64_t ls = v->lstride[v->nl - 1];
+  double tmp[LANE_BLOCK];
+  for (int64_t i = 0; i < v->len; i++) {
+    int64_t off = 0, rem = i;
+    for (int d = v->nr - 1; d >= 0; d--) {
+      off += (rem % v->rsize[d]) * v->rstride[d];
+      rem /= v->rsize[d];
+    }
+    char* p = base + off * v->esz;
+    if (io == IO_LOAD) {
+      tpu_run_load_f64(buf + i, v->len, p, ls, v->dt, nl);
+    } else {
+      for (int64_t k = 0; k < nl; k++) tmp[k] = buf[k * v->len + i];
+      tpu_run_store_f64(p, ls, v->dt, tmp, nl);
+    }
+  }
+}
+
 /* ---- shared helpers ---- */
 static tpu_status_t oom_error(const char* op) {
   return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for scratch buffers", op);
@@ -226,54 +271,70 @@ static tpu_status_t fill_zero(const tpu_tensor_t* t) {
 typedef struct {
   rows_t a, b, out; /* forward: a = input; backward: a = grad, b = output */
   bool log;
+  bool single;      /* float32/16 output: single-precision exp is accurate enough */
+  bool blocked;     /* move rows in lane blocks */
   _Atomic int oom;
 } softmax_job_t;
+
+static inline double sm_exp(const softmax_job_t* job, double v) {
+  return job->single ? (double)expf((float)v) : exp(v);
+}
+
+static void softmax_row(const softmax_job_t* job, double* x, int64_t n) {
+  double mx = -INFINITY, sum = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (x[i] > mx) mx = x[i];
+  if (job->log) {
+    for (int64_t i = 0; i < n; i++) sum += sm_exp(job, x[i] - mx);
+    double lse = log(sum);
+    for (int64_t i = 0; i < n; i++) x[i] = (x[i] - mx) - lse;
+  } else {
+    for (int64_t i = 0; i < n; i++) {
+      x[i] = sm_exp(job, x[i] - mx);
+      sum += x[i];
+    }
+    for (int64_t i = 0; i < n; i++) x[i] /= sum;
+  }
+}
 
 static void softmax_range(void* ctx, int64_t begin, int64_t end) {
   softmax_job_t* job = ctx;
   int64_t n = job->a.len;
-  double* x = scratch(n, &job->oom);
+  double* x = scratch(LANE_BLOCK * n, &job->oom);
   if (!x) return;
-  for (int64_t lane = begin; lane < end; lane++) {
-    row_load(&job->a, lane, x);
-    double mx = -INFINITY, sum = 0;
-    for (int64_t i = 0; i < n; i++)
-      if (x[i] > mx) mx = x[i];
-    if (job->log) {
-      for (int64_t i = 0; i < n; i++) sum += exp(x[i] - mx);
-      double lse = log(sum);
-      for (int64_t i = 0; i < n; i++) x[i] = (x[i] - mx) - lse;
-    } else {
-      for (int64_t i = 0; i < n; i++) {
-        x[i] = exp(x[i] - mx);
-        sum += x[i];
-      }
-      for (int64_t i = 0; i < n; i++) x[i] /= sum;
-    }
-    row_store(&job->out, lane, x);
+  for (int64_t lane = begin, nl; lane < end; lane += nl) {
+    nl = block_lanes(&job->a, lane, end, job->blocked);
+    rows_io_block(&job->a, lane, nl, x, IO_LOAD);
+    for (int64_t k = 0; k < nl; k++) softmax_row(job, x + k * n, n);
+    rows_io_block(&job->out, lane, nl, x, IO_STORE);
   }
   free(x);
 }
 
 /* softmax: gi = y * (g - sum(g * y)); log_softmax: gi = g - exp(y) * sum(g) */
+static void softmax_backward_row(const softmax_job_t* job, double* g, const double* y, int64_t n) {
+  double s = 0;
+  if (job->log) {
+    for (int64_t i = 0; i < n; i++) s += g[i];
+    for (int64_t i = 0; i < n; i++) g[i] -= sm_exp(job, y[i]) * s;
+  } else {
+    for (int64_t i = 0; i < n; i++) s += g[i] * y[i];
+    for (int64_t i = 0; i < n; i++) g[i] = y[i] * (g[i] - s);
+  }
+}
+
 static void softmax_backward_range(void* ctx, int64_t begin, int64_t end) {
   softmax_job_t* job = ctx;
   int64_t n = job->a.len;
-  double* g = scratch(2 * n, &job->oom);
+  double* g = scratch(2 * LANE_BLOCK * n, &job->oom);
   if (!g) return;
-  double* y = g + n;
-  for (int64_t lane = begin; lane < end; lane++) {
-    row_load(&job->a, lane, g);
-    row_load(&job->b, lane, y);
-    double s = 0;
-    if (job->log) {
-      for (int64_t i = 0; i < n; i++) s += g[i];
-      for (int64_t i = 0; i < n; i++) g[i] -= exp(y[i]) * s;
-    } else {
-      for (int64_t i = 0; i < n; i++) s += g[i] * y[i];
-      for (int64_t i = 0; i < n; i++) g[i] = y[i] * (g[i] - s);
-    }
-    row_store(&job->out, lane, g);
+  double* y = g + LANE_BLOCK * n;
+  for (int64_t lane = begin, nl; lane < end; lane += nl) {
+    nl = block_lanes(&job->a, lane, end, job->blocked);
+    rows_io_block(&job->a, lane, nl, g, IO_LOAD);
+    rows_io_block(&job->b, lane, nl, y, IO_LOAD);
+    for (int64_t k = 0; k < nl; k++) softmax_backward_row(job, g + k * n, y + k * n, n);
+    rows_io_block(&job->out, lane, nl, g, IO_STORE);
   }
   free(g);
 }
@@ -288,8 +349,10 @@ static tpu_status_t softmax_forward(const tpu_call_t* call, bool log) {
   TPU_RETURN_IF_ERROR(wrap_dim(op, tpu_arg_i64(call, 1, -1), x->ndim, &dim));
   softmax_job_t job = {0};
   job.log = log;
+  job.single = call->outs[0].dtype != TPU_F64;
   rows_along(&job.a, x, dim);
   rows_along(&job.out, &call->outs[0], dim);
+  job.blocked = rows_blockable(&job.a);
   return run_items(op, job.a.lanes, job.a.len, softmax_range, &job, &job.oom);
 }
 
@@ -306,9 +369,11 @@ static tpu_status_t softmax_backward(const tpu_call_t* call, bool log) {
   TPU_RETURN_IF_ERROR(wrap_dim(op, tpu_arg_i64(call, 2, -1), g->ndim, &dim));
   softmax_job_t job = {0};
   job.log = log;
+  job.single = call->outs[0].dtype != TPU_F64;
   rows_along(&job.a, g, dim);
   rows_along(&job.b, y, dim);
   rows_along(&job.out, &call->outs[0], dim);
+  job.blocked = rows_blockable(&job.a);
   return run_items(op, job.a.lanes, job.a.len, softmax_backward_range, &job, &job.oom);
 }
 
@@ -460,22 +525,28 @@ tpu_status_t tpu_k_nll_loss_backward(const tpu_call_t* call) {
  * Layer, group and batch norm share one forward and one backward: rows of
  * `len` elements normalized by their own mean and variance (or given
  * statistics), then scaled by per-parameter weight and bias. The parameter
- * of element e of lane l is (l % lane_mod) * lane_mul + e / e_div:
- *   layer norm: lane_mod 1, lane_mul 0, e_div 1     (per element)
+ * of element e of lane l is (l % lane_mod) * lane_mul + e / e_div, or e
+ * itself when e_div is 0:
+ *   layer norm: lane_mod 1, lane_mul 0, e_div 0     (per element)
  *   group norm: lane_mod G, lane_mul C/G, e_div HxW (per channel)
  *   batch norm: lane_mod C, lane_mul 1, e_div len   (per lane = channel) */
 typedef struct {
   int64_t lane_mod, lane_mul, e_div, nparam;
 } param_map_t;
 
-/* Calls BODY(p, e0, e1) for each run [e0, e1) of a lane's elements that
- * share parameter p. */
+/* Calls BODY(p, ps, e0, e1) for runs [e0, e1) of a lane's elements: element
+ * i of a run has parameter p + (i - e0) * ps (ps is 1 for per-element
+ * parameters, else 0). */
 #define FOR_PARAM_RUNS(map, lane, len, BODY)                                 \
   do {                                                                       \
     int64_t p_ = ((lane) % (map).lane_mod) * (map).lane_mul;                 \
+    if ((map).e_div == 0) {                                                  \
+      BODY(p_, 1, 0, (len));                                                 \
+      break;                                                                 \
+    }                                                                        \
     for (int64_t e0_ = 0; e0_ < (len); e0_ += (map).e_div, p_++) {           \
       int64_t e1_ = e0_ + (map).e_div < (len) ? e0_ + (map).e_div : (len);   \
-      BODY(p_, e0_, e1_);                                                    \
+      BODY(p_, 0, e0_, e1_);                                                 \
     }                                                                        \
   } while (0)
 
@@ -505,11 +576,9 @@ static void norm_range(void* ctx, int64_t begin, int64_t end) {
       job->var[lane] = n > 0 ? ss / (double)n : NAN;
     }
     double mu = job->mean[lane], rs = 1 / sqrt(job->var[lane] + job->eps);
-#define NORM_RUN(p, e0, e1)                                                  \
-    {                                                                        \
-      double wv = job->w ? job->w[p] : 1, bv = job->b ? job->b[p] : 0;       \
-      for (int64_t i = e0; i < e1; i++) x[i] = (x[i] - mu) * rs * wv + bv;   \
-    }
+#define NORM_RUN(p, ps, e0, e1)                                              \
+    for (int64_t i = e0, q = p; i < e1; i++, q += ps)                        \
+      x[i] = (x[i] - mu) * rs * (job->w ? job->w[q] : 1) + (job->b ? job->b[q] : 0);
     FOR_PARAM_RUNS(job->map, lane, n, NORM_RUN);
 #undef NORM_RUN
     row_store(&job->y, lane, x);
@@ -550,17 +619,14 @@ static void norm_bwd_range(void* ctx, int64_t begin, int64_t end) {
       row_load(&job->x, lane, xh);
       double mu = job->mean[lane], rs = job->rstd[lane], sg = 0, sgx = 0;
       for (int64_t i = 0; i < n; i++) xh[i] = (xh[i] - mu) * rs;
-#define NORM_BWD_RUN(p, e0, e1)                                              \
-      {                                                                      \
-        double wv = job->w ? job->w[p] : 1;                                  \
-        for (int64_t i = e0; i < e1; i++) {                                  \
-          g[i] = dy[i] * wv;                                                 \
-          sg += g[i];                                                        \
-          sgx += g[i] * xh[i];                                               \
-          if (pw) {                                                          \
-            pw[p] += dy[i] * xh[i];                                          \
-            pb[p] += dy[i];                                                  \
-          }                                                                  \
+#define NORM_BWD_RUN(p, ps, e0, e1)                                          \
+      for (int64_t i = e0, q = p; i < e1; i++, q += ps) {                    \
+        g[i] = dy[i] * (job->w ? job->w[q] : 1);                             \
+        sg += g[i];                                                          \
+        sgx += g[i] * xh[i];                                                 \
+        if (pw) {                                                            \
+          pw[q] += dy[i] * xh[i];                                            \
+          pb[q] += dy[i];                                                    \
         }                                                                    \
       }
       FOR_PARAM_RUNS(job->map, lane, n, NORM_BWD_RUN);
@@ -689,7 +755,7 @@ tpu_status_t tpu_k_native_layer_norm(const tpu_call_t* call) {
   norm_job_t job = {0};
   rows_split(&job.x, x, axis);
   rows_split(&job.y, &call->outs[0], axis);
-  job.map = (param_map_t){1, 0, 1, job.x.len};
+  job.map = (param_map_t){1, 0, 0, job.x.len};
   job.eps = tpu_arg_f64(call, 4, 1e-5);
   return norm_forward_stats(op, call, &job, opt_tensor(call, 2), opt_tensor(call, 3));
 }
@@ -740,7 +806,7 @@ tpu_status_t tpu_k_native_layer_norm_backward(const tpu_call_t* call) {
     TPU_RETURN_IF_ERROR(check_same_shape(op, "grad_input", &call->outs[0], x));
     rows_split(&job.dx, &call->outs[0], axis);
   }
-  job.map = (param_map_t){1, 0, 1, job.x.len};
+  job.map = (param_map_t){1, 0, 0, job.x.len};
   return norm_backward_stats(op, call, 7, &job, tpu_arg_tensor(call, 3), tpu_arg_tensor(call, 4),
                              opt_tensor(call, 5));
 }
