@@ -524,3 +524,13 @@ def test_core_ops_every_dtype(dtype):
     assert_same(torch.zeros(2, 3, dtype=dtype, device="tpu"), torch.zeros(2, 3, dtype=dtype))
     t = make((5,), dtype, 0, 4).to("tpu")
     assert t.dtype == dtype and t[2].item() == t.cpu()[2].item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool], ids=str)
+def test_unique(dtype):
+    x = make((4, 5), dtype, -2, 2, seed=11)
+    check_op(lambda t: torch.unique(t), x)
+    check_op(lambda t: torch.unique(t, return_inverse=True, return_counts=True), x)
+    check_op(lambda t: torch.unique_consecutive(t.flatten(), return_inverse=True,
+                                                return_counts=True), x)
+    check_op(lambda t: torch.unique(t), make((0,), dtype))

@@ -758,6 +758,48 @@ at::Tensor& tpu_masked_select_out(const at::Tensor& self, const at::Tensor& mask
   return out;
 }
 
+// unique: data-dependent sizes, composed from device ops (sort, compare,
+// masked_select, cumsum, scatter). Groups of equal values are runs of the
+// sorted (or, for unique_consecutive, original) order.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_runs(const at::Tensor& self, bool sort,
+                                                           bool return_inverse,
+                                                           bool return_counts) {
+  at::Tensor flat = self.reshape({-1});
+  const int64_t n = flat.numel();
+  at::Tensor vals = flat, perm;
+  if (sort) std::tie(vals, perm) = flat.sort(/*stable=*/true, 0, false);
+  at::Tensor first = at::ones({n}, flat.options().dtype(at::kBool));
+  if (n > 1) first.slice(0, 1).copy_(vals.slice(0, 1).ne(vals.slice(0, 0, n - 1)));
+  at::Tensor uniq = vals.masked_select(first);
+  at::Tensor inverse = at::empty({0}, flat.options().dtype(at::kLong));
+  at::Tensor counts = at::empty({0}, flat.options().dtype(at::kLong));
+  if (return_inverse) {
+    at::Tensor group = first.cumsum(0, at::kLong).sub_(1);
+    inverse = sort ? at::empty({n}, group.options()).scatter_(0, perm, group) : group;
+    inverse = inverse.reshape(self.sizes());
+  }
+  if (return_counts) {
+    at::Tensor starts = at::nonzero(first).reshape({-1});
+    at::Tensor ends = at::cat({starts.slice(0, 1), at::full({1}, n, starts.options())});
+    counts = ends.sub(starts);
+  }
+  return {uniq, inverse, counts};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique2(const at::Tensor& self, bool sorted,
+                                                           bool return_inverse,
+                                                           bool return_counts) {
+  (void)sorted;  // always sorted: a valid order for sorted=False too
+  return unique_runs(self, true, return_inverse, return_counts);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_consecutive(
+    const at::Tensor& self, bool return_inverse, bool return_counts, std::optional<int64_t> dim) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!dim.has_value() || self.dim() <= 1,
+                              "TorchTPU: aten::unique_consecutive with dim is not implemented");
+  return unique_runs(self, false, return_inverse, return_counts);
+}
+
 void tpu_record_stream(at::Tensor& self, c10::Stream s) {
   allocator();  // the allocator tracks side-stream use of the block
   static_cast<c10::DeviceAllocator*>(allocator())->recordStream(self.storage().data_ptr(), s);
@@ -861,6 +903,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("masked_select", tpu_masked_select);
   m.impl("masked_select.out", tpu_masked_select_out);
   m.impl("record_stream", tpu_record_stream);
+  m.impl("_unique2", tpu_unique2);
+  m.impl("unique_consecutive", tpu_unique_consecutive);
 }
 
 namespace {
@@ -877,7 +921,8 @@ std::vector<std::string> supported_ops() {
                         "_reshape_alias", "resize_", "set_.source_Storage_storage_offset",
                         "set_.source_Storage", "set_.source_Tensor", "set_", "_copy_from",
                         "_copy_from_and_resize", "copy_", "_local_scalar_dense", "nonzero.out",
-                        "masked_select", "masked_select.out", "record_stream"})
+                        "masked_select", "masked_select.out", "record_stream", "_unique2",
+                        "unique_consecutive"})
     if (!tpu_op_lookup(n)) out.push_back(std::string("aten::") + n);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
