@@ -534,3 +534,9 @@ def test_unique(dtype):
     check_op(lambda t: torch.unique_consecutive(t.flatten(), return_inverse=True,
                                                 return_counts=True), x)
     check_op(lambda t: torch.unique(t), make((0,), dtype))
+
+
+def test_equal_returns_bool():
+    a = torch.arange(6.0).reshape(2, 3)
+    for other in (a.clone(), a + 1, a[:1], a.t().contiguous().t()):
+        assert torch.equal(a.to("tpu"), other.to("tpu")) == torch.equal(a, other)

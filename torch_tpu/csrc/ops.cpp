@@ -800,6 +800,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_consecutive(
   return unique_runs(self, false, return_inverse, return_counts);
 }
 
+// equal returns a Python bool, which the boxed path cannot produce.
+bool tpu_equal(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
+              self.device(), " and ", other.device());
+  if (self.sizes() != other.sizes()) return false;
+  if (self.numel() == 0) return true;
+  return self.eq(other).all().item<bool>();
+}
+
 void tpu_record_stream(at::Tensor& self, c10::Stream s) {
   allocator();  // the allocator tracks side-stream use of the block
   static_cast<c10::DeviceAllocator*>(allocator())->recordStream(self.storage().data_ptr(), s);
@@ -904,6 +913,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("masked_select.out", tpu_masked_select_out);
   m.impl("record_stream", tpu_record_stream);
   m.impl("_unique2", tpu_unique2);
+  m.impl("equal", tpu_equal);
   m.impl("unique_consecutive", tpu_unique_consecutive);
 }
 
@@ -921,7 +931,7 @@ std::vector<std::string> supported_ops() {
                         "_reshape_alias", "resize_", "set_.source_Storage_storage_offset",
                         "set_.source_Storage", "set_.source_Tensor", "set_", "_copy_from",
                         "_copy_from_and_resize", "copy_", "_local_scalar_dense", "nonzero.out",
-                        "masked_select", "masked_select.out", "record_stream", "_unique2",
+                        "masked_select", "masked_select.out", "record_stream", "_unique2", "equal",
                         "unique_consecutive"})
     if (!tpu_op_lookup(n)) out.push_back(std::string("aten::") + n);
   std::sort(out.begin(), out.end());
