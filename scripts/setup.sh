@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.torch_tpu_deps
-want="torch==2.13.0 numpy pytest"
+want="torch==2.13.0 numpy pytest expecttest"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/pip install -q --disable-pip-version-check $want
   echo "$want" > "$stamp"

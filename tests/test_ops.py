@@ -540,3 +540,9 @@ def test_equal_returns_bool():
     a = torch.arange(6.0).reshape(2, 3)
     for other in (a.clone(), a + 1, a[:1], a.t().contiguous().t()):
         assert torch.equal(a.to("tpu"), other.to("tpu")) == torch.equal(a, other)
+
+
+def test_repeat_interleave_data_dependent():
+    r = torch.tensor([1, 0, 3])
+    check_op(torch.repeat_interleave, r)
+    check_op(lambda x, rr: torch.repeat_interleave(x, rr, dim=0), make((3, 2), torch.float32), r)

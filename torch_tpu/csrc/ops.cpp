@@ -61,6 +61,7 @@ struct OpInfo {
   int generator_arg = -1;
   bool is_index = false;      // index.Tensor: bool masks become long indices
   bool is_index_put = false;  // index_put(_) / _index_put_impl_
+  bool is_repeat_interleave = false;  // output size from the data unless given
   // For each return: the argument it aliases (mutation), or -1 when fresh.
   std::vector<int> return_alias;
   std::vector<bool> return_is_view;
@@ -101,6 +102,7 @@ const OpInfo& op_info_slow(const c10::OperatorHandle& op) {
             c10::TypeKind::GeneratorType)
       info->generator_arg = (int)i;
   info->is_index = base == "index";
+  info->is_repeat_interleave = base == "repeat_interleave";
   info->is_index_put = base == "index_put_" || base == "index_put" || base == "_index_put_impl_";
   for (const auto& ret : schema.returns()) {
     int alias = -1;
@@ -532,6 +534,8 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     prepare_indices(args, args[0].toTensor().device().index());
   const c10::DeviceIndex dev = check_devices(info, args, nargs);
   c10::DeviceGuard guard(c10::Device(kTpu, dev));
+  if (info.is_repeat_interleave && nargs >= 2 && args[0].isTensor() && args[1].isNone())
+    args[1] = args[0].toTensor().sum().item<int64_t>();  // data-dependent: synchronizes
 
   const size_t nret = info.return_alias.size();
   std::vector<OutMeta> scratch;
