@@ -1,4 +1,7 @@
 /* Matrix multiply and neural-network kernels against naive references. */
+#include <float.h>
+
+#include "targets/host/kernels/gemm_ukernel.h"
 #include "targets/host/kernels/matmul.h"
 #include "test_util.h"
 
@@ -76,26 +79,57 @@ static void check_gemm(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_t
   CHECK(bad == 0);
 }
 
-static void gemm_case(int64_t m, int64_t n, int64_t k, tpu_dtype_t dt, bool ta, bool tb,
-                      double alpha, double beta, double tol) {
+/* Runs op `name` like tt_run, under float32 matmul precision `prec`. */
+static tpu_status_t run_prec(const char* name, tpu_arg_t* args, int nargs, tpu_tensor_t* outs,
+                             int nouts, tpu_precision_t prec) {
+  const tpu_op_t* op = tpu_op_lookup(name);
+  if (!op) return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "no op %s", name);
+  tpu_call_t c = {0};
+  c.op = op;
+  c.args = args;
+  c.nargs = nargs;
+  c.outs = outs;
+  c.nouts = nouts;
+  c.debug_checks = true;
+  c.precision = prec;
+  return tpu_call_run(&c);
+}
+
+/* plain float32 results */
+static tpu_status_t run_f32(const char* name, tpu_arg_t* args, int nargs, tpu_tensor_t* outs,
+                            int nouts) {
+  return run_prec(name, args, nargs, outs, nouts, TPU_PRECISION_HIGHEST);
+}
+
+/* c = beta * self + alpha * a @ b through tpu_gemm (float32 precision outside
+ * a call); ta/tb/tc: operands and output stored transposed. */
+static void gemm_case_t(int64_t m, int64_t n, int64_t k, tpu_dtype_t dt, bool ta, bool tb,
+                        bool tc, double alpha, double beta, double tol) {
   buf_t a = ta ? bmake(dt, 2, k, m, 0, 0) : bmake(dt, 2, m, k, 0, 0);
   buf_t b = tb ? bmake(dt, 2, n, k, 0, 0) : bmake(dt, 2, k, n, 0, 0);
-  buf_t c = bmake(dt, 2, m, n, 0, 0), self = bmake(dt, 2, m, n, 0, 0);
+  buf_t c = tc ? bmake(dt, 2, n, m, 0, 0) : bmake(dt, 2, m, n, 0, 0);
+  buf_t self = bmake(dt, 2, m, n, 0, 0);
   bfill(&a, 4);
   bfill(&b, 4);
   bfill(&self, 4);
   tpu_tensor_t av = ta ? transposed(&a.t) : a.t, bv = tb ? transposed(&b.t) : b.t;
-  CHECK_OK(tpu_gemm(&av, &bv, &c.t, alpha, beta, &self.t));
-  check_gemm(&av, &bv, &c.t, alpha, beta, &self.t, tol);
+  tpu_tensor_t cv = tc ? transposed(&c.t) : c.t;
+  CHECK_OK(tpu_gemm(&av, &bv, &cv, alpha, beta, &self.t));
+  check_gemm(&av, &bv, &cv, alpha, beta, &self.t, tol);
   free(a.mem);
   free(b.mem);
   free(c.mem);
   free(self.mem);
 }
 
+static void gemm_case(int64_t m, int64_t n, int64_t k, tpu_dtype_t dt, bool ta, bool tb,
+                      double alpha, double beta, double tol) {
+  gemm_case_t(m, n, k, dt, ta, tb, false, alpha, beta, tol);
+}
+
 static void test_gemm_shapes(void) {
-  for (int simd = 1; simd >= 0; simd--) {
-    tpu_gemm_set_simd(simd);
+  for (int isa = TPU_GEMM_ISA_AVX512; isa >= TPU_GEMM_ISA_PORTABLE; isa--) {
+    if (!tpu_gemm_set_isa((tpu_gemm_isa_t)isa)) continue;
     gemm_case(1, 1, 1, TPU_F32, false, false, 1, 0, 1e-6);
     gemm_case(37, 19, 53, TPU_F32, false, false, 1, 0, 1e-6);
     gemm_case(37, 19, 53, TPU_F32, true, false, 1, 0, 1e-6);
@@ -113,8 +147,195 @@ static void test_gemm_shapes(void) {
     gemm_case(37, 19, 53, TPU_F64, false, true, 1, 1, 1e-12);
     gemm_case(37, 19, 53, TPU_I64, true, false, 2, 3, 0);
     gemm_case(40, 10, 30, TPU_I32, false, false, 1, 0, 0);
+    /* float blocking: edge tiles written into c, k blocks, a float tile for
+     * a transposed output, column groups for few row blocks, wide n */
+    gemm_case(100, 70, 600, TPU_F32, false, false, 1, 0, 1e-6);
+    gemm_case(100, 70, 600, TPU_F32, true, true, 1.5, 0, 1e-6);
+    gemm_case_t(61, 45, 300, TPU_F32, false, true, true, 1, 1, 1e-6);
+    gemm_case_t(61, 45, 300, TPU_BF16, true, false, true, 1, 0, 1e-2);
+    gemm_case(7, 1500, 40, TPU_F32, false, false, 1, 0.5, 1e-6);
+    gemm_case(13, 2100, 9, TPU_F16, false, true, 1, 0, 2e-3);
   }
-  tpu_gemm_set_simd(true);
+  CHECK(tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO));
+  CHECK(tpu_gemm_set_isa(TPU_GEMM_ISA_PORTABLE));
+  CHECK(strcmp(tpu_gemm_isa_name(), "portable") == 0);
+  CHECK(tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO));
+  CHECK(!tpu_gemm_set_isa((tpu_gemm_isa_t)7));
+}
+
+/* ---- float32 matmul precision ---- */
+static float bf16r(float x) { return tpu_bf16_to_f32(tpu_f32_to_bf16(x)); }
+
+/* Scalar transforms: bf16 rounding agrees with the conversion kernels use,
+ * the split is exact; each micro-kernel's float32 packer applies them bit
+ * for bit like the scalar ones, for both of its layouts. */
+static void test_gemm_transforms(void) {
+  enum { NV = 4096 };
+  static float v[NV];
+  const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 1.00390625f /* tie */, 1.01171875f,
+                           1e-40f, -3e-39f, 1.2e-38f, FLT_MAX, -FLT_MAX, 3.3961e38f, INFINITY,
+                           -INFINITY, NAN, 65504.0f, 1.0f + 1.0f / 1048576, 0.1f};
+  int ns = (int)(sizeof special / sizeof special[0]);
+  for (int i = 0; i < NV; i++) {
+    if (i < ns) {
+      v[i] = special[i];
+    } else {
+      g_rng ^= g_rng << 13;
+      g_rng ^= g_rng >> 7;
+      g_rng ^= g_rng << 17;
+      uint32_t u = (uint32_t)(g_rng >> 20);
+      if (i % 4 == 0) u = (u & 0x807fffffu) | (0x3f800000u & ~0x00800000u); /* near 1 */
+      memcpy(&v[i], &u, 4);
+    }
+  }
+  int bad = 0;
+  for (int i = 0; i < NV; i++) {
+    float x = v[i], hi = gemm_xform(GEMM_XF_HI, x), lo = gemm_xform(GEMM_XF_LO, x);
+    float r = gemm_xform(GEMM_XF_BF16, x), h16 = gemm_xform(GEMM_XF_HI16, x);
+    if (isnan(x)) {
+      bad += !isnan(r) || !isnan(hi) || !isnan(h16);
+      continue;
+    }
+    int wrong = gemm_f2u(r) != gemm_f2u(bf16r(x));
+    wrong |= (gemm_f2u(hi) & 0xffffu) != 0 || (gemm_f2u(lo) & 0xffffu) != 0;
+    if (isinf(x)) wrong |= hi != x || lo != 0;
+    else wrong |= isinf(hi) || isinf(lo);
+    /* normal, not near overflow: hi + lo is exact and within 2^-16 of x */
+    if (fabsf(x) < 3e38f && fabsf(x) > 0x1p-100f)
+      wrong |= (double)hi + (double)lo != (double)h16 ||
+               fabs((double)x - (double)h16) > ldexp(fabs((double)x), -16);
+    if (wrong && bad++ < 3) fprintf(stderr, "transforms of %a: %a %a %a %a\n", x, r, hi, lo, h16);
+  }
+  CHECK(bad == 0);
+  bad = 0;
+  static const gemm_xform_t combos[4][2] = {{GEMM_XF_EXACT, GEMM_XF_EXACT},
+                                            {GEMM_XF_BF16, GEMM_XF_EXACT},
+                                            {GEMM_XF_HI, GEMM_XF_LO},
+                                            {GEMM_XF_HI16, GEMM_XF_HI}};
+  const gemm_ukernel_t* uks[] = {&tpu_gemm_ukernel_portable,
+#ifdef TPU_GEMM_HAVE_X86
+                                 &tpu_gemm_ukernel_avx2, &tpu_gemm_ukernel_avx512
+#endif
+  };
+  static float packed[3 * NV]; /* 2 passes of padded panels */
+  for (int u = 0; u < (int)(sizeof uks / sizeof uks[0]); u++) {
+    if (!tpu_gemm_set_isa((tpu_gemm_isa_t)u) || !uks[u]->pack_f32) continue;
+    for (int c = 0; c < 4; c++) {
+      int np = c >= 2 ? 2 : 1;
+      /* lines x steps read as (l, k) = v[l * kc + k] (A by rows) and as
+       * v[k * lines + l] (B by rows), with partial panels */
+      for (int layout = 0; layout < 2; layout++) {
+        int w = layout == 0 ? uks[u]->mr : uks[u]->nr;
+        int64_t lines = 3 * w - 1, kc = NV / lines;
+        int64_t sl = layout == 0 ? kc : 1, sk = layout == 0 ? 1 : lines;
+        if (!uks[u]->pack_f32(packed, v, sl, sk, lines, kc, w, combos[c], np)) continue;
+        for (int64_t l = 0; l < (lines + w - 1) / w * w; l++)
+          for (int64_t k = 0; k < kc; k++)
+            for (int p = 0; p < np; p++) {
+              float got = packed[(l / w) * w * kc * np + (k * np + p) * w + l % w];
+              float want = l < lines ? gemm_xform(combos[c][p], v[l * sl + k * sk]) : 0.0f;
+              if (gemm_f2u(got) != gemm_f2u(want) && !(isnan(got) && isnan(want)) && bad++ < 3)
+                fprintf(stderr, "%s pack layout %d xform %d: line %lld step %lld pass %d: %a, want %a\n",
+                        uks[u]->name, layout, (int)combos[c][p], (long long)l, (long long)k, p,
+                        got, want);
+            }
+      }
+    }
+  }
+  tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO);
+  CHECK(bad == 0);
+}
+
+/* mm under each precision and micro-kernel against float64 sums of the
+ * transformed inputs, within float32 accumulation error (K + 2) * 2^-24 *
+ * sum |a||b|: medium = bf16(a) @ bf16(b); high = the 3-pass split a_hi @ b_hi
+ * + a_hi @ b_lo + a_lo @ b_hi; highest = a @ b. Medium must be visibly
+ * less accurate than float32 (the rounding happened), high close to it. */
+static void test_gemm_precision(void) {
+  enum { M = 29, K = 300, N = 37 };
+  buf_t a = bmake(TPU_F32, 2, M, K, 0, 0), b = bmake(TPU_F32, 2, K, N, 0, 0);
+  buf_t c = bmake(TPU_F32, 2, M, N, 0, 0);
+  float* av = a.mem;
+  float* bv = b.mem;
+  for (int i = 0; i < M * K; i++) av[i] = (float)ldexp(urand(), (int)(urand() * 6));
+  for (int i = 0; i < K * N; i++) bv[i] = (float)ldexp(urand(), (int)(urand() * 6));
+  for (int tb = 0; tb < 2; tb++) {
+    tpu_tensor_t bt = b.t;
+    if (tb) { /* the same values through a transposed view of a copy */
+      float* copy = malloc(sizeof(float) * K * N);
+      for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++) copy[j * K + k] = bv[k * N + j];
+      int64_t sz[2] = {N, K};
+      tpu_tensor_t t = tt_make(copy, TPU_F32, 2, sz);
+      bt = transposed(&t);
+    }
+    for (int isa = TPU_GEMM_ISA_AVX512; isa >= TPU_GEMM_ISA_PORTABLE; isa--) {
+      if (!tpu_gemm_set_isa((tpu_gemm_isa_t)isa)) continue;
+      for (int prec = TPU_PRECISION_MEDIUM; prec <= TPU_PRECISION_HIGHEST; prec++) {
+        tpu_arg_t args[2] = {ta_t(&a.t), ta_t(&bt)};
+        CHECK_OK(run_prec("mm", args, 2, &c.t, 1, (tpu_precision_t)prec));
+        int bad = 0;
+        double worst_exact = 0; /* max |c - a @ b| / ((K + 2) 2^-24 sum |a||b|) */
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++) {
+            double ref = 0, exact = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+              float x = av[i * K + k], y = bv[k * N + j];
+              float xh = bf16r(x), yh = bf16r(y), xl = bf16r(x - xh), yl = bf16r(y - yh);
+              exact += (double)x * y;
+              mag += fabs((double)x * y);
+              if (prec == TPU_PRECISION_MEDIUM) ref += (double)xh * yh;
+              else if (prec == TPU_PRECISION_HIGH)
+                ref += (double)xh * yh + (double)xh * yl + (double)xl * yh;
+              else ref += (double)x * y;
+            }
+            double got = ((float*)c.mem)[i * N + j], bound = (K + 2) * ldexp(mag, -24);
+            if (!(fabs(got - ref) <= bound) && bad++ < 3)
+              fprintf(stderr, "%s precision %d: c[%d,%d] = %.9g, want %.9g +- %.3g\n",
+                      tpu_gemm_isa_name(), prec, i, j, got, ref, bound);
+            worst_exact = fmax(worst_exact, fabs(got - exact) / bound);
+          }
+        CHECK(bad == 0);
+        if (prec == TPU_PRECISION_MEDIUM) CHECK(worst_exact > 4);
+        if (prec == TPU_PRECISION_HIGH) CHECK(worst_exact < 4);
+      }
+    }
+    if (tb) free(bt.data);
+  }
+  tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO);
+
+  /* high keeps large and infinite values apart from their split: x, which
+   * rounds to infinity in bfloat16, stays finite, inf stays inf (not
+   * inf - inf), NaN propagates */
+  const float x = 0x1.ffp+127f; /* half way between bf16 max and infinity */
+  float sa[4] = {x, 1, INFINITY, NAN}, sb[2] = {0.5f, 1}, sc2[8];
+  int64_t s41[2] = {4, 1}, s12[2] = {1, 2}, s42[2] = {4, 2};
+  tpu_tensor_t tsa = tt_make(sa, TPU_F32, 2, s41), tsb = tt_make(sb, TPU_F32, 2, s12),
+               tsc = tt_make(sc2, TPU_F32, 2, s42);
+  for (int prec = TPU_PRECISION_MEDIUM; prec <= TPU_PRECISION_HIGHEST; prec++) {
+    tpu_arg_t args[2] = {ta_t(&tsa), ta_t(&tsb)};
+    CHECK_OK(run_prec("mm", args, 2, &tsc, 1, (tpu_precision_t)prec));
+    if (prec == TPU_PRECISION_MEDIUM) CHECK(isinf(sc2[0])); /* bf16(FLT_MAX) = inf */
+    else CHECK(sc2[0] == x * 0.5f && sc2[1] == x);
+    CHECK(sc2[2] == 0.5f && sc2[3] == 1);
+    CHECK(sc2[4] == INFINITY && sc2[5] == INFINITY);
+    CHECK(isnan(sc2[6]) && isnan(sc2[7]));
+  }
+
+  /* bfloat16 inputs take one pass: every level gives the float32 sums of
+   * the exact products, rounded once */
+  buf_t ha = bmake(TPU_BF16, 2, 9, 70, 0, 0), hb = bmake(TPU_BF16, 2, 70, 11, 0, 0);
+  buf_t ref = bmake(TPU_F32, 2, 9, 11, 0, 0), hout = bmake(TPU_BF16, 2, 9, 11, 0, 0);
+  bfill(&ha, 3);
+  bfill(&hb, 3);
+  CHECK_OK(tpu_gemm(&ha.t, &hb.t, &ref.t, 1, 0, NULL));
+  for (int prec = TPU_PRECISION_MEDIUM; prec <= TPU_PRECISION_HIGHEST; prec++) {
+    tpu_arg_t args[2] = {ta_t(&ha.t), ta_t(&hb.t)};
+    CHECK_OK(run_prec("mm", args, 2, &hout.t, 1, (tpu_precision_t)prec));
+    for (int i = 0; i < 99; i++) CHECK(bget(&hout, i) == (double)bf16r((float)bget(&ref, i)));
+  }
+  buf_t* frees[] = {&a, &b, &c, &ha, &hb, &ref, &hout};
+  for (unsigned i = 0; i < sizeof frees / sizeof frees[0]; i++) free(frees[i]->mem);
 }
 
 static void test_gemm_semantics(void) {
@@ -160,7 +381,7 @@ static void test_mm_ops(void) {
   int64_t s22[2] = {2, 2};
   tpu_tensor_t ta = tt_make(a, TPU_F32, 2, s22), tb = tt_make(b, TPU_F32, 2, s22);
   tpu_arg_t args[3] = {ta_t(&ta), ta_t(&tb), ta_t(&ta)};
-  CHECK_OK(tt_run("mm.out", args, 3, &ta, 1));
+  CHECK_OK(run_f32("mm.out", args, 3, &ta, 1));
   CHECK(a[0] == 2 && a[1] == 1 && a[2] == 4 && a[3] == 3);
 
   /* addmm_ in place with a bias row broadcast in addmm */
@@ -169,11 +390,11 @@ static void test_mm_ops(void) {
   int64_t s2[1] = {2};
   tpu_tensor_t tbias = tt_make(bias, TPU_F32, 1, s2), tout = tt_make(out, TPU_F32, 2, s22);
   tpu_arg_t a2[5] = {ta_t(&tself), ta_t(&ta), ta_t(&tb), ta_i(2), ta_d(0.5)};
-  CHECK_OK(tt_run("addmm_", a2, 5, &tself, 1));
+  CHECK_OK(run_f32("addmm_", a2, 5, &tself, 1));
   /* a is now [[2,1],[4,3]]; a @ b = [[1,2],[3,4]] */
   CHECK(self[0] == 2.5 && self[1] == 3 && self[2] == 3.5 && self[3] == 4);
   tpu_arg_t a3[5] = {ta_t(&tbias), ta_t(&ta), ta_t(&tb), ta_i(1), ta_i(1)};
-  CHECK_OK(tt_run("addmm", a3, 5, &tout, 1));
+  CHECK_OK(run_f32("addmm", a3, 5, &tout, 1));
   CHECK(out[0] == 11 && out[1] == 22 && out[2] == 13 && out[3] == 24);
 
   /* bmm / baddbmm with a broadcast self, addbmm */
@@ -184,8 +405,8 @@ static void test_mm_ops(void) {
   bfill(&b2, 1);
   bfill(&s, 1);
   tpu_arg_t a4[5] = {ta_t(&s.t), ta_t(&b1.t), ta_t(&b2.t), ta_d(0.5), ta_d(2)};
-  CHECK_OK(tt_run("baddbmm", a4, 5, &r.t, 1));
-  CHECK_OK(tt_run("addbmm", a4, 5, &r2.t, 1));
+  CHECK_OK(run_f32("baddbmm", a4, 5, &r.t, 1));
+  CHECK_OK(run_f32("addbmm", a4, 5, &r2.t, 1));
   int bad = 0;
   for (int i = 0; i < 5; i++)
     for (int j = 0; j < 4; j++) {
@@ -200,7 +421,7 @@ static void test_mm_ops(void) {
     }
   CHECK(bad == 0);
   tpu_arg_t a5[2] = {ta_t(&b1.t), ta_t(&b2.t)};
-  CHECK_OK(tt_run("bmm", a5, 2, &r.t, 1));
+  CHECK_OK(run_f32("bmm", a5, 2, &r.t, 1));
   double acc = 0;
   for (int p = 0; p < 7; p++) acc += bget(&b1, 35 + 7 + p) * bget(&b2, 28 + p * 4 + 1);
   CHECK_NEAR(bget(&r, 20 + 4 + 1), acc, 1e-5);
@@ -211,7 +432,7 @@ static void test_mm_ops(void) {
   tpu_tensor_t tm = tt_make(m, TPU_F32, 2, s23), tv = tt_make(v, TPU_F32, 1, s3),
                tmvo = tt_make(mvo, TPU_F32, 1, s2), td = tt_make(&d, TPU_F32, 0, NULL);
   tpu_arg_t a6[2] = {ta_t(&tm), ta_t(&tv)};
-  CHECK_OK(tt_run("mv", a6, 2, &tmvo, 1));
+  CHECK_OK(run_f32("mv", a6, 2, &tmvo, 1));
   CHECK(mvo[0] == -2 && mvo[1] == -2);
   float sc = 100;
   tpu_tensor_t tsc = tt_make(&sc, TPU_F32, 0, NULL);
@@ -219,7 +440,7 @@ static void test_mm_ops(void) {
   float v2[2] = {1, 1}, mvo3[3];
   tpu_tensor_t tv2 = tt_make(v2, TPU_F32, 1, s2), tmvo3 = tt_make(mvo3, TPU_F32, 1, s3);
   tpu_arg_t a7[5] = {ta_t(&tsc), ta_t(&tmt), ta_t(&tv2), ta_d(0.5), ta_d(1)};
-  CHECK_OK(tt_run("addmv", a7, 5, &tmvo3, 1));
+  CHECK_OK(run_f32("addmv", a7, 5, &tmvo3, 1));
   CHECK(mvo3[0] == 55 && mvo3[1] == 57 && mvo3[2] == 59);
   tpu_tensor_t tcol = tm; /* column 1 of m: {2, 5} */
   tcol.ndim = 1;
@@ -227,17 +448,17 @@ static void test_mm_ops(void) {
   tcol.strides[0] = 3;
   tcol.data = m + 1;
   tpu_arg_t a8[2] = {ta_t(&tcol), ta_t(&tv2)};
-  CHECK_OK(tt_run("dot", a8, 2, &td, 1));
+  CHECK_OK(run_f32("dot", a8, 2, &td, 1));
   CHECK(d == 7);
   tpu_arg_t a9[2] = {ta_t(&tcol), ta_t(&tv)};
-  tpu_status_t st = tt_run("dot", a9, 2, &td, 1);
+  tpu_status_t st = run_f32("dot", a9, 2, &td, 1);
   CHECK(st && tpu_status_code(st) == TPU_CODE_INVALID_ARGUMENT);
   tpu_status_free(st);
   /* 0-size batch */
   buf_t e1 = bmake(TPU_F32, 3, 0, 5, 7, 0), e2 = bmake(TPU_F32, 3, 0, 7, 4, 0),
         eo = bmake(TPU_F32, 3, 0, 5, 4, 0);
   tpu_arg_t a10[2] = {ta_t(&e1.t), ta_t(&e2.t)};
-  CHECK_OK(tt_run("bmm", a10, 2, &eo.t, 1));
+  CHECK_OK(run_f32("bmm", a10, 2, &eo.t, 1));
   buf_t* frees[] = {&b1, &b2, &r, &s, &r2, &e1, &e2, &eo};
   for (unsigned i = 0; i < sizeof frees / sizeof frees[0]; i++) free(frees[i]->mem);
 }
@@ -636,6 +857,8 @@ int main(void) {
   CHECK_OK(tpu_runtime_init());
   test_gemm_shapes();
   test_gemm_semantics();
+  test_gemm_transforms();
+  test_gemm_precision();
   test_mm_ops();
   test_softmax();
   test_softmax_backward();

@@ -26,7 +26,21 @@ SUBSET = [
 
 # (OpInfo, dtype) -> reason for the pairs that fail today. xfail is strict: a
 # fix makes the test fail as XPASS until its entry is removed here.
-KNOWN_FAILURES = {}
+_TIES = ("index order of equal keys: tpu sorts stably, CPU's default sort orders ties "
+         "differently (indices and the gradient's scatter differ)")
+KNOWN_FAILURES = {
+    ("sort", torch.bfloat16): _TIES,
+    ("topk", torch.bfloat16): _TIES,
+    ("nn.functional.silu", torch.bfloat16): "backward ~3 ulp off, less accurate than CPU's",
+    ("nn.functional.cross_entropy", torch.bfloat16):
+        "gradient of probability targets off by 2e-3, less accurate than CPU's",
+    ("gather", torch.float32): "uint8 index tensors rejected (CPU accepts them)",
+    ("gather", torch.bfloat16): "uint8 index tensors rejected (CPU accepts them)",
+}
+
+
+# OpInfo samples use deprecated arguments on purpose (scatter's reduce=).
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def _params():

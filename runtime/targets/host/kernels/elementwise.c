@@ -1,7 +1,12 @@
 /* Element-wise kernels: arithmetic, math, comparisons, logic, activations
  * and their backward formulas. Each op has loop bodies per compute type
- * generated from one expression (tgmath picks float or double functions). */
+ * generated from one expression (tgmath picks float or double functions;
+ * EXP/LOG/TANH/ERF use the vectorizable float32 versions of vecmath.h for
+ * float and libm for double). Every body is compiled for the baseline ISA
+ * and for AVX2+FMA, and the one for tpu_host_isa() runs. */
 #include <stdatomic.h>
+
+#include "vecmath.h"
 #include <tgmath.h>
 
 #include "kernels.h"
@@ -13,23 +18,34 @@ typedef struct {
   _Atomic int err; /* integer division by zero, etc. */
 } ew_ctx_t;
 
+/* float32 math from vecmath.h, libm for double; `exp` etc. without an
+ * argument list name the libm double functions, not the tgmath macros */
+#define EXP(x) _Generic((x), float: tpu_vm_expf, default: exp)(x)
+#define LOG(x) _Generic((x), float: tpu_vm_logf, default: log)(x)
+#define TANH(x) _Generic((x), float: tpu_vm_tanhf, default: tanh)(x)
+#define ERF(x) _Generic((x), float: tpu_vm_erff, default: erf)(x)
+
 /* ---- loop body generators ----
  * In expressions: a, b, c are the current elements of in[0..2]; s0/s1 and
- * i0/i1 the context scalars in the loop's type. */
-#define BODY1(NAME, T, SUF, EXPR)                                             \
-  static void NAME##_##SUF(void* c_, int64_t n, void* o_, const void* const* in) { \
+ * i0/i1 the context scalars in the loop's type; LIT(v) is the constant v in
+ * the loop's type (a bare 0.5 would promote float expressions to double). */
+#define LIT(v) ((elem_t)(v))
+#define LOOP1(FN, ATTR, T, EXPR)                                              \
+  ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
+    typedef T elem_t; (void)sizeof(elem_t);                                   \
     ew_ctx_t* cx = c_;                                                        \
     T* o = o_;                                                                \
     const T* x = in[0];                                                       \
     const T s0 = (T)cx->s0, s1 = (T)cx->s1;                                   \
     (void)s0; (void)s1; (void)cx;                                             \
     for (int64_t i = 0; i < n; i++) {                                         \
-      const T a = x[i]; (void)a;                                                     \
+      const T a = x[i]; (void)a;                                              \
       o[i] = (T)(EXPR);                                                       \
     }                                                                         \
   }
-#define BODY2(NAME, T, SUF, EXPR)                                             \
-  static void NAME##_##SUF(void* c_, int64_t n, void* o_, const void* const* in) { \
+#define LOOP2(FN, ATTR, T, EXPR)                                              \
+  ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
+    typedef T elem_t; (void)sizeof(elem_t);                                   \
     ew_ctx_t* cx = c_;                                                        \
     T* o = o_;                                                                \
     const T* x = in[0];                                                       \
@@ -42,8 +58,9 @@ typedef struct {
       o[i] = (T)(EXPR);                                                       \
     }                                                                         \
   }
-#define BODY3(NAME, T, SUF, EXPR)                                             \
-  static void NAME##_##SUF(void* c_, int64_t n, void* o_, const void* const* in) { \
+#define LOOP3(FN, ATTR, T, EXPR)                                              \
+  ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
+    typedef T elem_t; (void)sizeof(elem_t);                                   \
     ew_ctx_t* cx = c_;                                                        \
     T* o = o_;                                                                \
     const T* x = in[0];                                                       \
@@ -56,9 +73,9 @@ typedef struct {
       o[i] = (T)(EXPR);                                                       \
     }                                                                         \
   }
-/* integer bodies take their scalars from i0/i1 */
-#define IBODY(K, NAME, EXPR)                                                  \
-  static void NAME##_i64(void* c_, int64_t n, void* o_, const void* const* in) { \
+/* integer bodies (K inputs) take their scalars from i0/i1 */
+#define ILOOP(FN, ATTR, K, EXPR)                                              \
+  ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
     ew_ctx_t* cx = c_;                                                        \
     int64_t* o = o_;                                                          \
     const int64_t* x = in[0];                                                 \
@@ -68,10 +85,26 @@ typedef struct {
     (void)s0; (void)s1; (void)y; (void)z; (void)cx;                           \
     for (int64_t i = 0; i < n; i++) {                                         \
       const int64_t a = x[i], b = y[i], c = z[i];                             \
-      (void)a; (void)b; (void)c;                                                       \
+      (void)a; (void)b; (void)c;                                              \
       o[i] = (int64_t)(EXPR);                                                 \
     }                                                                         \
   }
+
+/* FN: a loop body (tpu_loop_fn_t) that runs FN_p or FN_a for the ISA */
+#ifdef TPU_HAVE_AVX2_BUILD
+#define ISA_LOOPS(FN, LOOP, T, EXPR)              \
+  LOOP(FN##_p, TPU_VEC_PORTABLE, T, EXPR)         \
+  LOOP(FN##_a, TPU_VEC_AVX2, T, EXPR)             \
+  static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
+    (tpu_host_isa() == TPU_ISA_AVX2 ? FN##_a : FN##_p)(c_, n, o_, in);  \
+  }
+#else
+#define ISA_LOOPS(FN, LOOP, T, EXPR) LOOP(FN, TPU_VEC_PORTABLE, T, EXPR)
+#endif
+#define BODY1(NAME, T, SUF, EXPR) ISA_LOOPS(NAME##_##SUF, LOOP1, T, EXPR)
+#define BODY2(NAME, T, SUF, EXPR) ISA_LOOPS(NAME##_##SUF, LOOP2, T, EXPR)
+#define BODY3(NAME, T, SUF, EXPR) ISA_LOOPS(NAME##_##SUF, LOOP3, T, EXPR)
+#define IBODY(K, NAME, EXPR) ISA_LOOPS(NAME##_i64, ILOOP, K, EXPR)
 
 #define FLOAT_OP(K, NAME, EXPR) BODY##K(NAME, float, f32, EXPR) BODY##K(NAME, double, f64, EXPR)
 /* an op defined for floats and integers with separate expressions */
@@ -143,15 +176,20 @@ static inline int64_t ipow(int64_t a, int64_t b) {
   return r;
 }
 static inline int64_t isign(int64_t a) { return (a > 0) - (a < 0); }
+/* max(a, lo) / min(a, hi) keeping a NaN `a` (one maxps/minps on x86) */
+#define MAX_KEEP(a, lo) ((lo) > (a) ? (lo) : (a))
+#define MIN_KEEP(a, hi) ((hi) < (a) ? (hi) : (a))
 #define NANPROP_MAX(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : ((a) > (b) ? (a) : (b)))
 #define NANPROP_MIN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : ((a) < (b) ? (a) : (b)))
-#define SIGMOID(x) (1 / (1 + exp(-(x))))
+#define SIGMOID(x) (1 / (1 + EXP(-(x))))
+#define SILU(x) ((x) / (1 + EXP(-(x))))
 #define M_SQRT1_2_ 0.70710678118654752440
 #define M_2_SQRTPI_ 1.12837916709551257390
 #define KBETA_ 0.79788456080286535588 /* sqrt(2/pi) */
 #define KKAPPA_ 0.044715
-#define GELU(x) ((x) * 0.5 * (1 + erf((x) * M_SQRT1_2_)))
-#define GELU_TANH(x) (0.5 * (x) * (1 + tanh(KBETA_ * ((x) + KKAPPA_ * (x) * (x) * (x)))))
+#define GELU(x) ((x) * LIT(0.5) * (1 + ERF((x) * LIT(M_SQRT1_2_))))
+#define GELU_TANH_INNER(x) TANH(LIT(KBETA_) * ((x) + LIT(KKAPPA_) * (x) * (x) * (x)))
+#define GELU_TANH(x) (LIT(0.5) * (x) * (1 + GELU_TANH_INNER(x)))
 
 /* binary arithmetic: s0 = alpha */
 OP_FI(2, add, a + s0 * b, UADD(a, UMUL(s0, b)))
@@ -170,7 +208,7 @@ OP_FI(2, fmax, fmax(a, b), (a > b ? a : b))
 OP_FI(2, fmin, fmin(a, b), (a < b ? a : b))
 OP_F(2, atan2, atan2(a, b))
 OP_F(2, hypot, hypot(a, b))
-OP_F(2, xlogy, (b != b) ? b : (a == 0 ? 0 : a * log(b)))
+OP_F(2, xlogy, (b != b) ? b : (a == 0 ? 0 : a * LOG(b)))
 OP_F(2, copysign, copysign(a, b))
 /* comparisons (compute in the common type, store as bool) */
 OP_FI(2, eq, a == b, a == b)
@@ -195,10 +233,10 @@ OP_FI(1, neg, -a, USUB(0, a))
 OP_FI(1, abs, fabs(a), (a < 0 ? USUB(0, a) : a))
 OP_FI(1, sign, (a > 0) - (a < 0), isign(a))
 OP_FI(1, square, a * a, UMUL(a, a))
-OP_F(1, exp, exp(a))
+OP_F(1, exp, EXP(a))
 OP_F(1, exp2, exp2(a))
 OP_F(1, expm1, expm1(a))
-OP_F(1, log, log(a))
+OP_F(1, log, LOG(a))
 OP_F(1, log2, log2(a))
 OP_F(1, log10, log10(a))
 OP_F(1, log1p, log1p(a))
@@ -213,15 +251,15 @@ OP_F(1, acos, acos(a))
 OP_F(1, atan, atan(a))
 OP_F(1, sinh, sinh(a))
 OP_F(1, cosh, cosh(a))
-OP_F(1, tanh, tanh(a))
+OP_F(1, tanh, TANH(a))
 OP_F(1, asinh, asinh(a))
 OP_F(1, acosh, acosh(a))
 OP_F(1, atanh, atanh(a))
-OP_F(1, erf, erf(a))
+OP_F(1, erf, ERF(a))
 OP_F(1, erfc, erfc(a))
 OP_F(1, lgamma, lgamma(a))
 OP_F(1, sigmoid, SIGMOID(a))
-OP_F(1, logit, log(a / (1 - a)))
+OP_F(1, logit, LOG(a / (1 - a)))
 OP_FI(1, floor, floor(a), a)
 OP_FI(1, ceil, ceil(a), a)
 OP_FI(1, round, nearbyint(a), a)
@@ -237,20 +275,20 @@ OP_F(1, isfinite, isfinite(a) ? 1 : 0)
 OP_F(1, nan_to_num, (a != a) ? s0 : (isinf(a) ? (a > 0 ? s1 : -s1) : a))
 /* activations */
 OP_FI(1, relu, a < 0 ? 0 : a, a < 0 ? 0 : a) /* keeps NaN and -0.0 like PyTorch */
-OP_F(1, silu, a * SIGMOID(a))
+OP_F(1, silu, SILU(a))
 OP_F(1, gelu, GELU(a))
 OP_F(1, gelu_tanh, GELU_TANH(a))
 OP_F(1, leaky_relu, a > 0 ? a : a * s0)
 OP_F(1, softplus, (a * s0 > s1) ? a : log1p(exp(a * s0)) / s0)
-OP_F(1, elu, a > 0 ? a : s0 * (exp(a) - 1))
+OP_F(1, elu, a > 0 ? a : s0 * (EXP(a) - 1))
 OP_FI(1, hardtanh, a < s0 ? s0 : (a > s1 ? s1 : a), a < s0 ? s0 : (a > s1 ? s1 : a))
 OP_F(1, hardsigmoid, a <= -3 ? 0 : (a >= 3 ? 1 : a / 6 + 0.5))
 OP_F(1, hardswish, a <= -3 ? 0 : (a >= 3 ? a : a * (a + 3) / 6))
 OP_F(1, mish, a * tanh(log1p(exp(a))))
 /* clamp with scalar bounds: s0 = min, s1 = max (has flags in ctx) */
-OP_FI(1, clamp_both, (a < s0 ? s0 : (a > s1 ? s1 : a)), (a < s0 ? s0 : (a > s1 ? s1 : a)))
-OP_FI(1, clamp_lo, (a < s0 ? s0 : a), (a < s0 ? s0 : a))
-OP_FI(1, clamp_hi, (a > s1 ? s1 : a), (a > s1 ? s1 : a))
+OP_FI(1, clamp_both, MIN_KEEP(MAX_KEEP(a, s0), s1), MIN_KEEP(MAX_KEEP(a, s0), s1))
+OP_FI(1, clamp_lo, MAX_KEEP(a, s0), MAX_KEEP(a, s0))
+OP_FI(1, clamp_hi, MIN_KEEP(a, s1), MIN_KEEP(a, s1))
 /* tensor clamp: b = min, c = max */
 OP_FI(3, clamp_t, NANPROP_MIN(NANPROP_MAX(a, b), c), ((a < b ? b : a) > c ? c : (a < b ? b : a)))
 OP_FI(2, clamp_tlo, NANPROP_MAX(a, b), (a < b ? b : a))
@@ -272,11 +310,12 @@ OP_F(2, sigmoid_backward, a * (1 - b) * b)
 OP_F(2, tanh_backward, a * (1 - b * b))
 OP_F(2, silu_backward, a * SIGMOID(b) * (1 + b * (1 - SIGMOID(b))))
 OP_F(2, gelu_backward,
-     a * (0.5 * (1 + erf(b * M_SQRT1_2_)) + b * (M_2_SQRTPI_ * M_SQRT1_2_ * 0.5) * exp(-0.5 * b * b)))
+     a * (LIT(0.5) * (1 + ERF(b * LIT(M_SQRT1_2_))) +
+          b * LIT(M_2_SQRTPI_ * M_SQRT1_2_ * 0.5) * EXP(LIT(-0.5) * b * b)))
 OP_F(2, gelu_tanh_backward,
-     a * (0.5 * (1 + tanh(KBETA_ * (b + KKAPPA_ * b * b * b))) +
-          0.5 * b * (1 - tanh(KBETA_ * (b + KKAPPA_ * b * b * b)) * tanh(KBETA_ * (b + KKAPPA_ * b * b * b))) *
-              KBETA_ * (1 + 3 * KKAPPA_ * b * b)))
+     a * (LIT(0.5) * (1 + GELU_TANH_INNER(b)) +
+          LIT(0.5) * b * (1 - GELU_TANH_INNER(b) * GELU_TANH_INNER(b)) * LIT(KBETA_) *
+              (1 + 3 * LIT(KKAPPA_) * b * b)))
 OP_F(2, leaky_relu_backward, b > 0 ? a : a * s0)
 OP_FI(2, hardtanh_backward, (b <= s0 || b >= s1) ? 0 : a, (b <= s0 || b >= s1) ? 0 : a)
 OP_F(2, softplus_backward, (b * s0 > s1) ? a : a * SIGMOID(b * s0))

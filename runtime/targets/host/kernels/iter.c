@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "kernels.h"
+#include "vecmath.h"
 
 /* ---- scalar conversions ---- */
 float tpu_f16_to_f32(uint16_t h) {
@@ -168,8 +169,8 @@ static bool ctype_is_native(tpu_ctype_t ct, tpu_dtype_t dt) {
     case TPU_I16: LOAD_RUN(CT, int16_t, CONV_ID); break;                          \
     case TPU_I32: LOAD_RUN(CT, int32_t, CONV_ID); break;                          \
     case TPU_I64: LOAD_RUN(CT, int64_t, CONV_ID); break;                          \
-    case TPU_F16: LOAD_RUN(CT, uint16_t, tpu_f16_to_f32); break;                  \
-    case TPU_BF16: LOAD_RUN(CT, uint16_t, tpu_bf16_to_f32); break;                \
+    case TPU_F16: LOAD_RUN(CT, uint16_t, tpu_vm_f16_to_f32); break;                  \
+    case TPU_BF16: LOAD_RUN(CT, uint16_t, tpu_vm_bf16_to_f32); break;                \
     case TPU_F32: LOAD_RUN(CT, float, CONV_ID); break;                            \
     case TPU_F64: LOAD_RUN(CT, double, CONV_ID); break;                           \
     case TPU_BOOL: LOAD_RUN(CT, uint8_t, CONV_BOOL); break;                       \
@@ -189,19 +190,6 @@ static bool ctype_is_native(tpu_ctype_t ct, tpu_dtype_t dt) {
     }                                                                       \
   } while (0)
 
-static void load_run(tpu_ctype_t ct, void* buf, const char* src, int64_t stride,
-                     tpu_dtype_t dt, int64_t n) {
-  if (ct == TPU_CT_F32) {
-    LOAD_CASES(float)
-  } else if (ct == TPU_CT_F64) {
-    LOAD_CASES(double)
-  } else {
-    LOAD_CASES(int64_t)
-  }
-}
-#undef LOAD_RUN
-
-#define ST_INT(T) (T)
 #define STORE_RUN(CT, T, CONV)                                                  \
   do {                                                                          \
     const CT* v = (const CT*)buf;                                               \
@@ -217,8 +205,8 @@ static void load_run(tpu_ctype_t ct, void* buf, const char* src, int64_t stride,
 #define TO_I16(x) ((int16_t)(int64_t)(x))
 #define TO_I32(x) ((int32_t)(int64_t)(x))
 #define TO_I64(x) ((int64_t)(x))
-#define TO_F16(x) tpu_f32_to_f16((float)(x))
-#define TO_BF16(x) tpu_f32_to_bf16((float)(x))
+#define TO_F16(x) tpu_vm_f32_to_f16((float)(x))
+#define TO_BF16(x) tpu_vm_f32_to_bf16((float)(x))
 #define TO_F32(x) ((float)(x))
 #define TO_F64(x) ((double)(x))
 #define TO_BOOL(x) ((uint8_t)((x) != 0))
@@ -237,15 +225,54 @@ static void load_run(tpu_ctype_t ct, void* buf, const char* src, int64_t stride,
     default: break;                                           \
   }
 
+/* load_run: n elements of dtype dt at src (byte stride) -> buf in ct;
+ * store_run: the reverse. One copy per ISA. */
+#define DEFINE_RUNS(SUF, ATTR)                                                          \
+  ATTR static void load_run_##SUF(tpu_ctype_t ct, void* buf, const char* src,          \
+                                  int64_t stride, tpu_dtype_t dt, int64_t n) {         \
+    if (ct == TPU_CT_F32) {                                                             \
+      LOAD_CASES(float)                                                                 \
+    } else if (ct == TPU_CT_F64) {                                                      \
+      LOAD_CASES(double)                                                                \
+    } else {                                                                            \
+      LOAD_CASES(int64_t)                                                               \
+    }                                                                                   \
+  }                                                                                     \
+  ATTR static void store_run_##SUF(tpu_ctype_t ct, const void* buf, char* dst,         \
+                                   int64_t stride, tpu_dtype_t dt, int64_t n) {        \
+    if (ct == TPU_CT_F32) {                                                             \
+      STORE_CASES(float)                                                                \
+    } else if (ct == TPU_CT_F64) {                                                      \
+      STORE_CASES(double)                                                               \
+    } else {                                                                            \
+      STORE_CASES(int64_t)                                                              \
+    }                                                                                   \
+  }
+DEFINE_RUNS(p, TPU_VEC_PORTABLE)
+#ifdef TPU_HAVE_AVX2_BUILD
+DEFINE_RUNS(a, TPU_VEC_AVX2)
+#endif
+
+static void load_run(tpu_ctype_t ct, void* buf, const char* src, int64_t stride,
+                     tpu_dtype_t dt, int64_t n) {
+#ifdef TPU_HAVE_AVX2_BUILD
+  if (tpu_host_isa() == TPU_ISA_AVX2) {
+    load_run_a(ct, buf, src, stride, dt, n);
+    return;
+  }
+#endif
+  load_run_p(ct, buf, src, stride, dt, n);
+}
+
 static void store_run(tpu_ctype_t ct, const void* buf, char* dst, int64_t stride,
                       tpu_dtype_t dt, int64_t n) {
-  if (ct == TPU_CT_F32) {
-    STORE_CASES(float)
-  } else if (ct == TPU_CT_F64) {
-    STORE_CASES(double)
-  } else {
-    STORE_CASES(int64_t)
+#ifdef TPU_HAVE_AVX2_BUILD
+  if (tpu_host_isa() == TPU_ISA_AVX2) {
+    store_run_a(ct, buf, dst, stride, dt, n);
+    return;
   }
+#endif
+  store_run_p(ct, buf, dst, stride, dt, n);
 }
 
 /* ---- the iterator ---- */
@@ -330,11 +357,32 @@ static tpu_status_t iter_build(iter_t* it, const tpu_tensor_t* out, const tpu_te
   return TPU_OK;
 }
 
+/* Elements per chunk of buffered operands: long enough to amortize the
+ * per-chunk setup, short enough that the buffers stay in L1/L2 cache. */
+#define ITER_CHUNK 2048
+
+/* Whether operand k is used in place: its dtype is the compute type and
+ * its innermost stride is one element. */
+static bool iter_direct(const iter_t* it, int k) {
+  return ctype_is_native(it->ct, it->dtype[k]) &&
+         it->strides[k][it->ndim - 1] == (int64_t)tpu_ctype_size(it->ct);
+}
+
+/* Runs elements [begin, end) (row-major over the coalesced shape). A run
+ * of the innermost dim is handed to the body whole when every operand is
+ * used in place, else in chunks of ITER_CHUNK through conversion buffers.
+ * A NULL body is a converting copy of the one input: it skips the
+ * intermediate buffer where a side is used in place. */
 static void iter_range(void* arg, int64_t begin, int64_t end) {
   const iter_t* it = arg;
   int nd = it->ndim, nops = it->nops;
   size_t csz = tpu_ctype_size(it->ct);
-  _Alignas(64) unsigned char bufs[TPU_ITER_MAX_OPS][TPU_CHUNK * 8];
+  _Alignas(64) unsigned char bufs[TPU_ITER_MAX_OPS][ITER_CHUNK * 8];
+  bool direct[TPU_ITER_MAX_OPS], chunked = false;
+  for (int k = 0; k < nops; k++) {
+    direct[k] = iter_direct(it, k);
+    chunked |= !direct[k];
+  }
   int64_t idx[TPU_MAX_DIMS];
   int64_t rem = begin;
   for (int d = nd - 1; d >= 0; d--) {
@@ -342,6 +390,7 @@ static void iter_range(void* arg, int64_t begin, int64_t end) {
     rem /= it->shape[d];
   }
   int64_t inner = it->shape[nd - 1];
+  int64_t ost = it->strides[0][nd - 1];
   int64_t pos = begin;
   while (pos < end) {
     char* base[TPU_ITER_MAX_OPS];
@@ -352,22 +401,26 @@ static void iter_range(void* arg, int64_t begin, int64_t end) {
     }
     int64_t n = inner - idx[nd - 1];
     if (n > end - pos) n = end - pos;
-    if (n > TPU_CHUNK) n = TPU_CHUNK;
-    const void* in[TPU_ITER_MAX_OPS];
-    for (int k = 1; k < nops; k++) {
-      int64_t st = it->strides[k][nd - 1];
-      if (ctype_is_native(it->ct, it->dtype[k]) && st == (int64_t)csz) {
-        in[k - 1] = base[k];
-      } else {
-        load_run(it->ct, bufs[k], base[k], st, it->dtype[k], n);
-        in[k - 1] = bufs[k];
+    if (chunked && n > ITER_CHUNK) n = ITER_CHUNK;
+    void* o = direct[0] ? (void*)base[0] : (void*)bufs[0];
+    if (it->body) {
+      const void* in[TPU_ITER_MAX_OPS];
+      for (int k = 1; k < nops; k++) {
+        if (direct[k]) {
+          in[k - 1] = base[k];
+        } else {
+          load_run(it->ct, bufs[k], base[k], it->strides[k][nd - 1], it->dtype[k], n);
+          in[k - 1] = bufs[k];
+        }
       }
+      it->body(it->ctx, n, o, in);
+    } else if (direct[1]) {
+      o = base[1];
+      if (direct[0] && base[0] != base[1]) memmove(base[0], base[1], (size_t)n * csz);
+    } else {
+      load_run(it->ct, o, base[1], it->strides[1][nd - 1], it->dtype[1], n);
     }
-    int64_t ost = it->strides[0][nd - 1];
-    bool direct = ctype_is_native(it->ct, it->dtype[0]) && ost == (int64_t)csz;
-    void* o = direct ? (void*)base[0] : (void*)bufs[0];
-    it->body(it->ctx, n, o, in);
-    if (!direct) store_run(it->ct, bufs[0], base[0], ost, it->dtype[0], n);
+    if (!direct[0]) store_run(it->ct, o, base[0], ost, it->dtype[0], n);
     pos += n;
     idx[nd - 1] += n;
     for (int d = nd - 1; d > 0 && idx[d] >= it->shape[d]; d--) {
@@ -377,7 +430,8 @@ static void iter_range(void* arg, int64_t begin, int64_t end) {
   }
 }
 
-tpu_status_t tpu_elementwise(const tpu_tensor_t* out, const tpu_tensor_t* const* in, int nin,
+/* tpu_elementwise, also for a NULL body (see iter_range) */
+static tpu_status_t iter_run(const tpu_tensor_t* out, const tpu_tensor_t* const* in, int nin,
                              tpu_ctype_t ct, tpu_loop_fn_t body, void* ctx) {
   iter_t it;
   TPU_RETURN_IF_ERROR(iter_build(&it, out, in, nin));
@@ -388,6 +442,11 @@ tpu_status_t tpu_elementwise(const tpu_tensor_t* out, const tpu_tensor_t* const*
   it.ctx = ctx;
   tpu_parallel_for(numel, 32768, iter_range, &it);
   return TPU_OK;
+}
+
+tpu_status_t tpu_elementwise(const tpu_tensor_t* out, const tpu_tensor_t* const* in, int nin,
+                             tpu_ctype_t ct, tpu_loop_fn_t body, void* ctx) {
+  return iter_run(out, in, nin, ct, body, ctx);
 }
 
 tpu_status_t tpu_elementwise_set(const char* op, const tpu_tensor_t* out,
@@ -403,10 +462,6 @@ tpu_status_t tpu_elementwise_set(const char* op, const tpu_tensor_t* out,
 }
 
 /* ---- copies ---- */
-static void copy_body(void* ctx, int64_t n, void* out, const void* const* in) {
-  memcpy(out, in[0], (size_t)n * (size_t)(uintptr_t)ctx);
-}
-
 tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src) {
   tpu_ctype_t ct;
   if (dst->dtype == TPU_F64 || src->dtype == TPU_F64) ct = TPU_CT_F64;
@@ -420,5 +475,5 @@ tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src) 
   }
   /* bf16/f16 same-dtype copies go through float exactly (both directions are lossless) */
   const tpu_tensor_t* in[1] = {src};
-  return tpu_elementwise(dst, in, 1, ct, copy_body, (void*)(uintptr_t)tpu_ctype_size(ct));
+  return iter_run(dst, in, 1, ct, NULL, NULL);
 }

@@ -1,25 +1,36 @@
 /* Matrix multiply: tpu_gemm and the kernels built on it (mm, bmm, addmm,
  * baddbmm, addbmm, addmv, mv, dot).
  *
- * Float path (float32, bfloat16, float16): C is cut into tiles of mc x nc
- * that the thread pool computes independently. For each tile, K is walked in
- * blocks of KC: the A block (mc x kc) is packed into panels of MR rows and
- * the B block (kc x nc) into panels of NR columns, converted to float and
- * zero padded, and the micro-kernel multiplies one MR x kc panel by one
- * kc x NR panel into a float accumulator tile. After the last block the tile
- * is scaled, combined with beta * self and stored once (one rounding for
- * bf16/f16). Every element's sum runs over k in the same order whatever the
- * tiling, so results do not depend on the thread split. Matrix-vector
- * shapes (m == 1 or n == 1) skip packing: dot products of contiguous rows,
- * or column-by-column axpys when the matrix is stored the other way.
+ * Float path (float32, bfloat16, float16): a BLIS-style packed GEMM. For
+ * each block of NC columns B is packed for all of K into panels of NR
+ * columns; blocks of MC rows of A are packed one k block (KC packed steps)
+ * at a time into panels of MR rows, and the micro-kernel multiplies an MR-row
+ * panel by an NR-column panel into float accumulators added to c (float32
+ * output) or to a float tile stored at the end (scaled, combined with
+ * beta * self, rounded once for bf16/f16). Packing applies the float32
+ * matmul precision of the running call (see gemm_ukernel.h): medium rounds
+ * inputs to bfloat16, high splits them into two passes, highest multiplies
+ * in float32. Micro-kernels exist per instruction set (gemm_ukernel_*.c),
+ * chosen once from CPUID. Every element's sum runs over k in the same order
+ * whatever the tiling, so results do not depend on the thread split.
+ * Matrix-vector shapes (m == 1 or n == 1) skip packing: dot products of
+ * contiguous rows, or column-by-column axpys when the matrix is stored the
+ * other way.
  *
  * Float64 and integer path: tiles of RB rows x NB columns accumulated with
  * scalar axpys over k, in double or in wrapping 64-bit integer arithmetic.
  */
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "gemm_ukernel.h"
 #include "kernels.h"
 #include "matmul.h"
+
+#ifdef TPU_GEMM_HAVE_X86
+#include <cpuid.h>
+#endif
 
 /* ---- strided run conversions ---- */
 #define CONV_ID(x) (x)
@@ -114,6 +125,7 @@ typedef struct {
   bool use_self;    /* beta != 0: self takes part */
   bool has_product; /* k > 0 and alpha != 0: a @ b takes part */
   double alpha, beta;
+  tpu_precision_t precision; /* the calling kernel's float32 matmul precision */
 } gemm_t;
 
 static inline char* mat_ptr(const mat_t* x, int64_t b, int64_t r, int64_t c) {
@@ -177,138 +189,172 @@ static bool mats_overlap(const mat_t* x, const mat_t* y) {
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-/* ---- float micro-kernels ----
- * tile: c[i * ldc + j] += sum_k a[k * MR + i] * b[k * NR + j] for an MR x NR
- * tile, NR = 2 vectors; dot: sum_k x[k] * y[k]. GCC vector extensions keep
- * the accumulators in registers; the portable instances use 128-bit vectors
- * (SSE2 on x86-64, scalar code elsewhere), the x86 ones 256-bit AVX2 with
- * fused multiply-add. */
-typedef struct {
-  int mr, nr;
-  void (*tile)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc);
-  float (*dot)(const float* x, const float* y, int64_t n);
-} ukernel_t;
-
-typedef float vf4_t __attribute__((vector_size(16)));
-typedef float vf8_t __attribute__((vector_size(32)));
-#define SPLAT4(x) ((vf4_t){x, x, x, x})
-#define SPLAT8(x) ((vf8_t){x, x, x, x, x, x, x, x})
-
-#define DEFINE_UKERNEL(NAME, MR, VT, VL, SPLAT, ATTR)                                     \
-  ATTR static void NAME(int64_t kc, const float* restrict a, const float* restrict b,     \
-                        float* restrict c, int64_t ldc) {                                  \
-    VT acc[MR][2];                                                                         \
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = SPLAT(0.0f);                      \
-    for (int64_t k = 0; k < kc; k++) {                                                     \
-      VT b0, b1;                                                                           \
-      memcpy(&b0, b, sizeof b0);                                                           \
-      memcpy(&b1, b + VL, sizeof b1);                                                      \
-      _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                               \
-        VT av = SPLAT(a[i]);                                                               \
-        acc[i][0] += av * b0;                                                              \
-        acc[i][1] += av * b1;                                                              \
-      }                                                                                    \
-      a += MR;                                                                             \
-      b += 2 * VL;                                                                         \
-    }                                                                                      \
-    for (int i = 0; i < MR; i++) {                                                         \
-      for (int h = 0; h < 2; h++) {                                                        \
-        VT t;                                                                              \
-        memcpy(&t, c + i * ldc + h * VL, sizeof t);                                        \
-        t += acc[i][h];                                                                    \
-        memcpy(c + i * ldc + h * VL, &t, sizeof t);                                        \
-      }                                                                                    \
-    }                                                                                      \
-  }
-
-/* four vector accumulators, summed in a fixed order */
-#define DEFINE_DOT(NAME, VT, VL, SPLAT, ATTR)                                             \
-  ATTR static float NAME(const float* restrict x, const float* restrict y, int64_t n) {    \
-    VT acc[4] = {SPLAT(0.0f), SPLAT(0.0f), SPLAT(0.0f), SPLAT(0.0f)};                      \
-    int64_t k = 0;                                                                         \
-    for (; k + 4 * VL <= n; k += 4 * VL) {                                                 \
-      _Pragma("GCC unroll 4") for (int h = 0; h < 4; h++) {                                \
-        VT xv, yv;                                                                         \
-        memcpy(&xv, x + k + h * VL, sizeof xv);                                            \
-        memcpy(&yv, y + k + h * VL, sizeof yv);                                            \
-        acc[h] += xv * yv;                                                                 \
-      }                                                                                    \
-    }                                                                                      \
-    VT t = (acc[0] + acc[1]) + (acc[2] + acc[3]);                                          \
-    float s = 0;                                                                           \
-    for (int l = 0; l < VL; l++) s += t[l];                                                \
-    for (; k < n; k++) s += x[k] * y[k];                                                   \
-    return s;                                                                              \
-  }
-
-DEFINE_UKERNEL(tile_portable, 4, vf4_t, 4, SPLAT4, )
-DEFINE_DOT(dot_portable, vf4_t, 4, SPLAT4, )
-static const ukernel_t k_portable = {4, 8, tile_portable, dot_portable};
-
-#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#define HAVE_AVX2_KERNEL 1
-#define AVX2_ATTR __attribute__((target("avx2,fma"), optimize("fp-contract=fast")))
-DEFINE_UKERNEL(tile_avx2, 6, vf8_t, 8, SPLAT8, AVX2_ATTR)
-DEFINE_DOT(dot_avx2, vf8_t, 8, SPLAT8, AVX2_ATTR)
-static const ukernel_t k_avx2 = {6, 16, tile_avx2, dot_avx2};
+/* ---- micro-kernel instruction set ---- */
+static const gemm_ukernel_t* ukernel_of(tpu_gemm_isa_t isa) {
+#ifdef TPU_GEMM_HAVE_X86
+  if (isa == TPU_GEMM_ISA_AVX512) return &tpu_gemm_ukernel_avx512;
+  if (isa == TPU_GEMM_ISA_AVX2) return &tpu_gemm_ukernel_avx2;
 #endif
-
-static _Atomic int g_simd_enabled = 1;
-
-void tpu_gemm_set_simd(bool enable) { g_simd_enabled = enable; }
-
-static const ukernel_t* pick_ukernel(void) {
-#ifdef HAVE_AVX2_KERNEL
-  static _Atomic int has_avx2 = -1; /* probed once */
-  if (has_avx2 < 0) {
-    __builtin_cpu_init();
-    has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }
-  if (g_simd_enabled && has_avx2) return &k_avx2;
-#endif
-  return &k_portable;
+  return &tpu_gemm_ukernel_portable;
 }
 
-/* ---- float path ---- */
-enum { KC = 256, MC = 96, NC = 512 };
+#ifdef TPU_GEMM_HAVE_X86
+/* Whether the OS saves the register state in `mask` (XCR0 bits) across
+ * context switches: without it the instructions fault even where CPUID
+ * lists them. */
+static bool os_saves_state(uint64_t mask) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((((uint64_t)hi << 32) | lo) & mask) == mask;
+}
+#endif
 
-/* Packs rows [0, len) x k [0, kc) of a strided matrix (element (l, k) at src
- * + (l * sl + k * sk) elements) as float panels of w rows: element (l, k)
- * goes to dst[(l / w) * w * kc + k * w + l % w]; missing rows of the last
- * panel are zero. */
-static void pack_panels(float* dst, const char* src, const mat_t* x, int64_t sl, int64_t sk,
-                        int64_t len, int64_t kc, int w) {
-  for (int64_t p = 0; p < len; p += w) {
-    int64_t rows = min64(w, len - p);
-    float* d = dst + p * kc;
-    const char* s = src + p * sl * x->esz;
-    if (rows < w) memset(d, 0, sizeof(float) * (size_t)(w * kc));
-    if (sl == 1 && sk != 1) { /* rows are contiguous: copy one k at a time */
-      for (int64_t k = 0; k < kc; k++)
-        tpu_run_load_f32(d + k * w, 1, s + k * sk * x->esz, sl, x->dt, rows);
+static bool isa_supported(tpu_gemm_isa_t isa) {
+#ifdef TPU_GEMM_HAVE_X86
+  __builtin_cpu_init();
+  if (isa == TPU_GEMM_ISA_AVX2)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           os_saves_state(0x6); /* SSE, AVX */
+  if (isa == TPU_GEMM_ISA_AVX512)
+    return __builtin_cpu_supports("avx512f") && os_saves_state(0xe6); /* + opmask, ZMM */
+#endif
+  return isa == TPU_GEMM_ISA_PORTABLE;
+}
+
+static _Atomic int g_isa_auto = -1;   /* chosen on first use */
+static _Atomic int g_isa_forced = -1; /* tpu_gemm_set_isa */
+
+/* The best supported ISA, capped by TORCH_TPU_ISA (portable, avx2, avx512);
+ * logged to stderr once when TORCH_TPU_LOG_ISA=1. */
+static tpu_gemm_isa_t isa_choose(void) {
+  static const char* const names[] = {"portable", "avx2", "avx512"};
+  int cap = TPU_GEMM_ISA_AVX512;
+  const char* env = getenv("TORCH_TPU_ISA");
+  for (int i = 0; env && i <= TPU_GEMM_ISA_AVX512; i++)
+    if (strcmp(env, names[i]) == 0) cap = i;
+  int isa = cap;
+  while (isa > TPU_GEMM_ISA_PORTABLE && !isa_supported((tpu_gemm_isa_t)isa)) isa--;
+  const char* log = getenv("TORCH_TPU_LOG_ISA");
+  if (log && strcmp(log, "1") == 0) {
+    const gemm_ukernel_t* uk = ukernel_of((tpu_gemm_isa_t)isa);
+    fprintf(stderr, "torch_tpu: matmul micro-kernel %s (%dx%d); cpu: avx2+fma %s, avx512f %s%s%s\n",
+            uk->name, uk->mr, uk->nr, isa_supported(TPU_GEMM_ISA_AVX2) ? "yes" : "no",
+            isa_supported(TPU_GEMM_ISA_AVX512) ? "yes" : "no", env ? "; TORCH_TPU_ISA=" : "",
+            env ? env : "");
+  }
+  return (tpu_gemm_isa_t)isa;
+}
+
+static tpu_gemm_isa_t isa_current(void) {
+  int forced = atomic_load_explicit(&g_isa_forced, memory_order_relaxed);
+  if (forced >= 0) return (tpu_gemm_isa_t)forced;
+  int isa = atomic_load_explicit(&g_isa_auto, memory_order_acquire);
+  if (isa < 0) {
+    int chosen = isa_choose(), expected = -1;
+    /* first caller wins, so the log line appears once */
+    if (!atomic_compare_exchange_strong(&g_isa_auto, &expected, chosen)) chosen = expected;
+    isa = chosen;
+  }
+  return (tpu_gemm_isa_t)isa;
+}
+
+static const gemm_ukernel_t* pick_ukernel(void) { return ukernel_of(isa_current()); }
+
+bool tpu_gemm_set_isa(tpu_gemm_isa_t isa) {
+  if (isa == TPU_GEMM_ISA_AUTO) {
+    atomic_store(&g_isa_forced, -1);
+    return true;
+  }
+  if (isa < TPU_GEMM_ISA_PORTABLE || isa > TPU_GEMM_ISA_AVX512 || !isa_supported(isa))
+    return false;
+  atomic_store(&g_isa_forced, (int)isa);
+  return true;
+}
+
+const char* tpu_gemm_isa_name(void) { return pick_ukernel()->name; }
+
+/* ---- float path ---- */
+/* Block sizes, measured with bench/gemm.py on AMD Zen 3: packed steps per k
+ * block (the micro-kernel's panels stay in L1/L2), rows per A block,
+ * columns per B block. KC alone shapes the sums, so results depend on
+ * neither the thread count nor the other two. */
+enum { KC = 256, MC = 96, NC = 1024 };
+
+/* Work (multiply-adds) below which a product runs on the calling thread. */
+#define PARALLEL_MIN_WORK (1 << 17)
+/* Batched products whose entries are at most this much work each run one
+ * entry per task (with at least as many entries as threads). */
+#define BATCH_TASK_MAX_WORK (1 << 25)
+/* Packed B blocks at least this large are packed by all threads. */
+#define PACK_PARALLEL_MIN (1 << 16)
+
+/* The precision level's packed steps (see gemm_ukernel.h); it applies when
+ * an operand is float32, other inputs are exact in every transform. */
+static gemm_passes_t gemm_passes(const gemm_t* g) {
+  gemm_passes_t ps = {1, {GEMM_XF_EXACT, GEMM_XF_EXACT}, {GEMM_XF_EXACT, GEMM_XF_EXACT}};
+  if (g->a.dt != TPU_F32 && g->b.dt != TPU_F32) return ps;
+  if (g->precision == TPU_PRECISION_MEDIUM) {
+    ps.a[0] = ps.b[0] = GEMM_XF_BF16;
+  } else if (g->precision == TPU_PRECISION_HIGH) {
+    ps.np = 2;
+    ps.a[0] = GEMM_XF_HI;
+    ps.b[0] = GEMM_XF_HI16;
+    ps.a[1] = GEMM_XF_LO;
+    ps.b[1] = GEMM_XF_HI;
+  }
+  return ps;
+}
+
+/* dst[k * np + p] = xf[p](src[k]) for k < n (dst may be src when np == 1) */
+static void expand_run(float* dst, const float* src, int64_t n, const gemm_xform_t* xf, int np) {
+  for (int64_t k = 0; k < n; k++)
+    for (int p = 0; p < np; p++) dst[k * np + p] = gemm_xform(xf[p], src[k]);
+}
+
+/* Packs `lines` lines of kc steps (line l, step k at src + (l * sl + k *
+ * sk) elements of x) into panels of w lines, as gemm_ukernel_t.pack_f32
+ * describes. Float32 layouts the micro-kernel's packer knows go there; any
+ * other dtype or layout converts one run at a time through `line`
+ * (max(kc, w) floats). */
+static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, const char* src,
+                        int64_t sl, int64_t sk, int64_t lines, int64_t kc, int w,
+                        const gemm_xform_t* xf, int np, float* line) {
+  if (x->dt == TPU_F32 && uk->pack_f32 &&
+      uk->pack_f32(dst, (const float*)src, sl, sk, lines, kc, w, xf, np))
+    return;
+  const int64_t kcp = kc * np;
+  for (int64_t q0 = 0; q0 < lines; q0 += w) {
+    const int64_t rows = min64(w, lines - q0);
+    float* d = dst + q0 * kcp;
+    const char* s = src + q0 * sl * x->esz;
+    if (rows < w) memset(d, 0, sizeof(float) * (size_t)(w * kcp));
+    if (sl == 1 && sk != 1) { /* lines contiguous at each step */
+      for (int64_t k = 0; k < kc; k++) {
+        tpu_run_load_f32(line, 1, s + k * sk * x->esz, 1, x->dt, rows);
+        for (int p = 0; p < np; p++)
+          for (int64_t l = 0; l < rows; l++) d[(k * np + p) * w + l] = gemm_xform(xf[p], line[l]);
+      }
     } else {
-      for (int64_t l = 0; l < rows; l++)
-        tpu_run_load_f32(d + l, w, s + l * sl * x->esz, sk, x->dt, kc);
+      for (int64_t l = 0; l < rows; l++) {
+        tpu_run_load_f32(line, 1, s + l * sl * x->esz, sk, x->dt, kc);
+        for (int64_t k = 0; k < kc; k++)
+          for (int p = 0; p < np; p++) d[(k * np + p) * w + l] = gemm_xform(xf[p], line[k]);
+      }
     }
   }
 }
 
-typedef struct {
-  const gemm_t* g;
-  const ukernel_t* uk;
-  int64_t mc, nc; /* tile size */
-  int64_t tm, tn; /* tiles along M and N */
-  _Atomic int oom;
-} ftile_job_t;
-
-/* c[tile row i] = alpha * acc + beta * self for rows [i0, i0 + mlen) and
- * columns [j0, j0 + nlen); `row` is scratch for two rows. */
+/* c[rows i0.., columns j0..] = alpha * acc + beta * self for mlen x nlen
+ * (acc: row stride ldc, ignored without a product; it may be c itself);
+ * `row` is scratch for two rows. */
 static void ftile_store(const gemm_t* g, int64_t bi, int64_t i0, int64_t j0, int64_t mlen,
                         int64_t nlen, const float* acc, int64_t ldc, float* row) {
   const float al = (float)g->alpha, be = (float)g->beta;
   float* srow = row + nlen;
   for (int64_t i = 0; i < mlen; i++) {
-    const float* ar = acc + i * ldc;
+    const float* ar = g->has_product ? acc + i * ldc : NULL;
     if (g->use_self) {
       tpu_run_load_f32(srow, 1, mat_ptr(&g->self, bi, i0 + i, j0), g->self.sc, g->self.dt, nlen);
       if (g->has_product)
@@ -324,55 +370,165 @@ static void ftile_store(const gemm_t* g, int64_t bi, int64_t i0, int64_t j0, int
   }
 }
 
-static void ftile_range(void* ctx, int64_t begin, int64_t end) {
-  ftile_job_t* job = ctx;
-  const gemm_t* g = job->g;
-  const int mr = job->uk->mr, nr = job->uk->nr;
-  const int64_t kmax = g->has_product ? min64(KC, g->k) : 0;
-  const int64_t mcp = round_up(job->mc, mr), ncp = round_up(job->nc, nr);
-  size_t floats = (size_t)(mcp * kmax + kmax * ncp + mcp * ncp + 2 * ncp);
+/* Blocked product, BLIS style. For each batch entry and block of nc
+ * columns, B is packed for all of K (k blocks of kcs source steps, each in
+ * NR-column panels); then each item, an A block of mc rows times a group of
+ * B panels, packs its rows one k block at a time and runs the micro-kernel
+ * over its panels, accumulating into c directly (float32 c with unit
+ * column stride, no self aliasing it) or into a float tile stored at the
+ * end. Both phases spread over the threads. */
+typedef struct {
+  const gemm_t* g;
+  const gemm_ukernel_t* uk;
+  gemm_passes_t ps;
+  int64_t kcs, nkb;  /* source steps per k block, k blocks */
+  int64_t mc, nmb;   /* rows per A block, A blocks */
+  int64_t nc;        /* columns per B block */
+  int64_t jgroups;   /* B panel groups per A block (items = nmb * jgroups) */
+  bool direct;       /* accumulate in c */
+  _Atomic int oom;
+} fgemm_t;
+
+typedef struct {
+  fgemm_t* f;
+  int64_t bi, j0, nlen, npan; /* batch entry, columns [j0, j0 + nlen), panels */
+  float* pb; /* k block kb at pb + kb * kcs * np * npan * nr */
+} fblock_t;
+
+/* Packing units: one k block of PACK_PANELS panels. */
+enum { PACK_PANELS = 16 };
+
+static void fblock_pack_b(void* ctx, int64_t begin, int64_t end) {
+  const fblock_t* blk = ctx;
+  const fgemm_t* f = blk->f;
+  const gemm_t* g = f->g;
+  const int nr = f->uk->nr, np = f->ps.np;
+  const int64_t groups = (blk->npan + PACK_PANELS - 1) / PACK_PANELS;
+  float line[KC > 64 ? KC : 64];
+  for (int64_t u = begin; u < end; u++) {
+    int64_t kb = u / groups, jp = u % groups * PACK_PANELS;
+    int64_t k0 = kb * f->kcs, klen = min64(f->kcs, g->k - k0);
+    float* dst = blk->pb + kb * f->kcs * np * blk->npan * nr + jp * klen * np * nr;
+    pack_panels(f->uk, dst, &g->b, mat_ptr(&g->b, blk->bi, k0, blk->j0 + jp * nr), g->b.sc,
+                g->b.sr, min64(PACK_PANELS * nr, blk->nlen - jp * nr), klen, nr, f->ps.b, np,
+                line);
+  }
+}
+
+/* One micro-kernel tile of the direct path that crosses c's edge: computed
+ * in `tmp` (mr x nr) and its rows x cols corner copied to / from c. */
+static void edge_tile(const gemm_ukernel_t* uk, int64_t kcp, const float* a, const float* b,
+                      float* c, int64_t ldc, bool accumulate, int64_t rows, int64_t cols,
+                      float* tmp) {
+  if (accumulate)
+    for (int64_t i = 0; i < rows; i++) memcpy(tmp + i * uk->nr, c + i * ldc, sizeof(float) * (size_t)cols);
+  uk->tile(kcp, a, b, tmp, uk->nr, accumulate);
+  for (int64_t i = 0; i < rows; i++) memcpy(c + i * ldc, tmp + i * uk->nr, sizeof(float) * (size_t)cols);
+}
+
+static void fblock_items(void* ctx, int64_t begin, int64_t end) {
+  const fblock_t* blk = ctx;
+  fgemm_t* f = blk->f;
+  const gemm_t* g = f->g;
+  const gemm_ukernel_t* uk = f->uk;
+  const int mr = uk->mr, nr = uk->nr, np = f->ps.np;
+  const int64_t kcp_max = f->kcs * np, mcp = round_up(f->mc, mr);
+  const int64_t gp = (blk->npan + f->jgroups - 1) / f->jgroups; /* panels per group */
+  size_t floats = (size_t)(mcp * kcp_max + (f->direct ? 0 : mcp * gp * nr) + 2 * gp * nr +
+                           mr * nr + (KC > nr ? KC : nr));
   float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
   if (!buf) {
-    job->oom = 1;
+    f->oom = 1;
     return;
   }
   float* pa = buf;
-  float* pb = pa + mcp * kmax;
-  float* acc = pb + kmax * ncp;
-  float* row = acc + mcp * ncp;
+  float* acc = pa + mcp * kcp_max;
+  float* row = acc + (f->direct ? 0 : mcp * gp * nr);
+  float* tmp = row + 2 * gp * nr;
+  float* line = tmp + mr * nr;
   for (int64_t t = begin; t < end; t++) {
-    int64_t bi = t / (job->tm * job->tn), r = t % (job->tm * job->tn);
-    int64_t i0 = (r / job->tn) * job->mc, j0 = (r % job->tn) * job->nc;
-    int64_t mlen = min64(job->mc, g->m - i0), nlen = min64(job->nc, g->n - j0);
-    int64_t mp = round_up(mlen, mr), np = round_up(nlen, nr);
-    memset(acc, 0, sizeof(float) * (size_t)(mp * np));
-    for (int64_t pc = 0; pc < (g->has_product ? g->k : 0); pc += KC) {
-      int64_t kc = min64(KC, g->k - pc);
-      pack_panels(pa, mat_ptr(&g->a, bi, i0, pc), &g->a, g->a.sr, g->a.sc, mlen, kc, mr);
-      pack_panels(pb, mat_ptr(&g->b, bi, pc, j0), &g->b, g->b.sc, g->b.sr, nlen, kc, nr);
-      for (int64_t jr = 0; jr < np; jr += nr)
-        for (int64_t ir = 0; ir < mp; ir += mr)
-          job->uk->tile(kc, pa + ir * kc, pb + jr * kc, acc + ir * np + jr, np);
+    int64_t ib = t / f->jgroups, jp0 = (t % f->jgroups) * gp, jp1 = min64(blk->npan, jp0 + gp);
+    if (jp0 >= jp1) continue;
+    int64_t i0 = ib * f->mc, mlen = min64(f->mc, g->m - i0), mp = round_up(mlen, mr);
+    int64_t c0 = blk->j0 + jp0 * nr, cw = min64(blk->nlen - jp0 * nr, (jp1 - jp0) * nr);
+    float* tgt = f->direct ? (float*)mat_ptr(&g->c, blk->bi, i0, c0) : acc;
+    int64_t ldt = f->direct ? g->c.sr : (jp1 - jp0) * nr;
+    for (int64_t kb = 0; kb < f->nkb; kb++) {
+      int64_t k0 = kb * f->kcs, kcp = min64(f->kcs, g->k - k0) * np;
+      pack_panels(uk, pa, &g->a, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen,
+                  kcp / np, mr, f->ps.a, np, line);
+      const float* pbk = blk->pb + kb * kcp_max * blk->npan * nr;
+      for (int64_t jp = jp0; jp < jp1; jp++) {
+        const float* bp = pbk + jp * kcp * nr;
+        int64_t cc = (jp - jp0) * nr;
+        for (int64_t r = 0; r < mp; r += mr) {
+          const float* ap = pa + r * kcp;
+          float* ct = tgt + r * ldt + cc;
+          if (f->direct && (r + mr > mlen || cc + nr > cw))
+            edge_tile(uk, kcp, ap, bp, ct, ldt, kb > 0, min64(mr, mlen - r), min64(nr, cw - cc),
+                      tmp);
+          else
+            uk->tile(kcp, ap, bp, ct, ldt, kb > 0);
+        }
+      }
     }
-    ftile_store(g, bi, i0, j0, mlen, nlen, acc, np, row);
+    if (!f->direct || g->use_self || g->alpha != 1)
+      ftile_store(g, blk->bi, i0, c0, mlen, cw, tgt, ldt, row);
   }
   free(buf);
 }
 
-/* Work (multiply-adds) below which a product runs on the calling thread. */
-#define PARALLEL_MIN_WORK (1 << 17)
+/* Packed-B scratch for one column block. */
+static float* fgemm_alloc_pb(const fgemm_t* f) {
+  const int nr = f->uk->nr;
+  size_t floats = (size_t)(f->nkb * f->kcs * f->ps.np * round_up(f->nc, nr));
+  return aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+}
+
+/* Batch entry bi, column block by column block; `parallel` spreads each
+ * phase over the threads. */
+static void fgemm_entry(fgemm_t* f, int64_t bi, bool parallel, float* pb) {
+  const gemm_t* g = f->g;
+  const int nr = f->uk->nr;
+  for (int64_t j0 = 0; j0 < g->n; j0 += f->nc) {
+    fblock_t blk = {f, bi, j0, min64(f->nc, g->n - j0), 0, pb};
+    blk.npan = (blk.nlen + nr - 1) / nr;
+    int64_t units = f->nkb * ((blk.npan + PACK_PANELS - 1) / PACK_PANELS);
+    int64_t items = f->nmb * f->jgroups;
+    if (parallel && g->k * blk.nlen >= PACK_PARALLEL_MIN) tpu_parallel_for(units, 1, fblock_pack_b, &blk);
+    else fblock_pack_b(&blk, 0, units);
+    if (parallel) tpu_parallel_for(items, 1, fblock_items, &blk);
+    else fblock_items(&blk, 0, items);
+    if (f->oom) return;
+  }
+}
+
+static void fgemm_entries(void* ctx, int64_t begin, int64_t end) {
+  fgemm_t* f = ctx;
+  float* pb = fgemm_alloc_pb(f);
+  if (!pb) {
+    f->oom = 1;
+    return;
+  }
+  for (int64_t bi = begin; bi < end && !f->oom; bi++) fgemm_entry(f, bi, false, pb);
+  free(pb);
+}
 
 /* Matrix-vector products (m == 1 or n == 1): results r = sum_k x[r, k] *
  * v[k] where x is a (rows of A against b's column) or, when m == 1, b's
  * transpose against a's row. Rows contiguous along k take dot products;
  * otherwise, when x's columns are contiguous, whole columns are accumulated
- * (axpy). Tasks are blocks of `blk` results. */
+ * (axpy). Multi-pass precision expands both sides like the packers do.
+ * Tasks are blocks of `blk` results. */
 enum { GEMV_ROWS = 256, GEMV_MAX_COLS = 16384 };
 
 typedef struct {
   const gemm_t* g;
-  const ukernel_t* uk;
+  const gemm_ukernel_t* uk;
   const mat_t *x, *v;
+  const gemm_xform_t *xxf, *vxf; /* transforms of x's and v's passes */
+  int np;
+  bool exact;         /* one exact pass: float32 x is used in place */
   int64_t xl, xk, vk; /* strides of x along r and k, of v along k */
   int64_t len;        /* results per batch */
   int64_t blk, nblk;  /* results per task, tasks per batch */
@@ -396,37 +552,45 @@ static void gemv_range(void* ctx, int64_t begin, int64_t end) {
   gemv_job_t* job = ctx;
   const gemm_t* g = job->g;
   const mat_t* x = job->x;
-  float* buf = malloc(sizeof(float) * (size_t)(g->k + 4 * job->blk + g->k));
+  const int np = job->np;
+  const int64_t run = g->k > job->blk ? g->k : job->blk;
+  float* buf = malloc(sizeof(float) * (size_t)(2 * np * g->k + run + 3 * job->blk));
   if (!buf) {
     job->oom = 1;
     return;
   }
-  float *vbuf = buf, *y = buf + g->k, *row = y + job->blk, *xbuf = row + 2 * job->blk;
+  float *vexp = buf, *xexp = vexp + np * g->k, *xraw = xexp + np * g->k;
+  float *y = xraw + run, *row = y + job->blk;
   for (int64_t t = begin; t < end; t++) {
     int64_t bi = t / job->nblk, r0 = (t % job->nblk) * job->blk;
     int64_t len = min64(job->blk, job->len - r0);
     if (g->has_product) {
-      tpu_run_load_f32(vbuf, 1, mat_ptr(job->v, bi, 0, 0), job->vk, job->v->dt, g->k);
+      tpu_run_load_f32(xraw, 1, mat_ptr(job->v, bi, 0, 0), job->vk, job->v->dt, g->k);
+      expand_run(vexp, xraw, g->k, job->vxf, np);
       if (job->by_columns) {
         memset(y, 0, sizeof(float) * (size_t)len);
         for (int64_t k = 0; k < g->k; k++) {
           const char* xc = gemv_x(job, bi, r0, k);
-          const float* xv = (const float*)xc;
-          if (x->dt != TPU_F32) {
-            tpu_run_load_f32(xbuf, 1, xc, 1, x->dt, len);
-            xv = xbuf;
+          for (int p = 0; p < np; p++) {
+            const float* xv = (const float*)xc;
+            if (x->dt != TPU_F32 || !job->exact) {
+              tpu_run_load_f32(xraw, 1, xc, 1, x->dt, len);
+              for (int64_t i = 0; i < len; i++) xraw[i] = gemm_xform(job->xxf[p], xraw[i]);
+              xv = xraw;
+            }
+            axpy_f32(y, xv, vexp[k * np + p], len);
           }
-          axpy_f32(y, xv, vbuf[k], len);
         }
       } else {
         for (int64_t r = 0; r < len; r++) {
           const char* xr = gemv_x(job, bi, r0 + r, 0);
           const float* xv = (const float*)xr;
-          if (x->dt != TPU_F32 || job->xk != 1) {
-            tpu_run_load_f32(xbuf, 1, xr, job->xk, x->dt, g->k);
-            xv = xbuf;
+          if (x->dt != TPU_F32 || job->xk != 1 || !job->exact) {
+            tpu_run_load_f32(xraw, 1, xr, job->xk, x->dt, g->k);
+            expand_run(xexp, xraw, g->k, job->xxf, np);
+            xv = xexp;
           }
-          y[r] = job->uk->dot(xv, vbuf, g->k);
+          y[r] = job->uk->dot(xv, vexp, np * g->k);
         }
       }
     }
@@ -436,13 +600,17 @@ static void gemv_range(void* ctx, int64_t begin, int64_t end) {
   free(buf);
 }
 
-static tpu_status_t gemv_float(const gemm_t* g, double work) {
+static tpu_status_t gemv_float(const gemm_t* g, const gemm_passes_t* ps, double work) {
   gemv_job_t job = {0};
   bool over_n = g->m == 1;
   job.g = g;
   job.uk = pick_ukernel();
   job.x = over_n ? &g->b : &g->a;
   job.v = over_n ? &g->a : &g->b;
+  job.xxf = over_n ? ps->b : ps->a;
+  job.vxf = over_n ? ps->a : ps->b;
+  job.np = ps->np;
+  job.exact = ps->np == 1 && job.xxf[0] == GEMM_XF_EXACT;
   job.xl = over_n ? g->b.sc : g->a.sr;
   job.xk = over_n ? g->b.sr : g->a.sc;
   job.vk = over_n ? g->a.sc : g->b.sr;
@@ -460,31 +628,52 @@ static tpu_status_t gemv_float(const gemm_t* g, double work) {
   return TPU_OK;
 }
 
+/* Without a product (K == 0 or alpha == 0): c = beta * self or 0. */
+static tpu_status_t fill_float(const gemm_t* g) {
+  float* row = malloc(sizeof(float) * (size_t)(2 * g->n));
+  if (!row) return TPU_ERR(RESOURCE_EXHAUSTED, "matmul: out of host memory");
+  for (int64_t bi = 0; bi < g->batch; bi++) ftile_store(g, bi, 0, 0, g->m, g->n, NULL, 0, row);
+  free(row);
+  return TPU_OK;
+}
+
 static tpu_status_t gemm_float(const gemm_t* g) {
-  double work = (double)g->batch * (double)g->m * (double)g->n * (double)(g->k + 1);
-  if (g->m == 1 || g->n == 1) return gemv_float(g, work);
-  ftile_job_t job = {0};
-  job.g = g;
-  job.uk = pick_ukernel();
-  const int mr = job.uk->mr, nr = job.uk->nr;
-  job.mc = min64(MC, round_up(g->m, mr));
-  job.nc = min64(NC, round_up(g->n, nr));
-  int nth = tpu_num_threads();
-  bool parallel = nth > 1 && work >= PARALLEL_MIN_WORK;
-  /* give every thread a few tiles: halve the larger tile side while possible */
-  while (parallel) {
-    int64_t tiles = g->batch * ((g->m + job.mc - 1) / job.mc) * ((g->n + job.nc - 1) / job.nc);
-    if (tiles >= 2 * nth) break;
-    if (job.mc >= job.nc && job.mc > 4 * mr) job.mc = round_up(job.mc / 2, mr);
-    else if (job.nc > 2 * nr) job.nc = round_up(job.nc / 2, nr);
-    else if (job.mc > 4 * mr) job.mc = round_up(job.mc / 2, mr);
-    else break;
+  if (!g->has_product) return fill_float(g);
+  const gemm_passes_t ps = gemm_passes(g);
+  const double work = (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
+  if (g->m == 1 || g->n == 1) return gemv_float(g, &ps, work);
+  fgemm_t f = {0};
+  f.g = g;
+  f.uk = pick_ukernel();
+  f.ps = ps;
+  const int mr = f.uk->mr, nr = f.uk->nr, nth = tpu_num_threads();
+  /* balanced blocks: equal k blocks, A blocks and B blocks within their caps */
+  f.nkb = (g->k + KC / ps.np - 1) / (KC / ps.np);
+  f.kcs = (g->k + f.nkb - 1) / f.nkb;
+  f.nmb = (g->m + MC - 1) / MC;
+  f.mc = round_up((g->m + f.nmb - 1) / f.nmb, mr);
+  f.nmb = (g->m + f.mc - 1) / f.mc;
+  int64_t ncb = (g->n + NC - 1) / NC;
+  f.nc = round_up((g->n + ncb - 1) / ncb, nr);
+  f.direct = g->c.dt == TPU_F32 && g->c.sc == 1 &&
+             !(g->use_self && mats_overlap(&g->self, &g->c));
+  f.jgroups = 1;
+  const bool parallel = nth > 1 && work >= PARALLEL_MIN_WORK;
+  const bool by_entry = parallel && g->batch > 1 &&
+                        (g->batch >= 4 * nth ||
+                         (g->batch >= nth && work / (double)g->batch <= BATCH_TASK_MAX_WORK));
+  if (by_entry) {
+    tpu_parallel_for(g->batch, 1, fgemm_entries, &f);
+  } else {
+    /* too few A blocks to share out: split each one's panels into groups */
+    int64_t npan = (f.nc + nr - 1) / nr;
+    if (parallel && f.nmb < 4 * nth) f.jgroups = min64(npan, (4 * nth + f.nmb - 1) / f.nmb);
+    float* pb = fgemm_alloc_pb(&f);
+    if (!pb) return TPU_ERR(RESOURCE_EXHAUSTED, "matmul: out of host memory for packing");
+    for (int64_t bi = 0; bi < g->batch && !f.oom; bi++) fgemm_entry(&f, bi, parallel, pb);
+    free(pb);
   }
-  job.tm = (g->m + job.mc - 1) / job.mc;
-  job.tn = (g->n + job.nc - 1) / job.nc;
-  int64_t tiles = g->batch * job.tm * job.tn;
-  tpu_parallel_for(tiles, parallel ? 1 : tiles, ftile_range, &job);
-  if (job.oom) return TPU_ERR(RESOURCE_EXHAUSTED, "matmul: out of host memory for packing");
+  if (f.oom) return TPU_ERR(RESOURCE_EXHAUSTED, "matmul: out of host memory for packing");
   return TPU_OK;
 }
 
@@ -552,8 +741,10 @@ typedef struct {
 
 DEFINE_RTILE(rtile_f64, f64, double, double, )
 DEFINE_RTILE(rtile_i64, i64, int64_t, uint64_t, )
-#ifdef HAVE_AVX2_KERNEL
-DEFINE_RTILE(rtile_f64_avx2, f64, double, double, AVX2_ATTR)
+#ifdef TPU_GEMM_HAVE_X86
+/* the same loops vectorized for AVX2 with fused multiply-adds */
+DEFINE_RTILE(rtile_f64_avx2, f64, double, double,
+             __attribute__((target("avx2,fma"), optimize("fp-contract=fast"))))
 #endif
 
 static tpu_status_t gemm_rows(const gemm_t* g, bool is_f64) {
@@ -565,8 +756,8 @@ static tpu_status_t gemm_rows(const gemm_t* g, bool is_f64) {
   double work = (double)g->batch * (double)g->m * (double)g->n * (double)(g->k + 1);
   int64_t grain = work >= PARALLEL_MIN_WORK ? 1 : tiles;
   void (*fn)(void*, int64_t, int64_t) = is_f64 ? rtile_f64 : rtile_i64;
-#ifdef HAVE_AVX2_KERNEL
-  if (is_f64 && pick_ukernel() == &k_avx2) fn = rtile_f64_avx2;
+#ifdef TPU_GEMM_HAVE_X86
+  if (is_f64 && isa_current() >= TPU_GEMM_ISA_AVX2) fn = rtile_f64_avx2;
 #endif
   tpu_parallel_for(tiles, grain, fn, &job);
   if (job.oom) return TPU_ERR(RESOURCE_EXHAUSTED, "matmul: out of host memory");
@@ -651,6 +842,7 @@ static tpu_status_t gemm_setup(const tpu_tensor_t* a, const tpu_tensor_t* b,
                    (long long)g.m, (long long)g.n);
   g.alpha = alpha;
   g.beta = beta;
+  g.precision = tpu_kernel_precision();
   g.use_self = self != NULL && beta != 0;
   g.has_product = g.k > 0 && alpha != 0;
   if (g.use_self && !mat_broadcast(&g.self, self, g.batch, g.m, g.n))

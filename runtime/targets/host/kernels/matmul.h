@@ -8,6 +8,11 @@
  * broadcast to c's shape or be c itself (in-place). Floating types compute in
  * float (float32, bfloat16, float16; rounded once on store) or double
  * (float64); integer types accumulate in 64-bit wrapping arithmetic.
+ *
+ * Float32 inputs follow the float32 matmul precision of the running call
+ * (tpu_kernel_precision(), read on the calling thread): medium multiplies
+ * inputs rounded to bfloat16, high the 3-pass bfloat16 split, highest in
+ * float32; bfloat16/float16 inputs take one pass in every mode.
  */
 #ifndef TPU_HOST_MATMUL_H_
 #define TPU_HOST_MATMUL_H_
@@ -32,9 +37,22 @@ tpu_status_t tpu_gemm_batched(const tpu_tensor_t* a, const tpu_tensor_t* b,
                               const tpu_tensor_t* c, double alpha, double beta,
                               const tpu_tensor_t* self);
 
-/* Selects the float micro-kernel: true (the default) uses the AVX2/FMA one
- * where the CPU has it, false the portable one. For tests and benchmarks. */
-void tpu_gemm_set_simd(bool enable);
+/* Instruction sets of the float micro-kernels. The default is the best one
+ * the CPU (and the OS's saved register state) supports, capped by the
+ * environment variable TORCH_TPU_ISA=portable|avx2|avx512; with
+ * TORCH_TPU_LOG_ISA=1 the choice is printed to stderr once. */
+typedef enum tpu_gemm_isa {
+  TPU_GEMM_ISA_AUTO = -1,
+  TPU_GEMM_ISA_PORTABLE = 0,
+  TPU_GEMM_ISA_AVX2 = 1,   /* AVX2 + FMA */
+  TPU_GEMM_ISA_AVX512 = 2, /* AVX-512F */
+} tpu_gemm_isa_t;
+
+/* Forces the float micro-kernel's ISA (tests, benchmarks); AUTO returns to
+ * the default. False, changing nothing, for one this CPU or build lacks. */
+bool tpu_gemm_set_isa(tpu_gemm_isa_t isa);
+/* Name of the float micro-kernel in use: "portable", "avx2", "avx512". */
+const char* tpu_gemm_isa_name(void);
 
 /* Converting copies of strided runs of n elements. `src`/`dst` address the
  * run's first element of storage dtype dt; strides are in elements (may be

@@ -24,9 +24,10 @@
 #include <stdlib.h>
 
 #include "kernels.h"
+#include "vecmath.h"
 
 #define TILE 2048            /* buffer elements per tile */
-#define KMAX 256             /* most outputs per block */
+#define KMAX 512             /* most outputs per block */
 #define COL_LEN 16           /* reduction positions per tile of a column reduction */
 #define SPLIT_CHUNK 65536    /* reduction positions per partial in split mode */
 #define SPLIT_MAX_OUTS 16    /* split the reduction only for this few outputs */
@@ -61,6 +62,8 @@ typedef struct {
   int64_t oscan[2];  /* scans: output strides (bytes) along the scanned dim */
   int64_t len, kmax; /* tile shape: reduction positions x outputs */
   bool by_row;       /* column reduction: gather tiles row by row */
+  bool col_acc;      /* by_row and a kind that accumulates a whole row at once */
+  bool in_place;     /* float sum or max/min values of contiguous runs, read in place */
 } plan_t;
 
 typedef struct {
@@ -76,6 +79,7 @@ typedef struct {
     int64_t i[TILE];
   } buf;
   int64_t roff[TILE];
+  double col[KMAX]; /* col_acc: per-output running values */
 } scratch_t;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -275,7 +279,18 @@ static void kept_offsets(const plan_t* p, int64_t o, int64_t* in_off, int64_t ou
 #define CONV_BOOL(x) ((x) != 0)
 /* contiguous runs convert in blocks of 8 so the compiler vectorizes them */
 #define GATHER_LOOP(BT, T, CONV)                                                  \
-  if (p->by_row) {                                                                \
+  if (p->col_acc) {                                                               \
+    for (int64_t t = 0; t < len; t++) {                                           \
+      const char* q = base + roff[t];                                             \
+      BT* o = (BT*)buf + t * K;                                                   \
+      if (ks == (int64_t)sizeof(T)) {                                             \
+        const T* s = (const T*)q;                                                 \
+        for (int64_t j = 0; j < K; j++) o[j] = (BT)CONV(s[j]);                    \
+      } else {                                                                    \
+        for (int64_t j = 0; j < K; j++) o[j] = (BT)CONV(*(const T*)(q + j * ks)); \
+      }                                                                           \
+    }                                                                             \
+  } else if (p->by_row) {                                                         \
     for (int64_t t = 0; t < len; t++) {                                           \
       const char* q = base + roff[t];                                             \
       for (int64_t j = 0; j < K; j++) ((BT*)buf)[j * len + t] = (BT)CONV(*(const T*)(q + j * ks)); \
@@ -302,8 +317,8 @@ static void kept_offsets(const plan_t* p, int64_t o, int64_t* in_off, int64_t ou
     case TPU_I16: GATHER_LOOP(BT, int16_t, CONV_ID) break;               \
     case TPU_I32: GATHER_LOOP(BT, int32_t, CONV_ID) break;               \
     case TPU_I64: GATHER_LOOP(BT, int64_t, CONV_ID) break;               \
-    case TPU_F16: GATHER_LOOP(BT, uint16_t, tpu_f16_to_f32) break;       \
-    case TPU_BF16: GATHER_LOOP(BT, uint16_t, tpu_bf16_to_f32) break;     \
+    case TPU_F16: GATHER_LOOP(BT, uint16_t, tpu_vm_f16_to_f32) break;    \
+    case TPU_BF16: GATHER_LOOP(BT, uint16_t, tpu_vm_bf16_to_f32) break;  \
     case TPU_F32: GATHER_LOOP(BT, float, CONV_ID) break;                 \
     case TPU_F64: GATHER_LOOP(BT, double, CONV_ID) break;                \
     case TPU_BOOL: GATHER_LOOP(BT, uint8_t, CONV_BOOL) break;            \
@@ -312,9 +327,11 @@ static void kept_offsets(const plan_t* p, int64_t o, int64_t* in_off, int64_t ou
 
 /* Loads reduction positions [r0, r0 + len) of K consecutive outputs, the
  * first at `base`, into buf[j * len + t] in the plan's domain; column
- * reductions read the tile row by row (consecutive outputs are adjacent). */
-static void gather(const plan_t* p, const char* base, int64_t K, int64_t r0, int64_t len,
-                   void* buf, int64_t* roff) {
+ * reductions read the tile row by row (consecutive outputs are adjacent),
+ * and with col_acc keep that layout: buf[t * K + j]. Inlined into each ISA
+ * copy of its callers. */
+TPU_VM_INLINE void gather(const plan_t* p, const char* base, int64_t K, int64_t r0, int64_t len,
+                          void* buf, int64_t* roff) {
   bool contig = p->nr == 1 && p->rstride[0] == p->isz;
   int64_t ks = p->kstride[p->nk - 1];
   if (!contig) {
@@ -390,21 +407,34 @@ static void lse_merge(acc_t* a, double m2, double s2) {
   a->d[1] = t1 + t2;
 }
 
-/* sum(f(v)) over n values with four independent accumulators; c is a
- * constant of f (mean, shift or p) */
-#define SUM_FN(NAME, F)                                       \
-  static double NAME(const double* x, int64_t n, double c) {  \
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0, v;                 \
-    int64_t t = 0;                                            \
-    (void)c;                                                  \
-    for (; t + 4 <= n; t += 4) {                              \
-      v = x[t]; s0 += (F);                                    \
-      v = x[t + 1]; s1 += (F);                                \
-      v = x[t + 2]; s2 += (F);                                \
-      v = x[t + 3]; s3 += (F);                                \
-    }                                                         \
-    for (; t < n; t++) { v = x[t]; s0 += (F); }               \
-    return (s0 + s1) + (s2 + s3);                             \
+/* sum(f(v)) over n values in LANES interleaved partial sums (lane k takes
+ * positions k, k + LANES, ...) added up in a fixed order; the lanes become
+ * independent vector accumulators. c is a constant of f (mean, shift or p). */
+#define LANES 16
+#define LANE_SUM(s)                                                                     \
+  ((((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) +                \
+   (((s[8] + s[9]) + (s[10] + s[11])) + ((s[12] + s[13]) + (s[14] + s[15]))))
+/* declares double s[LANES]: the partial sums of F over v = LOAD (an
+ * expression of the position i) for i in [0, n) */
+#define SUM_LOOP(LOAD, F)                         \
+  double s[LANES] = {0};                          \
+  int64_t t = 0;                                  \
+  for (; t + LANES <= n; t += LANES)              \
+    for (int k = 0; k < LANES; k++) {             \
+      int64_t i = t + k;                          \
+      double v = (LOAD);                          \
+      s[k] += (F);                                \
+    }                                             \
+  for (int k = 0; t < n; t++, k++) {              \
+    int64_t i = t;                                \
+    double v = (LOAD);                            \
+    s[k] += (F);                                  \
+  }
+#define SUM_FN(NAME, F)                                             \
+  TPU_VM_INLINE double NAME(const double* x, int64_t n, double c) { \
+    (void)c;                                                        \
+    SUM_LOOP(x[i], F)                                               \
+    return LANE_SUM(s);                                             \
   }
 SUM_FN(sum_plain, v)
 SUM_FN(sum_notnan, v == v ? v : 0)
@@ -413,6 +443,23 @@ SUM_FN(sum_sq, v * v)
 SUM_FN(sum_sqdev, (v - c) * (v - c))
 SUM_FN(sum_powabs, pow(fabs(v), c))
 SUM_FN(sum_exp, exp(v - c))
+
+/* sum_plain of n contiguous floating elements of dtype dt read in place */
+#define SRC_SUM(T, CONV)                    \
+  {                                         \
+    const T* x = (const T*)src;             \
+    SUM_LOOP((double)CONV(x[i]), v)         \
+    return LANE_SUM(s);                     \
+  }
+TPU_VM_INLINE double sum_src(const char* src, tpu_dtype_t dt, int64_t n) {
+  switch (dt) {
+    case TPU_F32: SRC_SUM(float, CONV_ID)
+    case TPU_F64: SRC_SUM(double, CONV_ID)
+    case TPU_BF16: SRC_SUM(uint16_t, tpu_vm_bf16_to_f32)
+    case TPU_F16: SRC_SUM(uint16_t, tpu_vm_f16_to_f32)
+    default: return 0;
+  }
+}
 
 /* the running value and index live in locals inside the loop */
 #define EXTREME_RUN(T, VAL, BETTER)                  \
@@ -438,8 +485,82 @@ SUM_FN(sum_exp, exp(v - c))
     if (MAX_BETTER(x[t], HI)) HI = x[t];             \
   }
 
-/* Consumes n values of the reduction starting at position idx0. */
-static void run_f64(const plan_t* p, acc_t* a, const double* x, int64_t n, int64_t idx0) {
+/* Values-only running max (GT >) or min (GT <) of cur and n values, NaN
+ * winning: four independent vectors of four lanes (GCC vector extensions),
+ * then the lanes and the tail in order. */
+typedef double vd4_t __attribute__((vector_size(32)));
+typedef int64_t vl4_t __attribute__((vector_size(32)));
+#define EXTREME_VALUES(NAME, GT, BETTER)                              \
+  TPU_VM_INLINE double NAME(const double* x, int64_t n, double cur) { \
+    int64_t t = 0;                                                    \
+    if (n >= 16) {                                                    \
+      vd4_t c4 = {cur, cur, cur, cur};                                \
+      vd4_t m[4] = {c4, c4, c4, c4};                                  \
+      for (; t + 16 <= n; t += 16)                                    \
+        for (int q = 0; q < 4; q++) {                                 \
+          vd4_t v;                                                    \
+          memcpy(&v, x + t + 4 * q, sizeof v);                        \
+          vl4_t take = (v GT m[q]) | (v != v);                        \
+          m[q] = (vd4_t)(((vl4_t)v & take) | ((vl4_t)m[q] & ~take));  \
+        }                                                             \
+      for (int q = 0; q < 4; q++)                                     \
+        for (int k = 0; k < 4; k++)                                   \
+          if (BETTER(m[q][k], cur)) cur = m[q][k];                    \
+    }                                                                 \
+    for (; t < n; t++)                                                \
+      if (BETTER(x[t], cur)) cur = x[t];                              \
+    return cur;                                                       \
+  }
+EXTREME_VALUES(max_values, >, MAX_BETTER)
+EXTREME_VALUES(min_values, <, MIN_BETTER)
+
+/* The same over n contiguous floating elements of dtype dt read in place,
+ * in float (exact for these dtypes): four vectors of eight lanes. */
+typedef float vf8_t __attribute__((vector_size(32)));
+typedef int32_t vi8_t __attribute__((vector_size(32)));
+#define LOAD8_F32(v, p) memcpy(&(v), (p), sizeof(v))
+#define LOAD8_BF16(v, p) for (int k = 0; k < 8; k++) (v)[k] = tpu_vm_bf16_to_f32((p)[k])
+#define LOAD8_F16(v, p) for (int k = 0; k < 8; k++) (v)[k] = tpu_vm_f16_to_f32((p)[k])
+#define EXTREME_SRC_LOOP(T, CONV, LOAD8, GT, BETTER)                   \
+  {                                                                    \
+    const T* x = (const T*)src;                                        \
+    int64_t t = 0;                                                     \
+    if (n >= 32) {                                                     \
+      float cf = (float)cur;                                           \
+      vf8_t c8 = {cf, cf, cf, cf, cf, cf, cf, cf};                     \
+      vf8_t m[4] = {c8, c8, c8, c8};                                   \
+      for (; t + 32 <= n; t += 32)                                     \
+        for (int q = 0; q < 4; q++) {                                  \
+          vf8_t v;                                                     \
+          LOAD8(v, x + t + 8 * q);                                     \
+          vi8_t take = (v GT m[q]) | (v != v);                         \
+          m[q] = (vf8_t)(((vi8_t)v & take) | ((vi8_t)m[q] & ~take));   \
+        }                                                              \
+      for (int q = 0; q < 4; q++)                                      \
+        for (int k = 0; k < 8; k++)                                    \
+          if (BETTER((double)m[q][k], cur)) cur = m[q][k];             \
+    }                                                                  \
+    for (; t < n; t++)                                                 \
+      if (BETTER((double)CONV(x[t]), cur)) cur = CONV(x[t]);           \
+    return cur;                                                        \
+  }
+#define EXTREME_SRC(NAME, GT, BETTER, F64_FN)                                             \
+  TPU_VM_INLINE double NAME(const char* src, tpu_dtype_t dt, int64_t n, double cur) {    \
+    switch (dt) {                                                                         \
+      case TPU_F32: EXTREME_SRC_LOOP(float, CONV_ID, LOAD8_F32, GT, BETTER)               \
+      case TPU_BF16: EXTREME_SRC_LOOP(uint16_t, tpu_vm_bf16_to_f32, LOAD8_BF16, GT, BETTER) \
+      case TPU_F16: EXTREME_SRC_LOOP(uint16_t, tpu_vm_f16_to_f32, LOAD8_F16, GT, BETTER)  \
+      case TPU_F64: return F64_FN((const double*)src, n, cur);                            \
+      default: return cur;                                                                \
+    }                                                                                     \
+  }
+EXTREME_SRC(max_src, >, MAX_BETTER, max_values)
+EXTREME_SRC(min_src, <, MIN_BETTER, min_values)
+
+/* Consumes n values of the reduction starting at position idx0; inlined
+ * into each ISA copy of reduce_block. max/min without indices keep only
+ * the value (idx 0 marks it as set). */
+TPU_VM_INLINE void run_f64(const plan_t* p, acc_t* a, const double* x, int64_t n, int64_t idx0) {
   int64_t cnt = 0;
   double m = a->d[0];
   switch (p->kind) {
@@ -448,8 +569,19 @@ static void run_f64(const plan_t* p, acc_t* a, const double* x, int64_t n, int64
     case R_PROD:
       for (int64_t t = 0; t < n; t++) a->d[0] *= x[t];
       break;
-    case R_MAX: case R_ARGMAX: EXTREME_RUN(double, a->d[0], MAX_BETTER) break;
-    case R_MIN: case R_ARGMIN: EXTREME_RUN(double, a->d[0], MIN_BETTER) break;
+    case R_MAX: case R_MIN:
+      if (p->nouts == 1) {
+        double cur = a->idx < 0 ? x[0] : a->d[0];
+        a->d[0] = p->kind == R_MAX ? max_values(x, n, cur) : min_values(x, n, cur);
+        a->idx = 0;
+      } else if (p->kind == R_MAX) {
+        EXTREME_RUN(double, a->d[0], MAX_BETTER)
+      } else {
+        EXTREME_RUN(double, a->d[0], MIN_BETTER)
+      }
+      break;
+    case R_ARGMAX: EXTREME_RUN(double, a->d[0], MAX_BETTER) break;
+    case R_ARGMIN: EXTREME_RUN(double, a->d[0], MIN_BETTER) break;
     case R_MINMAX: MINMAX_RUN(a->d[0], a->d[1]) break;
     case R_VAR: case R_STD: {
       double mean = sum_plain(x, n, 0) / (double)n;
@@ -490,7 +622,7 @@ static void run_f64(const plan_t* p, acc_t* a, const double* x, int64_t n, int64
 
 /* Integer domain: sums and products (of integer outputs) and extremes (of
  * integer inputs). */
-static void run_i64(const plan_t* p, acc_t* a, const int64_t* x, int64_t n, int64_t idx0) {
+TPU_VM_INLINE void run_i64(const plan_t* p, acc_t* a, const int64_t* x, int64_t n, int64_t idx0) {
   switch (p->kind) {
     case R_SUM: case R_NANSUM: {
       uint64_t s = 0;
@@ -596,18 +728,106 @@ static void finish(const plan_t* p, const acc_t* a, char* o0, char* o1) {
 
 /* ---- driver ---- */
 
-/* Accumulates reduction positions [rb, re) of K consecutive outputs whose
- * first element starts at input offset in_off. */
-static void reduce_block(const plan_t* p, int64_t in_off, int64_t K, int64_t rb, int64_t re,
-                         acc_t* acc, scratch_t* s) {
+/* in_place: consumes n contiguous elements at src. */
+TPU_VM_INLINE void run_in_place(const plan_t* p, acc_t* a, const char* src, int64_t n) {
+  if (p->kind == R_SUM || p->kind == R_MEAN) {
+    a->d[0] += sum_src(src, p->dt, n);
+    return;
+  }
+  double cur = a->idx < 0 ? tpu_load_f64(src, p->dt) : a->d[0];
+  a->d[0] = p->kind == R_MAX ? max_src(src, p->dt, n, cur) : min_src(src, p->dt, n, cur);
+  a->idx = 0;
+}
+
+/* col_acc: accumulates reduction positions [rb, re) of K adjacent outputs
+ * a row at a time into s->col (element-wise over the row, so it vectorizes),
+ * then folds the block's values into acc. */
+#define COL_LOOP(EXPR)                                   \
+  for (int64_t t = 0; t < len; t++) {                    \
+    const double* row = s->buf.f + t * K;                \
+    for (int64_t j = 0; j < K; j++) {                    \
+      double v = row[j], c = col[j];                     \
+      col[j] = (EXPR);                                   \
+    }                                                    \
+  }
+TPU_VM_INLINE void col_block(const plan_t* p, int64_t in_off, int64_t K, int64_t rb, int64_t re,
+                             acc_t* acc, scratch_t* s) {
+  double* col = s->col;
+  double init = p->kind == R_MAX ? -INFINITY : p->kind == R_MIN ? INFINITY : 0;
+  for (int64_t j = 0; j < K; j++) col[j] = init;
   for (int64_t r0 = rb; r0 < re; r0 += p->len) {
     int64_t len = min64(p->len, re - r0);
     gather(p, p->in + in_off, K, r0, len, &s->buf, s->roff);
-    for (int64_t j = 0; j < K; j++) {
-      if (p->int_domain) run_i64(p, &acc[j], s->buf.i + j * len, len, r0);
-      else run_f64(p, &acc[j], s->buf.f + j * len, len, r0);
+    switch (p->kind) {
+      case R_SUM: case R_MEAN: COL_LOOP(c + v) break;
+      case R_NANSUM: COL_LOOP(v == v ? c + v : c) break;
+      case R_NORM1: COL_LOOP(c + fabs(v)) break;
+      case R_NORM2: COL_LOOP(c + v * v) break;
+      case R_MAX: COL_LOOP((v > c || v != v) ? v : c) break;
+      case R_MIN: COL_LOOP((v < c || v != v) ? v : c) break;
+      default: break;
     }
   }
+  for (int64_t j = 0; j < K; j++) {
+    acc_t* a = &acc[j];
+    if (p->kind != R_MAX && p->kind != R_MIN) {
+      a->d[0] += col[j];
+    } else if (a->idx < 0 || (p->kind == R_MAX ? MAX_BETTER(col[j], a->d[0])
+                                               : MIN_BETTER(col[j], a->d[0]))) {
+      a->d[0] = col[j];
+      a->idx = 0;
+    }
+  }
+}
+
+/* Whether a plan's reduction can use col_block. */
+static bool col_kind(const plan_t* p) {
+  if (!p->by_row || p->int_domain) return false;
+  switch (p->kind) {
+    case R_SUM: case R_MEAN: case R_NANSUM: case R_NORM1: case R_NORM2: return true;
+    case R_MAX: case R_MIN: return p->nouts == 1;
+    default: return false;
+  }
+}
+
+/* Accumulates reduction positions [rb, re) of K consecutive outputs whose
+ * first element starts at input offset in_off. One copy per ISA. */
+#define DEFINE_REDUCE_BLOCK(SUF, ATTR)                                                        \
+  ATTR static void reduce_block_##SUF(const plan_t* p, int64_t in_off, int64_t K, int64_t rb, \
+                                      int64_t re, acc_t* acc, scratch_t* s) {                 \
+    if (p->col_acc) {                                                                         \
+      col_block(p, in_off, K, rb, re, acc, s);                                                \
+      return;                                                                                 \
+    }                                                                                         \
+    for (int64_t r0 = rb; r0 < re; r0 += p->len) {                                            \
+      int64_t len = min64(p->len, re - r0);                                                   \
+      if (p->in_place) {                                                                      \
+        const char* src = p->in + in_off + r0 * p->isz;                                      \
+        for (int64_t j = 0; j < K; j++)                                                       \
+          run_in_place(p, &acc[j], src + j * p->kstride[p->nk - 1], len);                     \
+        continue;                                                                             \
+      }                                                                                       \
+      gather(p, p->in + in_off, K, r0, len, &s->buf, s->roff);                                \
+      for (int64_t j = 0; j < K; j++) {                                                       \
+        if (p->int_domain) run_i64(p, &acc[j], s->buf.i + j * len, len, r0);                  \
+        else run_f64(p, &acc[j], s->buf.f + j * len, len, r0);                                \
+      }                                                                                       \
+    }                                                                                         \
+  }
+DEFINE_REDUCE_BLOCK(p, TPU_VEC_PORTABLE)
+#ifdef TPU_HAVE_AVX2_BUILD
+DEFINE_REDUCE_BLOCK(a, TPU_VEC_AVX2)
+#endif
+
+static void reduce_block(const plan_t* p, int64_t in_off, int64_t K, int64_t rb, int64_t re,
+                         acc_t* acc, scratch_t* s) {
+#ifdef TPU_HAVE_AVX2_BUILD
+  if (tpu_host_isa() == TPU_ISA_AVX2) {
+    reduce_block_a(p, in_off, K, rb, re, acc, s);
+    return;
+  }
+#endif
+  reduce_block_p(p, in_off, K, rb, re, acc, s);
 }
 
 /* Outputs in a block starting at o: up to kmax, within one row of the
@@ -709,6 +929,14 @@ static tpu_status_t reduce(const tpu_call_t* c, const char* op, rkind_t kind, in
     p.int_domain = !tpu_dtype_is_float(p.odt[0]);
   else if (is_extreme(kind))
     p.int_domain = !tpu_dtype_is_float(in->dtype);
+  p.col_acc = col_kind(&p);
+  if (p.col_acc) { /* whole rows of up to KMAX outputs stream through the tile */
+    p.kmax = min64(KMAX, p.ksize[p.nk - 1]);
+    p.len = min64(p.n_red, TILE / p.kmax);
+  }
+  p.in_place = (kind == R_SUM || kind == R_MEAN || ((kind == R_MAX || kind == R_MIN) && nouts == 1)) &&
+               !p.int_domain && tpu_dtype_is_float(in->dtype) && !p.by_row && p.nr == 1 &&
+               p.rstride[0] == p.isz;
   if (p.n_red == 0 && (is_extreme(kind) || kind == R_NORMINF || kind == R_NORMNINF)) {
     if (kind == R_NORMINF || kind == R_NORMNINF)
       return TPU_ERR(INVALID_ARGUMENT,

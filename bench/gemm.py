@@ -1,0 +1,154 @@
+"""Matmul throughput on tpu (medium / high / highest precision) next to PyTorch CPU float32.
+
+    .venv/bin/python bench/gemm.py [--shapes square,transformer,attention] [--repeats N]
+
+For each shape it prints GFLOP/s (2*B*M*N*K / best time of `repeats` calls) of torch.mm /
+torch.bmm on CPU float32 and on tpu at each precision level (the tpu clock stops after
+torch.tpu.synchronize()), the ratios tpu / CPU, and tpu / peak, where peak is this
+machine's float32 FMA peak measured in the same run by bench/fma_peak.c (a
+register-resident FMA loop on every core, compiled here with gcc).
+
+Shapes are B x M x K x N (C[M, N] = A[M, K] @ B[K, N], B batches); "t" marks an operand
+read through a transposed view, as nn.Linear (x @ W.t()), its weight gradient (X.t() @ dY)
+and attention (Q @ K.transpose) do.
+
+Goals (issue 4) at 1024, 2048 and the transformer shapes: medium >= 0.9x CPU and >= 75% of
+peak; highest >= 0.9x CPU; high >= 0.45x CPU. The machine may be shared: the load average
+is printed first; numbers taken above ~2.5 are unreliable.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+os.environ.setdefault("TORCH_TPU_LOG_ISA", "1")  # the runtime names its micro-kernel once
+
+import warnings  # noqa: E402
+
+import torch  # noqa: E402
+
+import torch_tpu.precision  # noqa: E402,F401
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LEVELS = ("medium", "high", "highest")
+
+# (group, label, B, M, K, N, a transposed, b transposed)
+SHAPES = [
+    ("square", "256", 1, 256, 256, 256, False, False),
+    ("square", "512", 1, 512, 512, 512, False, False),
+    ("square", "1024", 1, 1024, 1024, 1024, False, False),
+    ("square", "2048", 1, 2048, 2048, 2048, False, False),
+    ("transformer", "ffn up x@W1.t", 1, 4096, 768, 3072, False, True),
+    ("transformer", "ffn down x@W2.t", 1, 4096, 3072, 768, False, True),
+    ("transformer", "grad W1 dY.t@x", 1, 3072, 4096, 768, True, False),
+    ("transformer", "grad W2 dY.t@h", 1, 768, 4096, 3072, True, False),
+    ("transformer", "grad x dY@W1", 1, 4096, 3072, 768, False, False),
+    ("attention", "scores Q@K.t", 48, 512, 64, 512, False, True),
+    ("attention", "context P@V", 48, 512, 512, 64, False, False),
+]
+GOAL_LABELS = {"1024", "2048"}  # plus every transformer shape
+
+
+def measured_peak():
+    """GFLOP/s of bench/fma_peak.c on all cores, or None where it cannot be built."""
+    gcc = shutil.which("gcc")
+    if not gcc:
+        return None, "no gcc"
+    with tempfile.TemporaryDirectory() as d:
+        exe = os.path.join(d, "fma_peak")
+        build = subprocess.run([gcc, "-O2", "-mavx2", "-mfma", "-pthread",
+                                os.path.join(HERE, "fma_peak.c"), "-o", exe],
+                               capture_output=True, text=True)
+        if build.returncode != 0:
+            return None, "fma_peak.c did not build: " + build.stderr.strip()[:200]
+        runs = [[exe, str(os.cpu_count()), "1"]]
+        if "avx512f" in open("/proc/cpuinfo").read():
+            runs.append(runs[0] + ["--avx512"])
+        best = 0.0
+        for cmd in runs:
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode == 0:
+                best = max(best, float(out.stdout.strip()))
+        return best, f"{os.cpu_count()} threads, {'AVX-512' if len(runs) > 1 else 'AVX2'} FMA"
+
+
+def operands(b, m, k, n, ta, tb, device):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(b, k, m, generator=g).transpose(1, 2) if ta else torch.randn(b, m, k, generator=g)
+    y = torch.randn(b, n, k, generator=g).transpose(1, 2) if tb else torch.randn(b, k, n, generator=g)
+    if b == 1:
+        x, y = x[0], y[0]
+    return x.to(device), y.to(device)
+
+
+def best_time(fn, repeats, sync=None):
+    fn()
+    if sync:
+        sync()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="square,transformer,attention",
+                    help="groups to run: square, transformer, attention")
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    groups = set(args.shapes.split(","))
+    warnings.simplefilter("ignore", torch_tpu.precision.TpuPerformanceWarning)
+
+    print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}  "
+          f"(threads: torch {torch.get_num_threads()})")
+    peak, how = measured_peak()
+    print(f"float32 FMA peak: {peak:.1f} GFLOP/s ({how})" if peak else f"float32 FMA peak: n/a ({how})")
+    head = (f"{'shape':16} {'B x M x K x N':>21} | {'CPU':>6} {'medium':>6} {'high':>6} "
+            f"{'highest':>7} | {'med/CPU':>7} {'high/CPU':>8} {'hst/CPU':>7} | {'med/pk':>6} "
+            f"{'hst/pk':>6}")
+    print("GFLOP/s")
+    print(head)
+    print("-" * len(head))
+    misses = []
+    for group, label, b, m, k, n, ta, tb in SHAPES:
+        if group not in groups:
+            continue
+        flops = 2.0 * b * m * n * k
+        op = torch.mm if b == 1 else torch.bmm
+        x, y = operands(b, m, k, n, ta, tb, "cpu")
+        reps = args.repeats if flops < 2e10 else max(2, args.repeats // 2)
+        cpu = flops / best_time(lambda: op(x, y), reps) / 1e9
+        tx, ty = x.to("tpu"), y.to("tpu")
+        rate = {}
+        for level in LEVELS:
+            with torch.tpu.precision(level):
+                t = best_time(lambda: op(tx, ty), reps, torch.tpu.synchronize)
+            rate[level] = flops / t / 1e9
+        dims = f"{b}x{m}x{k}x{n}" + (" (" + ",".join(s for s, f in (("ta", ta), ("tb", tb)) if f) + ")"
+                                     if ta or tb else "")
+        pk = (lambda v: f"{100 * v / peak:5.0f}%") if peak else (lambda v: f"{'n/a':>6}")
+        print(f"{label:16} {dims:>21} | {cpu:6.1f} {rate['medium']:6.1f} {rate['high']:6.1f} "
+              f"{rate['highest']:7.1f} | {rate['medium'] / cpu:7.2f} {rate['high'] / cpu:8.2f} "
+              f"{rate['highest'] / cpu:7.2f} | {pk(rate['medium'])} {pk(rate['highest'])}", flush=True)
+        if label in GOAL_LABELS or group == "transformer":
+            if rate["medium"] < 0.9 * cpu:
+                misses.append(f"{label}: medium {rate['medium'] / cpu:.2f}x CPU < 0.9x")
+            if peak and rate["medium"] < 0.75 * peak:
+                misses.append(f"{label}: medium {100 * rate['medium'] / peak:.0f}% of peak < 75%")
+            if rate["highest"] < 0.9 * cpu:
+                misses.append(f"{label}: highest {rate['highest'] / cpu:.2f}x CPU < 0.9x")
+            if rate["high"] < 0.45 * cpu:
+                misses.append(f"{label}: high {rate['high'] / cpu:.2f}x CPU < 0.45x")
+    print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print("goals: all met" if not misses else "goals missed:\n  " + "\n  ".join(misses))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+/* Portable scalar GEMM micro-kernel: the reference the vector ones are
+ * checked against, and the path on CPUs without them. Plain C for any
+ * target (the compiler may vectorize the fixed-size inner loops). */
+#include "gemm_ukernel.h"
+
+enum { MR = 4, NR = 8 };
+
+static void tile_portable(int64_t kc, const float* restrict a, const float* restrict b,
+                          float* restrict c, int64_t ldc, bool accumulate) {
+  float acc[MR][NR] = {{0}};
+  for (int64_t k = 0; k < kc; k++) {
+    for (int i = 0; i < MR; i++)
+      for (int j = 0; j < NR; j++) acc[i][j] += a[i] * b[j];
+    a += MR;
+    b += NR;
+  }
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + acc[i][j];
+}
+
+/* four partial sums over interleaved steps, added in a fixed order */
+static float dot_portable(const float* restrict x, const float* restrict y, int64_t n) {
+  float s[4] = {0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4)
+    for (int h = 0; h < 4; h++) s[h] += x[k + h] * y[k + h];
+  float t = (s[0] + s[1]) + (s[2] + s[3]);
+  for (; k < n; k++) t += x[k] * y[k];
+  return t;
+}
+
+const gemm_ukernel_t tpu_gemm_ukernel_portable = {"portable", MR, NR, tile_portable,
+                                                  dot_portable, NULL};

@@ -1,0 +1,1221 @@
+/* Dense linear algebra kernels: LU (factor, solve, inverse, determinants,
+ * unpacking), Cholesky (factor, inverse, solve), triangular solves,
+ * Householder QR (linalg_qr, householder_product, ormqr), one-sided
+ * Jacobi SVD, cyclic Jacobi symmetric eigendecomposition, and the 3-vector
+ * cross product.
+ *
+ * Every matrix kernel works on float32/float64 matrices batched over leading
+ * dims.
+ * Each matrix is gathered into a row-major double buffer, factored there, and
+ * written back through the output's strides (the bridge allocates outputs
+ * with the meta kernel's strides, often column-major). Batch dims of inputs
+ * broadcast against the output's batch shape (size-1 dims repeat).
+ *
+ * Conventions follow LAPACK as PyTorch's CPU kernels expose them: pivots are
+ * 1-based int32 row interchanges (row j swapped with row piv[j]-1, in order),
+ * info outputs are int32 (0 on success, k for a zero pivot U(k,k) or a
+ * leading minor of order k that is not positive-definite), Householder
+ * reflectors are H = I - tau v v^T with v[0] = 1 and beta = -sign(alpha) *
+ * norm (so R's diagonal may be negative, as from geqrf).
+ */
+#include <float.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "kernels.h"
+
+/* ------------------------------------------------------------------ access */
+
+/* A matrix view: element (i, j) of batch offset `off` (in elements). The
+ * matrix dims are the tensor's last two. */
+typedef struct mat_view {
+  const tpu_tensor_t* t;
+  int64_t rows, cols, rs, cs;
+} mat_view_t;
+
+static mat_view_t mat_of(const tpu_tensor_t* t) {
+  mat_view_t v = {t, 1, 1, 0, 0};
+  if (t->ndim >= 2) {
+    v.rows = t->sizes[t->ndim - 2];
+    v.cols = t->sizes[t->ndim - 1];
+    v.rs = t->strides[t->ndim - 2];
+    v.cs = t->strides[t->ndim - 1];
+  }
+  return v;
+}
+
+/* The last dim of t as a vector (rows = size, cols = 1): pivots, tau,
+ * singular values and eigenvalues, batched over the leading dims. */
+static mat_view_t vec_of(const tpu_tensor_t* t) {
+  mat_view_t v = {t, 1, 1, 0, 0};
+  if (t->ndim >= 1) {
+    v.rows = t->sizes[t->ndim - 1];
+    v.rs = t->strides[t->ndim - 1];
+  }
+  return v;
+}
+
+static void* elem_ptr(const mat_view_t* v, int64_t off, int64_t i, int64_t j) {
+  return (char*)v->t->data + (off + i * v->rs + j * v->cs) * (int64_t)tpu_dtype_size(v->t->dtype);
+}
+
+/* Element offset of batch `b` (row-major over `bsizes`, nb dims) in t, whose
+ * leading t->ndim - mdims dims are its batch dims aligned to the right of
+ * bsizes; size-1 dims broadcast. */
+static int64_t batch_offset(const tpu_tensor_t* t, int mdims, int nb, const int64_t* bsizes,
+                            int64_t b) {
+  int tb = t->ndim - mdims;
+  int64_t off = 0;
+  for (int d = nb - 1; d >= 0; d--) {
+    int64_t idx = b % bsizes[d];
+    b /= bsizes[d];
+    int td = d - (nb - tb);
+    if (td >= 0 && t->sizes[td] != 1) off += idx * t->strides[td];
+  }
+  return off;
+}
+
+static int64_t batch_count(int nb, const int64_t* bsizes) {
+  int64_t n = 1;
+  for (int d = 0; d < nb; d++) n *= bsizes[d];
+  return n;
+}
+
+/* Gathers the r x c matrix at offset off into dst (row-major); with `trans`
+ * dst receives its c x r transpose. */
+static void load_mat(const mat_view_t* v, int64_t off, bool trans, double* dst) {
+  for (int64_t i = 0; i < v->rows; i++)
+    for (int64_t j = 0; j < v->cols; j++) {
+      double x = tpu_load_f64(elem_ptr(v, off, i, j), v->t->dtype);
+      if (trans) dst[j * v->rows + i] = x;
+      else dst[i * v->cols + j] = x;
+    }
+}
+
+/* Scatters src (row-major v->rows x v->cols; with `trans` its transpose
+ * cols x rows) into the matrix at offset off. */
+static void store_mat(const mat_view_t* v, int64_t off, bool trans, const double* src) {
+  for (int64_t i = 0; i < v->rows; i++)
+    for (int64_t j = 0; j < v->cols; j++)
+      tpu_store_f64(elem_ptr(v, off, i, j), v->t->dtype,
+                    trans ? src[j * v->rows + i] : src[i * v->cols + j]);
+}
+
+static tpu_status_t check_float(const char* op, const tpu_tensor_t* t) {
+  if (t->dtype == TPU_F32 || t->dtype == TPU_F64) return NULL;
+  return TPU_ERR(UNIMPLEMENTED, "%s: dtype %s is not supported (float32, float64)", op,
+                 tpu_dtype_name(t->dtype));
+}
+
+static tpu_status_t check_matrix(const char* op, const tpu_tensor_t* t, bool square) {
+  tpu_status_t st = check_float(op, t);
+  if (st) return st;
+  if (t->ndim < 2)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: expected a tensor with 2 or more dimensions, got %d",
+                   op, (int)t->ndim);
+  if (square && t->sizes[t->ndim - 1] != t->sizes[t->ndim - 2])
+    return TPU_ERR(INVALID_ARGUMENT, "%s: A must be batches of square matrices, got %lld by %lld",
+                   op, (long long)t->sizes[t->ndim - 2], (long long)t->sizes[t->ndim - 1]);
+  return NULL;
+}
+
+/* A descriptor of t with a trailing size-1 dim: a vector right-hand side
+ * viewed as an n x 1 matrix. */
+static tpu_tensor_t unsqueeze_last(const tpu_tensor_t* t) {
+  tpu_tensor_t u = *t;
+  u.sizes[u.ndim] = 1;
+  u.strides[u.ndim] = 1;
+  u.ndim++;
+  return u;
+}
+
+static bool has_elems(const tpu_tensor_t* t) {
+  return t->dtype != TPU_DTYPE_NONE && tpu_tensor_numel(t) > 0;
+}
+
+/* Scratch of n doubles (at least one, so 0-size matrices need no cases). */
+static double* scratch(int64_t n) { return (double*)malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); }
+
+#define OOM(op) TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for scratch", op)
+
+/* ------------------------------------------------------------ dense kernels */
+
+/* LU with partial pivoting of the m x n matrix a (in place, LAPACK getrf
+ * semantics): piv[0..min(m,n)) 1-based; returns info. */
+static int lu_factor(double* a, int64_t m, int64_t n, int32_t* piv) {
+  int64_t k = m < n ? m : n;
+  int info = 0;
+  for (int64_t j = 0; j < k; j++) {
+    int64_t p = j;
+    double best = fabs(a[j * n + j]);
+    for (int64_t i = j + 1; i < m; i++)
+      if (fabs(a[i * n + j]) > best) best = fabs(a[i * n + j]), p = i;
+    piv[j] = (int32_t)(p + 1);
+    if (a[p * n + j] != 0.0) {
+      if (p != j)
+        for (int64_t c = 0; c < n; c++) {
+          double t = a[j * n + c];
+          a[j * n + c] = a[p * n + c];
+          a[p * n + c] = t;
+        }
+      for (int64_t i = j + 1; i < m; i++) a[i * n + j] /= a[j * n + j];
+    } else if (info == 0) {
+      info = (int)(j + 1);
+    }
+    for (int64_t i = j + 1; i < m; i++) {
+      double l = a[i * n + j];
+      if (l != 0.0)
+        for (int64_t c = j + 1; c < n; c++) a[i * n + c] -= l * a[j * n + c];
+    }
+  }
+  return info;
+}
+
+/* Solves op(T) Y = C in place (C: n x nrhs row-major) for the triangle of
+ * the n x n matrix a; op(T) = T^T with `trans`. Only that triangle is read. */
+static void tri_solve(const double* a, int64_t n, double* c, int64_t nrhs, bool lower, bool trans,
+                      bool unit) {
+  bool fwd = lower != trans; /* op(T) is lower triangular: forward substitution */
+  for (int64_t s = 0; s < n; s++) {
+    int64_t i = fwd ? s : n - 1 - s;
+    for (int64_t t = 0; t < s; t++) {
+      int64_t j = fwd ? t : n - 1 - t;
+      double tij = trans ? a[j * n + i] : a[i * n + j];
+      if (tij != 0.0)
+        for (int64_t r = 0; r < nrhs; r++) c[i * nrhs + r] -= tij * c[j * nrhs + r];
+    }
+    if (!unit)
+      for (int64_t r = 0; r < nrhs; r++) c[i * nrhs + r] /= a[i * n + i];
+  }
+}
+
+/* Swaps rows j and piv[j]-1 of c (n x nrhs) for j ascending, or descending
+ * with `reverse`. */
+static void apply_pivots(double* c, int64_t nrhs, const int32_t* piv, int64_t k, bool reverse) {
+  for (int64_t s = 0; s < k; s++) {
+    int64_t j = reverse ? k - 1 - s : s, p = piv[j] - 1;
+    if (p != j)
+      for (int64_t r = 0; r < nrhs; r++) {
+        double t = c[j * nrhs + r];
+        c[j * nrhs + r] = c[p * nrhs + r];
+        c[p * nrhs + r] = t;
+      }
+  }
+}
+
+/* Solves A Y = C (or A^T Y = C with `trans`) given A = P L U from lu_factor. */
+static void lu_solve(const double* lu, int64_t n, const int32_t* piv, double* c, int64_t nrhs,
+                     bool trans) {
+  if (!trans) {
+    apply_pivots(c, nrhs, piv, n, false);
+    tri_solve(lu, n, c, nrhs, true, false, true);
+    tri_solve(lu, n, c, nrhs, false, false, false);
+  } else {
+    tri_solve(lu, n, c, nrhs, false, true, false);
+    tri_solve(lu, n, c, nrhs, true, true, true);
+    apply_pivots(c, nrhs, piv, n, true);
+  }
+}
+
+/* Cholesky of the symmetric n x n matrix a (lower triangle read) into its
+ * lower triangle L (a = L L^T); the strict upper triangle is zeroed. Returns
+ * info (order of the first leading minor that is not positive-definite). */
+static int cholesky(double* a, int64_t n) {
+  for (int64_t j = 0; j < n; j++) {
+    double d = a[j * n + j];
+    for (int64_t k = 0; k < j; k++) d -= a[j * n + k] * a[j * n + k];
+    if (!(d > 0.0)) return (int)(j + 1);
+    d = sqrt(d);
+    a[j * n + j] = d;
+    for (int64_t i = j + 1; i < n; i++) {
+      double s = a[i * n + j];
+      for (int64_t k = 0; k < j; k++) s -= a[i * n + k] * a[j * n + k];
+      a[i * n + j] = s / d;
+    }
+  }
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = i + 1; j < n; j++) a[i * n + j] = 0.0;
+  return 0;
+}
+
+/* Copies the `upper` triangle of a into the lower one, transposed, so the
+ * lower triangle holds the matrix as read from that triangle. */
+static void lower_from(double* a, int64_t n, bool upper) {
+  if (!upper) return;
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < i; j++) a[i * n + j] = a[j * n + i];
+}
+
+/* Householder QR of the m x n matrix a in place (LAPACK geqrf layout: R on
+ * and above the diagonal, reflector j's v below it with v[j] = 1 implied);
+ * tau[0..min(m,n)). */
+static void householder_qr(double* a, int64_t m, int64_t n, double* tau) {
+  int64_t k = m < n ? m : n;
+  for (int64_t j = 0; j < k; j++) {
+    double alpha = a[j * n + j], xnorm = 0.0;
+    for (int64_t i = j + 1; i < m; i++) xnorm = hypot(xnorm, a[i * n + j]);
+    if (xnorm == 0.0) {
+      tau[j] = 0.0;
+      continue;
+    }
+    double beta = -copysign(hypot(alpha, xnorm), alpha);
+    tau[j] = (beta - alpha) / beta;
+    for (int64_t i = j + 1; i < m; i++) a[i * n + j] /= alpha - beta;
+    a[j * n + j] = beta;
+    /* Apply H = I - tau v v^T to the trailing columns. */
+    for (int64_t c = j + 1; c < n; c++) {
+      double s = a[j * n + c];
+      for (int64_t i = j + 1; i < m; i++) s += a[i * n + j] * a[i * n + c];
+      s *= tau[j];
+      a[j * n + c] -= s;
+      for (int64_t i = j + 1; i < m; i++) a[i * n + c] -= s * a[i * n + j];
+    }
+  }
+}
+
+/* Applies reflector j (v stored below the diagonal in column j of the
+ * lda-column matrix a, m rows) to c (m x nc row-major) from the left:
+ * c = (I - tau v v^T) c. */
+static void reflect_left(const double* a, int64_t lda, int64_t m, int64_t j, double tau, double* c,
+                         int64_t nc) {
+  if (tau == 0.0) return;
+  for (int64_t col = 0; col < nc; col++) {
+    double s = c[j * nc + col];
+    for (int64_t i = j + 1; i < m; i++) s += a[i * lda + j] * c[i * nc + col];
+    s *= tau;
+    c[j * nc + col] -= s;
+    for (int64_t i = j + 1; i < m; i++) c[i * nc + col] -= s * a[i * lda + j];
+  }
+}
+
+/* Same from the right on c (nr x m row-major): c = c (I - tau v v^T). */
+static void reflect_right(const double* a, int64_t lda, int64_t m, int64_t j, double tau,
+                          double* c, int64_t nr) {
+  if (tau == 0.0) return;
+  for (int64_t r = 0; r < nr; r++) {
+    double* row = c + r * m;
+    double s = row[j];
+    for (int64_t i = j + 1; i < m; i++) s += a[i * lda + j] * row[i];
+    s *= tau;
+    row[j] -= s;
+    for (int64_t i = j + 1; i < m; i++) row[i] -= s * a[i * lda + j];
+  }
+}
+
+/* q (m x qc) = first qc columns of H_0 H_1 ... H_{k-1} (reflectors from a,
+ * lda columns). */
+static void form_q(const double* a, int64_t lda, int64_t m, const double* tau, int64_t k,
+                   double* q, int64_t qc) {
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < qc; j++) q[i * qc + j] = i == j ? 1.0 : 0.0;
+  for (int64_t j = k - 1; j >= 0; j--) reflect_left(a, lda, m, j, tau[j], q, qc);
+}
+
+/* Fills column j of the m x ld row-major matrix u with a unit vector
+ * orthogonal to its columns listed in `done` (ndone of them): the standard
+ * basis vector with the largest residual, orthogonalized twice. */
+static void complete_column(double* u, int64_t m, int64_t ld, int64_t j, const int64_t* done,
+                            int64_t ndone, double* tmp) {
+  double best = -1.0;
+  int64_t best_e = 0;
+  for (int64_t e = 0; e < m; e++) {
+    double r = 1.0; /* |e - sum_c u_c u_c[e]|^2 = 1 - sum_c u_c[e]^2 */
+    for (int64_t c = 0; c < ndone; c++) r -= u[e * ld + done[c]] * u[e * ld + done[c]];
+    if (r > best) best = r, best_e = e;
+  }
+  for (int64_t i = 0; i < m; i++) tmp[i] = i == best_e ? 1.0 : 0.0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int64_t c = 0; c < ndone; c++) {
+      double d = 0.0;
+      for (int64_t i = 0; i < m; i++) d += u[i * ld + done[c]] * tmp[i];
+      for (int64_t i = 0; i < m; i++) tmp[i] -= d * u[i * ld + done[c]];
+    }
+  double nrm = 0.0;
+  for (int64_t i = 0; i < m; i++) nrm = hypot(nrm, tmp[i]);
+  for (int64_t i = 0; i < m; i++) u[i * ld + j] = tmp[i] / nrm;
+}
+
+/* One-sided Jacobi SVD of the m x n matrix w (m >= n), destroyed. Produces
+ * s[0..n) descending, u (m x uc row-major, uc = n or m: the extra columns
+ * complete an orthonormal basis) and v (n x n row-major, columns are the right
+ * singular vectors). With u == NULL only s is computed. Each column of v is
+ * signed so that its entry of largest magnitude is positive. */
+static void jacobi_svd(double* w, int64_t m, int64_t n, double* s, double* u, int64_t uc,
+                       double* v) {
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < n; j++) v[i * n + j] = i == j ? 1.0 : 0.0;
+  for (int sweep = 0; sweep < 80; sweep++) {
+    bool rotated = false;
+    for (int64_t p = 0; p + 1 < n; p++)
+      for (int64_t q = p + 1; q < n; q++) {
+        double alpha = 0.0, beta = 0.0, gamma = 0.0;
+        for (int64_t i = 0; i < m; i++) {
+          alpha += w[i * n + p] * w[i * n + p];
+          beta += w[i * n + q] * w[i * n + q];
+          gamma += w[i * n + p] * w[i * n + q];
+        }
+        if (gamma == 0.0 || fabs(gamma) <= 4 * DBL_EPSILON * sqrt(alpha * beta)) continue;
+        rotated = true;
+        double zeta = (beta - alpha) / (2.0 * gamma);
+        double t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + sqrt(1.0 + zeta * zeta));
+        double c = 1.0 / sqrt(1.0 + t * t), sn = c * t;
+        for (int64_t i = 0; i < m; i++) {
+          double wp = w[i * n + p], wq = w[i * n + q];
+          w[i * n + p] = c * wp - sn * wq;
+          w[i * n + q] = sn * wp + c * wq;
+        }
+        for (int64_t i = 0; i < n; i++) {
+          double vp = v[i * n + p], vq = v[i * n + q];
+          v[i * n + p] = c * vp - sn * vq;
+          v[i * n + q] = sn * vp + c * vq;
+        }
+      }
+    if (!rotated) break;
+  }
+  /* Column norms, then a selection sort of columns by descending norm. */
+  for (int64_t j = 0; j < n; j++) {
+    double nrm = 0.0;
+    for (int64_t i = 0; i < m; i++) nrm = hypot(nrm, w[i * n + j]);
+    s[j] = nrm;
+  }
+  for (int64_t j = 0; j < n; j++) {
+    int64_t b = j;
+    for (int64_t c = j + 1; c < n; c++)
+      if (s[c] > s[b]) b = c;
+    if (b == j) continue;
+    double t = s[j];
+    s[j] = s[b], s[b] = t;
+    for (int64_t i = 0; i < m; i++) t = w[i * n + j], w[i * n + j] = w[i * n + b], w[i * n + b] = t;
+    for (int64_t i = 0; i < n; i++) t = v[i * n + j], v[i * n + j] = v[i * n + b], v[i * n + b] = t;
+  }
+  if (!u) return;
+  for (int64_t j = 0; j < n; j++) {
+    int64_t big = 0;
+    for (int64_t i = 1; i < n; i++)
+      if (fabs(v[i * n + j]) > fabs(v[big * n + j])) big = i;
+    if (v[big * n + j] < 0) {
+      for (int64_t i = 0; i < n; i++) v[i * n + j] = -v[i * n + j];
+      for (int64_t i = 0; i < m; i++) w[i * n + j] = -w[i * n + j];
+    }
+  }
+  /* Left vectors: normalized columns; columns of negligible norm and the
+   * extra columns of a full U complete an orthonormal basis. */
+  double tiny = (s[0] > 0 ? s[0] : 1.0) * DBL_EPSILON * (double)(m > n ? m : n);
+  int64_t* done = (int64_t*)malloc(sizeof(int64_t) * (size_t)(uc > 0 ? uc : 1));
+  double* tmp = scratch(m);
+  int64_t ndone = 0;
+  for (int64_t j = 0; j < n; j++)
+    if (s[j] > tiny) {
+      for (int64_t i = 0; i < m; i++) u[i * uc + j] = w[i * n + j] / s[j];
+      done[ndone++] = j;
+    }
+  for (int64_t j = 0; j < uc; j++)
+    if (j >= n || !(s[j] > tiny)) {
+      complete_column(u, m, uc, j, done, ndone, tmp);
+      done[ndone++] = j;
+    }
+  free(done);
+  free(tmp);
+}
+
+/* Cyclic Jacobi eigendecomposition of the symmetric n x n matrix a (full,
+ * destroyed): eigenvalues ascending in w, eigenvectors as columns of v
+ * (n x n row-major; NULL for values only), each signed so that its entry of
+ * largest magnitude is positive. */
+static void jacobi_eigh(double* a, int64_t n, double* w, double* v) {
+  double* vv = v;
+  if (vv)
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < n; j++) vv[i * n + j] = i == j ? 1.0 : 0.0;
+  for (int sweep = 0; sweep < 100; sweep++) {
+    double off = 0.0, tot = 0.0;
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < n; j++) {
+        tot += a[i * n + j] * a[i * n + j];
+        if (i != j) off += a[i * n + j] * a[i * n + j];
+      }
+    if (off <= DBL_EPSILON * DBL_EPSILON * tot * 1e-2 || off == 0.0) break;
+    for (int64_t p = 0; p + 1 < n; p++)
+      for (int64_t q = p + 1; q < n; q++) {
+        double apq = a[p * n + q];
+        if (apq == 0.0) continue;
+        double theta = (a[q * n + q] - a[p * n + p]) / (2.0 * apq);
+        double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
+        double c = 1.0 / sqrt(t * t + 1.0), s = t * c;
+        for (int64_t k = 0; k < n; k++) {
+          double akp = a[k * n + p], akq = a[k * n + q];
+          a[k * n + p] = c * akp - s * akq;
+          a[k * n + q] = s * akp + c * akq;
+        }
+        for (int64_t k = 0; k < n; k++) {
+          double apk = a[p * n + k], aqk = a[q * n + k];
+          a[p * n + k] = c * apk - s * aqk;
+          a[q * n + k] = s * apk + c * aqk;
+        }
+        if (vv)
+          for (int64_t k = 0; k < n; k++) {
+            double vkp = vv[k * n + p], vkq = vv[k * n + q];
+            vv[k * n + p] = c * vkp - s * vkq;
+            vv[k * n + q] = s * vkp + c * vkq;
+          }
+      }
+  }
+  for (int64_t i = 0; i < n; i++) w[i] = a[i * n + i];
+  for (int64_t j = 0; j < n; j++) { /* selection sort, ascending */
+    int64_t b = j;
+    for (int64_t c = j + 1; c < n; c++)
+      if (w[c] < w[b]) b = c;
+    if (b == j) continue;
+    double t = w[j];
+    w[j] = w[b], w[b] = t;
+    if (vv)
+      for (int64_t i = 0; i < n; i++)
+        t = vv[i * n + j], vv[i * n + j] = vv[i * n + b], vv[i * n + b] = t;
+  }
+  if (vv)
+    for (int64_t j = 0; j < n; j++) {
+      int64_t big = 0;
+      for (int64_t i = 1; i < n; i++)
+        if (fabs(vv[i * n + j]) > fabs(vv[big * n + j])) big = i;
+      if (vv[big * n + j] < 0)
+        for (int64_t i = 0; i < n; i++) vv[i * n + j] = -vv[i * n + j];
+    }
+}
+
+/* ------------------------------------------------------------ LU kernels */
+
+/* Factors every matrix of A (A^T with `trans`) into LU (same batch shape),
+ * pivots and, when given, info. Returns the first nonzero info (0 if none). */
+static tpu_status_t lu_factor_batches(const char* op, const tpu_tensor_t* A, bool trans,
+                                      const tpu_tensor_t* LU, const tpu_tensor_t* piv,
+                                      const tpu_tensor_t* info, int* first_info) {
+  mat_view_t av = mat_of(A), lv = mat_of(LU), pv = vec_of(piv);
+  int64_t m = lv.rows, n = lv.cols, k = m < n ? m : n;
+  int nb = A->ndim - 2;
+  int64_t nbatch = batch_count(nb, A->sizes);
+  double* a = scratch(m * n);
+  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(k > 0 ? k : 1));
+  if (!a || !p) {
+    free(a), free(p);
+    return OOM(op);
+  }
+  *first_info = 0;
+  for (int64_t b = 0; b < nbatch; b++) {
+    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), trans, a);
+    int inf = lu_factor(a, m, n, p);
+    if (inf && !*first_info) *first_info = inf;
+    store_mat(&lv, batch_offset(LU, 2, nb, A->sizes, b), false, a);
+    int64_t poff = batch_offset(piv, 1, nb, A->sizes, b);
+    for (int64_t j = 0; j < k; j++) tpu_store_i64(elem_ptr(&pv, poff, j, 0), piv->dtype, p[j]);
+    if (info && info->dtype != TPU_DTYPE_NONE && tpu_tensor_numel(info) > 0)
+      tpu_store_i64(tpu_tensor_elem_ptr(info, b), info->dtype, inf);
+  }
+  free(a), free(p);
+  return NULL;
+}
+
+/* Reads the 1-based pivots of batch offset off, bounds-checked. */
+static tpu_status_t load_pivots(const char* op, const mat_view_t* pv, int64_t off, int64_t k,
+                                int64_t m, int32_t* p) {
+  for (int64_t j = 0; j < k; j++) {
+    int64_t x = tpu_load_i64(elem_ptr(pv, off, j, 0), pv->t->dtype);
+    if (x < 1 || x > m)
+      return TPU_ERR(OUT_OF_RANGE, "%s: pivot %lld is out of bounds for %lld rows", op,
+                     (long long)x, (long long)m);
+    p[j] = (int32_t)x;
+  }
+  return NULL;
+}
+
+/* out = solve of A X = B through A's LU (pivots), with lu_solve's `left` and
+ * `adjoint`; batch dims of LU, pivots and B broadcast to out's. */
+static tpu_status_t lu_solve_batches(const char* op, const tpu_tensor_t* LU,
+                                     const tpu_tensor_t* piv, const tpu_tensor_t* B,
+                                     const tpu_tensor_t* out, bool left, bool adjoint) {
+  mat_view_t lv = mat_of(LU), pv = vec_of(piv), bv = mat_of(B), ov = mat_of(out);
+  int64_t n = lv.rows;
+  int64_t nrhs = left ? ov.cols : ov.rows;
+  bool trans = adjoint != !left;
+  int nb = out->ndim - 2;
+  int64_t nbatch = batch_count(nb, out->sizes);
+  double* a = scratch(n * n);
+  double* c = scratch(n * nrhs);
+  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+  tpu_status_t st = NULL;
+  if (!a || !c || !p) st = OOM(op);
+  for (int64_t b = 0; b < nbatch && !st; b++) {
+    load_mat(&lv, batch_offset(LU, 2, nb, out->sizes, b), false, a);
+    st = load_pivots(op, &pv, batch_offset(piv, 1, nb, out->sizes, b), n, n, p);
+    if (st) break;
+    load_mat(&bv, batch_offset(B, 2, nb, out->sizes, b), !left, c);
+    lu_solve(a, n, p, c, nrhs, trans);
+    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), !left, c);
+  }
+  free(a), free(c), free(p);
+  return st;
+}
+
+static tpu_status_t info_error(const char* op, int info) {
+  return TPU_ERR(INVALID_ARGUMENT,
+                 "%s: The diagonal element %d is zero, the inversion could not be completed "
+                 "because the input matrix is singular.",
+                 op, info);
+}
+
+/* linalg_lu_factor_ex(A, *, pivot, check_errors) -> (LU, pivots, info) */
+tpu_status_t tpu_k_linalg_lu_factor_ex(const tpu_call_t* call) {
+  const char* op = "linalg.lu_factor_ex";
+  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  tpu_status_t st = check_matrix(op, A, false);
+  if (st) return st;
+  if (!tpu_arg_bool(call, 1, true))
+    return TPU_ERR(INVALID_ARGUMENT, "%s: LU without pivoting is not implemented on tpu", op);
+  int info;
+  st = lu_factor_batches(op, A, false, &call->outs[0], &call->outs[1], &call->outs[2], &info);
+  if (!st && info && tpu_arg_bool(call, 2, false)) st = info_error(op, info);
+  return st;
+}
+
+/* linalg_lu_solve(LU, pivots, B, *, left, adjoint) -> out */
+tpu_status_t tpu_k_linalg_lu_solve(const tpu_call_t* call) {
+  const char* op = "linalg.lu_solve";
+  const tpu_tensor_t *LU = tpu_arg_tensor(call, 0), *B = tpu_arg_tensor(call, 2);
+  tpu_status_t st = check_matrix(op, LU, true);
+  if (!st) st = check_matrix(op, B, false);
+  if (st) return st;
+  return lu_solve_batches(op, LU, tpu_arg_tensor(call, 1), B, &call->outs[0],
+                          tpu_arg_bool(call, 3, true), tpu_arg_bool(call, 4, false));
+}
+
+/* CPU's det and slogdet factor A^T instead of A when A is contiguous (their
+ * backward formulas rely on the choice); so do we, for equal LU outputs.
+ * solve_ex always factors A. */
+static bool use_transpose(const tpu_tensor_t* A) { return tpu_tensor_is_contiguous(A); }
+
+/* _linalg_solve_ex(A, B, *, left, check_errors) -> (result, LU, pivots, info) */
+tpu_status_t tpu_k_linalg_solve_ex(const tpu_call_t* call) {
+  const char* op = "linalg.solve_ex";
+  const tpu_tensor_t *A = tpu_arg_tensor(call, 0), *B = tpu_arg_tensor(call, 1);
+  tpu_status_t st = check_matrix(op, A, true);
+  if (!st) st = check_float(op, B);
+  if (st) return st;
+  bool left = tpu_arg_bool(call, 2, true);
+  int info;
+  st = lu_factor_batches(op, A, false, &call->outs[1], &call->outs[2], &call->outs[3], &info);
+  if (st) return st;
+  /* A vector right-hand side (B of shape A.shape[:-1], or 1-d) is an n x 1
+   * matrix. */
+  bool vec = B->ndim == 1;
+  if (B->ndim == A->ndim - 1) {
+    vec = true;
+    for (int d = 0; d < B->ndim; d++) vec = vec && B->sizes[d] == A->sizes[d];
+  }
+  tpu_tensor_t b2 = vec ? unsqueeze_last(B) : *B, r2 = vec ? unsqueeze_last(&call->outs[0]) : call->outs[0];
+  st = lu_solve_batches(op, &call->outs[1], &call->outs[2], &b2, &r2, left, false);
+  if (!st && info && tpu_arg_bool(call, 3, false)) st = info_error(op, info);
+  return st;
+}
+
+/* linalg_inv_ex(A, *, check_errors) -> (inverse, info) */
+tpu_status_t tpu_k_linalg_inv_ex(const tpu_call_t* call) {
+  const char* op = "linalg.inv_ex";
+  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  tpu_status_t st = check_matrix(op, A, true);
+  if (st) return st;
+  const tpu_tensor_t *inv = &call->outs[0], *info = &call->outs[1];
+  mat_view_t av = mat_of(A), iv = mat_of(inv);
+  int64_t n = av.rows;
+  int nb = A->ndim - 2;
+  int64_t nbatch = batch_count(nb, A->sizes);
+  double *a = scratch(n * n), *c = scratch(n * n);
+  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+  if (!a || !c || !p) {
+    free(a), free(c), free(p);
+    return OOM(op);
+  }
+  int first = 0;
+  for (int64_t b = 0; b < nbatch; b++) {
+    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
+    int inf = lu_factor(a, n, n, p);
+    for (int64_t i = 0; i < n * n; i++) c[i] = (i % (n + 1)) == 0 ? 1.0 : 0.0;
+    lu_solve(a, n, p, c, n, false);
+    store_mat(&iv, batch_offset(inv, 2, nb, A->sizes, b), false, c);
+    if (has_elems(info)) tpu_store_i64(tpu_tensor_elem_ptr(info, b), info->dtype, inf);
+    if (inf && !first) first = inf;
+  }
+  free(a), free(c), free(p);
+  if (first && tpu_arg_bool(call, 1, false)) return info_error(op, first);
+  return NULL;
+}
+
+/* Visits each matrix's LU diagonal (read back from the LU output, as CPU's
+ * composite does) and pivots; fn receives (sign of the permutation, diag). */
+typedef void (*lu_diag_fn_t)(void* ctx, int64_t b, double perm_sign, const double* diag, int64_t n);
+
+static tpu_status_t lu_det_batches(const char* op, const tpu_tensor_t* A, const tpu_tensor_t* LU,
+                                   const tpu_tensor_t* piv, lu_diag_fn_t fn, void* ctx) {
+  int info;
+  tpu_status_t st = lu_factor_batches(op, A, use_transpose(A), LU, piv, NULL, &info);
+  if (st) return st;
+  mat_view_t lv = mat_of(LU), pv = vec_of(piv);
+  int64_t n = lv.rows;
+  int nb = A->ndim - 2;
+  int64_t nbatch = batch_count(nb, A->sizes);
+  double* d = scratch(n);
+  if (!d) return OOM(op);
+  for (int64_t b = 0; b < nbatch; b++) {
+    int64_t loff = batch_offset(LU, 2, nb, A->sizes, b), poff = batch_offset(piv, 1, nb, A->sizes, b);
+    double sign = 1.0;
+    for (int64_t j = 0; j < n; j++) {
+      d[j] = tpu_load_f64(elem_ptr(&lv, loff, j, j), LU->dtype);
+      if (tpu_load_i64(elem_ptr(&pv, poff, j, 0), piv->dtype) != j + 1) sign = -sign;
+    }
+    fn(ctx, b, sign, d, n);
+  }
+  free(d);
+  return NULL;
+}
+
+static void det_store(void* ctx, int64_t b, double sign, const double* d, int64_t n) {
+  const tpu_tensor_t* out = (const tpu_tensor_t*)ctx;
+  double r = sign;
+  for (int64_t j = 0; j < n; j++) r *= d[j];
+  tpu_store_f64(tpu_tensor_elem_ptr(out, b), out->dtype, r);
+}
+
+/* _linalg_det(A) -> (result, LU, pivots) */
+tpu_status_t tpu_k_linalg_det(const tpu_call_t* call) {
+  const char* op = "linalg.det";
+  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  tpu_status_t st = check_matrix(op, A, true);
+  if (st) return st;
+  return lu_det_batches(op, A, &call->outs[1], &call->outs[2], det_store, &call->outs[0]);
+}
+
+static void slogdet_store(void* ctx, int64_t b, double sign, const double* d, int64_t n) {
+  const tpu_tensor_t* outs = (const tpu_tensor_t*)ctx;
+  double logabs = 0.0;
+  for (int64_t j = 0; j < n; j++) {
+    if (d[j] < 0) sign = -sign;
+    if (d[j] == 0) sign = 0.0;
+    logabs += log(fabs(d[j]));
+  }
+  tpu_store_f64(tpu_tensor_elem_ptr(&outs[0], b), outs[0].dtype, sign);
+  tpu_store_f64(tpu_tensor_elem_ptr(&outs[1], b), outs[1].dtype, logabs);
+}
+
+/* _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots) */
+tpu_status_t tpu_k_linalg_slogdet(const tpu_call_t* call) {
+  const char* op = "linalg.slogdet";
+  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  tpu_status_t st = check_matrix(op, A, true);
+  if (st) return st;
+  return lu_det_batches(op, A, &call->outs[2], &call->outs[3], slogdet_store, call->outs);
+}
+
+/* Writes P (m x m), L (m x k) and U (k x n) of batch b from the m x n LU
+ * buffer and pivots; each of P/L/U may be empty (skipped). */
+static void lu_unpack_one(const double* lu, int64_t m, int64_t n, const int32_t* piv,
+                          const tpu_tensor_t* P, const tpu_tensor_t* L, const tpu_tensor_t* U,
+                          int nb, const int64_t* bsizes, int64_t b, double* tmp) {
+  int64_t k = m < n ? m : n;
+  if (has_elems(P)) {
+    /* perm[i]: the row of A that lands in row i of P^T A = L U. */
+    int64_t* perm = (int64_t*)tmp;
+    for (int64_t i = 0; i < m; i++) perm[i] = i;
+    for (int64_t j = 0; j < k; j++) {
+      int64_t t = perm[j];
+      perm[j] = perm[piv[j] - 1], perm[piv[j] - 1] = t;
+    }
+    mat_view_t v = mat_of(P);
+    int64_t off = batch_offset(P, 2, nb, bsizes, b);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < m; j++) tpu_store_f64(elem_ptr(&v, off, i, j), P->dtype, 0.0);
+    for (int64_t i = 0; i < m; i++) tpu_store_f64(elem_ptr(&v, off, perm[i], i), P->dtype, 1.0);
+  }
+  if (has_elems(L)) {
+    mat_view_t v = mat_of(L);
+    int64_t off = batch_offset(L, 2, nb, bsizes, b);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < k; j++)
+        tpu_store_f64(elem_ptr(&v, off, i, j), L->dtype,
+                      i == j ? 1.0 : i > j ? lu[i * n + j] : 0.0);
+  }
+  if (has_elems(U)) {
+    mat_view_t v = mat_of(U);
+    int64_t off = batch_offset(U, 2, nb, bsizes, b);
+    for (int64_t i = 0; i < k; i++)
+      for (int64_t j = 0; j < n; j++)
+        tpu_store_f64(elem_ptr(&v, off, i, j), U->dtype, j >= i ? lu[i * n + j] : 0.0);
+  }
+}
+
+/* Shared by linalg_lu (factor == true: LU from A) and lu_unpack (LU and
+ * pivots given). */
+static tpu_status_t lu_unpack_batches(const char* op, const tpu_tensor_t* A,
+                                      const tpu_tensor_t* piv_in, bool factor,
+                                      const tpu_call_t* call) {
+  tpu_status_t st = check_matrix(op, A, false);
+  if (st) return st;
+  mat_view_t av = mat_of(A);
+  int64_t m = av.rows, n = av.cols, k = m < n ? m : n;
+  int nb = A->ndim - 2;
+  int64_t nbatch = batch_count(nb, A->sizes);
+  double *a = scratch(m * n), *tmp = scratch(m);
+  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(k > 0 ? k : 1));
+  if (!a || !tmp || !p) st = OOM(op);
+  mat_view_t pv = piv_in ? vec_of(piv_in) : av;
+  for (int64_t b = 0; b < nbatch && !st; b++) {
+    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
+    if (factor) lu_factor(a, m, n, p);
+    else st = load_pivots(op, &pv, batch_offset(piv_in, 1, nb, A->sizes, b), k, m, p);
+    if (!st)
+      lu_unpack_one(a, m, n, p, &call->outs[0], &call->outs[1], &call->outs[2], nb, A->sizes, b,
+                    tmp);
+  }
+  free(a), free(tmp), free(p);
+  return st;
+}
+
+/* linalg_lu(A, *, pivot) -> (P, L, U) */
+tpu_status_t tpu_k_linalg_lu(const tpu_call_t* call) {
+  if (!tpu_arg_bool(call, 1, true))
+    return TPU_ERR(INVALID_ARGUMENT, "linalg.lu: LU without pivoting is not implemented on tpu");
+  return lu_unpack_batches("linalg.lu", tpu_arg_tensor(call, 0), NULL, true, call);
+}
+
+/* lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots) -> (P, L, U) */
+tpu_status_t tpu_k_lu_unpack(const tpu_call_t* call) {
+  const tpu_tensor_t* piv = tpu_arg_tensor(call, 1);
+  if (piv->dtype != TPU_I32 && piv->dtype != TPU_I64)
+    return TPU_ERR(INVALID_ARGUMENT, "lu_unpack: LU_pivots must be an integer tensor, got %s",
+                   tpu_dtype_name(piv->dtype));
+  return lu_unpack_batches("lu_unpack", tpu_arg_tensor(call, 0), piv, false, call);
+}
+
+/* ------------------------------------------------------ Cholesky kernels */
+
+static tpu_status_t not_pd_error(const char* op, int info) {
+  return TPU_ERR(INVALID_ARGUMENT,
+                 "%s: The factorization could not be completed because the input is not "
+                 "positive-definite (the leading minor of order %d is not positive-definite).",
+                 op, info);
+}
+
+/* Cholesky of every matrix of A into out (lower, or its transpose with
+ * `upper`, which also reads A's upper triangle); info per matrix when given. */
+static tpu_status_t cholesky_batches(const char* op, const tpu_tensor_t* A, bool upper,
+                                     const tpu_tensor_t* out, const tpu_tensor_t* info,
+                                     int* first_info) {
+  tpu_status_t st = check_matrix(op, A, true);
+  if (st) return st;
+  mat_view_t av = mat_of(A), ov = mat_of(out);
+  int64_t n = av.rows;
+  int nb = A->ndim - 2;
+  int64_t nbatch = batch_count(nb, A->sizes);
+  double* a = scratch(n * n);
+  if (!a) return OOM(op);
+  *first_info = 0;
+  for (int64_t b = 0; b < nbatch; b++) {
+    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
+    lower_from(a, n, upper);
+    int inf = cholesky(a, n);
+    if (inf && !*first_info) *first_info = inf;
+    store_mat(&ov, batch_offset(out, 2, nb, A->sizes, b), upper, a);
+    if (info && has_elems(info)) tpu_store_i64(tpu_tensor_elem_ptr(info, b), info->dtype, inf);
+  }
+  free(a);
+  return NULL;
+}
+
+/* linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info) */
+tpu_status_t tpu_k_linalg_cholesky_ex(const tpu_call_t* call) {
+  const char* op = "linalg.cholesky_ex";
+  int info;
+  tpu_status_t st = cholesky_batches(op, tpu_arg_tensor(call, 0), tpu_arg_bool(call, 1, false),
+                                     &call->outs[0], &call->outs[1], &info);
+  if (!st && info && tpu_arg_bool(call, 2, false)) st = not_pd_error(op, info);
+  return st;
+}
+
+/* cholesky(self, upper) -> out; fails for inputs that are not PD. */
+tpu_status_t tpu_k_cholesky(const tpu_call_t* call) {
+  const char* op = "cholesky";
+  int info;
+  tpu_status_t st = cholesky_batches(op, tpu_arg_tensor(call, 0), tpu_arg_bool(call, 1, false),
+                                     &call->outs[0], NULL, &info);
+  if (!st && info) st = not_pd_error(op, info);
+  return st;
+}
+
+/* Solves (L L^T) X = C in place for the lower-triangular factor l. */
+static void cholesky_solve(const double* l, int64_t n, double* c, int64_t nrhs) {
+  tri_solve(l, n, c, nrhs, true, false, false);
+  tri_solve(l, n, c, nrhs, true, true, false);
+}
+
+/* cholesky_inverse(self, upper) -> out = (L L^T)^-1 or (U^T U)^-1 */
+tpu_status_t tpu_k_cholesky_inverse(const tpu_call_t* call) {
+  const char* op = "cholesky_inverse";
+  const tpu_tensor_t *F = tpu_arg_tensor(call, 0), *out = &call->outs[0];
+  tpu_status_t st = check_matrix(op, F, true);
+  if (st) return st;
+  bool upper = tpu_arg_bool(call, 1, false);
+  mat_view_t fv = mat_of(F), ov = mat_of(out);
+  int64_t n = fv.rows;
+  int nb = F->ndim - 2;
+  int64_t nbatch = batch_count(nb, F->sizes);
+  double *l = scratch(n * n), *c = scratch(n * n);
+  if (!l || !c) {
+    free(l), free(c);
+    return OOM(op);
+  }
+  for (int64_t b = 0; b < nbatch; b++) {
+    /* With `upper`, the factor U = L^T: load it transposed as L. */
+    load_mat(&fv, batch_offset(F, 2, nb, F->sizes, b), upper, l);
+    for (int64_t i = 0; i < n * n; i++) c[i] = (i % (n + 1)) == 0 ? 1.0 : 0.0;
+    cholesky_solve(l, n, c, n);
+    store_mat(&ov, batch_offset(out, 2, nb, F->sizes, b), false, c);
+  }
+  free(l), free(c);
+  return NULL;
+}
+
+/* _cholesky_solve_helper(self=B, A=factor, upper) -> out */
+tpu_status_t tpu_k_cholesky_solve_helper(const tpu_call_t* call) {
+  const char* op = "cholesky_solve";
+  const tpu_tensor_t *B = tpu_arg_tensor(call, 0), *F = tpu_arg_tensor(call, 1);
+  const tpu_tensor_t* out = &call->outs[0];
+  tpu_status_t st = check_matrix(op, F, true);
+  if (!st) st = check_matrix(op, B, false);
+  if (st) return st;
+  bool upper = tpu_arg_bool(call, 2, false);
+  mat_view_t fv = mat_of(F), bv = mat_of(B), ov = mat_of(out);
+  int64_t n = fv.rows, nrhs = ov.cols;
+  int nb = out->ndim - 2;
+  int64_t nbatch = batch_count(nb, out->sizes);
+  double *l = scratch(n * n), *c = scratch(n * nrhs);
+  if (!l || !c) {
+    free(l), free(c);
+    return OOM(op);
+  }
+  for (int64_t b = 0; b < nbatch; b++) {
+    load_mat(&fv, batch_offset(F, 2, nb, out->sizes, b), upper, l);
+    load_mat(&bv, batch_offset(B, 2, nb, out->sizes, b), false, c);
+    cholesky_solve(l, n, c, nrhs);
+    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, c);
+  }
+  free(l), free(c);
+  return NULL;
+}
+
+/* linalg_solve_triangular(self=A, B, *, upper, left, unitriangular) -> out */
+tpu_status_t tpu_k_linalg_solve_triangular(const tpu_call_t* call) {
+  const char* op = "linalg.solve_triangular";
+  const tpu_tensor_t *A = tpu_arg_tensor(call, 0), *B = tpu_arg_tensor(call, 1);
+  const tpu_tensor_t* out = &call->outs[0];
+  tpu_status_t st = check_matrix(op, A, true);
+  if (!st) st = check_matrix(op, B, false);
+  if (st) return st;
+  bool upper = tpu_arg_bool(call, 2, false), left = tpu_arg_bool(call, 3, true);
+  bool unit = tpu_arg_bool(call, 4, false);
+  mat_view_t av = mat_of(A), bv = mat_of(B), ov = mat_of(out);
+  int64_t n = av.rows, nrhs = left ? ov.cols : ov.rows;
+  int nb = out->ndim - 2;
+  int64_t nbatch = batch_count(nb, out->sizes);
+  double *a = scratch(n * n), *c = scratch(n * nrhs);
+  if (!a || !c) {
+    free(a), free(c);
+    return OOM(op);
+  }
+  for (int64_t b = 0; b < nbatch; b++) {
+    /* X A = B is A^T X^T = B^T. */
+    load_mat(&av, batch_offset(A, 2, nb, out->sizes, b), false, a);
+    load_mat(&bv, batch_offset(B, 2, nb, out->sizes, b), !left, c);
+    tri_solve(a, n, c, nrhs, !upper, !left, unit);
+    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), !left, c);
+  }
+  free(a), free(c);
+  return NULL;
+}
+
+/* ------------------------------------------------------------ QR kernels */
+
+/* linalg_qr(A, mode) -> (Q, R); mode "reduced", "complete" or "r" (Q empty). */
+tpu_status_t tpu_k_linalg_qr(const tpu_call_t* call) {
+  const char* op = "linalg.qr";
+  const tpu_tensor_t *A = tpu_arg_tensor(call, 0), *Q = &call->outs[0], *R = &call->outs[1];
+  tpu_status_t st = check_matrix(op, A, false);
+  if (st) return st;
+  mat_view_t av = mat_of(A), qv = mat_of(Q), rv = mat_of(R);
+  int64_t m = av.rows, n = av.cols, k = m < n ? m : n;
+  bool want_q = has_elems(Q);
+  int64_t qc = want_q ? qv.cols : 0;
+  int nb = A->ndim - 2;
+  int64_t nbatch = batch_count(nb, A->sizes);
+  double *a = scratch(m * n), *tau = scratch(k), *q = scratch(m * qc);
+  if (!a || !tau || !q) {
+    free(a), free(tau), free(q);
+    return OOM(op);
+  }
+  for (int64_t b = 0; b < nbatch; b++) {
+    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
+    householder_qr(a, m, n, tau);
+    if (want_q) {
+      form_q(a, n, m, tau, k, q, qc);
+      store_mat(&qv, batch_offset(Q, 2, nb, A->sizes, b), false, q);
+    }
+    int64_t roff = batch_offset(R, 2, nb, A->sizes, b);
+    for (int64_t i = 0; i < rv.rows; i++)
+      for (int64_t j = 0; j < n; j++)
+        tpu_store_f64(elem_ptr(&rv, roff, i, j), R->dtype, j >= i ? a[i * n + j] : 0.0);
+  }
+  free(a), free(tau), free(q);
+  return NULL;
+}
+
+/* Loads the reflectors (m x n) and k taus of batch b. */
+static void load_reflectors(const tpu_tensor_t* V, const tpu_tensor_t* T, int nb,
+                            const int64_t* bsizes, int64_t b, double* v, double* tau, int64_t k) {
+  mat_view_t vv = mat_of(V), tv = vec_of(T);
+  load_mat(&vv, batch_offset(V, 2, nb, bsizes, b), false, v);
+  int64_t toff = batch_offset(T, 1, nb, bsizes, b);
+  for (int64_t j = 0; j < k; j++) tau[j] = tpu_load_f64(elem_ptr(&tv, toff, j, 0), T->dtype);
+}
+
+/* linalg_householder_product(input, tau) -> out (m x n) */
+tpu_status_t tpu_k_linalg_householder_product(const tpu_call_t* call) {
+  const char* op = "linalg.householder_product";
+  const tpu_tensor_t *V = tpu_arg_tensor(call, 0), *T = tpu_arg_tensor(call, 1);
+  const tpu_tensor_t* out = &call->outs[0];
+  tpu_status_t st = check_matrix(op, V, false);
+  if (!st) st = check_float(op, T);
+  if (st) return st;
+  mat_view_t vv = mat_of(V), ov = mat_of(out);
+  int64_t m = vv.rows, n = vv.cols, k = T->ndim ? T->sizes[T->ndim - 1] : 1;
+  if (k > n || n > m)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: expected m >= n >= k, got %lld, %lld, %lld", op,
+                   (long long)m, (long long)n, (long long)k);
+  int nb = out->ndim - 2;
+  int64_t nbatch = batch_count(nb, out->sizes);
+  double *v = scratch(m * n), *tau = scratch(k), *q = scratch(m * n);
+  if (!v || !tau || !q) {
+    free(v), free(tau), free(q);
+    return OOM(op);
+  }
+  for (int64_t b = 0; b < nbatch; b++) {
+    load_reflectors(V, T, nb, out->sizes, b, v, tau, k);
+    form_q(v, n, m, tau, k, q, n);
+    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, q);
+  }
+  free(v), free(tau), free(q);
+  return NULL;
+}
+
+/* ormqr(self=reflectors, input2=tau, input3=C, left, transpose) -> out:
+ * op(Q) C (left) or C op(Q) with Q = H_0 ... H_{k-1}. */
+tpu_status_t tpu_k_ormqr(const tpu_call_t* call) {
+  const char* op = "ormqr";
+  const tpu_tensor_t *V = tpu_arg_tensor(call, 0), *T = tpu_arg_tensor(call, 1);
+  const tpu_tensor_t *C = tpu_arg_tensor(call, 2), *out = &call->outs[0];
+  tpu_status_t st = check_matrix(op, V, false);
+  if (!st) st = check_matrix(op, C, false);
+  if (!st) st = check_float(op, T);
+  if (st) return st;
+  bool left = tpu_arg_bool(call, 3, true), trans = tpu_arg_bool(call, 4, false);
+  mat_view_t vv = mat_of(V), cv = mat_of(C), ov = mat_of(out);
+  int64_t mv = vv.rows, nv = vv.cols, k = T->ndim ? T->sizes[T->ndim - 1] : 1;
+  int64_t mc = cv.rows, nc = cv.cols;
+  if (mv != (left ? mc : nc) || k > nv || k > mv)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: reflectors %lldx%lld (k %lld) do not fit C %lldx%lld",
+                   op, (long long)mv, (long long)nv, (long long)k, (long long)mc, (long long)nc);
+  int nb = out->ndim - 2;
+  int64_t nbatch = batch_count(nb, out->sizes);
+  double *v = scratch(mv * nv), *tau = scratch(k), *c = scratch(mc * nc);
+  if (!v || !tau || !c) {
+    free(v), free(tau), free(c);
+    return OOM(op);
+  }
+  /* Q C applies H_{k-1} first; Q^T C applies H_0 first; from the right the
+   * order flips. */
+  bool ascending = left == trans;
+  for (int64_t b = 0; b < nbatch; b++) {
+    load_reflectors(V, T, nb, out->sizes, b, v, tau, k);
+    load_mat(&cv, batch_offset(C, 2, nb, out->sizes, b), false, c);
+    for (int64_t s = 0; s < k; s++) {
+      int64_t j = ascending ? s : k - 1 - s;
+      if (left) reflect_left(v, nv, mv, j, tau[j], c, nc);
+      else reflect_right(v, nv, mv, j, tau[j], c, mc);
+    }
+    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, c);
+  }
+  free(v), free(tau), free(c);
+  return NULL;
+}
+
+/* ---------------------------------------------------- spectral kernels */
+
+/* Spectral kernels iterate, so matrices of a batch run in parallel; each
+ * range of batches has its own scratch. */
+typedef struct spectral_ctx {
+  const tpu_call_t* call;
+  const tpu_tensor_t* A;
+  int nb;
+  bool flag;            /* svd: compute U/Vh; eigh: read the upper triangle */
+  int64_t tall_cols;    /* svd: columns of the tall factor */
+  _Atomic int oom;      /* set by any range whose scratch malloc failed */
+} spectral_ctx_t;
+
+static void svd_range(void* vctx, int64_t begin, int64_t end) {
+  spectral_ctx_t* cx = (spectral_ctx_t*)vctx;
+  const tpu_tensor_t *A = cx->A, *U = &cx->call->outs[0], *S = &cx->call->outs[1];
+  const tpu_tensor_t* Vh = &cx->call->outs[2];
+  mat_view_t av = mat_of(A), uo = mat_of(U), so = vec_of(S), vo = mat_of(Vh);
+  /* Wide matrices: the SVD of A^T = V S U^T gives A's with roles swapped. */
+  bool wide = av.rows < av.cols, uv = cx->flag;
+  int64_t M = wide ? av.cols : av.rows, N = wide ? av.rows : av.cols, tc = cx->tall_cols;
+  double *w = scratch(M * N), *s = scratch(N), *u = scratch(M * tc), *v = scratch(N * N);
+  if (!w || !s || !u || !v) cx->oom = 1;
+  for (int64_t b = begin; b < end && !cx->oom; b++) {
+    load_mat(&av, batch_offset(A, 2, cx->nb, A->sizes, b), wide, w);
+    jacobi_svd(w, M, N, s, uv ? u : NULL, tc, v);
+    int64_t soff = batch_offset(S, 1, cx->nb, A->sizes, b);
+    for (int64_t j = 0; j < N; j++) tpu_store_f64(elem_ptr(&so, soff, j, 0), S->dtype, s[j]);
+    if (!uv) continue;
+    int64_t uoff = batch_offset(U, 2, cx->nb, A->sizes, b);
+    int64_t voff = batch_offset(Vh, 2, cx->nb, A->sizes, b);
+    /* Tall: U = u, Vh = v^T. Wide (A = v s u^T): U = v, Vh = u^T. */
+    store_mat(&uo, uoff, false, wide ? v : u);
+    store_mat(&vo, voff, true, wide ? u : v);
+  }
+  free(w), free(s), free(u), free(v);
+}
+
+/* _linalg_svd(A, full_matrices, compute_uv, *, driver) -> (U, S, Vh) */
+tpu_status_t tpu_k_linalg_svd(const tpu_call_t* call) {
+  const char* op = "linalg.svd";
+  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  tpu_status_t st = check_matrix(op, A, false);
+  if (st) return st;
+  spectral_ctx_t cx = {call, A, A->ndim - 2, has_elems(&call->outs[0]) || has_elems(&call->outs[2]),
+                       0, 0};
+  if (cx.flag) { /* N (reduced) or M (full) columns */
+    bool wide = A->sizes[A->ndim - 2] < A->sizes[A->ndim - 1];
+    cx.tall_cols = wide ? mat_of(&call->outs[2]).rows : mat_of(&call->outs[0]).cols;
+  }
+  tpu_parallel_for(batch_count(cx.nb, A->sizes), 1, svd_range, &cx);
+  return cx.oom ? OOM(op) : NULL;
+}
+
+static void eigh_range(void* vctx, int64_t begin, int64_t end) {
+  spectral_ctx_t* cx = (spectral_ctx_t*)vctx;
+  const tpu_tensor_t *A = cx->A, *W = &cx->call->outs[0], *V = &cx->call->outs[1];
+  bool want_v = has_elems(V);
+  mat_view_t av = mat_of(A), wo = vec_of(W), vo = mat_of(V);
+  int64_t n = av.rows;
+  double *a = scratch(n * n), *w = scratch(n), *v = scratch(n * n);
+  if (!a || !w || !v) cx->oom = 1;
+  for (int64_t b = begin; b < end && !cx->oom; b++) {
+    load_mat(&av, batch_offset(A, 2, cx->nb, A->sizes, b), false, a);
+    lower_from(a, n, cx->flag);
+    for (int64_t i = 0; i < n; i++) /* mirror the lower triangle */
+      for (int64_t j = i + 1; j < n; j++) a[i * n + j] = a[j * n + i];
+    jacobi_eigh(a, n, w, want_v ? v : NULL);
+    int64_t woff = batch_offset(W, 1, cx->nb, A->sizes, b);
+    for (int64_t j = 0; j < n; j++) tpu_store_f64(elem_ptr(&wo, woff, j, 0), W->dtype, w[j]);
+    if (want_v) store_mat(&vo, batch_offset(V, 2, cx->nb, A->sizes, b), false, v);
+  }
+  free(a), free(w), free(v);
+}
+
+/* _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors) */
+tpu_status_t tpu_k_linalg_eigh(const tpu_call_t* call) {
+  const char* op = "linalg.eigh";
+  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  tpu_status_t st = check_matrix(op, A, true);
+  if (st) return st;
+  const char* uplo = tpu_arg_str(call, 1, "L");
+  bool upper = uplo[0] == 'U' || uplo[0] == 'u';
+  if (!upper && uplo[0] != 'L' && uplo[0] != 'l')
+    return TPU_ERR(INVALID_ARGUMENT, "%s: UPLO must be 'L' or 'U', got '%s'", op, uplo);
+  spectral_ctx_t cx = {call, A, A->ndim - 2, upper, 0, 0};
+  tpu_parallel_for(batch_count(cx.nb, A->sizes), 1, eigh_range, &cx);
+  return cx.oom ? OOM(op) : NULL;
+}
+
+/* ---------------------------------------------------------- cross product */
+
+/* Element offset in t (broadcast to out's shape, right-aligned; size-1 dims
+ * repeat) of out's index `idx`. */
+static int64_t bcast_offset(const tpu_tensor_t* t, const tpu_tensor_t* out, const int64_t* idx) {
+  int64_t off = 0;
+  for (int d = 0; d < t->ndim; d++) {
+    int od = d + out->ndim - t->ndim;
+    if (t->sizes[d] != 1) off += idx[od] * t->strides[d];
+  }
+  return off;
+}
+
+/* linalg_cross(self, other, *, dim) -> out: 3-vectors along dim, inputs
+ * broadcast to out's shape. Floats compute in double, integers in wrapping
+ * 64-bit arithmetic. */
+tpu_status_t tpu_k_linalg_cross(const tpu_call_t* call) {
+  const tpu_tensor_t *a = tpu_arg_tensor(call, 0), *b = tpu_arg_tensor(call, 1);
+  const tpu_tensor_t* out = &call->outs[0];
+  int64_t dim = tpu_arg_i64(call, 2, -1);
+  if (dim < 0) dim += out->ndim;
+  if (dim < 0 || dim >= out->ndim || out->sizes[dim] != 3)
+    return TPU_ERR(INVALID_ARGUMENT, "linalg.cross: dimension %lld does not have size 3",
+                   (long long)tpu_arg_i64(call, 2, -1));
+  tpu_dtype_t dt = out->dtype;
+  if (!tpu_dtype_is_supported(dt) || dt == TPU_BOOL || a->dtype != dt || b->dtype != dt)
+    return TPU_ERR(UNIMPLEMENTED, "linalg.cross: dtypes %s, %s -> %s are not supported",
+                   tpu_dtype_name(a->dtype), tpu_dtype_name(b->dtype), tpu_dtype_name(dt));
+  bool is_float = tpu_dtype_is_float(dt);
+  size_t es = tpu_dtype_size(dt);
+  int64_t count = tpu_tensor_numel(out) / 3;
+  /* Offsets of a, b and out along dim (dim of a/b may broadcast from 1). */
+  int da = (int)dim - (out->ndim - a->ndim), db = (int)dim - (out->ndim - b->ndim);
+  int64_t sa = da >= 0 && a->sizes[da] != 1 ? a->strides[da] : 0;
+  int64_t sb = db >= 0 && b->sizes[db] != 1 ? b->strides[db] : 0;
+  int64_t so = out->strides[dim];
+  int64_t idx[TPU_MAX_DIMS];
+  for (int64_t p = 0; p < count; p++) {
+    int64_t rest = p;
+    for (int d = out->ndim - 1; d >= 0; d--) {
+      if (d == dim) {
+        idx[d] = 0;
+        continue;
+      }
+      idx[d] = rest % out->sizes[d];
+      rest /= out->sizes[d];
+    }
+    char* pa = (char*)a->data + bcast_offset(a, out, idx) * (int64_t)es;
+    char* pb = (char*)b->data + bcast_offset(b, out, idx) * (int64_t)es;
+    int64_t ooff = 0;
+    for (int d = 0; d < out->ndim; d++) ooff += idx[d] * out->strides[d];
+    char* po = (char*)out->data + ooff * (int64_t)es;
+    if (is_float) {
+      double x[3], y[3];
+      for (int k = 0; k < 3; k++) {
+        x[k] = tpu_load_f64(pa + k * sa * (int64_t)es, dt);
+        y[k] = tpu_load_f64(pb + k * sb * (int64_t)es, dt);
+      }
+      for (int k = 0; k < 3; k++) {
+        int i = (k + 1) % 3, j = (k + 2) % 3;
+        tpu_store_f64(po + k * so * (int64_t)es, dt, x[i] * y[j] - x[j] * y[i]);
+      }
+    } else {
+      uint64_t x[3], y[3];
+      for (int k = 0; k < 3; k++) {
+        x[k] = (uint64_t)tpu_load_i64(pa + k * sa * (int64_t)es, dt);
+        y[k] = (uint64_t)tpu_load_i64(pb + k * sb * (int64_t)es, dt);
+      }
+      for (int k = 0; k < 3; k++) {
+        int i = (k + 1) % 3, j = (k + 2) % 3;
+        tpu_store_i64(po + k * so * (int64_t)es, dt, (int64_t)(x[i] * y[j] - x[j] * y[i]));
+      }
+    }
+  }
+  return NULL;
+}
