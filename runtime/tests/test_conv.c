@@ -21,17 +21,10 @@ static tpu_arg_t ta_bl(const bool* v, int n) {
 /* Runs an op like tt_run, with float32 products at full precision. */
 static tpu_status_t run_exact(const char* name, tpu_arg_t* args, int nargs, tpu_tensor_t* outs,
                               int nouts) {
-  const tpu_op_t* op = tpu_op_lookup(name);
-  if (!op) return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "no op %s", name);
-  tpu_call_t c = {0};
-  c.op = op;
-  c.args = args;
-  c.nargs = nargs;
-  c.outs = outs;
-  c.nouts = nouts;
-  c.debug_checks = true;
-  c.precision = TPU_PRECISION_HIGHEST;
-  return tpu_call_run(&c);
+  tpu_call_t base = {0};
+  base.debug_checks = true;
+  base.precision = TPU_PRECISION_HIGHEST;
+  return tt_run_with(name, args, nargs, outs, nouts, &base);
 }
 
 static void check_all(const char* what, const float* got, const float* want, int64_t n,

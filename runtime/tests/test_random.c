@@ -6,17 +6,10 @@
 /* Runs a random op with an explicit seed and counter offset. */
 static tpu_status_t run_rng(const char* name, tpu_arg_t* args, int nargs, tpu_tensor_t* outs,
                             int nouts, uint64_t seed, uint64_t offset) {
-  const tpu_op_t* op = tpu_op_lookup(name);
-  if (!op) return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "no op %s", name);
-  tpu_call_t c = {0};
-  c.op = op;
-  c.args = args;
-  c.nargs = nargs;
-  c.outs = outs;
-  c.nouts = nouts;
-  c.rng_seed = seed;
-  c.rng_offset = offset;
-  return tpu_call_run(&c);
+  tpu_call_t base = {0};
+  base.rng_seed = seed;
+  base.rng_offset = offset;
+  return tt_run_with(name, args, nargs, outs, nouts, &base);
 }
 
 static void test_philox_known_answers(void) {

@@ -36,20 +36,29 @@ static inline tpu_tensor_t tt_make(void* data, tpu_dtype_t dt, int ndim, const i
   return t;
 }
 
-/* Runs an op by ATen overload name with the given args/outs, synchronously. */
-static inline tpu_status_t tt_run(const char* name, tpu_arg_t* args, int nargs, tpu_tensor_t* outs,
-                                  int nouts) {
+/* Runs an op by ATen overload name with the given args/outs, synchronously,
+ * with the call's other fields (precision, RNG seed/offset...) from `base`
+ * (NULL: all zero, with Debug checks on). */
+static inline tpu_status_t tt_run_with(const char* name, tpu_arg_t* args, int nargs,
+                                       tpu_tensor_t* outs, int nouts, const tpu_call_t* base) {
   const tpu_op_t* op = tpu_op_lookup(name);
   if (!op) return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "no op %s", name);
   tpu_call_t c = {0};
+  if (base) c = *base;
+  else c.debug_checks = true;
   c.op = op;
   c.args = args;
   c.nargs = nargs;
   c.outs = outs;
   c.nouts = nouts;
-  c.debug_checks = true;
   return tpu_call_run(&c);
 }
+
+static inline tpu_status_t tt_run(const char* name, tpu_arg_t* args, int nargs, tpu_tensor_t* outs,
+                                  int nouts) {
+  return tt_run_with(name, args, nargs, outs, nouts, NULL);
+}
+
 static inline tpu_arg_t ta_t(tpu_tensor_t* t) { tpu_arg_t a = {0}; a.kind = TPU_ARG_TENSOR; a.v.t = t; return a; }
 static inline tpu_arg_t ta_i(int64_t v) { tpu_arg_t a = {0}; a.kind = TPU_ARG_INT; a.v.i = v; return a; }
 static inline tpu_arg_t ta_d(double v) { tpu_arg_t a = {0}; a.kind = TPU_ARG_DOUBLE; a.v.d = v; return a; }
