@@ -222,12 +222,13 @@ static void test_gemm_transforms(void) {
     if (!tpu_gemm_set_isa((tpu_gemm_isa_t)u) || !uks[u]->pack_f32) continue;
     for (int c = 0; c < 4; c++) {
       int np = c >= 2 ? 2 : 1;
-      /* lines x steps read as (l, k) = v[l * kc + k] (A by rows) and as
-       * v[k * lines + l] (B by rows), with partial panels */
-      for (int layout = 0; layout < 2; layout++) {
-        int w = layout == 0 ? uks[u]->mr : uks[u]->nr;
+      /* lines x steps read as (l, k) = v[l * kc + k] (A by rows, B by
+       * columns) and as v[k * lines + l] (B by rows, A by columns), in
+       * panels of A's and B's widths, the last one partial */
+      for (int layout = 0; layout < 4; layout++) {
+        int w = layout % 2 == 0 ? uks[u]->mr : uks[u]->nr;
         int64_t lines = 3 * w - 1, kc = NV / lines;
-        int64_t sl = layout == 0 ? kc : 1, sk = layout == 0 ? 1 : lines;
+        int64_t sl = layout < 2 ? kc : 1, sk = layout < 2 ? 1 : lines;
         if (!uks[u]->pack_f32(packed, v, sl, sk, lines, kc, w, combos[c], np)) continue;
         for (int64_t l = 0; l < (lines + w - 1) / w * w; l++)
           for (int64_t k = 0; k < kc; k++)

@@ -29,6 +29,10 @@
 #define V_CMP(a, b, pred) _mm256_cmp_ps(a, b, pred)
 #define V_SELECT(m, a, b) _mm256_blendv_ps(a, b, m)
 #define VM_AND(m, n) _mm256_and_ps(m, n)
+#define V_LOAD_N(p, n) \
+  _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n)), \
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)))
+#define V_STORE_N(p, v, n) avx2_store_n(p, v, n)
 
 #include "gemm_ukernel_simd.h"
 

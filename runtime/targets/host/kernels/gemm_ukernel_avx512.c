@@ -30,6 +30,8 @@
 #define V_CMP(a, b, pred) _mm512_cmp_ps_mask(a, b, pred)
 #define V_SELECT(m, a, b) _mm512_mask_blend_ps(m, a, b)
 #define VM_AND(m, n) ((__mmask16)((m) & (n)))
+#define V_LOAD_N(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1), p)
+#define V_STORE_N(p, v, n) _mm512_mask_storeu_ps(p, (__mmask16)((1u << (n)) - 1), v)
 
 #include "gemm_ukernel_simd.h"
 

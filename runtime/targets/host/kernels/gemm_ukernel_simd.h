@@ -12,6 +12,8 @@
  *                      integer lanes and bit casts
  *   VM V_CMP(a, b, predicate) V_SELECT(m, a, b) (= m ? b : a) VM_AND(m, n)
  *                      lane masks
+ *   V_LOAD_N(p, n)     the first n lanes from p, zeros above (n <= VL)
+ *   V_STORE_N(p, v, n) the first n lanes of v to p
  * The transforms match the scalar ones in gemm_ukernel.h bit for bit.
  */
 #include <math.h>
@@ -19,6 +21,8 @@
 #include "gemm_ukernel.h"
 
 #define NR (2 * VL)
+/* steps a packer's loads run ahead of its prefetches */
+#define PACK_AHEAD 8
 
 ATTR static inline VF UK(abs)(VF x) { return V_TOF(VI_AND(V_TOI(x), VI_SET1(0x7fffffff))); }
 
@@ -106,9 +110,9 @@ ATTR static float UK(dot)(const float* restrict x, const float* restrict y, int6
 }
 
 /* Steps [k0, kc) of one panel of `rows` lines, one value at a time. */
-ATTR static void UK(pack_steps)(float* restrict dst, const float* restrict src, int64_t sl,
-                                int64_t sk, int64_t rows, int64_t k0, int64_t kc, int w,
-                                const gemm_xform_t* xf, int np) {
+ATTR __attribute__((always_inline)) static inline void UK(pack_steps)(
+    float* restrict dst, const float* restrict src, int64_t sl, int64_t sk, int64_t rows,
+    int64_t k0, int64_t kc, int w, const gemm_xform_t* xf, int np) {
   for (int64_t k = k0; k < kc; k++)
     for (int p = 0; p < np; p++) {
       float* d = dst + (k * np + p) * w;
@@ -165,18 +169,22 @@ ATTR static inline void UK(store_n)(float* d, __m256 v, int64_t n) {
   if (n) _mm_store_ss(d, h);
 }
 
-/* Two layouts: lines contiguous at each step (B stored by rows), step k
+/* Two layouts: lines contiguous at each step (B stored by rows: step k
  * outermost so that each source row is read front to back across the
- * panels; and lines contiguous along k (A stored by rows, B by columns),
- * VL steps of a panel at a time: transformed into a line-major buffer, then
- * written step-major through 8 x 8 transposes. */
+ * panels; A stored by columns: runs of MR copied one step at a time); and
+ * lines contiguous along k (A stored by rows, B by columns). */
 ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
     float* restrict dst, const float* restrict src, int64_t sl, int64_t sk, int64_t lines,
     int64_t kc, int w, const gemm_xform_t* xf, int np) {
-  const int64_t kcp = kc * np, full = lines / w * w;
-  if (sl == 1 && w == NR) {
+  const int64_t kcp = kc * np;
+  if (sl == 1) {
+    /* step k outermost: each step's run of lines is read front to back */
+    const int64_t full = w == NR ? lines / w * w : 0; /* whole panels of two vectors */
     for (int64_t k = 0; k < kc; k++) {
       const float* s = src + k * sk;
+      if (k + PACK_AHEAD < kc) /* rows far apart defeat the hardware prefetcher */
+        for (int64_t q = 0; q < lines; q += 64 / sizeof(float))
+          __builtin_prefetch(s + PACK_AHEAD * sk + q);
       for (int64_t q = 0; q < full; q += NR) {
         VF v0 = V_LOAD(s + q), v1 = V_LOAD(s + q + VL);
         for (int p = 0; p < np; p++) {
@@ -185,12 +193,23 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
           V_STORE(d + VL, UK(xform)(xf[p], v1));
         }
       }
+      for (int64_t q = full; q < lines; q += w) { /* panels of MR, a last partial panel */
+        const int64_t rows = lines - q < w ? lines - q : w;
+        for (int64_t h = 0; h < w; h += VL) { /* one or two vectors */
+          const int64_t n = rows - h < 0 ? 0 : rows - h < VL ? rows - h : VL;
+          /* a whole vector where the run goes on, else zeros beyond n */
+          VF v = q + h + VL <= lines ? V_LOAD(s + q + h) : V_LOAD_N(s + q + h, n);
+          for (int p = 0; p < np; p++)
+            V_STORE_N(dst + q * kcp + (k * np + p) * w + h, UK(xform)(xf[p], v),
+                      w - h < VL ? w - h : VL);
+        }
+      }
     }
-    if (full < lines)
-      UK(pack_steps)(dst + full * kcp, src + full, 1, sk, lines - full, 0, kc, w, xf, np);
     return true;
   }
   if (sk != 1 || w > NR) return false;
+  /* VL steps of a panel at a time: transformed into a line-major buffer,
+   * then written step-major through 8 x 8 transposes */
   float t[GEMM_MAX_PASSES][NR][VL]; /* [pass][line][step] */
   for (int64_t q = 0; q < lines; q += w) {
     const int64_t rows = lines - q < w ? lines - q : w;
@@ -239,3 +258,4 @@ ATTR static bool UK(pack_f32)(float* restrict dst, const float* restrict src, in
 }
 
 #undef NR
+#undef PACK_AHEAD

@@ -226,8 +226,7 @@ static bool isa_supported(tpu_gemm_isa_t isa) {
 static _Atomic int g_isa_auto = -1;   /* chosen on first use */
 static _Atomic int g_isa_forced = -1; /* tpu_gemm_set_isa */
 
-/* The best supported ISA, capped by TORCH_TPU_ISA (portable, avx2, avx512);
- * logged to stderr once when TORCH_TPU_LOG_ISA=1. */
+/* The best supported ISA, capped by TORCH_TPU_ISA (portable, avx2, avx512). */
 static tpu_gemm_isa_t isa_choose(void) {
   static const char* const names[] = {"portable", "avx2", "avx512"};
   int cap = TPU_GEMM_ISA_AVX512;
@@ -236,15 +235,19 @@ static tpu_gemm_isa_t isa_choose(void) {
     if (strcmp(env, names[i]) == 0) cap = i;
   int isa = cap;
   while (isa > TPU_GEMM_ISA_PORTABLE && !isa_supported((tpu_gemm_isa_t)isa)) isa--;
-  const char* log = getenv("TORCH_TPU_LOG_ISA");
-  if (log && strcmp(log, "1") == 0) {
-    const gemm_ukernel_t* uk = ukernel_of((tpu_gemm_isa_t)isa);
-    fprintf(stderr, "torch_tpu: matmul micro-kernel %s (%dx%d); cpu: avx2+fma %s, avx512f %s%s%s\n",
-            uk->name, uk->mr, uk->nr, isa_supported(TPU_GEMM_ISA_AVX2) ? "yes" : "no",
-            isa_supported(TPU_GEMM_ISA_AVX512) ? "yes" : "no", env ? "; TORCH_TPU_ISA=" : "",
-            env ? env : "");
-  }
   return (tpu_gemm_isa_t)isa;
+}
+
+/* The choice, printed to stderr when TORCH_TPU_LOG_ISA=1. */
+static void isa_log(tpu_gemm_isa_t isa) {
+  const char* log = getenv("TORCH_TPU_LOG_ISA");
+  if (!log || strcmp(log, "1") != 0) return;
+  const gemm_ukernel_t* uk = ukernel_of(isa);
+  const char* env = getenv("TORCH_TPU_ISA");
+  fprintf(stderr, "torch_tpu: matmul micro-kernel %s (%dx%d); cpu: avx2+fma %s, avx512f %s%s%s\n",
+          uk->name, uk->mr, uk->nr, isa_supported(TPU_GEMM_ISA_AVX2) ? "yes" : "no",
+          isa_supported(TPU_GEMM_ISA_AVX512) ? "yes" : "no", env ? "; TORCH_TPU_ISA=" : "",
+          env ? env : "");
 }
 
 static tpu_gemm_isa_t isa_current(void) {
@@ -253,8 +256,8 @@ static tpu_gemm_isa_t isa_current(void) {
   int isa = atomic_load_explicit(&g_isa_auto, memory_order_acquire);
   if (isa < 0) {
     int chosen = isa_choose(), expected = -1;
-    /* first caller wins, so the log line appears once */
-    if (!atomic_compare_exchange_strong(&g_isa_auto, &expected, chosen)) chosen = expected;
+    if (atomic_compare_exchange_strong(&g_isa_auto, &expected, chosen)) isa_log(chosen);
+    else chosen = expected; /* another thread chose first (and logged) */
     isa = chosen;
   }
   return (tpu_gemm_isa_t)isa;
@@ -370,13 +373,13 @@ static void ftile_store(const gemm_t* g, int64_t bi, int64_t i0, int64_t j0, int
   }
 }
 
-/* Blocked product, BLIS style. For each batch entry and block of nc
- * columns, B is packed for all of K (k blocks of kcs source steps, each in
- * NR-column panels); then each item, an A block of mc rows times a group of
- * B panels, packs its rows one k block at a time and runs the micro-kernel
- * over its panels, accumulating into c directly (float32 c with unit
- * column stride, no self aliasing it) or into a float tile stored at the
- * end. Both phases spread over the threads. */
+/* Blocked product, BLIS style. For each batch entry, block of nc columns
+ * and k block (kcs source steps), B's block is packed in NR-column panels;
+ * then each item, an A block of mc rows times a group of those panels,
+ * packs its rows and runs the micro-kernel over its panels, adding to c
+ * directly (float32 c with unit column stride, no self aliasing it) or to
+ * float tiles stored after the last k block. Both phases spread over the
+ * threads. */
 typedef struct {
   const gemm_t* g;
   const gemm_ukernel_t* uk;
@@ -392,26 +395,31 @@ typedef struct {
 typedef struct {
   fgemm_t* f;
   int64_t bi, j0, nlen, npan; /* batch entry, columns [j0, j0 + nlen), panels */
-  float* pb; /* k block kb at pb + kb * kcs * np * npan * nr */
+  int64_t kb;                 /* the k block */
+  float* pb;  /* packed B block: panel jp at pb + jp * kcp * nr */
+  float* acc; /* without the direct path: tile rows, row i at acc + i * npan * nr */
+  int64_t units, items;                 /* packing units, items */
+  _Atomic int64_t next_unit, next_item; /* the next ones to claim */
 } fblock_t;
 
-/* Packing units: one k block of PACK_PANELS panels. */
+/* Packing units: PACK_PANELS panels. */
 enum { PACK_PANELS = 16 };
 
+/* Both phases run as workers (the range passed is ignored) that claim units
+ * or items one at a time until none are left: the threads stay busy to the
+ * end whatever else the machine runs. */
 static void fblock_pack_b(void* ctx, int64_t begin, int64_t end) {
-  const fblock_t* blk = ctx;
+  fblock_t* blk = ctx;
   const fgemm_t* f = blk->f;
   const gemm_t* g = f->g;
   const int nr = f->uk->nr, np = f->ps.np;
-  const int64_t groups = (blk->npan + PACK_PANELS - 1) / PACK_PANELS;
+  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0);
   float line[KC > 64 ? KC : 64];
-  for (int64_t u = begin; u < end; u++) {
-    int64_t kb = u / groups, jp = u % groups * PACK_PANELS;
-    int64_t k0 = kb * f->kcs, klen = min64(f->kcs, g->k - k0);
-    float* dst = blk->pb + kb * f->kcs * np * blk->npan * nr + jp * klen * np * nr;
-    pack_panels(f->uk, dst, &g->b, mat_ptr(&g->b, blk->bi, k0, blk->j0 + jp * nr), g->b.sc,
-                g->b.sr, min64(PACK_PANELS * nr, blk->nlen - jp * nr), klen, nr, f->ps.b, np,
-                line);
+  for (int64_t u; (u = atomic_fetch_add(&blk->next_unit, 1)) < blk->units;) {
+    int64_t jp = u * PACK_PANELS;
+    pack_panels(f->uk, blk->pb + jp * klen * np * nr, &g->b,
+                mat_ptr(&g->b, blk->bi, k0, blk->j0 + jp * nr), g->b.sc, g->b.sr,
+                min64(PACK_PANELS * nr, blk->nlen - jp * nr), klen, nr, f->ps.b, np, line);
   }
 }
 
@@ -421,96 +429,102 @@ static void edge_tile(const gemm_ukernel_t* uk, int64_t kcp, const float* a, con
                       float* c, int64_t ldc, bool accumulate, int64_t rows, int64_t cols,
                       float* tmp) {
   if (accumulate)
-    for (int64_t i = 0; i < rows; i++) memcpy(tmp + i * uk->nr, c + i * ldc, sizeof(float) * (size_t)cols);
+    for (int64_t i = 0; i < rows; i++)
+      memcpy(tmp + i * uk->nr, c + i * ldc, sizeof(float) * (size_t)cols);
   uk->tile(kcp, a, b, tmp, uk->nr, accumulate);
-  for (int64_t i = 0; i < rows; i++) memcpy(c + i * ldc, tmp + i * uk->nr, sizeof(float) * (size_t)cols);
+  for (int64_t i = 0; i < rows; i++)
+    memcpy(c + i * ldc, tmp + i * uk->nr, sizeof(float) * (size_t)cols);
 }
 
 static void fblock_items(void* ctx, int64_t begin, int64_t end) {
-  const fblock_t* blk = ctx;
+  fblock_t* blk = ctx;
   fgemm_t* f = blk->f;
   const gemm_t* g = f->g;
   const gemm_ukernel_t* uk = f->uk;
   const int mr = uk->mr, nr = uk->nr, np = f->ps.np;
-  const int64_t kcp_max = f->kcs * np, mcp = round_up(f->mc, mr);
+  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0), kcp = klen * np;
+  const bool last = blk->kb == f->nkb - 1, first = blk->kb == 0;
   const int64_t gp = (blk->npan + f->jgroups - 1) / f->jgroups; /* panels per group */
-  size_t floats = (size_t)(mcp * kcp_max + (f->direct ? 0 : mcp * gp * nr) + 2 * gp * nr +
-                           mr * nr + (KC > nr ? KC : nr));
+  const int64_t mcp = round_up(f->mc, mr);
+  size_t floats = (size_t)(mcp * kcp + 2 * gp * nr + mr * nr + (KC > nr ? KC : nr));
   float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
   if (!buf) {
     f->oom = 1;
     return;
   }
   float* pa = buf;
-  float* acc = pa + mcp * kcp_max;
-  float* row = acc + (f->direct ? 0 : mcp * gp * nr);
+  float* row = pa + mcp * kcp;
   float* tmp = row + 2 * gp * nr;
   float* line = tmp + mr * nr;
-  for (int64_t t = begin; t < end; t++) {
+  for (int64_t t; (t = atomic_fetch_add(&blk->next_item, 1)) < blk->items;) {
     int64_t ib = t / f->jgroups, jp0 = (t % f->jgroups) * gp, jp1 = min64(blk->npan, jp0 + gp);
     if (jp0 >= jp1) continue;
     int64_t i0 = ib * f->mc, mlen = min64(f->mc, g->m - i0), mp = round_up(mlen, mr);
     int64_t c0 = blk->j0 + jp0 * nr, cw = min64(blk->nlen - jp0 * nr, (jp1 - jp0) * nr);
-    float* tgt = f->direct ? (float*)mat_ptr(&g->c, blk->bi, i0, c0) : acc;
-    int64_t ldt = f->direct ? g->c.sr : (jp1 - jp0) * nr;
-    for (int64_t kb = 0; kb < f->nkb; kb++) {
-      int64_t k0 = kb * f->kcs, kcp = min64(f->kcs, g->k - k0) * np;
-      pack_panels(uk, pa, &g->a, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen,
-                  kcp / np, mr, f->ps.a, np, line);
-      const float* pbk = blk->pb + kb * kcp_max * blk->npan * nr;
-      for (int64_t jp = jp0; jp < jp1; jp++) {
-        const float* bp = pbk + jp * kcp * nr;
-        int64_t cc = (jp - jp0) * nr;
-        for (int64_t r = 0; r < mp; r += mr) {
-          const float* ap = pa + r * kcp;
-          float* ct = tgt + r * ldt + cc;
-          if (f->direct && (r + mr > mlen || cc + nr > cw))
-            edge_tile(uk, kcp, ap, bp, ct, ldt, kb > 0, min64(mr, mlen - r), min64(nr, cw - cc),
-                      tmp);
-          else
-            uk->tile(kcp, ap, bp, ct, ldt, kb > 0);
-        }
+    float* tgt = f->direct ? (float*)mat_ptr(&g->c, blk->bi, i0, c0)
+                           : blk->acc + i0 * blk->npan * nr + jp0 * nr;
+    int64_t ldt = f->direct ? g->c.sr : blk->npan * nr;
+    pack_panels(uk, pa, &g->a, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen, klen,
+                mr, f->ps.a, np, line);
+    for (int64_t jp = jp0; jp < jp1; jp++) {
+      const float* bp = blk->pb + jp * kcp * nr;
+      int64_t cc = (jp - jp0) * nr;
+      for (int64_t r = 0; r < mp; r += mr) {
+        const float* ap = pa + r * kcp;
+        float* ct = tgt + r * ldt + cc;
+        if (f->direct && (r + mr > mlen || cc + nr > cw))
+          edge_tile(uk, kcp, ap, bp, ct, ldt, !first, min64(mr, mlen - r), min64(nr, cw - cc),
+                    tmp);
+        else
+          uk->tile(kcp, ap, bp, ct, ldt, !first);
       }
     }
-    if (!f->direct || g->use_self || g->alpha != 1)
+    if (last && (!f->direct || g->use_self || g->alpha != 1))
       ftile_store(g, blk->bi, i0, c0, mlen, cw, tgt, ldt, row);
   }
   free(buf);
 }
 
-/* Packed-B scratch for one column block. */
-static float* fgemm_alloc_pb(const fgemm_t* f) {
-  const int nr = f->uk->nr;
-  size_t floats = (size_t)(f->nkb * f->kcs * f->ps.np * round_up(f->nc, nr));
-  return aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+/* Scratch of one task: a packed B block, then (without the direct path)
+ * float tiles for a block of columns of all rows. */
+static float* fgemm_alloc_scratch(const fgemm_t* f, float** acc) {
+  const int64_t ncp = round_up(f->nc, f->uk->nr);
+  const int64_t pb = f->kcs * f->ps.np * ncp, tiles = f->direct ? 0 : f->nmb * f->mc * ncp;
+  float* buf = aligned_alloc(64, ((size_t)(pb + tiles) * sizeof(float) + 63) / 64 * 64);
+  *acc = buf ? buf + pb : NULL;
+  return buf;
 }
 
-/* Batch entry bi, column block by column block; `parallel` spreads each
- * phase over the threads. */
-static void fgemm_entry(fgemm_t* f, int64_t bi, bool parallel, float* pb) {
+/* Batch entry bi; `parallel` spreads each phase over the threads. */
+static void fgemm_entry(fgemm_t* f, int64_t bi, bool parallel, float* pb, float* acc) {
   const gemm_t* g = f->g;
   const int nr = f->uk->nr;
+  const int nth = parallel ? tpu_num_threads() : 1;
   for (int64_t j0 = 0; j0 < g->n; j0 += f->nc) {
-    fblock_t blk = {f, bi, j0, min64(f->nc, g->n - j0), 0, pb};
-    blk.npan = (blk.nlen + nr - 1) / nr;
-    int64_t units = f->nkb * ((blk.npan + PACK_PANELS - 1) / PACK_PANELS);
-    int64_t items = f->nmb * f->jgroups;
-    if (parallel && g->k * blk.nlen >= PACK_PARALLEL_MIN) tpu_parallel_for(units, 1, fblock_pack_b, &blk);
-    else fblock_pack_b(&blk, 0, units);
-    if (parallel) tpu_parallel_for(items, 1, fblock_items, &blk);
-    else fblock_items(&blk, 0, items);
-    if (f->oom) return;
+    for (int64_t kb = 0; kb < f->nkb && !f->oom; kb++) {
+      fblock_t blk = {f, bi, j0, min64(f->nc, g->n - j0), 0, kb, pb, acc, 0, 0, 0, 0};
+      blk.npan = (blk.nlen + nr - 1) / nr;
+      blk.units = (blk.npan + PACK_PANELS - 1) / PACK_PANELS;
+      blk.items = f->nmb * f->jgroups;
+      if (nth > 1 && f->kcs * blk.nlen >= PACK_PARALLEL_MIN)
+        tpu_parallel_for(nth, 1, fblock_pack_b, &blk);
+      else
+        fblock_pack_b(&blk, 0, 1);
+      if (nth > 1) tpu_parallel_for(nth, 1, fblock_items, &blk);
+      else fblock_items(&blk, 0, 1);
+    }
   }
 }
 
 static void fgemm_entries(void* ctx, int64_t begin, int64_t end) {
   fgemm_t* f = ctx;
-  float* pb = fgemm_alloc_pb(f);
+  float* acc;
+  float* pb = fgemm_alloc_scratch(f, &acc);
   if (!pb) {
     f->oom = 1;
     return;
   }
-  for (int64_t bi = begin; bi < end && !f->oom; bi++) fgemm_entry(f, bi, false, pb);
+  for (int64_t bi = begin; bi < end && !f->oom; bi++) fgemm_entry(f, bi, false, pb, acc);
   free(pb);
 }
 
@@ -665,12 +679,21 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   if (by_entry) {
     tpu_parallel_for(g->batch, 1, fgemm_entries, &f);
   } else {
-    /* too few A blocks to share out: split each one's panels into groups */
-    int64_t npan = (f.nc + nr - 1) / nr;
-    if (parallel && f.nmb < 4 * nth) f.jgroups = min64(npan, (4 * nth + f.nmb - 1) / f.nmb);
-    float* pb = fgemm_alloc_pb(&f);
+    if (parallel) {
+      /* enough items for the threads to share out evenly: smaller A blocks
+       * (packing stays the same), then groups of each one's B panels (each
+       * group packs the A block again) */
+      while (f.nmb < 8 * nth && f.mc > 4 * mr) {
+        f.mc = round_up(f.mc / 2, mr);
+        f.nmb = (g->m + f.mc - 1) / f.mc;
+      }
+      int64_t npan = (f.nc + nr - 1) / nr;
+      if (f.nmb < 4 * nth) f.jgroups = min64(npan, (4 * nth + f.nmb - 1) / f.nmb);
+    }
+    float* acc;
+    float* pb = fgemm_alloc_scratch(&f, &acc);
     if (!pb) return TPU_ERR(RESOURCE_EXHAUSTED, "matmul: out of host memory for packing");
-    for (int64_t bi = 0; bi < g->batch && !f.oom; bi++) fgemm_entry(&f, bi, parallel, pb);
+    for (int64_t bi = 0; bi < g->batch && !f.oom; bi++) fgemm_entry(&f, bi, parallel, pb, acc);
     free(pb);
   }
   if (f.oom) return TPU_ERR(RESOURCE_EXHAUSTED, "matmul: out of host memory for packing");

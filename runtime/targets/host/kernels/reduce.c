@@ -27,7 +27,7 @@
 #include "vecmath.h"
 
 #define TILE 2048            /* buffer elements per tile */
-#define KMAX 512             /* most outputs per block */
+#define KMAX 1024            /* most outputs per block */
 #define COL_LEN 16           /* reduction positions per tile of a column reduction */
 #define SPLIT_CHUNK 65536    /* reduction positions per partial in split mode */
 #define SPLIT_MAX_OUTS 16    /* split the reduction only for this few outputs */
@@ -63,7 +63,8 @@ typedef struct {
   int64_t len, kmax; /* tile shape: reduction positions x outputs */
   bool by_row;       /* column reduction: gather tiles row by row */
   bool col_acc;      /* by_row and a kind that accumulates a whole row at once */
-  bool in_place;     /* float sum or max/min values of contiguous runs, read in place */
+  bool in_place;     /* float sum or max/min values read in place: contiguous runs, or
+                        contiguous rows with col_acc */
 } plan_t;
 
 typedef struct {
@@ -325,6 +326,26 @@ static void kept_offsets(const plan_t* p, int64_t o, int64_t* in_off, int64_t ou
     default: break;                                                      \
   }
 
+/* roff[t]: input byte offset of reduction position r0 + t (from an output's
+ * first element) */
+static void tile_offsets(const plan_t* p, int64_t r0, int64_t len, int64_t* roff) {
+  int64_t idx[TPU_MAX_DIMS], rem = r0, off = 0;
+  for (int d = p->nr - 1; d >= 0; d--) {
+    idx[d] = rem % p->rsize[d];
+    rem /= p->rsize[d];
+    off += idx[d] * p->rstride[d];
+  }
+  for (int64_t t = 0; t < len; t++) {
+    roff[t] = off;
+    for (int d = p->nr - 1; d >= 0; d--) {
+      off += p->rstride[d];
+      if (++idx[d] < p->rsize[d]) break;
+      off -= p->rstride[d] * p->rsize[d];
+      idx[d] = 0;
+    }
+  }
+}
+
 /* Loads reduction positions [r0, r0 + len) of K consecutive outputs, the
  * first at `base`, into buf[j * len + t] in the plan's domain; column
  * reductions read the tile row by row (consecutive outputs are adjacent),
@@ -334,23 +355,7 @@ TPU_VM_INLINE void gather(const plan_t* p, const char* base, int64_t K, int64_t 
                           void* buf, int64_t* roff) {
   bool contig = p->nr == 1 && p->rstride[0] == p->isz;
   int64_t ks = p->kstride[p->nk - 1];
-  if (!contig) {
-    int64_t idx[TPU_MAX_DIMS], rem = r0, off = 0;
-    for (int d = p->nr - 1; d >= 0; d--) {
-      idx[d] = rem % p->rsize[d];
-      rem /= p->rsize[d];
-      off += idx[d] * p->rstride[d];
-    }
-    for (int64_t t = 0; t < len; t++) {
-      roff[t] = off;
-      for (int d = p->nr - 1; d >= 0; d--) {
-        off += p->rstride[d];
-        if (++idx[d] < p->rsize[d]) break;
-        off -= p->rstride[d] * p->rsize[d];
-        idx[d] = 0;
-      }
-    }
-  }
+  if (!contig) tile_offsets(p, r0, len, roff);
   if (p->int_domain) {
     GATHER_CASES(int64_t)
   } else {
@@ -750,21 +755,52 @@ TPU_VM_INLINE void run_in_place(const plan_t* p, acc_t* a, const char* src, int6
       col[j] = (EXPR);                                   \
     }                                                    \
   }
+/* running max/min, NaN winning: two selects (one blend each once vectorized) */
+#define COL_MAX(v, c) ((v) != (v) ? (v) : (v) > (c) ? (v) : (c))
+#define COL_MIN(v, c) ((v) != (v) ? (v) : (v) < (c) ? (v) : (c))
+/* the same reading contiguous rows of a floating dtype in place (sums,
+ * max, min) */
+#define COL_SRC(T, CONV, EXPR)                                   \
+  for (int64_t t = 0; t < len; t++) {                            \
+    const T* row = (const T*)(base + s->roff[t]);                \
+    for (int64_t j = 0; j < K; j++) {                            \
+      double v = (double)CONV(row[j]), c = col[j];               \
+      col[j] = (EXPR);                                           \
+    }                                                            \
+  }
+#define COL_SRC_KINDS(T, CONV)                                      \
+  switch (p->kind) {                                                \
+    case R_MAX: COL_SRC(T, CONV, COL_MAX(v, c)) break;              \
+    case R_MIN: COL_SRC(T, CONV, COL_MIN(v, c)) break;              \
+    default: COL_SRC(T, CONV, c + v) break;                         \
+  }
 TPU_VM_INLINE void col_block(const plan_t* p, int64_t in_off, int64_t K, int64_t rb, int64_t re,
                              acc_t* acc, scratch_t* s) {
   double* col = s->col;
+  const char* base = p->in + in_off;
   double init = p->kind == R_MAX ? -INFINITY : p->kind == R_MIN ? INFINITY : 0;
   for (int64_t j = 0; j < K; j++) col[j] = init;
   for (int64_t r0 = rb; r0 < re; r0 += p->len) {
     int64_t len = min64(p->len, re - r0);
-    gather(p, p->in + in_off, K, r0, len, &s->buf, s->roff);
+    if (p->in_place) {
+      tile_offsets(p, r0, len, s->roff);
+      switch (p->dt) {
+        case TPU_F32: COL_SRC_KINDS(float, CONV_ID) break;
+        case TPU_F64: COL_SRC_KINDS(double, CONV_ID) break;
+        case TPU_BF16: COL_SRC_KINDS(uint16_t, tpu_vm_bf16_to_f32) break;
+        case TPU_F16: COL_SRC_KINDS(uint16_t, tpu_vm_f16_to_f32) break;
+        default: break;
+      }
+      continue;
+    }
+    gather(p, base, K, r0, len, &s->buf, s->roff);
     switch (p->kind) {
       case R_SUM: case R_MEAN: COL_LOOP(c + v) break;
       case R_NANSUM: COL_LOOP(v == v ? c + v : c) break;
       case R_NORM1: COL_LOOP(c + fabs(v)) break;
       case R_NORM2: COL_LOOP(c + v * v) break;
-      case R_MAX: COL_LOOP((v > c || v != v) ? v : c) break;
-      case R_MIN: COL_LOOP((v < c || v != v) ? v : c) break;
+      case R_MAX: COL_LOOP(COL_MAX(v, c)) break;
+      case R_MIN: COL_LOOP(COL_MIN(v, c)) break;
       default: break;
     }
   }
@@ -935,8 +971,9 @@ static tpu_status_t reduce(const tpu_call_t* c, const char* op, rkind_t kind, in
     p.len = min64(p.n_red, TILE / p.kmax);
   }
   p.in_place = (kind == R_SUM || kind == R_MEAN || ((kind == R_MAX || kind == R_MIN) && nouts == 1)) &&
-               !p.int_domain && tpu_dtype_is_float(in->dtype) && !p.by_row && p.nr == 1 &&
-               p.rstride[0] == p.isz;
+               !p.int_domain && tpu_dtype_is_float(in->dtype) &&
+               (p.col_acc ? p.kstride[p.nk - 1] == p.isz
+                          : !p.by_row && p.nr == 1 && p.rstride[0] == p.isz);
   if (p.n_red == 0 && (is_extreme(kind) || kind == R_NORMINF || kind == R_NORMNINF)) {
     if (kind == R_NORMINF || kind == R_NORMNINF)
       return TPU_ERR(INVALID_ARGUMENT,
