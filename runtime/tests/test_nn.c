@@ -82,17 +82,10 @@ static void check_gemm(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_t
 /* Runs op `name` like tt_run, under float32 matmul precision `prec`. */
 static tpu_status_t run_prec(const char* name, tpu_arg_t* args, int nargs, tpu_tensor_t* outs,
                              int nouts, tpu_precision_t prec) {
-  const tpu_op_t* op = tpu_op_lookup(name);
-  if (!op) return tpu_status_make(TPU_CODE_UNIMPLEMENTED, "no op %s", name);
-  tpu_call_t c = {0};
-  c.op = op;
-  c.args = args;
-  c.nargs = nargs;
-  c.outs = outs;
-  c.nouts = nouts;
-  c.debug_checks = true;
-  c.precision = prec;
-  return tpu_call_run(&c);
+  tpu_call_t base = {0};
+  base.debug_checks = true;
+  base.precision = prec;
+  return tt_run_with(name, args, nargs, outs, nouts, &base);
 }
 
 /* plain float32 results */
@@ -127,6 +120,43 @@ static void gemm_case(int64_t m, int64_t n, int64_t k, tpu_dtype_t dt, bool ta, 
   gemm_case_t(m, n, k, dt, ta, tb, false, alpha, beta, tol);
 }
 
+/* c = beta * self + a @ b for `batch` entries through tpu_gemm_batched, b
+ * read transposed, self a broadcast row; each entry checked like gemm_case. */
+static void gemm_batched_case(int64_t batch, int64_t m, int64_t n, int64_t k, tpu_dtype_t dt,
+                              double beta, double tol) {
+  buf_t a = bmake(dt, 3, batch, m, k, 0), b = bmake(dt, 3, batch, n, k, 0);
+  buf_t c = bmake(dt, 3, batch, m, n, 0), self = bmake(dt, 1, n, 0, 0, 0);
+  bfill(&a, 2);
+  bfill(&b, 2);
+  bfill(&self, 2);
+  tpu_tensor_t bt = transposed(&b.t);
+  CHECK_OK(tpu_gemm_batched(&a.t, &bt, &c.t, 1, beta, &self.t));
+  tpu_tensor_t srow = self.t; /* the broadcast self as an m x n view */
+  srow.ndim = 2;
+  srow.sizes[0] = m;
+  srow.strides[0] = 0;
+  srow.sizes[1] = n;
+  srow.strides[1] = 1;
+  for (int64_t e = 0; e < batch; e++) {
+    tpu_tensor_t ae = a.t, be = bt, ce = c.t;
+    tpu_tensor_t* views[3] = {&ae, &be, &ce};
+    for (int v = 0; v < 3; v++) {
+      views[v]->data = (char*)views[v]->data +
+                       e * views[v]->strides[0] * (int64_t)tpu_dtype_size(dt);
+      views[v]->ndim = 2;
+      for (int d = 0; d < 2; d++) {
+        views[v]->sizes[d] = views[v]->sizes[d + 1];
+        views[v]->strides[d] = views[v]->strides[d + 1];
+      }
+    }
+    check_gemm(&ae, &be, &ce, 1, beta, &srow, tol);
+  }
+  free(a.mem);
+  free(b.mem);
+  free(c.mem);
+  free(self.mem);
+}
+
 static void test_gemm_shapes(void) {
   for (int isa = TPU_GEMM_ISA_AVX512; isa >= TPU_GEMM_ISA_PORTABLE; isa--) {
     if (!tpu_gemm_set_isa((tpu_gemm_isa_t)isa)) continue;
@@ -155,8 +185,12 @@ static void test_gemm_shapes(void) {
     gemm_case_t(61, 45, 300, TPU_BF16, true, false, true, 1, 0, 1e-2);
     gemm_case(7, 1500, 40, TPU_F32, false, false, 1, 0.5, 1e-6);
     gemm_case(13, 2100, 9, TPU_F16, false, true, 1, 0, 2e-3);
+    /* batch entries one per task: straight into c, and through float tiles */
+    gemm_batched_case(9, 40, 50, 300, TPU_F32, 1, 1e-6);
+    gemm_batched_case(9, 40, 50, 70, TPU_BF16, 0.5, 1e-2);
   }
   CHECK(tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO));
+  gemm_batched_case(2, 260, 300, 450, TPU_F32, 0, 1e-6); /* large entries: split within */
   CHECK(tpu_gemm_set_isa(TPU_GEMM_ISA_PORTABLE));
   CHECK(strcmp(tpu_gemm_isa_name(), "portable") == 0);
   CHECK(tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO));
@@ -236,7 +270,8 @@ static void test_gemm_transforms(void) {
               float got = packed[(l / w) * w * kc * np + (k * np + p) * w + l % w];
               float want = l < lines ? gemm_xform(combos[c][p], v[l * sl + k * sk]) : 0.0f;
               if (gemm_f2u(got) != gemm_f2u(want) && !(isnan(got) && isnan(want)) && bad++ < 3)
-                fprintf(stderr, "%s pack layout %d xform %d: line %lld step %lld pass %d: %a, want %a\n",
+                fprintf(stderr,
+                        "%s pack layout %d xform %d: line %lld step %lld pass %d: %a, want %a\n",
                         uks[u]->name, layout, (int)combos[c][p], (long long)l, (long long)k, p,
                         got, want);
             }

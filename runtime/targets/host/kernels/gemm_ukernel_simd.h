@@ -187,6 +187,7 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
           __builtin_prefetch(s + PACK_AHEAD * sk + q);
       for (int64_t q = 0; q < full; q += NR) {
         VF v0 = V_LOAD(s + q), v1 = V_LOAD(s + q + VL);
+#pragma GCC unroll 2 /* the passes share their split */
         for (int p = 0; p < np; p++) {
           float* d = dst + q * kcp + (k * np + p) * NR;
           V_STORE(d, UK(xform)(xf[p], v0));
@@ -199,6 +200,7 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
           const int64_t n = rows - h < 0 ? 0 : rows - h < VL ? rows - h : VL;
           /* a whole vector where the run goes on, else zeros beyond n */
           VF v = q + h + VL <= lines ? V_LOAD(s + q + h) : V_LOAD_N(s + q + h, n);
+#pragma GCC unroll 2
           for (int p = 0; p < np; p++)
             V_STORE_N(dst + q * kcp + (k * np + p) * w + h, UK(xform)(xf[p], v),
                       w - h < VL ? w - h : VL);
@@ -221,6 +223,7 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
     for (; k + VL <= kc; k += VL) {
       for (int64_t l = 0; l < rows; l++) {
         VF v = V_LOAD(s + l * sl + k);
+#pragma GCC unroll 2
         for (int p = 0; p < np; p++) V_STORE(t[p][l], UK(xform)(xf[p], v));
       }
       for (int p = 0; p < np; p++)

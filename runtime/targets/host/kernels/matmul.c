@@ -2,12 +2,12 @@
  * baddbmm, addbmm, addmv, mv, dot).
  *
  * Float path (float32, bfloat16, float16): a BLIS-style packed GEMM. For
- * each block of NC columns B is packed for all of K into panels of NR
- * columns; blocks of MC rows of A are packed one k block (KC packed steps)
- * at a time into panels of MR rows, and the micro-kernel multiplies an MR-row
- * panel by an NR-column panel into float accumulators added to c (float32
- * output) or to a float tile stored at the end (scaled, combined with
- * beta * self, rounded once for bf16/f16). Packing applies the float32
+ * each block of NC columns and k block (KC packed steps), B's block is
+ * packed into panels of NR columns and blocks of MC rows of A into panels of
+ * MR rows; the micro-kernel multiplies an MR-row panel by an NR-column panel
+ * into float accumulators added to c (float32 output) or to float tiles
+ * stored after the last k block (scaled, combined with beta * self, rounded
+ * once for bf16/f16). Packing applies the float32
  * matmul precision of the running call (see gemm_ukernel.h): medium rounds
  * inputs to bfloat16, high splits them into two passes, highest multiplies
  * in float32. Micro-kernels exist per instruction set (gemm_ukernel_*.c),
@@ -279,11 +279,12 @@ bool tpu_gemm_set_isa(tpu_gemm_isa_t isa) {
 const char* tpu_gemm_isa_name(void) { return pick_ukernel()->name; }
 
 /* ---- float path ---- */
-/* Block sizes, measured with bench/gemm.py on AMD Zen 3: packed steps per k
- * block (the micro-kernel's panels stay in L1/L2), rows per A block,
- * columns per B block. KC alone shapes the sums, so results depend on
- * neither the thread count nor the other two. */
-enum { KC = 256, MC = 96, NC = 1024 };
+/* Block sizes, measured on AMD Zen 3 (bench/gemm.py): packed steps per k
+ * block (an A block, MC x KC, stays in L2; a B panel, KC x NR, in L1),
+ * rows per A block, columns per B block (a B block, KC x NC, in L3). KC
+ * alone shapes the sums, so results depend on neither the thread count nor
+ * the other two. */
+enum { KC = 256, MC = 96, NC = 2048 };
 
 /* Work (multiply-adds) below which a product runs on the calling thread. */
 #define PARALLEL_MIN_WORK (1 << 17)
