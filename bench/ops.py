@@ -1,12 +1,16 @@
 """Throughput of common ops on tpu relative to PyTorch CPU, measured in one run.
 
     .venv/bin/python bench/ops.py [--sizes 1M,16M] [--dtypes float32,bfloat16]
-                                  [--ops add,exp,...] [--repeats N]
+                                  [--ops add,exp,...] [--repeats N] [--threads N]
 
 For each op, size (elements of the main operand) and dtype, prints the best-of
 time per call on CPU and on tpu (the tpu clock stops after
 torch.tpu.synchronize()) and ratio = tpu throughput / CPU throughput
-(= CPU time / tpu time; above 1 means tpu is faster).
+(= CPU time / tpu time; above 1 means tpu is faster). CPU and tpu alternate
+within each repeat so that load from other processes hits both alike.
+
+On a loaded machine, compare single-threaded:
+    TORCH_TPU_NUM_THREADS=1 .venv/bin/python bench/ops.py --threads 1
 
 Goals (issue 3): ratio >= 0.7 for float32 and >= 1.0 for bfloat16.
 """

@@ -105,14 +105,12 @@ TPU_VM_INLINE uint16_t tpu_vm_f32_to_f16(float f) {
 #define TPU_VM_LN2_HI 0x1.62e4p-1f
 #define TPU_VM_LN2_LO 0x1.7f7d1cp-20f
 
-/* exp(x): x = k ln2 + r, |r| <= ln2/2; e^r = 1 + r + r^2 Q(r); the result
- * is scaled by 2^k in two steps so that subnormal results round once. */
-TPU_VM_INLINE float tpu_vm_expf(float x) {
+/* e^r for x = k ln2 + r, |r| <= ln2/2, as 1 + r + r^2 Q(r); *t receives
+ * k + 1.5 * 2^23, whose low mantissa bits hold k (|x| < 2^21). */
+TPU_VM_INLINE float tpu_vm_exp_reduced(float x, float* t) {
   const float shifter = 0x1.8p23f; /* adding it rounds to an integer */
-  x = x > 89.0f ? 89.0f : x;       /* e^89 overflows, e^-104 rounds to 0; NaN stays */
-  x = x < -104.0f ? -104.0f : x;
-  float t = x * 0x1.715476p+0f + shifter; /* log2(e) */
-  float k = t - shifter;
+  *t = x * 0x1.715476p+0f + shifter; /* log2(e) */
+  float k = *t - shifter;
   float r = x - k * TPU_VM_LN2_HI;
   r = r - k * TPU_VM_LN2_LO;
   float q = 0x1.6a2416p-10f;
@@ -120,8 +118,23 @@ TPU_VM_INLINE float tpu_vm_expf(float x) {
   q = q * r + 0x1.5558f2p-5f;
   q = q * r + 0x1.555492p-3f;
   q = q * r + 0x1.fffffcp-2f;
-  float p = (r * r * q + r) + 1.0f;
-  int32_t n = (int32_t)(tpu_vm_bits(t) - tpu_vm_bits(shifter));
+  return (r * r * q + r) + 1.0f;
+}
+
+/* e^x for x in [-87, 88] (normal results) and nan: no range handling.
+ * Callers bound the argument. */
+TPU_VM_INLINE float tpu_vm_exp_normal(float x) {
+  float t, p = tpu_vm_exp_reduced(x, &t);
+  return p * tpu_vm_float((tpu_vm_bits(t) - tpu_vm_bits(0x1.8p23f) + 127u) << 23);
+}
+
+/* exp(x) over the whole range: 2^k is applied in two steps so that
+ * subnormal results round once. */
+TPU_VM_INLINE float tpu_vm_expf(float x) {
+  x = x > 89.0f ? 89.0f : x; /* e^89 overflows, e^-104 rounds to 0; NaN stays */
+  x = x < -104.0f ? -104.0f : x;
+  float t, p = tpu_vm_exp_reduced(x, &t);
+  int32_t n = (int32_t)(tpu_vm_bits(t) - tpu_vm_bits(0x1.8p23f));
   int32_t n1 = n / 2, n2 = n - n1;
   return p * tpu_vm_float((uint32_t)(n1 + 127) << 23) * tpu_vm_float((uint32_t)(n2 + 127) << 23);
 }
@@ -148,9 +161,12 @@ TPU_VM_INLINE float tpu_vm_logf(float x) {
   return x != x ? x : res;
 }
 
-/* tanh(x): an odd polynomial below 0.625, else 1 - 2 / (e^2|x| + 1). */
+/* tanh(x): an odd polynomial below 0.625, else 1 - 2 / (e^2|x| + 1) with
+ * |x| capped at 9.125, where that rounds to exactly 1 (so tanh(+-inf) and
+ * of huge inputs is exactly +-1). */
 TPU_VM_INLINE float tpu_vm_tanhf(float x) {
   float a = fabsf(x), z = x * x;
+  float ac = a > 9.125f ? 9.125f : a; /* nan stays */
   float pz = -0x1.a627c4p-11f;
   pz = pz * z + 0x1.a792bcp-9f;
   pz = pz * z - 0x1.1ed214p-7f;
@@ -159,37 +175,35 @@ TPU_VM_INLINE float tpu_vm_tanhf(float x) {
   pz = pz * z + 0x1.111106p-3f;
   pz = pz * z - 0x1.555556p-2f;
   float small = a + a * z * pz;
-  float big = 1.0f - 2.0f / (tpu_vm_expf(2.0f * a) + 1.0f);
+  float big = 1.0f - 2.0f / (tpu_vm_exp_normal(2.0f * ac) + 1.0f);
   return copysignf(a < 0.625f ? small : big, x);
 }
 
 TPU_VM_INLINE float tpu_vm_sigmoidf(float x) { return 1.0f / (1.0f + tpu_vm_expf(-x)); }
 
 /* erf(x): x (1 + P(x^2)) below 0.921875; above, 1 - erfc(|x|) with
- * erfc(a) = exp(G(a) - a^2), G a polynomial in a - 2.421875 fitted to
- * log(erfc(a)) + a^2 on [0.921875, 3.921875]; 1 beyond (erfc < half an ulp). */
+ * erfc(a) = exp(G(a) - a^2), G a polynomial in a - 2.4609375 fitted to
+ * log(erfc(a)) + a^2 on [0.921875, 4]. |x| is capped at 4, where erfc is
+ * below half an ulp of 1 (so erf of huge inputs is exactly +-1). */
 TPU_VM_INLINE float tpu_vm_erff(float x) {
   float a = fabsf(x), z = x * x;
-  float pz = 0x1.5f113cp-14f;
-  pz = pz * z - 0x1.aae984p-11f;
-  pz = pz * z + 0x1.54dad8p-8f;
-  pz = pz * z - 0x1.b8107cp-6f;
-  pz = pz * z + 0x1.ce2e20p-4f;
-  pz = pz * z - 0x1.812744p-2f;
-  pz = pz * z + 0x1.06eba8p-3f;
+  float ac = a > 4.0f ? 4.0f : a; /* nan stays */
+  float pz = -0x1.3a17d6p-11f;
+  pz = pz * z + 0x1.473ba6p-8f;
+  pz = pz * z - 0x1.b68b52p-6f;
+  pz = pz * z + 0x1.ce1a6ap-4f;
+  pz = pz * z - 0x1.8126e6p-2f;
+  pz = pz * z + 0x1.06eba6p-3f;
   float small = a + a * pz;
-  float t = a - 2.421875f;
-  float g = -0x1.d6073cp-22f;
-  g = g * t - 0x1.91edd0p-16f;
-  g = g * t + 0x1.22d750p-14f;
-  g = g * t - 0x1.e898fap-12f;
-  g = g * t + 0x1.32d46ep-9f;
-  g = g * t - 0x1.7aaadcp-7f;
-  g = g * t + 0x1.e12638p-5f;
-  g = g * t - 0x1.72547cp-2f;
-  g = g * t - 0x1.8766f0p+0f;
-  float big = 1.0f - tpu_vm_expf(g - z);
-  big = a >= 3.921875f ? 1.0f : big;
+  float t = ac - 2.4609375f;
+  float g = 0x1.98635ap-13f;
+  g = g * t - 0x1.479fc4p-13f;
+  g = g * t + 0x1.50b2d6p-9f;
+  g = g * t - 0x1.69e94cp-7f;
+  g = g * t + 0x1.d64e4ep-5f;
+  g = g * t - 0x1.6db330p-2f;
+  g = g * t - 0x1.8aff20p+0f;
+  float big = 1.0f - tpu_vm_exp_normal(g - ac * ac);
   return copysignf(a < 0.921875f ? small : big, x);
 }
 
