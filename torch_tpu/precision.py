@@ -4,8 +4,10 @@ The matrix unit multiplies bfloat16 inputs and accumulates in float32. A float32
 matmul on tpu takes one of PyTorch's precision levels:
 
 - "medium" (the tpu default): inputs rounded to bfloat16, exact products, float32 sums;
-- "high": the 3-pass bfloat16 split (~3x the cost);
-- "highest": the 6-pass split or true float32 (~6x the cost).
+- "high": the 3-pass bfloat16 split (~3x the cost on TPU hardware; the host target takes
+  two float32 passes within the same error bound, ~2x);
+- "highest": the 6-pass split or true float32 (~6x on TPU hardware; the host target uses
+  true float32, ~1x).
 
 `torch.set_float32_matmul_precision(...)` selects it for tpu; until a program calls it, tpu
 uses "medium" whatever PyTorch's own default. `torch.tpu.precision(...)` overrides it locally
@@ -21,7 +23,8 @@ import torch
 from . import _C
 
 _LEVELS = ("medium", "high", "highest")
-_COST = {"high": "~3x", "highest": "~6x"}
+_COST = {"high": "~3x", "highest": "~6x"}       # on the TPU matrix unit
+_HOST_COST = {"high": "~2x", "highest": "~1x"}  # host target: measured by bench/gemm.py
 _lock = threading.Lock()
 _explicit = None   # the level last given to torch.set_float32_matmul_precision
 _overrides = []    # stack of torch.tpu.precision(...) levels
@@ -41,7 +44,8 @@ def _warn_cost(level):
     if level in _COST and level not in _warned:
         _warned.add(level)
         warnings.warn(f"tpu matmul precision '{level}' runs float32 matmuls in several bfloat16 "
-                      f"passes ({_COST[level]} slower than 'medium')", TpuPerformanceWarning,
+                      f"passes: {_COST[level]} slower than 'medium' on TPU hardware "
+                      f"({_HOST_COST[level]} on the host target)", TpuPerformanceWarning,
                       stacklevel=3)
 
 

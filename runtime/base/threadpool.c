@@ -2,27 +2,49 @@
  *
  * One job at a time; a caller that finds the pool busy (another stream's
  * worker) runs its range inline. The calling thread takes part in the job.
+ *
+ * Kernels issue parallel_for back to back (a GEMM packs, multiplies, packs
+ * again), so both sides spin briefly before sleeping: workers watch the job
+ * generation, the caller watches the count of workers still busy. Waking a
+ * thread sleeping on a condition variable costs tens of microseconds, which
+ * is most of a 1024 x 1024 product's per-block time. The spin is bounded in
+ * time, so an idle pool sleeps.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tpu/device.h"
 
 int64_t tpu_env_int(const char* name, int64_t dflt);
 
+#define POOL_SPIN_NS 100000 /* worker spin after a job, and caller spin per job */
+
 static int g_nthreads = 1;
 static pthread_mutex_t g_job_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;     /* guards the sleeps */
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t g_done_cv = PTHREAD_COND_INITIALIZER;
-static uint64_t g_generation;
+static _Atomic uint64_t g_generation;
 static void (*g_fn)(void*, int64_t, int64_t);
 static void* g_ctx;
 static int64_t g_n, g_chunk;
 static _Atomic int64_t g_next;
-static int g_active;
+static _Atomic int g_active;
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
 
 static void run_chunks(void) {
   for (;;) {
@@ -33,17 +55,39 @@ static void run_chunks(void) {
   }
 }
 
+/* Spins until cond(arg) holds or the spin budget runs out; returns cond. */
+static int spin_until(int (*cond)(uint64_t), uint64_t arg) {
+  int64_t deadline = 0;
+  for (int i = 1;; i++) {
+    if (cond(arg)) return 1;
+    cpu_relax();
+    if ((i & 63) == 0) {
+      int64_t t = now_ns();
+      if (!deadline) deadline = t + POOL_SPIN_NS;
+      else if (t > deadline) return 0;
+    }
+  }
+}
+
+static int new_job(uint64_t seen) { return atomic_load(&g_generation) != seen; }
+static int job_done(uint64_t unused) { return atomic_load(&g_active) == 0; }
+
 static void* pool_main(void* arg) {
   (void)arg;
   uint64_t seen = 0;
-  pthread_mutex_lock(&g_mu);
   for (;;) {
-    while (g_generation == seen) pthread_cond_wait(&g_cv, &g_mu);
-    seen = g_generation;
-    pthread_mutex_unlock(&g_mu);
+    if (!spin_until(new_job, seen)) {
+      pthread_mutex_lock(&g_mu);
+      while (atomic_load(&g_generation) == seen) pthread_cond_wait(&g_cv, &g_mu);
+      pthread_mutex_unlock(&g_mu);
+    }
+    seen = atomic_load(&g_generation);
     run_chunks();
-    pthread_mutex_lock(&g_mu);
-    if (--g_active == 0) pthread_cond_broadcast(&g_done_cv);
+    if (atomic_fetch_sub(&g_active, 1) == 1) {
+      pthread_mutex_lock(&g_mu);
+      pthread_cond_broadcast(&g_done_cv);
+      pthread_mutex_unlock(&g_mu);
+    }
   }
   return NULL;
 }
@@ -75,19 +119,23 @@ void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64
   }
   int64_t chunk = (n + g_nthreads * 4 - 1) / (g_nthreads * 4);
   if (chunk < grain) chunk = grain;
-  pthread_mutex_lock(&g_mu);
   g_fn = fn;
   g_ctx = ctx;
   g_n = n;
   g_chunk = chunk;
   atomic_store(&g_next, 0);
-  g_active = g_nthreads - 1;
-  g_generation++;
+  atomic_store(&g_active, g_nthreads - 1);
+  /* publish, then wake sleepers; a worker re-checks the generation under
+   * g_mu before it sleeps, so the broadcast cannot be missed */
+  atomic_fetch_add(&g_generation, 1);
+  pthread_mutex_lock(&g_mu);
   pthread_cond_broadcast(&g_cv);
   pthread_mutex_unlock(&g_mu);
   run_chunks();
-  pthread_mutex_lock(&g_mu);
-  while (g_active > 0) pthread_cond_wait(&g_done_cv, &g_mu);
-  pthread_mutex_unlock(&g_mu);
+  if (!spin_until(job_done, 0)) {
+    pthread_mutex_lock(&g_mu);
+    while (atomic_load(&g_active) > 0) pthread_cond_wait(&g_done_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+  }
   pthread_mutex_unlock(&g_job_mu);
 }
