@@ -9,7 +9,7 @@ CC     ?= gcc
 CXX    ?= g++
 
 CFLAGS_BASE := -std=c11 -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -pthread \
-               -D_GNU_SOURCE -Iruntime/include -MMD -MP
+               -D_GNU_SOURCE -Iruntime/include -Iruntime -MMD -MP
 CFLAGS ?=
 RT_SRCS := $(shell find runtime -name '*.c' -not -path 'runtime/tests/*' | sort)
 RT_OBJS := $(RT_SRCS:%.c=$(BUILD)/%.o)

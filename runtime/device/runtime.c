@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "tpu/trace.h"
 
 #define TPU_MAX_DEVICES 64
 
@@ -64,6 +65,8 @@ static void runtime_init_once(void) {
   g_ndevices = (int)n;
   if (env_flag("TORCH_TPU_LAUNCH_BLOCKING") || env_flag("TPU_LAUNCH_BLOCKING"))
     g_mode = TPU_MODE_DEBUG;
+  else if (env_flag("TORCH_TPU_DEFER_AND_FUSE"))
+    g_mode = TPU_MODE_DEFER;
   tpu_threadpool_init();
   for (int i = 0; i < n; i++) {
     tpu_stream_t* s = NULL;
@@ -107,7 +110,12 @@ tpu_precision_t tpu_get_matmul_precision(void) { return (tpu_precision_t)g_preci
 void tpu_set_matmul_precision(tpu_precision_t p) { g_precision = p; }
 
 tpu_eager_mode_t tpu_get_eager_mode(void) { return (tpu_eager_mode_t)g_mode; }
-void tpu_set_eager_mode(tpu_eager_mode_t mode) { g_mode = mode; }
+tpu_status_t tpu_set_eager_mode(tpu_eager_mode_t mode) {
+  if (g_mode == TPU_MODE_DEFER && mode != TPU_MODE_DEFER)
+    for (int d = 0; d < g_ndevices; d++) TPU_RETURN_IF_ERROR(tpu_trace_flush(d));
+  g_mode = mode;
+  return TPU_OK;
+}
 
 tpu_stream_t* tpu_stream_get(int device, int64_t id) {
   tpu_device_state_t* d = tpu_device_state(device);
@@ -142,7 +150,7 @@ tpu_status_t tpu_stream_create(int device, int64_t* out_id) {
 tpu_status_t tpu_device_synchronize(int device) {
   tpu_device_state_t* d = tpu_device_state(device);
   if (!d) return TPU_ERR(INVALID_ARGUMENT, "synchronize: no device %d", device);
-  tpu_status_t first = TPU_OK;
+  tpu_status_t first = tpu_trace_flush(device);
   pthread_mutex_lock(&d->streams_mu);
   int n = d->nstreams;
   pthread_mutex_unlock(&d->streams_mu);

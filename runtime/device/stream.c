@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "exec/internal.h"
 
 typedef enum { WORK_CALL, WORK_FN } work_kind_t;
 
@@ -198,6 +199,61 @@ static void call_copy_into(tpu_call_t* dst, const tpu_call_t* src, char* p) {
   }
 }
 
+tpu_call_t* tpu_call_clone(const tpu_call_t* call) {
+  tpu_call_t* c = malloc(sizeof(tpu_call_t) + call_extra_size(call));
+  if (c) call_copy_into(c, call, (char*)(c + 1));
+  return c;
+}
+
+void tpu_call_visit_tensors(tpu_call_t* c, void (*fn)(void*, tpu_tensor_t*, bool), void* ctx) {
+  for (int i = 0; i < c->nargs; i++) {
+    tpu_arg_t* a = &c->args[i];
+    bool w = i < 64 && ((c->mutated_args >> i) & 1);
+    if (a->kind == TPU_ARG_TENSOR) fn(ctx, a->v.t, w);
+    else if (a->kind == TPU_ARG_TENSORLIST)
+      for (int k = 0; k < a->n; k++)
+        if (a->v.tlist[k].dtype != TPU_DTYPE_NONE) fn(ctx, &a->v.tlist[k], w);
+  }
+  for (int i = 0; i < c->nouts; i++)
+    if (c->outs[i].dtype != TPU_DTYPE_NONE) fn(ctx, &c->outs[i], true);
+}
+
+typedef struct {
+  bool realize;
+  tpu_status_t st;
+} resolve_ctx_t;
+
+static void resolve_one(void* ctx, tpu_tensor_t* t, bool write) {
+  resolve_ctx_t* r = ctx;
+  if (r->st || !tpu_is_lazy(t->data)) return;
+  void* real = tpu_lazy_resolve(t->data);
+  if (!real && r->realize) r->st = tpu_lazy_realize(t->data, &real);
+  if (real) t->data = real;
+}
+
+tpu_status_t tpu_call_resolve_lazy(tpu_call_t* call, bool realize) {
+  resolve_ctx_t r = {realize, TPU_OK};
+  tpu_call_visit_tensors(call, resolve_one, &r);
+  return r.st;
+}
+
+static void find_lazy(void* ctx, tpu_tensor_t* t, bool write) {
+  if (tpu_is_lazy(t->data)) *(bool*)ctx = true;
+}
+
+static bool call_has_lazy(const tpu_call_t* call) {
+  bool any = false;
+  tpu_call_visit_tensors((tpu_call_t*)call, find_lazy, &any);
+  return any;
+}
+
+/* Flushes the device's DeferAndFuse trace so that work queued outside it
+ * (copies, events, host functions) keeps program order. */
+static tpu_status_t flush_before(tpu_stream_t* s) {
+  if (tpu_get_eager_mode() != TPU_MODE_DEFER && tpu_trace_length(s->device) == 0) return TPU_OK;
+  return tpu_trace_flush(s->device);
+}
+
 /* Elements a call touches (tensor arguments and outputs). */
 static int64_t call_elements(const tpu_call_t* c) {
   int64_t n = 0;
@@ -245,7 +301,18 @@ static bool try_run_inline(tpu_stream_t* s, const tpu_call_t* call) {
 }
 
 tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
-  if (tpu_get_eager_mode() == TPU_MODE_STRICT && try_run_inline(s, call)) return TPU_OK;
+  const tpu_eager_mode_t mode = tpu_get_eager_mode();
+  if (mode == TPU_MODE_DEFER) return tpu_trace_append(s, call);
+  if (call_has_lazy(call)) { /* tensors made in DeferAndFuse mode, used after it */
+    TPU_RETURN_IF_ERROR(flush_before(s));
+    tpu_call_t* c = tpu_call_clone(call);
+    if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "out of host memory queueing an op");
+    tpu_status_t st = tpu_call_resolve_lazy(c, true);
+    if (!st) st = tpu_stream_submit(s, c);
+    free(c);
+    return st;
+  }
+  if (mode == TPU_MODE_STRICT && try_run_inline(s, call)) return TPU_OK;
   size_t extra = call_extra_size(call);
   tpu_work_t* w = malloc(sizeof(tpu_work_t) + extra);
   if (!w) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory queueing the op",
@@ -278,6 +345,16 @@ tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
 
 tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
                                 void* ctx, void (*destroy)(void*)) {
+  tpu_status_t fst = flush_before(s);
+  if (fst) {
+    if (destroy) destroy(ctx);
+    return fst;
+  }
+  return tpu_stream_enqueue_raw(s, what, fn, ctx, destroy);
+}
+
+tpu_status_t tpu_stream_enqueue_raw(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
+                                    void* ctx, void (*destroy)(void*)) {
   tpu_work_t* w = malloc(sizeof(tpu_work_t));
   if (!w) {
     if (destroy) destroy(ctx);
@@ -295,6 +372,7 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what, tpu_status_t 
 }
 
 tpu_status_t tpu_stream_synchronize(tpu_stream_t* s) {
+  TPU_RETURN_IF_ERROR(flush_before(s));
   uint64_t target = atomic_load(&s->submitted);
   if (atomic_load(&s->completed) < target) {
     pthread_mutex_lock(&s->mu);
@@ -350,6 +428,7 @@ static tpu_status_t marker_fn(void* ctx) {
 }
 
 tpu_status_t tpu_event_record(tpu_event_t* e, tpu_stream_t* s) {
+  TPU_RETURN_IF_ERROR(flush_before(s));
   marker_t* m = malloc(sizeof(*m));
   if (!m) return TPU_ERR(RESOURCE_EXHAUSTED, "event record: out of host memory");
   pthread_mutex_lock(&s->mu); /* target must equal the marker's position */
@@ -449,6 +528,8 @@ static tpu_status_t h2d_fn(void* ctx) {
 
 tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return TPU_OK;
+  TPU_RETURN_IF_ERROR(flush_before(s));
+  TPU_RETURN_IF_ERROR(tpu_lazy_realize(dst, &dst));
   h2d_t* c = malloc(sizeof(h2d_t) + bytes);
   if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "copy to tpu: cannot stage %zu bytes", bytes);
   c->dst = dst;
@@ -458,7 +539,11 @@ tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src, si
 }
 
 tpu_status_t tpu_stream_copy_d2h(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
+  TPU_RETURN_IF_ERROR(flush_before(s));
   TPU_RETURN_IF_ERROR(tpu_stream_synchronize(s));
+  void* real = NULL;
+  TPU_RETURN_IF_ERROR(tpu_lazy_realize(src, &real));
+  src = real;
   if (bytes) memcpy(dst, src, bytes);
   return TPU_OK;
 }

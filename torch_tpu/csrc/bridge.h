@@ -10,6 +10,7 @@
 extern "C" {
 #include "tpu/device.h"
 #include "tpu/op.h"
+#include "tpu/trace.h"
 }
 
 namespace torch_tpu {
@@ -39,8 +40,19 @@ tpu_stream_t* stream_or_throw(c10::DeviceIndex d, int64_t id);
 // Fills a runtime descriptor for a tpu tensor (or a 0-d CPU tensor).
 void to_desc(const at::Tensor& t, tpu_tensor_t* out);
 
-// Synchronizes the device's streams, raising the first asynchronous error.
+// Synchronizes the device's streams (flushing its DeferAndFuse trace first),
+// raising the first asynchronous error.
 void synchronize_device(c10::DeviceIndex d);
+
+// DeferAndFuse: runs the device's trace now (without waiting for it) and
+// gives live storages their real memory.
+void materialize_device(c10::DeviceIndex d);
+// After the runtime flushed a trace: swaps placeholders of live storages for
+// their real memory (cheap when nothing was flushed since the last call).
+void swap_placeholders(c10::DeviceIndex d, bool force = false);
+// Host address of a tpu tensor's first element, backing a placeholder if
+// needed (call after synchronizing).
+void* host_data_ptr(const at::Tensor& t);
 
 // The per-device default generator and its (seed, offset) reservation for a
 // random op that consumes `counters` Philox blocks.

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "bridge.h"
@@ -69,7 +70,88 @@ tpu_stream_t* current_stream(c10::DeviceIndex d) { return stream_or_throw(d, t_s
 
 void synchronize_device(c10::DeviceIndex d) {
   ensure_runtime();
-  check(tpu_device_synchronize(d));
+  tpu_status_t st = tpu_device_synchronize(d);
+  swap_placeholders(d);
+  check(st);
+}
+
+// ---------------------------------------------------------------------------
+// Placeholders (DeferAndFuse): storages made while deferring point at
+// placeholder addresses until a flush backs them; then their DataPtr is
+// swapped for the real memory so that the placeholder can be reused.
+
+namespace {
+constexpr int kMaxLazyDevices = 64;
+struct LazyDevice {
+  std::mutex mu;
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> pending;
+  std::unordered_set<const void*> seen;
+  uint64_t epoch = 0;
+};
+LazyDevice g_lazy[kMaxLazyDevices];
+
+void note_pending(const at::Tensor& t) {
+  const int d = t.device().index();
+  if (d < 0 || d >= kMaxLazyDevices) return;
+  const c10::Storage& st = t.storage();
+  LazyDevice& L = g_lazy[d];
+  std::lock_guard<std::mutex> g(L.mu);
+  if (L.seen.insert(st.unsafeGetStorageImpl()).second) L.pending.push_back(st.getWeakStorageImpl());
+}
+
+void lazy_deleter(void* p) { tpu_lazy_free(p); }
+c10::DeleterFnPtr raw_device_deleter();
+}  // namespace
+
+void swap_placeholders(c10::DeviceIndex d, bool force) {
+  if (d < 0 || d >= kMaxLazyDevices) return;
+  LazyDevice& L = g_lazy[d];
+  const uint64_t epoch = tpu_trace_epoch(d);
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> list;
+  {
+    std::lock_guard<std::mutex> g(L.mu);
+    if (!force && epoch == L.epoch) return;
+    L.epoch = epoch;
+    list.swap(L.pending);
+    L.seen.clear();
+  }
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> keep;
+  for (auto& w : list) {
+    auto sp = w.lock();
+    if (!sp) continue;
+    void* ph = sp->data_ptr().get();
+    if (!tpu_is_lazy(ph)) continue;
+    void* real = tpu_lazy_detach(ph);
+    if (!real) {  // not backed yet (still in a trace, or never used)
+      keep.push_back(std::move(w));
+      continue;
+    }
+    // destroys the placeholder DataPtr, whose deleter releases the slot
+    sp->set_data_ptr_noswap(c10::DataPtr(real, real, raw_device_deleter(), sp->device()));
+  }
+  if (!keep.empty()) {
+    std::lock_guard<std::mutex> g(L.mu);
+    for (auto& w : keep) {
+      auto sp = w.lock();
+      if (sp && L.seen.insert(sp.get()).second) L.pending.push_back(std::move(w));
+    }
+  }
+}
+
+void materialize_device(c10::DeviceIndex d) {
+  ensure_runtime();
+  tpu_status_t st = tpu_trace_flush(d);
+  swap_placeholders(d, true);
+  check(st);
+}
+
+void* host_data_ptr(const at::Tensor& t) {
+  void* p = const_cast<void*>(t.const_data_ptr());
+  if (!tpu_is_lazy(p)) return p;
+  void* real = nullptr;
+  check(tpu_lazy_realize(p, &real));
+  note_pending(t);
+  return real;
 }
 
 void to_desc(const at::Tensor& t, tpu_tensor_t* out) {
@@ -93,7 +175,12 @@ void to_desc(const at::Tensor& t, tpu_tensor_t* out) {
     out->flags |= TPU_TENSOR_CPU_SCALAR;
     if (t.unsafeGetTensorImpl()->is_wrapped_number()) out->flags |= TPU_TENSOR_WRAPPED_NUMBER;
   }
-  out->data = t.numel() ? const_cast<void*>(t.const_data_ptr()) : nullptr;
+  void* p = t.numel() ? const_cast<void*>(t.const_data_ptr()) : nullptr;
+  if (p && tpu_is_lazy(p)) {
+    note_pending(t);
+    if (void* real = tpu_lazy_resolve(p)) p = real;
+  }
+  out->data = p;
 }
 
 // ---------------------------------------------------------------------------
@@ -108,6 +195,15 @@ class TpuAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     ensure_runtime();
     const c10::DeviceIndex d = current_device();
+    if (nbytes && tpu_get_eager_mode() == TPU_MODE_DEFER) {
+      if (void* ph = tpu_lazy_alloc(d, nbytes)) return {ph, ph, &lazy_deleter, c10::Device(kTpu, d)};
+    }
+    return allocate_real(nbytes);
+  }
+
+  c10::DataPtr allocate_real(size_t nbytes) {
+    ensure_runtime();
+    const c10::DeviceIndex d = current_device();
     void* p = nullptr;
     check(tpu_device_malloc(d, nbytes, &p));
     return {p, p, &TpuAllocator::deleter, c10::Device(kTpu, d)};
@@ -118,7 +214,10 @@ class TpuAllocator final : public c10::DeviceAllocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     // Device-to-device copy of raw bytes, ordered after queued work.
     synchronize_device(current_device());
-    std::memcpy(dest, src, count);
+    void *d = nullptr, *s = nullptr;
+    check(tpu_lazy_realize(dest, &d));
+    check(tpu_lazy_realize(src, &s));
+    std::memcpy(d, s, count);
   }
 
   bool initialized() override { return tpu_runtime_is_initialized(); }
@@ -210,6 +309,10 @@ TpuAllocator& TpuAllocator::instance() { return g_allocator; }
 }  // namespace
 
 c10::Allocator* allocator() { return &g_allocator; }
+
+namespace {
+c10::DeleterFnPtr raw_device_deleter() { return g_allocator.raw_deleter(); }
+}  // namespace
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
@@ -420,10 +523,12 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     auto* impl = storage.unsafeGetStorageImpl();
     const size_t old = impl->nbytes();
     c10::DeviceGuard guard(impl->device());
-    c10::DataPtr fresh = g_allocator.allocate(newsize);
+    c10::DataPtr fresh = g_allocator.allocate_real(newsize);
     if (old && newsize && impl->data()) {
       synchronize_device(impl->device().index());
-      std::memcpy(fresh.get(), impl->data(), std::min(old, newsize));
+      void* src = nullptr;
+      check(tpu_lazy_realize(impl->data(), &src));
+      std::memcpy(fresh.get(), src, std::min(old, newsize));
     }
     impl->set_data_ptr_noswap(std::move(fresh));
     impl->set_nbytes(newsize);

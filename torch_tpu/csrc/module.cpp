@@ -69,19 +69,50 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("supported_ops", &supported_ops);
   m.def("get_eager_mode", [] {
     ensure_runtime();
-    return std::string(tpu_get_eager_mode() == TPU_MODE_DEBUG ? "debug" : "strict");
+    switch (tpu_get_eager_mode()) {
+      case TPU_MODE_DEBUG: return std::string("debug");
+      case TPU_MODE_DEFER: return std::string("defer_and_fuse");
+      default: return std::string("strict");
+    }
+  });
+  m.def("materialize", [] {
+    ensure_runtime();
+    for (int d = 0; d < tpu_device_count(); d++) materialize_device(d);
+  });
+  m.def("trace_length", [](int d) { return tpu_trace_length(d); });
+  m.def("lazy_buffers", [] { return tpu_lazy_count(); });
+  m.def("trace_stats", [] {
+    tpu_trace_stats_t s;
+    tpu_trace_get_stats(&s);
+    py::dict r;
+    r["flushes"] = s.flushes;
+    r["nodes"] = s.nodes;
+    r["nodes_dropped"] = s.nodes_dropped;
+    r["nodes_fused"] = s.nodes_fused;
+    r["temps"] = s.temps;
+    r["temp_bytes"] = s.temp_bytes;
+    r["elided_bytes"] = s.elided_bytes;
+    r["repeat_cuts"] = s.repeat_cuts;
+    return r;
+  });
+  m.def("reset_trace_stats", [] { tpu_trace_reset_stats(); });
+  m.def("set_dump_dir", [](std::optional<std::string> dir) {
+    check(tpu_trace_set_dump_dir(dir ? dir->c_str() : nullptr));
   });
   m.def("set_eager_mode", [](const std::string& mode) {
     ensure_runtime();
     if (mode == "strict") {
-      tpu_set_eager_mode(TPU_MODE_STRICT);
+      check(tpu_set_eager_mode(TPU_MODE_STRICT));
     } else if (mode == "debug") {
       for (int d = 0; d < tpu_device_count(); d++) synchronize_device(d);
-      tpu_set_eager_mode(TPU_MODE_DEBUG);
+      check(tpu_set_eager_mode(TPU_MODE_DEBUG));
+    } else if (mode == "defer_and_fuse") {
+      check(tpu_set_eager_mode(TPU_MODE_DEFER));
     } else {
       throw py::value_error("unknown eager mode '" + mode +
-                            "': expected 'strict' or 'debug'");
+                            "': expected 'strict', 'debug' or 'defer_and_fuse'");
     }
+    for (int d = 0; d < tpu_device_count(); d++) swap_placeholders(d, true);
   });
   m.def("set_matmul_precision", [](const std::string& p) {
     if (p == "medium") tpu_set_matmul_precision(TPU_PRECISION_MEDIUM);

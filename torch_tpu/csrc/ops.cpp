@@ -67,6 +67,7 @@ struct OpInfo {
   std::vector<bool> return_is_view;
   bool has_view_return = false;
   bool all_views = false;  // every return is a view: no kernel to run
+  uint64_t mutated_args = 0;  // bit i: argument i is written in place (Tensor(a!))
   size_t nargs = 0;
 };
 
@@ -120,6 +121,8 @@ const OpInfo& op_info_slow(const c10::OperatorHandle& op) {
     info->return_is_view.push_back(view);
     info->has_view_return = info->has_view_return || view;
   }
+  for (size_t i = 0; i < args.size() && i < 64; i++)
+    if (args[i].alias_info() && args[i].alias_info()->isWrite()) info->mutated_args |= 1ull << i;
   info->nargs = args.size();
   info->all_views = !info->return_is_view.empty();
   for (bool v : info->return_is_view) info->all_views = info->all_views && v;
@@ -552,6 +555,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     prepare_indices(args, args[0].toTensor().device().index());
   const c10::DeviceIndex dev = check_devices(info, args, nargs);
   c10::DeviceGuard guard(c10::Device(kTpu, dev));
+  swap_placeholders(dev);
   if (info.is_repeat_interleave && nargs >= 2 && args[0].isTensor() && args[1].isNone())
     args[1] = args[0].toTensor().sum().item<int64_t>();  // data-dependent: synchronizes
 
@@ -599,6 +603,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     call.outs = b.outs;
     call.device = dev;
     call.precision = tpu_get_matmul_precision();
+    call.mutated_args = info.mutated_args;
     if (info.random) {
       std::optional<at::Generator> gen;
       if (info.generator_arg >= 0 && args[info.generator_arg].isGenerator())
@@ -742,6 +747,7 @@ int64_t count_nonzero_host(const at::Tensor& self) {
   synchronize_device(self.device().index());
   tpu_tensor_t d;
   to_desc(self, &d);
+  if (d.data) d.data = host_data_ptr(self);
   return tpu_count_nonzero_all(&d);
 }
 
@@ -876,7 +882,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(src_tpu && dst.is_cpu(), "copy_: cannot copy from ", src.device(), " to ",
               dst.device());
   synchronize_device(src.device().index());
-  at::Tensor view = at::from_blob(src.data_ptr(), src.sizes(), src.strides(),
+  at::Tensor view = at::from_blob(host_data_ptr(src), src.sizes(), src.strides(),
                                   src.options().device(at::kCPU));
   dst.copy_(view);
   return dst;

@@ -17,15 +17,18 @@ extern "C" {
 typedef enum tpu_eager_mode {
   TPU_MODE_STRICT = 0, /* asynchronous, one op at a time */
   TPU_MODE_DEBUG = 1,  /* synchronous, extra checks */
+  TPU_MODE_DEFER = 2,  /* DeferAndFuse: traced, run as fused graphs at materialization */
 } tpu_eager_mode_t;
 
 /* Reads the environment (TORCH_TPU_HOST_DEVICES, TORCH_TPU_HBM_BYTES,
- * TORCH_TPU_LAUNCH_BLOCKING / TPU_LAUNCH_BLOCKING). Idempotent, thread-safe. */
+ * TORCH_TPU_LAUNCH_BLOCKING / TPU_LAUNCH_BLOCKING, TORCH_TPU_DEFER_AND_FUSE).
+ * Idempotent, thread-safe. */
 tpu_status_t tpu_runtime_init(void) TPU_MUST_USE;
 bool tpu_runtime_is_initialized(void);
 int tpu_device_count(void);
 tpu_eager_mode_t tpu_get_eager_mode(void);
-void tpu_set_eager_mode(tpu_eager_mode_t mode);
+/* Leaving DeferAndFuse flushes every device's trace first. */
+tpu_status_t tpu_set_eager_mode(tpu_eager_mode_t mode) TPU_MUST_USE;
 
 /* The float32 matmul precision that the bridge records in each call
  * (process-wide; TPU_PRECISION_MEDIUM until set). */

@@ -66,6 +66,7 @@ typedef struct tpu_call {
   tpu_precision_t precision; /* float32 matmul precision at submission */
   uint64_t rng_seed;   /* for ops flagged TPU_OP_RANDOM */
   uint64_t rng_offset; /* Philox counter offset reserved for this call */
+  uint64_t mutated_args; /* bit i: the schema writes argument i in place (Tensor(a!)) */
 } tpu_call_t;
 
 typedef tpu_status_t (*tpu_kernel_fn_t)(const tpu_call_t* call);

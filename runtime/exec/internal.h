@@ -1,0 +1,50 @@
+/* Execution layer internals shared by lazy.c, trace.c and the host target's
+ * graph executor. */
+#ifndef TPU_EXEC_INTERNAL_H_
+#define TPU_EXEC_INTERNAL_H_
+
+#include "tpu/trace.h"
+
+#define TPU_LAZY_SLOTS 8192
+
+typedef enum { TPU_LAZY_FREE = 0, TPU_LAZY_LIVE, TPU_LAZY_DEAD } tpu_lazy_state_t;
+
+typedef struct tpu_lazy_slot {
+  tpu_lazy_state_t state; /* LIVE: the host holds it; DEAD: dropped, a trace still names it */
+  int device;
+  size_t bytes;
+  void* real;    /* device memory once backed */
+  bool in_trace; /* an unflushed node names it */
+  bool detached; /* real memory handed to the host (tpu_lazy_detach) */
+} tpu_lazy_slot_t;
+
+/* Slot index of a pointer inside a placeholder, -1 otherwise. */
+int tpu_lazy_slot_of(const void* p);
+/* Slot access under tpu_lazy_lock(). */
+tpu_lazy_slot_t* tpu_lazy_slot(int id);
+/* The placeholder address that starts slot id. */
+void* tpu_lazy_slot_base(int id);
+void tpu_lazy_lock(void);
+void tpu_lazy_unlock(void);
+/* After a flush: releases a dead slot, or clears in_trace of a live one. */
+void tpu_lazy_release_dead(int id);
+
+/* A deep copy of a call in one malloc'ed block (free() releases it). */
+tpu_call_t* tpu_call_clone(const tpu_call_t* call);
+
+/* Calls fn on every tensor descriptor of a call (arguments, list entries
+ * and outputs that are present), with whether the call writes it. */
+void tpu_call_visit_tensors(tpu_call_t* call, void (*fn)(void* ctx, tpu_tensor_t* t, bool write),
+                            void* ctx);
+
+/* Replaces placeholder pointers of backed buffers with real addresses;
+ * backs unbacked ones when `realize` (Strict calls on DeferAndFuse-made
+ * tensors). */
+tpu_status_t tpu_call_resolve_lazy(tpu_call_t* call, bool realize) TPU_MUST_USE;
+
+
+
+/* tpu_stream_enqueue without flushing the trace first (the trace's own graphs). */
+tpu_status_t tpu_stream_enqueue_raw(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
+                                    void* ctx, void (*destroy)(void*)) TPU_MUST_USE;
+#endif

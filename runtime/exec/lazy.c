@@ -1,0 +1,143 @@
+/* Lazily backed device buffers (DeferAndFuse).
+ *
+ * A placeholder is an address inside a reserved, inaccessible region of the
+ * address space: slot i covers [region + i * SPAN, region + (i + 1) * SPAN),
+ * so any interior pointer (a view's data pointer) finds its slot with a
+ * subtraction and a shift. No memory stands behind the region; touching it
+ * faults, so a path that forgot to resolve a placeholder fails loudly in
+ * tests instead of reading garbage.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "exec/internal.h"
+
+#define SLOT_SHIFT 31 /* 2 GiB per placeholder at most */
+#define SPAN ((uintptr_t)1 << SLOT_SHIFT)
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static uintptr_t g_base, g_end;
+static tpu_lazy_slot_t g_slots[TPU_LAZY_SLOTS];
+static int g_free[TPU_LAZY_SLOTS];
+static int g_nfree;
+static _Atomic int g_used;
+
+static void reserve_region(void) {
+  size_t len = (size_t)TPU_LAZY_SLOTS << SLOT_SHIFT;
+  void* p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return; /* no placeholders: every buffer is backed at once */
+  g_base = (uintptr_t)p;
+  g_end = g_base + len;
+  for (int i = 0; i < TPU_LAZY_SLOTS; i++) g_free[i] = TPU_LAZY_SLOTS - 1 - i;
+  g_nfree = TPU_LAZY_SLOTS;
+}
+
+bool tpu_is_lazy(const void* p) {
+  uintptr_t a = (uintptr_t)p;
+  return a >= g_base && a < g_end;
+}
+
+int tpu_lazy_slot_of(const void* p) {
+  return tpu_is_lazy(p) ? (int)(((uintptr_t)p - g_base) >> SLOT_SHIFT) : -1;
+}
+
+tpu_lazy_slot_t* tpu_lazy_slot(int id) { return &g_slots[id]; }
+
+void* tpu_lazy_slot_base(int id) { return (void*)(g_base + ((uintptr_t)id << SLOT_SHIFT)); }
+
+void* tpu_lazy_alloc(int device, size_t bytes) {
+  pthread_once(&g_once, reserve_region);
+  if (!g_base || bytes == 0 || bytes > SPAN) return NULL;
+  pthread_mutex_lock(&g_mu);
+  if (g_nfree == 0) {
+    pthread_mutex_unlock(&g_mu);
+    return NULL;
+  }
+  int id = g_free[--g_nfree];
+  tpu_lazy_slot_t* s = &g_slots[id];
+  memset(s, 0, sizeof *s);
+  s->state = TPU_LAZY_LIVE;
+  s->device = device;
+  s->bytes = bytes;
+  atomic_fetch_add(&g_used, 1);
+  pthread_mutex_unlock(&g_mu);
+  return (void*)(g_base + ((uintptr_t)id << SLOT_SHIFT));
+}
+
+/* Caller holds g_mu. */
+static void release_locked(int id) {
+  tpu_lazy_slot_t* s = &g_slots[id];
+  if (s->real && !s->detached) tpu_device_free(s->device, s->real);
+  memset(s, 0, sizeof *s);
+  g_free[g_nfree++] = id;
+  atomic_fetch_sub(&g_used, 1);
+}
+
+void tpu_lazy_free(void* base) {
+  int id = tpu_lazy_slot_of(base);
+  if (id < 0) return;
+  pthread_mutex_lock(&g_mu);
+  tpu_lazy_slot_t* s = &g_slots[id];
+  if (s->state == TPU_LAZY_LIVE) {
+    if (s->in_trace && !s->detached) s->state = TPU_LAZY_DEAD; /* the next flush releases it */
+    else release_locked(id);
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
+void tpu_lazy_release_dead(int id) {
+  pthread_mutex_lock(&g_mu);
+  if (g_slots[id].state == TPU_LAZY_DEAD) release_locked(id);
+  else g_slots[id].in_trace = false;
+  pthread_mutex_unlock(&g_mu);
+}
+
+void tpu_lazy_lock(void) { pthread_mutex_lock(&g_mu); }
+void tpu_lazy_unlock(void) { pthread_mutex_unlock(&g_mu); }
+
+void* tpu_lazy_resolve(const void* p) {
+  int id = tpu_lazy_slot_of(p);
+  if (id < 0) return (void*)p;
+  void* real = g_slots[id].real;
+  return real ? (char*)real + ((uintptr_t)p & (SPAN - 1)) : NULL;
+}
+
+tpu_status_t tpu_lazy_realize(const void* p, void** out) {
+  int id = tpu_lazy_slot_of(p);
+  if (id < 0) {
+    *out = (void*)p;
+    return TPU_OK;
+  }
+  pthread_mutex_lock(&g_mu);
+  tpu_lazy_slot_t* s = &g_slots[id];
+  if (!s->real) {
+    tpu_status_t st = tpu_device_malloc(s->device, s->bytes, &s->real);
+    if (st) {
+      pthread_mutex_unlock(&g_mu);
+      return st;
+    }
+  }
+  *out = (char*)s->real + ((uintptr_t)p & (SPAN - 1));
+  pthread_mutex_unlock(&g_mu);
+  return TPU_OK;
+}
+
+void* tpu_lazy_detach(void* base) {
+  int id = tpu_lazy_slot_of(base);
+  if (id < 0) return NULL;
+  pthread_mutex_lock(&g_mu);
+  tpu_lazy_slot_t* s = &g_slots[id];
+  void* real = NULL;
+  if (s->state == TPU_LAZY_LIVE && s->real && !s->in_trace && !s->detached) {
+    s->detached = true;
+    real = s->real;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return real;
+}
+
+int tpu_lazy_count(void) { return atomic_load(&g_used); }

@@ -1,0 +1,343 @@
+/* The per-device trace and its flush (DeferAndFuse).
+ *
+ * Appending copies the call and resolves placeholders that are already
+ * backed. A flush takes the trace, and in one pass over its nodes:
+ *   1. liveness: which placeholders the host still holds (LIVE) and which
+ *      it dropped (DEAD);
+ *   2. dead-code removal, last node first: a node is kept when it writes real
+ *      memory, a live placeholder, or a placeholder a kept node reads later;
+ *   3. fusion planning (targets/host/fuse.c): chains of elementwise nodes
+ *      become one kernel, their dead intermediates never get memory;
+ *   4. backing: live placeholders get device memory; dead ones a kept node
+ *      still needs get graph-scoped temporaries, allocated and freed in node
+ *      order so that temporaries with disjoint lifetimes share blocks;
+ *   5. the graph is queued on the stream as one unit of work.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/internal.h"
+#include "exec/graph.h"
+#include "exec/internal.h"
+
+typedef struct {
+  pthread_mutex_t mu;
+  tpu_call_t** nodes;
+  int n, cap;
+  tpu_stream_t* stream;
+  _Atomic int length;
+  _Atomic uint64_t epoch;
+  tpu_repeat_t repeat;
+} trace_t;
+
+#define MAX_TRACE_DEVICES 64
+static trace_t g_traces[MAX_TRACE_DEVICES];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_max_nodes;
+static bool g_repeat_on;
+
+static struct {
+  _Atomic int64_t flushes, nodes, dropped, fused, temps, temp_bytes, elided, repeat_cuts;
+} g_stats;
+
+static void traces_init(void) {
+  for (int i = 0; i < MAX_TRACE_DEVICES; i++) pthread_mutex_init(&g_traces[i].mu, NULL);
+  g_max_nodes = (int)tpu_env_int("TORCH_TPU_DEFER_MAX_NODES", 2048);
+  if (g_max_nodes < 1) g_max_nodes = 1;
+  g_repeat_on = tpu_env_int("TORCH_TPU_DEFER_REPEAT", 1) != 0;
+  tpu_graph_init_dump_from_env();
+}
+
+static trace_t* trace_of(int device) {
+  pthread_once(&g_once, traces_init);
+  return device >= 0 && device < MAX_TRACE_DEVICES ? &g_traces[device] : NULL;
+}
+
+int tpu_trace_length(int device) {
+  trace_t* t = trace_of(device);
+  return t ? atomic_load(&t->length) : 0;
+}
+
+uint64_t tpu_trace_epoch(int device) {
+  trace_t* t = trace_of(device);
+  return t ? atomic_load(&t->epoch) : 0;
+}
+
+static void mark_in_trace(void* ctx, tpu_tensor_t* t, bool write) {
+  int id = tpu_lazy_slot_of(t->data);
+  if (id >= 0) tpu_lazy_slot(id)->in_trace = true;
+}
+
+tpu_status_t tpu_trace_append(tpu_stream_t* s, const tpu_call_t* call) {
+  trace_t* tr = trace_of(tpu_stream_device(s));
+  if (!tr) return TPU_ERR(INVALID_ARGUMENT, "trace: no device %d", tpu_stream_device(s));
+  if (atomic_load(&tr->length) && tr->stream != s) /* one stream per graph */
+    TPU_RETURN_IF_ERROR(tpu_trace_flush(tpu_stream_device(s)));
+  tpu_call_t* c = tpu_call_clone(call);
+  if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory tracing the op", call->op->name);
+  tpu_status_t st = tpu_call_resolve_lazy(c, false);
+  if (st) {
+    free(c);
+    return st;
+  }
+  tpu_lazy_lock();
+  tpu_call_visit_tensors(c, mark_in_trace, NULL);
+  tpu_lazy_unlock();
+  pthread_mutex_lock(&tr->mu);
+  if (tr->n == tr->cap) {
+    int cap = tr->cap ? 2 * tr->cap : 256;
+    tpu_call_t** nodes = realloc(tr->nodes, sizeof(*nodes) * (size_t)cap);
+    if (!nodes) {
+      pthread_mutex_unlock(&tr->mu);
+      free(c);
+      return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory tracing the op", call->op->name);
+    }
+    tr->nodes = nodes;
+    tr->cap = cap;
+  }
+  tr->nodes[tr->n++] = c;
+  tr->stream = s;
+  atomic_store(&tr->length, tr->n);
+  const bool cut = g_repeat_on && tpu_repeat_observe(&tr->repeat, c->op->name);
+  const bool full = tr->n >= g_max_nodes;
+  pthread_mutex_unlock(&tr->mu);
+  atomic_fetch_add(&g_stats.nodes, 1);
+  if (cut) atomic_fetch_add(&g_stats.repeat_cuts, 1);
+  if (cut || full) return tpu_trace_flush(tpu_stream_device(s));
+  return TPU_OK;
+}
+
+/* ---- flush ---- */
+typedef struct {
+  int slot;
+  int first, last; /* kept nodes that name it */
+  bool live, observed, backed, temp, freed, fused_only;
+  void* real;
+} entry_t;
+
+typedef struct {
+  entry_t* e;
+  int n, cap;
+  int* index; /* slot -> entry + 1 */
+} entries_t;
+
+static int entry_of(entries_t* es, int slot) {
+  int k = es->index[slot];
+  if (k) return k - 1;
+  if (es->n == es->cap) {
+    int cap = es->cap ? 2 * es->cap : 64;
+    entry_t* e = realloc(es->e, sizeof(entry_t) * (size_t)cap);
+    if (!e) return -1;
+    es->e = e;
+    es->cap = cap;
+  }
+  entry_t* x = &es->e[es->n];
+  memset(x, 0, sizeof *x);
+  x->slot = slot;
+  x->first = -1;
+  es->index[slot] = ++es->n;
+  return es->n - 1;
+}
+
+typedef struct {
+  entries_t* es;
+  int node;
+  bool needed, oom;
+  int phase; /* 0 collect, 1 needed-test, 2 mark reads, 3 note uses, 4 patch */
+} walk_t;
+
+static void walk_tensor(void* ctx, tpu_tensor_t* t, bool write) {
+  walk_t* w = ctx;
+  int slot = tpu_lazy_slot_of(t->data);
+  if (w->phase == 1) { /* is this node needed? */
+    if (!write) return;
+    if (slot < 0) {
+      w->needed = true; /* writes memory the host can see */
+      return;
+    }
+    int k = w->es->index[slot] - 1;
+    if (k < 0 || w->es->e[k].live || w->es->e[k].observed) w->needed = true;
+    return;
+  }
+  if (slot < 0) return;
+  if (w->phase == 0) {
+    if (entry_of(w->es, slot) < 0) w->oom = true;
+    return;
+  }
+  entry_t* e = &w->es->e[w->es->index[slot] - 1];
+  if (w->phase == 2) {
+    if (!write) e->observed = true;
+  } else if (w->phase == 3) {
+    if (e->first < 0) e->first = w->node;
+    e->last = w->node;
+  } else if (w->phase == 4) {
+    if (e->real) t->data = (char*)e->real + ((char*)t->data - (char*)tpu_lazy_slot_base(slot));
+  }
+}
+
+static void free_nodes(tpu_call_t** nodes, int n) {
+  for (int i = 0; i < n; i++) free(nodes[i]);
+  free(nodes);
+}
+
+tpu_status_t tpu_trace_flush(int device) {
+  trace_t* tr = trace_of(device);
+  if (!tr || !atomic_load(&tr->length)) return TPU_OK;
+  pthread_mutex_lock(&tr->mu);
+  tpu_call_t** nodes = tr->nodes;
+  const int n = tr->n;
+  tpu_stream_t* s = tr->stream;
+  tr->nodes = NULL;
+  tr->n = tr->cap = 0;
+  atomic_store(&tr->length, 0);
+  tpu_repeat_reset_window(&tr->repeat);
+  pthread_mutex_unlock(&tr->mu);
+  if (!n) return TPU_OK;
+  atomic_fetch_add(&g_stats.flushes, 1);
+
+  tpu_status_t st = TPU_OK;
+  entries_t es = {0};
+  es.index = calloc(TPU_LAZY_SLOTS, sizeof(int));
+  bool* needed = calloc((size_t)n, sizeof(bool));
+  if (!es.index || !needed) {
+    st = TPU_ERR(RESOURCE_EXHAUSTED, "trace flush: out of host memory");
+    goto out;
+  }
+  walk_t w = {&es, 0, false, false, 0};
+  for (int i = 0; i < n; i++) tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+  if (w.oom) {
+    st = TPU_ERR(RESOURCE_EXHAUSTED, "trace flush: out of host memory");
+    goto out;
+  }
+  /* 1. liveness */
+  tpu_lazy_lock();
+  for (int k = 0; k < es.n; k++) {
+    tpu_lazy_slot_t* sl = tpu_lazy_slot(es.e[k].slot);
+    es.e[k].live = sl->state == TPU_LAZY_LIVE;
+    es.e[k].backed = sl->real != NULL;
+    if (es.e[k].backed) es.e[k].real = sl->real;
+  }
+  tpu_lazy_unlock();
+  /* 2. dead-code removal, last node first */
+  int kept = 0;
+  for (int i = n - 1; i >= 0; i--) {
+    w.needed = false;
+    w.phase = 1;
+    bool writes = false;
+    for (int o = 0; o < nodes[i]->nouts; o++) writes |= nodes[i]->outs[o].dtype != TPU_DTYPE_NONE;
+    if (!writes && !nodes[i]->mutated_args) w.needed = true; /* effects we cannot see */
+    tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+    needed[i] = w.needed;
+    if (!w.needed) continue;
+    kept++;
+    w.phase = 2;
+    tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+  }
+  atomic_fetch_add(&g_stats.dropped, n - kept);
+  /* compact the kept nodes */
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    if (needed[i]) nodes[m++] = nodes[i];
+    else free(nodes[i]);
+  }
+  w.phase = 3;
+  for (int i = 0; i < m; i++) {
+    w.node = i;
+    tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+  }
+  /* 3. fusion plan: entries only fused kernels touch need no memory */
+  tpu_graph_t g = {nodes, m, device, NULL};
+  st = tpu_graph_plan(&g);
+  if (st) goto out_nodes;
+  for (int k = 0; k < es.n; k++) {
+    entry_t* e = &es.e[k];
+    if (e->first < 0) continue;
+    if (!e->live && !e->backed && tpu_graph_is_internal(&g, tpu_lazy_slot_base(e->slot)))
+      e->fused_only = true;
+  }
+  /* 4. backing */
+  for (int k = 0; k < es.n && !st; k++) {
+    entry_t* e = &es.e[k];
+    if (e->first < 0 || e->backed || e->fused_only) continue;
+    if (e->live) {
+      st = tpu_lazy_realize(tpu_lazy_slot_base(e->slot), &e->real);
+    }
+  }
+  /* temporaries in node order, each freed after its last use */
+  for (int i = 0; i < m && !st; i++) {
+    for (int k = 0; k < es.n && !st; k++) {
+      entry_t* e = &es.e[k];
+      if (e->first != i || e->live || e->backed || e->fused_only) continue;
+      tpu_lazy_lock();
+      size_t bytes = tpu_lazy_slot(e->slot)->bytes;
+      tpu_lazy_unlock();
+      st = tpu_device_malloc(device, bytes, &e->real);
+      if (!st) {
+        e->temp = true;
+        atomic_fetch_add(&g_stats.temps, 1);
+        atomic_fetch_add(&g_stats.temp_bytes, (int64_t)bytes);
+      }
+    }
+    for (int k = 0; k < es.n && !st; k++)
+      if (es.e[k].temp && es.e[k].last == i) {
+        tpu_device_free(device, es.e[k].real);
+        es.e[k].freed = true;
+      }
+  }
+  for (int k = 0; k < es.n; k++)
+    if (es.e[k].fused_only || (es.e[k].first < 0 && !es.e[k].live)) {
+      tpu_lazy_lock();
+      atomic_fetch_add(&g_stats.elided, (int64_t)tpu_lazy_slot(es.e[k].slot)->bytes);
+      tpu_lazy_unlock();
+    }
+  if (st) {
+    /* a failed plan runs nothing: free what was taken */
+    for (int k = 0; k < es.n; k++)
+      if (es.e[k].temp && !es.e[k].freed) tpu_device_free(device, es.e[k].real);
+    goto out_nodes;
+  }
+  /* patch placeholders into real addresses */
+  w.phase = 4;
+  for (int i = 0; i < m; i++) tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+  /* 5. queue */
+  atomic_fetch_add(&g_stats.fused, tpu_graph_fused_nodes(&g));
+  st = tpu_graph_enqueue(&g, s); /* takes the nodes */
+  nodes = NULL;
+  m = 0;
+out_nodes:
+  if (nodes) free_nodes(nodes, m);
+  nodes = NULL;
+out:
+  if (nodes) free_nodes(nodes, n);
+  for (int k = 0; k < es.n; k++) tpu_lazy_release_dead(es.e[k].slot);
+  free(es.e);
+  free(es.index);
+  free(needed);
+  atomic_fetch_add(&tr->epoch, 1);
+  return st;
+}
+
+void tpu_trace_get_stats(tpu_trace_stats_t* out) {
+  out->flushes = atomic_load(&g_stats.flushes);
+  out->nodes = atomic_load(&g_stats.nodes);
+  out->nodes_dropped = atomic_load(&g_stats.dropped);
+  out->nodes_fused = atomic_load(&g_stats.fused);
+  out->temps = atomic_load(&g_stats.temps);
+  out->temp_bytes = atomic_load(&g_stats.temp_bytes);
+  out->elided_bytes = atomic_load(&g_stats.elided);
+  out->repeat_cuts = atomic_load(&g_stats.repeat_cuts);
+}
+
+void tpu_trace_reset_stats(void) {
+  atomic_store(&g_stats.flushes, 0);
+  atomic_store(&g_stats.nodes, 0);
+  atomic_store(&g_stats.dropped, 0);
+  atomic_store(&g_stats.fused, 0);
+  atomic_store(&g_stats.temps, 0);
+  atomic_store(&g_stats.temp_bytes, 0);
+  atomic_store(&g_stats.elided, 0);
+  atomic_store(&g_stats.repeat_cuts, 0);
+}
