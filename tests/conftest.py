@@ -23,3 +23,29 @@ def eager_mode(request):
     """Runs a test once per eager mode."""
     with torch_tpu.eager_mode(request.param):
         yield request.param
+
+
+# The op suites run once per eager mode (issue: one conformance suite for every
+# mode). TORCH_TPU_TEST_MODES narrows it, e.g. TORCH_TPU_TEST_MODES=strict.
+OP_SUITES = {"test_ops.py", "test_math_ops.py", "test_nn_ops.py", "test_misc_ops.py",
+             "test_linalg.py", "test_numerics.py"}
+TEST_MODES = [m for m in os.environ.get("TORCH_TPU_TEST_MODES",
+                                        "strict,debug,defer_and_fuse").split(",") if m]
+
+
+def pytest_generate_tests(metafunc):
+    if ("tpu_mode" in metafunc.fixturenames and
+            os.path.basename(str(metafunc.definition.fspath)) in OP_SUITES):
+        metafunc.parametrize("tpu_mode", TEST_MODES, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def tpu_mode(request):
+    """The eager mode an op-suite test runs in (see TEST_MODES)."""
+    mode = getattr(request, "param", None)
+    if mode is None:
+        yield None
+        return
+    with torch_tpu.eager_mode(mode):
+        yield mode
+        torch.tpu.synchronize()

@@ -226,9 +226,9 @@ def test_max_pool_backward_bad_index():
     go = torch.ones(1, 1, 2, 2, device="tpu")
     ind = torch.tensor([[[[0, 3], [99, 15]]]], device="tpu")
     with pytest.raises(IndexError):
-        torch.ops.aten.max_pool2d_with_indices_backward(go, x, [2, 2], [2, 2], [0, 0], [1, 1],
-                                                        False, ind)
-        torch.tpu.synchronize()
+        r = torch.ops.aten.max_pool2d_with_indices_backward(go, x, [2, 2], [2, 2], [0, 0],
+                                                            [1, 1], False, ind)
+        torch.tpu.synchronize()  # (r kept alive: DeferAndFuse drops unobserved work)
 
 
 # ---------------------------------------------------------------- resampling

@@ -68,8 +68,9 @@ def check_op(fn, *inputs, grad=False, atol=None, rtol=None, check_stride=True, g
         expected = fn(*cpu_in)
     except Exception as e:  # CPU refuses: tpu must refuse with the same exception type
         try:
-            fn(*tpu_in)
+            out = fn(*tpu_in)  # kept alive: DeferAndFuse drops work nobody can observe
             torch.tpu.synchronize()  # kernel errors surface at synchronization
+            del out
         except type(e):
             return None
         raise AssertionError(f"CPU raised {type(e).__name__}: {e}; tpu did not")

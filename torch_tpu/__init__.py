@@ -6,7 +6,8 @@ PrivateUse1 device to "tpu", loads the C++/C runtime and registers the
 `torch.tpu` module. Set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to turn that off and
 `import torch_tpu` explicitly instead.
 """
-__all__ = ["supported_ops", "set_eager_mode", "get_eager_mode", "eager_mode"]
+__all__ = ["supported_ops", "set_eager_mode", "get_eager_mode", "eager_mode", "materialize",
+           "debug"]
 
 _registered = False
 
@@ -77,7 +78,8 @@ import torch  # noqa: E402  (autoload may re-enter this module: _autoload is def
 _register()
 
 from ._C import supported_ops as _supported_ops  # noqa: E402
-from .modes import eager_mode, get_eager_mode, set_eager_mode  # noqa: E402
+from .modes import eager_mode, get_eager_mode, materialize, set_eager_mode  # noqa: E402
+from . import debug  # noqa: E402,F401
 
 
 def supported_ops():

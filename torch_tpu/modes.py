@@ -1,12 +1,25 @@
-"""Eager execution modes: "strict" (asynchronous, default) and "debug"
-(synchronous with extra checks; TORCH_TPU_LAUNCH_BLOCKING=1)."""
+"""Eager execution modes.
+
+- "strict" (default): every op is queued asynchronously, one at a time.
+- "debug" (TORCH_TPU_LAUNCH_BLOCKING=1 or TPU_LAUNCH_BLOCKING=1): ops run synchronously
+  with extra checks, so an error points at the op that caused it.
+- "defer_and_fuse" (TORCH_TPU_DEFER_AND_FUSE=1): ops are traced and run as fused graphs at
+  materialization points (.cpu(), .item(), printing, torch.tpu.synchronize(), ops whose
+  output shape depends on data, torch_tpu.materialize(), a cap on graph size, the end of a
+  repeated block). Intermediates that Python has already dropped by then never get device
+  memory, and work whose results nobody can observe is not run (so its errors are not
+  raised either).
+"""
 import contextlib
 
 from . import _C
 
+MODES = ("strict", "debug", "defer_and_fuse")
+
 
 def set_eager_mode(mode: str) -> None:
-    """Selects the eager mode for subsequent ops: "strict" or "debug"."""
+    """Selects the eager mode for subsequent ops: "strict", "debug" or "defer_and_fuse".
+    Leaving "defer_and_fuse" materializes what was deferred."""
     _C.set_eager_mode(mode)
 
 
@@ -23,3 +36,18 @@ def eager_mode(mode: str):
         yield
     finally:
         set_eager_mode(old)
+
+
+def materialize() -> None:
+    """Runs everything deferred so far (DeferAndFuse) without waiting for it."""
+    _C.materialize()
+
+
+def trace_stats() -> dict:
+    """DeferAndFuse counters: flushes, nodes traced / dropped / fused, temporaries,
+    bytes of dead intermediates that never got memory, repeated-block cuts."""
+    return dict(_C.trace_stats())
+
+
+def reset_trace_stats() -> None:
+    _C.reset_trace_stats()

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "tpu/trace.h"
 
 #define TPU_BLOCK_MAGIC 0x7470754d454d0001ull
 #define TPU_HEADER 64 /* keeps user pointers 64-byte aligned */
@@ -174,7 +175,33 @@ void tpu_device_free(int device, void* ptr) {
   a->stats.active_allocations--;
   a->stats.total_freed_bytes += (int64_t)h->size;
   a->stats.num_frees++;
+  if (tpu_trace_length(h->device) > 0) {
+    if (a->ndeferred == a->deferred_cap) {
+      int cap = a->deferred_cap ? 2 * a->deferred_cap : 64;
+      void** p = realloc(a->deferred, sizeof(void*) * (size_t)cap);
+      if (p) {
+        a->deferred = p;
+        a->deferred_cap = cap;
+      }
+    }
+    if (a->ndeferred < a->deferred_cap) {
+      a->deferred[a->ndeferred++] = h;
+      pthread_mutex_unlock(&a->mu);
+      return;
+    }
+    /* no room to defer: the pending trace is flushed before reuse below */
+  }
   cache_push(a, h);
+  pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_device_release_deferred(int device) {
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) return;
+  tpu_allocator_t* a = &d->alloc;
+  pthread_mutex_lock(&a->mu);
+  for (int i = 0; i < a->ndeferred; i++) cache_push(a, (tpu_block_header_t*)a->deferred[i]);
+  a->ndeferred = 0;
   pthread_mutex_unlock(&a->mu);
 }
 

@@ -13,6 +13,10 @@ typedef struct tpu_allocator {
   size_t capacity;
   tpu_memory_stats_t stats;
   tpu_size_bin_t* bins[1024]; /* cached free blocks, hashed by rounded size */
+  /* Blocks freed while a DeferAndFuse trace is pending: they return to the
+   * cache after the trace is queued, since its nodes may still read them. */
+  void** deferred;
+  int ndeferred, deferred_cap;
 } tpu_allocator_t;
 
 #define TPU_MAX_STREAMS 64
@@ -26,6 +30,8 @@ typedef struct tpu_device_state {
 } tpu_device_state_t;
 
 tpu_device_state_t* tpu_device_state(int device);
+/* Returns blocks freed during a pending trace to the cache (after a flush). */
+void tpu_device_release_deferred(int device);
 void tpu_allocator_init(tpu_allocator_t* a, size_t capacity);
 tpu_status_t tpu_stream_new(int device, int64_t id, tpu_stream_t** out);
 /* Runtime-wide environment integer with a default. */

@@ -52,6 +52,9 @@ void* tpu_lazy_slot_base(int id) { return (void*)(g_base + ((uintptr_t)id << SLO
 void* tpu_lazy_alloc(int device, size_t bytes) {
   pthread_once(&g_once, reserve_region);
   if (!g_base || bytes == 0 || bytes > SPAN) return NULL;
+  tpu_memory_stats_t ms;
+  tpu_device_memory_stats(device, &ms);
+  if ((int64_t)bytes > ms.capacity_bytes) return NULL; /* fails now, as in Strict */
   pthread_mutex_lock(&g_mu);
   if (g_nfree == 0) {
     pthread_mutex_unlock(&g_mu);
@@ -103,7 +106,7 @@ void* tpu_lazy_resolve(const void* p) {
   int id = tpu_lazy_slot_of(p);
   if (id < 0) return (void*)p;
   void* real = g_slots[id].real;
-  return real ? (char*)real + ((uintptr_t)p & (SPAN - 1)) : NULL;
+  return real ? (char*)real + (((uintptr_t)p - g_base) & (SPAN - 1)) : NULL;
 }
 
 tpu_status_t tpu_lazy_realize(const void* p, void** out) {
@@ -121,7 +124,7 @@ tpu_status_t tpu_lazy_realize(const void* p, void** out) {
       return st;
     }
   }
-  *out = (char*)s->real + ((uintptr_t)p & (SPAN - 1));
+  *out = (char*)s->real + (((uintptr_t)p - g_base) & (SPAN - 1));
   pthread_mutex_unlock(&g_mu);
   return TPU_OK;
 }

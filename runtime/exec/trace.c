@@ -316,6 +316,7 @@ out:
   free(es.e);
   free(es.index);
   free(needed);
+  tpu_device_release_deferred(device); /* queued after the graph: safe to reuse */
   atomic_fetch_add(&tr->epoch, 1);
   return st;
 }

@@ -123,6 +123,8 @@ const OpInfo& op_info_slow(const c10::OperatorHandle& op) {
   }
   for (size_t i = 0; i < args.size() && i < 64; i++)
     if (args[i].alias_info() && args[i].alias_info()->isWrite()) info->mutated_args |= 1ull << i;
+  // native_batch_norm updates running_mean / running_var without saying so
+  if (base == "native_batch_norm") info->mutated_args |= (1ull << 3) | (1ull << 4);
   info->nargs = args.size();
   info->all_views = !info->return_is_view.empty();
   for (bool v : info->return_is_view) info->all_views = info->all_views && v;
