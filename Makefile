@@ -9,7 +9,8 @@ CC     ?= gcc
 CXX    ?= g++
 
 CFLAGS_BASE := -std=c11 -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -pthread \
-               -D_GNU_SOURCE -Iruntime/include -Iruntime -MMD -MP
+               -D_GNU_SOURCE -Iruntime/include -Iruntime -MMD -MP \
+               -DTPU_KERNELS_DIR=\"$(CURDIR)/runtime/targets/host/kernels\"
 CFLAGS ?=
 RT_SRCS := $(shell find runtime -name '*.c' -not -path 'runtime/tests/*' | sort)
 RT_OBJS := $(RT_SRCS:%.c=$(BUILD)/%.o)
@@ -27,7 +28,7 @@ CXXFLAGS_BRIDGE := -std=c++17 -O2 -g -fPIC -Wall -Wno-unused-parameter -pthread 
 BR_SRCS := $(wildcard torch_tpu/csrc/*.cpp)
 BR_OBJS := $(BR_SRCS:%.cpp=$(BUILD)/%.o)
 LDFLAGS_BRIDGE := -shared -L$(TORCH_DIR)/lib -Wl,-rpath,$(TORCH_DIR)/lib \
-  -lc10 -ltorch -ltorch_cpu -ltorch_python -pthread -lm
+  -lc10 -ltorch -ltorch_cpu -ltorch_python -pthread -lm -ldl
 
 .PHONY: all runtime bridge ctest defs clean
 all: bridge
@@ -44,7 +45,7 @@ $(BUILD)/libtpurt.a: $(RT_OBJS)
 
 $(BUILD)/tests/%: runtime/tests/%.c $(BUILD)/libtpurt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Iruntime -o $@ $< $(BUILD)/libtpurt.a -lm -pthread
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Iruntime -o $@ $< $(BUILD)/libtpurt.a -lm -ldl -pthread
 
 ctest: $(TEST_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done

@@ -72,8 +72,35 @@ class device:
 
 
 def synchronize(device: _DeviceLike = None) -> None:
-    """Waits for all queued work on the device; raises the first asynchronous error."""
+    """Waits for all queued work on the device; raises the first asynchronous error.
+    In DeferAndFuse mode it first runs what was deferred."""
     _C.synchronize(_index(device))
+    _emit_runtime_warnings()
+
+
+def _emit_runtime_warnings():
+    import warnings
+    for msg in _C.pop_warnings():
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def compilation_cache_stats() -> dict:
+    """Counters of the compiled-executable cache: tier1_hits (process memory),
+    tier2_hits (machine shared memory), tier3_hits (persistent directory), misses,
+    compiles, compile_seconds, corrupt_entries, store_failures, and the tier
+    directories in use."""
+    return dict(_C.compilation_cache_stats())
+
+
+def reset_compilation_cache_stats() -> None:
+    _C.reset_compilation_cache_stats()
+
+
+def clear_compilation_cache(tier: int = None) -> None:
+    """Clears one tier (1, 2 or 3) of the compiled-executable cache, or all of them."""
+    if tier not in (None, 0, 1, 2, 3):
+        raise ValueError(f"clear_compilation_cache: tier must be 1, 2, 3 or None, got {tier!r}")
+    _C.clear_compilation_cache(int(tier or 0))
 
 
 def get_device_name(device: _DeviceLike = None) -> str:

@@ -41,6 +41,13 @@ def eager_mode(mode: str):
 def materialize() -> None:
     """Runs everything deferred so far (DeferAndFuse) without waiting for it."""
     _C.materialize()
+    from .device import _emit_runtime_warnings
+    _emit_runtime_warnings()
+
+
+def wait_compiles() -> None:
+    """Waits until fused kernels compiling in the background are ready."""
+    _C.wait_compiles()
 
 
 def trace_stats() -> dict:

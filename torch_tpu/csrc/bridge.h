@@ -11,6 +11,7 @@ extern "C" {
 #include "tpu/device.h"
 #include "tpu/op.h"
 #include "tpu/trace.h"
+#include "tpu/cache.h"
 }
 
 namespace torch_tpu {

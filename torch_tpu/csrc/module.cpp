@@ -96,6 +96,37 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return r;
   });
   m.def("reset_trace_stats", [] { tpu_trace_reset_stats(); });
+  m.def("compilation_cache_stats", [] {
+    tpu_cache_stats_t s;
+    tpu_cache_get_stats(&s);
+    py::dict r;
+    r["tier1_hits"] = s.tier1_hits;
+    r["tier2_hits"] = s.tier2_hits;
+    r["tier3_hits"] = s.tier3_hits;
+    r["misses"] = s.misses;
+    r["compiles"] = s.compiles;
+    r["compile_seconds"] = s.compile_seconds;
+    r["corrupt_entries"] = s.corrupt_entries;
+    r["store_failures"] = s.store_failures;
+    const char* d2 = tpu_cache_dir(2);
+    const char* d3 = tpu_cache_dir(3);
+    r["tier2_dir"] = d2 ? py::object(py::str(d2)) : py::object(py::none());
+    r["tier3_dir"] = d3 ? py::object(py::str(d3)) : py::object(py::none());
+    return r;
+  });
+  m.def("reset_compilation_cache_stats", [] { tpu_cache_reset_stats(); });
+  m.def("clear_compilation_cache", [](int tier) { check(tpu_cache_clear(tier)); });
+  m.def("reload_cache_config", [] { tpu_cache_reload_config(); });
+  m.def("wait_compiles", [] {
+    py::gil_scoped_release no_gil;
+    tpu_fusion_wait_compiles();
+  });
+  m.def("pop_warnings", [] {
+    py::list out;
+    for (const char* w; (w = tpu_fusion_pop_warning());) out.append(py::str(w));
+    for (const char* w; (w = tpu_cache_pop_warning());) out.append(py::str(w));
+    return out;
+  });
   m.def("set_dump_dir", [](std::optional<std::string> dir) {
     check(tpu_trace_set_dump_dir(dir ? dir->c_str() : nullptr));
   });

@@ -1,30 +1,699 @@
-/* Fusion planning and fused execution for the host target. */
+/* Fusion for the host target: chains of float32 elementwise nodes become one
+ * generated C kernel.
+ *
+ * Planning walks the graph's nodes in order and groups consecutive fusible
+ * nodes over the same number of elements. A node is fusible when its op has
+ * an expression below, every tensor is float32 and either contiguous with the
+ * output's shape or a single element, and the output is contiguous. Within a
+ * group each buffer is named by its address; a buffer the group writes is
+ * kept in a register for later nodes of the group and stored at the end
+ * unless it is internal (a dead placeholder nobody outside the group names),
+ * in which case it never gets memory.
+ *
+ * Code generation emits one loop over [begin, end) whose body is the chain's
+ * expressions (the same macros as the library kernels, ew_exprs.h and
+ * vecmath.h), compiles it with the system C compiler into a shared object,
+ * and loads it. Scalars (alpha, a learning rate, a CPU scalar operand) are
+ * inputs of the kernel, not part of its source, so new values do not
+ * recompile. Executables are looked up in the three-tier cache by a hash of
+ * their source, flags, ISA and runtime version. A miss compiles in the
+ * background while the group runs unfused (TORCH_TPU_ASYNC_COMPILE=0
+ * compiles synchronously); without a working compiler every group runs
+ * unfused, with a one-time warning.
+ */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "device/internal.h"
 #include "exec/graph.h"
+#include "targets/host/kernels/vecmath.h"
+#include "tpu/cache.h"
+
+#ifndef TPU_KERNELS_DIR
+#define TPU_KERNELS_DIR "."
+#endif
+
+typedef void (*fused_fn_t)(const float* const* in, float* const* out, const float* s,
+                           int64_t begin, int64_t end);
+
+/* ---- fusible ops ---- */
+typedef struct {
+  const char* name;
+  const char* expr; /* over a, b, c (tensor inputs) and s0, s1 (scalars) */
+  int8_t t[3];      /* argument index of a, b, c (-1: none) */
+  int8_t s[2];      /* argument index of s0, s1 (-1: none) */
+  float sdef[2];    /* defaults when the argument is absent */
+} fop_t;
+
+#define T1 {0, -1, -1}
+#define T2 {0, 1, -1}
+#define T3 {0, 1, 2}
+#define S0 {-1, -1}
+static const fop_t k_ops[] = {
+    {"add.Tensor", "a + s0 * b", T2, {2, -1}, {1, 0}},
+    {"add_.Tensor", "a + s0 * b", T2, {2, -1}, {1, 0}},
+    {"sub.Tensor", "a - s0 * b", T2, {2, -1}, {1, 0}},
+    {"sub_.Tensor", "a - s0 * b", T2, {2, -1}, {1, 0}},
+    {"mul.Tensor", "a * b", T2, S0, {0, 0}},
+    {"mul_.Tensor", "a * b", T2, S0, {0, 0}},
+    {"div.Tensor", "a / b", T2, S0, {0, 0}},
+    {"div_.Tensor", "a / b", T2, S0, {0, 0}},
+    {"add.Scalar", "a + s1 * s0", T1, {1, 2}, {0, 1}},
+    {"add_.Scalar", "a + s1 * s0", T1, {1, 2}, {0, 1}},
+    {"mul.Scalar", "a * s0", T1, {1, -1}, {0, 0}},
+    {"mul_.Scalar", "a * s0", T1, {1, -1}, {0, 0}},
+    {"div.Scalar", "a / s0", T1, {1, -1}, {0, 0}},
+    {"div_.Scalar", "a / s0", T1, {1, -1}, {0, 0}},
+    {"neg", "-a", T1, S0, {0, 0}},
+    {"exp", "EXP(a)", T1, S0, {0, 0}},
+    {"log", "LOG(a)", T1, S0, {0, 0}},
+    {"tanh", "TANH(a)", T1, S0, {0, 0}},
+    {"sigmoid", "SIGMOID(a)", T1, S0, {0, 0}},
+    {"relu", "a < 0 ? 0 : a", T1, S0, {0, 0}},
+    {"relu_", "a < 0 ? 0 : a", T1, S0, {0, 0}},
+    {"sqrt", "sqrt(a)", T1, S0, {0, 0}},
+    {"rsqrt", "1 / sqrt(a)", T1, S0, {0, 0}},
+    {"reciprocal", "1 / a", T1, S0, {0, 0}},
+    {"abs", "fabs(a)", T1, S0, {0, 0}},
+    {"erf", "ERF(a)", T1, S0, {0, 0}},
+    {"silu", "SILU(a)", T1, S0, {0, 0}},
+    {"square", "a * a", T1, S0, {0, 0}},
+    {"threshold_backward", "b <= s0 ? 0 : a", T2, {2, -1}, {0, 0}},
+    {"tanh_backward", "a * (1 - b * b)", T2, S0, {0, 0}},
+    {"sigmoid_backward", "a * (1 - b) * b", T2, S0, {0, 0}},
+    {"silu_backward", "a * SIGMOID(b) * (1 + b * (1 - SIGMOID(b)))", T2, S0, {0, 0}},
+    {"addcmul_", "a + s0 * b * c", T3, {3, -1}, {1, 0}},
+    {"addcmul", "a + s0 * b * c", T3, {3, -1}, {1, 0}},
+    {"addcdiv_", "a + s0 * (b / c)", T3, {3, -1}, {1, 0}},
+    {"addcdiv", "a + s0 * (b / c)", T3, {3, -1}, {1, 0}},
+    {"lerp_.Scalar", "(fabs(s0) < 0.5) ? a + s0 * (b - a) : b - (b - a) * (1 - s0)", T2, {2, -1},
+     {0, 0}},
+};
+static const fop_t k_gelu[2] = {{"gelu", "GELU(a)", T1, S0, {0, 0}},
+                                {"gelu", "GELU_TANH(a)", T1, S0, {0, 0}}};
+static const fop_t k_gelu_bw[2] = {
+    {"gelu_backward",
+     "a * (LIT(0.5) * (1 + ERF(b * LIT(M_SQRT1_2_))) + b * LIT(M_2_SQRTPI_ * M_SQRT1_2_ * 0.5) * "
+     "EXP(LIT(-0.5) * b * b))",
+     T2, S0, {0, 0}},
+    {"gelu_backward",
+     "a * (LIT(0.5) * (1 + GELU_TANH_INNER(b)) + LIT(0.5) * b * (1 - GELU_TANH_INNER(b) * "
+     "GELU_TANH_INNER(b)) * LIT(KBETA_) * (1 + 3 * LIT(KKAPPA_) * b * b))",
+     T2, S0, {0, 0}}};
+
+static const fop_t* find_op(const tpu_call_t* c) {
+  const char* n = c->op->name;
+  if (!strcmp(n, "gelu") || !strcmp(n, "gelu_backward")) {
+    int ai = !strcmp(n, "gelu") ? 1 : 2;
+    const char* ap = tpu_arg_str(c, ai, "none");
+    int k = !strcmp(ap, "tanh") ? 1 : 0;
+    return !strcmp(n, "gelu") ? &k_gelu[k] : &k_gelu_bw[k];
+  }
+  for (size_t i = 0; i < sizeof k_ops / sizeof k_ops[0]; i++)
+    if (!strcmp(k_ops[i].name, n)) return &k_ops[i];
+  return NULL;
+}
+
+/* ---- the plan ---- */
+enum { IN_FULL, IN_DEVSCALAR, IN_HOSTSCALAR };
+
+typedef struct {
+  const void* addr; /* buffer identity (placeholder or real address at plan time) */
+  tpu_tensor_t* t;  /* a descriptor naming it (patched in place before running) */
+  int kind;
+  int var;      /* register holding its current value in the group, -1 if none */
+  bool loaded;  /* read from memory in the group */
+  bool written; /* written by the group */
+  bool internal;
+  int in_slot, out_slot;
+} gbuf_t;
+
+typedef struct {
+  int first, last; /* node range */
+  int64_t n;       /* elements */
+  gbuf_t* bufs;
+  int nbufs;
+  float* scalars;
+  int nscalars;
+  char* src; /* generated source (until compiled) */
+  fused_fn_t fn;
+  int nin, nout;
+} group_t;
 
 struct tpu_fusion_plan {
+  group_t* groups;
+  int ngroups;
   int64_t fused_nodes;
 };
 
-tpu_status_t tpu_graph_plan(tpu_graph_t* g) {
-  g->plan = NULL;
+static bool g_enabled_once, g_enabled = true, g_async = true;
+static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
+
+static void read_config(void) {
+  g_enabled = tpu_env_int("TORCH_TPU_FUSION", 1) != 0;
+  g_async = tpu_env_int("TORCH_TPU_ASYNC_COMPILE", 1) != 0;
+  g_enabled_once = true;
+}
+
+static bool is_scalar_tensor(const tpu_tensor_t* t) { return tpu_tensor_numel(t) == 1; }
+
+/* Whether node c can join a group over n elements (n < 0: any). */
+static bool fusible(const tpu_call_t* c, int64_t* n) {
+  if (c->nouts != 1 || c->outs[0].dtype != TPU_F32 || !tpu_tensor_is_contiguous(&c->outs[0]))
+    return false;
+  const fop_t* f = find_op(c);
+  if (!f) return false;
+  const tpu_tensor_t* o = &c->outs[0];
+  int64_t on = tpu_tensor_numel(o);
+  if (on < 1 || (*n >= 0 && on != *n)) return false;
+  for (int k = 0; k < 3; k++) {
+    if (f->t[k] < 0) continue;
+    const tpu_tensor_t* t = tpu_arg_tensor(c, f->t[k]);
+    if (t && (t->flags & TPU_TENSOR_CPU_SCALAR) && t->dtype != TPU_BOOL) continue;
+    if (!t || t->dtype != TPU_F32) return false;
+    if (is_scalar_tensor(t)) continue;
+    if (t->ndim != o->ndim || memcmp(t->sizes, o->sizes, sizeof(int64_t) * (size_t)o->ndim) ||
+        !tpu_tensor_is_contiguous(t))
+      return false;
+  }
+  for (int k = 0; k < 2; k++) /* scalar arguments must be numbers */
+    if (f->s[k] >= 0 && f->s[k] < c->nargs) {
+      tpu_arg_kind_t kd = c->args[f->s[k]].kind;
+      if (kd != TPU_ARG_INT && kd != TPU_ARG_DOUBLE && kd != TPU_ARG_BOOL && kd != TPU_ARG_NONE)
+        return false;
+    }
+  *n = on;
+  return true;
+}
+
+/* ---- source generation ---- */
+typedef struct {
+  char* p;
+  size_t len, cap;
+  bool oom;
+} sbuf_t;
+
+static void sb_printf(sbuf_t* b, const char* fmt, ...) {
+  va_list ap;
+  for (;;) {
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) {
+      b->oom = true;
+      return;
+    }
+    if (b->p && b->len + (size_t)k < b->cap) {
+      b->len += (size_t)k;
+      return;
+    }
+    size_t cap = (b->cap ? 2 * b->cap : 1024) + (size_t)k;
+    char* q = realloc(b->p, cap);
+    if (!q) {
+      b->oom = true;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+}
+
+static int buf_index(group_t* g, const tpu_tensor_t* t, int kind) {
+  for (int i = 0; i < g->nbufs; i++)
+    if (g->bufs[i].addr == t->data && g->bufs[i].kind == kind) return i;
+  gbuf_t* b = &g->bufs[g->nbufs];
+  memset(b, 0, sizeof *b);
+  b->addr = t->data;
+  b->t = (tpu_tensor_t*)t;
+  b->kind = kind;
+  b->var = -1;
+  b->in_slot = b->out_slot = -1;
+  return g->nbufs++;
+}
+
+/* Appends ` (expr with a, b, c, s0, s1 replaced) ` to the body. */
+static void emit_expr(sbuf_t* body, const char* expr, const char* names[5]) {
+  for (const char* p = expr; *p;) {
+    bool ident_start = (p == expr) || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') ||
+                                       (p[-1] >= 'A' && p[-1] <= 'Z') || (p[-1] >= '0' && p[-1] <= '9'));
+    int which = -1, len = 0;
+    if (ident_start) {
+      if (p[0] == 's' && (p[1] == '0' || p[1] == '1')) which = 3 + (p[1] - '0'), len = 2;
+      else if (p[0] >= 'a' && p[0] <= 'c') which = p[0] - 'a', len = 1;
+      if (which >= 0) {
+        char nx = p[len];
+        if (nx == '_' || (nx >= 'a' && nx <= 'z') || (nx >= 'A' && nx <= 'Z') || (nx >= '0' && nx <= '9') || nx == '(')
+          which = -1;
+      }
+    }
+    if (which >= 0) {
+      sb_printf(body, "%s", names[which]);
+      p += len;
+    } else {
+      sb_printf(body, "%c", *p);
+      p++;
+    }
+  }
+}
+
+/* Builds group g over nodes [first, last]; marks internal buffers. */
+static bool build_group(tpu_graph_t* gr, group_t* g) {
+  int cap = 0;
+  for (int i = g->first; i <= g->last; i++) cap += 4;
+  g->bufs = calloc((size_t)cap, sizeof(gbuf_t));
+  g->scalars = calloc((size_t)(2 * (g->last - g->first + 1) + 4 * (g->last - g->first + 1)), sizeof(float));
+  if (!g->bufs || !g->scalars) return false;
+  sbuf_t body = {0};
+  int nvar = 0;
+  for (int i = g->first; i <= g->last; i++) {
+    tpu_call_t* c = gr->nodes[i];
+    const fop_t* f = find_op(c);
+    char names[5][32];
+    const char* np[5];
+    for (int k = 0; k < 3; k++) {
+      snprintf(names[k], sizeof names[k], "0");
+      if (f->t[k] < 0) continue;
+      tpu_tensor_t* t = c->args[f->t[k]].v.t;
+      if (t->flags & TPU_TENSOR_CPU_SCALAR) {
+        snprintf(names[k], sizeof names[k], "s[%d]", g->nscalars);
+        g->scalars[g->nscalars++] = (float)tpu_tensor_get_f64(t, 0);
+        continue;
+      }
+      int kind = is_scalar_tensor(t) ? IN_DEVSCALAR : IN_FULL;
+      int bi = buf_index(g, t, kind);
+      gbuf_t* b = &g->bufs[bi];
+      if (b->var < 0) { /* first read: load from memory */
+        b->loaded = true;
+        b->var = nvar++;
+        sb_printf(&body, "    const float v%d = in[%d][%s];\n", b->var, bi, kind == IN_FULL ? "i" : "0");
+      }
+      snprintf(names[k], sizeof names[k], "v%d", b->var);
+    }
+    for (int k = 0; k < 2; k++) {
+      double v = f->sdef[k];
+      if (f->s[k] >= 0 && !tpu_arg_is_none(c, f->s[k])) v = tpu_arg_f64(c, f->s[k], v);
+      snprintf(names[3 + k], sizeof names[3 + k], "s[%d]", g->nscalars);
+      g->scalars[g->nscalars++] = (float)v;
+    }
+    for (int k = 0; k < 5; k++) np[k] = names[k];
+    int ov = nvar++;
+    sb_printf(&body, "    const float v%d = (float)(", ov);
+    emit_expr(&body, f->expr, np);
+    sb_printf(&body, ");\n");
+    int bi = buf_index(g, &c->outs[0], IN_FULL);
+    g->bufs[bi].var = ov;
+    g->bufs[bi].written = true;
+    g->bufs[bi].t = &c->outs[0];
+  }
+  /* internal buffers: written here, never loaded, dead placeholders no
+   * other node names */
+  for (int k = 0; k < g->nbufs; k++) {
+    gbuf_t* b = &g->bufs[k];
+    if (!b->written || b->loaded) continue;
+    int slot = tpu_lazy_slot_of(b->addr);
+    if (slot < 0 || b->addr != tpu_lazy_slot_base(slot)) continue;
+    tpu_lazy_lock();
+    bool dead = tpu_lazy_slot(slot)->state == TPU_LAZY_DEAD && !tpu_lazy_slot(slot)->real;
+    tpu_lazy_unlock();
+    if (!dead) continue;
+    bool outside = false;
+    for (int i = 0; i < gr->n && !outside; i++) {
+      if (i >= g->first && i <= g->last) continue;
+      const tpu_call_t* c = gr->nodes[i];
+      for (int a = 0; a < c->nargs && !outside; a++) {
+        const tpu_arg_t* x = &c->args[a];
+        if (x->kind == TPU_ARG_TENSOR && tpu_lazy_slot_of(x->v.t->data) == slot) outside = true;
+        if (x->kind == TPU_ARG_TENSORLIST)
+          for (int q = 0; q < x->n; q++)
+            if (tpu_lazy_slot_of(x->v.tlist[q].data) == slot) outside = true;
+      }
+      for (int o = 0; o < c->nouts; o++)
+        if (c->outs[o].dtype != TPU_DTYPE_NONE && tpu_lazy_slot_of(c->outs[o].data) == slot)
+          outside = true;
+    }
+    b->internal = !outside;
+  }
+  /* in/out slots and stores */
+  for (int k = 0; k < g->nbufs; k++) {
+    gbuf_t* b = &g->bufs[k];
+    if (b->loaded) b->in_slot = k;
+    if (b->written && !b->internal) {
+      b->out_slot = g->nout++;
+      sb_printf(&body, "    out[%d][i] = v%d;\n", b->out_slot, b->var);
+    }
+  }
+  g->nin = g->nbufs;
+  sbuf_t src = {0};
+  sb_printf(&src,
+            "/* TorchTPU fused kernel: nodes");
+  for (int i = g->first; i <= g->last; i++) sb_printf(&src, " %s", gr->nodes[i]->op->name);
+  sb_printf(&src,
+            " */\n#include <math.h>\n#include <stdint.h>\n#include \"vecmath.h\"\n"
+            "typedef float elem_t;\n#define LIT(v) ((elem_t)(v))\n#define EXP(x) tpu_vm_expf(x)\n"
+            "#define LOG(x) tpu_vm_logf(x)\n#define TANH(x) tpu_vm_tanhf(x)\n"
+            "#define ERF(x) tpu_vm_erff(x)\n#define sqrt sqrtf\n#define fabs fabsf\n"
+            "#include \"ew_exprs.h\"\n"
+            "void tpu_fused(const float* const* restrict in, float* const* restrict out,\n"
+            "               const float* restrict s, int64_t begin, int64_t end) {\n"
+            "  for (int64_t i = begin; i < end; i++) {\n%s  }\n}\n",
+            body.p ? body.p : "");
+  free(body.p);
+  if (src.oom || body.oom) {
+    free(src.p);
+    return false;
+  }
+  g->src = src.p;
+  return true;
+}
+
+/* ---- compilation and the cache ---- */
+static const char* cc_flags(void) {
+  return tpu_host_isa() == TPU_ISA_AVX2
+             ? "-O3 -fPIC -shared -std=c11 -mavx2 -mfma -ffp-contract=fast -fno-math-errno "
+               "-fno-trapping-math"
+             : "-O3 -fPIC -shared -std=c11 -fno-math-errno -fno-trapping-math";
+}
+
+static void key_of(const char* src, char out[33]) {
+  char extra[256];
+  snprintf(extra, sizeof extra, "|%s|%s|%s|", cc_flags(), tpu_isa_name(tpu_host_isa()),
+           TPU_RUNTIME_VERSION);
+  uint64_t h1 = tpu_cache_hash64(src, strlen(src), 0x7470755f66757365ull);
+  h1 = tpu_cache_hash64(extra, strlen(extra), h1);
+  uint64_t h2 = tpu_cache_hash64(src, strlen(src), 0x9e3779b97f4a7c15ull);
+  h2 = tpu_cache_hash64(extra, strlen(extra), h2);
+  snprintf(out, 33, "%016" PRIx64 "%016" PRIx64, h1, h2);
+}
+
+static pthread_mutex_t g_warn_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_warning[512];
+static bool g_compiler_broken;
+
+static void note_compiler_failure(const char* why) {
+  pthread_mutex_lock(&g_warn_mu);
+  if (!g_compiler_broken) {
+    g_compiler_broken = true;
+    snprintf(g_warning, sizeof g_warning,
+             "TorchTPU: fused kernels are unavailable (%s); DeferAndFuse graphs run op by op "
+             "through the kernel library",
+             why);
+  }
+  pthread_mutex_unlock(&g_warn_mu);
+}
+
+const char* tpu_fusion_pop_warning(void) {
+  static __thread char copy[512];
+  pthread_mutex_lock(&g_warn_mu);
+  bool have = g_warning[0] != 0;
+  if (have) {
+    memcpy(copy, g_warning, sizeof copy);
+    g_warning[0] = 0;
+  }
+  pthread_mutex_unlock(&g_warn_mu);
+  return have ? copy : NULL;
+}
+
+static fused_fn_t load_path(const char* key, const char* path) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return NULL;
+  fused_fn_t fn = (fused_fn_t)dlsym(h, "tpu_fused");
+  if (fn) tpu_cache_tier1_put(key, (void*)fn);
+  return fn;
+}
+
+/* Compiles src under key (caller checked the tiers); NULL on failure. */
+static fused_fn_t compile_now(const char* key, const char* src) {
+  int lock = tpu_cache_lock(key);
+  char path[4096];
+  int tier = 0;
+  fused_fn_t fn = NULL;
+  if (tpu_cache_find(key, path, sizeof path, &tier)) { /* another process made it */
+    fn = load_path(key, path);
+    if (fn) goto done;
+  }
+  char dir[] = "/tmp/torch_tpu_cc_XXXXXX";
+  if (!mkdtemp(dir)) {
+    note_compiler_failure("cannot create a temporary directory");
+    goto done;
+  }
+  char cpath[4200], sopath[4200], cmd[9000];
+  snprintf(cpath, sizeof cpath, "%s/k.c", dir);
+  snprintf(sopath, sizeof sopath, "%s/k.so", dir);
+  FILE* f = fopen(cpath, "w");
+  if (!f) {
+    note_compiler_failure("cannot write the generated source");
+    rmdir(dir);
+    goto done;
+  }
+  fputs(src, f);
+  fclose(f);
+  const char* cc = getenv("TORCH_TPU_CC");
+  if (!cc || !*cc) cc = "cc";
+  snprintf(cmd, sizeof cmd, "%s %s -I'%s' -o '%s' '%s' 2>'%s/err.txt'", cc, cc_flags(),
+           TPU_KERNELS_DIR, sopath, cpath, dir);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc = system(cmd);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  tpu_cache_note_compile((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+  if (rc != 0) {
+    note_compiler_failure("the C compiler failed or is missing (set TORCH_TPU_CC)");
+  } else {
+    char pub[4096];
+    tpu_status_t st = tpu_cache_publish(key, sopath, pub, sizeof pub);
+    if (!st) fn = load_path(key, pub);
+    tpu_status_free(st);
+  }
+  char rm[4300];
+  snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+  if (system(rm) != 0) { /* a leftover temporary directory is harmless */
+  }
+done:
+  if (lock >= 0) tpu_cache_unlock(lock);
+  return fn;
+}
+
+/* Background compiler: one thread, a queue of (key, source). */
+typedef struct job {
+  struct job* next;
+  char key[33];
+  char* src;
+} job_t;
+static pthread_mutex_t g_job_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_job_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t g_idle_cv = PTHREAD_COND_INITIALIZER;
+static job_t* g_jobs;
+static int g_busy;
+static bool g_thread_started;
+
+static void* compiler_main(void* arg) {
+  (void)arg;
+  pthread_mutex_lock(&g_job_mu);
+  for (;;) {
+    while (!g_jobs) pthread_cond_wait(&g_job_cv, &g_job_mu);
+    job_t* j = g_jobs;
+    g_jobs = j->next;
+    g_busy++;
+    pthread_mutex_unlock(&g_job_mu);
+    if (!tpu_cache_tier1_get(j->key)) compile_now(j->key, j->src);
+    free(j->src);
+    free(j);
+    pthread_mutex_lock(&g_job_mu);
+    g_busy--;
+    if (!g_jobs && !g_busy) pthread_cond_broadcast(&g_idle_cv);
+  }
+  return NULL;
+}
+
+static bool in_flight(const char* key) {
+  for (job_t* j = g_jobs; j; j = j->next)
+    if (!strcmp(j->key, key)) return true;
+  return false;
+}
+
+static void compile_later(const char* key, const char* src) {
+  pthread_mutex_lock(&g_job_mu);
+  if (!in_flight(key)) {
+    job_t* j = calloc(1, sizeof *j);
+    char* s = strdup(src);
+    if (j && s) {
+      memcpy(j->key, key, 33);
+      j->src = s;
+      job_t** tail = &g_jobs;
+      while (*tail) tail = &(*tail)->next;
+      *tail = j;
+      if (!g_thread_started) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, compiler_main, NULL) == 0) {
+          pthread_detach(t);
+          g_thread_started = true;
+        }
+      }
+      pthread_cond_signal(&g_job_cv);
+    } else {
+      free(j);
+      free(s);
+    }
+  }
+  pthread_mutex_unlock(&g_job_mu);
+}
+
+void tpu_fusion_wait_compiles(void) {
+  pthread_mutex_lock(&g_job_mu);
+  while (g_jobs || g_busy) pthread_cond_wait(&g_idle_cv, &g_job_mu);
+  pthread_mutex_unlock(&g_job_mu);
+}
+
+/* The executable for src: tier 1, then tiers 2/3, else compile (now or in
+ * the background); NULL when it is not available for this run. */
+static fused_fn_t executable_for(const char* src) {
+  char key[33];
+  key_of(src, key);
+  fused_fn_t fn = (fused_fn_t)tpu_cache_tier1_get(key);
+  if (fn) return fn;
+  char path[4096];
+  int tier = 0;
+  if (tpu_cache_find(key, path, sizeof path, &tier)) {
+    fn = load_path(key, path);
+    if (fn) return fn;
+  }
+  tpu_cache_note_miss();
+  if (g_compiler_broken) return NULL;
+  if (g_async) {
+    compile_later(key, src);
+    return NULL;
+  }
+  return compile_now(key, src);
+}
+
+static void group_free(group_t* g) {
+  free(g->bufs);
+  free(g->scalars);
+  free(g->src);
+}
+
+tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
+  pthread_once(&g_cfg_once, read_config);
+  gr->plan = NULL;
+  if (!g_enabled || gr->n < 2) return TPU_OK;
+  tpu_fusion_plan_t* p = NULL;
+  for (int i = 0; i < gr->n;) {
+    int64_t n = -1;
+    if (!fusible(gr->nodes[i], &n)) {
+      i++;
+      continue;
+    }
+    int j = i + 1;
+    while (j < gr->n && fusible(gr->nodes[j], &n)) j++;
+    if (j - i < 2) {
+      i = j;
+      continue;
+    }
+    group_t g = {0};
+    g.first = i;
+    g.last = j - 1;
+    g.n = n;
+    if (build_group(gr, &g) && (g.fn = executable_for(g.src))) {
+      if (!p) p = calloc(1, sizeof *p);
+      group_t* gs = p ? realloc(p->groups, sizeof(group_t) * (size_t)(p->ngroups + 1)) : NULL;
+      if (gs) {
+        free(g.src);
+        g.src = NULL;
+        p->groups = gs;
+        p->groups[p->ngroups++] = g;
+        p->fused_nodes += j - i;
+      } else {
+        group_free(&g);
+      }
+    } else {
+      group_free(&g);
+    }
+    i = j;
+  }
+  gr->plan = p;
   return TPU_OK;
 }
 
-bool tpu_graph_is_internal(const tpu_graph_t* g, const void* base) { return false; }
+bool tpu_graph_is_internal(const tpu_graph_t* gr, const void* base) {
+  const tpu_fusion_plan_t* p = gr->plan;
+  if (!p) return false;
+  for (int k = 0; k < p->ngroups; k++)
+    for (int b = 0; b < p->groups[k].nbufs; b++)
+      if (p->groups[k].bufs[b].internal && p->groups[k].bufs[b].addr == base) return true;
+  return false;
+}
 
 int64_t tpu_graph_fused_nodes(const tpu_graph_t* g) { return g->plan ? g->plan->fused_nodes : 0; }
 
-void tpu_fusion_plan_free(tpu_fusion_plan_t* p) { free(p); }
+void tpu_fusion_plan_free(tpu_fusion_plan_t* p) {
+  if (!p) return;
+  for (int k = 0; k < p->ngroups; k++) group_free(&p->groups[k]);
+  free(p->groups);
+  free(p);
+}
 
-tpu_status_t tpu_fusion_plan_run(const tpu_graph_t* g, const char** failed_op) {
+typedef struct {
+  const group_t* g;
+  const float* const* in;
+  float* const* out;
+  int64_t grain;
+} grun_t;
+
+static void group_chunks(void* ctx, int64_t b, int64_t e) {
+  grun_t* r = ctx;
+  int64_t lo = b * r->grain, hi = e * r->grain;
+  if (hi > r->g->n) hi = r->g->n;
+  r->g->fn(r->in, r->out, r->g->scalars, lo, hi);
+}
+
+static tpu_status_t run_group(const group_t* g) {
+  const float* in_s[64];
+  float* out_s[64];
+  const float** in = g->nbufs <= 64 ? in_s : malloc(sizeof(float*) * (size_t)g->nbufs);
+  float** out = g->nout <= 64 ? out_s : malloc(sizeof(float*) * (size_t)(g->nout ? g->nout : 1));
+  if (!in || !out) {
+    if (in != in_s) free(in);
+    if (out != out_s) free(out);
+    return TPU_ERR(RESOURCE_EXHAUSTED, "fused kernel: out of host memory");
+  }
+  for (int k = 0; k < g->nbufs; k++) {
+    const gbuf_t* b = &g->bufs[k];
+    in[k] = b->t->data;
+    if (b->out_slot >= 0) out[b->out_slot] = b->t->data;
+  }
+  grun_t r = {g, in, out, 1 << 14};
+  int64_t chunks = (g->n + r.grain - 1) / r.grain;
+  tpu_parallel_for(chunks, 1, group_chunks, &r);
+  if (in != in_s) free(in);
+  if (out != out_s) free(out);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_fusion_plan_run(const tpu_graph_t* gr, const char** failed_op) {
   tpu_status_t first = TPU_OK;
-  for (int i = 0; i < g->n; i++) {
-    tpu_status_t st = tpu_call_run(g->nodes[i]);
+  const tpu_fusion_plan_t* p = gr->plan;
+  int next = 0; /* next group */
+  for (int i = 0; i < gr->n; i++) {
+    tpu_status_t st;
+    const char* op = gr->nodes[i]->op->name;
+    if (p && next < p->ngroups && p->groups[next].first == i) {
+      st = run_group(&p->groups[next]);
+      i = p->groups[next].last;
+      next++;
+    } else {
+      st = tpu_call_run(gr->nodes[i]);
+    }
     if (st && !first) {
       first = st;
-      *failed_op = g->nodes[i]->op->name;
+      *failed_op = op;
     } else {
       tpu_status_free(st);
     }

@@ -181,15 +181,7 @@ static inline int64_t isign(int64_t a) { return (a > 0) - (a < 0); }
 #define MIN_KEEP(a, hi) ((hi) < (a) ? (hi) : (a))
 #define NANPROP_MAX(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : ((a) > (b) ? (a) : (b)))
 #define NANPROP_MIN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : ((a) < (b) ? (a) : (b)))
-#define SIGMOID(x) (1 / (1 + EXP(-(x))))
-#define SILU(x) ((x) / (1 + EXP(-(x))))
-#define M_SQRT1_2_ 0.70710678118654752440
-#define M_2_SQRTPI_ 1.12837916709551257390
-#define KBETA_ 0.79788456080286535588 /* sqrt(2/pi) */
-#define KKAPPA_ 0.044715
-#define GELU(x) ((x) * LIT(0.5) * (1 + ERF((x) * LIT(M_SQRT1_2_))))
-#define GELU_TANH_INNER(x) TANH(LIT(KBETA_) * ((x) + LIT(KKAPPA_) * (x) * (x) * (x)))
-#define GELU_TANH(x) (LIT(0.5) * (x) * (1 + GELU_TANH_INNER(x)))
+#include "ew_exprs.h" /* SIGMOID, GELU, ...: shared with generated fused kernels */
 
 /* binary arithmetic: s0 = alpha */
 OP_FI(2, add, a + s0 * b, UADD(a, UMUL(s0, b)))
