@@ -326,7 +326,7 @@ static uint32_t name_hash(const char* s) {
   return h ? h : 1;
 }
 
-enum { REPEAT_MIN = 16, REPEAT_MAX = 1024 };
+enum { REPEAT_MIN = 4, REPEAT_MAX = 1024 }; /* block length in ops */
 
 bool tpu_repeat_observe(tpu_repeat_t* r, const char* op) {
   if (r->n >= TPU_REPEAT_HIST / 2) return false; /* the upper half keeps the block */
