@@ -139,6 +139,7 @@ typedef struct {
 typedef struct {
   int first, last; /* node range */
   int64_t n;       /* elements */
+  uint64_t sig;    /* structure: ops, buffer roles, internal buffers */
   gbuf_t* bufs;
   int nbufs;
   float* scalars;
@@ -264,12 +265,17 @@ static void emit_expr(sbuf_t* body, const char* expr, const char* names[5]) {
   }
 }
 
-/* Builds group g over nodes [first, last]; marks internal buffers. */
-static bool build_group(tpu_graph_t* gr, group_t* g) {
-  int cap = 0;
-  for (int i = g->first; i <= g->last; i++) cap += 4;
-  g->bufs = calloc((size_t)cap, sizeof(gbuf_t));
-  g->scalars = calloc((size_t)(2 * (g->last - g->first + 1) + 4 * (g->last - g->first + 1)), sizeof(float));
+static void sig_mix(uint64_t* h, uint64_t v) {
+  *h = (*h ^ v) * 0x100000001b3ull;
+  *h ^= *h >> 29;
+}
+
+/* Builds group g over nodes [first, last]: buffers, scalars, internal
+ * buffers and a structural signature; with `emit`, also the source. */
+static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
+  const size_t nodes = (size_t)(g->last - g->first + 1);
+  g->bufs = calloc(4 * nodes, sizeof(gbuf_t));
+  g->scalars = calloc(6 * nodes, sizeof(float));
   if (!g->bufs || !g->scalars) return false;
   sbuf_t body = {0};
   int nvar = 0;
@@ -293,7 +299,11 @@ static bool build_group(tpu_graph_t* gr, group_t* g) {
       if (b->var < 0) { /* first read: load from memory */
         b->loaded = true;
         b->var = nvar++;
-        sb_printf(&body, "    const float v%d = in[%d][%s];\n", b->var, bi, kind == IN_FULL ? "i" : "0");
+        if (emit) {
+          if (kind == IN_FULL) sb_printf(&body, "    const float v%d = p%d[i];\n", b->var, bi);
+          else sb_printf(&body, "    const float v%d = d%d;\n", b->var, bi);
+        }
+        sig_mix(&g->sig, 0x100 + (uint64_t)bi * 4 + (uint64_t)kind);
       }
       snprintf(names[k], sizeof names[k], "v%d", b->var);
     }
@@ -305,9 +315,13 @@ static bool build_group(tpu_graph_t* gr, group_t* g) {
     }
     for (int k = 0; k < 5; k++) np[k] = names[k];
     int ov = nvar++;
-    sb_printf(&body, "    const float v%d = (float)(", ov);
-    emit_expr(&body, f->expr, np);
-    sb_printf(&body, ");\n");
+    sig_mix(&g->sig, (uint64_t)(uintptr_t)f);
+    for (int k = 0; k < 3; k++) sig_mix(&g->sig, (uint64_t)(names[k][0] * 131 + names[k][1]));
+    if (emit) {
+      sb_printf(&body, "    const float v%d = (float)(", ov);
+      emit_expr(&body, f->expr, np);
+      sb_printf(&body, ");\n");
+    }
     int bi = buf_index(g, &c->outs[0], IN_FULL);
     g->bufs[bi].var = ov;
     g->bufs[bi].written = true;
@@ -347,10 +361,23 @@ static bool build_group(tpu_graph_t* gr, group_t* g) {
     if (b->loaded) b->in_slot = k;
     if (b->written && !b->internal) {
       b->out_slot = g->nout++;
-      sb_printf(&body, "    out[%d][i] = v%d;\n", b->out_slot, b->var);
+      if (emit) sb_printf(&body, "    q%d[i] = v%d;\n", b->out_slot, b->var);
     }
+    sig_mix(&g->sig, 0x10000 + (uint64_t)k * 64 + (uint64_t)b->kind * 8 + b->loaded * 4 +
+                         b->written * 2 + b->internal);
   }
   g->nin = g->nbufs;
+  if (!emit) {
+    free(body.p);
+    return true;
+  }
+  sbuf_t pro = {0}; /* pointers and device scalars, hoisted out of the loop */
+  for (int k = 0; k < g->nbufs; k++) {
+    const gbuf_t* b = &g->bufs[k];
+    if (b->loaded && b->kind == IN_FULL) sb_printf(&pro, "  const float* p%d = in[%d];\n", k, k);
+    if (b->loaded && b->kind == IN_DEVSCALAR) sb_printf(&pro, "  const float d%d = in[%d][0];\n", k, k);
+    if (b->out_slot >= 0) sb_printf(&pro, "  float* q%d = out[%d];\n", b->out_slot, b->out_slot);
+  }
   sbuf_t src = {0};
   sb_printf(&src,
             "/* TorchTPU fused kernel: nodes");
@@ -361,12 +388,13 @@ static bool build_group(tpu_graph_t* gr, group_t* g) {
             "#define LOG(x) tpu_vm_logf(x)\n#define TANH(x) tpu_vm_tanhf(x)\n"
             "#define ERF(x) tpu_vm_erff(x)\n#define sqrt sqrtf\n#define fabs fabsf\n"
             "#include \"ew_exprs.h\"\n"
-            "void tpu_fused(const float* const* restrict in, float* const* restrict out,\n"
-            "               const float* restrict s, int64_t begin, int64_t end) {\n"
+            "void tpu_fused(const float* const* in, float* const* out,\n"
+            "               const float* s, int64_t begin, int64_t end) {\n%s"
             "  for (int64_t i = begin; i < end; i++) {\n%s  }\n}\n",
-            body.p ? body.p : "");
+            pro.p ? pro.p : "", body.p ? body.p : "");
   free(body.p);
-  if (src.oom || body.oom) {
+  free(pro.p);
+  if (src.oom || body.oom || pro.oom) {
     free(src.p);
     return false;
   }
@@ -574,6 +602,51 @@ static fused_fn_t executable_for(const char* src) {
   return compile_now(key, src);
 }
 
+/* Signature -> executable memo in front of the cache (no source, no key
+ * hashing on a hit). */
+#define MEMO_SIZE 4096
+static struct {
+  uint64_t sig;
+  fused_fn_t fn;
+  char key[33];
+} g_memo[MEMO_SIZE];
+static pthread_mutex_t g_memo_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static fused_fn_t memo_get(uint64_t sig) {
+  fused_fn_t fn = NULL;
+  char key[33] = {0};
+  pthread_mutex_lock(&g_memo_mu);
+  for (int i = 0; i < 8; i++) {
+    size_t k = (sig + (uint64_t)i) & (MEMO_SIZE - 1);
+    if (g_memo[k].sig == sig && g_memo[k].fn) {
+      fn = g_memo[k].fn;
+      memcpy(key, g_memo[k].key, 33);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_memo_mu);
+  if (fn && !tpu_cache_tier1_get(key)) fn = NULL; /* tier 1 was cleared */
+  return fn;
+}
+
+static void memo_put(uint64_t sig, const char* src, fused_fn_t fn) {
+  char key[33];
+  key_of(src, key);
+  pthread_mutex_lock(&g_memo_mu);
+  size_t slot = sig & (MEMO_SIZE - 1);
+  for (int i = 0; i < 8; i++) {
+    size_t k = (sig + (uint64_t)i) & (MEMO_SIZE - 1);
+    if (!g_memo[k].fn || g_memo[k].sig == sig) {
+      slot = k;
+      break;
+    }
+  }
+  g_memo[slot].sig = sig;
+  g_memo[slot].fn = fn;
+  memcpy(g_memo[slot].key, key, 33);
+  pthread_mutex_unlock(&g_memo_mu);
+}
+
 static void group_free(group_t* g) {
   free(g->bufs);
   free(g->scalars);
@@ -601,7 +674,20 @@ tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
     g.first = i;
     g.last = j - 1;
     g.n = n;
-    if (build_group(gr, &g) && (g.fn = executable_for(g.src))) {
+    g.sig = 0xcbf29ce484222325ull;
+    bool ok = build_group(gr, &g, false);
+    if (ok && !(g.fn = memo_get(g.sig))) {
+      uint64_t sig = g.sig;
+      group_free(&g);
+      memset(&g, 0, sizeof g);
+      g.first = i;
+      g.last = j - 1;
+      g.n = n;
+      g.sig = 0xcbf29ce484222325ull;
+      ok = build_group(gr, &g, true) && (g.fn = executable_for(g.src));
+      if (ok) memo_put(sig, g.src, g.fn);
+    }
+    if (ok && g.fn) {
       if (!p) p = calloc(1, sizeof *p);
       group_t* gs = p ? realloc(p->groups, sizeof(group_t) * (size_t)(p->ngroups + 1)) : NULL;
       if (gs) {
