@@ -14,7 +14,8 @@ def seed():
 
 def check(fn, *args, atol=1e-5, rtol=1.3e-6, **kw):
     exp = fn(*args, **kw)
-    act = fn(*[a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args], **kw)
+    dev = lambda a: a.to("tpu") if isinstance(a, torch.Tensor) else a  # noqa: E731
+    act = fn(*[dev(a) for a in args], **{k: dev(v) for k, v in kw.items()})
     if isinstance(exp, torch.Tensor):
         exp, act = (exp,), (act,)
     for e, a in zip(exp, act):
@@ -100,3 +101,62 @@ def test_special_mpmath():
             r = f(v)
             if r is not None:
                 assert abs(g - float(r)) <= 1e-13 + 1e-12 * abs(float(r)), (name, v, g, r)
+
+
+# ---------------------------------------------------------------- histograms
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.bfloat16])
+def test_histc(dt):
+    x = make((7, 9), dt, -3, 3, noncontig=True)
+    check(torch.histc, x)  # range from the data
+    check(torch.histc, x, bins=7, min=-1, max=2)
+    check(torch.histc, torch.full((5,), 2.0, dtype=dt), bins=4)  # empty range widens by 1
+    with pytest.raises(RuntimeError):
+        torch.histc(x.to("tpu"), bins=4, min=2, max=1)
+
+
+def test_histogram():
+    x = make((50,), torch.float32, -2, 2)
+    w = make((50,), torch.float32, 0, 1, seed=1)
+    check(torch.histogram, x, 6)
+    check(torch.histogram, x, 5, range=(-1.0, 1.5), weight=w, density=True)
+    edges = torch.tensor([-2.0, -0.5, 0.0, 0.25, 3.0])
+    check(torch.histogram, x, edges, weight=w)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.int64, torch.int32])
+def test_bucketize_searchsorted(dt):
+    b = torch.tensor([-3, -1, 0, 0, 2, 5]).to(dt)
+    v = torch.tensor([[-4, -1, 0, 1], [2, 3, 5, 9]]).to(dt)
+    for right in (False, True):
+        check(torch.bucketize, v, b, right=right)
+        check(torch.bucketize, v, b, right=right, out_int32=True)
+        check(torch.searchsorted, b, v, right=right)
+    seq = torch.sort(make((2, 6), dt, -5, 5), dim=1).values
+    check(torch.searchsorted, seq, v, side="right")
+    # sorter: an unsorted sequence with the permutation that sorts it
+    raw = make((2, 6), dt, -5, 5, seed=3)
+    check(torch.searchsorted, raw, v, sorter=raw.argsort(dim=1))
+    if dt.is_floating_point:
+        check(torch.searchsorted, torch.tensor([0.0, 1.0, float("nan")]),
+              torch.tensor([float("nan"), 0.5]))
+
+
+def test_isin_bincount_nonzero_static():
+    e = torch.tensor([[1, 5, 3], [7, 2, 2]])
+    t = torch.tensor([2, 3, 9, 2])
+    check(torch.isin, e, t)
+    check(torch.isin, e, t, invert=True)
+    check(torch.isin, e, 5)
+    check(torch.isin, torch.tensor([1.0, float("nan"), 2.5]), torch.tensor([float("nan"), 2.5]))
+    x = torch.tensor([0, 3, 1, 3, 7, 0])
+    check(torch.bincount, x)
+    check(torch.bincount, x, minlength=10)
+    check(torch.bincount, x, torch.linspace(0, 1, 6))
+    check(torch.bincount, x, torch.linspace(0, 1, 6, dtype=torch.float64))
+    check(torch.bincount, torch.tensor([], dtype=torch.long), minlength=3)
+    with pytest.raises(RuntimeError):
+        torch.bincount(torch.tensor([1, -1], device="tpu"))
+    m = torch.tensor([[0, 1, 0], [2, 0, 3]])
+    for size in (0, 2, 5):
+        check(torch.nonzero_static, m, size=size)
+    check(torch.nonzero_static, m, size=4, fill_value=-7)
