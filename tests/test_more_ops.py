@@ -160,3 +160,29 @@ def test_isin_bincount_nonzero_static():
     for size in (0, 2, 5):
         check(torch.nonzero_static, m, size=size)
     check(torch.nonzero_static, m, size=4, fill_value=-7)
+
+
+# ------------------------------------------------- small correctness fixes
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.bfloat16])
+def test_selu_elu_scales(dt):
+    x = make((5, 7), dt, -3, 3)
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dt == torch.bfloat16 else {}
+    for fn in (torch.nn.functional.selu,
+               lambda a: torch.ops.aten.elu(a, 0.7, 1.5, 0.5)):
+        xc = x.clone().requires_grad_()
+        xt = x.to("tpu").requires_grad_()
+        yc, yt = fn(xc), fn(xt)
+        torch.testing.assert_close(yt.cpu(), yc, **tol)
+        g = torch.randn_like(yc)
+        torch.testing.assert_close(torch.autograd.grad(yt, xt, g.to("tpu"))[0].cpu(),
+                                   torch.autograd.grad(yc, xc, g)[0], **tol)
+
+
+def test_gather_scatter_empty_index_any_dtype():
+    x = torch.randn(5)
+    for dt in (torch.uint8, torch.int16):
+        idx = torch.tensor([], dtype=dt)
+        check(torch.gather, x, 0, idx)
+        check(torch.scatter_add, x, 0, idx, torch.tensor([]))
+    with pytest.raises(RuntimeError):  # a non-empty uint8 index is still rejected, as on CPU
+        torch.gather(x.to("tpu"), 0, torch.tensor([1], dtype=torch.uint8, device="tpu"))
