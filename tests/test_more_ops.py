@@ -186,3 +186,35 @@ def test_gather_scatter_empty_index_any_dtype():
         check(torch.scatter_add, x, 0, idx, torch.tensor([]))
     with pytest.raises(RuntimeError):  # a non-empty uint8 index is still rejected, as on CPU
         torch.gather(x.to("tpu"), 0, torch.tensor([1], dtype=torch.uint8, device="tpu"))
+
+
+# ---------------------------------------------------------- unpooling, trace
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+def test_max_unpool(dt):
+    F = torch.nn.functional
+    x = make((2, 3, 6, 8), dt, -3, 3)
+    y, idx = F.max_pool2d(x, 2, return_indices=True)
+    check(F.max_unpool2d, y, idx, 2)
+    check(F.max_unpool2d, y, idx, 2, output_size=(7, 9))
+    check(F.max_unpool2d, y[0], idx[0], 2)  # unbatched
+    x3 = make((1, 2, 4, 4, 6), dt, -3, 3)
+    y3, idx3 = F.max_pool3d(x3, 2, return_indices=True)
+    check(F.max_unpool3d, y3, idx3, 2)
+    # gradient: gathers the output gradient at the indices
+    yc = y.clone().requires_grad_()
+    yt = y.to("tpu").requires_grad_()
+    g = make((2, 3, 6, 8), dt, -1, 1, seed=2)
+    gc = torch.autograd.grad(F.max_unpool2d(yc, idx, 2), yc, g)[0]
+    gt = torch.autograd.grad(F.max_unpool2d(yt, idx.to("tpu"), 2), yt, g.to("tpu"))[0]
+    torch.testing.assert_close(gt.cpu(), gc)
+    with pytest.raises(IndexError):
+        F.max_unpool2d(y.to("tpu"), torch.full_like(idx, 99).to("tpu"), 2)
+        torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.int64, torch.bfloat16])
+def test_trace(dt):
+    for shape in [(4, 4), (3, 6), (7, 2), (0, 3)]:
+        x = make(shape, dt, -5, 5)
+        check(torch.trace, x, atol=1e-2 if dt == torch.bfloat16 else 1e-5)
+    check(torch.trace, make((5, 5), dt, -5, 5).t())  # strided
