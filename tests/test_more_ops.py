@@ -218,3 +218,24 @@ def test_trace(dt):
         x = make(shape, dt, -5, 5)
         check(torch.trace, x, atol=1e-2 if dt == torch.bfloat16 else 1e-5)
     check(torch.trace, make((5, 5), dt, -5, 5).t())  # strided
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.int64])
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+def test_index_reduce(reduce, dt):
+    x = make((5, 4, 3), dt, -4, 4)
+    src = make((5, 6, 3), dt, -4, 4, seed=1)
+    idx = torch.tensor([0, 2, 2, 1, 0, 3])
+    for include_self in (True, False):
+        check(torch.index_reduce, x, 1, idx, src, reduce, include_self=include_self)
+    xt = x.to("tpu")
+    xt.index_reduce_(1, idx.to("tpu"), src.to("tpu"), reduce)  # in place
+    torch.testing.assert_close(xt.cpu(), x.index_reduce(1, idx, src, reduce))
+    with pytest.raises(IndexError):
+        torch.index_reduce(xt, 1, torch.tensor([0, 9, 0, 0, 0, 0], device="tpu"),
+                           src.to("tpu"), reduce)
+        torch.tpu.synchronize()
+    with pytest.raises(IndexError):  # negative indices are rejected, as on CPU
+        torch.index_reduce(xt, 1, torch.tensor([0, -1, 0, 0, 0, 0], device="tpu"),
+                           src.to("tpu"), reduce)
+        torch.tpu.synchronize()
