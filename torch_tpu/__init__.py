@@ -21,6 +21,7 @@ def _register():
     _registered = True
     torch.utils.rename_privateuse1_backend("tpu")
     _prefer_cpp_meta_kernels()
+    _register_missing_meta_kernels()
     from . import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
     from . import device as _device_module
 
@@ -66,6 +67,26 @@ def _prefer_cpp_meta_kernels():
         if fn is not None:
             keep.impl(op, fn)
     globals()["_meta_lib"] = keep  # keep the registrations alive
+
+
+def _register_missing_meta_kernels():
+    """Meta kernels for ops that PyTorch ships without one (their CPU kernels
+    compute the output shapes themselves); the bridge needs them to allocate
+    outputs. Registered only where no Meta kernel exists."""
+    import torch
+
+    def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
+        return self.new_empty(bins), self.new_empty(bins + 1)
+
+    def histogram_bins_tensor(self, bins, *, weight=None, density=False):
+        return self.new_empty(bins.numel() - 1), self.new_empty(bins.numel())
+
+    lib = torch.library.Library("aten", "IMPL", "Meta")
+    for name, fn in (("histogram.bin_ct", histogram_bin_ct),
+                     ("histogram.bins_tensor", histogram_bins_tensor)):
+        if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "Meta"):
+            lib.impl(name, fn)
+    globals()["_extra_meta_lib"] = lib  # keep the registrations alive
 
 
 def _autoload():

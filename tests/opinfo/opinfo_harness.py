@@ -61,6 +61,9 @@ CPU_ARGS = {
 # harness labels such failures "precision").
 _BF16_ONCE = "tpu rounds to bfloat16 once; CPU rounds intermediates (tpu closer to float64)"
 TOLERANCES = {
+    ("special.log_ndtr", torch.float32): (
+        1e-4, 1e-5, "gradient in the lower tail: tpu evaluates log_ndtr in double "
+                    "(error 8e-6 against float64, CPU's 3e-5)"),
     ("rsqrt", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
     ("softmax", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
     ("log_softmax", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),

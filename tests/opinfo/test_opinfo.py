@@ -34,8 +34,6 @@ KNOWN_FAILURES = {
     ("nn.functional.silu", torch.bfloat16): "backward ~3 ulp off, less accurate than CPU's",
     ("nn.functional.cross_entropy", torch.bfloat16):
         "gradient of probability targets off by 2e-3, less accurate than CPU's",
-    ("gather", torch.float32): "uint8 index tensors rejected (CPU accepts them)",
-    ("gather", torch.bfloat16): "uint8 index tensors rejected (CPU accepts them)",
 }
 
 

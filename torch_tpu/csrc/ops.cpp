@@ -839,6 +839,32 @@ bool tpu_equal(const at::Tensor& self, const at::Tensor& other) {
   return self.eq(other).all().item<bool>();
 }
 
+// bincount: the output length is max(self) + 1 (at least minlength), read
+// from the device first; the counting itself is an index_add on the device.
+// Weights keep float32, other weight dtypes count in float64, as on CPU.
+at::Tensor tpu_bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights,
+                        int64_t minlength) {
+  TORCH_CHECK(self.dim() == 1 && at::isIntegralType(self.scalar_type(), /*includeBool=*/false),
+              "bincount only supports 1-d non-negative integral inputs.");
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  const bool has_w = weights.has_value() && weights->defined();
+  TORCH_CHECK(!has_w || (weights->dim() == 1 && weights->numel() == self.numel()),
+              "weights should be 1-d and have the same length as input");
+  int64_t n = minlength;
+  if (self.numel() > 0) {
+    TORCH_CHECK(self.min().item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    n = std::max(n, self.max().item<int64_t>() + 1);
+  }
+  const auto dt = !has_w ? at::kLong : weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  if (self.numel() == 0) return at::zeros({n}, self.options().dtype(dt));
+  at::Tensor idx = self.to(at::kLong);
+  if (!has_w) {
+    return at::zeros({n}, self.options().dtype(at::kLong))
+        .index_add_(0, idx, at::ones({self.numel()}, self.options().dtype(at::kLong)));
+  }
+  return at::zeros({n}, weights->options().dtype(dt)).index_add_(0, idx, weights->to(dt));
+}
+
 void tpu_record_stream(at::Tensor& self, c10::Stream s) {
   allocator();  // the allocator tracks side-stream use of the block
   static_cast<c10::DeviceAllocator*>(allocator())->recordStream(self.storage().data_ptr(), s);
@@ -945,6 +971,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_unique2", tpu_unique2);
   m.impl("equal", tpu_equal);
   m.impl("unique_consecutive", tpu_unique_consecutive);
+  m.impl("bincount", tpu_bincount);
 }
 
 namespace {
@@ -962,7 +989,7 @@ std::vector<std::string> supported_ops() {
                         "set_.source_Storage", "set_.source_Tensor", "set_", "_copy_from",
                         "_copy_from_and_resize", "copy_", "_local_scalar_dense", "nonzero.out",
                         "masked_select", "masked_select.out", "record_stream", "_unique2", "equal",
-                        "unique_consecutive"})
+                        "unique_consecutive", "bincount"})
     if (!tpu_op_lookup(n)) out.push_back(std::string("aten::") + n);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

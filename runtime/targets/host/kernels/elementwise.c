@@ -604,9 +604,9 @@ tpu_status_t tpu_k_softplus(const tpu_call_t* c) {
   return run("softplus", c, ins, 1, &softplus_loops, tpu_arg_f64(c, 1, 1), tpu_arg_f64(c, 2, 20), false);
 }
 tpu_status_t tpu_k_elu(const tpu_call_t* c) {
-  /* elu(self, alpha, scale, input_scale): only the default scales */
+  /* elu(self, alpha, scale, input_scale); other scales: misc.c */
   double alpha = tpu_arg_f64(c, 1, 1), scale = tpu_arg_f64(c, 2, 1), iscale = tpu_arg_f64(c, 3, 1);
-  if (scale != 1 || iscale != 1) return TPU_ERR(UNIMPLEMENTED, "elu: scale/input_scale other than 1");
+  if (scale != 1 || iscale != 1) return tpu_elu_scaled(c);
   const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
   return run("elu", c, ins, 1, &elu_loops, alpha, 0, false);
 }

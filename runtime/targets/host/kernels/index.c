@@ -274,6 +274,12 @@ static tpu_status_t check_index_dtype(const char* op, const tpu_tensor_t* index)
                  tpu_dtype_name(index->dtype));
 }
 
+/* gather/scatter check the index dtype only when there are indices (CPU
+ * accepts an empty index of any dtype) */
+static tpu_status_t check_gather_index_dtype(const char* op, const tpu_tensor_t* index) {
+  return tpu_tensor_numel(index) == 0 ? TPU_OK : check_index_dtype(op, index);
+}
+
 typedef struct {
   tpu_dtype_t dt;
   int64_t lo, hi; /* valid range [lo, hi) */
@@ -426,7 +432,7 @@ tpu_status_t tpu_k_gather(const tpu_call_t* c) {
   const tpu_tensor_t* out = as_nd(&c->outs[0], &t2);
   int dim;
   TPU_RETURN_IF_ERROR(tpu_index_wrap_dim(op, tpu_arg_i64(c, 1, 0), self->ndim, &dim));
-  TPU_RETURN_IF_ERROR(check_index_dtype(op, index));
+  TPU_RETURN_IF_ERROR(check_gather_index_dtype(op, index));
   if (index->ndim != self->ndim)
     return TPU_ERR(INVALID_ARGUMENT,
                    "%s: Index tensor must have the same number of dimensions as input tensor", op);
@@ -486,7 +492,7 @@ static tpu_status_t scatter_args(const char* op, const tpu_call_t* c, scatter_ar
   a->self = as_nd(tpu_arg_tensor(c, 0), &a->t_self);
   a->index = as_nd(tpu_arg_tensor(c, 2), &a->t_index);
   TPU_RETURN_IF_ERROR(tpu_index_wrap_dim(op, tpu_arg_i64(c, 1, 0), a->self->ndim, &a->dim));
-  TPU_RETURN_IF_ERROR(check_index_dtype(op, a->index));
+  TPU_RETURN_IF_ERROR(check_gather_index_dtype(op, a->index));
   TPU_RETURN_IF_ERROR(check_out_shape(op, a->out, a->self->ndim, a->self->sizes));
   TPU_RETURN_IF_ERROR(check_same_dtype(op, a->self, a->out, "out"));
   if (c->args[3].kind == TPU_ARG_TENSOR) {

@@ -102,6 +102,9 @@ void tpu_tensor_make_contig(tpu_tensor_t* t, void* data, tpu_dtype_t dt, int ndi
     if (!(cond)) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, __VA_ARGS__); \
   } while (0)
 
+/* elu with scale / input_scale other than 1 (misc.c), called by elu */
+tpu_status_t tpu_elu_scaled(const tpu_call_t* call);
+
 /* Declarations of every kernel, from the op tables. */
 #define TPU_OP(name, fn, flags) tpu_status_t fn(const tpu_call_t* call);
 #include "ops_all.def"

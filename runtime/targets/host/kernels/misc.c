@@ -58,6 +58,8 @@ MOP(2, log_sigmoid_backward,
  * input (elu_backward_input) or the result (elu_backward_result) */
 MOP(2, elu_backward_input, b <= 0 ? a * s2 * s0 * exp(b * s2) : a * s1)
 MOP(2, elu_backward_result, b <= 0 ? a * s2 * (b + s0) : a * s1)
+/* elu with scales (selu); s0 = alpha * scale, s1 = scale, s2 = input_scale */
+MOP(1, elu_scaled, a > 0 ? a * s1 : s0 * (exp(a * s2) - 1))
 MOP(1, hardshrink, (a >= -s0 && a <= s0) ? LIT(0) : a)
 MOP(1, softshrink, a > s0 ? a - s0 : (a < -s0 ? a + s0 : a * 0))
 /* shared by hardshrink_backward and softshrink_backward: a grad, b input */
@@ -205,6 +207,18 @@ tpu_status_t tpu_k_elu_backward(const tpu_call_t* c) {
   const tpu_tensor_t* ins[2] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 5)};
   return pointwise("elu_backward", &c->outs[0], ins, 2,
                    is_result ? &elu_backward_result_loops : &elu_backward_input_loops, &cx);
+}
+
+/* elu(self, alpha, scale, input_scale) with scales other than 1 (selu and
+ * celu-like uses); elementwise.c's elu handles the default scales */
+tpu_status_t tpu_elu_scaled(const tpu_call_t* c) {
+  misc_ctx_t cx = {0};
+  double scale = tpu_arg_f64(c, 2, 1);
+  cx.s0 = tpu_arg_f64(c, 1, 1) * scale;
+  cx.s1 = scale;
+  cx.s2 = tpu_arg_f64(c, 3, 1);
+  const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
+  return pointwise("elu", &c->outs[0], ins, 1, &elu_scaled_loops, &cx);
 }
 
 static tpu_status_t shrink(const char* op, const tpu_call_t* c, const tpu_loop_set_t* loops) {
