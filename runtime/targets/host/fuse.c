@@ -22,6 +22,8 @@
  * unfused, with a one-time warning.
  */
 #include <dlfcn.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -524,6 +526,10 @@ static bool g_thread_started;
 
 static void* compiler_main(void* arg) {
   (void)arg;
+  /* lowest priority (inherited by the compiler processes): the step that
+   * triggered the compile keeps its cores */
+  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) != 0) { /* best effort */
+  }
   pthread_mutex_lock(&g_job_mu);
   for (;;) {
     while (!g_jobs) pthread_cond_wait(&g_job_cv, &g_job_mu);
