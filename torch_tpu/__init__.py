@@ -7,7 +7,7 @@ PrivateUse1 device to "tpu", loads the C++/C runtime and registers the
 `import torch_tpu` explicitly instead.
 """
 __all__ = ["supported_ops", "set_eager_mode", "get_eager_mode", "eager_mode", "materialize",
-           "debug"]
+           "debug", "export_stablehlo"]
 
 _registered = False
 
@@ -101,6 +101,10 @@ _register()
 from ._C import supported_ops as _supported_ops  # noqa: E402
 from .modes import eager_mode, get_eager_mode, materialize, set_eager_mode  # noqa: E402
 from . import debug  # noqa: E402,F401
+from .compile import export_stablehlo  # noqa: E402,F401
+from . import compile as _compile  # noqa: E402
+
+_compile._register()
 
 
 def supported_ops():

@@ -38,6 +38,9 @@ static trace_t g_traces[MAX_TRACE_DEVICES];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_max_nodes;
 static bool g_repeat_on;
+static _Atomic int g_whole_graph; /* > 0: a compiled graph is being traced: no cuts */
+
+void tpu_trace_set_whole_graph(bool on) { atomic_fetch_add(&g_whole_graph, on ? 1 : -1); }
 
 static struct {
   _Atomic int64_t flushes, nodes, dropped, fused, temps, temp_bytes, elided, repeat_cuts;
@@ -101,8 +104,9 @@ tpu_status_t tpu_trace_append(tpu_stream_t* s, const tpu_call_t* call) {
   tr->nodes[tr->n++] = c;
   tr->stream = s;
   atomic_store(&tr->length, tr->n);
-  const bool cut = g_repeat_on && tpu_repeat_observe(&tr->repeat, c->op->name);
-  const bool full = tr->n >= g_max_nodes;
+  const bool whole = atomic_load(&g_whole_graph) > 0;
+  const bool cut = !whole && g_repeat_on && tpu_repeat_observe(&tr->repeat, c->op->name);
+  const bool full = !whole && tr->n >= g_max_nodes;
   pthread_mutex_unlock(&tr->mu);
   atomic_fetch_add(&g_stats.nodes, 1);
   if (cut) atomic_fetch_add(&g_stats.repeat_cuts, 1);

@@ -50,6 +50,9 @@ tpu_status_t tpu_trace_append(tpu_stream_t* s, const tpu_call_t* call) TPU_MUST_
 tpu_status_t tpu_trace_flush(int device) TPU_MUST_USE;
 /* Nodes waiting in the device's trace. */
 int tpu_trace_length(int device);
+/* While on (nesting counts), traces are not cut at repeated blocks or at
+ * the size cap: torch.compile's whole forward / backward graphs. */
+void tpu_trace_set_whole_graph(bool on);
 /* Counts flushes of the device's trace (the bridge swaps placeholders after
  * each one). */
 uint64_t tpu_trace_epoch(int device);
