@@ -208,8 +208,8 @@ def test_max_unpool(dt):
     gt = torch.autograd.grad(F.max_unpool2d(yt, idx.to("tpu"), 2), yt, g.to("tpu"))[0]
     torch.testing.assert_close(gt.cpu(), gc)
     with pytest.raises(IndexError):
-        F.max_unpool2d(y.to("tpu"), torch.full_like(idx, 99).to("tpu"), 2)
-        torch.tpu.synchronize()
+        r = F.max_unpool2d(y.to("tpu"), torch.full_like(idx, 99).to("tpu"), 2)
+        torch.tpu.synchronize()  # r kept alive: DeferAndFuse drops unobserved work
 
 
 @pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.int64, torch.bfloat16])
@@ -232,10 +232,10 @@ def test_index_reduce(reduce, dt):
     xt.index_reduce_(1, idx.to("tpu"), src.to("tpu"), reduce)  # in place
     torch.testing.assert_close(xt.cpu(), x.index_reduce(1, idx, src, reduce))
     with pytest.raises(IndexError):
-        torch.index_reduce(xt, 1, torch.tensor([0, 9, 0, 0, 0, 0], device="tpu"),
-                           src.to("tpu"), reduce)
+        r = torch.index_reduce(xt, 1, torch.tensor([0, 9, 0, 0, 0, 0], device="tpu"),
+                               src.to("tpu"), reduce)
         torch.tpu.synchronize()
     with pytest.raises(IndexError):  # negative indices are rejected, as on CPU
-        torch.index_reduce(xt, 1, torch.tensor([0, -1, 0, 0, 0, 0], device="tpu"),
-                           src.to("tpu"), reduce)
+        r = torch.index_reduce(xt, 1, torch.tensor([0, -1, 0, 0, 0, 0], device="tpu"),
+                               src.to("tpu"), reduce)
         torch.tpu.synchronize()
