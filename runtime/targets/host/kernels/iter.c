@@ -462,6 +462,36 @@ tpu_status_t tpu_elementwise_set(const char* op, const tpu_tensor_t* out,
 }
 
 /* ---- copies ---- */
+
+/* A large byte copy split between threads in 64-byte aligned pieces. The
+ * ranges must not overlap (else one memmove on the calling thread). */
+typedef struct {
+  char* dst;
+  const char* src;
+  size_t bytes;
+} bytes_copy_t;
+
+#define COPY_PIECE 4096 /* bytes per parallel unit */
+
+static void bytes_copy_range(void* arg, int64_t b, int64_t e) {
+  const bytes_copy_t* c = arg;
+  size_t lo = (size_t)b * COPY_PIECE, hi = (size_t)e * COPY_PIECE;
+  if (hi > c->bytes) hi = c->bytes;
+  memcpy(c->dst + lo, c->src + lo, hi - lo);
+}
+
+static void copy_bytes(void* dst, const void* src, size_t bytes) {
+  const char *d = dst, *s = src;
+  bool overlap = d < s + bytes && s < d + bytes;
+  if (overlap || bytes < (size_t)8 * 32768) {
+    memmove(dst, src, bytes);
+    return;
+  }
+  bytes_copy_t c = {dst, src, bytes};
+  int64_t pieces = (int64_t)((bytes + COPY_PIECE - 1) / COPY_PIECE);
+  tpu_parallel_for(pieces, 32, bytes_copy_range, &c);
+}
+
 tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src) {
   tpu_ctype_t ct;
   if (dst->dtype == TPU_F64 || src->dtype == TPU_F64) ct = TPU_CT_F64;
@@ -470,7 +500,7 @@ tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src) 
   if (dst->dtype == src->dtype && tpu_tensor_is_contiguous(dst) && tpu_tensor_is_contiguous(src) &&
       tpu_tensor_numel(dst) == tpu_tensor_numel(src)) {
     size_t bytes = (size_t)tpu_tensor_numel(dst) * tpu_dtype_size(dst->dtype);
-    if (bytes && dst->data != src->data) memmove(dst->data, src->data, bytes);
+    if (bytes && dst->data != src->data) copy_bytes(dst->data, src->data, bytes);
     return TPU_OK;
   }
   /* bf16/f16 same-dtype copies go through float exactly (both directions are lossless) */
