@@ -203,6 +203,13 @@ def test_large_elementwise(dtype):
     check_op(lambda x: x.clamp(-1, 1).to(torch.float32 if dtype != torch.float32 else torch.bfloat16), a)
     check_op(lambda x: x.clamp(2, -1), a)  # min > max: all max, like PyTorch
     check_op(lambda x: x + torch.ones((), dtype=torch.float64), a)
+    # same-shaped operands of one dtype (bfloat16: loops on bfloat16 arrays), in place too
+    c = mk((300, 257), dtype, -3, 3, seed=3)
+    check_op(lambda x, y: torch.add(x, y, alpha=2) / (y.abs() + 1), a, c)
+    check_op(lambda x, y: torch.where(x > y, F.gelu(x), F.silu(y)) - torch.relu(x), a, c)
+    check_op(lambda x, y: x.clone().mul_(y).clamp_(-2, 2).exp_(), a, c)
+    check_op(lambda x, y: torch.lerp(x, y, 0.3) + torch.addcmul(x, x, y, value=0.5), a, c)
+    check_op(lambda x, y: x[:, 1:] + y[:, :-1], a, c)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)

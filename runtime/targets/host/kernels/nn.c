@@ -1343,7 +1343,7 @@ tpu_status_t tpu_k_native_dropout_backward(const tpu_call_t* call) {
   TPU_RETURN_IF_ERROR(check_tensor("native_dropout_backward", "grad_output", in[0]));
   TPU_RETURN_IF_ERROR(check_tensor("native_dropout_backward", "mask", in[1]));
   double scale = tpu_arg_f64(call, 2, 1.0);
-  static const tpu_loop_set_t loops = {dropout_bwd_f32, dropout_bwd_f64, NULL};
+  static const tpu_loop_set_t loops = {dropout_bwd_f32, dropout_bwd_f64, NULL, NULL};
   return tpu_elementwise_set("native_dropout_backward", &call->outs[0], in, 2,
                              tpu_ctype_of(call->outs[0].dtype), &loops, &scale);
 }
