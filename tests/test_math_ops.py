@@ -229,6 +229,12 @@ def test_large_reductions(dtype):
         check_op(fn, x)
     check_op(lambda t: t.amax(0), torch.full((4, 300), float("-inf"), dtype=dtype))
     check_op(lambda t: t.sum(), mk((1 << 18,), dtype, 0, 1))  # no cancellation: CPU sums in float
+    # column reductions split into chunks of rows (several blocks of outputs, strided kept dims)
+    z = mk((3000, 2100), dtype, 0.25, 3, seed=2)
+    z[1500, 3] = float("nan")
+    for fn in (lambda t: t.sum(0), lambda t: t.mean(0), lambda t: t.amax(0), lambda t: t.amin(0),
+               lambda t: t.view(30, 100, 2100).sum(1), lambda t: t[:, :1500].mean(0)):
+        check_op(fn, z)
 
 
 # ------------------------------------------------------------ ISA paths

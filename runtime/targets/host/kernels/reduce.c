@@ -892,9 +892,9 @@ static void reduce_range(void* ctx, int64_t begin, int64_t end) {
 
 typedef struct {
   const plan_t* p;
-  int64_t nblk, blk_first[SPLIT_MAX_OUTS], blk_len[SPLIT_MAX_OUTS];
-  int64_t nch;
-  acc_t* part; /* [nch][n_out] partials */
+  int64_t nblk, *blk_first, *blk_len;
+  int64_t nch, chunk; /* chunks of `chunk` reduction positions */
+  acc_t* part;        /* [nch][n_out] partials */
 } split_t;
 
 /* Parallel body: partials of (chunk, block) pairs [begin, end). */
@@ -907,36 +907,71 @@ static void split_range(void* ctx, int64_t begin, int64_t end) {
     acc_t* acc = &sp->part[c * p->n_out + sp->blk_first[b]];
     kept_offsets(p, sp->blk_first[b], &in_off, out_off);
     for (int64_t j = 0; j < sp->blk_len[b]; j++) acc_init(p, &acc[j]);
-    reduce_block(p, in_off, sp->blk_len[b], c * SPLIT_CHUNK,
-                 min64(p->n_red, (c + 1) * SPLIT_CHUNK), acc, &s);
+    reduce_block(p, in_off, sp->blk_len[b], c * sp->chunk,
+                 min64(p->n_red, (c + 1) * sp->chunk), acc, &s);
   }
+}
+
+/* Column reductions over contiguous rows (sum over dim 0 and the like):
+ * splitting the outputs between threads would make each thread read a
+ * narrow strided column band, which the caches and prefetchers handle far
+ * worse than whole rows. They split the reduction into COL_SPLIT chunks of
+ * rows instead, every chunk covering all outputs, when the partials stay
+ * small. */
+#define COL_SPLIT 16
+#define COL_SPLIT_MAX_BLOCKS 64
+
+static bool col_split(const plan_t* p) {
+  return p->col_acc && p->in_place && p->n_red >= 4 * COL_SPLIT &&
+         p->n_out <= COL_SPLIT_MAX_BLOCKS * KMAX &&
+         p->n_out * p->n_red >= 2 * GRAIN;
 }
 
 static tpu_status_t plan_run(const plan_t* p, const char* op) {
   if (p->n_out == 0) return TPU_OK;
-  if (p->n_out > SPLIT_MAX_OUTS || p->n_red < 2 * SPLIT_CHUNK) {
+  bool cols = col_split(p);
+  if (!cols && (p->n_out > SPLIT_MAX_OUTS || p->n_red < 2 * SPLIT_CHUNK)) {
     int64_t grain = GRAIN / (p->n_red > 0 ? p->n_red : 1);
     tpu_parallel_for(p->n_out, grain > 0 ? grain : 1, reduce_range, (void*)p);
     return TPU_OK;
   }
-  split_t sp = {.p = p, .nch = (p->n_red + SPLIT_CHUNK - 1) / SPLIT_CHUNK};
+  split_t sp = {.p = p};
+  if (cols) { /* 2 to COL_SPLIT chunks of at least ~256K elements (from the shape only) */
+    int64_t nch = min64(COL_SPLIT, p->n_out * p->n_red / (GRAIN * 8));
+    nch = nch < 2 ? 2 : nch;
+    sp.chunk = (p->n_red + nch - 1) / nch;
+  } else {
+    sp.chunk = SPLIT_CHUNK;
+  }
+  sp.nch = (p->n_red + sp.chunk - 1) / sp.chunk;
+  int64_t maxblk = 0;
+  for (int64_t o = 0; o < p->n_out; o += block_len(p, o, p->n_out)) maxblk++;
+  sp.blk_first = malloc(sizeof(int64_t) * 2 * (size_t)maxblk);
+  sp.part = malloc((size_t)(p->n_out * sp.nch) * sizeof(acc_t));
+  if (!sp.part || !sp.blk_first) {
+    free(sp.part);
+    free(sp.blk_first);
+    return TPU_ERR(RESOURCE_EXHAUSTED, "%s(): out of host memory for %lld partial results", op,
+                   (long long)(p->n_out * sp.nch));
+  }
+  sp.blk_len = sp.blk_first + maxblk;
   for (int64_t o = 0; o < p->n_out; o += sp.blk_len[sp.nblk++]) {
     sp.blk_first[sp.nblk] = o;
     sp.blk_len[sp.nblk] = block_len(p, o, p->n_out);
   }
-  sp.part = malloc((size_t)(p->n_out * sp.nch) * sizeof(acc_t));
-  if (!sp.part)
-    return TPU_ERR(RESOURCE_EXHAUSTED, "%s(): out of host memory for %lld partial results", op,
-                   (long long)(p->n_out * sp.nch));
   tpu_parallel_for(sp.nch * sp.nblk, 1, split_range, &sp);
+  bool adds = (p->kind == R_SUM || p->kind == R_MEAN) && !p->int_domain;
+  for (int64_t c = 1; adds && c < sp.nch; c++) /* chunk by chunk, in order */
+    for (int64_t o = 0; o < p->n_out; o++) sp.part[o].d[0] += sp.part[c * p->n_out + o].d[0];
   for (int64_t o = 0; o < p->n_out; o++) {
     acc_t* a = &sp.part[o];
-    for (int64_t c = 1; c < sp.nch; c++) combine(p, a, &sp.part[c * p->n_out + o]);
+    for (int64_t c = 1; !adds && c < sp.nch; c++) combine(p, a, &sp.part[c * p->n_out + o]);
     int64_t in_off, out_off[2];
     kept_offsets(p, o, &in_off, out_off);
     finish(p, a, out_ptr(p, 0, out_off[0]), out_ptr(p, 1, out_off[1]));
   }
   free(sp.part);
+  free(sp.blk_first);
   return TPU_OK;
 }
 
