@@ -562,6 +562,34 @@ typedef int32_t vi8_t __attribute__((vector_size(32)));
 EXTREME_SRC(max_src, >, MAX_BETTER, max_values)
 EXTREME_SRC(min_src, <, MIN_BETTER, min_values)
 
+/* sum of n contiguous bfloat16 / float16 elements: elements 8 apart are
+ * first added in float (one rounding of at most 2^-24 relative per pair, far
+ * below these dtypes' precision) into a block buffer, whose values then go
+ * into the LANES double partial sums. Half the conversions and double
+ * additions of sum_src; the order is fixed by n alone. */
+#define SUM16_BLOCK 512
+#define SUM16_LOOP(CONV)                                                     \
+  for (; t + SUM16_BLOCK <= n; t += SUM16_BLOCK) {                           \
+    for (int j = 0; j < SUM16_BLOCK / 16; j++)                               \
+      for (int k = 0; k < 8; k++)                                            \
+        pair[8 * j + k] = CONV(x[t + 16 * j + k]) + CONV(x[t + 16 * j + 8 + k]); \
+    for (int i = 0; i < SUM16_BLOCK / 2; i += LANES)                         \
+      for (int k = 0; k < LANES; k++) s[k] += (double)pair[i + k];           \
+  }                                                                          \
+  for (int k = 0; t < n; t++, k = (k + 1) % LANES) s[k] += (double)CONV(x[t]);
+TPU_VM_INLINE double sum16_src(const char* src, tpu_dtype_t dt, int64_t n) {
+  const uint16_t* x = (const uint16_t*)src;
+  float pair[SUM16_BLOCK / 2];
+  double s[LANES] = {0};
+  int64_t t = 0;
+  if (dt == TPU_BF16) {
+    SUM16_LOOP(tpu_vm_bf16_to_f32)
+  } else {
+    SUM16_LOOP(tpu_vm_f16_to_f32)
+  }
+  return LANE_SUM(s);
+}
+
 /* Consumes n values of the reduction starting at position idx0; inlined
  * into each ISA copy of reduce_block. max/min without indices keep only
  * the value (idx 0 marks it as set). */
@@ -736,7 +764,8 @@ static void finish(const plan_t* p, const acc_t* a, char* o0, char* o1) {
 /* in_place: consumes n contiguous elements at src. */
 TPU_VM_INLINE void run_in_place(const plan_t* p, acc_t* a, const char* src, int64_t n) {
   if (p->kind == R_SUM || p->kind == R_MEAN) {
-    a->d[0] += sum_src(src, p->dt, n);
+    bool h = p->dt == TPU_BF16 || p->dt == TPU_F16;
+    a->d[0] += h ? sum16_src(src, p->dt, n) : sum_src(src, p->dt, n);
     return;
   }
   double cur = a->idx < 0 ? tpu_load_f64(src, p->dt) : a->d[0];
