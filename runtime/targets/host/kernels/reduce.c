@@ -541,9 +541,12 @@ typedef int32_t vi8_t __attribute__((vector_size(32)));
           vi8_t take = (v GT m[q]) | (v != v);                         \
           m[q] = (vf8_t)(((vi8_t)v & take) | ((vi8_t)m[q] & ~take));   \
         }                                                              \
-      for (int q = 0; q < 4; q++)                                      \
-        for (int k = 0; k < 8; k++)                                    \
-          if (BETTER((double)m[q][k], cur)) cur = m[q][k];             \
+      for (int q = 1; q < 4; q++) { /* the four vectors into m[0] */  \
+        vi8_t take = (m[q] GT m[0]) | (m[q] != m[q]);                  \
+        m[0] = (vf8_t)(((vi8_t)m[q] & take) | ((vi8_t)m[0] & ~take));  \
+      }                                                                \
+      for (int k = 0; k < 8; k++)                                      \
+        if (BETTER((double)m[0][k], cur)) cur = m[0][k];               \
     }                                                                  \
     for (; t < n; t++)                                                 \
       if (BETTER((double)CONV(x[t]), cur)) cur = CONV(x[t]);           \
