@@ -104,19 +104,6 @@ def timer(fn, device):
     return lambda: run(iters)
 
 
-def best_times(fns, repeats, pause=0.0):
-    """Best-of-repeats seconds per call for each device; the devices alternate
-    within each repeat so that load from other processes hits both alike."""
-    timers = {dev: timer(fn, dev) for dev, fn in fns.items()}
-    best = {dev: float("inf") for dev in fns}
-    for _ in range(repeats):
-        for dev, t in timers.items():
-            if pause:
-                time.sleep(pause)
-            best[dev] = min(best[dev], t())
-    return best
-
-
 GOALS = {"float32": 0.7, "bfloat16": 1.0}
 
 
@@ -146,29 +133,41 @@ def main():
         raise SystemExit(f"unknown ops {unknown}; known: {', '.join(OPS)}")
     print(f"torch {torch.__version__}, CPU threads {torch.get_num_threads()}, "
           f"tpu threads {torch.tpu.get_device_properties().num_threads}; {load_avg()}")
-    print(f"{'op':<16} {'dtype':<9} {'size':>4} {'cpu ms':>9} {'tpu ms':>9} {'ratio':>6}  goal")
-    missed, total = [], 0
+    # Every case is set up once; the repeats are passes over all cases, so that
+    # the best-of of each case is spread over the whole run rather than over
+    # one second that a burst of load from other processes may cover.
+    cases = []  # (dname, sname, op, {device: timer})
+    inputs = {}
     for dname in args.dtypes.split(","):
         dtype = getattr(torch, dname)
-        goal = GOALS.get(dname, 1.0)
         for sname in args.sizes.split(","):
-            n = SIZES[sname]
-            inputs = {dev: make_inputs(n, dtype, dev) for dev in ("cpu", "tpu")}
+            inputs[dname, sname] = {dev: make_inputs(SIZES[sname], dtype, dev)
+                                    for dev in ("cpu", "tpu")}
             for op in ops:
                 fn = OPS[op]
-                times = best_times({dev: (lambda d=dev: fn(inputs[d], dtype))
-                                    for dev in ("cpu", "tpu")}, args.repeats, args.pause)
-                ratio = times["cpu"] / times["tpu"]
-                total += 1
-                ok = ratio >= goal
-                if not ok:
-                    missed.append((op, dname, sname, ratio, goal))
-                print(f"{op:<16} {dname:<9} {sname:>4} {times['cpu'] * 1e3:9.3f} "
-                      f"{times['tpu'] * 1e3:9.3f} {ratio:6.2f}  {'ok' if ok else 'MISSED'}",
-                      flush=True)
-            del inputs
+                timers = {dev: timer(lambda d=dev, i=inputs[dname, sname], f=fn, t=dtype: f(i[d], t),
+                                     dev)
+                          for dev in ("cpu", "tpu")}
+                cases.append((dname, sname, op, timers))
+    best = [{dev: float("inf") for dev in ("cpu", "tpu")} for _ in cases]
+    for _ in range(args.repeats):
+        for (dname, sname, op, timers), b in zip(cases, best):
+            for dev, t in timers.items():  # alternate, so load hits both alike
+                if args.pause:
+                    time.sleep(args.pause)
+                b[dev] = min(b[dev], t())
+    print(f"{'op':<16} {'dtype':<9} {'size':>4} {'cpu ms':>9} {'tpu ms':>9} {'ratio':>6}  goal")
+    missed = []
+    for (dname, sname, op, _), b in zip(cases, best):
+        goal = GOALS.get(dname, 1.0)
+        ratio = b["cpu"] / b["tpu"]
+        ok = ratio >= goal
+        if not ok:
+            missed.append((op, dname, sname, ratio, goal))
+        print(f"{op:<16} {dname:<9} {sname:>4} {b['cpu'] * 1e3:9.3f} {b['tpu'] * 1e3:9.3f} "
+              f"{ratio:6.2f}  {'ok' if ok else 'MISSED'}")
     print(f"done; {load_avg()}")
-    print(f"goals missed: {len(missed)} of {total}"
+    print(f"goals missed: {len(missed)} of {len(cases)}"
           + "".join(f"\n  {op:<16} {dn:<9} {sn:>4} ratio {r:.2f} < {g}"
                     for op, dn, sn, r, g in missed))
 
