@@ -203,6 +203,13 @@ def test_large_elementwise(dtype):
     check_op(lambda x: x.clamp(-1, 1).to(torch.float32 if dtype != torch.float32 else torch.bfloat16), a)
     check_op(lambda x: x.clamp(2, -1), a)  # min > max: all max, like PyTorch
     check_op(lambda x: x + torch.ones((), dtype=torch.float64), a)
+    # same-shaped operands of one dtype (bfloat16: loops on bfloat16 arrays), in place too
+    c = mk((300, 257), dtype, -3, 3, seed=3)
+    check_op(lambda x, y: torch.add(x, y, alpha=2) / (y.abs() + 1), a, c)
+    check_op(lambda x, y: torch.where(x > y, F.gelu(x), F.silu(y)) - torch.relu(x), a, c)
+    check_op(lambda x, y: x.clone().mul_(y).clamp_(-2, 2).exp_(), a, c)
+    check_op(lambda x, y: torch.lerp(x, y, 0.3) + torch.addcmul(x, x, y, value=0.5), a, c)
+    check_op(lambda x, y: x[:, 1:] + y[:, :-1], a, c)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -222,6 +229,12 @@ def test_large_reductions(dtype):
         check_op(fn, x)
     check_op(lambda t: t.amax(0), torch.full((4, 300), float("-inf"), dtype=dtype))
     check_op(lambda t: t.sum(), mk((1 << 18,), dtype, 0, 1))  # no cancellation: CPU sums in float
+    # column reductions split into chunks of rows (several blocks of outputs, strided kept dims)
+    z = mk((3000, 2100), dtype, 0.25, 3, seed=2)
+    z[1500, 3] = float("nan")
+    for fn in (lambda t: t.sum(0), lambda t: t.mean(0), lambda t: t.amax(0), lambda t: t.amin(0),
+               lambda t: t.view(30, 100, 2100).sum(1), lambda t: t[:, :1500].mean(0)):
+        check_op(fn, z)
 
 
 # ------------------------------------------------------------ ISA paths
@@ -237,8 +250,11 @@ for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
         check_op(fn, with_specials(mk((64,), dt, lo, hi)))
     x = mk((129, 515), dt, -3, 3)
     for fn in (lambda t: t.sum(), lambda t: t.mean(0), lambda t: t.amax(-1), lambda t: t.amin(0),
-               lambda t: (t * 2 + 1).clamp(-1, 1), lambda t: t.to(torch.float16).to(torch.bfloat16)):
+               lambda t: (t * 2 + 1).clamp(-1, 1), lambda t: t.to(torch.float16).to(torch.bfloat16),
+               lambda t: t.softmax(-1), lambda t: t.log_softmax(-1), lambda t: torch.cat([t, t[1:]])):
         check_op(fn, x)
+    check_op(lambda t: F.layer_norm(t, (515,)), x,
+             **({} if dt in (torch.float32, torch.float64) else dict(atol=2e-2, rtol=2e-2)))
 print("ok")
 """
 

@@ -356,6 +356,62 @@ def test_layer_norm(dtype):
     check_op(lambda t, ww: F.layer_norm(t, (8,), ww, None, eps=1e-3), x, w, grad=g, **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_softmax_layer_norm_long_rows(dtype):
+    """rows long enough for the vectorized single-precision kernels (with tails), special
+    values, and layer norm of data far from zero"""
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype != torch.float32 else {}
+    # 16-bit: CPU rounds max + log(sum) to the dtype in log_softmax, off by up to half an
+    # ulp of the row maximum; a small range keeps that within the tolerance
+    hi = 20 if dtype == torch.float32 else 4
+    for n in (1, 7, 1027, 4096):
+        x = make((5, n), dtype, -hi, hi, seed=n)
+        check_op(lambda t: F.softmax(t, -1), x)
+        check_op(lambda t: F.log_softmax(t, -1), x)
+        check_op(lambda t: F.softmax(t, -1, dtype=torch.float32), x)
+        w, b = make((n,), dtype, seed=2), make((n,), dtype, seed=3)
+        check_op(lambda t, ww, bb: F.layer_norm(t, (n,), ww, bb), x, w, b, **tol)
+        check_op(lambda t, ww: F.layer_norm(t, (n,), ww), x, w, **tol)
+        check_op(lambda t, bb: F.layer_norm(t, (n,), None, bb), x, b, **tol)
+        check_op(lambda t: F.layer_norm(t, (n,)), x, **tol)
+    x = make((6, 300), dtype, -5, 5)
+    x[1, 7] = float("-inf")
+    x[2] = float("-inf")
+    x[3, 100] = float("nan")
+    x[4, 5] = float("inf")
+    check_op(lambda t: F.softmax(t, -1), x)
+    check_op(lambda t: F.log_softmax(t, -1), x)
+    check_op(lambda t: F.layer_norm(t + 4, (300,)), make((6, 300), dtype, -1, 1), **tol)
+    if dtype == torch.float32:  # far from zero CPU's float statistics lose digits; ours do not
+        t = make((6, 300), dtype, -1, 1) + 100
+        ref = F.layer_norm(t.double(), (300,))
+        assert (F.layer_norm(t.to("tpu"), (300,)).cpu().double() - ref).abs().max() < 1e-6
+    check_op(lambda t: F.layer_norm(t, (300,)), x[3:4], **tol)
+    # a view with strided rows, and one whose rows are strided (the double path)
+    y = make((8, 600), dtype, -3, 3)
+    check_op(lambda t: F.softmax(t[::2, ::2], -1), y)
+    check_op(lambda t: F.log_softmax(t[:, 1:], -1), y)
+    check_op(lambda t: F.layer_norm(t[::3, :500], (500,)), y, **tol)
+
+
+def test_index_select_blocks():
+    """index_select and embedding on the block-copy path: any dim, strided outer dims,
+    int32 and int64 indices, duplicates"""
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
+        x = make((6, 5, 40), dtype, seed=4)
+        for dim in (0, 1, 2):
+            idx = torch.tensor([4, 0, 0, 3, 1])
+            check_op(lambda t, i: torch.index_select(t, dim, i), x, idx)
+            check_op(lambda t, i: torch.index_select(t, dim, i), x, idx.int())
+            check_op(lambda t, i: torch.index_select(t.transpose(0, 1), dim, i), x, idx)
+            check_op(lambda t, i: torch.index_select(t[::2], dim, i), x, idx)
+        check_op(lambda t, i: torch.index_select(t, 0, i), x, torch.tensor([], dtype=torch.long))
+    w = make((300, 64), torch.float32, seed=5)
+    idx = torch.randint(0, 300, (7, 50), generator=torch.Generator().manual_seed(0))
+    check_op(F.embedding, idx, w)
+    check_op(lambda i, ww: torch.index_select(ww, 0, i[::2].flatten()), idx, w)
+
+
 def test_embedding():
     w = make((10, 4), torch.float32, seed=1)
     idx = torch.tensor([[1, 3, 3], [9, 0, 1]])

@@ -9,6 +9,7 @@
  */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "internal.h"
@@ -140,13 +141,20 @@ tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) {
                      device, bytes, alloc, a->capacity - (size_t)alloc, a->capacity);
     }
     void* mem = NULL;
-    if (posix_memalign(&mem, 64, size + TPU_HEADER) != 0 || !mem) {
+    /* Large blocks start on a 2 MiB boundary and ask for transparent huge
+     * pages: streaming kernels then take far fewer TLB misses, and the
+     * hardware prefetchers, which stop at page boundaries, run longer. */
+    bool huge = size >= ((size_t)4 << 20);
+    if (posix_memalign(&mem, huge ? ((size_t)2 << 20) : 64, size + TPU_HEADER) != 0 || !mem) {
       a->stats.num_ooms++;
       pthread_mutex_unlock(&a->mu);
       return TPU_ERR(RESOURCE_EXHAUSTED,
                      "tpu:%d out of memory: the host could not back %zu bytes of device memory",
                      device, size);
     }
+#ifdef MADV_HUGEPAGE
+    if (huge) madvise(mem, size + TPU_HEADER, MADV_HUGEPAGE); /* advice only: errors ignored */
+#endif
     h = mem;
     h->magic = TPU_BLOCK_MAGIC;
     h->size = size;

@@ -30,49 +30,63 @@ typedef struct {
  * i0/i1 the context scalars in the loop's type; LIT(v) is the constant v in
  * the loop's type (a bare 0.5 would promote float expressions to double). */
 #define LIT(v) ((elem_t)(v))
-#define LOOP1(FN, ATTR, T, EXPR)                                              \
+/* S is the storage type of the arrays, LD/ST convert between it and T:
+ * the plain bodies store T itself, the bf16 bodies keep bfloat16 arrays and
+ * compute in float (the same values the float body gives for converted
+ * operands, rounded once on store). */
+#define LOOP1_S(FN, ATTR, T, S, LD, ST, EXPR)                                 \
   ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
     typedef T elem_t; (void)sizeof(elem_t);                                   \
     ew_ctx_t* cx = c_;                                                        \
-    T* o = o_;                                                                \
-    const T* x = in[0];                                                       \
+    S* o = o_;                                                                \
+    const S* x = in[0];                                                       \
     const T s0 = (T)cx->s0, s1 = (T)cx->s1;                                   \
     (void)s0; (void)s1; (void)cx;                                             \
     for (int64_t i = 0; i < n; i++) {                                         \
-      const T a = x[i]; (void)a;                                              \
-      o[i] = (T)(EXPR);                                                       \
+      const T a = LD(x[i]); (void)a;                                          \
+      o[i] = ST((T)(EXPR));                                                   \
     }                                                                         \
   }
-#define LOOP2(FN, ATTR, T, EXPR)                                              \
+#define LOOP2_S(FN, ATTR, T, S, LD, ST, EXPR)                                 \
   ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
     typedef T elem_t; (void)sizeof(elem_t);                                   \
     ew_ctx_t* cx = c_;                                                        \
-    T* o = o_;                                                                \
-    const T* x = in[0];                                                       \
-    const T* y = in[1];                                                       \
+    S* o = o_;                                                                \
+    const S* x = in[0];                                                       \
+    const S* y = in[1];                                                       \
     const T s0 = (T)cx->s0, s1 = (T)cx->s1;                                   \
     (void)s0; (void)s1; (void)cx;                                             \
     for (int64_t i = 0; i < n; i++) {                                         \
-      const T a = x[i], b = y[i];                                             \
+      const T a = LD(x[i]), b = LD(y[i]);                                     \
       (void)a; (void)b;                                                       \
-      o[i] = (T)(EXPR);                                                       \
+      o[i] = ST((T)(EXPR));                                                   \
     }                                                                         \
   }
-#define LOOP3(FN, ATTR, T, EXPR)                                              \
+#define LOOP3_S(FN, ATTR, T, S, LD, ST, EXPR)                                 \
   ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
     typedef T elem_t; (void)sizeof(elem_t);                                   \
     ew_ctx_t* cx = c_;                                                        \
-    T* o = o_;                                                                \
-    const T* x = in[0];                                                       \
-    const T* y = in[1];                                                       \
-    const T* z = in[2];                                                       \
+    S* o = o_;                                                                \
+    const S* x = in[0];                                                       \
+    const S* y = in[1];                                                       \
+    const S* z = in[2];                                                       \
     const T s0 = (T)cx->s0, s1 = (T)cx->s1;                                   \
     (void)s0; (void)s1; (void)cx;                                             \
     for (int64_t i = 0; i < n; i++) {                                         \
-      const T a = x[i], b = y[i], c = z[i];                                   \
-      o[i] = (T)(EXPR);                                                       \
+      const T a = LD(x[i]), b = LD(y[i]), c = LD(z[i]);                       \
+      o[i] = ST((T)(EXPR));                                                   \
     }                                                                         \
   }
+#define SAME_(v) (v)
+#define LOOP1(FN, ATTR, T, EXPR) LOOP1_S(FN, ATTR, T, T, SAME_, SAME_, EXPR)
+#define LOOP2(FN, ATTR, T, EXPR) LOOP2_S(FN, ATTR, T, T, SAME_, SAME_, EXPR)
+#define LOOP3(FN, ATTR, T, EXPR) LOOP3_S(FN, ATTR, T, T, SAME_, SAME_, EXPR)
+#define LOOP1_BF16(FN, ATTR, T, EXPR) \
+  LOOP1_S(FN, ATTR, float, uint16_t, tpu_vm_bf16_to_f32, tpu_vm_f32_to_bf16, EXPR)
+#define LOOP2_BF16(FN, ATTR, T, EXPR) \
+  LOOP2_S(FN, ATTR, float, uint16_t, tpu_vm_bf16_to_f32, tpu_vm_f32_to_bf16, EXPR)
+#define LOOP3_BF16(FN, ATTR, T, EXPR) \
+  LOOP3_S(FN, ATTR, float, uint16_t, tpu_vm_bf16_to_f32, tpu_vm_f32_to_bf16, EXPR)
 /* integer bodies (K inputs) take their scalars from i0/i1 */
 #define ILOOP(FN, ATTR, K, EXPR)                                              \
   ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
@@ -104,17 +118,23 @@ typedef struct {
 #define BODY1(NAME, T, SUF, EXPR) ISA_LOOPS(NAME##_##SUF, LOOP1, T, EXPR)
 #define BODY2(NAME, T, SUF, EXPR) ISA_LOOPS(NAME##_##SUF, LOOP2, T, EXPR)
 #define BODY3(NAME, T, SUF, EXPR) ISA_LOOPS(NAME##_##SUF, LOOP3, T, EXPR)
+#define BODY1_BF16(NAME, EXPR) ISA_LOOPS(NAME##_bf16, LOOP1_BF16, float, EXPR)
+#define BODY2_BF16(NAME, EXPR) ISA_LOOPS(NAME##_bf16, LOOP2_BF16, float, EXPR)
+#define BODY3_BF16(NAME, EXPR) ISA_LOOPS(NAME##_bf16, LOOP3_BF16, float, EXPR)
 #define IBODY(K, NAME, EXPR) ISA_LOOPS(NAME##_i64, ILOOP, K, EXPR)
 
-#define FLOAT_OP(K, NAME, EXPR) BODY##K(NAME, float, f32, EXPR) BODY##K(NAME, double, f64, EXPR)
+#define FLOAT_OP(K, NAME, EXPR)                                                 \
+  BODY##K(NAME, float, f32, EXPR) BODY##K(NAME, double, f64, EXPR)              \
+  BODY##K##_BF16(NAME, EXPR)
 /* an op defined for floats and integers with separate expressions */
 #define OP_FI(K, NAME, FEXPR, IEXPR) \
   FLOAT_OP(K, NAME, FEXPR) IBODY(K, NAME, IEXPR) \
-  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NAME##_i64};
+  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NAME##_i64, NAME##_bf16};
 #define OP_F(K, NAME, FEXPR) \
-  FLOAT_OP(K, NAME, FEXPR) static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NULL};
+  FLOAT_OP(K, NAME, FEXPR) \
+  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NULL, NAME##_bf16};
 #define OP_I(K, NAME, IEXPR) \
-  IBODY(K, NAME, IEXPR) static const tpu_loop_set_t NAME##_loops = {NULL, NULL, NAME##_i64};
+  IBODY(K, NAME, IEXPR) static const tpu_loop_set_t NAME##_loops = {NULL, NULL, NAME##_i64, NULL};
 
 /* wrapping integer arithmetic (two's complement like PyTorch) */
 #define UADD(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))

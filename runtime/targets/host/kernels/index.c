@@ -303,15 +303,28 @@ static void range_visit(void* c, char* const* p) {
 static tpu_status_t check_index_range(const char* op, const tpu_tensor_t* index, int64_t size,
                                       int dim, bool wrap_negative) {
   range_check_t rc = {index->dtype, wrap_negative ? -size : 0, size, false, 0};
-  walk_t w = {0};
-  w.ndim = index->ndim;
-  w.nops = 1;
-  memcpy(w.sizes, index->sizes, sizeof(w.sizes));
-  walk_operand(&w, 0, index);
-  w.serial = true;
-  w.visit = range_visit;
-  w.ctx = &rc;
-  walk_run(&w);
+  if (index->ndim == 1 && index->dtype == TPU_I64) { /* the common case, without the walker */
+    const int64_t* v = index->data;
+    int64_t st = index->strides[0], lo = rc.lo, hi = rc.hi, n = index->sizes[0], bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= v[i * st] < lo || v[i * st] >= hi;
+    for (int64_t i = 0; bad && i < n; i++) {
+      if (v[i * st] < lo || v[i * st] >= hi) {
+        rc.bad = true;
+        rc.bad_value = v[i * st];
+        break;
+      }
+    }
+  } else {
+    walk_t w = {0};
+    w.ndim = index->ndim;
+    w.nops = 1;
+    memcpy(w.sizes, index->sizes, sizeof(w.sizes));
+    walk_operand(&w, 0, index);
+    w.serial = true;
+    w.visit = range_visit;
+    w.ctx = &rc;
+    walk_run(&w);
+  }
   if (!rc.bad) return TPU_OK;
   if (dim < 0)
     return TPU_ERR(OUT_OF_RANGE,
@@ -397,6 +410,97 @@ static void dim_walk(walk_t* w, index_ctx_t* cx, int ndim, const int64_t* shape,
   w->ctx = cx;
 }
 
+/* ---- index_select by blocks ----
+ * When the dims after `dim` form one contiguous block in both self and out
+ * (the usual case: rows of a matrix, embedding lookups), each selected
+ * position is a single memcpy of that block. Items are (outer position,
+ * index entry) pairs; the dims before `dim` may have any strides. */
+typedef struct {
+  const char* src;
+  char* dst;
+  const char* idx;
+  tpu_dtype_t idx_dt;
+  int64_t idx_st;          /* bytes */
+  int64_t nidx;            /* index entries */
+  int no;                  /* outer dims */
+  int64_t osz[TPU_MAX_DIMS], ost_src[TPU_MAX_DIMS], ost_dst[TPU_MAX_DIMS]; /* bytes */
+  int64_t src_dim_st, dst_dim_st; /* bytes along dim */
+  size_t block;            /* bytes per selected block */
+} select_blocks_t;
+
+static void select_blocks_range(void* arg, int64_t b, int64_t e) {
+  const select_blocks_t* s = arg;
+  int64_t o = b / s->nidx, j = b % s->nidx;
+  while (b < e) {
+    int64_t so = 0, dof = 0, rem = o;
+    for (int d = s->no - 1; d >= 0; d--) {
+      int64_t i = rem % s->osz[d];
+      rem /= s->osz[d];
+      so += i * s->ost_src[d];
+      dof += i * s->ost_dst[d];
+    }
+    const char* src = s->src + so;
+    char* dst = s->dst + dof;
+    int64_t jend = s->nidx < j + (e - b) ? s->nidx : j + (e - b);
+    if (s->block == 4 && s->dst_dim_st == 4) {
+      for (int64_t k = j; k < jend; k++) {
+        int64_t v = load_index(s->idx + k * s->idx_st, s->idx_dt);
+        memcpy(dst + k * 4, src + v * s->src_dim_st, 4);
+      }
+    } else {
+      for (int64_t k = j; k < jend; k++) {
+        int64_t v = load_index(s->idx + k * s->idx_st, s->idx_dt);
+        memcpy(dst + k * s->dst_dim_st, src + v * s->src_dim_st, s->block);
+      }
+    }
+    b += jend - j;
+    j = 0;
+    o++;
+  }
+}
+
+/* Whether dims (dim, ndim) of t are one row-major block (size-1 dims
+ * ignored). */
+static bool tail_is_block(const tpu_tensor_t* t, int dim) {
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d > dim; d--) {
+    if (t->sizes[d] == 1) continue;
+    if (t->strides[d] != expect) return false;
+    expect *= t->sizes[d];
+  }
+  return true;
+}
+
+/* Runs index_select by blocks when the layout allows; false otherwise. */
+static bool select_blocks(const tpu_tensor_t* self, const tpu_tensor_t* index,
+                          const tpu_tensor_t* out, int dim) {
+  if (!tail_is_block(self, dim) || !tail_is_block(out, dim)) return false;
+  select_blocks_t s;
+  int64_t esz = (int64_t)tpu_dtype_size(self->dtype), inner = 1, outer = 1;
+  for (int d = dim + 1; d < self->ndim; d++) inner *= self->sizes[d];
+  s.src = self->data;
+  s.dst = out->data;
+  s.idx = index->data;
+  s.idx_dt = index->dtype;
+  s.idx_st = index->strides[0] * (int64_t)tpu_dtype_size(index->dtype);
+  s.nidx = index->sizes[0];
+  s.no = dim;
+  for (int d = 0; d < dim; d++) {
+    s.osz[d] = self->sizes[d];
+    s.ost_src[d] = self->strides[d] * esz;
+    s.ost_dst[d] = out->strides[d] * esz;
+    outer *= self->sizes[d];
+  }
+  s.src_dim_st = self->strides[dim] * esz;
+  s.dst_dim_st = out->strides[dim] * esz;
+  s.block = (size_t)(inner * esz);
+  int64_t items = outer * s.nidx;
+  if (items == 0 || inner == 0) return true;
+  int64_t grain = WALK_GRAIN / inner;
+  tpu_parallel_for(items, grain > 0 ? grain : 1, select_blocks_range, &s);
+  return true;
+}
+
 tpu_status_t tpu_k_index_select(const tpu_call_t* c) {
   const char* op = "index_select()";
   tpu_tensor_t t0, t1, t2;
@@ -416,6 +520,7 @@ tpu_status_t tpu_k_index_select(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(check_out_shape(op, out, self->ndim, shape));
   TPU_RETURN_IF_ERROR(check_same_dtype(op, self, out, "out"));
   TPU_RETURN_IF_ERROR(check_index_range(op, index, self->sizes[dim], dim, false));
+  if (select_blocks(self, index, out, dim)) return TPU_OK;
   walk_t w;
   index_ctx_t cx;
   dim_walk(&w, &cx, self->ndim, shape, dim, self, out, index, false);

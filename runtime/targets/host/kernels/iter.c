@@ -285,6 +285,7 @@ typedef struct {
   tpu_dtype_t dtype[TPU_ITER_MAX_OPS];
   tpu_ctype_t ct;
   tpu_loop_fn_t body;
+  tpu_loop_fn_t body16; /* bf16 storage body, or NULL (see tpu_loop_set_t) */
   void* ctx;
 } iter_t;
 
@@ -379,10 +380,15 @@ static void iter_range(void* arg, int64_t begin, int64_t end) {
   size_t csz = tpu_ctype_size(it->ct);
   _Alignas(64) unsigned char bufs[TPU_ITER_MAX_OPS][ITER_CHUNK * 8];
   bool direct[TPU_ITER_MAX_OPS], chunked = false;
+  tpu_loop_fn_t body = it->body;
+  bool h16 = it->body16 != NULL; /* every operand bf16 with unit inner stride */
+  for (int k = 0; k < nops; k++)
+    h16 &= it->dtype[k] == TPU_BF16 && it->strides[k][nd - 1] == 2;
   for (int k = 0; k < nops; k++) {
-    direct[k] = iter_direct(it, k);
+    direct[k] = h16 || iter_direct(it, k);
     chunked |= !direct[k];
   }
+  if (h16) body = it->body16;
   int64_t idx[TPU_MAX_DIMS];
   int64_t rem = begin;
   for (int d = nd - 1; d >= 0; d--) {
@@ -403,7 +409,7 @@ static void iter_range(void* arg, int64_t begin, int64_t end) {
     if (n > end - pos) n = end - pos;
     if (chunked && n > ITER_CHUNK) n = ITER_CHUNK;
     void* o = direct[0] ? (void*)base[0] : (void*)bufs[0];
-    if (it->body) {
+    if (body) {
       const void* in[TPU_ITER_MAX_OPS];
       for (int k = 1; k < nops; k++) {
         if (direct[k]) {
@@ -413,7 +419,7 @@ static void iter_range(void* arg, int64_t begin, int64_t end) {
           in[k - 1] = bufs[k];
         }
       }
-      it->body(it->ctx, n, o, in);
+      body(it->ctx, n, o, in);
     } else if (direct[1]) {
       o = base[1];
       if (direct[0] && base[0] != base[1]) memmove(base[0], base[1], (size_t)n * csz);
@@ -432,13 +438,15 @@ static void iter_range(void* arg, int64_t begin, int64_t end) {
 
 /* tpu_elementwise, also for a NULL body (see iter_range) */
 static tpu_status_t iter_run(const tpu_tensor_t* out, const tpu_tensor_t* const* in, int nin,
-                             tpu_ctype_t ct, tpu_loop_fn_t body, void* ctx) {
+                             tpu_ctype_t ct, tpu_loop_fn_t body, tpu_loop_fn_t body16,
+                             void* ctx) {
   iter_t it;
   TPU_RETURN_IF_ERROR(iter_build(&it, out, in, nin));
   int64_t numel = tpu_tensor_numel(out);
   if (numel == 0) return TPU_OK;
   it.ct = ct;
   it.body = body;
+  it.body16 = ct == TPU_CT_F32 ? body16 : NULL;
   it.ctx = ctx;
   tpu_parallel_for(numel, 32768, iter_range, &it);
   return TPU_OK;
@@ -446,7 +454,7 @@ static tpu_status_t iter_run(const tpu_tensor_t* out, const tpu_tensor_t* const*
 
 tpu_status_t tpu_elementwise(const tpu_tensor_t* out, const tpu_tensor_t* const* in, int nin,
                              tpu_ctype_t ct, tpu_loop_fn_t body, void* ctx) {
-  return iter_run(out, in, nin, ct, body, ctx);
+  return iter_run(out, in, nin, ct, body, NULL, ctx);
 }
 
 tpu_status_t tpu_elementwise_set(const char* op, const tpu_tensor_t* out,
@@ -458,10 +466,40 @@ tpu_status_t tpu_elementwise_set(const char* op, const tpu_tensor_t* out,
     return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for %s tensors (output dtype %s)", op,
                    what, tpu_dtype_name(out->dtype));
   }
-  return tpu_elementwise(out, in, nin, ct, fn, ctx);
+  return iter_run(out, in, nin, ct, fn, ct == TPU_CT_F32 ? loops->bf16 : NULL, ctx);
 }
 
 /* ---- copies ---- */
+
+/* A large byte copy split between threads in 64-byte aligned pieces. The
+ * ranges must not overlap (else one memmove on the calling thread). */
+typedef struct {
+  char* dst;
+  const char* src;
+  size_t bytes;
+} bytes_copy_t;
+
+#define COPY_PIECE 4096 /* bytes per parallel unit */
+
+static void bytes_copy_range(void* arg, int64_t b, int64_t e) {
+  const bytes_copy_t* c = arg;
+  size_t lo = (size_t)b * COPY_PIECE, hi = (size_t)e * COPY_PIECE;
+  if (hi > c->bytes) hi = c->bytes;
+  memcpy(c->dst + lo, c->src + lo, hi - lo);
+}
+
+static void copy_bytes(void* dst, const void* src, size_t bytes) {
+  const char *d = dst, *s = src;
+  bool overlap = d < s + bytes && s < d + bytes;
+  if (overlap || bytes < (size_t)8 * 32768) {
+    memmove(dst, src, bytes);
+    return;
+  }
+  bytes_copy_t c = {dst, src, bytes};
+  int64_t pieces = (int64_t)((bytes + COPY_PIECE - 1) / COPY_PIECE);
+  tpu_parallel_for(pieces, 32, bytes_copy_range, &c);
+}
+
 tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src) {
   tpu_ctype_t ct;
   if (dst->dtype == TPU_F64 || src->dtype == TPU_F64) ct = TPU_CT_F64;
@@ -470,10 +508,10 @@ tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src) 
   if (dst->dtype == src->dtype && tpu_tensor_is_contiguous(dst) && tpu_tensor_is_contiguous(src) &&
       tpu_tensor_numel(dst) == tpu_tensor_numel(src)) {
     size_t bytes = (size_t)tpu_tensor_numel(dst) * tpu_dtype_size(dst->dtype);
-    if (bytes && dst->data != src->data) memmove(dst->data, src->data, bytes);
+    if (bytes && dst->data != src->data) copy_bytes(dst->data, src->data, bytes);
     return TPU_OK;
   }
   /* bf16/f16 same-dtype copies go through float exactly (both directions are lossless) */
   const tpu_tensor_t* in[1] = {src};
-  return iter_run(dst, in, 1, ct, NULL, NULL);
+  return iter_run(dst, in, 1, ct, NULL, NULL, NULL);
 }

@@ -44,9 +44,12 @@ tpu_status_t tpu_elementwise(const tpu_tensor_t* out, const tpu_tensor_t* const*
                              int nin, tpu_ctype_t ct, tpu_loop_fn_t body, void* ctx);
 
 /* Same, with one loop body per compute type (entries may be NULL when a type
- * is not supported: error naming `op`). */
+ * is not supported: error naming `op`). `bf16`, optional, is the f32 body
+ * reading and writing bfloat16 arrays: used instead of converting through
+ * float buffers when every operand is bfloat16 with unit inner stride. */
 typedef struct tpu_loop_set {
   tpu_loop_fn_t f32, f64, i64;
+  tpu_loop_fn_t bf16;
 } tpu_loop_set_t;
 tpu_status_t tpu_elementwise_set(const char* op, const tpu_tensor_t* out,
                                  const tpu_tensor_t* const* in, int nin, tpu_ctype_t ct,

@@ -43,7 +43,7 @@ typedef struct {
 #define MOP(K, NAME, EXPR)                   \
   MLOOP(NAME##_f32, float, K, EXPR)          \
   MLOOP(NAME##_f64, double, K, EXPR)         \
-  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NULL};
+  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NULL, NULL};
 
 #define ABS(x) ((x) < 0 ? -(x) : (x))
 #define SIGM(x) (1 / (1 + exp(-(x))))

@@ -15,6 +15,7 @@
 
 #include "kernels.h"
 #include "matmul.h"
+#include "vecmath.h"
 
 /* ---- row views ---- */
 typedef struct {
@@ -267,14 +268,173 @@ static tpu_status_t fill_zero(const tpu_tensor_t* t) {
   return tpu_copy_strided(t, &z);
 }
 
+
+/* ---- single-precision rows (vectorized) ----
+ * Rows that are contiguous in float32, bfloat16 or float16 skip the double
+ * buffers: 16-bit rows convert to float32 once, softmax and layer norm run
+ * loops the compiler vectorizes (compiled for the baseline ISA and AVX2, see
+ * vecmath.h), and sums accumulate in double over eight lanes. Results stay
+ * within a few float32 ulps of the double path. */
+static bool rows_flat(const rows_t* v) {
+  return v->nr == 0 || (v->nr == 1 && v->rstride[0] == 1);
+}
+
+static bool f32_storage(tpu_dtype_t dt) {
+  return dt == TPU_F32 || dt == TPU_BF16 || dt == TPU_F16;
+}
+
+/* Inlined into the per-ISA entry points below. Their own early
+ * optimization must already allow selects for conditionals (no trapping
+ * math), else the loops stay scalar after inlining. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TPU_VR_INLINE static inline __attribute__((always_inline, optimize(TPU_VEC_OPTS)))
+#else
+#define TPU_VR_INLINE TPU_VM_INLINE
+#endif
+
+TPU_VR_INLINE void vrow_to_f32(float* dst, const void* src, tpu_dtype_t dt, int64_t n) {
+  if (dt == TPU_BF16) {
+    const uint16_t* h = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = tpu_vm_bf16_to_f32(h[i]);
+  } else if (dt == TPU_F16) {
+    const uint16_t* h = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = tpu_vm_f16_to_f32(h[i]);
+  } else {
+    memcpy(dst, src, sizeof(float) * (size_t)n);
+  }
+}
+
+TPU_VR_INLINE void vrow_from_f32(void* dst, tpu_dtype_t dt, const float* src, int64_t n) {
+  if (dt == TPU_BF16) {
+    uint16_t* h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = tpu_vm_f32_to_bf16(src[i]);
+  } else if (dt == TPU_F16) {
+    uint16_t* h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = tpu_vm_f32_to_f16(src[i]);
+  } else if (dst != src) {
+    memcpy(dst, src, sizeof(float) * (size_t)n);
+  }
+}
+
+/* Reductions over a row with GCC vector types: eight float lanes, whose
+ * double partial sums are added pairwise at the end (the order is fixed, so
+ * results do not depend on the ISA except through FMA contraction). */
+typedef float tpu_v8f __attribute__((vector_size(32)));
+typedef double tpu_v4d __attribute__((vector_size(32)));
+typedef int32_t tpu_v8i __attribute__((vector_size(32)));
+
+#define VLOAD8(v, p) memcpy(&(v), (p), sizeof(tpu_v8f))
+
+TPU_VR_INLINE double vhsum8(tpu_v4d lo, tpu_v4d hi) {
+  tpu_v4d s = lo + hi;
+  return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+/* sum of x in double */
+TPU_VR_INLINE double vsum_f64(const float* x, int64_t n) {
+  tpu_v4d lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    tpu_v8f v;
+    VLOAD8(v, x + i);
+    lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), tpu_v4d);
+    hi += __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), tpu_v4d);
+  }
+  double t = 0;
+  for (; i < n; i++) t += (double)x[i];
+  return vhsum8(lo, hi) + t;
+}
+
+/* sum of (x - m)^2 in double */
+TPU_VR_INLINE double vsumsq_dev_f64(const float* x, int64_t n, double m) {
+  tpu_v4d lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0}, mv = {m, m, m, m};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    tpu_v8f v;
+    VLOAD8(v, x + i);
+    tpu_v4d a = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), tpu_v4d) - mv;
+    tpu_v4d b = __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), tpu_v4d) - mv;
+    lo += a * a;
+    hi += b * b;
+  }
+  double t = 0;
+  for (; i < n; i++) t += ((double)x[i] - m) * ((double)x[i] - m);
+  return vhsum8(lo, hi) + t;
+}
+
+/* max of x ignoring NaN (a NaN still reaches softmax's result through exp);
+ * -inf for an empty row */
+TPU_VR_INLINE float vmax_f32(const float* x, int64_t n) {
+  tpu_v8f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+               -INFINITY};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    tpu_v8f v;
+    VLOAD8(v, x + i);
+    tpu_v8i gt = v > m;
+    m = (tpu_v8f)(((tpu_v8i)v & gt) | ((tpu_v8i)m & ~gt));
+  }
+  float r = -INFINITY;
+  for (int k = 0; k < 8; k++) r = m[k] > r ? m[k] : r;
+  for (; i < n; i++) r = x[i] > r ? x[i] : r;
+  return r;
+}
+
+/* y = softmax(x) or log_softmax(x) over one row; tmp holds n floats and
+ * may be y but not x. exp runs in float32, the sum in double, and the
+ * final scaling in double, rounded once. */
+TPU_VR_INLINE void vsoftmax_row(const float* x, float* y, float* tmp, int64_t n, bool take_log) {
+  float mx = vmax_f32(x, n);
+  for (int64_t i = 0; i < n; i++) tmp[i] = tpu_vm_expf(x[i] - mx);
+  double sum = vsum_f64(tmp, n);
+  if (take_log) {
+    double lse = log(sum), m = (double)mx;
+    for (int64_t i = 0; i < n; i++) y[i] = (float)(((double)x[i] - m) - lse);
+  } else {
+    double inv = 1.0 / sum;
+    for (int64_t i = 0; i < n; i++) y[i] = (float)((double)tmp[i] * inv);
+  }
+}
+
 /* ---- softmax ---- */
 typedef struct {
   rows_t a, b, out; /* forward: a = input; backward: a = grad, b = output */
   bool log;
   bool single;      /* float32/16 output: single-precision exp is accurate enough */
   bool blocked;     /* move rows in lane blocks */
+  bool flat;        /* forward over contiguous single-precision rows */
   _Atomic int oom;
 } softmax_job_t;
+
+/* Forward over lanes [begin, end) of contiguous rows; buf holds one row. */
+TPU_VR_INLINE void softmax_flat_body(const softmax_job_t* job, int64_t begin, int64_t end,
+                                     float* buf) {
+  int64_t n = job->a.len;
+  float* tmp = buf + n;
+  for (int64_t lane = begin; lane < end; lane++) {
+    const char* src = rows_lane_ptr(&job->a, lane);
+    char* dst = rows_lane_ptr(&job->out, lane);
+    const float* x = (const float*)src;
+    if (job->a.dt != TPU_F32) {
+      vrow_to_f32(buf, src, job->a.dt, n);
+      x = buf;
+    }
+    /* y may be the input row itself (in-place softmax); tmp never is */
+    float* y = job->out.dt == TPU_F32 ? (float*)dst : tmp;
+    vsoftmax_row(x, y, tmp, n, job->log);
+    vrow_from_f32(dst, job->out.dt, y, n);
+  }
+}
+static TPU_VEC_PORTABLE void softmax_flat_p(const softmax_job_t* job, int64_t b, int64_t e,
+                                            float* buf) {
+  softmax_flat_body(job, b, e, buf);
+}
+#ifdef TPU_HAVE_AVX2_BUILD
+static TPU_VEC_AVX2 void softmax_flat_a(const softmax_job_t* job, int64_t b, int64_t e,
+                                        float* buf) {
+  softmax_flat_body(job, b, e, buf);
+}
+#endif
 
 static inline double sm_exp(const softmax_job_t* job, double v) {
   return job->single ? (double)expf((float)v) : exp(v);
@@ -300,6 +460,20 @@ static void softmax_row(const softmax_job_t* job, double* x, int64_t n) {
 static void softmax_range(void* ctx, int64_t begin, int64_t end) {
   softmax_job_t* job = ctx;
   int64_t n = job->a.len;
+  if (job->flat) {
+    float* buf = malloc(sizeof(float) * (size_t)(n > 0 ? 2 * n : 1));
+    if (!buf) {
+      job->oom = 1;
+      return;
+    }
+#ifdef TPU_HAVE_AVX2_BUILD
+    if (tpu_host_isa() == TPU_ISA_AVX2) softmax_flat_a(job, begin, end, buf);
+    else
+#endif
+      softmax_flat_p(job, begin, end, buf);
+    free(buf);
+    return;
+  }
   double* x = scratch(LANE_BLOCK * n, &job->oom);
   if (!x) return;
   for (int64_t lane = begin, nl; lane < end; lane += nl) {
@@ -353,6 +527,8 @@ static tpu_status_t softmax_forward(const tpu_call_t* call, bool log) {
   rows_along(&job.a, x, dim);
   rows_along(&job.out, &call->outs[0], dim);
   job.blocked = rows_blockable(&job.a);
+  job.flat = rows_flat(&job.a) && rows_flat(&job.out) && f32_storage(job.a.dt) &&
+             f32_storage(job.out.dt);
   return run_items(op, job.a.lanes, job.a.len, softmax_range, &job, &job.oom);
 }
 
@@ -557,12 +733,68 @@ typedef struct {
   double eps;
   bool given_stats;    /* mean/var are inputs (batch norm evaluation) */
   double *mean, *var;  /* per lane: biased variance */
+  bool flat;           /* layer norm over contiguous single-precision rows */
   _Atomic int oom;
 } norm_job_t;
+
+/* Layer norm over contiguous single-precision rows: statistics in double
+ * from float32 values, y = ((x - mean) * rstd) * w + b in double, rounded
+ * once (like the double path). buf holds one row. */
+TPU_VR_INLINE void norm_flat_body(norm_job_t* job, int64_t begin, int64_t end, float* buf) {
+  int64_t n = job->x.len;
+  const double *w = job->w, *b = job->b;
+  for (int64_t lane = begin; lane < end; lane++) {
+    const char* src = rows_lane_ptr(&job->x, lane);
+    char* dst = rows_lane_ptr(&job->y, lane);
+    const float* x = (const float*)src;
+    if (job->x.dt != TPU_F32) {
+      vrow_to_f32(buf, src, job->x.dt, n);
+      x = buf;
+    }
+    double m = n > 0 ? vsum_f64(x, n) / (double)n : 0;
+    double var = n > 0 ? vsumsq_dev_f64(x, n, m) / (double)n : NAN;
+    job->mean[lane] = m;
+    job->var[lane] = var;
+    double rs = 1 / sqrt(var + job->eps);
+    float* y = job->y.dt == TPU_F32 ? (float*)dst : buf;
+    if (w && b) {
+      for (int64_t i = 0; i < n; i++) y[i] = (float)((((double)x[i] - m) * rs) * w[i] + b[i]);
+    } else if (w) {
+      for (int64_t i = 0; i < n; i++) y[i] = (float)((((double)x[i] - m) * rs) * w[i]);
+    } else if (b) {
+      for (int64_t i = 0; i < n; i++) y[i] = (float)(((double)x[i] - m) * rs + b[i]);
+    } else {
+      for (int64_t i = 0; i < n; i++) y[i] = (float)(((double)x[i] - m) * rs);
+    }
+    vrow_from_f32(dst, job->y.dt, y, n);
+  }
+}
+static TPU_VEC_PORTABLE void norm_flat_p(norm_job_t* job, int64_t b, int64_t e, float* buf) {
+  norm_flat_body(job, b, e, buf);
+}
+#ifdef TPU_HAVE_AVX2_BUILD
+static TPU_VEC_AVX2 void norm_flat_a(norm_job_t* job, int64_t b, int64_t e, float* buf) {
+  norm_flat_body(job, b, e, buf);
+}
+#endif
 
 static void norm_range(void* ctx, int64_t begin, int64_t end) {
   norm_job_t* job = ctx;
   int64_t n = job->x.len;
+  if (job->flat) {
+    float* buf = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!buf) {
+      job->oom = 1;
+      return;
+    }
+#ifdef TPU_HAVE_AVX2_BUILD
+    if (tpu_host_isa() == TPU_ISA_AVX2) norm_flat_a(job, begin, end, buf);
+    else
+#endif
+      norm_flat_p(job, begin, end, buf);
+    free(buf);
+    return;
+  }
   double* x = scratch(n, &job->oom);
   if (!x) return;
   for (int64_t lane = begin; lane < end; lane++) {
@@ -757,6 +989,8 @@ tpu_status_t tpu_k_native_layer_norm(const tpu_call_t* call) {
   rows_split(&job.y, &call->outs[0], axis);
   job.map = (param_map_t){1, 0, 0, job.x.len};
   job.eps = tpu_arg_f64(call, 4, 1e-5);
+  job.flat = rows_flat(&job.x) && rows_flat(&job.y) && f32_storage(job.x.dt) &&
+             f32_storage(job.y.dt);
   return norm_forward_stats(op, call, &job, opt_tensor(call, 2), opt_tensor(call, 3));
 }
 
@@ -1109,7 +1343,7 @@ tpu_status_t tpu_k_native_dropout_backward(const tpu_call_t* call) {
   TPU_RETURN_IF_ERROR(check_tensor("native_dropout_backward", "grad_output", in[0]));
   TPU_RETURN_IF_ERROR(check_tensor("native_dropout_backward", "mask", in[1]));
   double scale = tpu_arg_f64(call, 2, 1.0);
-  static const tpu_loop_set_t loops = {dropout_bwd_f32, dropout_bwd_f64, NULL};
+  static const tpu_loop_set_t loops = {dropout_bwd_f32, dropout_bwd_f64, NULL, NULL};
   return tpu_elementwise_set("native_dropout_backward", &call->outs[0], in, 2,
                              tpu_ctype_of(call->outs[0].dtype), &loops, &scale);
 }

@@ -541,9 +541,12 @@ typedef int32_t vi8_t __attribute__((vector_size(32)));
           vi8_t take = (v GT m[q]) | (v != v);                         \
           m[q] = (vf8_t)(((vi8_t)v & take) | ((vi8_t)m[q] & ~take));   \
         }                                                              \
-      for (int q = 0; q < 4; q++)                                      \
-        for (int k = 0; k < 8; k++)                                    \
-          if (BETTER((double)m[q][k], cur)) cur = m[q][k];             \
+      for (int q = 1; q < 4; q++) { /* the four vectors into m[0] */  \
+        vi8_t take = (m[q] GT m[0]) | (m[q] != m[q]);                  \
+        m[0] = (vf8_t)(((vi8_t)m[q] & take) | ((vi8_t)m[0] & ~take));  \
+      }                                                                \
+      for (int k = 0; k < 8; k++)                                      \
+        if (BETTER((double)m[0][k], cur)) cur = m[0][k];               \
     }                                                                  \
     for (; t < n; t++)                                                 \
       if (BETTER((double)CONV(x[t]), cur)) cur = CONV(x[t]);           \
@@ -561,6 +564,34 @@ typedef int32_t vi8_t __attribute__((vector_size(32)));
   }
 EXTREME_SRC(max_src, >, MAX_BETTER, max_values)
 EXTREME_SRC(min_src, <, MIN_BETTER, min_values)
+
+/* sum of n contiguous bfloat16 / float16 elements: elements 8 apart are
+ * first added in float (one rounding of at most 2^-24 relative per pair, far
+ * below these dtypes' precision) into a block buffer, whose values then go
+ * into the LANES double partial sums. Half the conversions and double
+ * additions of sum_src; the order is fixed by n alone. */
+#define SUM16_BLOCK 512
+#define SUM16_LOOP(CONV)                                                     \
+  for (; t + SUM16_BLOCK <= n; t += SUM16_BLOCK) {                           \
+    for (int j = 0; j < SUM16_BLOCK / 16; j++)                               \
+      for (int k = 0; k < 8; k++)                                            \
+        pair[8 * j + k] = CONV(x[t + 16 * j + k]) + CONV(x[t + 16 * j + 8 + k]); \
+    for (int i = 0; i < SUM16_BLOCK / 2; i += LANES)                         \
+      for (int k = 0; k < LANES; k++) s[k] += (double)pair[i + k];           \
+  }                                                                          \
+  for (int k = 0; t < n; t++, k = (k + 1) % LANES) s[k] += (double)CONV(x[t]);
+TPU_VM_INLINE double sum16_src(const char* src, tpu_dtype_t dt, int64_t n) {
+  const uint16_t* x = (const uint16_t*)src;
+  float pair[SUM16_BLOCK / 2];
+  double s[LANES] = {0};
+  int64_t t = 0;
+  if (dt == TPU_BF16) {
+    SUM16_LOOP(tpu_vm_bf16_to_f32)
+  } else {
+    SUM16_LOOP(tpu_vm_f16_to_f32)
+  }
+  return LANE_SUM(s);
+}
 
 /* Consumes n values of the reduction starting at position idx0; inlined
  * into each ISA copy of reduce_block. max/min without indices keep only
@@ -736,7 +767,8 @@ static void finish(const plan_t* p, const acc_t* a, char* o0, char* o1) {
 /* in_place: consumes n contiguous elements at src. */
 TPU_VM_INLINE void run_in_place(const plan_t* p, acc_t* a, const char* src, int64_t n) {
   if (p->kind == R_SUM || p->kind == R_MEAN) {
-    a->d[0] += sum_src(src, p->dt, n);
+    bool h = p->dt == TPU_BF16 || p->dt == TPU_F16;
+    a->d[0] += h ? sum16_src(src, p->dt, n) : sum_src(src, p->dt, n);
     return;
   }
   double cur = a->idx < 0 ? tpu_load_f64(src, p->dt) : a->d[0];
@@ -892,9 +924,9 @@ static void reduce_range(void* ctx, int64_t begin, int64_t end) {
 
 typedef struct {
   const plan_t* p;
-  int64_t nblk, blk_first[SPLIT_MAX_OUTS], blk_len[SPLIT_MAX_OUTS];
-  int64_t nch;
-  acc_t* part; /* [nch][n_out] partials */
+  int64_t nblk, *blk_first, *blk_len;
+  int64_t nch, chunk; /* chunks of `chunk` reduction positions */
+  acc_t* part;        /* [nch][n_out] partials */
 } split_t;
 
 /* Parallel body: partials of (chunk, block) pairs [begin, end). */
@@ -907,36 +939,71 @@ static void split_range(void* ctx, int64_t begin, int64_t end) {
     acc_t* acc = &sp->part[c * p->n_out + sp->blk_first[b]];
     kept_offsets(p, sp->blk_first[b], &in_off, out_off);
     for (int64_t j = 0; j < sp->blk_len[b]; j++) acc_init(p, &acc[j]);
-    reduce_block(p, in_off, sp->blk_len[b], c * SPLIT_CHUNK,
-                 min64(p->n_red, (c + 1) * SPLIT_CHUNK), acc, &s);
+    reduce_block(p, in_off, sp->blk_len[b], c * sp->chunk,
+                 min64(p->n_red, (c + 1) * sp->chunk), acc, &s);
   }
+}
+
+/* Column reductions over contiguous rows (sum over dim 0 and the like):
+ * splitting the outputs between threads would make each thread read a
+ * narrow strided column band, which the caches and prefetchers handle far
+ * worse than whole rows. They split the reduction into COL_SPLIT chunks of
+ * rows instead, every chunk covering all outputs, when the partials stay
+ * small. */
+#define COL_SPLIT 16
+#define COL_SPLIT_MAX_BLOCKS 64
+
+static bool col_split(const plan_t* p) {
+  return p->col_acc && p->in_place && p->n_red >= 4 * COL_SPLIT &&
+         p->n_out <= COL_SPLIT_MAX_BLOCKS * KMAX &&
+         p->n_out * p->n_red >= 2 * GRAIN;
 }
 
 static tpu_status_t plan_run(const plan_t* p, const char* op) {
   if (p->n_out == 0) return TPU_OK;
-  if (p->n_out > SPLIT_MAX_OUTS || p->n_red < 2 * SPLIT_CHUNK) {
+  bool cols = col_split(p);
+  if (!cols && (p->n_out > SPLIT_MAX_OUTS || p->n_red < 2 * SPLIT_CHUNK)) {
     int64_t grain = GRAIN / (p->n_red > 0 ? p->n_red : 1);
     tpu_parallel_for(p->n_out, grain > 0 ? grain : 1, reduce_range, (void*)p);
     return TPU_OK;
   }
-  split_t sp = {.p = p, .nch = (p->n_red + SPLIT_CHUNK - 1) / SPLIT_CHUNK};
+  split_t sp = {.p = p};
+  if (cols) { /* 2 to COL_SPLIT chunks of at least ~256K elements (from the shape only) */
+    int64_t nch = min64(COL_SPLIT, p->n_out * p->n_red / (GRAIN * 8));
+    nch = nch < 2 ? 2 : nch;
+    sp.chunk = (p->n_red + nch - 1) / nch;
+  } else {
+    sp.chunk = SPLIT_CHUNK;
+  }
+  sp.nch = (p->n_red + sp.chunk - 1) / sp.chunk;
+  int64_t maxblk = 0;
+  for (int64_t o = 0; o < p->n_out; o += block_len(p, o, p->n_out)) maxblk++;
+  sp.blk_first = malloc(sizeof(int64_t) * 2 * (size_t)maxblk);
+  sp.part = malloc((size_t)(p->n_out * sp.nch) * sizeof(acc_t));
+  if (!sp.part || !sp.blk_first) {
+    free(sp.part);
+    free(sp.blk_first);
+    return TPU_ERR(RESOURCE_EXHAUSTED, "%s(): out of host memory for %lld partial results", op,
+                   (long long)(p->n_out * sp.nch));
+  }
+  sp.blk_len = sp.blk_first + maxblk;
   for (int64_t o = 0; o < p->n_out; o += sp.blk_len[sp.nblk++]) {
     sp.blk_first[sp.nblk] = o;
     sp.blk_len[sp.nblk] = block_len(p, o, p->n_out);
   }
-  sp.part = malloc((size_t)(p->n_out * sp.nch) * sizeof(acc_t));
-  if (!sp.part)
-    return TPU_ERR(RESOURCE_EXHAUSTED, "%s(): out of host memory for %lld partial results", op,
-                   (long long)(p->n_out * sp.nch));
   tpu_parallel_for(sp.nch * sp.nblk, 1, split_range, &sp);
+  bool adds = (p->kind == R_SUM || p->kind == R_MEAN) && !p->int_domain;
+  for (int64_t c = 1; adds && c < sp.nch; c++) /* chunk by chunk, in order */
+    for (int64_t o = 0; o < p->n_out; o++) sp.part[o].d[0] += sp.part[c * p->n_out + o].d[0];
   for (int64_t o = 0; o < p->n_out; o++) {
     acc_t* a = &sp.part[o];
-    for (int64_t c = 1; c < sp.nch; c++) combine(p, a, &sp.part[c * p->n_out + o]);
+    for (int64_t c = 1; !adds && c < sp.nch; c++) combine(p, a, &sp.part[c * p->n_out + o]);
     int64_t in_off, out_off[2];
     kept_offsets(p, o, &in_off, out_off);
     finish(p, a, out_ptr(p, 0, out_off[0]), out_ptr(p, 1, out_off[1]));
   }
   free(sp.part);
+  free(sp.blk_first);
   return TPU_OK;
 }
 

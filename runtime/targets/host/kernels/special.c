@@ -294,15 +294,15 @@ static int64_t lcm_i(int64_t a, int64_t b, int bits) {
 #define SP_F(K, NAME, EXPR)                                                    \
   SP_LOOP(NAME##_f32, float, K, EXPR)                                          \
   SP_LOOP(NAME##_f64, double, K, EXPR)                                         \
-  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NULL};
+  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NULL, NULL};
 #define SP_FI(K, NAME, FEXPR, IEXPR)                                           \
   SP_LOOP(NAME##_f32, float, K, FEXPR)                                         \
   SP_LOOP(NAME##_f64, double, K, FEXPR)                                        \
   SP_LOOP(NAME##_i64, int64_t, K, IEXPR)                                       \
-  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NAME##_i64};
+  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NAME##_i64, NULL};
 #define SP_I(K, NAME, IEXPR)                                                   \
   SP_LOOP(NAME##_i64, int64_t, K, IEXPR)                                       \
-  static const tpu_loop_set_t NAME##_loops = {NULL, NULL, NAME##_i64};
+  static const tpu_loop_set_t NAME##_loops = {NULL, NULL, NAME##_i64, NULL};
 
 SP_F(1, erfinv, erfinv_d(a))
 SP_F(1, digamma, digamma_d(a))
