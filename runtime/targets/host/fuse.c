@@ -139,7 +139,9 @@ typedef struct {
 } gbuf_t;
 
 typedef struct {
-  int first, last; /* node range */
+  int* nodes;      /* member nodes in program order */
+  int nnodes;
+  int trigger;     /* the group runs when execution reaches this node */
   int64_t n;       /* elements */
   uint64_t sig;    /* structure: ops, buffer roles, internal buffers */
   gbuf_t* bufs;
@@ -152,9 +154,10 @@ typedef struct {
 } group_t;
 
 struct tpu_fusion_plan {
-  group_t* groups;
+  group_t* groups; /* in trigger order */
   int ngroups;
   int64_t fused_nodes;
+  bool* fused; /* per node: it runs inside a group */
 };
 
 static bool g_enabled_once, g_enabled = true, g_async = true;
@@ -272,17 +275,17 @@ static void sig_mix(uint64_t* h, uint64_t v) {
   *h ^= *h >> 29;
 }
 
-/* Builds group g over nodes [first, last]: buffers, scalars, internal
+/* Builds group g over its nodes: buffers, scalars, internal
  * buffers and a structural signature; with `emit`, also the source. */
 static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
-  const size_t nodes = (size_t)(g->last - g->first + 1);
+  const size_t nodes = (size_t)g->nnodes;
   g->bufs = calloc(4 * nodes, sizeof(gbuf_t));
   g->scalars = calloc(6 * nodes, sizeof(float));
   if (!g->bufs || !g->scalars) return false;
   sbuf_t body = {0};
   int nvar = 0;
-  for (int i = g->first; i <= g->last; i++) {
-    tpu_call_t* c = gr->nodes[i];
+  for (int m = 0; m < g->nnodes; m++) {
+    tpu_call_t* c = gr->nodes[g->nodes[m]];
     const fop_t* f = find_op(c);
     char names[5][32];
     const char* np[5];
@@ -341,8 +344,11 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
     tpu_lazy_unlock();
     if (!dead) continue;
     bool outside = false;
-    for (int i = 0; i < gr->n && !outside; i++) {
-      if (i >= g->first && i <= g->last) continue;
+    for (int i = 0, m = 0; i < gr->n && !outside; i++) {
+      if (m < g->nnodes && g->nodes[m] == i) {
+        m++;
+        continue;
+      }
       const tpu_call_t* c = gr->nodes[i];
       for (int a = 0; a < c->nargs && !outside; a++) {
         const tpu_arg_t* x = &c->args[a];
@@ -383,7 +389,7 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
   sbuf_t src = {0};
   sb_printf(&src,
             "/* TorchTPU fused kernel: nodes");
-  for (int i = g->first; i <= g->last; i++) sb_printf(&src, " %s", gr->nodes[i]->op->name);
+  for (int m = 0; m < g->nnodes; m++) sb_printf(&src, " %s", gr->nodes[g->nodes[m]]->op->name);
   sb_printf(&src,
             " */\n#include <math.h>\n#include <stdint.h>\n#include \"vecmath.h\"\n"
             "typedef float elem_t;\n#define LIT(v) ((elem_t)(v))\n#define EXP(x) tpu_vm_expf(x)\n"
@@ -654,9 +660,125 @@ static void memo_put(uint64_t sig, const char* src, fused_fn_t fn) {
 }
 
 static void group_free(group_t* g) {
+  free(g->nodes);
   free(g->bufs);
   free(g->scalars);
   free(g->src);
+}
+
+/* Makes the group over `nodes` (copied) and adds it to the plan when an
+ * executable is available now. */
+static void add_group(tpu_graph_t* gr, tpu_fusion_plan_t** pp, const int* nodes, int nnodes,
+                      int trigger, int64_t n) {
+  group_t g = {0};
+  for (int pass = 0; pass < 2; pass++) {
+    memset(&g, 0, sizeof g);
+    g.nodes = malloc(sizeof(int) * (size_t)nnodes);
+    if (!g.nodes) return;
+    memcpy(g.nodes, nodes, sizeof(int) * (size_t)nnodes);
+    g.nnodes = nnodes;
+    g.trigger = trigger;
+    g.n = n;
+    g.sig = 0xcbf29ce484222325ull;
+    if (!build_group(gr, &g, pass == 1)) break;
+    if (pass == 0) {
+      if ((g.fn = memo_get(g.sig))) break;
+      group_free(&g);
+      continue;
+    }
+    uint64_t sig = g.sig;
+    if ((g.fn = executable_for(g.src))) memo_put(sig, g.src, g.fn);
+  }
+  tpu_fusion_plan_t* p = *pp;
+  if (g.fn && !p) p = *pp = calloc(1, sizeof *p);
+  group_t* gs = g.fn && p ? realloc(p->groups, sizeof(group_t) * (size_t)(p->ngroups + 1)) : NULL;
+  if (!gs) {
+    group_free(&g);
+    return;
+  }
+  free(g.src);
+  g.src = NULL;
+  p->groups = gs;
+  p->groups[p->ngroups++] = g;
+  p->fused_nodes += nnodes;
+}
+
+typedef struct {
+  uintptr_t lo, hi;
+  int col;
+} span_t;
+
+static int span_cmp(const void* a, const void* b) {
+  const span_t *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* A foreach block at node i: S >= 2 segments of N >= 2 nodes, each segment
+ * one op applied to a list (what _foreach_* ops become: one call per list
+ * entry), entry k of every segment over the same number of elements, and
+ * the columns (entry k of each segment) touching disjoint memory. Each
+ * column is an independent chain (one parameter's optimizer update), so it
+ * fuses into one kernel run at the block's start. Returns S * N, 0 if no
+ * block starts at i. */
+static int foreach_block(tpu_graph_t* gr, int i, int* out_n) {
+  const char* op = gr->nodes[i]->op->name;
+  int N = 1;
+  while (i + N < gr->n && gr->nodes[i + N]->op->name == op) N++;
+  if (N < 2) return 0;
+  int64_t* numel = malloc(sizeof(int64_t) * (size_t)N);
+  if (!numel) return 0;
+  int S = 0;
+  for (;; S++) {
+    int base = i + S * N;
+    if (base + N > gr->n) break;
+    const char* sop = gr->nodes[base]->op->name;
+    bool ok = true;
+    for (int k = 0; k < N && ok; k++) {
+      tpu_call_t* c = gr->nodes[base + k];
+      int64_t n = S ? numel[k] : -1;
+      ok = c->op->name == sop && fusible(c, &n);
+      if (ok && !S) numel[k] = n;
+    }
+    if (!ok) break;
+    if (base + N < gr->n && gr->nodes[base + N]->op->name == sop) { /* segment longer than N */
+      S++;
+      break;
+    }
+  }
+  free(numel);
+  if (S < 2) return 0;
+  /* columns must not share memory: sort every touched range, then
+   * overlapping neighbours must belong to one column */
+  int cap = S * N * 4, m = 0;
+  span_t* sp = malloc(sizeof(span_t) * (size_t)cap);
+  if (!sp) return 0;
+  for (int s2 = 0; s2 < S; s2++)
+    for (int k = 0; k < N; k++) {
+      tpu_call_t* c = gr->nodes[i + s2 * N + k];
+      for (int x = -1; x < c->nargs && m < cap; x++) {
+        const tpu_tensor_t* t = x < 0 ? &c->outs[0] : tpu_arg_tensor(c, x);
+        if (!t || (t->flags & TPU_TENSOR_CPU_SCALAR)) continue;
+        sp[m].lo = (uintptr_t)t->data;
+        sp[m].hi = sp[m].lo + (uintptr_t)(tpu_tensor_numel(t) * (int64_t)tpu_dtype_size(t->dtype));
+        sp[m].col = k;
+        m++;
+      }
+    }
+  qsort(sp, (size_t)m, sizeof(span_t), span_cmp);
+  uintptr_t reach = 0;
+  int reach_col = -1;
+  bool clash = false;
+  for (int q = 0; q < m && !clash; q++) {
+    if (sp[q].lo < reach && sp[q].col != reach_col) clash = true;
+    if (sp[q].hi > reach) {
+      reach = sp[q].hi;
+      reach_col = sp[q].col;
+    }
+  }
+  free(sp);
+  if (clash) return 0;
+  *out_n = N;
+  return S * N;
 }
 
 tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
@@ -664,7 +786,19 @@ tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
   gr->plan = NULL;
   if (!g_enabled || gr->n < 2) return TPU_OK;
   tpu_fusion_plan_t* p = NULL;
+  int* idx = malloc(sizeof(int) * (size_t)gr->n);
+  if (!idx) return TPU_OK; /* no fusion: every node runs its kernel */
   for (int i = 0; i < gr->n;) {
+    int N = 0, len = foreach_block(gr, i, &N);
+    if (len) {
+      const int S = len / N;
+      for (int k = 0; k < N; k++) {
+        for (int s2 = 0; s2 < S; s2++) idx[s2] = i + s2 * N + k;
+        add_group(gr, &p, idx, S, i, tpu_tensor_numel(&gr->nodes[i + k]->outs[0]));
+      }
+      i += len;
+      continue;
+    }
     int64_t n = -1;
     if (!fusible(gr->nodes[i], &n)) {
       i++;
@@ -672,43 +806,22 @@ tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
     }
     int j = i + 1;
     while (j < gr->n && fusible(gr->nodes[j], &n)) j++;
-    if (j - i < 2) {
-      i = j;
-      continue;
-    }
-    group_t g = {0};
-    g.first = i;
-    g.last = j - 1;
-    g.n = n;
-    g.sig = 0xcbf29ce484222325ull;
-    bool ok = build_group(gr, &g, false);
-    if (ok && !(g.fn = memo_get(g.sig))) {
-      uint64_t sig = g.sig;
-      group_free(&g);
-      memset(&g, 0, sizeof g);
-      g.first = i;
-      g.last = j - 1;
-      g.n = n;
-      g.sig = 0xcbf29ce484222325ull;
-      ok = build_group(gr, &g, true) && (g.fn = executable_for(g.src));
-      if (ok) memo_put(sig, g.src, g.fn);
-    }
-    if (ok && g.fn) {
-      if (!p) p = calloc(1, sizeof *p);
-      group_t* gs = p ? realloc(p->groups, sizeof(group_t) * (size_t)(p->ngroups + 1)) : NULL;
-      if (gs) {
-        free(g.src);
-        g.src = NULL;
-        p->groups = gs;
-        p->groups[p->ngroups++] = g;
-        p->fused_nodes += j - i;
-      } else {
-        group_free(&g);
-      }
-    } else {
-      group_free(&g);
+    if (j - i >= 2) {
+      for (int k = i; k < j; k++) idx[k - i] = k;
+      add_group(gr, &p, idx, j - i, i, n);
     }
     i = j;
+  }
+  free(idx);
+  if (p) { /* node -> fused marks for the executor */
+    p->fused = calloc((size_t)gr->n, sizeof(bool));
+    if (!p->fused) {
+      tpu_fusion_plan_free(p);
+      p = NULL;
+    } else {
+      for (int g = 0; g < p->ngroups; g++)
+        for (int m = 0; m < p->groups[g].nnodes; m++) p->fused[p->groups[g].nodes[m]] = true;
+    }
   }
   gr->plan = p;
   return TPU_OK;
@@ -729,6 +842,7 @@ void tpu_fusion_plan_free(tpu_fusion_plan_t* p) {
   if (!p) return;
   for (int k = 0; k < p->ngroups; k++) group_free(&p->groups[k]);
   free(p->groups);
+  free(p->fused);
   free(p);
 }
 
@@ -774,15 +888,18 @@ tpu_status_t tpu_fusion_plan_run(const tpu_graph_t* gr, const char** failed_op) 
   const tpu_fusion_plan_t* p = gr->plan;
   int next = 0; /* next group */
   for (int i = 0; i < gr->n; i++) {
-    tpu_status_t st;
     const char* op = gr->nodes[i]->op->name;
-    if (p && next < p->ngroups && p->groups[next].first == i) {
-      st = run_group(&p->groups[next]);
-      i = p->groups[next].last;
-      next++;
-    } else {
-      st = tpu_call_run(gr->nodes[i]);
+    while (p && next < p->ngroups && p->groups[next].trigger == i) {
+      tpu_status_t st = run_group(&p->groups[next++]);
+      if (st && !first) {
+        first = st;
+        *failed_op = op;
+      } else {
+        tpu_status_free(st);
+      }
     }
+    if (p && p->fused[i]) continue;
+    tpu_status_t st = tpu_call_run(gr->nodes[i]);
     if (st && !first) {
       first = st;
       *failed_op = op;

@@ -287,7 +287,7 @@ static double ndtri_d(double p) {
 #define SF(K, NAME, FE, DE)                                                    \
   SF_LOOP(NAME##_f32, float, K, FE)                                            \
   SF_LOOP(NAME##_f64, double, K, DE)                                           \
-  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NULL};
+  static const tpu_loop_set_t NAME##_loops = {NAME##_f32, NAME##_f64, NULL, NULL};
 #define SF_D(NAME, EXPR) SF(1, NAME, EXPR, EXPR)
 
 SF(2, cheb_t, cheb_f(x, deg, 0, 6, 0), cheb_d(x, deg, 0, 6, 0))
