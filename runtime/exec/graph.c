@@ -328,6 +328,19 @@ static uint32_t name_hash(const char* s) {
 
 enum { REPEAT_MIN = 4, REPEAT_MAX = 1024 }; /* block length in ops */
 
+/* A block is a layer, not a run of one op over a list (foreach segments,
+ * which the fusion planner wants whole): it needs `k` different ops. */
+static bool distinct_at_least(const uint32_t* h, int n, int k) {
+  uint32_t seen[8];
+  int m = 0;
+  for (int i = 0; i < n && m < k; i++) {
+    bool dup = false;
+    for (int j = 0; j < m && !dup; j++) dup = seen[j] == h[i];
+    if (!dup) seen[m++] = h[i];
+  }
+  return m >= k;
+}
+
 bool tpu_repeat_observe(tpu_repeat_t* r, const char* op) {
   if (r->n >= TPU_REPEAT_HIST / 2) return false; /* the upper half keeps the block */
   r->hist[r->n++] = name_hash(op);
@@ -343,7 +356,8 @@ bool tpu_repeat_observe(tpu_repeat_t* r, const char* op) {
   /* the last p ops equal the p before them */
   for (int p = REPEAT_MIN; 2 * p <= n && p <= REPEAT_MAX && p <= TPU_REPEAT_HIST / 2; p++) {
     if (r->hist[n - 1] != r->hist[n - 1 - p]) continue;
-    if (memcmp(r->hist + n - p, r->hist + n - 2 * p, sizeof(uint32_t) * (size_t)p) == 0) {
+    if (memcmp(r->hist + n - p, r->hist + n - 2 * p, sizeof(uint32_t) * (size_t)p) == 0 &&
+        distinct_at_least(r->hist + n - p, p, 3)) {
       r->period = p;
       memcpy(r->hist + TPU_REPEAT_HIST / 2, r->hist + n - p, sizeof(uint32_t) * (size_t)p);
       return true;

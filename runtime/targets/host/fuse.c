@@ -10,9 +10,12 @@
  * unless it is internal (a dead placeholder nobody outside the group names),
  * in which case it never gets memory.
  *
- * Code generation emits one loop over [begin, end) whose body is the chain's
- * expressions (the same macros as the library kernels, ew_exprs.h and
- * vecmath.h), compiles it with the system C compiler into a shared object,
+ * Code generation emits a loop over chunks of 512 elements; inside a chunk
+ * each node is its own inner loop computing the node's expression (the same
+ * macros as the library kernels, ew_exprs.h and vecmath.h) into an L1-sized
+ * array, so a fused chain rounds exactly like the library kernels run one by
+ * one (no multiply-add contraction across nodes) while its intermediates
+ * never leave the cache. It compiles with the system C compiler into a shared object,
  * and loads it. Scalars (alpha, a learning rate, a CPU scalar operand) are
  * inputs of the kernel, not part of its source, so new values do not
  * recompile. Executables are looked up in the three-tier cache by a hash of
@@ -301,16 +304,13 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
       int kind = is_scalar_tensor(t) ? IN_DEVSCALAR : IN_FULL;
       int bi = buf_index(g, t, kind);
       gbuf_t* b = &g->bufs[bi];
-      if (b->var < 0) { /* first read: load from memory */
+      if (b->var < 0 && !b->loaded) { /* first read: from memory */
         b->loaded = true;
-        b->var = nvar++;
-        if (emit) {
-          if (kind == IN_FULL) sb_printf(&body, "    const float v%d = p%d[i];\n", b->var, bi);
-          else sb_printf(&body, "    const float v%d = d%d;\n", b->var, bi);
-        }
         sig_mix(&g->sig, 0x100 + (uint64_t)bi * 4 + (uint64_t)kind);
       }
-      snprintf(names[k], sizeof names[k], "v%d", b->var);
+      if (b->var >= 0) snprintf(names[k], sizeof names[k], "t%d[i]", b->var);
+      else if (kind == IN_FULL) snprintf(names[k], sizeof names[k], "p%d[c0 + i]", bi);
+      else snprintf(names[k], sizeof names[k], "d%d", bi);
     }
     for (int k = 0; k < 2; k++) {
       double v = f->sdef[k];
@@ -322,8 +322,8 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
     int ov = nvar++;
     sig_mix(&g->sig, (uint64_t)(uintptr_t)f);
     for (int k = 0; k < 3; k++) sig_mix(&g->sig, (uint64_t)(names[k][0] * 131 + names[k][1]));
-    if (emit) {
-      sb_printf(&body, "    const float v%d = (float)(", ov);
+    if (emit) { /* one loop per node, as the library runs it: same rounding */
+      sb_printf(&body, "    for (int64_t i = 0; i < m; i++) t%d[i] = (float)(", ov);
       emit_expr(&body, f->expr, np);
       sb_printf(&body, ");\n");
     }
@@ -369,7 +369,9 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
     if (b->loaded) b->in_slot = k;
     if (b->written && !b->internal) {
       b->out_slot = g->nout++;
-      if (emit) sb_printf(&body, "    q%d[i] = v%d;\n", b->out_slot, b->var);
+      if (emit)
+        sb_printf(&body, "    for (int64_t i = 0; i < m; i++) q%d[c0 + i] = t%d[i];\n",
+                  b->out_slot, b->var);
     }
     sig_mix(&g->sig, 0x10000 + (uint64_t)k * 64 + (uint64_t)b->kind * 8 + b->loaded * 4 +
                          b->written * 2 + b->internal);
@@ -386,6 +388,7 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
     if (b->loaded && b->kind == IN_DEVSCALAR) sb_printf(&pro, "  const float d%d = in[%d][0];\n", k, k);
     if (b->out_slot >= 0) sb_printf(&pro, "  float* q%d = out[%d];\n", b->out_slot, b->out_slot);
   }
+  for (int v = 0; v < nvar; v++) sb_printf(&pro, "  float t%d[FC] __attribute__((aligned(64)));\n", v);
   sbuf_t src = {0};
   sb_printf(&src,
             "/* TorchTPU fused kernel: nodes");
@@ -395,10 +398,11 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
             "typedef float elem_t;\n#define LIT(v) ((elem_t)(v))\n#define EXP(x) tpu_vm_expf(x)\n"
             "#define LOG(x) tpu_vm_logf(x)\n#define TANH(x) tpu_vm_tanhf(x)\n"
             "#define ERF(x) tpu_vm_erff(x)\n#define sqrt sqrtf\n#define fabs fabsf\n"
-            "#include \"ew_exprs.h\"\n"
+            "#include \"ew_exprs.h\"\n#define FC 512 /* elements per chunk: intermediates stay in L1 */\n"
             "void tpu_fused(const float* const* in, float* const* out,\n"
             "               const float* s, int64_t begin, int64_t end) {\n%s"
-            "  for (int64_t i = begin; i < end; i++) {\n%s  }\n}\n",
+            "  for (int64_t c0 = begin; c0 < end; c0 += FC) {\n"
+            "    const int64_t m = end - c0 < FC ? end - c0 : FC;\n%s  }\n}\n",
             pro.p ? pro.p : "", body.p ? body.p : "");
   free(body.p);
   free(pro.p);
