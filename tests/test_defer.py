@@ -322,3 +322,16 @@ print(max((x - y).abs().max().item() for x, y in zip(a, b)), s['nodes_fused'], s
     # the per-parameter update chains (foreach ops) became fused kernels, and the
     # denominators (exp_avg_sq.sqrt() / bc + eps) never got memory
     assert int(fused) >= 4 * 8 and int(elided) > 0
+
+
+def test_fused_chains_over_single_elements(defer):
+    # a value written and read again inside one fused group, with one element
+    # (the group must keep it in the group, not read the never-backed buffer)
+    x = torch.tensor(0.5, device="tpu", requires_grad=True)
+    y = ((x * 2).exp() * x).erf() * 3
+    y.backward()
+    xc = torch.tensor(0.5, requires_grad=True)
+    yc = ((xc * 2).exp() * xc).erf() * 3
+    yc.backward()
+    torch.testing.assert_close(y.detach().cpu(), yc.detach())
+    torch.testing.assert_close(x.grad.cpu(), xc.grad)

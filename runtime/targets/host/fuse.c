@@ -236,8 +236,8 @@ static void sb_printf(sbuf_t* b, const char* fmt, ...) {
 }
 
 static int buf_index(group_t* g, const tpu_tensor_t* t, int kind) {
-  for (int i = 0; i < g->nbufs; i++)
-    if (g->bufs[i].addr == t->data && g->bufs[i].kind == kind) return i;
+  for (int i = 0; i < g->nbufs; i++) /* one entry per address, whatever the use */
+    if (g->bufs[i].addr == t->data) return i;
   gbuf_t* b = &g->bufs[g->nbufs];
   memset(b, 0, sizeof *b);
   b->addr = t->data;
@@ -301,7 +301,9 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
         g->scalars[g->nscalars++] = (float)tpu_tensor_get_f64(t, 0);
         continue;
       }
-      int kind = is_scalar_tensor(t) ? IN_DEVSCALAR : IN_FULL;
+      /* a single element broadcast over the group; with one element in all,
+       * every buffer is a plain one */
+      int kind = is_scalar_tensor(t) && g->n > 1 ? IN_DEVSCALAR : IN_FULL;
       int bi = buf_index(g, t, kind);
       gbuf_t* b = &g->bufs[bi];
       if (b->var < 0 && !b->loaded) { /* first read: from memory */
@@ -309,7 +311,7 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
         sig_mix(&g->sig, 0x100 + (uint64_t)bi * 4 + (uint64_t)kind);
       }
       if (b->var >= 0) snprintf(names[k], sizeof names[k], "t%d[i]", b->var);
-      else if (kind == IN_FULL) snprintf(names[k], sizeof names[k], "p%d[c0 + i]", bi);
+      else if (b->kind == IN_FULL) snprintf(names[k], sizeof names[k], "p%d[c0 + i]", bi);
       else snprintf(names[k], sizeof names[k], "d%d", bi);
     }
     for (int k = 0; k < 2; k++) {
