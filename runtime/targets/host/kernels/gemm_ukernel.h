@@ -69,6 +69,11 @@ typedef struct gemm_ukernel {
    * layouts it leaves to the generic packer (matmul.c); NULL: none. */
   bool (*pack_f32)(float* dst, const float* src, int64_t sl, int64_t sk, int64_t lines,
                    int64_t kc, int w, const gemm_xform_t* xf, int np);
+  /* tile with A kept by rows: a[i * lda + k] instead of a packed panel
+   * (products with few columns, where transposing A into panels would cost
+   * more than the columns reuse it); NULL: not provided. */
+  void (*tile_rows)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                    int64_t ldc, bool accumulate);
 } gemm_ukernel_t;
 
 extern const gemm_ukernel_t tpu_gemm_ukernel_portable;

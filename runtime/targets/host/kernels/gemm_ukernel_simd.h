@@ -93,6 +93,40 @@ ATTR static void UK(tile)(int64_t kc, const float* restrict a, const float* rest
 }
 
 /* four vector partial sums, added in a fixed order */
+/* The same tile with A read by rows (row i at a + i * lda). */
+ATTR static void UK(tile_rows)(int64_t kc, const float* restrict a, int64_t lda,
+                               const float* restrict b, float* restrict c, int64_t ldc,
+                               bool accumulate) {
+  VF acc0[MR], acc1[MR];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; i++) {
+    acc0[i] = acc1[i] = V_ZERO();
+    __builtin_prefetch(c + i * ldc, 1);
+    __builtin_prefetch(c + i * ldc + NR - 1, 1);
+  }
+  for (int64_t k = 0; k < kc; k++) {
+    VF b0 = V_LOAD(b), b1 = V_LOAD(b + VL);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+      VF av = V_SET1(a[i * lda]);
+      acc0[i] = V_FMA(av, b0, acc0[i]);
+      acc1[i] = V_FMA(av, b1, acc1[i]);
+    }
+    a += 1;
+    b += NR;
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; i++) {
+    float* ci = c + i * ldc;
+    if (accumulate) {
+      acc0[i] = V_ADD(V_LOAD(ci), acc0[i]);
+      acc1[i] = V_ADD(V_LOAD(ci + VL), acc1[i]);
+    }
+    V_STORE(ci, acc0[i]);
+    V_STORE(ci + VL, acc1[i]);
+  }
+}
+
 ATTR static float UK(dot)(const float* restrict x, const float* restrict y, int64_t n) {
   VF acc[4] = {V_ZERO(), V_ZERO(), V_ZERO(), V_ZERO()};
   int64_t k = 0;
@@ -210,6 +244,18 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
     return true;
   }
   if (sk != 1 || w > NR) return false;
+  if (w == 1) { /* lines kept as lines (tile_rows): transform only */
+    for (int64_t l = 0; l < lines; l++) {
+      const float* s = src + l * sl;
+      float* d = dst + l * kcp;
+      int64_t k = 0;
+      if (np == 1)
+        for (; k + VL <= kc; k += VL) V_STORE(d + k, UK(xform)(xf[0], V_LOAD(s + k)));
+      for (; k < kc; k++)
+        for (int p = 0; p < np; p++) d[k * np + p] = gemm_xform(xf[p], s[k]);
+    }
+    return true;
+  }
   /* VL steps of a panel at a time: transformed into a line-major buffer,
    * then written step-major through 8 x 8 transposes */
   float t[GEMM_MAX_PASSES][NR][VL]; /* [pass][line][step] */

@@ -286,6 +286,21 @@ const char* tpu_gemm_isa_name(void) { return pick_ukernel()->name; }
  * the other two. */
 enum { KC = 256, MC = 96, NC = 2048 };
 
+/* Products with at most this many columns keep A by rows (see rows_a). */
+#define ROWS_A_MAX_N 128
+
+/* TORCH_TPU_GEMM_ROWS_A=0 turns the rows path off (for comparisons). */
+static bool rows_a_allowed(void) {
+  static _Atomic int cached = -1;
+  int v = atomic_load(&cached);
+  if (v < 0) {
+    const char* e = getenv("TORCH_TPU_GEMM_ROWS_A");
+    v = !(e && e[0] == '0');
+    atomic_store(&cached, v);
+  }
+  return v;
+}
+
 /* Work (multiply-adds) below which a product runs on the calling thread. */
 #define PARALLEL_MIN_WORK (1 << 17)
 /* Batched products whose entries are at most this much work each run one
@@ -390,6 +405,7 @@ typedef struct {
   int64_t nc;        /* columns per B block */
   int64_t jgroups;   /* B panel groups per A block (items = nmb * jgroups) */
   bool direct;       /* accumulate in c */
+  bool rows_a;       /* A blocks kept by rows (uk->tile_rows): few columns */
   _Atomic int oom;
 } fgemm_t;
 
@@ -426,13 +442,14 @@ static void fblock_pack_b(void* ctx, int64_t begin, int64_t end) {
 
 /* One micro-kernel tile of the direct path that crosses c's edge: computed
  * in `tmp` (mr x nr) and its rows x cols corner copied to / from c. */
-static void edge_tile(const gemm_ukernel_t* uk, int64_t kcp, const float* a, const float* b,
-                      float* c, int64_t ldc, bool accumulate, int64_t rows, int64_t cols,
-                      float* tmp) {
+static void edge_tile(const gemm_ukernel_t* uk, int64_t kcp, const float* a, int64_t lda,
+                      const float* b, float* c, int64_t ldc, bool accumulate, int64_t rows,
+                      int64_t cols, float* tmp) {
   if (accumulate)
     for (int64_t i = 0; i < rows; i++)
       memcpy(tmp + i * uk->nr, c + i * ldc, sizeof(float) * (size_t)cols);
-  uk->tile(kcp, a, b, tmp, uk->nr, accumulate);
+  if (lda) uk->tile_rows(kcp, a, lda, b, tmp, uk->nr, accumulate);
+  else uk->tile(kcp, a, b, tmp, uk->nr, accumulate);
   for (int64_t i = 0; i < rows; i++)
     memcpy(c + i * ldc, tmp + i * uk->nr, sizeof(float) * (size_t)cols);
 }
@@ -465,8 +482,11 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
     float* tgt = f->direct ? (float*)mat_ptr(&g->c, blk->bi, i0, c0)
                            : blk->acc + i0 * blk->npan * nr + jp0 * nr;
     int64_t ldt = f->direct ? g->c.sr : blk->npan * nr;
+    /* A by rows: transformed in place of packing; rows past mlen are zero */
+    const int64_t lda = f->rows_a ? kcp : 0;
     pack_panels(uk, pa, &g->a, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen, klen,
-                mr, f->ps.a, np, line);
+                f->rows_a ? 1 : mr, f->ps.a, np, line);
+    if (f->rows_a && mp > mlen) memset(pa + mlen * kcp, 0, sizeof(float) * (size_t)((mp - mlen) * kcp));
     for (int64_t jp = jp0; jp < jp1; jp++) {
       const float* bp = blk->pb + jp * kcp * nr;
       int64_t cc = (jp - jp0) * nr;
@@ -474,8 +494,10 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
         const float* ap = pa + r * kcp;
         float* ct = tgt + r * ldt + cc;
         if (f->direct && (r + mr > mlen || cc + nr > cw))
-          edge_tile(uk, kcp, ap, bp, ct, ldt, !first, min64(mr, mlen - r), min64(nr, cw - cc),
-                    tmp);
+          edge_tile(uk, kcp, ap, lda, bp, ct, ldt, !first, min64(mr, mlen - r),
+                    min64(nr, cw - cc), tmp);
+        else if (lda)
+          uk->tile_rows(kcp, ap, lda, bp, ct, ldt, !first);
         else
           uk->tile(kcp, ap, bp, ct, ldt, !first);
       }
@@ -672,6 +694,11 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   f.nc = round_up((g->n + ncb - 1) / ncb, nr);
   f.direct = g->c.dt == TPU_F32 && g->c.sc == 1 &&
              !(g->use_self && mats_overlap(&g->self, &g->c));
+  /* Few columns (attention's P @ V): each A block serves at most a few B
+   * panels, so transposing it into panels costs more than it saves; keep its
+   * rows (transformed in one streaming pass) for tile_rows. */
+  f.rows_a = f.uk->tile_rows && ps.np == 1 && g->a.dt == TPU_F32 && g->a.sc == 1 &&
+             g->n <= ROWS_A_MAX_N && rows_a_allowed();
   f.jgroups = 1;
   const bool parallel = nth > 1 && work >= PARALLEL_MIN_WORK;
   const bool by_entry = parallel && g->batch > 1 &&
