@@ -249,8 +249,20 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
       const float* s = src + l * sl;
       float* d = dst + l * kcp;
       int64_t k = 0;
-      if (np == 1)
+      if (np == 1) {
         for (; k + VL <= kc; k += VL) V_STORE(d + k, UK(xform)(xf[0], V_LOAD(s + k)));
+      } else if (np == 2) { /* transforms in vectors, passes interleaved by lane */
+        float t0[VL], t1[VL];
+        for (; k + VL <= kc; k += VL) {
+          VF x = V_LOAD(s + k);
+          V_STORE(t0, UK(xform)(xf[0], x));
+          V_STORE(t1, UK(xform)(xf[1], x));
+          for (int l = 0; l < VL; l++) {
+            d[(k + l) * 2] = t0[l];
+            d[(k + l) * 2 + 1] = t1[l];
+          }
+        }
+      }
       for (; k < kc; k++)
         for (int p = 0; p < np; p++) d[k * np + p] = gemm_xform(xf[p], s[k]);
     }

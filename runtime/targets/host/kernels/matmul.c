@@ -697,7 +697,7 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   /* Few columns (attention's P @ V): each A block serves at most a few B
    * panels, so transposing it into panels costs more than it saves; keep its
    * rows (transformed in one streaming pass) for tile_rows. */
-  f.rows_a = f.uk->tile_rows && ps.np == 1 && g->a.dt == TPU_F32 && g->a.sc == 1 &&
+  f.rows_a = f.uk->tile_rows && ps.np <= 2 && g->a.dt == TPU_F32 && g->a.sc == 1 &&
              g->n <= ROWS_A_MAX_N && rows_a_allowed();
   f.jgroups = 1;
   const bool parallel = nth > 1 && work >= PARALLEL_MIN_WORK;
