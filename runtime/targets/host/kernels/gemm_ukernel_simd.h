@@ -252,6 +252,15 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
       if (np == 1) {
         for (; k + VL <= kc; k += VL) V_STORE(d + k, UK(xform)(xf[0], V_LOAD(s + k)));
       } else if (np == 2) { /* transforms in vectors, passes interleaved by lane */
+#if VL == 8
+        for (; k + VL <= kc; k += VL) {
+          VF x = V_LOAD(s + k);
+          __m256 p0 = UK(xform)(xf[0], x), p1 = UK(xform)(xf[1], x);
+          __m256 lo = _mm256_unpacklo_ps(p0, p1), hi = _mm256_unpackhi_ps(p0, p1);
+          _mm256_storeu_ps(d + 2 * k, _mm256_permute2f128_ps(lo, hi, 0x20));
+          _mm256_storeu_ps(d + 2 * k + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+        }
+#else
         float t0[VL], t1[VL];
         for (; k + VL <= kc; k += VL) {
           VF x = V_LOAD(s + k);
@@ -262,6 +271,7 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
             d[(k + l) * 2 + 1] = t1[l];
           }
         }
+#endif
       }
       for (; k < kc; k++)
         for (int p = 0; p < np; p++) d[k * np + p] = gemm_xform(xf[p], s[k]);
