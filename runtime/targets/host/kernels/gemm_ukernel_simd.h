@@ -59,8 +59,11 @@ ATTR static inline VF UK(xform)(gemm_xform_t xf, VF x) {
 
 /* MR x NR tile: 2 * MR vector accumulators, one broadcast of a per row and
  * two loads of b per step. */
-ATTR static void UK(tile)(int64_t kc, const float* restrict a, const float* restrict b,
-                          float* restrict c, int64_t ldc, bool accumulate) {
+/* The mr x nr tile over kc steps with A element (i, k) at a[i * ai + k * ak]:
+ * a packed panel (ai = 1, ak = MR) or rows of A (ai = lda, ak = 1). */
+ATTR __attribute__((always_inline)) static inline void UK(tile_strided)(
+    int64_t kc, const float* restrict a, int64_t ai, int64_t ak, const float* restrict b,
+    float* restrict c, int64_t ldc, bool accumulate) {
   VF acc0[MR], acc1[MR];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; i++) {
@@ -73,11 +76,11 @@ ATTR static void UK(tile)(int64_t kc, const float* restrict a, const float* rest
     VF b0 = V_LOAD(b), b1 = V_LOAD(b + VL);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
-      VF av = V_SET1(a[i]);
+      VF av = V_SET1(a[i * ai]);
       acc0[i] = V_FMA(av, b0, acc0[i]);
       acc1[i] = V_FMA(av, b1, acc1[i]);
     }
-    a += MR;
+    a += ak;
     b += NR;
   }
 #pragma GCC unroll 16
@@ -92,39 +95,16 @@ ATTR static void UK(tile)(int64_t kc, const float* restrict a, const float* rest
   }
 }
 
-/* four vector partial sums, added in a fixed order */
+ATTR static void UK(tile)(int64_t kc, const float* restrict a, const float* restrict b,
+                          float* restrict c, int64_t ldc, bool accumulate) {
+  UK(tile_strided)(kc, a, 1, MR, b, c, ldc, accumulate);
+}
+
 /* The same tile with A read by rows (row i at a + i * lda). */
 ATTR static void UK(tile_rows)(int64_t kc, const float* restrict a, int64_t lda,
                                const float* restrict b, float* restrict c, int64_t ldc,
                                bool accumulate) {
-  VF acc0[MR], acc1[MR];
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; i++) {
-    acc0[i] = acc1[i] = V_ZERO();
-    __builtin_prefetch(c + i * ldc, 1);
-    __builtin_prefetch(c + i * ldc + NR - 1, 1);
-  }
-  for (int64_t k = 0; k < kc; k++) {
-    VF b0 = V_LOAD(b), b1 = V_LOAD(b + VL);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) {
-      VF av = V_SET1(a[i * lda]);
-      acc0[i] = V_FMA(av, b0, acc0[i]);
-      acc1[i] = V_FMA(av, b1, acc1[i]);
-    }
-    a += 1;
-    b += NR;
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; i++) {
-    float* ci = c + i * ldc;
-    if (accumulate) {
-      acc0[i] = V_ADD(V_LOAD(ci), acc0[i]);
-      acc1[i] = V_ADD(V_LOAD(ci + VL), acc1[i]);
-    }
-    V_STORE(ci, acc0[i]);
-    V_STORE(ci + VL, acc1[i]);
-  }
+  UK(tile_strided)(kc, a, lda, 1, b, c, ldc, accumulate);
 }
 
 ATTR static float UK(dot)(const float* restrict x, const float* restrict y, int64_t n) {
