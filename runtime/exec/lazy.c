@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "device/internal.h"
 #include "exec/internal.h"
 
 #define SLOT_SHIFT 31 /* 2 GiB per placeholder at most */
@@ -52,9 +53,8 @@ void* tpu_lazy_slot_base(int id) { return (void*)(g_base + ((uintptr_t)id << SLO
 void* tpu_lazy_alloc(int device, size_t bytes) {
   pthread_once(&g_once, reserve_region);
   if (!g_base || bytes == 0 || bytes > SPAN) return NULL;
-  tpu_memory_stats_t ms;
-  tpu_device_memory_stats(device, &ms);
-  if ((int64_t)bytes > ms.capacity_bytes) return NULL; /* fails now, as in Strict */
+  const tpu_device_state_t* d = tpu_device_state(device);
+  if (!d || bytes > d->alloc.capacity) return NULL; /* fails now, as in Strict */
   pthread_mutex_lock(&g_mu);
   if (g_nfree == 0) {
     pthread_mutex_unlock(&g_mu);

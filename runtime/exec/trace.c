@@ -182,6 +182,17 @@ static void walk_tensor(void* ctx, tpu_tensor_t* t, bool write) {
   }
 }
 
+typedef struct {
+  int node, is_free, entry;
+} temp_event_t;
+
+static int temp_event_cmp(const void* a, const void* b) {
+  const temp_event_t *x = a, *y = b;
+  if (x->node != y->node) return x->node < y->node ? -1 : 1;
+  if (x->is_free != y->is_free) return x->is_free - y->is_free;
+  return x->entry - y->entry;
+}
+
 static void free_nodes(tpu_call_t** nodes, int n) {
   for (int i = 0; i < n; i++) free(nodes[i]);
   free(nodes);
@@ -270,27 +281,36 @@ tpu_status_t tpu_trace_flush(int device) {
       st = tpu_lazy_realize(tpu_lazy_slot_base(e->slot), &e->real);
     }
   }
-  /* temporaries in node order, each freed after its last use */
-  for (int i = 0; i < m && !st; i++) {
-    for (int k = 0; k < es.n && !st; k++) {
-      entry_t* e = &es.e[k];
-      if (e->first != i || e->live || e->backed || e->fused_only) continue;
-      tpu_lazy_lock();
-      size_t bytes = tpu_lazy_slot(e->slot)->bytes;
-      tpu_lazy_unlock();
-      st = tpu_device_malloc(device, bytes, &e->real);
-      if (!st) {
-        e->temp = true;
-        atomic_fetch_add(&g_stats.temps, 1);
-        atomic_fetch_add(&g_stats.temp_bytes, (int64_t)bytes);
-      }
-    }
-    for (int k = 0; k < es.n && !st; k++)
-      if (es.e[k].temp && es.e[k].last == i) {
-        tpu_device_free(device, es.e[k].real);
-        es.e[k].freed = true;
-      }
+  /* temporaries in node order, each freed after its last use: events sorted
+   * by (node, allocation before free, entry) */
+  int nev = 0;
+  temp_event_t* ev = malloc(sizeof(temp_event_t) * (size_t)(2 * es.n + 1));
+  if (!ev && !st) st = TPU_ERR(RESOURCE_EXHAUSTED, "trace flush: out of host memory");
+  for (int k = 0; k < es.n && ev; k++) {
+    const entry_t* e = &es.e[k];
+    if (e->first < 0 || e->live || e->backed || e->fused_only) continue;
+    ev[nev++] = (temp_event_t){e->first, 0, k};
+    ev[nev++] = (temp_event_t){e->last, 1, k};
   }
+  if (ev) qsort(ev, (size_t)nev, sizeof *ev, temp_event_cmp);
+  for (int q = 0; q < nev && !st; q++) {
+    entry_t* e = &es.e[ev[q].entry];
+    if (ev[q].is_free) {
+      tpu_device_free(device, e->real);
+      e->freed = true;
+      continue;
+    }
+    tpu_lazy_lock();
+    size_t bytes = tpu_lazy_slot(e->slot)->bytes;
+    tpu_lazy_unlock();
+    st = tpu_device_malloc(device, bytes, &e->real);
+    if (!st) {
+      e->temp = true;
+      atomic_fetch_add(&g_stats.temps, 1);
+      atomic_fetch_add(&g_stats.temp_bytes, (int64_t)bytes);
+    }
+  }
+  free(ev);
   for (int k = 0; k < es.n; k++)
     if (es.e[k].fused_only || (es.e[k].first < 0 && !es.e[k].live)) {
       tpu_lazy_lock();

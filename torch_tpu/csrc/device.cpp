@@ -86,7 +86,7 @@ struct LazyDevice {
   std::mutex mu;
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> pending;
   std::unordered_set<const void*> seen;
-  uint64_t epoch = 0;
+  std::atomic<uint64_t> epoch{0};  // trace epoch the pending list was last swapped at
 };
 LazyDevice g_lazy[kMaxLazyDevices];
 
@@ -107,11 +107,12 @@ void swap_placeholders(c10::DeviceIndex d, bool force) {
   if (d < 0 || d >= kMaxLazyDevices) return;
   LazyDevice& L = g_lazy[d];
   const uint64_t epoch = tpu_trace_epoch(d);
+  if (!force && epoch == L.epoch.load(std::memory_order_relaxed)) return;  // the common case
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> list;
   {
     std::lock_guard<std::mutex> g(L.mu);
-    if (!force && epoch == L.epoch) return;
-    L.epoch = epoch;
+    if (!force && epoch == L.epoch.load()) return;
+    L.epoch.store(epoch);
     list.swap(L.pending);
     L.seen.clear();
   }

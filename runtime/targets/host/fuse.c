@@ -600,8 +600,7 @@ void tpu_fusion_wait_compiles(void) {
 
 /* The executable for src: tier 1, then tiers 2/3, else compile (now or in
  * the background); NULL when it is not available for this run. */
-static fused_fn_t executable_for(const char* src) {
-  char key[33];
+static fused_fn_t executable_for(const char* src, char key[33]) {
   key_of(src, key);
   fused_fn_t fn = (fused_fn_t)tpu_cache_tier1_get(key);
   if (fn) return fn;
@@ -647,9 +646,7 @@ static fused_fn_t memo_get(uint64_t sig) {
   return fn;
 }
 
-static void memo_put(uint64_t sig, const char* src, fused_fn_t fn) {
-  char key[33];
-  key_of(src, key);
+static void memo_put(uint64_t sig, const char* key, fused_fn_t fn) {
   pthread_mutex_lock(&g_memo_mu);
   size_t slot = sig & (MEMO_SIZE - 1);
   for (int i = 0; i < 8; i++) {
@@ -692,8 +689,8 @@ static void add_group(tpu_graph_t* gr, tpu_fusion_plan_t** pp, const int* nodes,
       group_free(&g);
       continue;
     }
-    uint64_t sig = g.sig;
-    if ((g.fn = executable_for(g.src))) memo_put(sig, g.src, g.fn);
+    char key[33];
+    if ((g.fn = executable_for(g.src, key))) memo_put(g.sig, key, g.fn);
   }
   tpu_fusion_plan_t* p = *pp;
   if (g.fn && !p) p = *pp = calloc(1, sizeof *p);
