@@ -47,13 +47,6 @@ static tpu_status_t store_out(const tpu_tensor_t* out, void* buf, tpu_dtype_t ct
   return tpu_copy_strided(out, &s);
 }
 
-/* v rounded to dtype dt (the value a tensor of that dtype would hold) */
-static double round_to(tpu_dtype_t dt, double v) {
-  unsigned char b[8];
-  tpu_store_f64(b, dt, v);
-  return tpu_load_f64(b, dt);
-}
-
 #define OOM(op) TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op)
 
 /* ---- binary searches (PyTorch's conventions: a nan key sorts last) ---- */
@@ -227,13 +220,14 @@ static void fill_hist(double* hist, int64_t nb, const ld_t* x, const ld_t* w, in
                       const double* edges, bool lin, bool local, tpu_dtype_t dt) {
   double lo = edges[0], hi = edges[nb];
   /* the interpolation rounds each step to the input's dtype, as CPU's does */
-  double width = round_to(dt, hi - lo), nbd = round_to(dt, (double)nb);
+  double width = tpu_round_f64(dt, hi - lo), nbd = tpu_round_f64(dt, (double)nb);
   for (int64_t i = 0; i < n; i++) {
     double v = (double)x[i];
     if (!(v >= lo && v <= hi)) continue;
     int64_t pos;
     if (lin || local) {
-      pos = (int64_t)round_to(dt, round_to(dt, round_to(dt, v - lo) * nbd) / width);
+      double scaled = tpu_round_f64(dt, tpu_round_f64(dt, v - lo) * nbd);
+      pos = (int64_t)tpu_round_f64(dt, scaled / width);
       if (local) {
         int64_t a = pos - 1 < 0 ? 0 : pos - 1, b = pos + 2 > nb + 1 ? nb + 1 : pos + 2;
         while (a < b) { /* upper bound of v in edges[a, b) */
@@ -281,7 +275,7 @@ static void linspace_edges(double* e, int64_t nb, double lo, double hi, tpu_dtyp
   for (int64_t i = 0; i <= nb; i++) {
     double v = f32 ? (double)(i < half ? lof + stepf * (float)i : hif - stepf * (float)(nb - i))
                    : (i < half ? lo + step * (double)i : hi - step * (double)(nb - i));
-    e[i] = round_to(dt, v);
+    e[i] = tpu_round_f64(dt, v);
   }
 }
 
@@ -318,8 +312,8 @@ tpu_status_t tpu_k_histc(const tpu_call_t* c) {
     st = TPU_ERR(INVALID_ARGUMENT, "torch.histc(): range of [%g, %g] is not finite", lo, hi);
     goto done;
   }
-  lo = round_to(dt, lo);
-  hi = round_to(dt, hi);
+  lo = tpu_round_f64(dt, lo);
+  hi = tpu_round_f64(dt, hi);
   linspace_edges(edges, nb, lo, hi, dt);
   fill_hist(hist, nb, x, NULL, n, edges, true, false, dt);
   st = store_out(&c->outs[0], hist, TPU_F64);
@@ -384,7 +378,7 @@ tpu_status_t tpu_k_histogram(const tpu_call_t* c) {
       lo -= 0.5;
       hi += 0.5;
     }
-    linspace_edges(edges, nb, round_to(dt, lo), round_to(dt, hi), dt);
+    linspace_edges(edges, nb, tpu_round_f64(dt, lo), tpu_round_f64(dt, hi), dt);
   }
   fill_hist(hist, nb, x, w, n, edges, false, !edges_given, dt);
   if (density) {

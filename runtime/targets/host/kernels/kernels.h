@@ -91,6 +91,22 @@ int64_t tpu_load_i64(const void* p, tpu_dtype_t dt);
 void tpu_store_f64(void* p, tpu_dtype_t dt, double v);
 void tpu_store_i64(void* p, tpu_dtype_t dt, int64_t v);
 
+/* v as an element of dtype dt holds it (float dtypes inline; others through
+ * a store and a load). */
+static inline double tpu_round_f64(tpu_dtype_t dt, double v) {
+  switch (dt) {
+    case TPU_F64: return v;
+    case TPU_F32: return (float)v;
+    case TPU_F16: return tpu_f16_to_f32(tpu_f32_to_f16((float)v));
+    case TPU_BF16: return tpu_bf16_to_f32(tpu_f32_to_bf16((float)v));
+    default: {
+      unsigned char b[8];
+      tpu_store_f64(b, dt, v);
+      return tpu_load_f64(b, dt);
+    }
+  }
+}
+
 /* Byte offset of row-major logical index `linear` in t. */
 int64_t tpu_tensor_offset_of(const tpu_tensor_t* t, int64_t linear);
 

@@ -30,16 +30,6 @@ static inline double std_normal(const uint32_t* w) {
   return sqrt(-2.0 * log(u01_open(w[0], w[1]))) * cos(TWO_PI * u01(w[2], w[3]));
 }
 
-/* v rounded to the nearest value of float dtype dt. */
-static double round_to(tpu_dtype_t dt, double v) {
-  switch (dt) {
-    case TPU_F32: return (float)v;
-    case TPU_F16: return tpu_f16_to_f32(tpu_f32_to_f16((float)v));
-    case TPU_BF16: return tpu_bf16_to_f32(tpu_f32_to_bf16((float)v));
-    default: return v;
-  }
-}
-
 /* ---- the element walker ----
  * Operand 0 is the output that defines the shape; further operands (a second
  * output, inputs) broadcast to it. `fn` computes one element from its block;
@@ -158,7 +148,7 @@ static tpu_status_t run_dist(const char* op, const tpu_call_t* c, rng_elem_fn_t 
 
 /* ---- continuous distributions ---- */
 static void uniform_elem(rng_job_t* j, const uint32_t* w, char* const* p) {
-  double v = round_to(j->dt[0], j->a + u01(w[0], w[1]) * (j->b - j->a));
+  double v = tpu_round_f64(j->dt[0], j->a + u01(w[0], w[1]) * (j->b - j->a));
   if (v >= j->b && j->b > j->a) v = j->a; /* rounding reached `to`: keep [from, to) */
   tpu_store_f64(p[0], j->dt[0], v);
 }
