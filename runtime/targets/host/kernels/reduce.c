@@ -1050,6 +1050,10 @@ static tpu_status_t reduce(const tpu_call_t* c, const char* op, rkind_t kind, in
                !p.int_domain && tpu_dtype_is_float(in->dtype) &&
                (p.col_acc ? p.kstride[p.nk - 1] == p.isz
                           : !p.by_row && p.nr == 1 && p.rstride[0] == p.isz);
+  if (p.in_place && !p.col_acc) { /* rows are read where they lie: no tile to fill */
+    p.len = p.n_red > 0 ? p.n_red : 1;
+    p.kmax = KMAX;
+  }
   if (p.n_red == 0 && (is_extreme(kind) || kind == R_NORMINF || kind == R_NORMNINF)) {
     if (kind == R_NORMINF || kind == R_NORMNINF)
       return TPU_ERR(INVALID_ARGUMENT,
