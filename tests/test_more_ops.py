@@ -239,3 +239,36 @@ def test_index_reduce(reduce, dt):
         r = torch.index_reduce(xt, 1, torch.tensor([0, -1, 0, 0, 0, 0], device="tpu"),
                                src.to("tpu"), reduce)
         torch.tpu.synchronize()
+
+
+# ------------------------------------------------------------ pairwise distances
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")])
+def test_cdist_pdist(p):
+    from util import check_op
+    # broadcast batch dims; the direct kernel (no mm) and, for p=2, the mm path
+    a, b = make((2, 1, 5, 4), torch.float32), make((3, 6, 4), torch.float32, seed=1)
+    for mode in ("donot_use_mm_for_euclid_dist", "use_mm_for_euclid_dist_if_necessary"):
+        check_op(lambda x, y: torch.cdist(x, y, p, compute_mode=mode), a, b, grad=True,
+                 atol=1e-4, rtol=1e-4)
+    # repeated rows: zero distances take PyTorch's zero gradient
+    x = make((7, 3), torch.float64)
+    x[4] = x[1]
+    check_op(lambda t: torch.pdist(t, p), x, grad=True)
+    check_op(lambda t, u: torch.cdist(t, u, p), x, x[:3].clone(), grad=True)
+    # bfloat16 (CPU has no bf16 cdist): float32 distances of the same values, rounded once
+    h = make((4, 5), torch.bfloat16)
+    ref = torch.cdist(h.float(), h.float(), p, compute_mode="donot_use_mm_for_euclid_dist")
+    got = torch.cdist(h.to("tpu"), h.to("tpu"), p, compute_mode="donot_use_mm_for_euclid_dist")
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.cpu().float(), ref.bfloat16().float(), atol=0, rtol=8e-3)
+
+
+def test_cdist_errors():
+    a = torch.randn(3, 4, device="tpu")
+    with pytest.raises(RuntimeError, match="non-negative p"):
+        torch.ops.aten._cdist_forward(a, a, -1.0, None)
+    with pytest.raises(RuntimeError, match="same number of columns"):
+        torch.ops.aten._cdist_forward(a, torch.randn(3, 5, device="tpu"), 2.0, None)
+    with pytest.raises(RuntimeError, match="2D"):
+        torch.pdist(torch.randn(2, 3, 4, device="tpu"))
+    torch.testing.assert_close(torch.cdist(a, a).cpu(), torch.cdist(a.cpu(), a.cpu()))
