@@ -145,7 +145,6 @@ def tpu_backend(gm, example_inputs, options=None, **kwargs):
     if kwargs:
         raise ValueError(f"torch.compile(backend='tpu'): unexpected arguments {sorted(kwargs)}")
     options = _check_options(options)
-    dynamic._count("dynamo_graphs")
     from torch._dynamo.backends.common import aot_autograd
     from torch._decomp import core_aten_decompositions
     layouts = {}  # forward outputs' padded layouts, read by the backward (dynamic.py)
@@ -154,7 +153,9 @@ def tpu_backend(gm, example_inputs, options=None, **kwargs):
                            inference_compiler=_make_compiler(options, "inference", layouts),
                            decompositions=core_aten_decompositions(),
                            keep_inference_input_mutations=True)
-    return backend(gm, example_inputs)
+    compiled = backend(gm, example_inputs)
+    dynamic._count("dynamo_graphs")  # after: Dynamo may restart an analysis by raising
+    return compiled
 
 
 def _register():

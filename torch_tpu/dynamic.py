@@ -406,6 +406,7 @@ class _Pass:
         self.env = {}
         self.lay = {}
         self.sym = {}  # old sym node -> expr
+        self.sizes_ok = False  # set by handlers whose int arguments are sizes
 
     # -- args --
     def value_of(self, node):
@@ -418,8 +419,12 @@ class _Pass:
         return self.g.call_function(_RealValue(expr, kind), (self.ctx,))
 
     def shape_of(self, node):
-        v = _evaluate(self.sym[node], self.spec.B)
-        return v
+        expr = self.sym[node]
+        if expr.free_symbols & self.spec.padded and not self.sizes_ok:
+            # an int argument that is not a size (a shift, an offset, k of topk): the
+            # bucket size would change its meaning
+            raise _Unsupported(f"size {expr} passed as an int argument")
+        return _evaluate(expr, self.spec.B)
 
     def map_arg(self, a, use):
         if isinstance(a, torch.fx.Node):
@@ -558,6 +563,8 @@ class _Pass:
                     facs = tuple(self.spec.facs(d) for d in self.lay[a])
                     n = self.g.call_function(_Bound(_unpad_output, facs), (n, self.ctx))
                 outs.append(n)
+            elif _is_tensor_node(a):
+                raise _Unsupported(f"unknown layout of output {a.name}")
             elif isinstance(a, torch.fx.Node):
                 outs.append(self.env[a])
             else:
@@ -622,7 +629,9 @@ class _Pass:
             step = node.args[2] if len(node.args) > 2 else node.kwargs.get("step", 1)
             if isinstance(start, torch.fx.Node) or isinstance(step, torch.fx.Node) or step != 1:
                 raise _Unsupported("arange with a symbolic start or a step")
+        self.sizes_ok = True
         self.env[node] = self.emit(node)
+        self.sizes_ok = False
         self.lay[node] = self.spec.from_shape(node.meta["val"].shape)
 
     def _view(self, node, name):
@@ -692,7 +701,9 @@ class _Pass:
             if step != 1 or isinstance(start, torch.fx.Node) or (start or 0) < 0:
                 raise _Unsupported("slice of a padded dim from the end or with a step")
         lay[dim] = _norm((self.spec.factor(_sym_expr(out_size)),))
+        self.sizes_ok = _is_padded_dim(self.L(x)[dim])  # the end of a padded dim: a size
         self.env[node] = self.emit(node)
+        self.sizes_ok = False
         self.lay[node] = tuple(lay)
 
     def op_select(self, node, name):
@@ -835,6 +846,8 @@ class _Pass:
         x = node.args[0]
         lay = self.L(x)
         t = node.target
+        if len(self.tensor_args(node)) != 1:  # max.other, min.other: not reductions
+            raise _Unsupported(f"{t} over a padded dim")
         if t in (aten.max.default, aten.min.default):
             dims = list(range(len(lay)))
         else:
@@ -1142,13 +1155,14 @@ class BucketedGraph:
                     self.layouts[a.name] = tuple(tuple(f if not isinstance(f, int) else
                                                        sympy.Integer(f) for f in d)
                                                  for d in p.lay[a])
-        except _Unsupported:
-            pass  # the first real call reports it
+        except Exception:  # noqa: BLE001  the first real call reports it
+            pass
 
     def _placeholder_layout(self, node, spec):
         v = node.meta["val"]
         rec = self.layouts.get(node.name)
-        if rec is not None and len(rec) == v.dim():
+        if rec is not None and len(rec) == v.dim() and all(
+                sympy.expand(math.prod(d) - _sym_expr(n)) == 0 for d, n in zip(rec, v.shape)):
             return tuple(_norm(tuple(spec.factor(f) for f in d)) for d in rec)
         return spec.from_shape(v.shape)
 
@@ -1182,11 +1196,12 @@ class BucketedGraph:
         spec = _Spec(bucket_vals, padded)
         try:
             g = _Pass(self.gm, spec, self._placeholder_layout).run()
-        except _Unsupported as e:
-            _count_in("pad_fallbacks", f"{self.what}: {e}")
-            return str(e)
-        g.lint()
-        gm = torch.fx.GraphModule(self.gm, g)
+            g.lint()
+            gm = torch.fx.GraphModule(self.gm, g)
+        except Exception as e:  # noqa: BLE001  (a pass failure must never fail the model)
+            reason = str(e) if isinstance(e, _Unsupported) else f"pass error {type(e).__name__}: {e}"
+            _count_in("pad_fallbacks", f"{self.what}: {reason}")
+            return reason
         _count("bucket_graphs")
         _count_in("graphs_per_bucket", ",".join(f"{s}={b}" for s, (b, _) in
                                                 zip(self.symbols, key)))
