@@ -168,10 +168,10 @@ def test_training_step_with_dynamic_length_matches_cpu():
     opt_r = torch.optim.SGD(ref.parameters(), lr=0.1)
     opt_d = torch.optim.SGD(dev.parameters(), lr=0.1)
     with torch.tpu.precision("highest"):
-        for T in (21, 50, 37, 120):
+        for B, T in ((3, 21), (3, 50), (2, 37), (3, 120)):  # B=3 pads to 4: B*T has 2 factors
             g = torch.Generator().manual_seed(T)
-            idx = torch.randint(0, 29, (2, T), generator=g)
-            tgt = torch.randint(0, 29, (2, T), generator=g)
+            idx = torch.randint(0, 29, (B, T), generator=g)
+            tgt = torch.randint(0, 29, (B, T), generator=g)
             _, lr_ = ref(idx, tgt)
             _, ld = f(idx.to("tpu"), tgt.to("tpu"))
             opt_r.zero_grad()
@@ -186,3 +186,27 @@ def test_training_step_with_dynamic_length_matches_cpu():
     s = torch.tpu.compilation_cache_stats()
     assert s["pad_fallbacks"] == {}, s["pad_fallbacks"]
     assert s["padded_runs"] >= 6, s  # forward and backward of the dynamic graph, padded
+
+
+def test_automatic_dynamic_recompile_is_bucketed():
+    def fn(x):
+        return torch.softmax(x, -1).sum(-1), F.layer_norm(x.transpose(0, 1), (x.shape[0],))
+    f = torch.compile(fn, backend="tpu")  # static first, Dynamo's dynamic recompile after
+    for n in (20, 24, 30, 50, 60):
+        x = torch.randn(6, n)
+        for g, w in zip(f(x.to("tpu")), fn(x)):
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-5)
+    s = torch.tpu.compilation_cache_stats()
+    assert s["dynamo_graphs"] == 2 and s["padded_runs"] == 4 and s["bucket_graphs"] == 2, s
+
+
+def test_pad_dynamic_off_and_validation():
+    fn = lambda x: x.softmax(0)  # noqa: E731
+    f = torch.compile(fn, backend="tpu", dynamic=True, options={"pad_dynamic": False})
+    x = torch.randn(20, 3)
+    torch.testing.assert_close(f(x.to("tpu")).cpu(), fn(x))
+    assert torch.tpu.compilation_cache_stats()["padded_runs"] == 0
+    torch._dynamo.reset()
+    g = torch.compile(fn, backend="tpu", options={"pad_dynamic": "yes"})
+    with pytest.raises(Exception, match="option pad_dynamic"):
+        g(x.to("tpu"))

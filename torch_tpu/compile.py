@@ -72,6 +72,9 @@ def _check_options(options):
     if "precision" in options and options["precision"] not in ("medium", "high", "highest"):
         raise ValueError(f"torch.compile(backend='tpu'): option precision="
                          f"{options['precision']!r}; expected 'medium', 'high' or 'highest'")
+    if "pad_dynamic" in options and not isinstance(options["pad_dynamic"], bool):
+        raise ValueError(f"torch.compile(backend='tpu'): option pad_dynamic="
+                         f"{options['pad_dynamic']!r}; expected True or False")
     if "buckets" in options:
         options["buckets"] = dynamic.check_buckets(options["buckets"])
     return options

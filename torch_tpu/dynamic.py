@@ -547,7 +547,10 @@ class _Pass:
             if name in _DROP:
                 continue
             if _is_sym_node(node):
-                self.sym[node] = _sym_expr(node.meta["val"])
+                expr = _sym_expr(node.meta["val"])
+                if expr.free_symbols - set(self.spec.B):
+                    raise _Unsupported(f"data-dependent size {expr}")
+                self.sym[node] = expr
                 continue
             self.call(node, name)
         return self.g
@@ -675,7 +678,7 @@ class _Pass:
             ds = {d % max(len(lay), 1) for d in ds}
         else:
             ds = set(range(len(lay)))
-        keep = [lay[i] for i in range(len(lay)) if not (i in ds and shape[i] == 1)]
+        keep = [lay[i] for i in range(len(lay)) if not (i in ds and _sym_expr(shape[i]) == 1)]
         self.env[node] = self.emit(node)
         self.lay[node] = tuple(keep)
 
