@@ -384,6 +384,10 @@ _POINTWISE_EXTRA = {
 }
 _CREATION = {"full", "zeros", "ones", "empty", "new_zeros", "new_ones", "new_full",
              "new_empty", "empty_permuted", "arange", "scalar_tensor"}
+_VIEW_OPS = {"view", "_unsafe_view", "reshape", "slice", "select", "permute", "transpose", "t",
+             "unsqueeze", "squeeze", "expand", "alias", "as_strided", "diagonal", "unfold",
+             "narrow", "split", "split_with_sizes", "unbind", "detach", "unflatten", "movedim",
+             "view_as_real", "view_as_complex", "real", "imag", "chunk"}
 _REDUCE = {  # name -> neutral kind
     "sum": "zero", "prod": "one", "amax": "ninf", "amin": "pinf", "any": "false",
     "all": "true", "argmax": "ninf", "argmin": "pinf", "max": "ninf", "min": "pinf",
@@ -400,8 +404,9 @@ def _name(target):
 
 
 class _Pass:
-    def __init__(self, gm, spec, placeholder_layouts):
+    def __init__(self, gm, spec, placeholder_layouts, n_visible=None):
         self.gm, self.spec, self.ph_lay = gm, spec, placeholder_layouts
+        self.n_visible = n_visible  # leading outputs the user sees (None: all)
         self.g = torch.fx.Graph()
         self.env = {}
         self.lay = {}
@@ -522,6 +527,7 @@ class _Pass:
                     self.sym[node] = _sym_expr(node.meta["val"])
                 elif _is_tensor_node(node):
                     self.lay[node] = self.ph_lay(node, self.spec)
+        self.real_env = dict(self.env)
         self.ctx = self.g.placeholder("_tpu_bucket_ctx")
         # pad inputs right after the placeholders
         for node in list(self.env):
@@ -555,10 +561,54 @@ class _Pass:
             self.call(node, name)
         return self.g
 
+    def _views_input(self, a):
+        """Whether a is a graph input or a chain of views of one."""
+        while isinstance(a, torch.fx.Node):
+            if a.op == "placeholder":
+                return _is_tensor_node(a)
+            if a.op != "call_function" or not (a.target is operator.getitem
+                                                or _name(a.target) in _VIEW_OPS):
+                return False
+            a = a.args[0]
+        return False
+
+    def _replay_real(self, a):
+        """a (a view chain of an input) rebuilt on the real, unpadded input with real sizes:
+        AOTAutograd regenerates outputs that alias inputs from their view metadata, which
+        must describe the user's tensor, not the padded copy."""
+        if a.op == "placeholder":
+            return self.real_env[a]
+        src = self._replay_real(a.args[0])
+        args = (src,) + tuple(self.map_arg(x, "value") for x in a.args[1:])
+        kwargs = {k: self.map_arg(v, "value") for k, v in a.kwargs.items()}
+        return self.g.call_function(a.target, args, kwargs)
+
+    def _view_root(self, a):
+        while (isinstance(a, torch.fx.Node) and a.op == "call_function"
+               and (a.target is operator.getitem or _name(a.target) in _VIEW_OPS)):
+            a = a.args[0]
+        return a
+
+    def _check_aliasing_outputs(self, outs):
+        """Outputs that are views of one intermediate (AOTAutograd regenerates them from
+        the intermediate with as_strided) must stay views of one storage after slicing
+        back, which holds when every padded dim is a single factor (narrow)."""
+        roots = {}
+        for a in outs:
+            if isinstance(a, torch.fx.Node) and _is_tensor_node(a) and not self._views_input(a):
+                roots.setdefault(self._view_root(a), []).append(a)
+        for group in roots.values():
+            if len(group) > 1 and any(isinstance(self.lay.get(a), tuple) and any(
+                    _is_padded_dim(d) and len(d) > 1 for d in self.lay[a]) for a in group):
+                raise _Unsupported("aliasing outputs with a flattened padded dim")
+
     def output(self, node):
         outs = []
+        self._check_aliasing_outputs(node.args[0][:self.n_visible])
         for a in node.args[0]:
-            if isinstance(a, torch.fx.Node) and a in self.sym:
+            if isinstance(a, torch.fx.Node) and self._views_input(a):
+                outs.append(self._replay_real(a))
+            elif isinstance(a, torch.fx.Node) and a in self.sym:
                 outs.append(self.value_of(a))
             elif isinstance(a, torch.fx.Node) and a in self.lay and isinstance(self.lay[a], tuple):
                 n = self.env[a]
@@ -696,15 +746,43 @@ class _Pass:
         lay = list(self.L(x))
         dim = (node.args[1] if len(node.args) > 1 else 0) % len(lay)
         start = node.args[2] if len(node.args) > 2 else None
+        end = node.args[3] if len(node.args) > 3 else None
         step = node.args[4] if len(node.args) > 4 else 1
-        out_size = node.meta["val"].shape[dim]
-        if _is_padded_dim(lay[dim]):
+        out = self.spec.factor(_sym_expr(node.meta["val"].shape[dim]))
+        if step != 1:
+            if _is_padded_dim(lay[dim]) or not isinstance(out, int):
+                raise _Unsupported("slice with a step over a padded dim")
+        elif _is_padded_dim(lay[dim]):
             if len(lay[dim]) != 1:
                 raise _Unsupported("slice of a flattened padded dim")
-            if step != 1 or isinstance(start, torch.fx.Node) or (start or 0) < 0:
-                raise _Unsupported("slice of a padded dim from the end or with a step")
-        lay[dim] = _norm((self.spec.factor(_sym_expr(out_size)),))
-        self.sizes_ok = _is_padded_dim(self.L(x)[dim])  # the end of a padded dim: a size
+            if isinstance(out, int):
+                # a fixed-size window (x[:, -4:], x[:, t-3:t]): take it at the real
+                # positions, counting from the real end
+                real = lay[dim][0]
+
+                def bound(b, default):
+                    if b is None or (isinstance(b, int) and b >= 2 ** 62):
+                        return self._real(default)
+                    if isinstance(b, int):
+                        return b if b >= 0 else self._real(real + b)
+                    return self.value_of(b)
+                args = (self.env[x], dim, bound(start, 0), bound(end, real), 1)
+                self.env[node] = self.g.call_function(aten.slice.Tensor, args)
+                lay[dim] = _norm((out,))
+                self.lay[node] = tuple(lay)
+                return
+            if isinstance(start, torch.fx.Node) or (start or 0) < 0:
+                raise _Unsupported("slice of a padded dim from the end")
+            # a prefix-aligned slice x[:, a:end]: valid elements stay a prefix
+        elif not isinstance(out, int):
+            # a static dim cut to a padded size (mask_buffer[:T]): the bucket size must fit
+            if isinstance(start, torch.fx.Node) or (start or 0) < 0 or not isinstance(
+                    self.spec.factor(_sym_expr(x.meta["val"].shape[dim])), int):
+                raise _Unsupported("slice of a static dim to a padded size")
+            if (start or 0) + self.spec.pad(out) > self.spec.dim_size(lay[dim]):
+                raise _Unsupported("bucket larger than the sliced dim")
+        lay[dim] = _norm((out,))
+        self.sizes_ok = True  # the ends of the slice are sizes here
         self.env[node] = self.emit(node)
         self.sizes_ok = False
         self.lay[node] = tuple(lay)
@@ -1112,6 +1190,7 @@ class BucketedGraph:
         self.specs = {}
         self.fallback = None
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.n_visible = 0 if what == "backward" else _visible_outputs()
         self.symbols = self._find_symbols()
         if self.fallback is None:
             self._record_output_layouts()
@@ -1150,7 +1229,7 @@ class BucketedGraph:
         # symbolic factor layouts of the forward outputs, for the backward's placeholders
         try:
             spec = _Spec({s: 1 << 20 for s in self.symbols}, set(self.symbols))
-            p = _Pass(self.gm, spec, self._placeholder_layout)
+            p = _Pass(self.gm, spec, self._placeholder_layout, self.n_visible)
             p.run()
             out = next(n for n in self.gm.graph.nodes if n.op == "output")
             for a in out.args[0]:
@@ -1198,7 +1277,7 @@ class BucketedGraph:
         padded = {s for s, (b, lo) in zip(self.symbols, key) if lo < b}
         spec = _Spec(bucket_vals, padded)
         try:
-            g = _Pass(self.gm, spec, self._placeholder_layout).run()
+            g = _Pass(self.gm, spec, self._placeholder_layout, self.n_visible).run()
             g.lint()
             gm = torch.fx.GraphModule(self.gm, g)
         except Exception as e:  # noqa: BLE001  (a pass failure must never fail the model)
@@ -1209,6 +1288,18 @@ class BucketedGraph:
         _count_in("graphs_per_bucket", ",".join(f"{s}={b}" for s, (b, _) in
                                                 zip(self.symbols, key)))
         return gm
+
+
+def _visible_outputs():
+    """How many leading outputs of the forward graph being compiled reach the user
+    (mutated inputs, user outputs, intermediate bases; the rest is saved for the
+    backward), from AOTAutograd's metadata; None (all) when it is not available."""
+    try:
+        meta = torch._guards.TracingContext.try_get().fw_metadata
+        return (meta.num_mutated_inp_runtime_indices + len(meta.output_info)
+                + meta.num_intermediate_bases)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def has_symbolic_sizes(gm):
