@@ -126,6 +126,27 @@ def test_reductions_over_the_dynamic_dim():
     assert s["padded_runs"] >= 4 and s["pad_fallbacks"] == {}, s
 
 
+def test_windows_buffers_and_views_of_inputs():
+    mask = torch.randn(64, 64).tril()
+
+    def fn(x):
+        m = mask.to(x.device)[:x.shape[1], :x.shape[1]]  # a static buffer cut to the length
+        y = x * 2
+        return (x[:, -4:], x[:, -1], x[:, 2:], x[:, :-3].sum(1), x.transpose(0, 1), x[1],
+                (m @ x[0]).softmax(0), y, y[:, 3:], y.transpose(1, 2), x.roll(3, 1))
+    shapes = [(3, t, 5) for t in (19, 40, 23, 63)]
+    f = torch.compile(fn, backend="tpu", dynamic=True)
+    for shape in shapes:
+        x = torch.randn(shape)
+        with torch.tpu.precision("highest"):
+            got = f(x.to("tpu"))
+        for g, w in zip(got, fn(x)):
+            assert g.shape == w.shape
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-5)
+    s = torch.tpu.compilation_cache_stats()
+    assert s["padded_runs"] == 4 and s["pad_fallbacks"] == {}, s
+
+
 def test_mark_dynamic_path():
     def fn(x):
         w = torch.softmax(x @ x.transpose(-1, -2), -1)
