@@ -27,7 +27,6 @@ ops over a padded dim, slices from the end, cat along a padded dim, mutations of
 inputs, ops it does not know) makes that graph run at its exact size, counted in
 ``stats()["pad_fallbacks"]`` with the reason. Results never depend on the bucket.
 """
-import functools
 import math
 import operator
 import threading
@@ -900,8 +899,7 @@ class _Pass:
         lis = [self.L(i) for i in indices]
         if any(li != lis[0] for li in lis):
             raise _Unsupported("index with differently padded indices")
-        for d in range(len(indices)):
-            pass  # values in range of the real sizes stay valid after padding
+        # index values address real positions of x, which padding does not move
         args, kw = self.map_call(node, {1: [self._index_masked(i) for i in indices]})
         self.env[node] = self.emit(node, args, kw)
         self.lay[node] = lis[0] + lx[len(indices):]
@@ -942,16 +940,15 @@ class _Pass:
         xm = self.masked(self.env[x], lay, dims, _REDUCE[name])
         args, kw = self.map_call(node, {0: xm})
         self.env[node] = self.emit(node, args, kw)
-        nargs = len(t._schema.arguments)
-        kpos = next((i for i, a in enumerate(t._schema.arguments) if a.name == "keepdim"), nargs)
-        out = self._reduced_layout(lay, dims, self._keepdim(node, kpos)) \
-            if node.meta["val"].__class__ is not tuple else None
-        if isinstance(node.meta["val"], (tuple, list)):
-            red = self._reduced_layout(lay, dims, self._keepdim(node, kpos))
-            self.lay[node] = [red for _ in node.meta["val"]]
+        schema_args = t._schema.arguments
+        kpos = next((i for i, a in enumerate(schema_args) if a.name == "keepdim"),
+                    len(schema_args))
+        out = self._reduced_layout(lay, dims, self._keepdim(node, kpos))
+        val = node.meta["val"]
+        if isinstance(val, (tuple, list)):  # max.dim, min.dim: (values, indices)
+            self.lay[node] = [out for _ in val]
         else:
-            self.lay[node] = out if node.meta["val"].dim() == len(out) else \
-                self.spec.from_shape(node.meta["val"].shape)
+            self.lay[node] = out if val.dim() == len(out) else self.spec.from_shape(val.shape)
 
     def _count(self, lay, dims):
         expr = sympy.Integer(1)
@@ -993,8 +990,8 @@ class _Pass:
         keep = node.kwargs.get("keepdim", node.args[3] if len(node.args) > 3 else False)
         xm = self.masked(self.env[x], lay, dims, "zero")
         n = self._real(self._count(lay, dims))
-        mean = self.g.call_function(aten.div.Tensor,
-                                    (self.g.call_function(aten.sum.dim_IntList, (xm, dims, True)), n))
+        total = self.g.call_function(aten.sum.dim_IntList, (xm, dims, True))
+        mean = self.g.call_function(aten.div.Tensor, (total, n))
         dev = self.g.call_function(aten.sub.Tensor, (self.env[x], mean))
         dev = self.masked(dev, lay, dims, "zero")
         sq = self.g.call_function(aten.mul.Tensor, (dev, dev))
@@ -1281,7 +1278,8 @@ class BucketedGraph:
             g.lint()
             gm = torch.fx.GraphModule(self.gm, g)
         except Exception as e:  # noqa: BLE001  (a pass failure must never fail the model)
-            reason = str(e) if isinstance(e, _Unsupported) else f"pass error {type(e).__name__}: {e}"
+            reason = (str(e) if isinstance(e, _Unsupported)
+                      else f"pass error {type(e).__name__}: {e}")
             _count_in("pad_fallbacks", f"{self.what}: {reason}")
             return reason
         _count("bucket_graphs")
