@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from . import _C
+from . import _C, dynamic
 from .modes import get_eager_mode, set_eager_mode
 
 OPTIONS = {
@@ -26,6 +26,10 @@ OPTIONS = {
     "fallback_eager": "bool: allow nodes without a tpu kernel (reported with a warning) "
                       "instead of raising LoweringError",
     "dump_graphs": "directory: write each compiled graph as StableHLO-style text",
+    "buckets": "increasing list of positive ints: the sizes dynamic dims pad up to (default: "
+               "the next power of two); sizes above the last bound run at their exact size",
+    "pad_dynamic": "bool (default True): run graphs with dynamic sizes at bucket sizes with "
+                   "masking (torch_tpu/dynamic.py); False runs them at their exact sizes",
 }
 
 
@@ -68,6 +72,11 @@ def _check_options(options):
     if "precision" in options and options["precision"] not in ("medium", "high", "highest"):
         raise ValueError(f"torch.compile(backend='tpu'): option precision="
                          f"{options['precision']!r}; expected 'medium', 'high' or 'highest'")
+    if "pad_dynamic" in options and not isinstance(options["pad_dynamic"], bool):
+        raise ValueError(f"torch.compile(backend='tpu'): option pad_dynamic="
+                         f"{options['pad_dynamic']!r}; expected True or False")
+    if "buckets" in options:
+        options["buckets"] = dynamic.check_buckets(options["buckets"])
     return options
 
 
@@ -110,15 +119,25 @@ def _as_one_graph(options):
                 set_eager_mode(prev)
 
 
-def _make_compiler(options, what):
+def _make_compiler(options, what, layouts):
     def compiler(gm, example_inputs):
         _lower(gm, options, what)
+        dynamic._count("aot_graphs")
 
         def run(*args):
             with _as_one_graph(options):
                 return gm(*args)
 
         run._boxed_call = False
+        if options.get("pad_dynamic", True) and dynamic.has_symbolic_sizes(gm):
+            dynamic._count("dynamic_graphs")
+
+            def run_bucket(bucket_gm, *args):
+                with _as_one_graph(options):
+                    return bucket_gm(*args)
+            bucketed = dynamic.BucketedGraph(gm, options, what, layouts, run, run_bucket)
+            bucketed._boxed_call = False
+            return bucketed
         return run
     return compiler
 
@@ -131,12 +150,15 @@ def tpu_backend(gm, example_inputs, options=None, **kwargs):
     options = _check_options(options)
     from torch._dynamo.backends.common import aot_autograd
     from torch._decomp import core_aten_decompositions
-    backend = aot_autograd(fw_compiler=_make_compiler(options, "forward"),
-                           bw_compiler=_make_compiler(options, "backward"),
-                           inference_compiler=_make_compiler(options, "inference"),
+    layouts = {}  # forward outputs' padded layouts, read by the backward (dynamic.py)
+    backend = aot_autograd(fw_compiler=_make_compiler(options, "forward", layouts),
+                           bw_compiler=_make_compiler(options, "backward", layouts),
+                           inference_compiler=_make_compiler(options, "inference", layouts),
                            decompositions=core_aten_decompositions(),
                            keep_inference_input_mutations=True)
-    return backend(gm, example_inputs)
+    compiled = backend(gm, example_inputs)
+    dynamic._count("dynamo_graphs")  # after: Dynamo may restart an analysis by raising
+    return compiled
 
 
 def _register():

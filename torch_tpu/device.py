@@ -88,12 +88,19 @@ def compilation_cache_stats() -> dict:
     """Counters of the compiled-executable cache: tier1_hits (process memory),
     tier2_hits (machine shared memory), tier3_hits (persistent directory), misses,
     compiles, compile_seconds, corrupt_entries, store_failures, and the tier
-    directories in use."""
-    return dict(_C.compilation_cache_stats())
+    directories in use; and the torch.compile graph counts of torch_tpu.dynamic.stats()
+    (dynamo_graphs, aot_graphs, dynamic_graphs, bucket_graphs, graphs_per_bucket,
+    padded_runs, exact_runs, pad_fallbacks)."""
+    from . import dynamic
+    s = dict(_C.compilation_cache_stats())
+    s.update(dynamic.stats())
+    return s
 
 
 def reset_compilation_cache_stats() -> None:
+    from . import dynamic
     _C.reset_compilation_cache_stats()
+    dynamic.reset_stats()
 
 
 def clear_compilation_cache(tier: int = None) -> None:
