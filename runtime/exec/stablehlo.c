@@ -1358,7 +1358,7 @@ void tpu_graph_print(const tpu_graph_t* g, FILE* f) {
   fputs(") -> ()\n", e.f);
   fclose(e.f);
 
-  fprintf(f, "// TorchTPU graph: %d nodes on tpu:%d, %d parameters, %d results%s\n", g->n, g->device, e.np,
+  fprintf(f, "// TorchTPU DeferAndFuse graph: %d nodes on tpu:%d, %d parameters, %d results%s\n", g->n, g->device, e.np,
           nres, e.oom ? " (INCOMPLETE: out of host memory)" : "");
   fputs("module @tpu_graph", f);
   if (e.ncc) {
