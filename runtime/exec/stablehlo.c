@@ -846,6 +846,47 @@ static ref_t gelu(em_t* e, ref_t x, const char* approx) {
   return binop(e, "stablehlo.multiply", half, scalar_op(e, "stablehlo.add", inner, 1.0));
 }
 
+/* d gelu(x) / dx */
+static ref_t gelu_grad(em_t* e, ref_t x, const char* approx) {
+  if (approx && !strcmp(approx, "tanh")) {
+    const double k = sqrt(2.0 / M_PI);
+    ref_t x2 = binop(e, "stablehlo.multiply", x, x);
+    ref_t u = scalar_op(e, "stablehlo.multiply",
+                        binop(e, "stablehlo.add", x,
+                              scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.multiply", x2, x), 0.044715)),
+                        k);
+    ref_t t = unop(e, "stablehlo.tanh", u);
+    ref_t left = scalar_op(e, "stablehlo.multiply", scalar_op(e, "stablehlo.add", t, 1.0), 0.5);
+    ref_t one_m_t2 = binop(e, "stablehlo.subtract", cst_like(e, x.dt, 1.0, x.nd, x.sz), binop(e, "stablehlo.multiply", t, t));
+    ref_t du = scalar_op(e, "stablehlo.multiply", scalar_op(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", x2, 3 * 0.044715), 1.0), k);
+    ref_t right = scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.multiply", x, binop(e, "stablehlo.multiply", one_m_t2, du)), 0.5);
+    return binop(e, "stablehlo.add", left, right);
+  }
+  ref_t cdf = scalar_op(e, "stablehlo.multiply",
+                        scalar_op(e, "stablehlo.add", unop(e, "chlo.erf", scalar_op(e, "stablehlo.multiply", x, M_SQRT1_2)), 1.0),
+                        0.5);
+  ref_t pdf = scalar_op(e, "stablehlo.multiply",
+                        unop(e, "stablehlo.exponential", scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.multiply", x, x), -0.5)),
+                        1.0 / sqrt(2.0 * M_PI));
+  return binop(e, "stablehlo.add", cdf, binop(e, "stablehlo.multiply", x, pdf));
+}
+
+/* one-hot of integer `target` over `n` classes, the class dim inserted at `axis` */
+static ref_t one_hot(em_t* e, ref_t target, int64_t n, int axis) {
+  ref_t r = mkref(TPU_BOOL, target.nd + 1, NULL);
+  int64_t dims[TPU_MAX_DIMS];
+  for (int d = 0, k = 0; d < r.nd; d++) {
+    if (d == axis) {
+      r.sz[d] = n;
+      continue;
+    }
+    dims[k] = d;
+    r.sz[d] = target.sz[k++];
+  }
+  ref_t iota = emit(e, "stablehlo.iota", 0, NULL, mkref(target.dt, r.nd, r.sz), "iota_dimension = %d : i64", axis);
+  return compare(e, "EQ", iota, bcast_dims(e, target, r.nd, r.sz, dims));
+}
+
 /* Emits node n; false when the op has no mapping. outs[k] gets output k. */
 static bool emit_op(node_t* n, const char* base, ref_t* outs) {
   em_t* e = n->e;
@@ -1126,6 +1167,146 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     outs[2] = convert(e, reshape(e, rstd, c->outs[2].ndim, c->outs[2].sizes), c->outs[2].dtype);
     return true;
   }
+  if (!strcmp(base, "gelu_backward") && tpu_dtype_is_float(odt)) { /* (grad, self, approximate) */
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t g = gelu_grad(e, arg_out(n, 1, ct), tpu_arg_str(c, 2, "none"));
+    outs[0] = convert(e, binop(e, "stablehlo.multiply", arg_out(n, 0, ct), g), odt);
+    return true;
+  }
+  if (!strcmp(base, "tanh_backward") || !strcmp(base, "sigmoid_backward")) { /* (grad, output) */
+    ref_t g = arg_out(n, 0, odt), y = arg_out(n, 1, odt);
+    ref_t one_m = binop(e, "stablehlo.subtract", cst_like(e, odt, 1, y.nd, y.sz), base[0] == 't' ? binop(e, "stablehlo.multiply", y, y) : y);
+    ref_t d = base[0] == 't' ? one_m : binop(e, "stablehlo.multiply", y, one_m);
+    outs[0] = binop(e, "stablehlo.multiply", g, d);
+    return true;
+  }
+  if (!strcmp(base, "threshold_backward")) { /* (grad, self, threshold): grad where self > threshold */
+    ref_t g = arg_out(n, 0, odt);
+    tpu_dtype_t st = c->args[1].v.t->dtype;
+    ref_t x = arg_out(n, 1, st);
+    ref_t keep = compare(e, "GT", x, cst_like(e, st, tpu_arg_f64(c, 2, 0), x.nd, x.sz));
+    outs[0] = select3(e, keep, g, cst_like(e, odt, 0, g.nd, g.sz));
+    return true;
+  }
+  if ((!strcmp(base, "_softmax_backward_data") || !strcmp(base, "_log_softmax_backward_data")) && o->ndim > 0) {
+    /* (grad_output, output, dim, input_dtype) */
+    int64_t dim = norm_dim(tpu_arg_i64(c, 2, -1), o->ndim);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t g = arg_out(n, 0, ct), y = arg_out(n, 1, ct);
+    ref_t r;
+    if (base[1] == 's') { /* y * (g - sum(g * y)) */
+      ref_t s = bcast(e, reduce_keep(e, binop(e, "stablehlo.multiply", g, y), 1, &dim, "stablehlo.add", 0), g.nd, g.sz);
+      r = binop(e, "stablehlo.multiply", y, binop(e, "stablehlo.subtract", g, s));
+    } else { /* g - exp(y) * sum(g) */
+      ref_t s = bcast(e, reduce_keep(e, g, 1, &dim, "stablehlo.add", 0), g.nd, g.sz);
+      r = binop(e, "stablehlo.subtract", g, binop(e, "stablehlo.multiply", unop(e, "stablehlo.exponential", y), s));
+    }
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  if ((!strcmp(base, "nll_loss_forward") || !strcmp(base, "nll_loss_backward")) && is_tensor(n, 0)) {
+    /* forward (self, target, weight?, reduction, ignore_index) -> (output, total_weight);
+     * backward (grad_output, self, target, weight?, reduction, ignore_index, total_weight) */
+    const bool bwd = base[9] == 'b';
+    const int xi = bwd ? 1 : 0;
+    const tpu_tensor_t* x = c->args[xi].v.t;
+    if (x->ndim < 1 || x->ndim > 2 || !tpu_dtype_is_float(x->dtype)) return false;
+    const int cdim = x->ndim - 1;
+    const int64_t C = x->sizes[cdim];
+    const int64_t reduction = tpu_arg_i64(c, xi + 3, 1);
+    const int64_t ignore = tpu_arg_i64(c, xi + 4, -100);
+    tpu_dtype_t ct = x->dtype;
+    ref_t tgt = arg(n, xi + 1);
+    ref_t hot = one_hot(e, tgt, C, cdim); /* x's shape */
+    ref_t valid = compare(e, "NE", tgt, cst_like(e, tgt.dt, (double)ignore, tgt.nd, tgt.sz));
+    ref_t w = convert(e, valid, ct); /* per sample: weight[target] if not ignored */
+    if (is_tensor(n, xi + 2)) {
+      ref_t wt = arg_as(n, xi + 2, ct, x->ndim, x->sizes);
+      ref_t zero = cst_like(e, ct, 0, x->ndim, x->sizes);
+      int64_t cd = cdim;
+      ref_t wsel = reduce(e, select3(e, hot, wt, zero), 1, &cd, "stablehlo.add", 0);
+      w = binop(e, "stablehlo.multiply", w, wsel);
+    }
+    int64_t all[TPU_MAX_DIMS];
+    for (int d = 0; d < tgt.nd; d++) all[d] = d;
+    ref_t total = reduce(e, w, tgt.nd, all, "stablehlo.add", 0);
+    ref_t xr = convert(e, arg(n, xi), ct);
+    if (!bwd) {
+      int64_t cd = cdim;
+      ref_t picked = reduce(e, select3(e, hot, xr, cst_like(e, ct, 0, x->ndim, x->sizes)), 1, &cd, "stablehlo.add", 0);
+      ref_t loss = unop(e, "stablehlo.negate", binop(e, "stablehlo.multiply", picked, w));
+      if (reduction != 0) {
+        loss = reduce(e, loss, tgt.nd, all, "stablehlo.add", 0);
+        if (reduction == 1) loss = binop(e, "stablehlo.divide", loss, total);
+      }
+      outs[0] = loss;
+      if (c->nouts > 1) outs[1] = total;
+      return true;
+    }
+    ref_t g = convert(e, arg(n, 0), ct);
+    if (reduction == 1) g = binop(e, "stablehlo.divide", g, convert(e, arg(n, 6), ct));
+    /* per sample factor -w * g, spread on the target class */
+    ref_t f = unop(e, "stablehlo.negate", binop(e, "stablehlo.multiply", w, bcast(e, g, w.nd, w.sz)));
+    int64_t dims[TPU_MAX_DIMS];
+    for (int d = 0, k = 0; d < x->ndim; d++)
+      if (d != cdim) dims[k++] = d;
+    ref_t fb = bcast_dims(e, f, x->ndim, x->sizes, dims);
+    outs[0] = select3(e, hot, fb, cst_like(e, ct, 0, x->ndim, x->sizes));
+    return true;
+  }
+  if (!strcmp(base, "embedding_dense_backward") && is_tensor(n, 1)) {
+    /* (grad_output [..., E], indices [...], num_weights, padding_idx, scale_grad): the
+     * one-hot of the indices, transposed, times the gradient rows */
+    const tpu_tensor_t* gt = c->args[0].v.t;
+    if (tpu_arg_bool(c, 4, false) || gt->ndim < 1) return false;
+    const int64_t V = tpu_arg_i64(c, 2, 0), E = gt->sizes[gt->ndim - 1];
+    ref_t idx = arg(n, 1);
+    int64_t nrow = numel(&idx);
+    idx = reshape(e, idx, 1, &nrow);
+    ref_t hot = one_hot(e, idx, V, 1); /* [N, V] */
+    const int64_t pad = tpu_arg_i64(c, 3, -1);
+    if (pad >= 0) {
+      ref_t keep = compare(e, "NE", idx, cst_like(e, idx.dt, (double)pad, 1, &nrow));
+      hot = binop(e, "stablehlo.and", hot, bcast_dims(e, keep, 2, hot.sz, (int64_t[]){0}));
+    }
+    ref_t g = reshape(e, arg(n, 0), 2, (int64_t[]){nrow, E});
+    ref_t h = convert(e, hot, g.dt);
+    ref_t hT = transpose(e, h, (int64_t[]){1, 0});
+    outs[0] = convert(e, dot_general(e, hT, g, 0, 1, 0, mkref(g.dt, 2, (int64_t[]){V, E}), TPU_PRECISION_HIGHEST), odt);
+    return true;
+  }
+  if (!strcmp(base, "native_layer_norm_backward") && c->nouts == 3 && is_tensor(n, 3) && is_tensor(n, 4)) {
+    /* (grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask)
+     * -> (grad_input, grad_weight, grad_bias) */
+    const tpu_tensor_t* x = c->args[1].v.t;
+    const int k = c->args[2].n;
+    int64_t nd_[TPU_MAX_DIMS], bd[TPU_MAX_DIMS], cnt = 1;
+    int nb = 0;
+    for (int d = 0; d < x->ndim; d++) {
+      if (d >= x->ndim - k) {
+        nd_[d - (x->ndim - k)] = d;
+        cnt *= x->sizes[d];
+      } else {
+        bd[nb++] = d;
+      }
+    }
+    tpu_dtype_t ct = acc_type(x->dtype);
+    ref_t g = arg_as(n, 0, ct, x->ndim, x->sizes), xr = arg_as(n, 1, ct, x->ndim, x->sizes);
+    ref_t mean = arg_as(n, 3, ct, x->ndim, x->sizes), rstd = arg_as(n, 4, ct, x->ndim, x->sizes);
+    ref_t xhat = binop(e, "stablehlo.multiply", binop(e, "stablehlo.subtract", xr, mean), rstd);
+    ref_t gx = is_tensor(n, 5) ? binop(e, "stablehlo.multiply", g, arg_as(n, 5, ct, x->ndim, x->sizes)) : g;
+    ref_t s1 = bcast(e, reduce_keep(e, gx, k, nd_, "stablehlo.add", 0), x->ndim, x->sizes);
+    ref_t s2 = bcast(e, reduce_keep(e, binop(e, "stablehlo.multiply", gx, xhat), k, nd_, "stablehlo.add", 0),
+                     x->ndim, x->sizes);
+    ref_t inner = binop(e, "stablehlo.subtract",
+                        binop(e, "stablehlo.subtract", scalar_op(e, "stablehlo.multiply", gx, (double)cnt), s1),
+                        binop(e, "stablehlo.multiply", xhat, s2));
+    ref_t gi = scalar_op(e, "stablehlo.divide", binop(e, "stablehlo.multiply", rstd, inner), (double)cnt);
+    outs[0] = c->outs[0].dtype != TPU_DTYPE_NONE ? gi : mkref(ct, 0, NULL);
+    outs[1] = reduce(e, binop(e, "stablehlo.multiply", g, xhat), nb, bd, "stablehlo.add", 0);
+    outs[2] = reduce(e, g, nb, bd, "stablehlo.add", 0);
+    return true;
+  }
   if (!strcmp(base, "cat") && c->nargs >= 1 && c->args[0].kind == TPU_ARG_TENSORLIST) {
     int dim = norm_dim(tpu_arg_i64(c, 1, 0), o->ndim);
     ref_t in[256];
@@ -1293,17 +1474,22 @@ static void emit_node(em_t* e, const tpu_graph_t* g, int i) {
   base_name(c->op->name, base, sizeof base);
   node_t n = {e, c, res.n && c->nouts ? &c->outs[0] : NULL};
   fprintf(e->f, "    // aten::%s\n", c->op->name);
+  /* emit_op fills outs by output index; a custom call by result */
+  for (int k = 0; k < 64; k++) outs[k].id = NO_REF;
   bool ok = res.n > 0 && c->nouts > 0 && emit_op(&n, base, outs);
-  if (!ok) custom_call(e, c, &res, outs);
+  for (int k = 0; k < res.n && ok; k++) ok = outs[res.t[k] - c->outs].id != NO_REF;
+  ref_t cc[64];
+  if (!ok) custom_call(e, c, &res, cc);
   for (int k = 0; k < res.n; k++) {
     const tpu_tensor_t* t = res.t[k];
-    ref_t r = convert(e, outs[k], t->dtype);
+    ref_t r = convert(e, ok ? outs[t - c->outs] : cc[k], t->dtype);
     if (!same_shape(&r, t->ndim, t->sizes))
       r = numel(&r) == tpu_tensor_numel(t) ? reshape(e, r, t->ndim, t->sizes) : bcast(e, r, t->ndim, t->sizes);
-    int o = (int)(t - c->outs);
     bool vis = true;
-    if (c->nouts && t >= c->outs && t < c->outs + c->nouts && g->visible)
+    if (c->nouts && g->visible) {
+      int o = (int)(t - c->outs);
       vis = (g->visible[i] >> (o < 31 ? o : 31)) & 1;
+    }
     write_tensor(e, t, r, vis);
   }
 }
