@@ -294,3 +294,29 @@ def test_gpt_forward_loss_and_training_graphs_parse(tmp_path):
             text = fh.read()
         parse(text)
         assert "tpu.custom_calls" not in text, re.search(r"tpu.custom_calls = \[[^\]]*\]", text)
+
+
+def test_bf16_autocast_linear():
+    """Under bf16 autocast the matmul takes bf16 operands, accumulates in f32 (dot_general's
+    result type) and rounds once with the bias, as PyTorch CPU does: results agree within one
+    bf16 ulp (f32 summation order may move a rounding)."""
+    tpu, cpu = module_pair(lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
+
+    def run(model, device):
+        def f(x):
+            with torch.autocast(device, dtype=torch.bfloat16):
+                return model(x).float()
+        return f
+    exported = check(run(tpu, "tpu"), run(cpu, "cpu"), torch.randn(5, 8), rtol=2 ** -7, atol=1e-3)
+    assert "xbf16>" in exported and "tensor<5x16xf32>" in exported
+
+
+def test_convolution():
+    tpu, cpu = module_pair(lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+                                                 nn.Conv2d(8, 4, 3, stride=2, groups=2, dilation=1),
+                                                 nn.Flatten(), nn.Linear(4 * 3 * 3, 5)))
+    exported = check(tpu, cpu, torch.randn(2, 3, 8, 8), rtol=1e-4, atol=1e-5)
+    assert exported.count('"stablehlo.convolution"') == 2
+    c1 = nn.Conv1d(4, 6, 5, padding=2, dilation=1).eval()
+    c1t = copy.deepcopy(c1).to("tpu")
+    check(c1t, c1, torch.randn(3, 4, 10), rtol=1e-4, atol=1e-5)

@@ -1075,19 +1075,22 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
       !strcmp(base, "mv") || !strcmp(base, "dot") || !strcmp(base, "addmv")) {
     const bool add = base[0] == 'a' || (base[0] == 'b' && base[1] == 'a');
     const int i0 = add ? 1 : 0;
+    /* half inputs accumulate in f32 (dot_general's result type) and round once at the end,
+     * bias included, as PyTorch does */
+    const tpu_dtype_t ct = acc_type(odt);
     ref_t a = convert(e, arg(n, i0), odt), b = convert(e, arg(n, i0 + 1), odt);
     const bool batched = strstr(base, "bmm") != NULL;
-    ref_t r = dot_general(e, a, b, batched ? 1 : 0, a.nd - 1, batched ? 1 : 0, out_ref(n, odt), c->precision);
+    ref_t r = dot_general(e, a, b, batched ? 1 : 0, a.nd - 1, batched ? 1 : 0, out_ref(n, ct), c->precision);
     if (add) {
       double beta = tpu_arg_f64(c, i0 + 2, 1.0), alpha = tpu_arg_f64(c, i0 + 3, 1.0);
       if (alpha != 1.0) r = scalar_op(e, "stablehlo.multiply", r, alpha);
       if (beta != 0.0) {
-        ref_t s = arg_out(n, 0, odt);
+        ref_t s = arg_out(n, 0, ct);
         if (beta != 1.0) s = scalar_op(e, "stablehlo.multiply", s, beta);
         r = binop(e, "stablehlo.add", s, r);
       }
     }
-    outs[0] = r;
+    outs[0] = convert(e, r, odt);
     return true;
   }
   /* reductions: (self, dim, keepdim, dtype) or (self, dtype) */
@@ -1305,6 +1308,41 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     outs[0] = c->outs[0].dtype != TPU_DTYPE_NONE ? gi : mkref(ct, 0, NULL);
     outs[1] = reduce(e, binop(e, "stablehlo.multiply", g, xhat), nb, bd, "stablehlo.add", 0);
     outs[2] = reduce(e, g, nb, bd, "stablehlo.add", 0);
+    return true;
+  }
+  if ((!strcmp(base, "convolution") || !strcmp(base, "_convolution")) && is_tensor(n, 0) && is_tensor(n, 1) &&
+      !tpu_arg_bool(c, 6, false) && c->args[0].v.t->ndim >= 3 && c->args[0].v.t->ndim <= 5) {
+    /* (input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups),
+     * channels-first, not transposed */
+    const int k = c->args[0].v.t->ndim - 2;
+    int64_t stride[3], dil[3];
+    char pad[200] = "", sp[16] = "", b1[64], b2[64];
+    size_t pl = 0;
+    for (int i = 0; i < k; i++) {
+      const tpu_arg_t* st = &c->args[3], *pd = &c->args[4], *dl = &c->args[5];
+      stride[i] = st->kind == TPU_ARG_INTLIST && st->n ? st->v.ilist[st->n == 1 ? 0 : i] : 1;
+      dil[i] = dl->kind == TPU_ARG_INTLIST && dl->n ? dl->v.ilist[dl->n == 1 ? 0 : i] : 1;
+      int64_t p = pd->kind == TPU_ARG_INTLIST && pd->n ? pd->v.ilist[pd->n == 1 ? 0 : i] : 0;
+      pl += (size_t)snprintf(pad + pl, sizeof pad - pl, "%s[%" PRId64 ", %" PRId64 "]", i ? ", " : "", p, p);
+      snprintf(sp + 3 * i, sizeof sp - 3 * (size_t)i, ", %d", i);
+    }
+    const tpu_dtype_t ct = acc_type(odt);
+    ref_t in[2] = {convert(e, arg(n, 0), odt), convert(e, arg(n, 1), odt)};
+    const char* prec = odt != TPU_F32 || c->precision == TPU_PRECISION_MEDIUM ? "DEFAULT"
+                       : c->precision == TPU_PRECISION_HIGH                   ? "HIGH"
+                                                                              : "HIGHEST";
+    ref_t r = emit(e, "stablehlo.convolution", 2, in, out_ref(n, ct),
+                   "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f%s]x[o, i%s]->[b, f%s]>, "
+                   "feature_group_count = %" PRId64 " : i64, padding = dense<[%s]> : tensor<%dx2xi64>, "
+                   "rhs_dilation = %s, window_strides = %s, "
+                   "precision_config = [#stablehlo<precision %s>, #stablehlo<precision %s>]",
+                   sp, sp, sp, tpu_arg_i64(c, 8, 1), pad, k, i64arr(b1, sizeof b1, k, dil),
+                   i64arr(b2, sizeof b2, k, stride), prec, prec);
+    if (is_tensor(n, 2)) { /* bias over the channel dim */
+      ref_t bias = convert(e, arg(n, 2), ct);
+      r = binop(e, "stablehlo.add", r, bcast_dims(e, bias, r.nd, r.sz, (int64_t[]){1}));
+    }
+    outs[0] = convert(e, r, odt);
     return true;
   }
   if (!strcmp(base, "cat") && c->nargs >= 1 && c->args[0].kind == TPU_ARG_TENSORLIST) {
