@@ -777,9 +777,10 @@ static int norm_dim(int64_t d, int nd) { return (int)(d < 0 ? d + (nd ? nd : 1) 
 /* reduction dims from argument i (a list, an int, or absent/empty = all) */
 static int red_dims(const node_t* n, int i, int nd, int64_t* dims) {
   int k = 0;
-  if (i < n->c->nargs && n->c->args[i].kind == TPU_ARG_INTLIST && n->c->args[i].n > 0) {
-    for (int j = 0; j < n->c->args[i].n; j++) dims[k++] = norm_dim(n->c->args[i].v.ilist[j], nd);
-  } else if (i < n->c->nargs && n->c->args[i].kind == TPU_ARG_INT) {
+  if (i >= 0 && i < n->c->nargs && n->c->args[i].kind == TPU_ARG_INTLIST && n->c->args[i].n > 0) {
+    for (int j = 0; j < n->c->args[i].n && k < TPU_MAX_DIMS; j++)
+      dims[k++] = norm_dim(n->c->args[i].v.ilist[j], nd);
+  } else if (i >= 0 && i < n->c->nargs && n->c->args[i].kind == TPU_ARG_INT) {
     dims[k++] = norm_dim(n->c->args[i].v.i, nd);
   } else {
     for (int d = 0; d < nd; d++) dims[k++] = d;
@@ -987,7 +988,7 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     outs[0] = compare(e, "NE", x, x);
     return true;
   }
-  if (!strcmp(base, "logical_not")) {
+  if (!strcmp(base, "logical_not") && is_tensor(n, 0)) {
     outs[0] = unop(e, "stablehlo.not", compare(e, "NE", arg(n, 0), cst_like(e, n->c->args[0].v.t->dtype, 0, n->c->args[0].v.t->ndim, n->c->args[0].v.t->sizes)));
     return true;
   }
