@@ -468,6 +468,7 @@ static bool place(const tpu_tensor_t* t, int64_t off, int64_t N, placement_t* p)
   const int64_t inner = st[p->order[m - 1]];
   p->nr = m;
   if (inner != 1) {
+    if (m == TPU_MAX_DIMS) return false; /* no room for the element dim */
     p->R[m] = inner;
     p->c[m] = rem;
     p->s[m] = 1;
@@ -574,7 +575,7 @@ static ref_t update(em_t* e, const val_t* v, const tpu_tensor_t* t, ref_t w) {
   w = transpose(e, w, perm); /* stride order */
   w = reshape(e, w, p.nr, p.s);
   ref_t base = memory_order(e, v, p.nr, p.R);
-  ref_t in[1 + TPU_MAX_DIMS + 1];
+  ref_t in[2 + TPU_MAX_DIMS];
   in[0] = base;
   in[1] = w;
   for (int i = 0; i < p.nr; i++) in[2 + i] = cst(e, TPU_I64, (double)p.c[i]);
