@@ -170,15 +170,113 @@ def _register():
         register_backend(tpu_backend, name="tpu")
 
 
+class ExportedStableHLO(str):
+    """The StableHLO text of one graph (a ``str``), with what a caller needs to run it:
+
+    - ``parameters``: for each ``%argK`` of ``@main``, the tpu tensor (a view of live device
+      memory) whose values it takes, or None where no live tensor holds that memory;
+    - ``outputs``: for each tensor fn returned (flattened), the index of the result of
+      ``@main`` that holds it;
+    - ``custom_calls``: the ops emitted as ``stablehlo.custom_call`` (no StableHLO mapping
+      yet), e.g. ``["aten.sort.stable"]``; empty when the module is pure StableHLO.
+    """
+    parameters: list
+    outputs: list
+    custom_calls: list
+
+
+_ATTR_RE = r'\{tpu\.buffer = "(0x[0-9a-fA-F]+)"(?:, tpu\.strides = array<i64(?:: ([-0-9, ]+))?>)?\}'
+_TYPE_RE = r"tensor<((?:\d+x)*)(\w+)>"
+_MLIR_DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
+                "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
+                "i16": torch.int16, "i8": torch.int8, "ui8": torch.uint8, "i1": torch.bool}
+
+
+def _signature(text):
+    """[(sizes, dtype, address, strides)] of @main's arguments and of its results."""
+    import re
+    head = text[text.index("func.func @main("):]
+    head = head[:head.index(") {\n")]
+    args, _, res = head.partition(") -> (")
+    out = []
+    for part in (args, res):
+        items = []
+        for m in re.finditer(_TYPE_RE + " " + _ATTR_RE, part):
+            sizes = [int(x) for x in m.group(1).split("x") if x]
+            strides = [int(x) for x in m.group(4).split(",")] if m.group(4) else None
+            if strides is None:
+                strides, acc = [], 1
+                for n in reversed(sizes):
+                    strides.insert(0, acc)
+                    acc *= n
+            items.append((sizes, _MLIR_DTYPES.get(m.group(2)), int(m.group(3), 16), strides))
+        out.append(items)
+    return out
+
+
+def _tensor_at(address, dtype, sizes, strides, candidates):
+    """A view (sizes, strides) of the live tpu tensor whose storage holds `address`."""
+    for t in candidates:
+        if t.dtype != dtype:
+            continue
+        st = t.untyped_storage()
+        base = st.data_ptr()
+        if base <= address < base + st.nbytes():
+            off = address - base
+            if off % t.element_size() == 0:
+                return t.detach().as_strided(sizes, strides, off // t.element_size())
+    return None
+
+
 def export_stablehlo(fn, *example_args):
-    """Runs fn once on the example arguments as one DeferAndFuse graph and returns the
-    StableHLO-style text of the graph that ran (the forward computation)."""
+    """Runs fn once on the example arguments as one DeferAndFuse graph and returns the StableHLO
+    module of that graph (the forward computation) as an ExportedStableHLO (a str).
+
+    Parameters of ``@main`` are the device memory the graph reads (inputs and weights, never
+    folded into constants); results are the values it leaves in live memory: fn's outputs,
+    and any tensor it mutated in place. Ops without a StableHLO mapping are emitted as
+    ``stablehlo.custom_call @aten.<op>`` with their types (the text still parses) and are
+    listed in ``.custom_calls`` and reported with a warning."""
+    import gc
     import tempfile
+    from torch.utils._pytree import tree_flatten
+
+    def whole(t):
+        # an output that is part of a larger buffer gets its own, so that it is one result
+        if not isinstance(t, torch.Tensor) or t.device.type != "tpu":
+            return t
+        if (t.is_contiguous() and t.storage_offset() == 0 and
+                t.numel() * t.element_size() == t.untyped_storage().nbytes()):
+            return t
+        return t.clone()
+
     torch.tpu.synchronize()
     with tempfile.TemporaryDirectory() as d:
         with _as_one_graph({"dump_graphs": d}):
             with torch.no_grad():
-                out = fn(*example_args)  # alive at the flush: its graph is kept
-        del out
-        texts = [open(os.path.join(d, f)).read() for f in sorted(os.listdir(d))]
-    return "\n".join(texts)
+                flat = [whole(t) for t in tree_flatten(fn(*example_args))[0]]
+        texts = []
+        for name in sorted(os.listdir(d)):
+            with open(os.path.join(d, name)) as f:
+                texts.append(f.read())
+    if len(texts) != 1:
+        raise RuntimeError(f"export_stablehlo: fn ran as {len(texts)} graphs; it must run as one "
+                           f"(no .item(), printing or data-dependent ops inside it)")
+    text = ExportedStableHLO(texts[0])
+    params, results = _signature(text)
+    candidates = [t for t in tree_flatten(example_args)[0] if isinstance(t, torch.Tensor)]
+    # weights and other tensors fn reads: any live tpu tensor (type(), not isinstance: no
+    # attribute lookups on arbitrary objects)
+    candidates += [o for o in gc.get_objects()
+                   if issubclass(type(o), torch.Tensor) and o.device.type == "tpu"]
+    candidates = [t for t in candidates if t.device.type == "tpu"]
+    text.parameters = [_tensor_at(a, dt, sz, st, candidates) for sz, dt, a, st in params]
+    addr = {r[2]: i for i, r in enumerate(results)}
+    text.outputs = [addr.get(t.data_ptr()) if isinstance(t, torch.Tensor) else None for t in flat]
+    import re
+    m = re.search(r"tpu\.custom_calls = \[([^\]]*)\]", text)
+    text.custom_calls = re.findall(r'"([^"]+)"', m.group(1)) if m else []
+    if text.custom_calls:
+        warnings.warn(f"export_stablehlo: {len(text.custom_calls)} op(s) have no StableHLO mapping "
+                      f"yet and were emitted as stablehlo.custom_call: {text.custom_calls}")
+    return text

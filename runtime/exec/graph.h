@@ -1,6 +1,6 @@
 /* A flushed trace as a graph: its kept nodes in program order, the fusion
- * plan of the host target, execution on a stream, the StableHLO-style
- * printer, and the repeated-sequence detector. */
+ * plan of the host target, execution on a stream, the StableHLO printer,
+ * and the repeated-sequence detector. */
 #ifndef TPU_EXEC_GRAPH_H_
 #define TPU_EXEC_GRAPH_H_
 
@@ -13,6 +13,8 @@ typedef struct tpu_graph {
   int n;
   int device;
   tpu_fusion_plan_t* plan; /* NULL: every node runs its library kernel */
+  uint32_t* visible; /* per node, bit o: output o outlives the graph (live
+                        buffer or memory from before it); NULL: all (owned) */
 } tpu_graph_t;
 
 /* Chooses fused groups (targets/host/fuse.c); may leave g->plan NULL. */
@@ -27,12 +29,16 @@ void tpu_fusion_plan_free(tpu_fusion_plan_t* p);
 /* Runs the plan's fused kernels and library nodes in order. */
 tpu_status_t tpu_fusion_plan_run(const tpu_graph_t* g, const char** failed_op);
 
-/* Printer: StableHLO-style text of the graph (values named by buffer). */
+/* Printer (stablehlo.c): the graph as a StableHLO module; parameters are the
+ * memory it reads that no node wrote, results the values it leaves in
+ * visible memory. */
 void tpu_graph_print(const tpu_graph_t* g, FILE* f);
 /* Structural checks: known ops, argument kinds, outputs that alias no
  * input they are not meant to, dtypes supported. */
 tpu_status_t tpu_graph_verify(const tpu_graph_t* g) TPU_MUST_USE;
 void tpu_graph_init_dump_from_env(void);
+/* True while graphs are dumped (the flush then records tpu_graph_t.visible). */
+bool tpu_graph_dumping(void);
 
 /* Repeated op sequences: the detector watches op names; when the last W ops
  * equal the W before them (a repeating block such as a transformer layer)

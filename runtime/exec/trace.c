@@ -264,7 +264,7 @@ tpu_status_t tpu_trace_flush(int device) {
     tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
   }
   /* 3. fusion plan: entries only fused kernels touch need no memory */
-  tpu_graph_t g = {nodes, m, device, NULL};
+  tpu_graph_t g = {nodes, m, device, NULL, NULL};
   st = tpu_graph_plan(&g);
   if (st) goto out_nodes;
   for (int k = 0; k < es.n; k++) {
@@ -322,6 +322,17 @@ tpu_status_t tpu_trace_flush(int device) {
     for (int k = 0; k < es.n; k++)
       if (es.e[k].temp && !es.e[k].freed) tpu_device_free(device, es.e[k].real);
     goto out_nodes;
+  }
+  /* for the printer: which outputs outlive the graph */
+  if (tpu_graph_dumping()) {
+    g.visible = calloc((size_t)m + 1, sizeof(uint32_t));
+    for (int i = 0; i < m && g.visible; i++)
+      for (int o = 0; o < nodes[i]->nouts && o < 32; o++) {
+        const tpu_tensor_t* t = &nodes[i]->outs[o];
+        if (t->dtype == TPU_DTYPE_NONE) continue;
+        int slot = tpu_lazy_slot_of(t->data);
+        if (slot < 0 || es.e[es.index[slot] - 1].live) g.visible[i] |= 1u << o;
+      }
   }
   /* patch placeholders into real addresses */
   w.phase = 4;

@@ -1,0 +1,1621 @@
+/* The graph printer: a flushed graph as a StableHLO module (MLIR text in the
+ * generic op syntax, which every StableHLO version parses).
+ *
+ *   module @tpu_graph attributes {tpu.custom_calls = [...]} {
+ *     func.func @main(%arg0: tensor<2x8xf32> {tpu.buffer = "0x...", ...}, ...)
+ *         -> (tensor<2x4xf32> {tpu.buffer = "0x..."}) { ... }
+ *   }
+ *
+ * Values are buffers. The trace names memory, not values: an argument reads
+ * whatever was last written where its view points. The printer keeps the
+ * values it knows with their memory geometry (address, sizes, strides):
+ *   - a read of exactly a known view uses that value;
+ *   - a read of a view inside a known dense value derives it: flatten the
+ *     value in memory order, reshape it to the view's stride chain, slice,
+ *     transpose, broadcast (views such as t(), transpose, narrow, expand
+ *     never become nodes, so this is how they reach the text);
+ *   - a read of memory nothing in the graph wrote is a parameter;
+ *   - a write into part of a known value updates that value
+ *     (dynamic_update_slice) so later reads of the whole see it.
+ * Results are the last values written to memory visible after the graph
+ * (live buffers, or memory that existed before it).
+ *
+ * Each ATen op with a mapping expands into StableHLO ops (softmax, layer norm
+ * and gelu into their arithmetic; matmuls into dot_general with the call's
+ * precision). Anything else becomes stablehlo.custom_call @aten.<name> with
+ * the right types, and is listed in the module's tpu.custom_calls. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/graph.h"
+
+typedef struct {
+  int id;  /* >= 0: %id; < 0: %arg(-id-1) */
+  int sub; /* >= 0: result `sub` of a multi-result op (%id#sub) */
+  tpu_dtype_t dt;
+  int nd;
+  int64_t sz[TPU_MAX_DIMS];
+} ref_t;
+
+typedef struct {
+  ref_t r;
+  const char* data;
+  int64_t st[TPU_MAX_DIMS]; /* memory strides (elements) of r's dims */
+  uintptr_t lo, hi;         /* bytes it covers */
+  bool written;             /* a node of the graph produced it */
+  bool visible;             /* its memory outlives the graph */
+  bool superseded;          /* a later write changed (part of) its memory */
+  bool alias;               /* a derived view of another value */
+} val_t;
+
+typedef struct {
+  FILE* f; /* function body */
+  int next;
+  val_t* v;
+  int nv, cv;
+  int* params; /* value index of %argK */
+  int np, cp;
+  char** cc; /* custom call targets, unique */
+  int ncc, ccc;
+  bool oom;
+} em_t;
+
+#define NO_REF (-1000000000)
+
+/* ---- printing helpers ---- */
+static const char* elt_type(tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_F32: return "f32";
+    case TPU_F64: return "f64";
+    case TPU_F16: return "f16";
+    case TPU_BF16: return "bf16";
+    case TPU_I64: return "i64";
+    case TPU_I32: return "i32";
+    case TPU_I16: return "i16";
+    case TPU_I8: return "i8";
+    case TPU_U8: return "ui8";
+    case TPU_BOOL: return "i1";
+    default: return "none";
+  }
+}
+
+static void ptype(FILE* f, const ref_t* r) {
+  fputs("tensor<", f);
+  for (int d = 0; d < r->nd; d++) fprintf(f, "%" PRId64 "x", r->sz[d]);
+  fprintf(f, "%s>", elt_type(r->dt));
+}
+
+static void pname(FILE* f, const ref_t* r) {
+  if (r->id < 0) fprintf(f, "%%arg%d", -r->id - 1);
+  else if (r->sub >= 0) fprintf(f, "%%%d#%d", r->id, r->sub);
+  else fprintf(f, "%%%d", r->id);
+}
+
+/* "a, b, c" of n int64 into buf */
+static const char* ints(char* buf, size_t cap, int n, const int64_t* v) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%" PRId64, i ? ", " : "", v[i]);
+  return buf;
+}
+
+/* "array<i64: a, b>" ("array<i64>" when empty) */
+static const char* i64arr(char* buf, size_t cap, int n, const int64_t* v) {
+  char tmp[512];
+  snprintf(buf, cap, n ? "array<i64: %s>" : "array<i64>", ints(tmp, sizeof tmp, n, v));
+  return buf;
+}
+
+static int64_t numel(const ref_t* r) {
+  int64_t n = 1;
+  for (int d = 0; d < r->nd; d++) n *= r->sz[d];
+  return n;
+}
+
+static ref_t mkref(tpu_dtype_t dt, int nd, const int64_t* sz) {
+  ref_t r = {NO_REF, -1, dt, nd, {0}};
+  if (nd && sz) memcpy(r.sz, sz, sizeof(int64_t) * (size_t)nd);
+  return r;
+}
+
+static bool same_shape(const ref_t* a, int nd, const int64_t* sz) {
+  return a->nd == nd && !memcmp(a->sz, sz, sizeof(int64_t) * (size_t)nd);
+}
+
+/* %N = "op"(ins) {attrs} : (types) -> result */
+static ref_t emit(em_t* e, const char* op, int n, const ref_t* in, ref_t res, const char* fmt, ...) {
+  res.id = e->next++;
+  fprintf(e->f, "    %%%d = \"%s\"(", res.id, op);
+  for (int i = 0; i < n; i++) {
+    if (i) fputs(", ", e->f);
+    pname(e->f, &in[i]);
+  }
+  fputc(')', e->f);
+  if (fmt) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(" {", e->f);
+    vfprintf(e->f, fmt, ap);
+    fputc('}', e->f);
+    va_end(ap);
+  }
+  fputs(" : (", e->f);
+  for (int i = 0; i < n; i++) {
+    if (i) fputs(", ", e->f);
+    ptype(e->f, &in[i]);
+  }
+  fputs(") -> ", e->f);
+  ptype(e->f, &res);
+  fputc('\n', e->f);
+  return res;
+}
+
+/* ---- constants and shape ops ---- */
+static void float_literal(FILE* f, tpu_dtype_t dt, double v) {
+  if (isfinite(v)) {
+    fprintf(f, "%.17e", dt == TPU_F64 ? v : (double)(float)v);
+    return;
+  }
+  /* MLIR takes non-finite floats as their bit patterns */
+  const bool neg = signbit(v);
+  switch (dt) {
+    case TPU_F64: fputs(isnan(v) ? "0x7FF8000000000000" : neg ? "0xFFF0000000000000" : "0x7FF0000000000000", f); break;
+    case TPU_F16: fputs(isnan(v) ? "0x7E00" : neg ? "0xFC00" : "0x7C00", f); break;
+    case TPU_BF16: fputs(isnan(v) ? "0x7FC0" : neg ? "0xFF80" : "0x7F80", f); break;
+    default: fputs(isnan(v) ? "0x7FC00000" : neg ? "0xFF800000" : "0x7F800000", f); break;
+  }
+}
+
+static ref_t cst(em_t* e, tpu_dtype_t dt, double v) {
+  ref_t r = mkref(dt, 0, NULL);
+  r.id = e->next++;
+  fprintf(e->f, "    %%%d = \"stablehlo.constant\"() {value = dense<", r.id);
+  if (dt == TPU_BOOL) fputs(v != 0 ? "true" : "false", e->f);
+  else if (tpu_dtype_is_float(dt)) float_literal(e->f, dt, v);
+  else fprintf(e->f, "%" PRId64, (int64_t)v);
+  fputs("> : ", e->f);
+  ptype(e->f, &r);
+  fputs("} : () -> ", e->f);
+  ptype(e->f, &r);
+  fputc('\n', e->f);
+  return r;
+}
+
+static ref_t reshape(em_t* e, ref_t a, int nd, const int64_t* sz) {
+  if (same_shape(&a, nd, sz)) return a;
+  return emit(e, "stablehlo.reshape", 1, &a, mkref(a.dt, nd, sz), NULL);
+}
+
+static ref_t transpose(em_t* e, ref_t a, const int64_t* perm) {
+  bool id = true;
+  ref_t r = mkref(a.dt, a.nd, NULL);
+  for (int d = 0; d < a.nd; d++) {
+    r.sz[d] = a.sz[perm[d]];
+    id &= perm[d] == d;
+  }
+  if (id) return a;
+  char b[600];
+  return emit(e, "stablehlo.transpose", 1, &a, r, "permutation = %s", i64arr(b, sizeof b, a.nd, perm));
+}
+
+/* operand dim i goes to result dim dims[i] */
+static ref_t bcast_dims(em_t* e, ref_t a, int nd, const int64_t* sz, const int64_t* dims) {
+  if (same_shape(&a, nd, sz)) {
+    bool id = true;
+    for (int i = 0; i < a.nd; i++) id &= dims[i] == i;
+    if (id) return a;
+  }
+  char b[600];
+  return emit(e, "stablehlo.broadcast_in_dim", 1, &a, mkref(a.dt, nd, sz),
+              "broadcast_dimensions = %s", i64arr(b, sizeof b, a.nd, dims));
+}
+
+/* NumPy broadcasting: trailing dims line up */
+static ref_t bcast(em_t* e, ref_t a, int nd, const int64_t* sz) {
+  if (same_shape(&a, nd, sz)) return a;
+  int64_t dims[TPU_MAX_DIMS];
+  for (int i = 0; i < a.nd; i++) dims[i] = nd - a.nd + i;
+  return bcast_dims(e, a, nd, sz, dims);
+}
+
+static ref_t convert(em_t* e, ref_t a, tpu_dtype_t dt) {
+  if (a.dt == dt) return a;
+  return emit(e, "stablehlo.convert", 1, &a, mkref(dt, a.nd, a.sz), NULL);
+}
+
+static ref_t cst_like(em_t* e, tpu_dtype_t dt, double v, int nd, const int64_t* sz) {
+  return bcast(e, cst(e, dt, v), nd, sz);
+}
+
+static ref_t slice(em_t* e, ref_t a, const int64_t* start, const int64_t* limit) {
+  ref_t r = mkref(a.dt, a.nd, NULL);
+  bool full = true;
+  int64_t ones[TPU_MAX_DIMS];
+  for (int d = 0; d < a.nd; d++) {
+    r.sz[d] = limit[d] - start[d];
+    full &= start[d] == 0 && limit[d] == a.sz[d];
+    ones[d] = 1;
+  }
+  if (full) return a;
+  char b1[600], b2[600], b3[600];
+  return emit(e, "stablehlo.slice", 1, &a, r,
+              "start_indices = %s, limit_indices = %s, strides = %s", i64arr(b1, sizeof b1, a.nd, start),
+              i64arr(b2, sizeof b2, a.nd, limit), i64arr(b3, sizeof b3, a.nd, ones));
+}
+
+static ref_t binop(em_t* e, const char* op, ref_t a, ref_t b) {
+  ref_t in[2] = {a, b};
+  return emit(e, op, 2, in, mkref(a.dt, a.nd, a.sz), NULL);
+}
+
+static ref_t unop(em_t* e, const char* op, ref_t a) { return emit(e, op, 1, &a, a, NULL); }
+
+static const char* cmp_type(tpu_dtype_t dt) {
+  if (tpu_dtype_is_float(dt)) return "FLOAT";
+  return dt == TPU_U8 || dt == TPU_BOOL ? "UNSIGNED" : "SIGNED";
+}
+
+static ref_t compare(em_t* e, const char* dir, ref_t a, ref_t b) {
+  ref_t in[2] = {a, b};
+  return emit(e, "stablehlo.compare", 2, in, mkref(TPU_BOOL, a.nd, a.sz),
+              "comparison_direction = #stablehlo<comparison_direction %s>, "
+              "compare_type = #stablehlo<comparison_type %s>",
+              dir, cmp_type(a.dt));
+}
+
+static ref_t select3(em_t* e, ref_t p, ref_t a, ref_t b) {
+  ref_t in[3] = {p, a, b};
+  return emit(e, "stablehlo.select", 3, in, mkref(a.dt, a.nd, a.sz), NULL);
+}
+
+static ref_t scalar_op(em_t* e, const char* op, ref_t a, double v) {
+  return binop(e, op, a, cst_like(e, a.dt, v, a.nd, a.sz));
+}
+
+/* Reduction over dims with a body op ("stablehlo.add", ...) and its identity. */
+static ref_t reduce(em_t* e, ref_t a, int n, const int64_t* dims, const char* body, double init) {
+  if (n == 0) return a;
+  ref_t in[2] = {a, cst(e, a.dt, init)};
+  ref_t r = mkref(a.dt, 0, NULL);
+  for (int d = 0; d < a.nd; d++) {
+    bool red = false;
+    for (int k = 0; k < n; k++) red |= dims[k] == d;
+    if (!red) r.sz[r.nd++] = a.sz[d];
+  }
+  r.id = e->next++;
+  ref_t s = mkref(a.dt, 0, NULL);
+  FILE* f = e->f;
+  fprintf(f, "    %%%d = \"stablehlo.reduce\"(", r.id);
+  pname(f, &in[0]);
+  fputs(", ", f);
+  pname(f, &in[1]);
+  fprintf(f, ") ({\n    ^bb0(%%x%d: ", r.id);
+  ptype(f, &s);
+  fprintf(f, ", %%y%d: ", r.id);
+  ptype(f, &s);
+  fprintf(f, "):\n      %%z%d = \"%s\"(%%x%d, %%y%d) : (", r.id, body, r.id, r.id);
+  ptype(f, &s);
+  fputs(", ", f);
+  ptype(f, &s);
+  fputs(") -> ", f);
+  ptype(f, &s);
+  fprintf(f, "\n      \"stablehlo.return\"(%%z%d) : (", r.id);
+  ptype(f, &s);
+  char b[600];
+  fprintf(f, ") -> ()\n    }) {dimensions = %s} : (", i64arr(b, sizeof b, n, dims));
+  ptype(f, &in[0]);
+  fputs(", ", f);
+  ptype(f, &in[1]);
+  fputs(") -> ", f);
+  ptype(f, &r);
+  fputc('\n', f);
+  return r;
+}
+
+/* reduce, then put the reduced dims back as size 1 (for broadcasting) */
+static ref_t reduce_keep(em_t* e, ref_t a, int n, const int64_t* dims, const char* body, double init) {
+  ref_t r = reduce(e, a, n, dims, body, init);
+  int64_t sz[TPU_MAX_DIMS];
+  for (int d = 0; d < a.nd; d++) {
+    sz[d] = a.sz[d];
+    for (int k = 0; k < n; k++)
+      if (dims[k] == d) sz[d] = 1;
+  }
+  return reshape(e, r, a.nd, sz);
+}
+
+static ref_t dot_general(em_t* e, ref_t a, ref_t b, int nbatch, int ca, int cb, ref_t res,
+                         tpu_precision_t p) {
+  const char* prec = a.dt != TPU_F32 || p == TPU_PRECISION_MEDIUM ? "DEFAULT"
+                     : p == TPU_PRECISION_HIGH                     ? "HIGH"
+                                                                   : "HIGHEST";
+  char batch[320] = "";
+  if (nbatch) {
+    int64_t bd[TPU_MAX_DIMS];
+    for (int i = 0; i < nbatch; i++) bd[i] = i;
+    char l[96];
+    ints(l, sizeof l, nbatch, bd);
+    snprintf(batch, sizeof batch, "lhs_batching_dimensions = [%s], rhs_batching_dimensions = [%s], ", l, l);
+  }
+  ref_t in[2] = {a, b};
+  return emit(e, "stablehlo.dot_general", 2, in, res,
+              "dot_dimension_numbers = #stablehlo.dot<%slhs_contracting_dimensions = [%d], "
+              "rhs_contracting_dimensions = [%d]>, precision_config = [#stablehlo<precision %s>, "
+              "#stablehlo<precision %s>]",
+              batch, ca, cb, prec, prec);
+}
+
+/* ---- values: buffers and views ---- */
+static void geom_range(const tpu_tensor_t* t, uintptr_t* lo, uintptr_t* hi) {
+  int64_t n = tpu_tensor_numel(t);
+  if (!n) {
+    *lo = *hi = (uintptr_t)t->data;
+    return;
+  }
+  int64_t span = 0;
+  for (int d = 0; d < t->ndim; d++) span += (t->sizes[d] - 1) * t->strides[d];
+  size_t es = tpu_dtype_size(t->dtype);
+  *lo = (uintptr_t)t->data;
+  *hi = *lo + (uintptr_t)(span + 1) * es;
+}
+
+static int val_push(em_t* e, ref_t r, const tpu_tensor_t* t) {
+  if (e->nv == e->cv) {
+    int cap = e->cv ? 2 * e->cv : 64;
+    val_t* v = realloc(e->v, sizeof(val_t) * (size_t)cap);
+    if (!v) {
+      e->oom = true;
+      return -1;
+    }
+    e->v = v;
+    e->cv = cap;
+  }
+  val_t* v = &e->v[e->nv];
+  memset(v, 0, sizeof *v);
+  v->r = r;
+  v->data = t->data;
+  if (t->ndim) memcpy(v->st, t->strides, sizeof(int64_t) * (size_t)t->ndim);
+  geom_range(t, &v->lo, &v->hi);
+  return e->nv++;
+}
+
+/* the geometry of a value as a tensor descriptor */
+static tpu_tensor_t val_tensor(const val_t* v) {
+  tpu_tensor_t t;
+  memset(&t, 0, sizeof t);
+  t.data = (void*)v->data;
+  t.dtype = v->r.dt;
+  t.ndim = v->r.nd;
+  memcpy(t.sizes, v->r.sz, sizeof(int64_t) * (size_t)v->r.nd);
+  memcpy(t.strides, v->st, sizeof(int64_t) * (size_t)v->r.nd);
+  return t;
+}
+
+/* same view: strides of size-1 dims do not matter */
+static bool same_view(const val_t* v, const tpu_tensor_t* t) {
+  if (v->data != t->data || v->r.dt != t->dtype || !same_shape(&v->r, t->ndim, t->sizes)) return false;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] > 1 && t->strides[d] != v->st[d]) return false;
+  return true;
+}
+
+/* The dims of t that address memory (size > 1, stride != 0), ordered by
+ * decreasing stride; false when two of them share a stride (overlap). */
+static bool real_dims(const tpu_tensor_t* t, int* order, int* m) {
+  *m = 0;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] > 1 && t->strides[d] != 0) order[(*m)++] = d;
+  for (int i = 1; i < *m; i++) /* insertion sort, stable */
+    for (int j = i; j > 0 && t->strides[order[j]] > t->strides[order[j - 1]]; j--) {
+      int x = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = x;
+    }
+  for (int i = 1; i < *m; i++)
+    if (t->strides[order[i]] == t->strides[order[i - 1]] || t->strides[order[i]] < 0) return false;
+  return true;
+}
+
+/* dense: the real dims tile memory without gaps in their stride order */
+static bool is_dense(const tpu_tensor_t* t, const int* order, int m) {
+  int64_t expect = 1;
+  for (int i = m - 1; i >= 0; i--) {
+    if (t->strides[order[i]] != expect) return false;
+    expect *= t->sizes[order[i]];
+  }
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] > 1 && t->strides[d] == 0) return false;
+  return true;
+}
+
+/* How view t sits inside the flat memory (N elements) of a dense value:
+ * reshape the flat memory to R, slice [c, c + s) (one element of the last
+ * dim), then the sliced dims are t's real dims in stride order. */
+typedef struct {
+  int m; /* real dims of t */
+  int order[TPU_MAX_DIMS];
+  int nr; /* dims of R: m, or m + 1 when the innermost stride is not 1 */
+  int64_t R[TPU_MAX_DIMS + 1], c[TPU_MAX_DIMS + 1], s[TPU_MAX_DIMS + 1];
+} placement_t;
+
+static bool place(const tpu_tensor_t* t, int64_t off, int64_t N, placement_t* p) {
+  if (!real_dims(t, p->order, &p->m)) return false;
+  const int m = p->m;
+  if (m == 0) { /* one element */
+    p->nr = 1;
+    p->R[0] = N;
+    p->c[0] = off;
+    p->s[0] = 1;
+    return off >= 0 && off < N;
+  }
+  const int64_t* st = t->strides;
+  if (N % st[p->order[0]]) return false;
+  int64_t rem = off;
+  for (int i = 0; i < m; i++) {
+    const int64_t stride = st[p->order[i]];
+    p->R[i] = i == 0 ? N / stride : st[p->order[i - 1]] / stride;
+    if (i > 0 && st[p->order[i - 1]] % stride) return false;
+    p->c[i] = rem / stride;
+    rem %= stride;
+    p->s[i] = t->sizes[p->order[i]];
+    if (p->c[i] + p->s[i] > p->R[i]) return false;
+  }
+  const int64_t inner = st[p->order[m - 1]];
+  p->nr = m;
+  if (inner != 1) {
+    if (m == TPU_MAX_DIMS) return false; /* no room for the element dim */
+    p->R[m] = inner;
+    p->c[m] = rem;
+    p->s[m] = 1;
+    p->nr = m + 1;
+  }
+  return true;
+}
+
+/* Position among t's size>1 dims (in dim order) of each real dim in stride
+ * order; true when that is the identity (memory order = dim order). */
+static bool mem_perm(const tpu_tensor_t* t, const int* order, int m, int64_t* perm) {
+  bool id = true;
+  for (int i = 0; i < m; i++) {
+    int pos = 0;
+    for (int d = 0; d < order[i]; d++) pos += t->sizes[d] > 1;
+    perm[i] = pos;
+    id &= pos == i;
+  }
+  return id;
+}
+
+/* A dense value's elements in memory order, reshaped to (nd, sz). */
+static ref_t memory_order(em_t* e, const val_t* v, int nd, const int64_t* sz) {
+  tpu_tensor_t t = val_tensor(v);
+  int order[TPU_MAX_DIMS], m;
+  real_dims(&t, order, &m);
+  int64_t perm[TPU_MAX_DIMS];
+  if (mem_perm(&t, order, m, perm)) return reshape(e, v->r, nd, sz);
+  int64_t rs[TPU_MAX_DIMS];
+  int k = 0;
+  for (int d = 0; d < t.ndim; d++)
+    if (t.sizes[d] > 1) rs[k++] = t.sizes[d];
+  ref_t a = transpose(e, reshape(e, v->r, k, rs), perm);
+  return reshape(e, a, nd, sz);
+}
+
+/* inverse of memory_order: elements in memory order back to v's shape */
+static ref_t unflatten(em_t* e, ref_t flat, const val_t* v) {
+  tpu_tensor_t t = val_tensor(v);
+  int order[TPU_MAX_DIMS], m;
+  real_dims(&t, order, &m);
+  int64_t mem[TPU_MAX_DIMS], perm[TPU_MAX_DIMS], inv[TPU_MAX_DIMS];
+  if (mem_perm(&t, order, m, perm)) return reshape(e, flat, v->r.nd, v->r.sz);
+  for (int i = 0; i < m; i++) mem[i] = t.sizes[order[i]];
+  ref_t a = reshape(e, flat, m, mem);
+  for (int i = 0; i < m; i++) inv[perm[i]] = i;
+  a = transpose(e, a, inv);
+  return reshape(e, a, v->r.nd, v->r.sz);
+}
+
+static bool val_dense(const val_t* v) {
+  tpu_tensor_t t = val_tensor(v);
+  int order[TPU_MAX_DIMS], m;
+  return real_dims(&t, order, &m) && is_dense(&t, order, m);
+}
+
+/* view t of dense value v; r.id == NO_REF when it cannot be expressed */
+static ref_t derive(em_t* e, const val_t* v, const tpu_tensor_t* t) {
+  ref_t bad = mkref(t->dtype, 0, NULL);
+  const size_t es = tpu_dtype_size(t->dtype);
+  if (!val_dense(v) || ((const char*)t->data - v->data) % (ptrdiff_t)es) return bad;
+  int64_t off = ((const char*)t->data - v->data) / (ptrdiff_t)es;
+  placement_t p;
+  if (!place(t, off, numel(&v->r), &p)) return bad;
+  ref_t a = memory_order(e, v, p.nr, p.R);
+  int64_t lim[TPU_MAX_DIMS + 1];
+  for (int i = 0; i < p.nr; i++) lim[i] = p.c[i] + p.s[i];
+  a = slice(e, a, p.c, lim);
+  int64_t sz[TPU_MAX_DIMS], perm[TPU_MAX_DIMS], dims[TPU_MAX_DIMS];
+  for (int i = 0; i < p.m; i++) sz[i] = p.s[i];
+  a = reshape(e, a, p.m, sz);
+  /* stride order -> t's dim order */
+  int k = 0;
+  for (int d = 0; d < t->ndim; d++)
+    for (int i = 0; i < p.m; i++)
+      if (p.order[i] == d) {
+        perm[k] = i;
+        dims[k++] = d;
+      }
+  a = transpose(e, a, perm);
+  return bcast_dims(e, a, t->ndim, t->sizes, dims);
+}
+
+/* v with view t replaced by w (t inside v); NO_REF when not expressible */
+static ref_t update(em_t* e, const val_t* v, const tpu_tensor_t* t, ref_t w) {
+  ref_t bad = mkref(v->r.dt, 0, NULL);
+  const size_t es = tpu_dtype_size(t->dtype);
+  if (!val_dense(v) || ((const char*)t->data - v->data) % (ptrdiff_t)es) return bad;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] > 1 && t->strides[d] == 0) return bad;
+  int64_t off = ((const char*)t->data - v->data) / (ptrdiff_t)es;
+  placement_t p;
+  if (!place(t, off, numel(&v->r), &p)) return bad;
+  int64_t sz[TPU_MAX_DIMS], perm[TPU_MAX_DIMS];
+  int k = 0;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] > 1) sz[k++] = t->sizes[d];
+  w = reshape(e, w, k, sz); /* t's real dims in dim order */
+  for (int i = 0; i < p.m; i++) {
+    int pos = 0;
+    for (int d = 0; d < p.order[i]; d++) pos += t->sizes[d] > 1;
+    perm[i] = pos;
+  }
+  w = transpose(e, w, perm); /* stride order */
+  w = reshape(e, w, p.nr, p.s);
+  ref_t base = memory_order(e, v, p.nr, p.R);
+  ref_t in[2 + TPU_MAX_DIMS];
+  in[0] = base;
+  in[1] = w;
+  for (int i = 0; i < p.nr; i++) in[2 + i] = cst(e, TPU_I64, (double)p.c[i]);
+  ref_t u = emit(e, "stablehlo.dynamic_update_slice", 2 + p.nr, in, base, NULL);
+  return unflatten(e, u, v);
+}
+
+static void note_custom(em_t* e, const char* target) {
+  for (int i = 0; i < e->ncc; i++)
+    if (!strcmp(e->cc[i], target)) return;
+  if (e->ncc == e->ccc) {
+    int cap = e->ccc ? 2 * e->ccc : 16;
+    char** cc = realloc(e->cc, sizeof(char*) * (size_t)cap);
+    if (!cc) {
+      e->oom = true;
+      return;
+    }
+    e->cc = cc;
+    e->ccc = cap;
+  }
+  e->cc[e->ncc] = strdup(target);
+  if (e->cc[e->ncc]) e->ncc++;
+}
+
+static ref_t new_param(em_t* e, const tpu_tensor_t* t) {
+  if (e->np == e->cp) {
+    int cap = e->cp ? 2 * e->cp : 16;
+    int* p = realloc(e->params, sizeof(int) * (size_t)cap);
+    if (!p) {
+      e->oom = true;
+      return mkref(t->dtype, t->ndim, t->sizes);
+    }
+    e->params = p;
+    e->cp = cap;
+  }
+  ref_t r = mkref(t->dtype, t->ndim, t->sizes);
+  r.id = -(e->np + 1);
+  int k = val_push(e, r, t);
+  if (k >= 0) e->params[e->np++] = k;
+  return r;
+}
+
+/* The parameter a read of t (nothing in the graph wrote it) comes from: t
+ * without its broadcast dims, in memory order when it is dense. */
+static ref_t param_for(em_t* e, const tpu_tensor_t* t) {
+  tpu_tensor_t p = *t;
+  p.ndim = 0;
+  for (int d = 0; d < t->ndim; d++)
+    if (!(t->sizes[d] > 1 && t->strides[d] == 0)) {
+      p.sizes[p.ndim] = t->sizes[d];
+      p.strides[p.ndim++] = t->strides[d];
+    }
+  int order[TPU_MAX_DIMS], m;
+  if (real_dims(&p, order, &m) && is_dense(&p, order, m)) {
+    bool in_order = true;
+    for (int i = 1; i < m; i++) in_order &= order[i] > order[i - 1];
+    if (!in_order) { /* a permuted dense view: the parameter in memory order */
+      int64_t s = 1;
+      for (int i = m - 1; i >= 0; i--) {
+        p.sizes[i] = t->sizes[order[i]];
+        p.strides[i] = s;
+        s *= p.sizes[i];
+      }
+      p.ndim = m;
+    }
+  }
+  return new_param(e, &p);
+}
+
+static bool overlaps(const val_t* v, uintptr_t lo, uintptr_t hi) { return v->lo < hi && lo < v->hi; }
+
+/* the value a tensor argument reads */
+static ref_t read_tensor(em_t* e, const tpu_tensor_t* t) {
+  if (t->flags & TPU_TENSOR_CPU_SCALAR) return cst(e, t->dtype, tpu_tensor_get_f64(t, 0));
+  for (int i = e->nv - 1; i >= 0; i--)
+    if (!e->v[i].superseded && same_view(&e->v[i], t)) return e->v[i].r;
+  uintptr_t lo, hi;
+  geom_range(t, &lo, &hi);
+  int base = -1;
+  for (int i = e->nv - 1; i >= 0 && base < 0; i--) {
+    const val_t* v = &e->v[i];
+    if (!v->superseded && !v->alias && v->r.dt == t->dtype && v->lo <= lo && hi <= v->hi && lo < hi)
+      base = i;
+  }
+  if (base < 0) { /* memory from before the graph: a parameter */
+    param_for(e, t);
+    if (e->oom) return mkref(t->dtype, t->ndim, t->sizes);
+    base = e->nv - 1;
+    const int n0 = base;
+    tpu_tensor_t pt = val_tensor(&e->v[base]);
+    /* writes the graph made inside it before this read */
+    for (int i = 0; i < n0 && !e->oom; i++) {
+      val_t* w = &e->v[i];
+      if (w->superseded || !w->written || w->alias || w->r.dt != t->dtype) continue;
+      if (!(e->v[base].lo <= w->lo && w->hi <= e->v[base].hi)) continue;
+      tpu_tensor_t wt = val_tensor(w);
+      ref_t u = update(e, &e->v[base], &wt, w->r);
+      if (u.id == NO_REF) continue;
+      int k = val_push(e, u, &pt);
+      if (k < 0) break;
+      e->v[base].superseded = true;
+      e->v[k].written = true;
+      e->v[k].visible = true;
+      w->alias = true;
+      base = k;
+    }
+    if (same_view(&e->v[base], t)) return e->v[base].r;
+  }
+  ref_t r = derive(e, &e->v[base], t);
+  if (r.id == NO_REF) { /* a view the printer cannot express */
+    note_custom(e, "tpu.strided_view");
+    r = emit(e, "stablehlo.custom_call", 1, &e->v[base].r, mkref(t->dtype, t->ndim, t->sizes),
+             "call_target_name = \"tpu.strided_view\"");
+  }
+  int k = val_push(e, r, t);
+  if (k >= 0) e->v[k].alias = true;
+  return r;
+}
+
+/* node output t now holds w */
+static void write_tensor(em_t* e, const tpu_tensor_t* t, ref_t w, bool visible) {
+  uintptr_t lo, hi;
+  geom_range(t, &lo, &hi);
+  bool into_base = false;
+  const int n = e->nv;
+  for (int i = 0; i < n && !e->oom; i++) {
+    val_t* v = &e->v[i];
+    if (v->superseded || !overlaps(v, lo, hi)) continue;
+    if (!same_view(v, t) && !v->alias && v->r.dt == t->dtype && v->lo <= lo && hi <= v->hi) {
+      ref_t u = update(e, v, t, w);
+      v = &e->v[i];
+      if (u.id != NO_REF) {
+        tpu_tensor_t vt = val_tensor(v);
+        bool vis = visible || v->visible || !v->written;
+        int k = val_push(e, u, &vt);
+        if (k >= 0) {
+          e->v[k].written = true;
+          e->v[k].visible = vis;
+        }
+        into_base = true;
+      }
+    }
+    e->v[i].superseded = true;
+  }
+  int k = val_push(e, w, t);
+  if (k >= 0) {
+    e->v[k].written = true;
+    e->v[k].visible = visible;
+    e->v[k].alias = into_base;
+  }
+}
+
+/* ---- ops ---- */
+typedef struct {
+  em_t* e;
+  const tpu_call_t* c;
+  const tpu_tensor_t* o; /* first output */
+} node_t;
+
+static bool is_tensor(const node_t* n, int i) {
+  return i < n->c->nargs && n->c->args[i].kind == TPU_ARG_TENSOR;
+}
+static bool is_number(const node_t* n, int i) {
+  if (i >= n->c->nargs) return false;
+  tpu_arg_kind_t k = n->c->args[i].kind;
+  return k == TPU_ARG_INT || k == TPU_ARG_DOUBLE || k == TPU_ARG_BOOL;
+}
+
+static ref_t arg(node_t* n, int i) { return read_tensor(n->e, n->c->args[i].v.t); }
+
+/* argument i (tensor or number) as dt, broadcast to (nd, sz) */
+static ref_t arg_as(node_t* n, int i, tpu_dtype_t dt, int nd, const int64_t* sz) {
+  if (is_tensor(n, i)) return bcast(n->e, convert(n->e, arg(n, i), dt), nd, sz);
+  return cst_like(n->e, dt, tpu_arg_f64(n->c, i, 0), nd, sz);
+}
+
+static ref_t arg_out(node_t* n, int i, tpu_dtype_t dt) { return arg_as(n, i, dt, n->o->ndim, n->o->sizes); }
+
+static ref_t out_ref(const node_t* n, tpu_dtype_t dt) { return mkref(dt, n->o->ndim, n->o->sizes); }
+
+/* dtype two operands compare/compute in (PyTorch's result_type) */
+static tpu_dtype_t common_type(node_t* n, int a, int b) {
+  const tpu_tensor_t* ts[2];
+  int k = 0;
+  tpu_tensor_t tmp;
+  if (is_tensor(n, a)) ts[k++] = n->c->args[a].v.t;
+  if (is_tensor(n, b)) ts[k++] = n->c->args[b].v.t;
+  if (k == 1 && is_number(n, b)) { /* a Python number takes part as a wrapped number */
+    memset(&tmp, 0, sizeof tmp);
+    tpu_arg_kind_t kind = n->c->args[b].kind;
+    tmp.dtype = kind == TPU_ARG_DOUBLE ? TPU_F64 : kind == TPU_ARG_BOOL ? TPU_BOOL : TPU_I64;
+    tmp.flags = TPU_TENSOR_WRAPPED_NUMBER;
+    ts[k++] = &tmp;
+  }
+  return k ? tpu_result_type(ts, k) : TPU_F32;
+}
+
+static int norm_dim(int64_t d, int nd) { return (int)(d < 0 ? d + (nd ? nd : 1) : d); }
+
+/* reduction dims from argument i (a list, an int, or absent/empty = all) */
+static int red_dims(const node_t* n, int i, int nd, int64_t* dims) {
+  int k = 0;
+  if (i >= 0 && i < n->c->nargs && n->c->args[i].kind == TPU_ARG_INTLIST && n->c->args[i].n > 0) {
+    for (int j = 0; j < n->c->args[i].n && k < TPU_MAX_DIMS; j++)
+      dims[k++] = norm_dim(n->c->args[i].v.ilist[j], nd);
+  } else if (i >= 0 && i < n->c->nargs && n->c->args[i].kind == TPU_ARG_INT) {
+    dims[k++] = norm_dim(n->c->args[i].v.i, nd);
+  } else {
+    for (int d = 0; d < nd; d++) dims[k++] = d;
+  }
+  /* sorted, unique */
+  for (int a = 1; a < k; a++)
+    for (int b = a; b > 0 && dims[b] < dims[b - 1]; b--) {
+      int64_t x = dims[b];
+      dims[b] = dims[b - 1];
+      dims[b - 1] = x;
+    }
+  int u = 0;
+  for (int a = 0; a < k; a++)
+    if (!u || dims[u - 1] != dims[a]) dims[u++] = dims[a];
+  return nd ? u : 0;
+}
+
+static bool is_half(tpu_dtype_t dt) { return dt == TPU_BF16 || dt == TPU_F16; }
+static tpu_dtype_t acc_type(tpu_dtype_t dt) { return is_half(dt) ? TPU_F32 : dt; }
+
+static const struct {
+  const char *aten, *hlo;
+} k_unary[] = {
+    {"neg", "stablehlo.negate"},        {"exp", "stablehlo.exponential"},
+    {"log", "stablehlo.log"},           {"tanh", "stablehlo.tanh"},
+    {"sqrt", "stablehlo.sqrt"},         {"rsqrt", "stablehlo.rsqrt"},
+    {"abs", "stablehlo.abs"},           {"sigmoid", "stablehlo.logistic"},
+    {"sin", "stablehlo.sine"},          {"cos", "stablehlo.cosine"},
+    {"tan", "stablehlo.tan"},           {"floor", "stablehlo.floor"},
+    {"ceil", "stablehlo.ceil"},         {"sign", "stablehlo.sign"},
+    {"sgn", "stablehlo.sign"},          {"log1p", "stablehlo.log_plus_one"},
+    {"expm1", "stablehlo.exponential_minus_one"}, {"erf", "chlo.erf"},
+    {"bitwise_not", "stablehlo.not"},   {"atan", "chlo.atan"},
+    {"asin", "chlo.asin"},              {"acos", "chlo.acos"},
+    {"sinh", "chlo.sinh"},              {"cosh", "chlo.cosh"},
+    {"lgamma", "chlo.lgamma"},          {"digamma", "chlo.digamma"},
+    {"erfinv", "chlo.erf_inv"},
+};
+
+static const struct {
+  const char *aten, *hlo;
+} k_binary[] = {
+    {"mul", "stablehlo.multiply"},     {"maximum", "stablehlo.maximum"},
+    {"minimum", "stablehlo.minimum"},  {"pow", "stablehlo.power"},
+    {"atan2", "stablehlo.atan2"},      {"fmod", "stablehlo.remainder"},
+    {"bitwise_and", "stablehlo.and"},  {"bitwise_or", "stablehlo.or"},
+    {"bitwise_xor", "stablehlo.xor"},
+};
+
+static const struct {
+  const char *aten, *dir;
+} k_compare[] = {{"eq", "EQ"}, {"ne", "NE"}, {"lt", "LT"}, {"le", "LE"}, {"gt", "GT"}, {"ge", "GE"}};
+
+static ref_t gelu(em_t* e, ref_t x, const char* approx) {
+  ref_t half = scalar_op(e, "stablehlo.multiply", x, 0.5);
+  ref_t inner;
+  if (approx && !strcmp(approx, "tanh")) {
+    ref_t x3 = binop(e, "stablehlo.multiply", binop(e, "stablehlo.multiply", x, x), x);
+    ref_t s = binop(e, "stablehlo.add", x, scalar_op(e, "stablehlo.multiply", x3, 0.044715));
+    inner = unop(e, "stablehlo.tanh", scalar_op(e, "stablehlo.multiply", s, sqrt(2.0 / M_PI)));
+  } else {
+    inner = unop(e, "chlo.erf", scalar_op(e, "stablehlo.multiply", x, M_SQRT1_2));
+  }
+  return binop(e, "stablehlo.multiply", half, scalar_op(e, "stablehlo.add", inner, 1.0));
+}
+
+/* d gelu(x) / dx */
+static ref_t gelu_grad(em_t* e, ref_t x, const char* approx) {
+  if (approx && !strcmp(approx, "tanh")) {
+    const double k = sqrt(2.0 / M_PI);
+    ref_t x2 = binop(e, "stablehlo.multiply", x, x);
+    ref_t u = scalar_op(e, "stablehlo.multiply",
+                        binop(e, "stablehlo.add", x,
+                              scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.multiply", x2, x), 0.044715)),
+                        k);
+    ref_t t = unop(e, "stablehlo.tanh", u);
+    ref_t left = scalar_op(e, "stablehlo.multiply", scalar_op(e, "stablehlo.add", t, 1.0), 0.5);
+    ref_t one_m_t2 = binop(e, "stablehlo.subtract", cst_like(e, x.dt, 1.0, x.nd, x.sz), binop(e, "stablehlo.multiply", t, t));
+    ref_t du = scalar_op(e, "stablehlo.multiply", scalar_op(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", x2, 3 * 0.044715), 1.0), k);
+    ref_t right = scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.multiply", x, binop(e, "stablehlo.multiply", one_m_t2, du)), 0.5);
+    return binop(e, "stablehlo.add", left, right);
+  }
+  ref_t cdf = scalar_op(e, "stablehlo.multiply",
+                        scalar_op(e, "stablehlo.add", unop(e, "chlo.erf", scalar_op(e, "stablehlo.multiply", x, M_SQRT1_2)), 1.0),
+                        0.5);
+  ref_t pdf = scalar_op(e, "stablehlo.multiply",
+                        unop(e, "stablehlo.exponential", scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.multiply", x, x), -0.5)),
+                        1.0 / sqrt(2.0 * M_PI));
+  return binop(e, "stablehlo.add", cdf, binop(e, "stablehlo.multiply", x, pdf));
+}
+
+/* one-hot of integer `target` over `n` classes, the class dim inserted at `axis` */
+static ref_t one_hot(em_t* e, ref_t target, int64_t n, int axis) {
+  ref_t r = mkref(TPU_BOOL, target.nd + 1, NULL);
+  int64_t dims[TPU_MAX_DIMS];
+  for (int d = 0, k = 0; d < r.nd; d++) {
+    if (d == axis) {
+      r.sz[d] = n;
+      continue;
+    }
+    dims[k] = d;
+    r.sz[d] = target.sz[k++];
+  }
+  ref_t iota = emit(e, "stablehlo.iota", 0, NULL, mkref(target.dt, r.nd, r.sz), "iota_dimension = %d : i64", axis);
+  return compare(e, "EQ", iota, bcast_dims(e, target, r.nd, r.sz, dims));
+}
+
+/* Emits node n; false when the op has no mapping. outs[k] gets output k. */
+static bool emit_op(node_t* n, const char* base, ref_t* outs) {
+  em_t* e = n->e;
+  const tpu_call_t* c = n->c;
+  const tpu_tensor_t* o = n->o;
+  const tpu_dtype_t odt = o ? o->dtype : TPU_DTYPE_NONE;
+  const char* ovl = strchr(c->op->name, '.');
+  ovl = ovl ? ovl + 1 : "";
+  if (!o) return false;
+
+  for (size_t i = 0; i < sizeof k_unary / sizeof k_unary[0]; i++)
+    if (!strcmp(base, k_unary[i].aten) && is_tensor(n, 0)) {
+      outs[0] = unop(e, k_unary[i].hlo, arg_out(n, 0, odt));
+      return true;
+    }
+  for (size_t i = 0; i < sizeof k_binary / sizeof k_binary[0]; i++)
+    if (!strcmp(base, k_binary[i].aten) && (is_tensor(n, 0) || is_number(n, 0)) &&
+        (is_tensor(n, 1) || is_number(n, 1))) {
+      outs[0] = binop(e, k_binary[i].hlo, arg_out(n, 0, odt), arg_out(n, 1, odt));
+      return true;
+    }
+  for (size_t i = 0; i < sizeof k_compare / sizeof k_compare[0]; i++)
+    if (!strcmp(base, k_compare[i].aten)) {
+      tpu_dtype_t ct = common_type(n, 0, 1);
+      outs[0] = compare(e, k_compare[i].dir, arg_out(n, 0, ct), arg_out(n, 1, ct));
+      return true;
+    }
+  if (!strcmp(base, "add") || !strcmp(base, "sub") || !strcmp(base, "rsub")) {
+    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
+    double alpha = tpu_arg_f64(c, 2, 1.0);
+    if (!strcmp(base, "rsub")) {
+      ref_t t = a;
+      a = b;
+      b = t;
+    }
+    if (alpha != 1.0) b = scalar_op(e, "stablehlo.multiply", b, alpha);
+    outs[0] = binop(e, strcmp(base, "add") ? "stablehlo.subtract" : "stablehlo.add", a, b);
+    return true;
+  }
+  if (!strcmp(base, "div")) {
+    const char* mode = tpu_arg_str(c, 2, NULL);
+    if (mode && tpu_dtype_is_integral(odt, true)) return false;
+    ref_t q = binop(e, "stablehlo.divide", arg_out(n, 0, odt), arg_out(n, 1, odt));
+    if (mode && !strcmp(mode, "floor")) q = unop(e, "stablehlo.floor", q);
+    else if (mode && !strcmp(mode, "trunc"))
+      q = select3(e, compare(e, "LT", q, cst_like(e, odt, 0, q.nd, q.sz)), unop(e, "stablehlo.ceil", q),
+                  unop(e, "stablehlo.floor", q));
+    outs[0] = q;
+    return true;
+  }
+  if (!strcmp(base, "reciprocal")) {
+    ref_t x = arg_out(n, 0, odt);
+    outs[0] = binop(e, "stablehlo.divide", cst_like(e, odt, 1, x.nd, x.sz), x);
+    return true;
+  }
+  if (!strcmp(base, "square")) {
+    ref_t x = arg_out(n, 0, odt);
+    outs[0] = binop(e, "stablehlo.multiply", x, x);
+    return true;
+  }
+  if (!strcmp(base, "log2") || !strcmp(base, "log10")) {
+    ref_t x = unop(e, "stablehlo.log", arg_out(n, 0, odt));
+    outs[0] = scalar_op(e, "stablehlo.divide", x, log(!strcmp(base, "log2") ? 2.0 : 10.0));
+    return true;
+  }
+  if (!strcmp(base, "exp2")) {
+    ref_t x = arg_out(n, 0, odt);
+    outs[0] = binop(e, "stablehlo.power", cst_like(e, odt, 2, x.nd, x.sz), x);
+    return true;
+  }
+  if (!strcmp(base, "round") && strncmp(ovl, "decimals", 8) && tpu_dtype_is_float(odt)) {
+    outs[0] = unop(e, "stablehlo.round_nearest_even", arg_out(n, 0, odt));
+    return true;
+  }
+  if (!strcmp(base, "trunc") && tpu_dtype_is_float(odt)) {
+    ref_t q = arg_out(n, 0, odt);
+    outs[0] = select3(e, compare(e, "LT", q, cst_like(e, odt, 0, q.nd, q.sz)), unop(e, "stablehlo.ceil", q),
+                      unop(e, "stablehlo.floor", q));
+    return true;
+  }
+  if (!strcmp(base, "relu")) {
+    ref_t x = arg_out(n, 0, odt);
+    outs[0] = binop(e, "stablehlo.maximum", x, cst_like(e, odt, 0, x.nd, x.sz));
+    return true;
+  }
+  if (!strcmp(base, "silu")) {
+    ref_t x = arg_out(n, 0, odt);
+    outs[0] = binop(e, "stablehlo.multiply", x, unop(e, "stablehlo.logistic", x));
+    return true;
+  }
+  if (!strcmp(base, "gelu") && tpu_dtype_is_float(odt)) {
+    ref_t x = arg_out(n, 0, acc_type(odt));
+    outs[0] = convert(e, gelu(e, x, tpu_arg_str(c, 1, "none")), odt);
+    return true;
+  }
+  if (!strcmp(base, "isnan")) {
+    ref_t x = arg(n, 0);
+    outs[0] = compare(e, "NE", x, x);
+    return true;
+  }
+  if (!strcmp(base, "logical_not") && is_tensor(n, 0)) {
+    outs[0] = unop(e, "stablehlo.not", compare(e, "NE", arg(n, 0), cst_like(e, n->c->args[0].v.t->dtype, 0, n->c->args[0].v.t->ndim, n->c->args[0].v.t->sizes)));
+    return true;
+  }
+  if (!strcmp(base, "logical_and") || !strcmp(base, "logical_or") || !strcmp(base, "logical_xor")) {
+    ref_t a = arg_out(n, 0, TPU_BOOL), b = arg_out(n, 1, TPU_BOOL);
+    outs[0] = binop(e, base[8] == 'a' ? "stablehlo.and" : base[8] == 'o' ? "stablehlo.or" : "stablehlo.xor", a, b);
+    return true;
+  }
+  if (!strcmp(base, "where") && is_tensor(n, 0)) {
+    ref_t p = arg_out(n, 0, TPU_BOOL);
+    outs[0] = select3(e, p, arg_out(n, 1, odt), arg_out(n, 2, odt));
+    return true;
+  }
+  if (!strcmp(base, "masked_fill")) {
+    ref_t p = arg_out(n, 1, TPU_BOOL);
+    outs[0] = select3(e, p, arg_out(n, 2, odt), arg_out(n, 0, odt));
+    return true;
+  }
+  if (!strcmp(base, "clamp") || !strcmp(base, "clamp_min") || !strcmp(base, "clamp_max")) {
+    ref_t x = arg_out(n, 0, odt);
+    bool has_min = strcmp(base, "clamp_max") && !tpu_arg_is_none(c, 1);
+    int imax = !strcmp(base, "clamp_max") ? 1 : 2;
+    bool has_max = strcmp(base, "clamp_min") && !tpu_arg_is_none(c, imax);
+    if (has_min) x = binop(e, "stablehlo.maximum", x, arg_out(n, 1, odt));
+    if (has_max) x = binop(e, "stablehlo.minimum", x, arg_out(n, imax, odt));
+    outs[0] = x;
+    return true;
+  }
+  if (!strcmp(base, "addcmul") || !strcmp(base, "addcdiv")) {
+    ref_t t = binop(e, base[4] == 'm' ? "stablehlo.multiply" : "stablehlo.divide", arg_out(n, 1, odt),
+                    arg_out(n, 2, odt));
+    double v = tpu_arg_f64(c, 3, 1.0);
+    if (v != 1.0) t = scalar_op(e, "stablehlo.multiply", t, v);
+    outs[0] = binop(e, "stablehlo.add", arg_out(n, 0, odt), t);
+    return true;
+  }
+  if (!strcmp(base, "lerp")) { /* self + weight * (end - self) */
+    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt), w = arg_out(n, 2, odt);
+    outs[0] = binop(e, "stablehlo.add", a, binop(e, "stablehlo.multiply", w, binop(e, "stablehlo.subtract", b, a)));
+    return true;
+  }
+  if (!strcmp(base, "_to_copy") || !strcmp(base, "clone") || !strcmp(base, "alias_copy") ||
+      !strcmp(base, "lift_fresh_copy")) {
+    outs[0] = arg_out(n, 0, odt);
+    return true;
+  }
+  if (!strcmp(base, "copy")) { /* copy_(self, src): self takes src's values */
+    outs[0] = arg_out(n, 1, odt);
+    return true;
+  }
+  if (!strcmp(base, "fill") || !strcmp(base, "full") || !strcmp(base, "full_like")) {
+    /* fill(self, value), full(size, value), full_like(self, value) */
+    outs[0] = arg_out(n, 1, odt);
+    return true;
+  }
+  if (!strcmp(base, "zero") || !strcmp(base, "zeros") || !strcmp(base, "zeros_like") ||
+      !strcmp(base, "ones") || !strcmp(base, "ones_like")) {
+    outs[0] = cst_like(e, odt, base[0] == 'o' ? 1 : 0, o->ndim, o->sizes);
+    return true;
+  }
+  if (!strcmp(base, "arange") && o->ndim == 1) {
+    double start = 0, step = 1;
+    if (!strcmp(ovl, "start") || !strcmp(ovl, "start_step") || !strcmp(ovl, "start_out")) start = tpu_arg_f64(c, 0, 0);
+    if (!strcmp(ovl, "start_step") || !strcmp(ovl, "start_out")) step = tpu_arg_f64(c, 2, 1);
+    tpu_dtype_t ct = tpu_dtype_is_float(odt) ? TPU_F64 : TPU_I64;
+    ref_t i = emit(e, "stablehlo.iota", 0, NULL, mkref(ct, 1, o->sizes), "iota_dimension = 0 : i64");
+    if (step != 1) i = scalar_op(e, "stablehlo.multiply", i, step);
+    if (start != 0) i = scalar_op(e, "stablehlo.add", i, start);
+    outs[0] = convert(e, i, odt);
+    return true;
+  }
+  if ((!strcmp(base, "tril") || !strcmp(base, "triu")) && o->ndim >= 2) {
+    ref_t x = arg_out(n, 0, odt);
+    int64_t k = tpu_arg_i64(c, 1, 0);
+    const int nd = o->ndim;
+    ref_t row = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, o->sizes), "iota_dimension = %d : i64", nd - 2);
+    ref_t col = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, o->sizes), "iota_dimension = %d : i64", nd - 1);
+    ref_t diff = scalar_op(e, "stablehlo.subtract", binop(e, "stablehlo.subtract", col, row), (double)k);
+    ref_t keep = compare(e, base[2] == 'i' && base[3] == 'l' ? "LE" : "GE", diff, cst_like(e, TPU_I64, 0, nd, o->sizes));
+    outs[0] = select3(e, keep, x, cst_like(e, odt, 0, nd, o->sizes));
+    return true;
+  }
+  /* matmuls */
+  if (!strcmp(base, "mm") || !strcmp(base, "bmm") || !strcmp(base, "addmm") || !strcmp(base, "baddbmm") ||
+      !strcmp(base, "mv") || !strcmp(base, "dot") || !strcmp(base, "addmv")) {
+    const bool add = base[0] == 'a' || (base[0] == 'b' && base[1] == 'a');
+    const int i0 = add ? 1 : 0;
+    /* half inputs accumulate in f32 (dot_general's result type) and round once at the end,
+     * bias included, as PyTorch does */
+    const tpu_dtype_t ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, i0), odt), b = convert(e, arg(n, i0 + 1), odt);
+    const bool batched = strstr(base, "bmm") != NULL;
+    ref_t r = dot_general(e, a, b, batched ? 1 : 0, a.nd - 1, batched ? 1 : 0, out_ref(n, ct), c->precision);
+    if (add) {
+      double beta = tpu_arg_f64(c, i0 + 2, 1.0), alpha = tpu_arg_f64(c, i0 + 3, 1.0);
+      if (alpha != 1.0) r = scalar_op(e, "stablehlo.multiply", r, alpha);
+      if (beta != 0.0) {
+        ref_t s = arg_out(n, 0, ct);
+        if (beta != 1.0) s = scalar_op(e, "stablehlo.multiply", s, beta);
+        r = binop(e, "stablehlo.add", s, r);
+      }
+    }
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  /* reductions: (self, dim, keepdim, dtype) or (self, dtype) */
+  if (!strcmp(base, "sum") || !strcmp(base, "mean") || !strcmp(base, "amax") || !strcmp(base, "amin") ||
+      !strcmp(base, "prod") || ((!strcmp(base, "max") || !strcmp(base, "min")) && c->nouts == 1 &&
+                                !is_tensor(n, 1) && c->nargs <= 2)) {
+    const tpu_tensor_t* x = c->args[0].v.t;
+    int64_t dims[TPU_MAX_DIMS];
+    /* (self, dim, keepdim, ...) rather than (self, dtype) */
+    const bool has_dims = (c->nargs > 1 && c->args[1].kind == TPU_ARG_INTLIST) ||
+                          (c->nargs > 2 && c->args[2].kind == TPU_ARG_BOOL);
+    int nr = red_dims(n, has_dims ? 1 : -1, x->ndim, dims);
+    tpu_dtype_t ct = odt;
+    if (!strcmp(base, "sum") || !strcmp(base, "mean") || !strcmp(base, "prod")) ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, 0), ct);
+    ref_t r;
+    if (base[0] == 's') r = reduce(e, a, nr, dims, "stablehlo.add", 0);
+    else if (base[0] == 'p') r = reduce(e, a, nr, dims, "stablehlo.multiply", 1);
+    else if (!strcmp(base, "mean")) {
+      int64_t cnt = 1;
+      for (int k = 0; k < nr; k++) cnt *= x->sizes[dims[k]];
+      r = scalar_op(e, "stablehlo.divide", reduce(e, a, nr, dims, "stablehlo.add", 0), (double)cnt);
+    } else {
+      bool mx = !strcmp(base, "amax") || !strcmp(base, "max");
+      double init = tpu_dtype_is_float(ct) ? (mx ? -INFINITY : INFINITY)
+                    : ct == TPU_BOOL       ? (mx ? 0 : 1)
+                    : ct == TPU_U8         ? (mx ? 0 : 255)
+                    : ct == TPU_I8         ? (mx ? -128 : 127)
+                    : ct == TPU_I16        ? (mx ? -32768 : 32767)
+                    : ct == TPU_I32        ? (mx ? -2147483648.0 : 2147483647.0)
+                                           : (mx ? -9223372036854775807.0 - 1 : 9223372036854775807.0);
+      r = reduce(e, a, nr, dims, mx ? "stablehlo.maximum" : "stablehlo.minimum", init);
+    }
+    outs[0] = reshape(e, convert(e, r, odt), o->ndim, o->sizes);
+    return true;
+  }
+  if (!strcmp(base, "_softmax") || !strcmp(base, "_log_softmax")) {
+    const tpu_tensor_t* x = c->args[0].v.t;
+    int64_t dim = norm_dim(tpu_arg_i64(c, 1, -1), x->ndim);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, 0), ct);
+    if (x->ndim == 0) {
+      outs[0] = convert(e, cst_like(e, ct, base[1] == 'l' ? 0 : 1, 0, NULL), odt);
+      return true;
+    }
+    ref_t m = bcast(e, reduce_keep(e, a, 1, &dim, "stablehlo.maximum", -INFINITY), a.nd, a.sz);
+    ref_t z = binop(e, "stablehlo.subtract", a, m);
+    ref_t ez = unop(e, "stablehlo.exponential", z);
+    ref_t s = bcast(e, reduce_keep(e, ez, 1, &dim, "stablehlo.add", 0), a.nd, a.sz);
+    ref_t r = base[1] == 'l' ? binop(e, "stablehlo.subtract", z, unop(e, "stablehlo.log", s))
+                             : binop(e, "stablehlo.divide", ez, s);
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  if (!strcmp(base, "native_layer_norm") && c->nouts == 3) {
+    /* (input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd) */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    const int k = c->args[1].n;
+    int64_t dims[TPU_MAX_DIMS], cnt = 1;
+    for (int i = 0; i < k; i++) {
+      dims[i] = x->ndim - k + i;
+      cnt *= x->sizes[dims[i]];
+    }
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, 0), ct);
+    ref_t mean = scalar_op(e, "stablehlo.divide", reduce_keep(e, a, k, dims, "stablehlo.add", 0), (double)cnt);
+    ref_t xc = binop(e, "stablehlo.subtract", a, bcast(e, mean, a.nd, a.sz));
+    ref_t var = scalar_op(e, "stablehlo.divide",
+                          reduce_keep(e, binop(e, "stablehlo.multiply", xc, xc), k, dims, "stablehlo.add", 0),
+                          (double)cnt);
+    ref_t rstd = unop(e, "stablehlo.rsqrt", scalar_op(e, "stablehlo.add", var, tpu_arg_f64(c, 4, 1e-5)));
+    ref_t y = binop(e, "stablehlo.multiply", xc, bcast(e, rstd, a.nd, a.sz));
+    if (is_tensor(n, 2)) y = binop(e, "stablehlo.multiply", y, arg_as(n, 2, ct, a.nd, a.sz));
+    if (is_tensor(n, 3)) y = binop(e, "stablehlo.add", y, arg_as(n, 3, ct, a.nd, a.sz));
+    outs[0] = convert(e, y, odt);
+    outs[1] = convert(e, reshape(e, mean, c->outs[1].ndim, c->outs[1].sizes), c->outs[1].dtype);
+    outs[2] = convert(e, reshape(e, rstd, c->outs[2].ndim, c->outs[2].sizes), c->outs[2].dtype);
+    return true;
+  }
+  if (!strcmp(base, "gelu_backward") && tpu_dtype_is_float(odt)) { /* (grad, self, approximate) */
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t g = gelu_grad(e, arg_out(n, 1, ct), tpu_arg_str(c, 2, "none"));
+    outs[0] = convert(e, binop(e, "stablehlo.multiply", arg_out(n, 0, ct), g), odt);
+    return true;
+  }
+  if (!strcmp(base, "tanh_backward") || !strcmp(base, "sigmoid_backward")) { /* (grad, output) */
+    ref_t g = arg_out(n, 0, odt), y = arg_out(n, 1, odt);
+    ref_t one_m = binop(e, "stablehlo.subtract", cst_like(e, odt, 1, y.nd, y.sz), base[0] == 't' ? binop(e, "stablehlo.multiply", y, y) : y);
+    ref_t d = base[0] == 't' ? one_m : binop(e, "stablehlo.multiply", y, one_m);
+    outs[0] = binop(e, "stablehlo.multiply", g, d);
+    return true;
+  }
+  if (!strcmp(base, "threshold_backward")) { /* (grad, self, threshold): grad where self > threshold */
+    ref_t g = arg_out(n, 0, odt);
+    tpu_dtype_t st = c->args[1].v.t->dtype;
+    ref_t x = arg_out(n, 1, st);
+    ref_t keep = compare(e, "GT", x, cst_like(e, st, tpu_arg_f64(c, 2, 0), x.nd, x.sz));
+    outs[0] = select3(e, keep, g, cst_like(e, odt, 0, g.nd, g.sz));
+    return true;
+  }
+  if ((!strcmp(base, "_softmax_backward_data") || !strcmp(base, "_log_softmax_backward_data")) && o->ndim > 0) {
+    /* (grad_output, output, dim, input_dtype) */
+    int64_t dim = norm_dim(tpu_arg_i64(c, 2, -1), o->ndim);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t g = arg_out(n, 0, ct), y = arg_out(n, 1, ct);
+    ref_t r;
+    if (base[1] == 's') { /* y * (g - sum(g * y)) */
+      ref_t s = bcast(e, reduce_keep(e, binop(e, "stablehlo.multiply", g, y), 1, &dim, "stablehlo.add", 0), g.nd, g.sz);
+      r = binop(e, "stablehlo.multiply", y, binop(e, "stablehlo.subtract", g, s));
+    } else { /* g - exp(y) * sum(g) */
+      ref_t s = bcast(e, reduce_keep(e, g, 1, &dim, "stablehlo.add", 0), g.nd, g.sz);
+      r = binop(e, "stablehlo.subtract", g, binop(e, "stablehlo.multiply", unop(e, "stablehlo.exponential", y), s));
+    }
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  if ((!strcmp(base, "nll_loss_forward") || !strcmp(base, "nll_loss_backward")) && is_tensor(n, 0)) {
+    /* forward (self, target, weight?, reduction, ignore_index) -> (output, total_weight);
+     * backward (grad_output, self, target, weight?, reduction, ignore_index, total_weight) */
+    const bool bwd = base[9] == 'b';
+    const int xi = bwd ? 1 : 0;
+    const tpu_tensor_t* x = c->args[xi].v.t;
+    if (x->ndim < 1 || x->ndim > 2 || !tpu_dtype_is_float(x->dtype)) return false;
+    const int cdim = x->ndim - 1;
+    const int64_t C = x->sizes[cdim];
+    const int64_t reduction = tpu_arg_i64(c, xi + 3, 1);
+    const int64_t ignore = tpu_arg_i64(c, xi + 4, -100);
+    tpu_dtype_t ct = x->dtype;
+    ref_t tgt = arg(n, xi + 1);
+    ref_t hot = one_hot(e, tgt, C, cdim); /* x's shape */
+    ref_t valid = compare(e, "NE", tgt, cst_like(e, tgt.dt, (double)ignore, tgt.nd, tgt.sz));
+    ref_t w = convert(e, valid, ct); /* per sample: weight[target] if not ignored */
+    if (is_tensor(n, xi + 2)) {
+      ref_t wt = arg_as(n, xi + 2, ct, x->ndim, x->sizes);
+      ref_t zero = cst_like(e, ct, 0, x->ndim, x->sizes);
+      int64_t cd = cdim;
+      ref_t wsel = reduce(e, select3(e, hot, wt, zero), 1, &cd, "stablehlo.add", 0);
+      w = binop(e, "stablehlo.multiply", w, wsel);
+    }
+    int64_t all[TPU_MAX_DIMS];
+    for (int d = 0; d < tgt.nd; d++) all[d] = d;
+    ref_t total = reduce(e, w, tgt.nd, all, "stablehlo.add", 0);
+    ref_t xr = convert(e, arg(n, xi), ct);
+    if (!bwd) {
+      int64_t cd = cdim;
+      ref_t picked = reduce(e, select3(e, hot, xr, cst_like(e, ct, 0, x->ndim, x->sizes)), 1, &cd, "stablehlo.add", 0);
+      ref_t loss = unop(e, "stablehlo.negate", binop(e, "stablehlo.multiply", picked, w));
+      if (reduction != 0) {
+        loss = reduce(e, loss, tgt.nd, all, "stablehlo.add", 0);
+        if (reduction == 1) loss = binop(e, "stablehlo.divide", loss, total);
+      }
+      outs[0] = loss;
+      if (c->nouts > 1) outs[1] = total;
+      return true;
+    }
+    ref_t g = convert(e, arg(n, 0), ct);
+    if (reduction == 1) g = binop(e, "stablehlo.divide", g, convert(e, arg(n, 6), ct));
+    /* per sample factor -w * g, spread on the target class */
+    ref_t f = unop(e, "stablehlo.negate", binop(e, "stablehlo.multiply", w, bcast(e, g, w.nd, w.sz)));
+    int64_t dims[TPU_MAX_DIMS];
+    for (int d = 0, k = 0; d < x->ndim; d++)
+      if (d != cdim) dims[k++] = d;
+    ref_t fb = bcast_dims(e, f, x->ndim, x->sizes, dims);
+    outs[0] = select3(e, hot, fb, cst_like(e, ct, 0, x->ndim, x->sizes));
+    return true;
+  }
+  if (!strcmp(base, "embedding_dense_backward") && is_tensor(n, 1)) {
+    /* (grad_output [..., E], indices [...], num_weights, padding_idx, scale_grad): the
+     * one-hot of the indices, transposed, times the gradient rows */
+    const tpu_tensor_t* gt = c->args[0].v.t;
+    if (tpu_arg_bool(c, 4, false) || gt->ndim < 1) return false;
+    const int64_t V = tpu_arg_i64(c, 2, 0), E = gt->sizes[gt->ndim - 1];
+    ref_t idx = arg(n, 1);
+    int64_t nrow = numel(&idx);
+    idx = reshape(e, idx, 1, &nrow);
+    ref_t hot = one_hot(e, idx, V, 1); /* [N, V] */
+    const int64_t pad = tpu_arg_i64(c, 3, -1);
+    if (pad >= 0) {
+      ref_t keep = compare(e, "NE", idx, cst_like(e, idx.dt, (double)pad, 1, &nrow));
+      hot = binop(e, "stablehlo.and", hot, bcast_dims(e, keep, 2, hot.sz, (int64_t[]){0}));
+    }
+    ref_t g = reshape(e, arg(n, 0), 2, (int64_t[]){nrow, E});
+    ref_t h = convert(e, hot, g.dt);
+    ref_t hT = transpose(e, h, (int64_t[]){1, 0});
+    outs[0] = convert(e, dot_general(e, hT, g, 0, 1, 0, mkref(g.dt, 2, (int64_t[]){V, E}), TPU_PRECISION_HIGHEST), odt);
+    return true;
+  }
+  if (!strcmp(base, "native_layer_norm_backward") && c->nouts == 3 && is_tensor(n, 3) && is_tensor(n, 4)) {
+    /* (grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask)
+     * -> (grad_input, grad_weight, grad_bias) */
+    const tpu_tensor_t* x = c->args[1].v.t;
+    const int k = c->args[2].n;
+    int64_t nd_[TPU_MAX_DIMS], bd[TPU_MAX_DIMS], cnt = 1;
+    int nb = 0;
+    for (int d = 0; d < x->ndim; d++) {
+      if (d >= x->ndim - k) {
+        nd_[d - (x->ndim - k)] = d;
+        cnt *= x->sizes[d];
+      } else {
+        bd[nb++] = d;
+      }
+    }
+    tpu_dtype_t ct = acc_type(x->dtype);
+    ref_t g = arg_as(n, 0, ct, x->ndim, x->sizes), xr = arg_as(n, 1, ct, x->ndim, x->sizes);
+    ref_t mean = arg_as(n, 3, ct, x->ndim, x->sizes), rstd = arg_as(n, 4, ct, x->ndim, x->sizes);
+    ref_t xhat = binop(e, "stablehlo.multiply", binop(e, "stablehlo.subtract", xr, mean), rstd);
+    ref_t gx = is_tensor(n, 5) ? binop(e, "stablehlo.multiply", g, arg_as(n, 5, ct, x->ndim, x->sizes)) : g;
+    ref_t s1 = bcast(e, reduce_keep(e, gx, k, nd_, "stablehlo.add", 0), x->ndim, x->sizes);
+    ref_t s2 = bcast(e, reduce_keep(e, binop(e, "stablehlo.multiply", gx, xhat), k, nd_, "stablehlo.add", 0),
+                     x->ndim, x->sizes);
+    ref_t inner = binop(e, "stablehlo.subtract",
+                        binop(e, "stablehlo.subtract", scalar_op(e, "stablehlo.multiply", gx, (double)cnt), s1),
+                        binop(e, "stablehlo.multiply", xhat, s2));
+    ref_t gi = scalar_op(e, "stablehlo.divide", binop(e, "stablehlo.multiply", rstd, inner), (double)cnt);
+    outs[0] = c->outs[0].dtype != TPU_DTYPE_NONE ? gi : mkref(ct, 0, NULL);
+    outs[1] = reduce(e, binop(e, "stablehlo.multiply", g, xhat), nb, bd, "stablehlo.add", 0);
+    outs[2] = reduce(e, g, nb, bd, "stablehlo.add", 0);
+    return true;
+  }
+  if ((!strcmp(base, "convolution") || !strcmp(base, "_convolution")) && is_tensor(n, 0) && is_tensor(n, 1) &&
+      !tpu_arg_bool(c, 6, false) && c->args[0].v.t->ndim >= 3 && c->args[0].v.t->ndim <= 5) {
+    /* (input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups),
+     * channels-first, not transposed */
+    const int k = c->args[0].v.t->ndim - 2;
+    int64_t stride[3], dil[3];
+    char pad[200] = "", sp[16] = "", b1[64], b2[64];
+    size_t pl = 0;
+    for (int i = 0; i < k; i++) {
+      const tpu_arg_t* st = &c->args[3], *pd = &c->args[4], *dl = &c->args[5];
+      stride[i] = st->kind == TPU_ARG_INTLIST && st->n ? st->v.ilist[st->n == 1 ? 0 : i] : 1;
+      dil[i] = dl->kind == TPU_ARG_INTLIST && dl->n ? dl->v.ilist[dl->n == 1 ? 0 : i] : 1;
+      int64_t p = pd->kind == TPU_ARG_INTLIST && pd->n ? pd->v.ilist[pd->n == 1 ? 0 : i] : 0;
+      pl += (size_t)snprintf(pad + pl, sizeof pad - pl, "%s[%" PRId64 ", %" PRId64 "]", i ? ", " : "", p, p);
+      snprintf(sp + 3 * i, sizeof sp - 3 * (size_t)i, ", %d", i);
+    }
+    const tpu_dtype_t ct = acc_type(odt);
+    ref_t in[2] = {convert(e, arg(n, 0), odt), convert(e, arg(n, 1), odt)};
+    const char* prec = odt != TPU_F32 || c->precision == TPU_PRECISION_MEDIUM ? "DEFAULT"
+                       : c->precision == TPU_PRECISION_HIGH                   ? "HIGH"
+                                                                              : "HIGHEST";
+    ref_t r = emit(e, "stablehlo.convolution", 2, in, out_ref(n, ct),
+                   "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f%s]x[o, i%s]->[b, f%s]>, "
+                   "feature_group_count = %" PRId64 " : i64, padding = dense<[%s]> : tensor<%dx2xi64>, "
+                   "rhs_dilation = %s, window_strides = %s, "
+                   "precision_config = [#stablehlo<precision %s>, #stablehlo<precision %s>]",
+                   sp, sp, sp, tpu_arg_i64(c, 8, 1), pad, k, i64arr(b1, sizeof b1, k, dil),
+                   i64arr(b2, sizeof b2, k, stride), prec, prec);
+    if (is_tensor(n, 2)) { /* bias over the channel dim */
+      ref_t bias = convert(e, arg(n, 2), ct);
+      r = binop(e, "stablehlo.add", r, bcast_dims(e, bias, r.nd, r.sz, (int64_t[]){1}));
+    }
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  if (!strcmp(base, "cat") && c->nargs >= 1 && c->args[0].kind == TPU_ARG_TENSORLIST) {
+    int dim = norm_dim(tpu_arg_i64(c, 1, 0), o->ndim);
+    ref_t in[256];
+    int k = 0;
+    for (int i = 0; i < c->args[0].n && k < 256; i++) {
+      const tpu_tensor_t* t = &c->args[0].v.tlist[i];
+      if (t->dtype == TPU_DTYPE_NONE || (t->ndim == 1 && t->sizes[0] == 0)) continue; /* legacy empty */
+      in[k++] = convert(e, read_tensor(e, t), odt);
+    }
+    if (k == 0 || k == 256) return false;
+    outs[0] = k == 1 ? in[0] : emit(e, "stablehlo.concatenate", k, in, out_ref(n, odt), "dimension = %d : i64", dim);
+    return true;
+  }
+  if (!strcmp(base, "index_select") && is_tensor(n, 2)) {
+    const tpu_tensor_t* x = c->args[0].v.t;
+    if (x->ndim == 0) return false;
+    int dim = norm_dim(tpu_arg_i64(c, 1, 0), x->ndim);
+    ref_t in[2] = {arg(n, 0), arg(n, 2)};
+    if (in[1].nd == 0) in[1] = reshape(e, in[1], 1, (int64_t[]){1});
+    int64_t offs[TPU_MAX_DIMS], ssz[TPU_MAX_DIMS];
+    int no = 0;
+    for (int d = 0; d < x->ndim; d++) {
+      if (d != dim) offs[no++] = d;
+      ssz[d] = d == dim ? 1 : x->sizes[d];
+    }
+    char b1[256], b2[256];
+    outs[0] = emit(e, "stablehlo.gather", 2, in, out_ref(n, odt),
+                   "dimension_numbers = #stablehlo.gather<offset_dims = [%s], collapsed_slice_dims = [%d], "
+                   "start_index_map = [%d], index_vector_dim = 1>, slice_sizes = %s, "
+                   "indices_are_sorted = false",
+                   ints(b1, sizeof b1, no, offs), dim, dim, i64arr(b2, sizeof b2, x->ndim, ssz));
+    return true;
+  }
+  return false;
+}
+
+/* base name of an overload: "add_.Tensor" -> "add" */
+static void base_name(const char* op, char* out, size_t cap) {
+  size_t len = strcspn(op, ".");
+  if (len >= cap) len = cap - 1;
+  memcpy(out, op, len);
+  out[len] = 0;
+  if (len > 1 && out[len - 1] == '_' && out[0] != '_') out[len - 1] = 0;
+  else if (len > 2 && out[len - 1] == '_' && out[0] == '_' && strcmp(out, "_to_copy")) out[len - 1] = 0;
+}
+
+static bool is_inplace(const char* op) {
+  size_t len = strcspn(op, ".");
+  return len > 1 && op[len - 1] == '_';
+}
+
+/* the node's results: its outputs, or for ops returning nothing, the
+ * tensors it mutates */
+typedef struct {
+  const tpu_tensor_t* t[64];
+  int n;
+} results_t;
+
+static void node_results(const tpu_call_t* c, results_t* r) {
+  r->n = 0;
+  for (int o = 0; o < c->nouts && r->n < 64; o++)
+    if (c->outs[o].dtype != TPU_DTYPE_NONE) r->t[r->n++] = &c->outs[o];
+  if (r->n) return;
+  for (int a = 0; a < c->nargs && a < 64; a++) {
+    if (!(c->mutated_args >> a & 1)) continue;
+    if (c->args[a].kind == TPU_ARG_TENSOR && r->n < 64) r->t[r->n++] = c->args[a].v.t;
+    else if (c->args[a].kind == TPU_ARG_TENSORLIST)
+      for (int k = 0; k < c->args[a].n && r->n < 64; k++)
+        if (c->args[a].v.tlist[k].dtype != TPU_DTYPE_NONE) r->t[r->n++] = &c->args[a].v.tlist[k];
+  }
+}
+
+static void custom_call(em_t* e, const tpu_call_t* c, const results_t* res, ref_t* outs) {
+  ref_t in[256];
+  int n = 0;
+  const bool inplace = is_inplace(c->op->name);
+  for (int a = 0; a < c->nargs; a++) {
+    if ((c->mutated_args >> a & 1) && !inplace) continue; /* out= buffers are not read */
+    const tpu_arg_t* x = &c->args[a];
+    if (x->kind == TPU_ARG_TENSOR && n < 256) in[n++] = read_tensor(e, x->v.t);
+    else if (x->kind == TPU_ARG_TENSORLIST)
+      for (int k = 0; k < x->n && n < 256; k++)
+        if (x->v.tlist[k].dtype != TPU_DTYPE_NONE) in[n++] = read_tensor(e, &x->v.tlist[k]);
+  }
+  char target[160];
+  snprintf(target, sizeof target, "aten.%s", c->op->name);
+  note_custom(e, target);
+  const int id = e->next;
+  if (res->n) e->next++;
+  FILE* f = e->f;
+  fputs("    ", f);
+  if (res->n == 1) fprintf(f, "%%%d = ", id);
+  else if (res->n > 1) fprintf(f, "%%%d:%d = ", id, res->n);
+  fputs("\"stablehlo.custom_call\"(", f);
+  for (int i = 0; i < n; i++) {
+    if (i) fputs(", ", f);
+    pname(f, &in[i]);
+  }
+  fprintf(f, ") {call_target_name = \"%s\", has_side_effect = %s", target,
+          res->n ? "false" : "true");
+  /* the non-tensor arguments, for readers */
+  bool any = false;
+  for (int a = 0; a < c->nargs; a++) {
+    const tpu_arg_t* x = &c->args[a];
+    if (x->kind == TPU_ARG_TENSOR || x->kind == TPU_ARG_TENSORLIST || x->kind == TPU_ARG_NONE) continue;
+    fputs(any ? ", " : ", tpu.args = {", f);
+    any = true;
+    fprintf(f, "arg%d = ", a);
+    switch (x->kind) {
+      case TPU_ARG_INT: fprintf(f, "%" PRId64 " : i64", x->v.i); break;
+      case TPU_ARG_DOUBLE:
+        float_literal(f, TPU_F64, x->v.d);
+        fputs(" : f64", f);
+        break;
+      case TPU_ARG_BOOL: fputs(x->v.b ? "true" : "false", f); break;
+      case TPU_ARG_STRING: fprintf(f, "\"%s\"", x->v.s); break;
+      case TPU_ARG_INTLIST:
+        fputs("array<i64", f);
+        for (int k = 0; k < x->n; k++) fprintf(f, "%s %" PRId64, k ? "," : ":", x->v.ilist[k]);
+        fputs(">", f);
+        break;
+      case TPU_ARG_DOUBLELIST:
+        fputs("array<f64", f);
+        for (int k = 0; k < x->n; k++) {
+          fputs(k ? ", " : ": ", f);
+          float_literal(f, TPU_F64, x->v.dlist[k]);
+        }
+        fputs(">", f);
+        break;
+      case TPU_ARG_BOOLLIST:
+        fputs("array<i1", f);
+        for (int k = 0; k < x->n; k++) fprintf(f, "%s %s", k ? "," : ":", x->v.blist[k] ? "true" : "false");
+        fputs(">", f);
+        break;
+      default: fputs("unit", f); break;
+    }
+  }
+  if (any) fputs("}", f);
+  fputs("} : (", f);
+  for (int i = 0; i < n; i++) {
+    if (i) fputs(", ", f);
+    ptype(f, &in[i]);
+  }
+  fputs(") -> ", f);
+  if (res->n != 1) fputs("(", f);
+  for (int k = 0; k < res->n; k++) {
+    if (k) fputs(", ", f);
+    outs[k] = mkref(res->t[k]->dtype, res->t[k]->ndim, res->t[k]->sizes);
+    ptype(f, &outs[k]);
+  }
+  if (res->n != 1) fputs(")", f);
+  fputc('\n', f);
+  for (int k = 0; k < res->n; k++) {
+    outs[k].id = id;
+    outs[k].sub = res->n > 1 ? k : -1;
+  }
+}
+
+static void emit_node(em_t* e, const tpu_graph_t* g, int i) {
+  const tpu_call_t* c = g->nodes[i];
+  results_t res;
+  node_results(c, &res);
+  ref_t outs[64];
+  char base[128];
+  base_name(c->op->name, base, sizeof base);
+  node_t n = {e, c, res.n && c->nouts ? &c->outs[0] : NULL};
+  fprintf(e->f, "    // aten::%s\n", c->op->name);
+  /* emit_op fills outs by output index; a custom call by result */
+  for (int k = 0; k < 64; k++) outs[k].id = NO_REF;
+  bool ok = res.n > 0 && c->nouts > 0 && emit_op(&n, base, outs);
+  for (int k = 0; k < res.n && ok; k++) ok = outs[res.t[k] - c->outs].id != NO_REF;
+  ref_t cc[64];
+  if (!ok) custom_call(e, c, &res, cc);
+  for (int k = 0; k < res.n; k++) {
+    const tpu_tensor_t* t = res.t[k];
+    ref_t r = convert(e, ok ? outs[t - c->outs] : cc[k], t->dtype);
+    if (!same_shape(&r, t->ndim, t->sizes))
+      r = numel(&r) == tpu_tensor_numel(t) ? reshape(e, r, t->ndim, t->sizes) : bcast(e, r, t->ndim, t->sizes);
+    bool vis = true;
+    if (c->nouts && g->visible) {
+      int o = (int)(t - c->outs);
+      vis = (g->visible[i] >> (o < 31 ? o : 31)) & 1;
+    }
+    write_tensor(e, t, r, vis);
+  }
+}
+
+static void print_attr_value(FILE* f, const val_t* v) {
+  fprintf(f, "{tpu.buffer = \"%p\"", (const void*)v->data);
+  bool contiguous = true;
+  int64_t s = 1;
+  for (int d = v->r.nd - 1; d >= 0; d--) {
+    if (v->r.sz[d] > 1 && v->st[d] != s) contiguous = false;
+    s *= v->r.sz[d];
+  }
+  if (!contiguous) {
+    char b[600];
+    fprintf(f, ", tpu.strides = %s", i64arr(b, sizeof b, v->r.nd, v->st));
+  }
+  fputc('}', f);
+}
+
+void tpu_graph_print(const tpu_graph_t* g, FILE* f) {
+  em_t e = {0};
+  char* body = NULL;
+  size_t len = 0;
+  e.f = open_memstream(&body, &len);
+  if (!e.f) {
+    fprintf(f, "// TorchTPU graph: out of host memory printing %d nodes\n", g->n);
+    return;
+  }
+  for (int i = 0; i < g->n && !e.oom; i++) emit_node(&e, g, i);
+  /* results: the last values written to visible memory */
+  int nres = 0;
+  for (int i = 0; i < e.nv; i++) {
+    const val_t* v = &e.v[i];
+    if (v->written && v->visible && !v->superseded && !v->alias) nres++;
+  }
+  fputs("    \"func.return\"(", e.f);
+  int k = 0;
+  for (int i = 0; i < e.nv; i++) {
+    const val_t* v = &e.v[i];
+    if (!(v->written && v->visible && !v->superseded && !v->alias)) continue;
+    if (k++) fputs(", ", e.f);
+    pname(e.f, &v->r);
+  }
+  fputs(") : (", e.f);
+  k = 0;
+  for (int i = 0; i < e.nv; i++) {
+    const val_t* v = &e.v[i];
+    if (!(v->written && v->visible && !v->superseded && !v->alias)) continue;
+    if (k++) fputs(", ", e.f);
+    ptype(e.f, &v->r);
+  }
+  fputs(") -> ()\n", e.f);
+  fclose(e.f);
+
+  fprintf(f, "// TorchTPU DeferAndFuse graph: %d nodes on tpu:%d, %d parameters, %d results%s\n", g->n, g->device, e.np,
+          nres, e.oom ? " (INCOMPLETE: out of host memory)" : "");
+  fputs("module @tpu_graph", f);
+  if (e.ncc) {
+    fputs(" attributes {tpu.custom_calls = [", f);
+    for (int i = 0; i < e.ncc; i++) fprintf(f, "%s\"%s\"", i ? ", " : "", e.cc[i]);
+    fputs("]}", f);
+  }
+  fputs(" {\n  func.func @main(", f);
+  for (int i = 0; i < e.np; i++) {
+    const val_t* v = &e.v[e.params[i]];
+    fprintf(f, "%s%%arg%d: ", i ? ", " : "", i);
+    ptype(f, &v->r);
+    fputc(' ', f);
+    print_attr_value(f, v);
+  }
+  fputs(") -> (", f);
+  k = 0;
+  for (int i = 0; i < e.nv; i++) {
+    const val_t* v = &e.v[i];
+    if (!(v->written && v->visible && !v->superseded && !v->alias)) continue;
+    if (k++) fputs(", ", f);
+    ptype(f, &v->r);
+    fputc(' ', f);
+    print_attr_value(f, v);
+  }
+  fputs(") {\n", f);
+  if (body) fwrite(body, 1, len, f);
+  fputs("  }\n}\n", f);
+  free(body);
+  free(e.v);
+  free(e.params);
+  for (int i = 0; i < e.ncc; i++) free(e.cc[i]);
+  free(e.cc);
+}

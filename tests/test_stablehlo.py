@@ -1,0 +1,322 @@
+"""torch_tpu.export_stablehlo: the text parses with the MLIR/StableHLO bindings that ship in
+jaxlib (a test-only dependency, pinned in scripts/setup.sh), and jax's CPU client, running
+the module on the same inputs, gives PyTorch CPU's numbers.
+
+Tolerances: XLA's CPU backend computes float32 dot_general in float32 whatever the
+precision_config says (DEFAULT here: the 'medium' tpu precision is for TPUs, where DEFAULT
+means one bfloat16 pass), so the exported module is compared with PyTorch CPU's float32
+results at float32 tolerances (summation order only)."""
+import copy
+import glob
+import os
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_tpu
+
+try:
+    import jax
+    import jax.extend  # noqa: F401
+    from jax._src.interpreters import mlir
+    from jax._src.lib import _jax, xla_client
+    from jax._src.lib.mlir import ir
+except ImportError as exc:  # scripts/setup.sh installs it; only a bare venv lacks it
+    pytest.skip(f"jaxlib is not importable ({exc}); scripts/setup.sh installs the pinned "
+                f"jax/jaxlib used to parse and run the exported StableHLO",
+                allow_module_level=True)
+
+jax.config.update("jax_enable_x64", True)  # int64 parameters stay int64
+
+
+def parse(text):
+    return ir.Module.parse(str(text), context=mlir.make_ir_context())
+
+
+def run_on_jax_cpu(exported, params=None):
+    """Compiles the module with jax's CPU client and runs it on the exported parameters
+    (or `params`, CPU tensors); returns the results as numpy arrays."""
+    module = parse(exported)
+    backend = jax.extend.backend.get_backend("cpu")
+    dev = backend.devices()[0]
+    exe = backend.compile_and_load(mlir.module_to_bytecode(module), _jax.DeviceList((dev,)),
+                                   xla_client.CompileOptions())
+    if params is None:
+        assert all(p is not None for p in exported.parameters), exported.parameters
+        params = [p.cpu() for p in exported.parameters]
+    args = [jax.device_put(p.contiguous().numpy(), dev) for p in params]
+    return [np.asarray(r) for r in exe.execute(args)]
+
+
+def check(fn_tpu, fn_cpu, *args, rtol=1e-5, atol=1e-5):
+    """Exports fn_tpu on tpu copies of args, runs it on jax CPU, compares each output with
+    fn_cpu(*args)."""
+    exported = torch_tpu.export_stablehlo(fn_tpu, *[a.to("tpu") for a in args])
+    assert exported.custom_calls == [], exported.custom_calls
+    assert "stablehlo.custom_call" not in exported
+    results = run_on_jax_cpu(exported)
+    expected = fn_cpu(*args)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    assert len(exported.outputs) == len(expected)
+    for want, k in zip(expected, exported.outputs):
+        assert k is not None
+        got = results[k]
+        # a result is the output's buffer: same elements in row-major order
+        assert got.size == want.numel()
+        np.testing.assert_allclose(got.reshape(want.shape), want.detach().numpy(),
+                                   rtol=rtol, atol=atol)
+    return exported
+
+
+def module_pair(make):
+    torch.manual_seed(0)
+    cpu = make().eval()
+    return copy.deepcopy(cpu).to("tpu"), cpu
+
+
+def test_linear_relu_parameters_are_inputs():
+    tpu, cpu = module_pair(lambda: nn.Linear(8, 4))
+    x = torch.randn(2, 8)
+    exported = check(lambda t: torch.relu(tpu(t)), lambda t: torch.relu(cpu(t)), x)
+    text = str(exported)
+    assert text.lstrip().split("\n", 1)[1].startswith("module @tpu_graph")
+    assert '"stablehlo.dot_general"' in text and "lhs_contracting_dimensions = [1]" in text
+    assert "precision_config = [#stablehlo<precision DEFAULT>" in text
+    # the weights are parameters, not constants: input, weight (4x8, transposed in the
+    # graph) and bias
+    sig = text[text.index("func.func @main("):text.index(") -> (")]
+    assert sig.count("%arg") == 3
+    assert "tensor<4x8xf32>" in sig and "tensor<4xf32>" in sig and "tensor<2x8xf32>" in sig
+    assert '"stablehlo.transpose"' in text
+    assert "dense<" not in text.split("stablehlo.dot_general")[0].split("func.func")[1]
+
+
+def test_mlp_with_gelu():
+    tpu, cpu = module_pair(lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8),
+                                                 nn.GELU(approximate="tanh")))
+    exported = check(tpu, cpu, torch.randn(3, 8))
+    assert '"chlo.erf"' in exported and '"stablehlo.tanh"' in exported
+
+
+def test_softmax_and_log_softmax():
+    f = lambda x: (torch.softmax(x, -1), torch.log_softmax(x, 0), F.softmax(x * 3, dim=1))
+    exported = check(f, f, torch.randn(4, 6))
+    assert '"stablehlo.reduce"' in exported and '"stablehlo.exponential"' in exported
+
+
+def test_layer_norm():
+    tpu, cpu = module_pair(lambda: nn.LayerNorm(16))
+    check(tpu, cpu, torch.randn(2, 3, 16))
+    f = lambda x: F.layer_norm(x, (3, 16), eps=1e-3)
+    check(f, f, torch.randn(2, 3, 16))
+
+
+def test_reductions():
+    f = lambda x: (x.sum(), x.sum(1, keepdim=True), x.mean((0, 2)), x.amax(-1), x.amin(0),
+                   x.max(), x.prod(2))
+    exported = check(f, f, torch.randn(3, 4, 5))
+    assert "stablehlo.maximum" in exported and "stablehlo.minimum" in exported
+
+
+def test_elementwise_compare_select_convert():
+    def f(x, y):
+        m = x > y
+        return (torch.where(m, x, y * 2), (x - y).abs().sqrt(), m.to(torch.float32),
+                torch.clamp(x, -0.5, 0.5), x.masked_fill(m, 3.0), (x * 10).to(torch.int64),
+                torch.exp(x) / (1 + torch.sigmoid(y)), torch.rsqrt(y.abs() + 1), x.sign())
+    check(f, f, torch.randn(4, 5), torch.randn(4, 5))
+
+
+def test_matmul_with_broadcasting():
+    f = lambda a, b: torch.matmul(a, b)
+    check(f, f, torch.randn(2, 3, 4, 5), torch.randn(5, 6))
+    exported = check(f, f, torch.randn(3, 4, 5), torch.randn(2, 1, 5, 6))
+    assert "lhs_batching_dimensions = [0]" in exported
+    g = lambda a, b, c: torch.addmm(c, a, b, beta=0.5, alpha=2.0) + a @ b
+    check(g, g, torch.randn(3, 5), torch.randn(5, 2), torch.randn(2))
+
+
+def test_views_slices_cat():
+    def f(x, y):
+        z = torch.cat([x[:, 1:3], y.t()[:, :2], x[:, ::2][:, :2]], dim=1)
+        return z.reshape(2, -1).transpose(0, 1) * 2, x.unsqueeze(0).expand(3, 4, 6) + 1
+    check(f, f, torch.randn(4, 6), torch.randn(5, 4))
+
+
+class Attention(nn.Module):
+    """A causal self-attention block as in GPT: pre-norm, fused qkv, heads, residual."""
+
+    def __init__(self, C=16, H=2):
+        super().__init__()
+        self.H = H
+        self.ln = nn.LayerNorm(C)
+        self.qkv = nn.Linear(C, 3 * C)
+        self.proj = nn.Linear(C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (C // self.H) ** 0.5)
+        mask = torch.tril(torch.ones(T, T, device=x.device)).view(1, 1, T, T)
+        att = torch.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return x + self.proj(y)
+
+
+def test_attention_block():
+    tpu, cpu = module_pair(Attention)
+    exported = check(tpu, cpu, torch.randn(2, 5, 16))
+    assert exported.count('"stablehlo.dot_general"') >= 4
+    assert '"stablehlo.iota"' in exported  # the causal mask
+
+
+def test_unmapped_op_is_a_reported_custom_call():
+    x = torch.randn(4, 3, device="tpu")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        exported = torch_tpu.export_stablehlo(lambda t: torch.cumsum(t, 0) * 2, x)
+    assert exported.custom_calls == ["aten.cumsum"]
+    assert any("aten.cumsum" in str(m.message) and "custom_call" in str(m.message) for m in w)
+    module = parse(exported)  # still valid: the custom call has its operand and result types
+    text = str(module)
+    assert re.search(r"stablehlo.custom_call @aten.cumsum\(%arg0\).*"
+                     r"\(tensor<4x3xf32>\) -> tensor<4x3xf32>", text), text
+    assert "tpu.custom_calls" in text
+
+
+def test_in_place_updates_are_results():
+    def g(x):
+        x.add_(1)
+        x[0].mul_(3)
+        return x * 2
+    x0 = torch.randn(3, 4)
+    exported = torch_tpu.export_stablehlo(g, x0.to("tpu"))
+    assert '"stablehlo.dynamic_update_slice"' in exported
+    # the input's buffer now holds fn's update: it is a result as well as the output
+    results = run_on_jax_cpu(exported, params=[x0])
+    assert len(results) == 2
+    x_ref = x0.clone()
+    out = g(x_ref)
+    np.testing.assert_allclose(results[exported.outputs[0]], out.numpy(), rtol=1e-6)
+    mutated = [k for k in range(2) if k != exported.outputs[0]][0]
+    np.testing.assert_allclose(results[mutated], x_ref.numpy(), rtol=1e-6)
+
+
+def test_precision_is_recorded():
+    a, b = torch.randn(4, 8, device="tpu"), torch.randn(8, 3, device="tpu")
+    with torch.tpu.precision("highest"):
+        text = torch_tpu.export_stablehlo(torch.mm, a, b)
+    assert "#stablehlo<precision HIGHEST>" in text
+    with torch.tpu.precision("medium"):
+        text = torch_tpu.export_stablehlo(torch.mm, a, b)
+    assert "#stablehlo<precision DEFAULT>" in text
+
+
+def test_dumped_graphs_use_the_same_printer(tmp_path):
+    """torch_tpu.debug.dump_graphs writes the same modules, and they parse."""
+    tpu, cpu = module_pair(lambda: nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.LayerNorm(8)))
+    x = torch.randn(4, 8, device="tpu")
+    with torch_tpu.eager_mode("defer_and_fuse"):
+        torch_tpu.debug.dump_graphs(tmp_path)
+        try:
+            y = tpu(x)
+            y.sum().item()
+        finally:
+            torch_tpu.debug.dump_graphs(None)
+    files = sorted(glob.glob(os.path.join(tmp_path, "*.stablehlo.mlir")))
+    assert files
+    for path in files:
+        with open(path) as f:
+            text = f.read()
+        parse(text)
+        assert "func.func @main(" in text
+
+
+def test_backward_and_loss_ops():
+    """Training graphs' ops: gelu/tanh/sigmoid/threshold/softmax backward, nll loss forward and
+    backward, embedding backward, layer norm backward."""
+    aten = torch.ops.aten
+
+    def f(g, x, w, b, y, t, idx, tw):
+        sm = torch.softmax(x, -1)
+        lsm = torch.log_softmax(x, -1)
+        out, mean, rstd = aten.native_layer_norm(x, [6], w, b, 1e-5)
+        return (aten.gelu_backward(g, x), aten.gelu_backward(g, x, approximate="tanh"),
+                aten.tanh_backward(g, torch.tanh(x)), aten.sigmoid_backward(g, torch.sigmoid(x)),
+                aten.threshold_backward(g, x, 0.0),
+                aten._softmax_backward_data(g, sm, 1, torch.float32),
+                aten._log_softmax_backward_data(g, lsm, 1, torch.float32),
+                F.cross_entropy(x, t), F.nll_loss(lsm, t, weight=w.abs(), reduction="sum"),
+                aten.nll_loss_backward(y, lsm, t, None, 1, -100, tw),
+                aten.embedding_dense_backward(g[:, :5], idx, 7, -1, False),
+                *aten.native_layer_norm_backward(g, x, [6], mean, rstd, w, b, [True, True, True]))
+    torch.manual_seed(0)
+    args = (torch.randn(4, 6), torch.randn(4, 6), torch.randn(6), torch.randn(6), torch.tensor(1.5),
+            torch.tensor([0, 5, 2, 2]), torch.tensor([1, 6, 1, 0]), torch.tensor(4.0))
+    check(f, f, *args, rtol=1e-4, atol=1e-5)
+
+
+def test_gpt_forward_loss_and_training_graphs_parse(tmp_path):
+    """The example GPT's forward loss exports as pure StableHLO and matches CPU; every graph of
+    a DeferAndFuse training step (forward, backward, AdamW) parses."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples"))
+    from train_gpt import GPT
+    torch.manual_seed(0)
+    cpu = GPT(65, block_size=16, n_layer=2, n_embd=32, n_head=4).eval()
+    tpu = copy.deepcopy(cpu).to("tpu")
+    idx = torch.randint(0, 65, (2, 16))
+    check(lambda i: tpu(i, i)[1], lambda i: cpu(i, i)[1], idx, rtol=1e-4, atol=1e-5)
+
+    opt = torch.optim.AdamW(tpu.parameters(), lr=1e-3)
+    i = idx.to("tpu")
+    with torch_tpu.eager_mode("defer_and_fuse"):
+        torch_tpu.debug.dump_graphs(tmp_path)
+        try:
+            for _ in range(2):
+                _, loss = tpu(i, i)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            loss.item()
+        finally:
+            torch_tpu.debug.dump_graphs(None)
+    files = sorted(glob.glob(os.path.join(tmp_path, "*.stablehlo.mlir")))
+    assert files
+    for path in files:
+        with open(path) as fh:
+            text = fh.read()
+        parse(text)
+        assert "tpu.custom_calls" not in text, re.search(r"tpu.custom_calls = \[[^\]]*\]", text)
+
+
+def test_bf16_autocast_linear():
+    """Under bf16 autocast the matmul takes bf16 operands, accumulates in f32 (dot_general's
+    result type) and rounds once with the bias, as PyTorch CPU does: results agree within one
+    bf16 ulp (f32 summation order may move a rounding)."""
+    tpu, cpu = module_pair(lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
+
+    def run(model, device):
+        def f(x):
+            with torch.autocast(device, dtype=torch.bfloat16):
+                return model(x).float()
+        return f
+    exported = check(run(tpu, "tpu"), run(cpu, "cpu"), torch.randn(5, 8), rtol=2 ** -7, atol=1e-3)
+    assert "xbf16>" in exported and "tensor<5x16xf32>" in exported
+
+
+def test_convolution():
+    tpu, cpu = module_pair(lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+                                                 nn.Conv2d(8, 4, 3, stride=2, groups=2, dilation=1),
+                                                 nn.Flatten(), nn.Linear(4 * 3 * 3, 5)))
+    exported = check(tpu, cpu, torch.randn(2, 3, 8, 8), rtol=1e-4, atol=1e-5)
+    assert exported.count('"stablehlo.convolution"') == 2
+    c1 = nn.Conv1d(4, 6, 5, padding=2, dilation=1).eval()
+    c1t = copy.deepcopy(c1).to("tpu")
+    check(c1t, c1, torch.randn(3, 4, 10), rtol=1e-4, atol=1e-5)
