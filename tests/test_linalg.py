@@ -132,6 +132,19 @@ def test_solve_triangular(dtype, upper, left, unit):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("transpose", [True, False])
+def test_triangular_solve(dtype, upper, transpose):
+    """the legacy torch.triangular_solve: (solution, cloned coefficient), batch broadcast"""
+    a = well_conditioned((1, 4, 4), dtype)
+    b = make((3, 4, 2), dtype, seed=6)
+    for unit in (False, True):
+        check_op(lambda x, y: torch.triangular_solve(y, x, upper=upper, transpose=transpose,
+                                                     unitriangular=unit),
+                 a, b, grad=True, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(4, 4), (2, 5, 3), (2, 3, 5)])
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
 def test_qr(dtype, shape, mode):

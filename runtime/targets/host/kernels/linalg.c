@@ -939,6 +939,39 @@ tpu_status_t tpu_k_linalg_solve_triangular(const tpu_call_t* call) {
   return NULL;
 }
 
+/* triangular_solve(self=B, A, upper, transpose, unitriangular) ->
+ * (solution X with op(A) X = B, cloned_coefficient = A over the broadcast
+ * batch); op(A) is A or A^T. */
+tpu_status_t tpu_k_triangular_solve(const tpu_call_t* call) {
+  const char* op = "triangular_solve";
+  const tpu_tensor_t *B = tpu_arg_tensor(call, 0), *A = tpu_arg_tensor(call, 1);
+  const tpu_tensor_t *X = &call->outs[0], *AC = &call->outs[1];
+  tpu_status_t st = check_matrix(op, A, true);
+  if (!st) st = check_matrix(op, B, false);
+  if (st) return st;
+  bool upper = tpu_arg_bool(call, 2, true), trans = tpu_arg_bool(call, 3, false);
+  bool unit = tpu_arg_bool(call, 4, false);
+  mat_view_t av = mat_of(A), bv = mat_of(B), xv = mat_of(X), cv = mat_of(AC);
+  int64_t n = av.rows, nrhs = xv.cols;
+  int nb = X->ndim - 2;
+  int64_t nbatch = batch_count(nb, X->sizes);
+  bool copy_a = has_elems(AC);
+  double *a = scratch(n * n), *c = scratch(n * nrhs);
+  if (!a || !c) {
+    free(a), free(c);
+    return OOM(op);
+  }
+  for (int64_t b = 0; b < nbatch; b++) {
+    load_mat(&av, batch_offset(A, 2, nb, X->sizes, b), false, a);
+    load_mat(&bv, batch_offset(B, 2, nb, X->sizes, b), false, c);
+    tri_solve(a, n, c, nrhs, !upper, trans, unit);
+    store_mat(&xv, batch_offset(X, 2, nb, X->sizes, b), false, c);
+    if (copy_a) store_mat(&cv, batch_offset(AC, 2, nb, X->sizes, b), false, a);
+  }
+  free(a), free(c);
+  return NULL;
+}
+
 /* ------------------------------------------------------------ QR kernels */
 
 /* linalg_qr(A, mode) -> (Q, R); mode "reduced", "complete" or "r" (Q empty). */
