@@ -285,6 +285,8 @@ const char* tpu_gemm_isa_name(void) { return pick_ukernel()->name; }
  * alone shapes the sums, so results depend on neither the thread count nor
  * the other two. */
 enum { KC = 256, MC = 96, NC = 2048 };
+/* rows of the tallest micro-kernel tile */
+enum { GEMM_MAX_MR = 16 };
 
 /* Products with at most this many columns keep A by rows (see rows_a). */
 #define ROWS_A_MAX_N 128
@@ -444,14 +446,85 @@ static void fblock_pack_b(void* ctx, int64_t begin, int64_t end) {
  * in `tmp` (mr x nr) and its rows x cols corner copied to / from c. */
 static void edge_tile(const gemm_ukernel_t* uk, int64_t kcp, const float* a, int64_t lda,
                       const float* b, float* c, int64_t ldc, bool accumulate, int64_t rows,
-                      int64_t cols, float* tmp) {
+                      int64_t cols, float* tmp, const void* const* pf, int64_t npf) {
   if (accumulate)
     for (int64_t i = 0; i < rows; i++)
       memcpy(tmp + i * uk->nr, c + i * ldc, sizeof(float) * (size_t)cols);
-  if (lda) uk->tile_rows(kcp, a, lda, b, tmp, uk->nr, accumulate);
+  if (lda) uk->tile_rows(kcp, a, lda, b, tmp, uk->nr, accumulate, pf, npf);
   else uk->tile(kcp, a, b, tmp, uk->nr, accumulate);
   for (int64_t i = 0; i < rows; i++)
     memcpy(c + i * ldc, tmp + i * uk->nr, sizeof(float) * (size_t)cols);
+}
+
+/* The tiles of one item on a packed A block (pa, mlen rows): each of the
+ * item's B panels, jp0 to jp1, against every MR-row panel of the block. */
+static void packed_tiles(const fblock_t* blk, const float* pa, int64_t mlen, int64_t jp0,
+                         int64_t jp1, float* tgt, int64_t ldt, int64_t cw, float* tmp) {
+  const fgemm_t* f = blk->f;
+  const gemm_ukernel_t* uk = f->uk;
+  const int mr = uk->mr, nr = uk->nr;
+  const int64_t kcp = min64(f->kcs, f->g->k - blk->kb * f->kcs) * f->ps.np;
+  const bool first = blk->kb == 0;
+  for (int64_t jp = jp0; jp < jp1; jp++) {
+    const float* bp = blk->pb + jp * kcp * nr;
+    const int64_t cc = (jp - jp0) * nr;
+    for (int64_t r = 0; r < mlen; r += mr) {
+      const float* ap = pa + r * kcp;
+      float* ct = tgt + r * ldt + cc;
+      if (f->direct && (r + mr > mlen || cc + nr > cw))
+        edge_tile(uk, kcp, ap, 0, bp, ct, ldt, !first, min64(mr, mlen - r), min64(nr, cw - cc),
+                  tmp, NULL, 0);
+      else
+        uk->tile(kcp, ap, bp, ct, ldt, !first);
+    }
+  }
+}
+
+/* The tiles of one item with A kept by rows: one strip of MR rows at a
+ * time is transformed into `strip` (MR x kcp, rows past mlen zero) and
+ * multiplied by each of the item's B panels while it sits in L1. The next
+ * strip's source rows are prefetched meanwhile: read in short runs far
+ * apart, they would otherwise come from memory at the pace of the
+ * transform, which then costs a third of the product. */
+static void rows_a_strips(const fblock_t* blk, float* strip, int64_t i0, int64_t mlen,
+                          int64_t jp0, int64_t jp1, float* tgt, int64_t ldt, int64_t cw,
+                          float* tmp, float* line) {
+  /* source lines of a strip: MR rows of at most KC floats (A is float32) */
+  const void* pf[GEMM_MAX_MR * (KC * sizeof(float) / 64 + 1)];
+  const fgemm_t* f = blk->f;
+  const gemm_t* g = f->g;
+  const gemm_ukernel_t* uk = f->uk;
+  const int mr = uk->mr, nr = uk->nr, np = f->ps.np;
+  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0), kcp = klen * np;
+  const bool first = blk->kb == 0;
+  const int64_t run = klen * g->a.esz; /* bytes of a source row in this k block */
+  for (int64_t r = 0; r < mlen; r += mr) {
+    const int64_t rows = min64(mr, mlen - r);
+    pack_panels(uk, strip, &g->a, mat_ptr(&g->a, blk->bi, i0 + r, k0), g->a.sr, g->a.sc, rows,
+                klen, 1, f->ps.a, np, line);
+    if (rows < mr) memset(strip + rows * kcp, 0, sizeof(float) * (size_t)((mr - rows) * kcp));
+    /* the next strip's source lines, prefetched a few at a time by the
+     * micro-kernel over this strip's tiles; any left over, at the end */
+    int64_t npf = 0, done = 0;
+    for (int64_t l = r + mr; l < min64(r + 2 * mr, mlen); l++) {
+      const char* s = mat_ptr(&g->a, blk->bi, i0 + l, k0);
+      for (int64_t o = 0; o < run; o += 64) pf[npf++] = s + o;
+    }
+    const int64_t per_tile = min64((npf + jp1 - jp0 - 1) / (jp1 - jp0), kcp / GEMM_PF_STEPS);
+    float* ct = tgt + r * ldt;
+    for (int64_t jp = jp0; jp < jp1; jp++, ct += nr) {
+      const int64_t n = min64(per_tile, npf - done);
+      const float* bp = blk->pb + jp * kcp * nr;
+      const int64_t cc = (jp - jp0) * nr;
+      if (f->direct && (rows < mr || cc + nr > cw))
+        edge_tile(uk, kcp, strip, kcp, bp, ct, ldt, !first, rows, min64(nr, cw - cc), tmp,
+                  pf + done, n);
+      else
+        uk->tile_rows(kcp, strip, kcp, bp, ct, ldt, !first, pf + done, n);
+      done += n;
+    }
+    for (; done < npf; done++) __builtin_prefetch(pf[done]);
+  }
 }
 
 static void fblock_items(void* ctx, int64_t begin, int64_t end) {
@@ -461,7 +534,7 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
   const gemm_ukernel_t* uk = f->uk;
   const int mr = uk->mr, nr = uk->nr, np = f->ps.np;
   const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0), kcp = klen * np;
-  const bool last = blk->kb == f->nkb - 1, first = blk->kb == 0;
+  const bool last = blk->kb == f->nkb - 1;
   const int64_t gp = (blk->npan + f->jgroups - 1) / f->jgroups; /* panels per group */
   const int64_t mcp = round_up(f->mc, mr);
   size_t floats = (size_t)(mcp * kcp + 2 * gp * nr + mr * nr + (KC > nr ? KC : nr));
@@ -477,30 +550,17 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
   for (int64_t t; (t = atomic_fetch_add(&blk->next_item, 1)) < blk->items;) {
     int64_t ib = t / f->jgroups, jp0 = (t % f->jgroups) * gp, jp1 = min64(blk->npan, jp0 + gp);
     if (jp0 >= jp1) continue;
-    int64_t i0 = ib * f->mc, mlen = min64(f->mc, g->m - i0), mp = round_up(mlen, mr);
+    int64_t i0 = ib * f->mc, mlen = min64(f->mc, g->m - i0);
     int64_t c0 = blk->j0 + jp0 * nr, cw = min64(blk->nlen - jp0 * nr, (jp1 - jp0) * nr);
     float* tgt = f->direct ? (float*)mat_ptr(&g->c, blk->bi, i0, c0)
                            : blk->acc + i0 * blk->npan * nr + jp0 * nr;
     int64_t ldt = f->direct ? g->c.sr : blk->npan * nr;
-    /* A by rows: transformed in place of packing; rows past mlen are zero */
-    const int64_t lda = f->rows_a ? kcp : 0;
-    pack_panels(uk, pa, &g->a, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen, klen,
-                f->rows_a ? 1 : mr, f->ps.a, np, line);
-    if (f->rows_a && mp > mlen) memset(pa + mlen * kcp, 0, sizeof(float) * (size_t)((mp - mlen) * kcp));
-    for (int64_t jp = jp0; jp < jp1; jp++) {
-      const float* bp = blk->pb + jp * kcp * nr;
-      int64_t cc = (jp - jp0) * nr;
-      for (int64_t r = 0; r < mp; r += mr) {
-        const float* ap = pa + r * kcp;
-        float* ct = tgt + r * ldt + cc;
-        if (f->direct && (r + mr > mlen || cc + nr > cw))
-          edge_tile(uk, kcp, ap, lda, bp, ct, ldt, !first, min64(mr, mlen - r),
-                    min64(nr, cw - cc), tmp);
-        else if (lda)
-          uk->tile_rows(kcp, ap, lda, bp, ct, ldt, !first);
-        else
-          uk->tile(kcp, ap, bp, ct, ldt, !first);
-      }
+    if (f->rows_a) {
+      rows_a_strips(blk, pa, i0, mlen, jp0, jp1, tgt, ldt, cw, tmp, line);
+    } else {
+      pack_panels(uk, pa, &g->a, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen, klen,
+                  mr, f->ps.a, np, line);
+      packed_tiles(blk, pa, mlen, jp0, jp1, tgt, ldt, cw, tmp);
     }
     if (last && (!f->direct || g->use_self || g->alpha != 1))
       ftile_store(g, blk->bi, i0, c0, mlen, cw, tgt, ldt, row);
@@ -697,7 +757,7 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   /* Few columns (attention's P @ V): each A block serves at most a few B
    * panels, so transposing it into panels costs more than it saves; keep its
    * rows (transformed in one streaming pass) for tile_rows. */
-  f.rows_a = f.uk->tile_rows && ps.np <= 2 && g->a.dt == TPU_F32 && g->a.sc == 1 &&
+  f.rows_a = f.uk->tile_rows && f.uk->mr <= GEMM_MAX_MR && ps.np <= 2 && g->a.dt == TPU_F32 && g->a.sc == 1 &&
              g->n <= ROWS_A_MAX_N && rows_a_allowed();
   f.jgroups = 1;
   const bool parallel = nth > 1 && work >= PARALLEL_MIN_WORK;
