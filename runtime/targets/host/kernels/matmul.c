@@ -408,6 +408,7 @@ typedef struct {
   int64_t jgroups;   /* B panel groups per A block (items = nmb * jgroups) */
   bool direct;       /* accumulate in c */
   bool rows_a;       /* A blocks kept by rows (uk->tile_rows): few columns */
+  _Atomic int64_t next_entry; /* per-entry split: the next entry to claim */
   _Atomic int oom;
 } fgemm_t;
 
@@ -497,18 +498,30 @@ static void rows_a_strips(const fblock_t* blk, float* strip, int64_t i0, int64_t
   const int mr = uk->mr, nr = uk->nr, np = f->ps.np;
   const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0), kcp = klen * np;
   const bool first = blk->kb == 0;
-  const int64_t run = klen * g->a.esz; /* bytes of a source row in this k block */
   for (int64_t r = 0; r < mlen; r += mr) {
     const int64_t rows = min64(mr, mlen - r);
     pack_panels(uk, strip, &g->a, mat_ptr(&g->a, blk->bi, i0 + r, k0), g->a.sr, g->a.sc, rows,
                 klen, 1, f->ps.a, np, line);
     if (rows < mr) memset(strip + rows * kcp, 0, sizeof(float) * (size_t)((mr - rows) * kcp));
     /* the next strip's source lines, prefetched a few at a time by the
-     * micro-kernel over this strip's tiles; any left over, at the end */
+     * micro-kernel over this strip's tiles; any left over, at the end. After
+     * an A block's last strip comes (most likely) the next A block's first,
+     * then the next k block's, then the next batch entry's. */
+    int64_t nb = blk->bi, nrow = i0 + r + mr, nk = k0;
+    if (r + mr >= mlen && (nrow = i0 + mlen) >= g->m) {
+      nrow = 0;
+      if ((nk = k0 + klen) >= g->k) {
+        nk = 0;
+        nb++;
+      }
+    }
     int64_t npf = 0, done = 0;
-    for (int64_t l = r + mr; l < min64(r + 2 * mr, mlen); l++) {
-      const char* s = mat_ptr(&g->a, blk->bi, i0 + l, k0);
-      for (int64_t o = 0; o < run; o += 64) pf[npf++] = s + o;
+    if (nb < g->batch) {
+      const int64_t nrun = min64(f->kcs, g->k - nk) * g->a.esz; /* bytes per row */
+      for (int64_t l = nrow; l < min64(nrow + mr, g->m); l++) {
+        const char* s = mat_ptr(&g->a, nb, l, nk);
+        for (int64_t o = 0; o < nrun; o += 64) pf[npf++] = s + o;
+      }
     }
     const int64_t per_tile = min64((npf + jp1 - jp0 - 1) / (jp1 - jp0), kcp / GEMM_PF_STEPS);
     float* ct = tgt + r * ldt;
@@ -599,6 +612,9 @@ static void fgemm_entry(fgemm_t* f, int64_t bi, bool parallel, float* pb, float*
   }
 }
 
+/* A worker (the range passed is ignored) that claims batch entries one at
+ * a time until none are left, so that a thread slowed down by the rest of
+ * the machine holds up the others by one entry at most. */
 static void fgemm_entries(void* ctx, int64_t begin, int64_t end) {
   fgemm_t* f = ctx;
   float* acc;
@@ -607,7 +623,8 @@ static void fgemm_entries(void* ctx, int64_t begin, int64_t end) {
     f->oom = 1;
     return;
   }
-  for (int64_t bi = begin; bi < end && !f->oom; bi++) fgemm_entry(f, bi, false, pb, acc);
+  for (int64_t bi; !f->oom && (bi = atomic_fetch_add(&f->next_entry, 1)) < f->g->batch;)
+    fgemm_entry(f, bi, false, pb, acc);
   free(pb);
 }
 
@@ -765,7 +782,7 @@ static tpu_status_t gemm_float(const gemm_t* g) {
                         (g->batch >= 4 * nth ||
                          (g->batch >= nth && work / (double)g->batch <= BATCH_TASK_MAX_WORK));
   if (by_entry) {
-    tpu_parallel_for(g->batch, 1, fgemm_entries, &f);
+    tpu_parallel_for(nth, 1, fgemm_entries, &f);
   } else {
     if (parallel) {
       /* enough items for the threads to share out evenly: smaller A blocks
