@@ -91,7 +91,7 @@ ATTR __attribute__((always_inline)) static inline void UK(tile_strided)(
         __builtin_prefetch(*pf++);
         npf--;
       }
-#pragma GCC unroll 8
+#pragma GCC unroll 1 /* unrolled, the accumulators spill */
       for (int s = 0; s < GEMM_PF_STEPS; s++) TILE_STEP();
     }
   }
