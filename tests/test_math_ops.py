@@ -255,6 +255,18 @@ for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
         check_op(fn, x)
     check_op(lambda t: F.layer_norm(t, (515,)), x,
              **({} if dt in (torch.float32, torch.float64) else dict(atol=2e-2, rtol=2e-2)))
+    # element-wise bodies (blocks of 32 plus tails) round once like CPU: bit-identical,
+    # special values included
+    a = with_specials(mk((1000,), dt, -3, 3, seed=1))
+    b = with_specials(mk((1000,), dt, 0.5, 3, seed=2)).flip(0)
+    for fn in (torch.add, torch.sub, torch.mul, torch.div, torch.maximum,
+               lambda p, q: torch.where(p > 0, p, q), lambda p, q: torch.relu(p),
+               lambda p, q: p.clamp(-0.5, 0.5)):
+        for n in (a.numel(), 37, 16):
+            r, t = fn(a[:n], b[:n]), fn(a[:n].to("tpu"), b[:n].to("tpu")).cpu()
+            assert torch.equal(r.isnan(), t.isnan()), fn
+            assert torch.equal(r.nan_to_num(0.0), t.nan_to_num(0.0)), (fn, dt, n)
+    check_op(lambda p, q: torch.addcmul(p, p, q, value=0.5), a, b)  # FMA or not: tolerance
 print("ok")
 """
 

@@ -5,7 +5,7 @@
  *
  * Kernels issue parallel_for back to back (a GEMM packs, multiplies, packs
  * again), so both sides spin briefly before sleeping: workers watch the job
- * generation, the caller watches the count of workers still busy. Waking a
+ * generation, the caller watches the count of workers still inside. Waking a
  * thread sleeping on a condition variable costs tens of microseconds, which
  * is most of a 1024 x 1024 product's per-block time. The spin is bounded in
  * time, so an idle pool sleeps.
@@ -32,7 +32,12 @@ static void (*g_fn)(void*, int64_t, int64_t);
 static void* g_ctx;
 static int64_t g_n, g_chunk;
 static _Atomic int64_t g_next;
-static _Atomic int g_active;
+/* JOB_OPEN while workers may still join the current job, plus the number of
+ * workers inside it. The caller closes the job when it runs out of chunks
+ * and waits only for workers that joined: a worker the scheduler has not run
+ * yet (a loaded machine) finds the job closed and costs the caller nothing. */
+#define JOB_OPEN (1u << 30)
+static _Atomic unsigned g_state;
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -70,7 +75,26 @@ static int spin_until(int (*cond)(uint64_t), uint64_t arg) {
 }
 
 static int new_job(uint64_t seen) { return atomic_load(&g_generation) != seen; }
-static int job_done(uint64_t unused) { return atomic_load(&g_active) == 0; }
+static int job_done(uint64_t unused) {
+  (void)unused;
+  return atomic_load(&g_state) == 0;
+}
+
+/* Enters the open job, if any; the job's fields are stable while inside. */
+static int job_join(void) {
+  unsigned st = atomic_load(&g_state);
+  while (st & JOB_OPEN)
+    if (atomic_compare_exchange_weak(&g_state, &st, st + 1)) return 1;
+  return 0;
+}
+
+static void job_leave(void) {
+  if (atomic_fetch_sub(&g_state, 1) == 1) { /* the last one out of a closed job */
+    pthread_mutex_lock(&g_mu);
+    pthread_cond_broadcast(&g_done_cv);
+    pthread_mutex_unlock(&g_mu);
+  }
+}
 
 static void* pool_main(void* arg) {
   (void)arg;
@@ -82,11 +106,9 @@ static void* pool_main(void* arg) {
       pthread_mutex_unlock(&g_mu);
     }
     seen = atomic_load(&g_generation);
-    run_chunks();
-    if (atomic_fetch_sub(&g_active, 1) == 1) {
-      pthread_mutex_lock(&g_mu);
-      pthread_cond_broadcast(&g_done_cv);
-      pthread_mutex_unlock(&g_mu);
+    if (job_join()) {
+      run_chunks();
+      job_leave();
     }
   }
   return NULL;
@@ -124,7 +146,7 @@ void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64
   g_n = n;
   g_chunk = chunk;
   atomic_store(&g_next, 0);
-  atomic_store(&g_active, g_nthreads - 1);
+  atomic_store(&g_state, JOB_OPEN);
   /* publish, then wake sleepers; a worker re-checks the generation under
    * g_mu before it sleeps, so the broadcast cannot be missed */
   atomic_fetch_add(&g_generation, 1);
@@ -132,9 +154,9 @@ void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64
   pthread_cond_broadcast(&g_cv);
   pthread_mutex_unlock(&g_mu);
   run_chunks();
-  if (!spin_until(job_done, 0)) {
+  if ((atomic_fetch_and(&g_state, ~JOB_OPEN) & ~JOB_OPEN) != 0 && !spin_until(job_done, 0)) {
     pthread_mutex_lock(&g_mu);
-    while (atomic_load(&g_active) > 0) pthread_cond_wait(&g_done_cv, &g_mu);
+    while (atomic_load(&g_state) != 0) pthread_cond_wait(&g_done_cv, &g_mu);
     pthread_mutex_unlock(&g_mu);
   }
   pthread_mutex_unlock(&g_job_mu);

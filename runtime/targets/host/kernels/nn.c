@@ -292,7 +292,15 @@ static bool f32_storage(tpu_dtype_t dt) {
 #define TPU_VR_INLINE TPU_VM_INLINE
 #endif
 
-TPU_VR_INLINE void vrow_to_f32(float* dst, const void* src, tpu_dtype_t dt, int64_t n) {
+/* avx2 is a constant of the caller: true only in its TPU_VEC_AVX2 copy */
+TPU_VR_INLINE void vrow_to_f32(float* dst, const void* src, tpu_dtype_t dt, int64_t n, bool avx2) {
+#ifdef TPU_HAVE_AVX2_BUILD
+  if (avx2 && dt == TPU_BF16) {
+    tpu_vm_bf16_row_load_avx2(dst, src, n);
+    return;
+  }
+#endif
+  (void)avx2;
   if (dt == TPU_BF16) {
     const uint16_t* h = src;
     for (int64_t i = 0; i < n; i++) dst[i] = tpu_vm_bf16_to_f32(h[i]);
@@ -304,7 +312,15 @@ TPU_VR_INLINE void vrow_to_f32(float* dst, const void* src, tpu_dtype_t dt, int6
   }
 }
 
-TPU_VR_INLINE void vrow_from_f32(void* dst, tpu_dtype_t dt, const float* src, int64_t n) {
+TPU_VR_INLINE void vrow_from_f32(void* dst, tpu_dtype_t dt, const float* src, int64_t n,
+                                  bool avx2) {
+#ifdef TPU_HAVE_AVX2_BUILD
+  if (avx2 && dt == TPU_BF16) {
+    tpu_vm_bf16_row_store_avx2(dst, src, n);
+    return;
+  }
+#endif
+  (void)avx2;
   if (dt == TPU_BF16) {
     uint16_t* h = dst;
     for (int64_t i = 0; i < n; i++) h[i] = tpu_vm_f32_to_bf16(src[i]);
@@ -316,50 +332,46 @@ TPU_VR_INLINE void vrow_from_f32(void* dst, tpu_dtype_t dt, const float* src, in
   }
 }
 
-/* Reductions over a row with GCC vector types: eight float lanes, whose
- * double partial sums are added pairwise at the end (the order is fixed, so
- * results do not depend on the ISA except through FMA contraction). */
+/* Reductions over a row with GCC vector types (eight float lanes); their
+ * order is fixed, so results do not depend on the ISA except through FMA
+ * contraction. */
 typedef float tpu_v8f __attribute__((vector_size(32)));
-typedef double tpu_v4d __attribute__((vector_size(32)));
 typedef int32_t tpu_v8i __attribute__((vector_size(32)));
 
 #define VLOAD8(v, p) memcpy(&(v), (p), sizeof(tpu_v8f))
 
-TPU_VR_INLINE double vhsum8(tpu_v4d lo, tpu_v4d hi) {
-  tpu_v4d s = lo + hi;
-  return (s[0] + s[2]) + (s[1] + s[3]);
+/* Row sums for softmax and layer norm: runs of VSUM_RUN elements are added
+ * in float32 across four eight-lane vectors (eight additions per lane, far
+ * below float precision for these rows), and the run totals in double, so
+ * that long rows keep double accuracy at float speed. The order depends on
+ * n only. */
+#define VSUM_RUN 256
+TPU_VR_INLINE float vrun_total(tpu_v8f a0, tpu_v8f a1, tpu_v8f a2, tpu_v8f a3) {
+  tpu_v8f s = (a0 + a1) + (a2 + a3);
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
-/* sum of x in double */
-TPU_VR_INLINE double vsum_f64(const float* x, int64_t n) {
-  tpu_v4d lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0};
+/* sum of d = (x - mh) - ml, or with sq of d^2; the shift mh + ml keeps the
+ * float partials small for rows far from zero */
+TPU_VR_INLINE double vsum_rows(const float* x, int64_t n, bool sq, float mh, float ml) {
+  double total = 0;
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    tpu_v8f v;
-    VLOAD8(v, x + i);
-    lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), tpu_v4d);
-    hi += __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), tpu_v4d);
+  for (; i + VSUM_RUN <= n; i += VSUM_RUN) {
+    tpu_v8f a[4] = {{0}, {0}, {0}, {0}};
+    for (int j = 0; j < VSUM_RUN; j += 32)
+      for (int q = 0; q < 4; q++) {
+        tpu_v8f v;
+        VLOAD8(v, x + i + j + 8 * q);
+        v = (v - mh) - ml;
+        a[q] += sq ? v * v : v;
+      }
+    total += (double)vrun_total(a[0], a[1], a[2], a[3]);
   }
-  double t = 0;
-  for (; i < n; i++) t += (double)x[i];
-  return vhsum8(lo, hi) + t;
-}
-
-/* sum of (x - m)^2 in double */
-TPU_VR_INLINE double vsumsq_dev_f64(const float* x, int64_t n, double m) {
-  tpu_v4d lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0}, mv = {m, m, m, m};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    tpu_v8f v;
-    VLOAD8(v, x + i);
-    tpu_v4d a = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), tpu_v4d) - mv;
-    tpu_v4d b = __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), tpu_v4d) - mv;
-    lo += a * a;
-    hi += b * b;
+  for (; i < n; i++) {
+    double v = (double)((x[i] - mh) - ml);
+    total += sq ? v * v : v;
   }
-  double t = 0;
-  for (; i < n; i++) t += ((double)x[i] - m) * ((double)x[i] - m);
-  return vhsum8(lo, hi) + t;
+  return total;
 }
 
 /* max of x ignoring NaN (a NaN still reaches softmax's result through exp);
@@ -382,17 +394,17 @@ TPU_VR_INLINE float vmax_f32(const float* x, int64_t n) {
 
 /* y = softmax(x) or log_softmax(x) over one row; tmp holds n floats and
  * may be y but not x. exp runs in float32, the sum in double, and the
- * final scaling in double, rounded once. */
+ * final scaling (or shift) in float32, like PyTorch's CPU kernel. */
 TPU_VR_INLINE void vsoftmax_row(const float* x, float* y, float* tmp, int64_t n, bool take_log) {
   float mx = vmax_f32(x, n);
   for (int64_t i = 0; i < n; i++) tmp[i] = tpu_vm_expf(x[i] - mx);
-  double sum = vsum_f64(tmp, n);
+  double sum = vsum_rows(tmp, n, false, 0, 0);
   if (take_log) {
-    double lse = log(sum), m = (double)mx;
-    for (int64_t i = 0; i < n; i++) y[i] = (float)(((double)x[i] - m) - lse);
+    float lse = (float)log(sum);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mx) - lse;
   } else {
-    double inv = 1.0 / sum;
-    for (int64_t i = 0; i < n; i++) y[i] = (float)((double)tmp[i] * inv);
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) y[i] = tmp[i] * inv;
   }
 }
 
@@ -408,7 +420,7 @@ typedef struct {
 
 /* Forward over lanes [begin, end) of contiguous rows; buf holds one row. */
 TPU_VR_INLINE void softmax_flat_body(const softmax_job_t* job, int64_t begin, int64_t end,
-                                     float* buf) {
+                                     float* buf, bool avx2) {
   int64_t n = job->a.len;
   float* tmp = buf + n;
   for (int64_t lane = begin; lane < end; lane++) {
@@ -416,23 +428,23 @@ TPU_VR_INLINE void softmax_flat_body(const softmax_job_t* job, int64_t begin, in
     char* dst = rows_lane_ptr(&job->out, lane);
     const float* x = (const float*)src;
     if (job->a.dt != TPU_F32) {
-      vrow_to_f32(buf, src, job->a.dt, n);
+      vrow_to_f32(buf, src, job->a.dt, n, avx2);
       x = buf;
     }
     /* y may be the input row itself (in-place softmax); tmp never is */
     float* y = job->out.dt == TPU_F32 ? (float*)dst : tmp;
     vsoftmax_row(x, y, tmp, n, job->log);
-    vrow_from_f32(dst, job->out.dt, y, n);
+    vrow_from_f32(dst, job->out.dt, y, n, avx2);
   }
 }
 static TPU_VEC_PORTABLE void softmax_flat_p(const softmax_job_t* job, int64_t b, int64_t e,
                                             float* buf) {
-  softmax_flat_body(job, b, e, buf);
+  softmax_flat_body(job, b, e, buf, false);
 }
 #ifdef TPU_HAVE_AVX2_BUILD
 static TPU_VEC_AVX2 void softmax_flat_a(const softmax_job_t* job, int64_t b, int64_t e,
                                         float* buf) {
-  softmax_flat_body(job, b, e, buf);
+  softmax_flat_body(job, b, e, buf, true);
 }
 #endif
 
@@ -730,6 +742,7 @@ typedef struct {
   rows_t x, y;
   param_map_t map;
   const double *w, *b; /* per parameter, or NULL */
+  float *wf, *bf;      /* float copies of w and b for the flat path */
   double eps;
   bool given_stats;    /* mean/var are inputs (batch norm evaluation) */
   double *mean, *var;  /* per lane: biased variance */
@@ -738,43 +751,48 @@ typedef struct {
 } norm_job_t;
 
 /* Layer norm over contiguous single-precision rows: statistics in double
- * from float32 values, y = ((x - mean) * rstd) * w + b in double, rounded
- * once (like the double path). buf holds one row. */
-TPU_VR_INLINE void norm_flat_body(norm_job_t* job, int64_t begin, int64_t end, float* buf) {
+ * from float32 values, y = ((x - mean) * rstd) * w + b in float32 (like
+ * PyTorch's CPU kernel; w and b as float copies). buf holds one row. */
+TPU_VR_INLINE void norm_flat_body(norm_job_t* job, int64_t begin, int64_t end, float* buf,
+                                  bool avx2) {
   int64_t n = job->x.len;
-  const double *w = job->w, *b = job->b;
+  const float *w = job->wf, *b = job->bf;
   for (int64_t lane = begin; lane < end; lane++) {
     const char* src = rows_lane_ptr(&job->x, lane);
     char* dst = rows_lane_ptr(&job->y, lane);
     const float* x = (const float*)src;
     if (job->x.dt != TPU_F32) {
-      vrow_to_f32(buf, src, job->x.dt, n);
+      vrow_to_f32(buf, src, job->x.dt, n, avx2);
       x = buf;
     }
-    double m = n > 0 ? vsum_f64(x, n) / (double)n : 0;
-    double var = n > 0 ? vsumsq_dev_f64(x, n, m) / (double)n : NAN;
+    /* x - m in float as (x - mh) - ml, m = mh + ml: the mean's rounding
+     * does not shift rows whose mean is large against their spread */
+    float x0 = n > 0 && isfinite(x[0]) ? x[0] : 0;
+    double m = n > 0 ? (double)x0 + vsum_rows(x, n, false, x0, 0) / (double)n : 0;
+    float mh = (float)m, ml = (float)(m - (double)mh);
+    double var = n > 0 ? vsum_rows(x, n, true, mh, ml) / (double)n : NAN;
     job->mean[lane] = m;
     job->var[lane] = var;
-    double rs = 1 / sqrt(var + job->eps);
+    float rs = (float)(1 / sqrt(var + job->eps));
     float* y = job->y.dt == TPU_F32 ? (float*)dst : buf;
     if (w && b) {
-      for (int64_t i = 0; i < n; i++) y[i] = (float)((((double)x[i] - m) * rs) * w[i] + b[i]);
+      for (int64_t i = 0; i < n; i++) y[i] = (((x[i] - mh) - ml) * rs) * w[i] + b[i];
     } else if (w) {
-      for (int64_t i = 0; i < n; i++) y[i] = (float)((((double)x[i] - m) * rs) * w[i]);
+      for (int64_t i = 0; i < n; i++) y[i] = (((x[i] - mh) - ml) * rs) * w[i];
     } else if (b) {
-      for (int64_t i = 0; i < n; i++) y[i] = (float)(((double)x[i] - m) * rs + b[i]);
+      for (int64_t i = 0; i < n; i++) y[i] = ((x[i] - mh) - ml) * rs + b[i];
     } else {
-      for (int64_t i = 0; i < n; i++) y[i] = (float)(((double)x[i] - m) * rs);
+      for (int64_t i = 0; i < n; i++) y[i] = ((x[i] - mh) - ml) * rs;
     }
-    vrow_from_f32(dst, job->y.dt, y, n);
+    vrow_from_f32(dst, job->y.dt, y, n, avx2);
   }
 }
 static TPU_VEC_PORTABLE void norm_flat_p(norm_job_t* job, int64_t b, int64_t e, float* buf) {
-  norm_flat_body(job, b, e, buf);
+  norm_flat_body(job, b, e, buf, false);
 }
 #ifdef TPU_HAVE_AVX2_BUILD
 static TPU_VEC_AVX2 void norm_flat_a(norm_job_t* job, int64_t b, int64_t e, float* buf) {
-  norm_flat_body(job, b, e, buf);
+  norm_flat_body(job, b, e, buf, true);
 }
 #endif
 
@@ -951,6 +969,16 @@ static tpu_status_t store_stats(const char* op, const tpu_tensor_t* mean_out,
 }
 
 /* Forward shared by layer and group norm: outs = (y, mean, rstd). */
+/* *out = src[0, n) as float (NULL for a NULL src); the caller frees it */
+static tpu_status_t float_copy(const char* op, const double* src, int64_t n, float** out) {
+  *out = NULL;
+  if (!src) return TPU_OK;
+  *out = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  if (!*out) return oom_error(op);
+  for (int64_t i = 0; i < n; i++) (*out)[i] = (float)src[i];
+  return TPU_OK;
+}
+
 static tpu_status_t norm_forward_stats(const char* op, const tpu_call_t* call, norm_job_t* job,
                                        const tpu_tensor_t* w, const tpu_tensor_t* b) {
   int64_t lanes = job->x.lanes;
@@ -960,6 +988,8 @@ static tpu_status_t norm_forward_stats(const char* op, const tpu_call_t* call, n
   if (!st) st = load_all(op, "bias", b, job->map.nparam, &bv);
   job->w = wv;
   job->b = bv;
+  if (!st && job->flat) st = float_copy(op, wv, job->map.nparam, &job->wf);
+  if (!st && job->flat) st = float_copy(op, bv, job->map.nparam, &job->bf);
   job->mean = malloc(sizeof(double) * (size_t)(lanes > 0 ? lanes : 1));
   job->var = malloc(sizeof(double) * (size_t)(lanes > 0 ? lanes : 1));
   if (!st && (!job->mean || !job->var)) st = oom_error(op);
@@ -970,6 +1000,8 @@ static tpu_status_t norm_forward_stats(const char* op, const tpu_call_t* call, n
                      job->eps);
   free(wv);
   free(bv);
+  free(job->wf);
+  free(job->bf);
   free(job->mean);
   free(job->var);
   return st;

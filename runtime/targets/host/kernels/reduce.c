@@ -565,32 +565,42 @@ typedef int32_t vi8_t __attribute__((vector_size(32)));
 EXTREME_SRC(max_src, >, MAX_BETTER, max_values)
 EXTREME_SRC(min_src, <, MIN_BETTER, min_values)
 
-/* sum of n contiguous bfloat16 / float16 elements: elements 8 apart are
- * first added in float (one rounding of at most 2^-24 relative per pair, far
- * below these dtypes' precision) into a block buffer, whose values then go
- * into the LANES double partial sums. Half the conversions and double
- * additions of sum_src; the order is fixed by n alone. */
-#define SUM16_BLOCK 512
-#define SUM16_LOOP(CONV)                                                     \
-  for (; t + SUM16_BLOCK <= n; t += SUM16_BLOCK) {                           \
-    for (int j = 0; j < SUM16_BLOCK / 16; j++)                               \
-      for (int k = 0; k < 8; k++)                                            \
-        pair[8 * j + k] = CONV(x[t + 16 * j + k]) + CONV(x[t + 16 * j + 8 + k]); \
-    for (int i = 0; i < SUM16_BLOCK / 2; i += LANES)                         \
-      for (int k = 0; k < LANES; k++) s[k] += (double)pair[i + k];           \
-  }                                                                          \
-  for (int k = 0; t < n; t++, k = (k + 1) % LANES) s[k] += (double)CONV(x[t]);
-TPU_VM_INLINE double sum16_src(const char* src, tpu_dtype_t dt, int64_t n) {
-  const uint16_t* x = (const uint16_t*)src;
-  float pair[SUM16_BLOCK / 2];
-  double s[LANES] = {0};
-  int64_t t = 0;
-  if (dt == TPU_BF16) {
-    SUM16_LOOP(tpu_vm_bf16_to_f32)
-  } else {
-    SUM16_LOOP(tpu_vm_f16_to_f32)
+/* sum of n contiguous float32 / bfloat16 / float16 elements: runs of
+ * SUMRUN elements are added in float across 32 lanes (four vectors of eight,
+ * SUMRUN / 32 additions per lane: a rounding far below float precision of
+ * the run), and each run's lanes into eight double partial sums, so long
+ * sums keep double accuracy at float speed. The order is fixed by n alone. */
+#define SUMRUN 512
+#define SUMRUN_LOOP(T, CONV, LOAD8)                                                  \
+  {                                                                                  \
+    const T* x = (const T*)src;                                                      \
+    vd4_t d0 = {0, 0, 0, 0}, d1 = {0, 0, 0, 0};                                      \
+    int64_t t = 0;                                                                   \
+    for (; t + SUMRUN <= n; t += SUMRUN) {                                           \
+      vf8_t a[4] = {{0}, {0}, {0}, {0}};                                             \
+      for (int j = 0; j < SUMRUN; j += 32)                                           \
+        for (int q = 0; q < 4; q++) {                                                \
+          vf8_t v;                                                                   \
+          LOAD8(v, x + t + j + 8 * q);                                               \
+          a[q] += v;                                                                 \
+        }                                                                            \
+      for (int q = 0; q < 4; q++) {                                                  \
+        d0 += __builtin_convertvector(__builtin_shufflevector(a[q], a[q], 0, 1, 2, 3), vd4_t); \
+        d1 += __builtin_convertvector(__builtin_shufflevector(a[q], a[q], 4, 5, 6, 7), vd4_t); \
+      }                                                                              \
+    }                                                                                \
+    double tail = 0;                                                                 \
+    for (; t < n; t++) tail += (double)CONV(x[t]);                                   \
+    vd4_t s4 = d0 + d1;                                                              \
+    return ((s4[0] + s4[1]) + (s4[2] + s4[3])) + tail;                               \
   }
-  return LANE_SUM(s);
+TPU_VM_INLINE double sumrun_src(const char* src, tpu_dtype_t dt, int64_t n) {
+  switch (dt) {
+    case TPU_F32: SUMRUN_LOOP(float, CONV_ID, LOAD8_F32)
+    case TPU_BF16: SUMRUN_LOOP(uint16_t, tpu_vm_bf16_to_f32, LOAD8_BF16)
+    case TPU_F16: SUMRUN_LOOP(uint16_t, tpu_vm_f16_to_f32, LOAD8_F16)
+    default: return sum_src(src, dt, n);
+  }
 }
 
 /* Consumes n values of the reduction starting at position idx0; inlined
@@ -767,8 +777,7 @@ static void finish(const plan_t* p, const acc_t* a, char* o0, char* o1) {
 /* in_place: consumes n contiguous elements at src. */
 TPU_VM_INLINE void run_in_place(const plan_t* p, acc_t* a, const char* src, int64_t n) {
   if (p->kind == R_SUM || p->kind == R_MEAN) {
-    bool h = p->dt == TPU_BF16 || p->dt == TPU_F16;
-    a->d[0] += h ? sum16_src(src, p->dt, n) : sum_src(src, p->dt, n);
+    a->d[0] += sumrun_src(src, p->dt, n);
     return;
   }
   double cur = a->idx < 0 ? tpu_load_f64(src, p->dt) : a->d[0];
@@ -1041,6 +1050,10 @@ static tpu_status_t reduce(const tpu_call_t* c, const char* op, rkind_t kind, in
                !p.int_domain && tpu_dtype_is_float(in->dtype) &&
                (p.col_acc ? p.kstride[p.nk - 1] == p.isz
                           : !p.by_row && p.nr == 1 && p.rstride[0] == p.isz);
+  if (p.in_place && !p.col_acc) { /* rows are read where they lie: no tile to fill */
+    p.len = p.n_red > 0 ? p.n_red : 1;
+    p.kmax = KMAX;
+  }
   if (p.n_red == 0 && (is_extreme(kind) || kind == R_NORMINF || kind == R_NORMNINF)) {
     if (kind == R_NORMINF || kind == R_NORMNINF)
       return TPU_ERR(INVALID_ARGUMENT,

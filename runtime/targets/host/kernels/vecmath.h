@@ -207,6 +207,64 @@ TPU_VM_INLINE float tpu_vm_erff(float x) {
   return copysignf(a < 0.921875f ? small : big, x);
 }
 
+/* ---- bfloat16 <-> float32 in blocks of 16, AVX2 ----
+ * Generic per-element conversions vectorize into long lane-crossing
+ * sequences; these use one unpack per 8 values on load and one pack per 16
+ * on store. The "_il" pair keeps the interleaved order that unpack/pack give
+ * within each 128-bit lane (block elements 0-3 and 8-11 in the first vector,
+ * 4-7 and 12-15 in the second): element-wise loops may compute in that order
+ * because every operand and the result share it, and storing with the
+ * matching pack restores the memory order. The "_row" functions keep memory
+ * order, for rows whose positions matter. Rounding is the same as
+ * tpu_vm_f32_to_bf16 (nearest even, NaN quieted). Only call these from
+ * functions compiled for AVX2 (TPU_VEC_AVX2) after tpu_host_isa() chose it. */
+#ifdef TPU_HAVE_AVX2_BUILD
+#include <immintrin.h>
+#define TPU_VM_AVX2_INLINE \
+  static inline __attribute__((always_inline, target("avx2,fma")))
+
+TPU_VM_AVX2_INLINE void tpu_vm_bf16x16_load_il(const uint16_t* p, __m256* lo, __m256* hi) {
+  __m256i h = _mm256_loadu_si256((const __m256i*)p), z = _mm256_setzero_si256();
+  *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, h));
+  *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, h));
+}
+/* the bfloat16 bits of v, rounded, in the low half of each 32-bit lane */
+TPU_VM_AVX2_INLINE __m256i tpu_vm_bf16x8_round(__m256 v) {
+  __m256i u = _mm256_castps_si256(v);
+  __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd);
+  __m256i q = _mm256_or_si256(u, _mm256_set1_epi32(0x400000)); /* quiet nan */
+  r = _mm256_blendv_epi8(r, q, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  return _mm256_srli_epi32(r, 16);
+}
+TPU_VM_AVX2_INLINE void tpu_vm_bf16x16_store_il(uint16_t* p, __m256 lo, __m256 hi) {
+  __m256i h = _mm256_packus_epi32(tpu_vm_bf16x8_round(lo), tpu_vm_bf16x8_round(hi));
+  _mm256_storeu_si256((__m256i*)p, h);
+}
+
+/* dst[0, n) = bfloat16 src[0, n), in memory order */
+static inline __attribute__((target("avx2,fma"))) void tpu_vm_bf16_row_load_avx2(
+    float* dst, const uint16_t* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128((const __m128i*)(src + i));
+    _mm256_storeu_si256((__m256i*)(dst + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  for (; i < n; i++) dst[i] = tpu_vm_bf16_to_f32(src[i]);
+}
+/* dst[0, n) = src[0, n) rounded to bfloat16, in memory order */
+static inline __attribute__((target("avx2,fma"))) void tpu_vm_bf16_row_store_avx2(
+    uint16_t* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i h = _mm256_packus_epi32(tpu_vm_bf16x8_round(_mm256_loadu_ps(src + i)),
+                                    tpu_vm_bf16x8_round(_mm256_loadu_ps(src + i + 8)));
+    _mm256_storeu_si256((__m256i*)(dst + i), _mm256_permute4x64_epi64(h, 0xd8));
+  }
+  for (; i < n; i++) dst[i] = tpu_vm_f32_to_bf16(src[i]);
+}
+#endif
+
 #ifdef __cplusplus
 }
 #endif
