@@ -96,7 +96,8 @@ CASES = [
     ("bmm", lambda a, b, c: torch.bmm(a, b), (5, 17, 70), (5, 70, 23), None, 70),
     ("bmm_transposed", lambda a, b, c: torch.bmm(a, b.transpose(1, 2)), (4, 19, 50), (4, 21, 50),
      None, 50),
-    # attention's P @ V: few columns, A kept by rows (tile_rows); partial row blocks, 3 k blocks
+    # attention's P @ V: few columns, A kept by rows (tile_rows); partial strips and row blocks,
+    # 2 k blocks (3 in high)
     ("bmm_few_columns", lambda a, b, c: torch.bmm(a, b), (6, 130, 600), (6, 600, 64), None, 600),
     ("linear", lambda a, b, c: F.linear(a, b, c), (4, 6, 64), (33, 64), (33,), 64),
     ("linear_nobias", lambda a, b, c: F.linear(a, b), (50, 64), (33, 64), None, 64),

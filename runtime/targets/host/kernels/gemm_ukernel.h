@@ -45,6 +45,8 @@ typedef enum gemm_xform {
 } gemm_xform_t;
 
 enum { GEMM_MAX_PASSES = 2 };
+/* steps of tile_rows per prefetched line */
+enum { GEMM_PF_STEPS = 8 };
 
 /* The packed steps one source step expands into, for A and for B. */
 typedef struct gemm_passes {
@@ -71,9 +73,12 @@ typedef struct gemm_ukernel {
                    int64_t kc, int w, const gemm_xform_t* xf, int np);
   /* tile with A kept by rows: a[i * lda + k] instead of a packed panel
    * (products with few columns, where transposing A into panels would cost
-   * more than the columns reuse it); NULL: not provided. */
+   * more than the columns reuse it); NULL: not provided. Along the way it
+   * prefetches the npf cache lines at addresses pf[0..npf), one every
+   * GEMM_PF_STEPS steps (npf <= kc / GEMM_PF_STEPS + 1): the caller's next
+   * rows, fetched while the sums run instead of in a burst later. */
   void (*tile_rows)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
-                    int64_t ldc, bool accumulate);
+                    int64_t ldc, bool accumulate, const void* const* pf, int64_t npf);
 } gemm_ukernel_t;
 
 extern const gemm_ukernel_t tpu_gemm_ukernel_portable;

@@ -44,7 +44,7 @@ ATTR static inline VF UK(split_lo)(VF x, VF hi) {
   return V_SELECT(finite, V_ZERO(), UK(round_bf16)(V_SUB(x, hi)));
 }
 
-ATTR static inline VF UK(xform)(gemm_xform_t xf, VF x) {
+ATTR __attribute__((always_inline)) static inline VF UK(xform)(gemm_xform_t xf, VF x) {
   switch (xf) {
     case GEMM_XF_BF16: return UK(round_bf16)(x);
     case GEMM_XF_HI: return UK(split_hi)(x);
@@ -58,12 +58,12 @@ ATTR static inline VF UK(xform)(gemm_xform_t xf, VF x) {
 }
 
 /* MR x NR tile: 2 * MR vector accumulators, one broadcast of a per row and
- * two loads of b per step. */
-/* The mr x nr tile over kc steps with A element (i, k) at a[i * ai + k * ak]:
- * a packed panel (ai = 1, ak = MR) or rows of A (ai = lda, ak = 1). */
+ * two loads of b per step. A element (i, k) is at a[i * ai + k * ak]: a
+ * packed panel (ai = 1, ak = MR) or rows of A (ai = lda, ak = 1). One line
+ * of pf[0..npf) is prefetched every GEMM_PF_STEPS steps. */
 ATTR __attribute__((always_inline)) static inline void UK(tile_strided)(
     int64_t kc, const float* restrict a, int64_t ai, int64_t ak, const float* restrict b,
-    float* restrict c, int64_t ldc, bool accumulate) {
+    float* restrict c, int64_t ldc, bool accumulate, const void* const* pf, int64_t npf) {
   VF acc0[MR], acc1[MR];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; i++) {
@@ -72,17 +72,31 @@ ATTR __attribute__((always_inline)) static inline void UK(tile_strided)(
     __builtin_prefetch(c + i * ldc, 1);
     __builtin_prefetch(c + i * ldc + NR - 1, 1);
   }
-  for (int64_t k = 0; k < kc; k++) {
-    VF b0 = V_LOAD(b), b1 = V_LOAD(b + VL);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) {
-      VF av = V_SET1(a[i * ai]);
-      acc0[i] = V_FMA(av, b0, acc0[i]);
-      acc1[i] = V_FMA(av, b1, acc1[i]);
+#define TILE_STEP()                               \
+  do {                                            \
+    VF b0 = V_LOAD(b), b1 = V_LOAD(b + VL);       \
+    _Pragma("GCC unroll 16")                      \
+    for (int i = 0; i < MR; i++) {                \
+      VF av = V_SET1(a[i * ai]);                  \
+      acc0[i] = V_FMA(av, b0, acc0[i]);           \
+      acc1[i] = V_FMA(av, b1, acc1[i]);           \
+    }                                             \
+    a += ak;                                      \
+    b += NR;                                      \
+  } while (0)
+  int64_t k = 0;
+  if (npf > 0) {
+    for (; k + GEMM_PF_STEPS <= kc; k += GEMM_PF_STEPS) {
+      if (npf > 0) {
+        __builtin_prefetch(*pf++);
+        npf--;
+      }
+#pragma GCC unroll 1 /* unrolled, the accumulators spill */
+      for (int s = 0; s < GEMM_PF_STEPS; s++) TILE_STEP();
     }
-    a += ak;
-    b += NR;
   }
+  for (; k < kc; k++) TILE_STEP();
+#undef TILE_STEP
 #pragma GCC unroll 16
   for (int i = 0; i < MR; i++) {
     float* ci = c + i * ldc;
@@ -97,14 +111,14 @@ ATTR __attribute__((always_inline)) static inline void UK(tile_strided)(
 
 ATTR static void UK(tile)(int64_t kc, const float* restrict a, const float* restrict b,
                           float* restrict c, int64_t ldc, bool accumulate) {
-  UK(tile_strided)(kc, a, 1, MR, b, c, ldc, accumulate);
+  UK(tile_strided)(kc, a, 1, MR, b, c, ldc, accumulate, NULL, 0);
 }
 
 /* The same tile with A read by rows (row i at a + i * lda). */
 ATTR static void UK(tile_rows)(int64_t kc, const float* restrict a, int64_t lda,
                                const float* restrict b, float* restrict c, int64_t ldc,
-                               bool accumulate) {
-  UK(tile_strided)(kc, a, lda, 1, b, c, ldc, accumulate);
+                               bool accumulate, const void* const* pf, int64_t npf) {
+  UK(tile_strided)(kc, a, lda, 1, b, c, ldc, accumulate, pf, npf);
 }
 
 ATTR static float UK(dot)(const float* restrict x, const float* restrict y, int64_t n) {
