@@ -392,13 +392,48 @@ TPU_VR_INLINE float vmax_f32(const float* x, int64_t n) {
   return r;
 }
 
+/* e^x for x <= 0 (an element minus its row's maximum), NaN kept: 0 where
+ * the result would be subnormal (below 2^-126, under float32 tolerance of
+ * any softmax), which spares the two-step scaling of tpu_vm_expf */
+TPU_VM_INLINE float vexp_nonpos(float x) {
+  float e = tpu_vm_exp_normal(x < -87.0f ? -87.0f : x);
+  return x < -87.0f ? 0.0f : e;
+}
+
+/* sum of e^(x - mx) over a row, in the float-run order of vsum_rows; with
+ * `keep`, the terms go to tmp as well */
+TPU_VR_INLINE double vexp_sum(const float* x, float* tmp, int64_t n, float mx, bool keep) {
+  double total = 0;
+  int64_t i = 0;
+  for (; i + VSUM_RUN <= n; i += VSUM_RUN) {
+    tpu_v8f a[4] = {{0}, {0}, {0}, {0}};
+    for (int j = 0; j < VSUM_RUN; j += 32) {
+      float e[32];
+      for (int k = 0; k < 32; k++) e[k] = vexp_nonpos(x[i + j + k] - mx);
+      if (keep) memcpy(tmp + i + j, e, sizeof e);
+      for (int q = 0; q < 4; q++) {
+        tpu_v8f v;
+        VLOAD8(v, e + 8 * q);
+        a[q] += v;
+      }
+    }
+    total += (double)vrun_total(a[0], a[1], a[2], a[3]);
+  }
+  for (; i < n; i++) {
+    float e = vexp_nonpos(x[i] - mx);
+    if (keep) tmp[i] = e;
+    total += (double)e;
+  }
+  return total;
+}
+
 /* y = softmax(x) or log_softmax(x) over one row; tmp holds n floats and
- * may be y but not x. exp runs in float32, the sum in double, and the
- * final scaling (or shift) in float32, like PyTorch's CPU kernel. */
+ * may be y but not x. exp runs in float32, the sum in float runs added in
+ * double, and the final scaling (or shift) in float32, like PyTorch's CPU
+ * kernel. */
 TPU_VR_INLINE void vsoftmax_row(const float* x, float* y, float* tmp, int64_t n, bool take_log) {
   float mx = vmax_f32(x, n);
-  for (int64_t i = 0; i < n; i++) tmp[i] = tpu_vm_expf(x[i] - mx);
-  double sum = vsum_rows(tmp, n, false, 0, 0);
+  double sum = vexp_sum(x, tmp, n, mx, !take_log);
   if (take_log) {
     float lse = (float)log(sum);
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mx) - lse;
