@@ -257,6 +257,10 @@ static void load_run(tpu_ctype_t ct, void* buf, const char* src, int64_t stride,
                      tpu_dtype_t dt, int64_t n) {
 #ifdef TPU_HAVE_AVX2_BUILD
   if (tpu_host_isa() == TPU_ISA_AVX2) {
+    if (ct == TPU_CT_F32 && dt == TPU_BF16 && stride == 2) {
+      tpu_vm_bf16_row_load_avx2(buf, (const uint16_t*)src, n);
+      return;
+    }
     load_run_a(ct, buf, src, stride, dt, n);
     return;
   }
@@ -268,6 +272,10 @@ static void store_run(tpu_ctype_t ct, const void* buf, char* dst, int64_t stride
                       tpu_dtype_t dt, int64_t n) {
 #ifdef TPU_HAVE_AVX2_BUILD
   if (tpu_host_isa() == TPU_ISA_AVX2) {
+    if (ct == TPU_CT_F32 && dt == TPU_BF16 && stride == 2) { /* pack, not per element */
+      tpu_vm_bf16_row_store_avx2((uint16_t*)dst, buf, n);
+      return;
+    }
     store_run_a(ct, buf, dst, stride, dt, n);
     return;
   }
