@@ -132,24 +132,27 @@ static tpu_status_t check_rows(const char* op, const tpu_tensor_t* x1, const tpu
   return TPU_OK;
 }
 
-/* Fills the job's shape fields from out = (batch..., P, R or M). */
-static void cdist_shape(cdist_job_t* j, const tpu_tensor_t* out) {
-  j->nb = out->ndim - 2;
+/* Fills j from x1 = args[i], x2 = args[i + 1], p = args[i + 2] and
+ * out = (batch..., P, R or M). */
+static tpu_status_t cdist_setup(const char* op, const tpu_call_t* call, int i, cdist_job_t* j) {
+  *j = (cdist_job_t){.x1 = tpu_arg_tensor(call, i), .x2 = tpu_arg_tensor(call, i + 1),
+                     .out = &call->outs[0], .p = tpu_arg_f64(call, i + 2, 2)};
+  TPU_RETURN_IF_ERROR(check_rows(op, j->x1, j->x2));
+  TPU_RETURN_IF_ERROR(check_p(op, j->p));
+  j->k = pnorm_kind(j->p);
+  j->dt = sp_compute_dtype(j->out->dtype);
+  j->nb = j->out->ndim - 2;
   j->P = j->x1->sizes[j->x1->ndim - 2];
   j->R = j->x2->sizes[j->x2->ndim - 2];
   j->M = j->x1->sizes[j->x1->ndim - 1];
+  return TPU_OK;
 }
 
 /* _cdist_forward(x1, x2, p, compute_mode) -> (batch..., P, R) */
 tpu_status_t tpu_k_cdist_forward(const tpu_call_t* call) {
   const char* op = "cdist";
-  cdist_job_t j = {.x1 = tpu_arg_tensor(call, 0), .x2 = tpu_arg_tensor(call, 1),
-                   .out = &call->outs[0], .p = tpu_arg_f64(call, 2, 2)};
-  TPU_RETURN_IF_ERROR(check_rows(op, j.x1, j.x2));
-  TPU_RETURN_IF_ERROR(check_p(op, j.p));
-  j.k = pnorm_kind(j.p);
-  j.dt = sp_compute_dtype(j.out->dtype);
-  cdist_shape(&j, j.out);
+  cdist_job_t j;
+  TPU_RETURN_IF_ERROR(cdist_setup(op, call, 0, &j));
   int64_t items = tpu_tensor_numel(j.out) / (j.R > 0 ? j.R : 1);
   if (tpu_tensor_numel(j.out) == 0) return TPU_OK;
   sp_stage_t s1, s2, so;
@@ -198,13 +201,8 @@ static void cdist_bwd_range(void* ctx, int64_t begin, int64_t end) {
 tpu_status_t tpu_k_cdist_backward(const tpu_call_t* call) {
   const char* op = "cdist_backward";
   const tpu_tensor_t *grad = tpu_arg_tensor(call, 0), *dist = tpu_arg_tensor(call, 4);
-  cdist_job_t j = {.x1 = tpu_arg_tensor(call, 1), .x2 = tpu_arg_tensor(call, 2),
-                   .out = &call->outs[0], .p = tpu_arg_f64(call, 3, 2)};
-  TPU_RETURN_IF_ERROR(check_rows(op, j.x1, j.x2));
-  TPU_RETURN_IF_ERROR(check_p(op, j.p));
-  j.k = pnorm_kind(j.p);
-  j.dt = sp_compute_dtype(j.out->dtype);
-  cdist_shape(&j, j.out);
+  cdist_job_t j;
+  TPU_RETURN_IF_ERROR(cdist_setup(op, call, 1, &j));
   int64_t items = j.M > 0 ? tpu_tensor_numel(j.out) / j.M : 0;
   if (tpu_tensor_numel(grad) != items * j.R || tpu_tensor_numel(dist) != items * j.R)
     return TPU_ERR(INVALID_ARGUMENT,
@@ -263,12 +261,18 @@ static void pdist_fwd_range(void* ctx, int64_t begin, int64_t end) {
          pnorm_dist(j->x, i * j->M, j->x, r * j->M, j->dt, j->M, j->p, j->k));
 }
 
-static tpu_status_t check_pdist_input(const char* op, const tpu_tensor_t* x) {
+/* Fills j from self = args[i] (N, M) and p = args[i + 1]. */
+static tpu_status_t pdist_setup(const char* op, const tpu_call_t* call, int i, pdist_job_t* j) {
+  const tpu_tensor_t* x = tpu_arg_tensor(call, i);
   if (x->ndim != 2)
     return TPU_ERR(INVALID_ARGUMENT, "%s: only supports 2D tensors, got: %dD", op, x->ndim);
   if (!tpu_dtype_is_float(x->dtype))
     return TPU_ERR(INVALID_ARGUMENT, "%s: only supports floating-point dtypes, got %s", op,
                    tpu_dtype_name(x->dtype));
+  *j = (pdist_job_t){.N = x->sizes[0], .M = x->sizes[1], .p = tpu_arg_f64(call, i + 1, 2)};
+  TPU_RETURN_IF_ERROR(check_p(op, j->p));
+  j->k = pnorm_kind(j->p);
+  j->dt = sp_compute_dtype(call->outs[0].dtype);
   return TPU_OK;
 }
 
@@ -276,11 +280,8 @@ static tpu_status_t check_pdist_input(const char* op, const tpu_tensor_t* x) {
 tpu_status_t tpu_k_pdist_forward(const tpu_call_t* call) {
   const char* op = "pdist";
   const tpu_tensor_t* x = tpu_arg_tensor(call, 0);
-  TPU_RETURN_IF_ERROR(check_pdist_input(op, x));
-  pdist_job_t j = {.N = x->sizes[0], .M = x->sizes[1], .p = tpu_arg_f64(call, 1, 2)};
-  TPU_RETURN_IF_ERROR(check_p(op, j.p));
-  j.k = pnorm_kind(j.p);
-  j.dt = sp_compute_dtype(call->outs[0].dtype);
+  pdist_job_t j;
+  TPU_RETURN_IF_ERROR(pdist_setup(op, call, 0, &j));
   if (tpu_tensor_numel(&call->outs[0]) == 0) return TPU_OK;
   sp_stage_t sx, so;
   TPU_RETURN_IF_ERROR(sp_stage_in(op, x, j.dt, &sx));
@@ -320,11 +321,8 @@ tpu_status_t tpu_k_pdist_backward(const tpu_call_t* call) {
   const char* op = "pdist_backward";
   const tpu_tensor_t *grad = tpu_arg_tensor(call, 0), *x = tpu_arg_tensor(call, 1);
   const tpu_tensor_t* dist = tpu_arg_tensor(call, 3);
-  TPU_RETURN_IF_ERROR(check_pdist_input(op, x));
-  pdist_job_t j = {.N = x->sizes[0], .M = x->sizes[1], .p = tpu_arg_f64(call, 2, 2)};
-  TPU_RETURN_IF_ERROR(check_p(op, j.p));
-  j.k = pnorm_kind(j.p);
-  j.dt = sp_compute_dtype(call->outs[0].dtype);
+  pdist_job_t j;
+  TPU_RETURN_IF_ERROR(pdist_setup(op, call, 1, &j));
   int64_t pairs = j.N * (j.N - 1) / 2;
   if (tpu_tensor_numel(grad) != pairs || tpu_tensor_numel(dist) != pairs)
     return TPU_ERR(INVALID_ARGUMENT,
