@@ -567,14 +567,16 @@ EXTREME_SRC(min_src, <, MIN_BETTER, min_values)
 
 /* sum of n contiguous float32 / bfloat16 / float16 elements: runs of
  * SUMRUN elements are added in float across 32 lanes (four vectors of eight,
- * SUMRUN / 32 additions per lane: a rounding far below float precision of
- * the run), and each run's lanes into eight double partial sums, so long
- * sums keep double accuracy at float speed. The order is fixed by n alone. */
+ * SUMRUN / 32 additions per lane, then the four vectors: roundings far
+ * below float precision of the run), and each run into eight double partial
+ * sums, so long sums keep double accuracy at float speed. The order is fixed
+ * by n alone. */
 #define SUMRUN 512
+typedef double vd8_t __attribute__((vector_size(64)));
 #define SUMRUN_LOOP(T, CONV, LOAD8)                                                  \
   {                                                                                  \
     const T* x = (const T*)src;                                                      \
-    vd4_t d0 = {0, 0, 0, 0}, d1 = {0, 0, 0, 0};                                      \
+    vd8_t d = {0, 0, 0, 0, 0, 0, 0, 0};                                              \
     int64_t t = 0;                                                                   \
     for (; t + SUMRUN <= n; t += SUMRUN) {                                           \
       vf8_t a[4] = {{0}, {0}, {0}, {0}};                                             \
@@ -584,15 +586,11 @@ EXTREME_SRC(min_src, <, MIN_BETTER, min_values)
           LOAD8(v, x + t + j + 8 * q);                                               \
           a[q] += v;                                                                 \
         }                                                                            \
-      for (int q = 0; q < 4; q++) {                                                  \
-        d0 += __builtin_convertvector(__builtin_shufflevector(a[q], a[q], 0, 1, 2, 3), vd4_t); \
-        d1 += __builtin_convertvector(__builtin_shufflevector(a[q], a[q], 4, 5, 6, 7), vd4_t); \
-      }                                                                              \
+      d += __builtin_convertvector((a[0] + a[1]) + (a[2] + a[3]), vd8_t);            \
     }                                                                                \
     double tail = 0;                                                                 \
     for (; t < n; t++) tail += (double)CONV(x[t]);                                   \
-    vd4_t s4 = d0 + d1;                                                              \
-    return ((s4[0] + s4[1]) + (s4[2] + s4[3])) + tail;                               \
+    return (((d[0] + d[4]) + (d[1] + d[5])) + ((d[2] + d[6]) + (d[3] + d[7]))) + tail; \
   }
 TPU_VM_INLINE double sumrun_src(const char* src, tpu_dtype_t dt, int64_t n) {
   switch (dt) {
