@@ -186,13 +186,15 @@ def run(mode):
     torch_tpu.set_eager_mode('strict')
     return losses
 a = run('strict'); b = run('defer_and_fuse')
-print(max(abs(x - y) / abs(x) for x, y in zip(a, b)), torch_tpu.modes.trace_stats()['reduction_groups'])
+s = torch_tpu.modes.trace_stats()
+print(max(abs(x - y) / abs(x) for x, y in zip(a, b)), s['reduction_groups'], s['epilogue_groups'])
 """
     r = run_python(code, env={"TORCH_TPU_ASYNC_COMPILE": "0"}, timeout=300)
     assert r.returncode == 0, r.stderr
-    diff, groups = r.stdout.strip().splitlines()[-1].split()
+    diff, groups, epilogues = r.stdout.strip().splitlines()[-1].split()
     assert float(diff) <= 1e-5
     assert int(groups) >= 2 * 3  # per block: attention softmax, ln1, ln2 at least
+    assert int(epilogues) >= 2  # per block: fc + gelu
 
 
 def test_no_compiler_falls_back(tmp_path):
@@ -216,3 +218,31 @@ print((y.cpu() - F.softmax(x.cpu() * 0.5 - 1.0, -1)).abs().max().item(),
     assert r.returncode == 0, r.stderr
     dy, dz, groups = r.stdout.split()
     assert float(dy) < 1e-6 and float(dz) < 1e-5 and int(groups) == 0
+
+
+def test_matmul_epilogues():
+    torch.manual_seed(6)
+    x = torch.randn(1500, 64, device="tpu")  # several row blocks of the product
+    w1 = torch.randn(96, 64, device="tpu") * 0.1
+    b1 = torch.randn(96, device="tpu")
+    res = torch.randn(1500, 96, device="tpu")
+
+    def f(x):
+        h = F.gelu(F.linear(x, w1, b1))  # addmm + gelu; the product itself is dead
+        r = torch.relu(x @ w1.t()) + res  # mm + relu + residual add
+        keep = F.linear(x, w1, b1)  # a product also needed by itself
+        k2 = keep * 2.0
+        return [h, r, keep, k2]
+
+    for precision in ("highest", "medium"):
+        with torch.tpu.precision(precision):
+            ref, out, _ = _twice(f, x)
+        with torch_tpu.eager_mode("defer_and_fuse"), torch.tpu.precision(precision):
+            torch_tpu.modes.reset_trace_stats()
+            out = f(x)
+            torch.tpu.synchronize()
+            groups = torch_tpu.modes.trace_stats()["epilogue_groups"]
+        assert groups >= 3, groups
+        _close(ref, out, rtol=1e-6, atol=1e-6)  # the same GEMM, the same epilogue rounding
+    cpu = F.gelu(F.linear(x.cpu(), w1.cpu(), b1.cpu()))
+    _close(out[0], cpu, rtol=2e-2, atol=2e-2)  # medium precision: bf16-split products

@@ -23,6 +23,8 @@ bool tpu_graph_is_internal(const tpu_graph_t* g, const void* base);
 int64_t tpu_graph_fused_nodes(const tpu_graph_t* g);
 /* Fused groups built around a row reduction (softmax, layer norm). */
 int64_t tpu_graph_reduction_groups(const tpu_graph_t* g);
+/* Fused groups of a matmul (mm/addmm) with an elementwise epilogue. */
+int64_t tpu_graph_epilogue_groups(const tpu_graph_t* g);
 /* The node at which node's work runs: its fused group's trigger, else
  * the node itself (row groups run at their last node). */
 int tpu_graph_run_position(const tpu_graph_t* g, int node);

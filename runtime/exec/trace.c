@@ -44,7 +44,7 @@ void tpu_trace_set_whole_graph(bool on) { atomic_fetch_add(&g_whole_graph, on ? 
 
 static struct {
   _Atomic int64_t flushes, nodes, dropped, fused, temps, temp_bytes, elided, repeat_cuts,
-      reduction_groups;
+      reduction_groups, epilogue_groups;
 } g_stats;
 
 static void traces_init(void) {
@@ -342,6 +342,7 @@ tpu_status_t tpu_trace_flush(int device) {
   /* 5. queue */
   atomic_fetch_add(&g_stats.fused, tpu_graph_fused_nodes(&g));
   atomic_fetch_add(&g_stats.reduction_groups, tpu_graph_reduction_groups(&g));
+  atomic_fetch_add(&g_stats.epilogue_groups, tpu_graph_epilogue_groups(&g));
   st = tpu_graph_enqueue(&g, s); /* takes the nodes */
   nodes = NULL;
   m = 0;
@@ -369,6 +370,7 @@ void tpu_trace_get_stats(tpu_trace_stats_t* out) {
   out->elided_bytes = atomic_load(&g_stats.elided);
   out->repeat_cuts = atomic_load(&g_stats.repeat_cuts);
   out->reduction_groups = atomic_load(&g_stats.reduction_groups);
+  out->epilogue_groups = atomic_load(&g_stats.epilogue_groups);
 }
 
 void tpu_trace_reset_stats(void) {
@@ -381,4 +383,5 @@ void tpu_trace_reset_stats(void) {
   atomic_store(&g_stats.elided, 0);
   atomic_store(&g_stats.repeat_cuts, 0);
   atomic_store(&g_stats.reduction_groups, 0);
+  atomic_store(&g_stats.epilogue_groups, 0);
 }

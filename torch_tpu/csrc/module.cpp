@@ -95,6 +95,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     r["elided_bytes"] = s.elided_bytes;
     r["repeat_cuts"] = s.repeat_cuts;
     r["reduction_groups"] = s.reduction_groups;
+    r["epilogue_groups"] = s.epilogue_groups;
     return r;
   });
   m.def("reset_trace_stats", [] { tpu_trace_reset_stats(); });

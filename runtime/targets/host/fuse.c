@@ -162,9 +162,14 @@ typedef struct {
   /* G_ROWS: rows x len, each row computed through all nodes at once */
   int kind;
   int64_t rows, len;
+  /* G_MM: the mm/addmm node whose output the chain reads; its output
+   * buffer's entry, and whether that output needs no memory (then each
+   * row block of the product goes to a scratch block) */
+  tpu_call_t* mm;
+  int mm_buf;
 } group_t;
 
-enum { G_FLAT = 0, G_ROWS };
+enum { G_FLAT = 0, G_ROWS, G_MM };
 
 /* a generated row kernel: rows [r0, r1) of `len` elements; per[k] is
  * buffer k's period in rows; nonzero when its scratch rows could not be
@@ -176,7 +181,7 @@ struct tpu_fusion_plan {
   group_t* groups; /* in trigger order */
   int ngroups;
   int64_t fused_nodes;
-  int64_t reduction_groups;
+  int64_t reduction_groups, epilogue_groups;
   bool* fused; /* per node: it runs inside a group */
   int* runpos; /* per node: where its work runs (its group's trigger) */
 };
@@ -298,16 +303,24 @@ static void sig_mix(uint64_t* h, uint64_t v) {
 
 /* Internal buffers of g: written by the group, never loaded, dead
  * placeholders that no node outside the group names. */
+static bool only_inside(tpu_graph_t* gr, group_t* g, gbuf_t* b);
 static void mark_internal(tpu_graph_t* gr, group_t* g) {
   for (int k = 0; k < g->nbufs; k++) {
     gbuf_t* b = &g->bufs[k];
     if (!b->written || b->loaded) continue;
+    b->internal = only_inside(gr, g, b);
+  }
+}
+
+/* b is a dead, never backed placeholder that only the group's nodes name */
+static bool only_inside(tpu_graph_t* gr, group_t* g, gbuf_t* b) {
+  {
     int slot = tpu_lazy_slot_of(b->addr);
-    if (slot < 0 || b->addr != tpu_lazy_slot_base(slot)) continue;
+    if (slot < 0 || b->addr != tpu_lazy_slot_base(slot)) return false;
     tpu_lazy_lock();
     bool dead = tpu_lazy_slot(slot)->state == TPU_LAZY_DEAD && !tpu_lazy_slot(slot)->real;
     tpu_lazy_unlock();
-    if (!dead) continue;
+    if (!dead) return false;
     bool outside = false;
     for (int i = 0, m = 0; i < gr->n && !outside; i++) {
       if (m < g->nnodes && g->nodes[m] == i) {
@@ -326,7 +339,7 @@ static void mark_internal(tpu_graph_t* gr, group_t* g) {
         if (c->outs[o].dtype != TPU_DTYPE_NONE && tpu_lazy_slot_of(c->outs[o].data) == slot)
           outside = true;
     }
-    b->internal = !outside;
+    return !outside;
   }
 }
 
@@ -339,7 +352,13 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
   if (!g->bufs || !g->scalars) return false;
   sbuf_t body = {0};
   int nvar = 0;
-  for (int m = 0; m < g->nnodes; m++) {
+  g->mm_buf = -1;
+  if (g->kind == G_MM) { /* the product: an input of the chain */
+    g->mm = gr->nodes[g->nodes[0]];
+    g->mm_buf = buf_index(g, &g->mm->outs[0], IN_FULL);
+    sig_mix(&g->sig, 0x6d6d);
+  }
+  for (int m = g->kind == G_MM ? 1 : 0; m < g->nnodes; m++) {
     tpu_call_t* c = gr->nodes[g->nodes[m]];
     const fop_t* f = find_op(c);
     char names[5][32];
@@ -387,6 +406,12 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
     g->bufs[bi].t = &c->outs[0];
   }
   mark_internal(gr, g);
+  if (g->mm_buf >= 0) {
+    gbuf_t* b = &g->bufs[g->mm_buf];
+    b->internal = only_inside(gr, g, b);
+    b->loaded = true; /* read from the product's block */
+    sig_mix(&g->sig, 0x6d6d00 + (uint64_t)b->internal);
+  }
   /* in/out slots and stores */
   for (int k = 0; k < g->nbufs; k++) {
     gbuf_t* b = &g->bufs[k];
@@ -1071,6 +1096,7 @@ static bool add_group_kind(tpu_graph_t* gr, tpu_fusion_plan_t** pp, const int* n
   p->groups[p->ngroups++] = g;
   p->fused_nodes += nnodes;
   if (kind == G_ROWS) p->reduction_groups++;
+  if (kind == G_MM) p->epilogue_groups++;
   return true;
 }
 
@@ -1251,6 +1277,66 @@ static void plan_rows(tpu_graph_t* gr, tpu_fusion_plan_t** pp, bool* taken, int*
   }
 }
 
+/* ---- matmul epilogues ----
+ * mm / addmm with a float32 2-D contiguous product, followed by a chain of
+ * elementwise nodes over its elements (bias add, activation, residual): the
+ * library GEMM runs on blocks of rows and the chain's generated kernel runs
+ * on each block right after it, while the block is in cache. A product
+ * that nothing else needs goes to a scratch block and never gets memory. */
+static bool mm_node(const tpu_call_t* c, int64_t* M, int64_t* N) {
+  const char* n = c->op->name;
+  int a1;
+  if (!strcmp(n, "mm")) a1 = 0;
+  else if (!strcmp(n, "addmm")) a1 = 1;
+  else return false;
+  const tpu_tensor_t* o = &c->outs[0];
+  const tpu_tensor_t* x = tpu_arg_tensor(c, a1);
+  if (c->nouts != 1 || o->dtype != TPU_F32 || o->ndim != 2 || !tpu_tensor_is_contiguous(o) ||
+      !x || x->ndim != 2 || x->dtype != TPU_F32 || o->sizes[0] < 1 || o->sizes[1] < 1)
+    return false;
+  if (a1 == 1) {
+    const tpu_tensor_t* b = tpu_arg_tensor(c, 0);
+    if (!b || b->ndim > 2) return false;
+  }
+  *M = o->sizes[0];
+  *N = o->sizes[1];
+  return true;
+}
+
+/* whether elementwise node e writes memory the product reads */
+static bool writes_mm_inputs(tpu_call_t* e, tpu_call_t* mm) {
+  tlist_t le = {0}, lm = {0};
+  tpu_call_visit_tensors(e, collect_tensor, &le);
+  tpu_call_visit_tensors(mm, collect_tensor, &lm);
+  if (le.overflow || lm.overflow) return true;
+  for (int a = 0; a < le.n; a++) {
+    if (!le.w[a]) continue;
+    uintptr_t alo, ahi;
+    tensor_span(le.t[a], &alo, &ahi);
+    for (int b = 0; b < lm.n; b++) {
+      if (lm.w[b] || (lm.t[b]->flags & TPU_TENSOR_CPU_SCALAR)) continue;
+      uintptr_t blo, bhi;
+      tensor_span(lm.t[b], &blo, &bhi);
+      if (alo < bhi && blo < ahi) return true;
+    }
+  }
+  return false;
+}
+
+/* Tries an epilogue group at node i; returns the node after it, or i. */
+static int plan_mm(tpu_graph_t* gr, tpu_fusion_plan_t** pp, const bool* taken, int* idx, int i) {
+  int64_t M, N;
+  if (taken[i] || !mm_node(gr->nodes[i], &M, &N)) return i;
+  int64_t n = M * N;
+  int j = i + 1;
+  while (j < gr->n && !taken[j] && fusible(gr->nodes[j], &n) &&
+         !writes_mm_inputs(gr->nodes[j], gr->nodes[i]))
+    j++;
+  if (j - i < 2) return i;
+  for (int k = i; k < j; k++) idx[k - i] = k;
+  return add_group_kind(gr, pp, idx, j - i, i, M * N, G_MM, M, N) ? j : i;
+}
+
 static int group_trigger_cmp(const void* a, const void* b) {
   const group_t *x = a, *y = b;
   return x->trigger < y->trigger ? -1 : x->trigger > y->trigger;
@@ -1280,6 +1366,11 @@ tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
         add_group(gr, &p, idx, S, i, tpu_tensor_numel(&gr->nodes[i + k]->outs[0]));
       }
       i += len;
+      continue;
+    }
+    int after = plan_mm(gr, &p, taken, idx, i);
+    if (after != i) {
+      i = after;
       continue;
     }
     int64_t n = -1;
@@ -1330,6 +1421,10 @@ int64_t tpu_graph_fused_nodes(const tpu_graph_t* g) { return g->plan ? g->plan->
 
 int64_t tpu_graph_reduction_groups(const tpu_graph_t* g) {
   return g->plan ? g->plan->reduction_groups : 0;
+}
+
+int64_t tpu_graph_epilogue_groups(const tpu_graph_t* g) {
+  return g->plan ? g->plan->epilogue_groups : 0;
 }
 
 int tpu_graph_run_position(const tpu_graph_t* g, int node) {
@@ -1404,8 +1499,76 @@ done:
   return st;
 }
 
+/* The product in blocks of rows, each followed by the epilogue on it. */
+static tpu_status_t run_mm_group(const group_t* g) {
+  const tpu_call_t* mm = g->mm;
+  const bool add = mm->op->name[0] == 'a';
+  const int a1 = add ? 1 : 0;
+  const int64_t M = g->rows, N = g->len;
+  int64_t rb = ((int64_t)1 << 16) / N; /* rows per block: about 256 KiB of product */
+  if (rb < 64) rb = 64;
+  rb = (rb + 7) / 8 * 8;
+  if (rb > M) rb = M;
+  const gbuf_t* pb = &g->bufs[g->mm_buf];
+  float* scratch = NULL;
+  if (pb->internal && !(scratch = malloc(sizeof(float) * (size_t)(rb * N))))
+    return TPU_ERR(RESOURCE_EXHAUSTED, "%s epilogue: out of host memory for %" PRId64 " x %" PRId64,
+                   mm->op->name, rb, N);
+  const float** in = malloc(sizeof(float*) * (size_t)g->nbufs);
+  float** out = malloc(sizeof(float*) * (size_t)(g->nout + 1));
+  tpu_arg_t* args = malloc(sizeof(tpu_arg_t) * (size_t)mm->nargs);
+  tpu_status_t st = TPU_OK;
+  if (!in || !out || !args) {
+    st = TPU_ERR(RESOURCE_EXHAUSTED, "%s epilogue: out of host memory", mm->op->name);
+    goto done;
+  }
+  memcpy(args, mm->args, sizeof(tpu_arg_t) * (size_t)mm->nargs);
+  const tpu_tensor_t* x = tpu_arg_tensor(mm, a1);
+  const tpu_tensor_t* bias = add ? tpu_arg_tensor(mm, 0) : NULL;
+  const bool slice_bias = bias && bias->ndim == 2 && bias->sizes[0] == M && M > 1;
+  for (int64_t r0 = 0; r0 < M && !st; r0 += rb) {
+    const int64_t nr = M - r0 < rb ? M - r0 : rb;
+    tpu_tensor_t xs = *x, os = mm->outs[0], bs;
+    xs.sizes[0] = nr;
+    xs.data = (char*)x->data + r0 * x->strides[0] * (int64_t)sizeof(float);
+    os.sizes[0] = nr;
+    os.data = scratch ? (void*)scratch : (void*)((float*)mm->outs[0].data + r0 * N);
+    args[a1].v.t = &xs;
+    if (slice_bias) {
+      bs = *bias;
+      bs.sizes[0] = nr;
+      bs.data = (char*)bias->data + r0 * bias->strides[0] * (int64_t)tpu_dtype_size(bias->dtype);
+      args[0].v.t = &bs;
+    }
+    tpu_call_t c = *mm;
+    c.args = args;
+    c.outs = &os;
+    st = tpu_call_run(&c);
+    if (st) break;
+    for (int k = 0; k < g->nbufs; k++) {
+      const gbuf_t* b = &g->bufs[k];
+      float* base = b->t->data;
+      if (k == g->mm_buf) base = os.data;
+      else if (b->kind == IN_FULL) base += r0 * N;
+      in[k] = base;
+      if (b->out_slot >= 0) out[b->out_slot] = base;
+    }
+    group_t blk = *g;
+    blk.n = nr * N;
+    grun_t r = {&blk, in, out, 1 << 14};
+    tpu_parallel_for((blk.n + r.grain - 1) / r.grain, 1, group_chunks, &r);
+  }
+done:
+  free(scratch);
+  free(in);
+  free(out);
+  free(args);
+  return st;
+}
+
 static tpu_status_t run_group(const group_t* g) {
   if (g->kind == G_ROWS) return run_row_group(g);
+  if (g->kind == G_MM) return run_mm_group(g);
   const float* in_s[64];
   float* out_s[64];
   const float** in = g->nbufs <= 64 ? in_s : malloc(sizeof(float*) * (size_t)g->nbufs);
