@@ -186,12 +186,18 @@ struct tpu_fusion_plan {
   int* runpos; /* per node: where its work runs (its group's trigger) */
 };
 
-static bool g_enabled_once, g_enabled = true, g_async = true;
+static int64_t g_epi_rows;
+static bool g_enabled_once, g_enabled = true, g_async = true, g_rows = true, g_epilogues = true;
 static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
 
 static void read_config(void) {
   g_enabled = tpu_env_int("TORCH_TPU_FUSION", 1) != 0;
   g_async = tpu_env_int("TORCH_TPU_ASYNC_COMPILE", 1) != 0;
+  /* the reduction and matmul-epilogue groups can be turned off alone
+   * (comparisons, bisecting) */
+  g_rows = tpu_env_int("TORCH_TPU_FUSE_REDUCTIONS", 1) != 0;
+  g_epilogues = tpu_env_int("TORCH_TPU_FUSE_EPILOGUES", 1) != 0;
+  g_epi_rows = tpu_env_int("TORCH_TPU_EPILOGUE_ROWS", 0);
   g_enabled_once = true;
 }
 
@@ -712,14 +718,19 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
       snprintf(names[3 + k], sizeof names[3 + k], "s[%d]", g->nscalars);
       g->scalars[g->nscalars++] = (float)v;
     }
-    for (int k = 0; k < 5; k++) np[k] = names[k];
     int ov = nvar++;
     sig_mix(&g->sig, (uint64_t)(uintptr_t)f);
     for (int k = 0; k < 3; k++) sig_mix(&g->sig, tpu_cache_hash64(names[k], strlen(names[k]), 1));
-    if (emit) {
-      sb_printf(&body, "    for (int64_t i = 0; i < L; i++) t%d[i] = (float)(", ov);
+    if (emit) { /* operands read unconditionally (a select vectorizes, a masked load not) */
+      static const char* const vn[5] = {"A_", "B_", "C_", "S0_", "S1_"};
+      sb_printf(&body, "    for (int64_t i = 0; i < L; i++) {");
+      for (int k = 0; k < 5; k++) {
+        np[k] = vn[k];
+        if (k >= 3 || f->t[k] >= 0) sb_printf(&body, " const float %s = %s;", vn[k], names[k]);
+      }
+      sb_printf(&body, " t%d[i] = (float)(", ov);
       emit_expr(&body, f->expr, np);
-      sb_printf(&body, ");\n");
+      sb_printf(&body, "); }\n");
     }
     int bi = buf_index(g, o, IN_FULL);
     gbuf_t* ob = &g->bufs[bi];
@@ -769,9 +780,11 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
       sb_printf(&pro, "  const float d%d = ((const float*)in[%d])[0];\n", k, k);
     if (b->out_slot >= 0) sb_printf(&pro, "  float* q%d = (float*)out[%d];\n", b->out_slot, b->out_slot);
   }
+  /* row arrays: disjoint from each other and from every operand */
   sb_printf(&pro, "  float* T = (float*)malloc(sizeof(float) * (size_t)L * %d + 64);\n"
-                  "  if (!T) return 1;\n  float* tmp = T + (size_t)L * %d;\n", nvar + 1, nvar);
-  for (int v = 0; v < nvar; v++) sb_printf(&pro, "  float* t%d = T + (size_t)L * %d;\n", v, v);
+                  "  if (!T) return 1;\n  float* restrict tmp = T + (size_t)L * %d;\n", nvar + 1, nvar);
+  for (int v = 0; v < nvar; v++)
+    sb_printf(&pro, "  float* restrict t%d = T + (size_t)L * %d;\n", v, v);
   sbuf_t src = {0};
   sb_printf(&src, "/* TorchTPU fused row kernel: nodes");
   for (int m = 0; m < g->nnodes; m++) sb_printf(&src, " %s", gr->nodes[g->nodes[m]]->op->name);
@@ -1326,7 +1339,7 @@ static bool writes_mm_inputs(tpu_call_t* e, tpu_call_t* mm) {
 /* Tries an epilogue group at node i; returns the node after it, or i. */
 static int plan_mm(tpu_graph_t* gr, tpu_fusion_plan_t** pp, const bool* taken, int* idx, int i) {
   int64_t M, N;
-  if (taken[i] || !mm_node(gr->nodes[i], &M, &N)) return i;
+  if (!g_epilogues || taken[i] || !mm_node(gr->nodes[i], &M, &N)) return i;
   int64_t n = M * N;
   int j = i + 1;
   while (j < gr->n && !taken[j] && fusible(gr->nodes[j], &n) &&
@@ -1354,7 +1367,7 @@ tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
     free(taken);
     return TPU_OK;
   }
-  plan_rows(gr, &p, taken, idx);
+  if (g_rows) plan_rows(gr, &p, taken, idx);
   for (int i = 0; i < gr->n;) {
     int N = 0, len = taken[i] ? 0 : foreach_block(gr, i, &N);
     for (int k = i; k < i + len; k++)
@@ -1506,8 +1519,9 @@ static tpu_status_t run_mm_group(const group_t* g) {
   const int a1 = add ? 1 : 0;
   const int64_t M = g->rows, N = g->len;
   int64_t rb = ((int64_t)1 << 16) / N; /* rows per block: about 256 KiB of product */
-  if (rb < 64) rb = 64;
+  if (rb < 256) rb = 256; /* smaller blocks cost the GEMM more than the epilogue saves */
   rb = (rb + 7) / 8 * 8;
+  if (g_epi_rows > 0) rb = g_epi_rows;
   if (rb > M) rb = M;
   const gbuf_t* pb = &g->bufs[g->mm_buf];
   float* scratch = NULL;
