@@ -1,5 +1,11 @@
 /* Fusion for the host target: chains of float32 elementwise nodes become one
- * generated C kernel.
+ * generated C kernel; so do row reductions (softmax, log_softmax, layer norm
+ * over the last dim) with their elementwise prologue and epilogue ("row
+ * groups", below), and mm/addmm run block by block with the generated kernel
+ * of their elementwise epilogue ("matmul epilogues", below). Row groups are
+ * planned first, then foreach blocks, epilogues and plain chains over the
+ * nodes left. TORCH_TPU_FUSE_REDUCTIONS=0 / TORCH_TPU_FUSE_EPILOGUES=0 turn
+ * the two new kinds off.
  *
  * Planning walks the graph's nodes in order and groups consecutive fusible
  * nodes over the same number of elements. A node is fusible when its op has
