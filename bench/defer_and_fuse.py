@@ -54,7 +54,9 @@ def main():
     t = warm["trace"]
     print(f"trace: {t['flushes']} flushes, {t['nodes']} nodes, {t['nodes_fused']} fused, "
           f"{t['nodes_dropped']} dropped, {t['repeat_cuts']} repeated-block cuts, "
-          f"{t['elided_bytes'] / 2**20:.0f} MiB of intermediates never allocated")
+          f"{t['elided_bytes'] / 2**20:.0f} MiB of intermediates never allocated, "
+          f"{t.get('reduction_groups', 0)} reduction groups, {t.get('epilogue_groups', 0)} "
+          f"matmul-epilogue groups")
 
 
 if __name__ == "__main__":

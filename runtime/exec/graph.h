@@ -23,6 +23,13 @@ tpu_status_t tpu_graph_plan(tpu_graph_t* g) TPU_MUST_USE;
  * fused kernels (it needs no memory). */
 bool tpu_graph_is_internal(const tpu_graph_t* g, const void* base);
 int64_t tpu_graph_fused_nodes(const tpu_graph_t* g);
+/* Fused groups built around a row reduction (softmax, layer norm). */
+int64_t tpu_graph_reduction_groups(const tpu_graph_t* g);
+/* Fused groups of a matmul (mm/addmm) with an elementwise epilogue. */
+int64_t tpu_graph_epilogue_groups(const tpu_graph_t* g);
+/* The node at which node's work runs: its fused group's trigger, else
+ * the node itself (row groups run at their last node). */
+int tpu_graph_run_position(const tpu_graph_t* g, int node);
 /* Queues the graph on s as one unit of work; takes the nodes and plan. */
 tpu_status_t tpu_graph_enqueue(tpu_graph_t* g, tpu_stream_t* s) TPU_MUST_USE;
 void tpu_fusion_plan_free(tpu_fusion_plan_t* p);

@@ -43,7 +43,8 @@ static _Atomic int g_whole_graph; /* > 0: a compiled graph is being traced: no c
 void tpu_trace_set_whole_graph(bool on) { atomic_fetch_add(&g_whole_graph, on ? 1 : -1); }
 
 static struct {
-  _Atomic int64_t flushes, nodes, dropped, fused, temps, temp_bytes, elided, repeat_cuts;
+  _Atomic int64_t flushes, nodes, dropped, fused, temps, temp_bytes, elided, repeat_cuts,
+      reduction_groups, epilogue_groups;
 } g_stats;
 
 static void traces_init(void) {
@@ -150,7 +151,7 @@ typedef struct {
   entries_t* es;
   int node;
   bool needed, oom;
-  int phase; /* 0 collect, 1 needed-test, 2 mark reads, 3 note uses, 4 patch */
+  int phase; /* 0 collect, 1 needed-test, 2 mark reads, 3 note uses, 4 patch, 5 group uses */
 } walk_t;
 
 static void walk_tensor(void* ctx, tpu_tensor_t* t, bool write) {
@@ -177,6 +178,9 @@ static void walk_tensor(void* ctx, tpu_tensor_t* t, bool write) {
   } else if (w->phase == 3) {
     if (e->first < 0) e->first = w->node;
     e->last = w->node;
+  } else if (w->phase == 5) {
+    if (e->first < 0 || w->node < e->first) e->first = w->node;
+    if (w->node > e->last) e->last = w->node;
   } else if (w->phase == 4) {
     if (e->real) t->data = (char*)e->real + ((char*)t->data - (char*)tpu_lazy_slot_base(slot));
   }
@@ -267,6 +271,15 @@ tpu_status_t tpu_trace_flush(int device) {
   tpu_graph_t g = {nodes, m, device, NULL, NULL};
   st = tpu_graph_plan(&g);
   if (st) goto out_nodes;
+  /* a fused group runs its members' work at its trigger node: their
+   * buffers must be held from there to their last use */
+  for (int i = 0; i < m; i++) {
+    int pos = tpu_graph_run_position(&g, i);
+    if (pos == i) continue;
+    w.phase = 5;
+    w.node = pos;
+    tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+  }
   for (int k = 0; k < es.n; k++) {
     entry_t* e = &es.e[k];
     if (e->first < 0) continue;
@@ -339,6 +352,8 @@ tpu_status_t tpu_trace_flush(int device) {
   for (int i = 0; i < m; i++) tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
   /* 5. queue */
   atomic_fetch_add(&g_stats.fused, tpu_graph_fused_nodes(&g));
+  atomic_fetch_add(&g_stats.reduction_groups, tpu_graph_reduction_groups(&g));
+  atomic_fetch_add(&g_stats.epilogue_groups, tpu_graph_epilogue_groups(&g));
   st = tpu_graph_enqueue(&g, s); /* takes the nodes */
   nodes = NULL;
   m = 0;
@@ -365,6 +380,8 @@ void tpu_trace_get_stats(tpu_trace_stats_t* out) {
   out->temp_bytes = atomic_load(&g_stats.temp_bytes);
   out->elided_bytes = atomic_load(&g_stats.elided);
   out->repeat_cuts = atomic_load(&g_stats.repeat_cuts);
+  out->reduction_groups = atomic_load(&g_stats.reduction_groups);
+  out->epilogue_groups = atomic_load(&g_stats.epilogue_groups);
 }
 
 void tpu_trace_reset_stats(void) {
@@ -376,4 +393,6 @@ void tpu_trace_reset_stats(void) {
   atomic_store(&g_stats.temp_bytes, 0);
   atomic_store(&g_stats.elided, 0);
   atomic_store(&g_stats.repeat_cuts, 0);
+  atomic_store(&g_stats.reduction_groups, 0);
+  atomic_store(&g_stats.epilogue_groups, 0);
 }

@@ -94,6 +94,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     r["temp_bytes"] = s.temp_bytes;
     r["elided_bytes"] = s.elided_bytes;
     r["repeat_cuts"] = s.repeat_cuts;
+    r["reduction_groups"] = s.reduction_groups;
+    r["epilogue_groups"] = s.epilogue_groups;
     return r;
   });
   m.def("reset_trace_stats", [] { tpu_trace_reset_stats(); });

@@ -66,6 +66,8 @@ typedef struct tpu_trace_stats {
   int64_t temp_bytes;       /* their bytes */
   int64_t elided_bytes;     /* bytes of dead intermediates that never got memory */
   int64_t repeat_cuts;      /* flushes at a repeated-sequence boundary */
+  int64_t reduction_groups; /* fused kernels around a softmax / layer norm */
+  int64_t epilogue_groups;  /* matmuls run with a fused elementwise epilogue */
 } tpu_trace_stats_t;
 void tpu_trace_get_stats(tpu_trace_stats_t* out);
 void tpu_trace_reset_stats(void);

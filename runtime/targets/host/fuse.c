@@ -1,5 +1,11 @@
 /* Fusion for the host target: chains of float32 elementwise nodes become one
- * generated C kernel.
+ * generated C kernel; so do row reductions (softmax, log_softmax, layer norm
+ * over the last dim) with their elementwise prologue and epilogue ("row
+ * groups", below), and mm/addmm run block by block with the generated kernel
+ * of their elementwise epilogue ("matmul epilogues", below). Row groups are
+ * planned first, then foreach blocks, epilogues and plain chains over the
+ * nodes left. TORCH_TPU_FUSE_REDUCTIONS=0 / TORCH_TPU_FUSE_EPILOGUES=0 turn
+ * the two new kinds off.
  *
  * Planning walks the graph's nodes in order and groups consecutive fusible
  * nodes over the same number of elements. A node is fusible when its op has
@@ -139,6 +145,11 @@ typedef struct {
   bool written; /* written by the group */
   bool internal;
   int in_slot, out_slot;
+  /* row groups: rows in the buffer's period (row r reads row r % per);
+   * bool: a mask operand; rowstat: one value per row (layer norm's mean
+   * and rstd), held in scalar u<var> */
+  int64_t per;
+  bool is_bool, rowstat;
 } gbuf_t;
 
 typedef struct {
@@ -154,21 +165,45 @@ typedef struct {
   char* src; /* generated source (until compiled) */
   fused_fn_t fn;
   int nin, nout;
+  /* G_ROWS: rows x len, each row computed through all nodes at once */
+  int kind;
+  int64_t rows, len;
+  /* G_MM: the mm/addmm node whose output the chain reads; its output
+   * buffer's entry, and whether that output needs no memory (then each
+   * row block of the product goes to a scratch block) */
+  tpu_call_t* mm;
+  int mm_buf;
 } group_t;
+
+enum { G_FLAT = 0, G_ROWS, G_MM };
+
+/* a generated row kernel: rows [r0, r1) of `len` elements; per[k] is
+ * buffer k's period in rows; nonzero when its scratch rows could not be
+ * allocated */
+typedef int (*rows_fn_t)(const void* const* in, void* const* out, const float* s, int64_t r0,
+                         int64_t r1, int64_t len, const int64_t* per);
 
 struct tpu_fusion_plan {
   group_t* groups; /* in trigger order */
   int ngroups;
   int64_t fused_nodes;
+  int64_t reduction_groups, epilogue_groups;
   bool* fused; /* per node: it runs inside a group */
+  int* runpos; /* per node: where its work runs (its group's trigger) */
 };
 
-static bool g_enabled_once, g_enabled = true, g_async = true;
+static int64_t g_epi_rows;
+static bool g_enabled_once, g_enabled = true, g_async = true, g_rows = true, g_epilogues = true;
 static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
 
 static void read_config(void) {
   g_enabled = tpu_env_int("TORCH_TPU_FUSION", 1) != 0;
   g_async = tpu_env_int("TORCH_TPU_ASYNC_COMPILE", 1) != 0;
+  /* the reduction and matmul-epilogue groups can be turned off alone
+   * (comparisons, bisecting) */
+  g_rows = tpu_env_int("TORCH_TPU_FUSE_REDUCTIONS", 1) != 0;
+  g_epilogues = tpu_env_int("TORCH_TPU_FUSE_EPILOGUES", 1) != 0;
+  g_epi_rows = tpu_env_int("TORCH_TPU_EPILOGUE_ROWS", 0);
   g_enabled_once = true;
 }
 
@@ -278,6 +313,48 @@ static void sig_mix(uint64_t* h, uint64_t v) {
   *h ^= *h >> 29;
 }
 
+/* Internal buffers of g: written by the group, never loaded, dead
+ * placeholders that no node outside the group names. */
+static bool only_inside(tpu_graph_t* gr, group_t* g, gbuf_t* b);
+static void mark_internal(tpu_graph_t* gr, group_t* g) {
+  for (int k = 0; k < g->nbufs; k++) {
+    gbuf_t* b = &g->bufs[k];
+    if (!b->written || b->loaded) continue;
+    b->internal = only_inside(gr, g, b);
+  }
+}
+
+/* b is a dead, never backed placeholder that only the group's nodes name */
+static bool only_inside(tpu_graph_t* gr, group_t* g, gbuf_t* b) {
+  {
+    int slot = tpu_lazy_slot_of(b->addr);
+    if (slot < 0 || b->addr != tpu_lazy_slot_base(slot)) return false;
+    tpu_lazy_lock();
+    bool dead = tpu_lazy_slot(slot)->state == TPU_LAZY_DEAD && !tpu_lazy_slot(slot)->real;
+    tpu_lazy_unlock();
+    if (!dead) return false;
+    bool outside = false;
+    for (int i = 0, m = 0; i < gr->n && !outside; i++) {
+      if (m < g->nnodes && g->nodes[m] == i) {
+        m++;
+        continue;
+      }
+      const tpu_call_t* c = gr->nodes[i];
+      for (int a = 0; a < c->nargs && !outside; a++) {
+        const tpu_arg_t* x = &c->args[a];
+        if (x->kind == TPU_ARG_TENSOR && tpu_lazy_slot_of(x->v.t->data) == slot) outside = true;
+        if (x->kind == TPU_ARG_TENSORLIST)
+          for (int q = 0; q < x->n; q++)
+            if (tpu_lazy_slot_of(x->v.tlist[q].data) == slot) outside = true;
+      }
+      for (int o = 0; o < c->nouts; o++)
+        if (c->outs[o].dtype != TPU_DTYPE_NONE && tpu_lazy_slot_of(c->outs[o].data) == slot)
+          outside = true;
+    }
+    return !outside;
+  }
+}
+
 /* Builds group g over its nodes: buffers, scalars, internal
  * buffers and a structural signature; with `emit`, also the source. */
 static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
@@ -287,7 +364,13 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
   if (!g->bufs || !g->scalars) return false;
   sbuf_t body = {0};
   int nvar = 0;
-  for (int m = 0; m < g->nnodes; m++) {
+  g->mm_buf = -1;
+  if (g->kind == G_MM) { /* the product: an input of the chain */
+    g->mm = gr->nodes[g->nodes[0]];
+    g->mm_buf = buf_index(g, &g->mm->outs[0], IN_FULL);
+    sig_mix(&g->sig, 0x6d6d);
+  }
+  for (int m = g->kind == G_MM ? 1 : 0; m < g->nnodes; m++) {
     tpu_call_t* c = gr->nodes[g->nodes[m]];
     const fop_t* f = find_op(c);
     char names[5][32];
@@ -323,7 +406,7 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
     for (int k = 0; k < 5; k++) np[k] = names[k];
     int ov = nvar++;
     sig_mix(&g->sig, (uint64_t)(uintptr_t)f);
-    for (int k = 0; k < 3; k++) sig_mix(&g->sig, (uint64_t)(names[k][0] * 131 + names[k][1]));
+    for (int k = 0; k < 3; k++) sig_mix(&g->sig, tpu_cache_hash64(names[k], strlen(names[k]), 1));
     if (emit) { /* one loop per node, as the library runs it: same rounding */
       sb_printf(&body, "    for (int64_t i = 0; i < m; i++) t%d[i] = (float)(", ov);
       emit_expr(&body, f->expr, np);
@@ -334,36 +417,12 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
     g->bufs[bi].written = true;
     g->bufs[bi].t = &c->outs[0];
   }
-  /* internal buffers: written here, never loaded, dead placeholders no
-   * other node names */
-  for (int k = 0; k < g->nbufs; k++) {
-    gbuf_t* b = &g->bufs[k];
-    if (!b->written || b->loaded) continue;
-    int slot = tpu_lazy_slot_of(b->addr);
-    if (slot < 0 || b->addr != tpu_lazy_slot_base(slot)) continue;
-    tpu_lazy_lock();
-    bool dead = tpu_lazy_slot(slot)->state == TPU_LAZY_DEAD && !tpu_lazy_slot(slot)->real;
-    tpu_lazy_unlock();
-    if (!dead) continue;
-    bool outside = false;
-    for (int i = 0, m = 0; i < gr->n && !outside; i++) {
-      if (m < g->nnodes && g->nodes[m] == i) {
-        m++;
-        continue;
-      }
-      const tpu_call_t* c = gr->nodes[i];
-      for (int a = 0; a < c->nargs && !outside; a++) {
-        const tpu_arg_t* x = &c->args[a];
-        if (x->kind == TPU_ARG_TENSOR && tpu_lazy_slot_of(x->v.t->data) == slot) outside = true;
-        if (x->kind == TPU_ARG_TENSORLIST)
-          for (int q = 0; q < x->n; q++)
-            if (tpu_lazy_slot_of(x->v.tlist[q].data) == slot) outside = true;
-      }
-      for (int o = 0; o < c->nouts; o++)
-        if (c->outs[o].dtype != TPU_DTYPE_NONE && tpu_lazy_slot_of(c->outs[o].data) == slot)
-          outside = true;
-    }
-    b->internal = !outside;
+  mark_internal(gr, g);
+  if (g->mm_buf >= 0) {
+    gbuf_t* b = &g->bufs[g->mm_buf];
+    b->internal = only_inside(gr, g, b);
+    b->loaded = true; /* read from the product's block */
+    sig_mix(&g->sig, 0x6d6d00 + (uint64_t)b->internal);
   }
   /* in/out slots and stores */
   for (int k = 0; k < g->nbufs; k++) {
@@ -409,6 +468,352 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
   free(body.p);
   free(pro.p);
   if (src.oom || body.oom || pro.oom) {
+    free(src.p);
+    return false;
+  }
+  g->src = src.p;
+  return true;
+}
+
+/* ---- row groups: a row reduction with its elementwise neighbours ----
+ * softmax / log_softmax over the last dim of contiguous float32 rows, and
+ * native_layer_norm over the last dim, join the elementwise nodes before
+ * them (prologue) and after them (epilogue) that run over the same rows.
+ * The generated kernel takes one row at a time through every node, the
+ * reduction included, so the row's intermediates stay in L1. Operands of
+ * the elementwise nodes may be full (the row itself), a single element,
+ * or broadcast over leading dims (an attention mask [T, T] against
+ * scores [B, H, T, T], a bias [L]): row r reads row r % per of such a
+ * buffer. */
+static const fop_t k_masked_fill = {"masked_fill.Scalar", "b ? s0 : a", T2, {2, -1}, {0, 0}};
+static const fop_t k_masked_fill_ = {"masked_fill_.Scalar", "b ? s0 : a", T2, {2, -1}, {0, 0}};
+static const fop_t k_where = {"where.self", "a ? b : c", T3, S0, {0, 0}};
+
+enum { RED_NONE = 0, RED_SOFTMAX, RED_LOG_SOFTMAX, RED_LAYER_NORM };
+
+/* elementwise ops of row groups: the flat ones plus masks */
+static const fop_t* find_row_op(const tpu_call_t* c, int* bool_operand) {
+  const char* n = c->op->name;
+  *bool_operand = -1;
+  if (!strcmp(n, "masked_fill.Scalar") || !strcmp(n, "masked_fill_.Scalar")) {
+    *bool_operand = 1;
+    return n[11] == '_' ? &k_masked_fill_ : &k_masked_fill;
+  }
+  if (!strcmp(n, "where.self")) {
+    *bool_operand = 0;
+    return &k_where;
+  }
+  return find_op(c);
+}
+
+static bool flat_f32(const tpu_tensor_t* t) {
+  return t && t->dtype == TPU_F32 && t->ndim >= 1 && tpu_tensor_is_contiguous(t);
+}
+
+/* The row reduction kind of c with its rows and row length, RED_NONE if
+ * it is not one the row groups take. */
+static int row_reduction(const tpu_call_t* c, int64_t* R, int64_t* L) {
+  const char* n = c->op->name;
+  const tpu_tensor_t* x = tpu_arg_tensor(c, 0);
+  if (!flat_f32(x) || c->nouts < 1 || !flat_f32(&c->outs[0])) return RED_NONE;
+  const int64_t len = x->sizes[x->ndim - 1], numel = tpu_tensor_numel(x);
+  if (len < 1 || tpu_tensor_numel(&c->outs[0]) != numel) return RED_NONE;
+  int kind = RED_NONE;
+  if (!strcmp(n, "_softmax") || !strcmp(n, "_log_softmax")) {
+    int64_t d = tpu_arg_i64(c, 1, -1);
+    if ((d != -1 && d != x->ndim - 1) || tpu_arg_bool(c, 2, false)) return RED_NONE;
+    kind = n[1] == 'l' ? RED_LOG_SOFTMAX : RED_SOFTMAX;
+  } else if (!strcmp(n, "native_layer_norm")) {
+    if (c->nargs < 5 || c->args[1].kind != TPU_ARG_INTLIST || c->args[1].n != 1 ||
+        c->args[1].v.ilist[0] != len || c->nouts != 3)
+      return RED_NONE;
+    for (int a = 2; a < 4; a++) {
+      if (tpu_arg_is_none(c, a)) continue;
+      const tpu_tensor_t* p = tpu_arg_tensor(c, a);
+      if (!flat_f32(p) || tpu_tensor_numel(p) != len) return RED_NONE;
+    }
+    for (int o = 1; o < 3; o++) /* mean and rstd: one float per row */
+      if (c->outs[o].dtype != TPU_F32 || !tpu_tensor_is_contiguous(&c->outs[o]) ||
+          tpu_tensor_numel(&c->outs[o]) != numel / len)
+        return RED_NONE;
+    kind = RED_LAYER_NORM;
+  }
+  if (kind != RED_NONE) {
+    *L = len;
+    *R = numel / len;
+  }
+  return kind;
+}
+
+/* Period in rows of operand t of a node whose output is o (R rows of L):
+ * R for the same shape, P for t broadcast over o's leading dims only (its
+ * sizes, left-padded with ones, are ones then o's trailing sizes); false
+ * for anything else. */
+static bool operand_period(const tpu_tensor_t* t, const tpu_tensor_t* o, int64_t R, int64_t L,
+                           int64_t* per) {
+  if (!tpu_tensor_is_contiguous(t) || t->ndim > o->ndim || t->ndim < 1) return false;
+  if (t->ndim == o->ndim &&
+      !memcmp(t->sizes, o->sizes, sizeof(int64_t) * (size_t)o->ndim)) {
+    *per = R;
+    return true;
+  }
+  if (o->sizes[o->ndim - 1] != L || t->sizes[t->ndim - 1] != L) return false;
+  const int off = o->ndim - t->ndim;
+  bool ones = true; /* still in t's leading ones */
+  for (int d = 0; d < t->ndim; d++) {
+    if (ones && t->sizes[d] == 1 && o->sizes[off + d] != 1) continue;
+    ones = false;
+    if (t->sizes[d] != o->sizes[off + d]) return false;
+  }
+  *per = tpu_tensor_numel(t) / L;
+  return *per >= 1 && R % *per == 0;
+}
+
+/* Whether c is an elementwise node over R rows of L that a row group can
+ * take. */
+static bool row_elementwise(const tpu_call_t* c, int64_t R, int64_t L) {
+  int bop;
+  const fop_t* f = find_row_op(c, &bop);
+  if (!f || c->nouts != 1) return false;
+  const tpu_tensor_t* o = &c->outs[0];
+  if (!flat_f32(o) || tpu_tensor_numel(o) != R * L) return false;
+  for (int k = 0; k < 3; k++) {
+    if (f->t[k] < 0) continue;
+    const tpu_tensor_t* t = tpu_arg_tensor(c, f->t[k]);
+    if (!t) return false;
+    if (k == bop) {
+      if (t->dtype != TPU_BOOL || (t->flags & TPU_TENSOR_CPU_SCALAR)) return false;
+    } else {
+      if ((t->flags & TPU_TENSOR_CPU_SCALAR) && t->dtype != TPU_BOOL) continue;
+      if (t->dtype != TPU_F32) return false;
+    }
+    if (is_scalar_tensor(t) && k != bop) continue;
+    int64_t per;
+    if (!operand_period(t, o, R, L, &per)) return false;
+  }
+  for (int k = 0; k < 2; k++)
+    if (f->s[k] >= 0 && f->s[k] < c->nargs) {
+      tpu_arg_kind_t kd = c->args[f->s[k]].kind;
+      if (kd != TPU_ARG_INT && kd != TPU_ARG_DOUBLE && kd != TPU_ARG_BOOL && kd != TPU_ARG_NONE)
+        return false;
+    }
+  return true;
+}
+
+/* Buffer entry of a row group (one per address). */
+static int row_buf(group_t* g, const tpu_tensor_t* t, int kind, int64_t per, bool is_bool) {
+  int bi = buf_index(g, t, kind);
+  gbuf_t* b = &g->bufs[bi];
+  if (bi == g->nbufs - 1 && !b->loaded && !b->written) {
+    b->per = per;
+    b->is_bool = is_bool;
+  }
+  return bi;
+}
+
+/* Name of tensor t read by a node of a row group: its row array when the
+ * group computed it, else a row pointer into memory. Marks the load. */
+static bool row_operand(group_t* g, const tpu_tensor_t* t, const tpu_tensor_t* o, bool is_bool,
+                        char* name, size_t cap) {
+  int64_t per = g->rows;
+  int kind = IN_FULL;
+  if (!is_bool && is_scalar_tensor(t) && g->rows * g->len > 1) kind = IN_DEVSCALAR;
+  else if (!operand_period(t, o, g->rows, g->len, &per)) return false;
+  int bi = row_buf(g, t, kind, per, is_bool);
+  gbuf_t* b = &g->bufs[bi];
+  if (b->per != per || b->is_bool != is_bool || b->kind != kind || b->rowstat) return false;
+  if (b->var >= 0) {
+    if (per != g->rows) return false; /* a broadcast read of a row the group writes */
+    snprintf(name, cap, "t%d", b->var);
+    return true;
+  }
+  if (!b->loaded) {
+    b->loaded = true;
+    sig_mix(&g->sig, 0x200 + (uint64_t)bi * 8 + (uint64_t)kind * 2 + is_bool +
+                         (per == g->rows ? 0 : 0x1000));
+  }
+  snprintf(name, cap, kind == IN_DEVSCALAR ? "d%d" : "P%d", bi);
+  return true;
+}
+
+/* Builds a row group (see above); false when it cannot be formed. */
+static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
+  const size_t nodes = (size_t)g->nnodes;
+  g->bufs = calloc(8 * nodes, sizeof(gbuf_t));
+  g->scalars = calloc(6 * nodes, sizeof(float));
+  if (!g->bufs || !g->scalars) return false;
+  sig_mix(&g->sig, 0x726f7773); /* "rows" */
+  sbuf_t body = {0};
+  int nvar = 0, nstat = 0;
+  bool ok = true;
+  for (int m = 0; m < g->nnodes && ok; m++) {
+    tpu_call_t* c = gr->nodes[g->nodes[m]];
+    tpu_tensor_t* o = &c->outs[0];
+    int64_t R, L;
+    int red = row_reduction(c, &R, &L);
+    if (red != RED_NONE) {
+      char x[32], w[32] = "0", b[32] = "0";
+      ok = R == g->rows && L == g->len && row_operand(g, tpu_arg_tensor(c, 0), o, false, x, sizeof x);
+      if (ok && red == RED_LAYER_NORM) {
+        if (!tpu_arg_is_none(c, 2)) ok = row_operand(g, tpu_arg_tensor(c, 2), o, false, w, sizeof w);
+        if (ok && !tpu_arg_is_none(c, 3))
+          ok = row_operand(g, tpu_arg_tensor(c, 3), o, false, b, sizeof b);
+      }
+      if (!ok) break;
+      int ov = nvar++;
+      sig_mix(&g->sig, 0x300 + (uint64_t)red);
+      sig_mix(&g->sig, tpu_cache_hash64(x, strlen(x), 2));
+      if (red == RED_LAYER_NORM) {
+        double eps = tpu_arg_f64(c, 4, 1e-5);
+        uint64_t bits;
+        memcpy(&bits, &eps, sizeof bits);
+        sig_mix(&g->sig, bits);
+        sig_mix(&g->sig, tpu_cache_hash64(w, strlen(w), 3));
+        sig_mix(&g->sig, tpu_cache_hash64(b, strlen(b), 4));
+        int sm = nstat++, sr = nstat++;
+        if (emit)
+          sb_printf(&body, "    tpu_fr_layer_norm(%s, t%d, L, %.17g, %s, %s, &u%d, &u%d);\n", x, ov,
+                    eps, w, b, sm, sr);
+        for (int k = 1; k < 3; k++) {
+          int si = buf_index(g, &c->outs[k], IN_FULL);
+          gbuf_t* sb = &g->bufs[si];
+          if (sb->loaded || (sb->written && !sb->rowstat)) {
+            ok = false;
+            break;
+          }
+          sb->rowstat = true;
+          sb->written = true;
+          sb->var = k == 1 ? sm : sr;
+          sb->t = &c->outs[k];
+          sb->per = g->rows;
+        }
+      } else if (emit) {
+        sb_printf(&body, "    tpu_fr_softmax(%s, t%d, tmp, L, %d);\n", x, ov,
+                  red == RED_LOG_SOFTMAX);
+      }
+      int bi = buf_index(g, o, IN_FULL);
+      if (g->bufs[bi].rowstat || (g->bufs[bi].loaded && g->bufs[bi].per != g->rows)) ok = false;
+      g->bufs[bi].var = ov;
+      g->bufs[bi].written = true;
+      g->bufs[bi].t = o;
+      g->bufs[bi].per = g->rows;
+      continue;
+    }
+    int bop;
+    const fop_t* f = find_row_op(c, &bop);
+    char names[5][32];
+    const char* np[5];
+    for (int k = 0; k < 3 && ok; k++) {
+      snprintf(names[k], sizeof names[k], "0");
+      if (f->t[k] < 0) continue;
+      tpu_tensor_t* t = c->args[f->t[k]].v.t;
+      if ((t->flags & TPU_TENSOR_CPU_SCALAR) && k != bop) {
+        snprintf(names[k], sizeof names[k], "s[%d]", g->nscalars);
+        g->scalars[g->nscalars++] = (float)tpu_tensor_get_f64(t, 0);
+        continue;
+      }
+      char nm[24];
+      ok = row_operand(g, t, o, k == bop, nm, sizeof nm);
+      if (ok && nm[0] == 'd') snprintf(names[k], sizeof names[k], "%s", nm);
+      else if (ok) snprintf(names[k], sizeof names[k], "%s[i]", nm);
+    }
+    if (!ok) break;
+    for (int k = 0; k < 2; k++) {
+      double v = f->sdef[k];
+      if (f->s[k] >= 0 && !tpu_arg_is_none(c, f->s[k])) v = tpu_arg_f64(c, f->s[k], v);
+      snprintf(names[3 + k], sizeof names[3 + k], "s[%d]", g->nscalars);
+      g->scalars[g->nscalars++] = (float)v;
+    }
+    int ov = nvar++;
+    sig_mix(&g->sig, (uint64_t)(uintptr_t)f);
+    for (int k = 0; k < 3; k++) sig_mix(&g->sig, tpu_cache_hash64(names[k], strlen(names[k]), 1));
+    if (emit) { /* operands read unconditionally (a select vectorizes, a masked load not) */
+      static const char* const vn[5] = {"A_", "B_", "C_", "S0_", "S1_"};
+      sb_printf(&body, "    for (int64_t i = 0; i < L; i++) {");
+      for (int k = 0; k < 5; k++) {
+        np[k] = vn[k];
+        if (k >= 3 || f->t[k] >= 0) sb_printf(&body, " const float %s = %s;", vn[k], names[k]);
+      }
+      sb_printf(&body, " t%d[i] = (float)(", ov);
+      emit_expr(&body, f->expr, np);
+      sb_printf(&body, "); }\n");
+    }
+    int bi = buf_index(g, o, IN_FULL);
+    gbuf_t* ob = &g->bufs[bi];
+    if (ob->rowstat || (ob->loaded && ob->per != g->rows) || ob->is_bool) {
+      ok = false;
+      break;
+    }
+    ob->var = ov;
+    ob->written = true;
+    ob->t = o;
+    ob->per = g->rows;
+  }
+  if (!ok) {
+    free(body.p);
+    return false;
+  }
+  mark_internal(gr, g);
+  sbuf_t st = {0}; /* stores at the end of each row */
+  for (int k = 0; k < g->nbufs; k++) {
+    gbuf_t* b = &g->bufs[k];
+    if (b->loaded) b->in_slot = k;
+    if (b->written && !b->internal) {
+      b->out_slot = g->nout++;
+      if (emit && b->rowstat) sb_printf(&st, "    q%d[r] = u%d;\n", b->out_slot, b->var);
+      else if (emit)
+        sb_printf(&st, "    memcpy(q%d + r * L, t%d, sizeof(float) * (size_t)L);\n", b->out_slot,
+                  b->var);
+    }
+    sig_mix(&g->sig, 0x20000 + (uint64_t)k * 128 + (uint64_t)b->kind * 16 + b->loaded * 8 +
+                         b->written * 4 + b->internal * 2 + b->rowstat);
+  }
+  g->nin = g->nbufs;
+  if (!emit) {
+    free(body.p);
+    free(st.p);
+    return true;
+  }
+  sbuf_t pro = {0}, rowp = {0};
+  for (int k = 0; k < g->nbufs; k++) {
+    const gbuf_t* b = &g->bufs[k];
+    const char* ty = b->is_bool ? "unsigned char" : "float";
+    if (b->loaded && b->kind == IN_FULL) {
+      sb_printf(&pro, "  const %s* p%d = (const %s*)in[%d];\n", ty, k, ty, k);
+      sb_printf(&rowp, "    const %s* P%d = p%d + (r %% per[%d]) * L;\n", ty, k, k, k);
+    }
+    if (b->loaded && b->kind == IN_DEVSCALAR)
+      sb_printf(&pro, "  const float d%d = ((const float*)in[%d])[0];\n", k, k);
+    if (b->out_slot >= 0) sb_printf(&pro, "  float* q%d = (float*)out[%d];\n", b->out_slot, b->out_slot);
+  }
+  /* row arrays: disjoint from each other and from every operand */
+  sb_printf(&pro, "  float* T = (float*)malloc(sizeof(float) * (size_t)L * %d + 64);\n"
+                  "  if (!T) return 1;\n  float* restrict tmp = T + (size_t)L * %d;\n", nvar + 1, nvar);
+  for (int v = 0; v < nvar; v++)
+    sb_printf(&pro, "  float* restrict t%d = T + (size_t)L * %d;\n", v, v);
+  sbuf_t src = {0};
+  sb_printf(&src, "/* TorchTPU fused row kernel: nodes");
+  for (int m = 0; m < g->nnodes; m++) sb_printf(&src, " %s", gr->nodes[g->nodes[m]]->op->name);
+  sb_printf(&src,
+            " */\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"
+            "#include \"vecmath.h\"\n#include \"fuse_rows.h\"\n"
+            "typedef float elem_t;\n#define LIT(v) ((elem_t)(v))\n#define EXP(x) tpu_vm_expf(x)\n"
+            "#define LOG(x) tpu_vm_logf(x)\n#define TANH(x) tpu_vm_tanhf(x)\n"
+            "#define ERF(x) tpu_vm_erff(x)\n#define sqrt sqrtf\n#define fabs fabsf\n"
+            "#include \"ew_exprs.h\"\n"
+            "int tpu_fused(const void* const* in, void* const* out, const float* s,\n"
+            "              int64_t r0, int64_t r1, int64_t L, const int64_t* per) {\n%s"
+            "  for (int64_t r = r0; r < r1; r++) {\n",
+            pro.p ? pro.p : "");
+  for (int q = 0; q < nstat; q++) sb_printf(&src, "    float u%d;\n", q);
+  sb_printf(&src, "%s%s%s  }\n  free(T);\n  return 0;\n}\n", rowp.p ? rowp.p : "",
+            body.p ? body.p : "", st.p ? st.p : "");
+  bool oom = src.oom || body.oom || pro.oom || rowp.oom || st.oom;
+  free(body.p);
+  free(pro.p);
+  free(rowp.p);
+  free(st.p);
+  if (oom) {
     free(src.p);
     return false;
   }
@@ -671,19 +1076,24 @@ static void group_free(group_t* g) {
 
 /* Makes the group over `nodes` (copied) and adds it to the plan when an
  * executable is available now. */
-static void add_group(tpu_graph_t* gr, tpu_fusion_plan_t** pp, const int* nodes, int nnodes,
-                      int trigger, int64_t n) {
+static bool add_group_kind(tpu_graph_t* gr, tpu_fusion_plan_t** pp, const int* nodes,
+                           int nnodes, int trigger, int64_t n, int kind, int64_t rows,
+                           int64_t len) {
   group_t g = {0};
   for (int pass = 0; pass < 2; pass++) {
     memset(&g, 0, sizeof g);
     g.nodes = malloc(sizeof(int) * (size_t)nnodes);
-    if (!g.nodes) return;
+    if (!g.nodes) return false;
     memcpy(g.nodes, nodes, sizeof(int) * (size_t)nnodes);
     g.nnodes = nnodes;
     g.trigger = trigger;
     g.n = n;
     g.sig = 0xcbf29ce484222325ull;
-    if (!build_group(gr, &g, pass == 1)) break;
+    g.kind = kind;
+    g.rows = rows;
+    g.len = len;
+    if (!(kind == G_ROWS ? build_row_group(gr, &g, pass == 1) : build_group(gr, &g, pass == 1)))
+      break;
     if (pass == 0) {
       if ((g.fn = memo_get(g.sig))) break;
       group_free(&g);
@@ -697,13 +1107,21 @@ static void add_group(tpu_graph_t* gr, tpu_fusion_plan_t** pp, const int* nodes,
   group_t* gs = g.fn && p ? realloc(p->groups, sizeof(group_t) * (size_t)(p->ngroups + 1)) : NULL;
   if (!gs) {
     group_free(&g);
-    return;
+    return false;
   }
   free(g.src);
   g.src = NULL;
   p->groups = gs;
   p->groups[p->ngroups++] = g;
   p->fused_nodes += nnodes;
+  if (kind == G_ROWS) p->reduction_groups++;
+  if (kind == G_MM) p->epilogue_groups++;
+  return true;
+}
+
+static void add_group(tpu_graph_t* gr, tpu_fusion_plan_t** pp, const int* nodes, int nnodes,
+                      int trigger, int64_t n) {
+  add_group_kind(gr, pp, nodes, nnodes, trigger, n, G_FLAT, 0, 0);
 }
 
 typedef struct {
@@ -784,15 +1202,182 @@ static int foreach_block(tpu_graph_t* gr, int i, int* out_n) {
   return S * N;
 }
 
+/* ---- planning row groups ---- */
+#define ROW_WINDOW 24 /* nodes looked at before and after a reduction */
+
+typedef struct {
+  const tpu_tensor_t* t[64];
+  bool w[64];
+  int n;
+  bool overflow;
+} tlist_t;
+
+static void collect_tensor(void* ctx, tpu_tensor_t* t, bool write) {
+  tlist_t* l = ctx;
+  if (l->n == 64) {
+    l->overflow = true;
+    return;
+  }
+  l->t[l->n] = t;
+  l->w[l->n++] = write;
+}
+
+/* [lo, hi) bytes that t can touch */
+static void tensor_span(const tpu_tensor_t* t, uintptr_t* lo, uintptr_t* hi) {
+  int64_t a = 0, b = 0;
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->sizes[d] == 0) {
+      *lo = *hi = (uintptr_t)t->data;
+      return;
+    }
+    int64_t ext = (t->sizes[d] - 1) * t->strides[d];
+    if (ext < 0) a += ext;
+    else b += ext;
+  }
+  const int64_t es = (int64_t)tpu_dtype_size(t->dtype);
+  *lo = (uintptr_t)t->data + (uintptr_t)(a * es);
+  *hi = (uintptr_t)t->data + (uintptr_t)((b + 1) * es);
+}
+
+/* Whether x, moved before y (which then runs later than in the program),
+ * could see or change y's effects: one writes memory the other uses. */
+static bool conflicts(tpu_call_t* x, tpu_call_t* y) {
+  tlist_t lx = {0}, ly = {0};
+  tpu_call_visit_tensors(x, collect_tensor, &lx);
+  tpu_call_visit_tensors(y, collect_tensor, &ly);
+  if (lx.overflow || ly.overflow) return true;
+  for (int a = 0; a < lx.n; a++) {
+    if (lx.t[a]->flags & TPU_TENSOR_CPU_SCALAR) continue;
+    uintptr_t alo, ahi;
+    tensor_span(lx.t[a], &alo, &ahi);
+    for (int b = 0; b < ly.n; b++) {
+      if (!(lx.w[a] || ly.w[b]) || (ly.t[b]->flags & TPU_TENSOR_CPU_SCALAR)) continue;
+      uintptr_t blo, bhi;
+      tensor_span(ly.t[b], &blo, &bhi);
+      if (alo < bhi && blo < ahi) return true;
+    }
+  }
+  return false;
+}
+
+/* Forms row groups: each row reduction with the elementwise nodes over its
+ * rows among the ROW_WINDOW nodes before it (others in between must not
+ * touch what those write, or write what they read: the group runs at its
+ * last node) and the consecutive ones after it. */
+static void plan_rows(tpu_graph_t* gr, tpu_fusion_plan_t** pp, bool* taken, int* idx) {
+  int bound = 0; /* nodes before it belong to earlier row groups' windows */
+  bool mem[ROW_WINDOW];
+  for (int j = 0; j < gr->n; j++) {
+    int64_t R, L;
+    if (taken[j] || row_reduction(gr->nodes[j], &R, &L) == RED_NONE) continue;
+    int lo = j - ROW_WINDOW < bound ? bound : j - ROW_WINDOW;
+    for (int p = lo; p < j; p++) mem[p - lo] = !taken[p] && row_elementwise(gr->nodes[p], R, L);
+    for (int p = lo; p < j; p++) {
+      if (mem[p - lo]) continue;
+      for (int q = lo; q < p; q++)
+        if (mem[q - lo] && conflicts(gr->nodes[p], gr->nodes[q])) {
+          for (int q2 = lo; q2 < p; q2++) mem[q2 - lo] = false;
+          break;
+        }
+    }
+    int e = j + 1;
+    while (e < gr->n && e - j <= ROW_WINDOW && !taken[e] && row_elementwise(gr->nodes[e], R, L))
+      e++;
+    int cnt = 0;
+    for (int p = lo; p < j; p++)
+      if (mem[p - lo]) idx[cnt++] = p;
+    idx[cnt++] = j;
+    for (int p = j + 1; p < e; p++) idx[cnt++] = p;
+    if (cnt < 2) continue;
+    if (!add_group_kind(gr, pp, idx, cnt, e - 1, R * L, G_ROWS, R, L)) continue;
+    for (int k = 0; k < cnt; k++) taken[idx[k]] = true;
+    bound = e;
+    j = e - 1;
+  }
+}
+
+/* ---- matmul epilogues ----
+ * mm / addmm with a float32 2-D contiguous product, followed by a chain of
+ * elementwise nodes over its elements (bias add, activation, residual): the
+ * library GEMM runs on blocks of rows and the chain's generated kernel runs
+ * on each block right after it, while the block is in cache. A product
+ * that nothing else needs goes to a scratch block and never gets memory. */
+static bool mm_node(const tpu_call_t* c, int64_t* M, int64_t* N) {
+  const char* n = c->op->name;
+  int a1;
+  if (!strcmp(n, "mm")) a1 = 0;
+  else if (!strcmp(n, "addmm")) a1 = 1;
+  else return false;
+  const tpu_tensor_t* o = &c->outs[0];
+  const tpu_tensor_t* x = tpu_arg_tensor(c, a1);
+  if (c->nouts != 1 || o->dtype != TPU_F32 || o->ndim != 2 || !tpu_tensor_is_contiguous(o) ||
+      !x || x->ndim != 2 || x->dtype != TPU_F32 || o->sizes[0] < 1 || o->sizes[1] < 1)
+    return false;
+  if (a1 == 1) {
+    const tpu_tensor_t* b = tpu_arg_tensor(c, 0);
+    if (!b || b->ndim > 2) return false;
+  }
+  *M = o->sizes[0];
+  *N = o->sizes[1];
+  return true;
+}
+
+/* whether elementwise node e writes memory the product reads */
+static bool writes_mm_inputs(tpu_call_t* e, tpu_call_t* mm) {
+  tlist_t le = {0}, lm = {0};
+  tpu_call_visit_tensors(e, collect_tensor, &le);
+  tpu_call_visit_tensors(mm, collect_tensor, &lm);
+  if (le.overflow || lm.overflow) return true;
+  for (int a = 0; a < le.n; a++) {
+    if (!le.w[a]) continue;
+    uintptr_t alo, ahi;
+    tensor_span(le.t[a], &alo, &ahi);
+    for (int b = 0; b < lm.n; b++) {
+      if (lm.w[b] || (lm.t[b]->flags & TPU_TENSOR_CPU_SCALAR)) continue;
+      uintptr_t blo, bhi;
+      tensor_span(lm.t[b], &blo, &bhi);
+      if (alo < bhi && blo < ahi) return true;
+    }
+  }
+  return false;
+}
+
+/* Tries an epilogue group at node i; returns the node after it, or i. */
+static int plan_mm(tpu_graph_t* gr, tpu_fusion_plan_t** pp, const bool* taken, int* idx, int i) {
+  int64_t M, N;
+  if (!g_epilogues || taken[i] || !mm_node(gr->nodes[i], &M, &N)) return i;
+  int64_t n = M * N;
+  int j = i + 1;
+  while (j < gr->n && !taken[j] && fusible(gr->nodes[j], &n) &&
+         !writes_mm_inputs(gr->nodes[j], gr->nodes[i]))
+    j++;
+  if (j - i < 2) return i;
+  for (int k = i; k < j; k++) idx[k - i] = k;
+  return add_group_kind(gr, pp, idx, j - i, i, M * N, G_MM, M, N) ? j : i;
+}
+
+static int group_trigger_cmp(const void* a, const void* b) {
+  const group_t *x = a, *y = b;
+  return x->trigger < y->trigger ? -1 : x->trigger > y->trigger;
+}
+
 tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
   pthread_once(&g_cfg_once, read_config);
   gr->plan = NULL;
   if (!g_enabled || gr->n < 2) return TPU_OK;
   tpu_fusion_plan_t* p = NULL;
   int* idx = malloc(sizeof(int) * (size_t)gr->n);
-  if (!idx) return TPU_OK; /* no fusion: every node runs its kernel */
+  bool* taken = calloc((size_t)gr->n, sizeof(bool));
+  if (!idx || !taken) { /* no fusion: every node runs its kernel */
+    free(idx);
+    free(taken);
+    return TPU_OK;
+  }
+  if (g_rows) plan_rows(gr, &p, taken, idx);
   for (int i = 0; i < gr->n;) {
-    int N = 0, len = foreach_block(gr, i, &N);
+    int N = 0, len = taken[i] ? 0 : foreach_block(gr, i, &N);
+    for (int k = i; k < i + len; k++)
+      if (taken[k]) len = 0;
     if (len) {
       const int S = len / N;
       for (int k = 0; k < N; k++) {
@@ -802,13 +1387,18 @@ tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
       i += len;
       continue;
     }
+    int after = plan_mm(gr, &p, taken, idx, i);
+    if (after != i) {
+      i = after;
+      continue;
+    }
     int64_t n = -1;
-    if (!fusible(gr->nodes[i], &n)) {
+    if (taken[i] || !fusible(gr->nodes[i], &n)) {
       i++;
       continue;
     }
     int j = i + 1;
-    while (j < gr->n && fusible(gr->nodes[j], &n)) j++;
+    while (j < gr->n && !taken[j] && fusible(gr->nodes[j], &n)) j++;
     if (j - i >= 2) {
       for (int k = i; k < j; k++) idx[k - i] = k;
       add_group(gr, &p, idx, j - i, i, n);
@@ -816,14 +1406,21 @@ tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
     i = j;
   }
   free(idx);
-  if (p) { /* node -> fused marks for the executor */
+  free(taken);
+  if (p) { /* node -> fused marks and run positions for the executor */
+    qsort(p->groups, (size_t)p->ngroups, sizeof(group_t), group_trigger_cmp);
     p->fused = calloc((size_t)gr->n, sizeof(bool));
-    if (!p->fused) {
+    p->runpos = malloc(sizeof(int) * (size_t)gr->n);
+    if (!p->fused || !p->runpos) {
       tpu_fusion_plan_free(p);
       p = NULL;
     } else {
+      for (int i = 0; i < gr->n; i++) p->runpos[i] = i;
       for (int g = 0; g < p->ngroups; g++)
-        for (int m = 0; m < p->groups[g].nnodes; m++) p->fused[p->groups[g].nodes[m]] = true;
+        for (int m = 0; m < p->groups[g].nnodes; m++) {
+          p->fused[p->groups[g].nodes[m]] = true;
+          p->runpos[p->groups[g].nodes[m]] = p->groups[g].trigger;
+        }
     }
   }
   gr->plan = p;
@@ -841,11 +1438,24 @@ bool tpu_graph_is_internal(const tpu_graph_t* gr, const void* base) {
 
 int64_t tpu_graph_fused_nodes(const tpu_graph_t* g) { return g->plan ? g->plan->fused_nodes : 0; }
 
+int64_t tpu_graph_reduction_groups(const tpu_graph_t* g) {
+  return g->plan ? g->plan->reduction_groups : 0;
+}
+
+int64_t tpu_graph_epilogue_groups(const tpu_graph_t* g) {
+  return g->plan ? g->plan->epilogue_groups : 0;
+}
+
+int tpu_graph_run_position(const tpu_graph_t* g, int node) {
+  return g->plan && g->plan->runpos ? g->plan->runpos[node] : node;
+}
+
 void tpu_fusion_plan_free(tpu_fusion_plan_t* p) {
   if (!p) return;
   for (int k = 0; k < p->ngroups; k++) group_free(&p->groups[k]);
   free(p->groups);
   free(p->fused);
+  free(p->runpos);
   free(p);
 }
 
@@ -863,7 +1473,122 @@ static void group_chunks(void* ctx, int64_t b, int64_t e) {
   r->g->fn(r->in, r->out, r->g->scalars, lo, hi);
 }
 
+typedef struct {
+  const group_t* g;
+  const void* const* in;
+  void* const* out;
+  const int64_t* per;
+  int64_t grain;
+  _Atomic int oom;
+} rrun_t;
+
+static void row_chunks(void* ctx, int64_t b, int64_t e) {
+  rrun_t* r = ctx;
+  int64_t lo = b * r->grain, hi = e * r->grain;
+  if (hi > r->g->rows) hi = r->g->rows;
+  if (((rows_fn_t)(void*)r->g->fn)(r->in, r->out, r->g->scalars, lo, hi, r->g->len, r->per))
+    atomic_store(&r->oom, 1);
+}
+
+static tpu_status_t run_row_group(const group_t* g) {
+  const void** in = malloc(sizeof(void*) * (size_t)(g->nbufs + 1));
+  void** out = malloc(sizeof(void*) * (size_t)(g->nout + 1));
+  int64_t* per = malloc(sizeof(int64_t) * (size_t)(g->nbufs + 1));
+  tpu_status_t st = TPU_OK;
+  if (!in || !out || !per) {
+    st = TPU_ERR(RESOURCE_EXHAUSTED, "fused row kernel: out of host memory");
+    goto done;
+  }
+  for (int k = 0; k < g->nbufs; k++) {
+    const gbuf_t* b = &g->bufs[k];
+    in[k] = b->t->data;
+    per[k] = b->per > 0 ? b->per : g->rows;
+    if (b->out_slot >= 0) out[b->out_slot] = b->t->data;
+  }
+  rrun_t r = {g, in, (void* const*)out, per, (1 << 14) / g->len, 0};
+  if (r.grain < 1) r.grain = 1;
+  tpu_parallel_for((g->rows + r.grain - 1) / r.grain, 1, row_chunks, &r);
+  if (atomic_load(&r.oom))
+    st = TPU_ERR(RESOURCE_EXHAUSTED, "fused row kernel: out of host memory for %" PRId64
+                 " rows of %" PRId64, g->rows, g->len);
+done:
+  free(in);
+  free(out);
+  free(per);
+  return st;
+}
+
+/* The product in blocks of rows, each followed by the epilogue on it. */
+static tpu_status_t run_mm_group(const group_t* g) {
+  const tpu_call_t* mm = g->mm;
+  const bool add = mm->op->name[0] == 'a';
+  const int a1 = add ? 1 : 0;
+  const int64_t M = g->rows, N = g->len;
+  int64_t rb = ((int64_t)1 << 16) / N; /* rows per block: about 256 KiB of product */
+  if (rb < 256) rb = 256; /* smaller blocks cost the GEMM more than the epilogue saves */
+  rb = (rb + 7) / 8 * 8;
+  if (g_epi_rows > 0) rb = g_epi_rows;
+  if (rb > M) rb = M;
+  const gbuf_t* pb = &g->bufs[g->mm_buf];
+  float* scratch = NULL;
+  if (pb->internal && !(scratch = malloc(sizeof(float) * (size_t)(rb * N))))
+    return TPU_ERR(RESOURCE_EXHAUSTED, "%s epilogue: out of host memory for %" PRId64 " x %" PRId64,
+                   mm->op->name, rb, N);
+  const float** in = malloc(sizeof(float*) * (size_t)g->nbufs);
+  float** out = malloc(sizeof(float*) * (size_t)(g->nout + 1));
+  tpu_arg_t* args = malloc(sizeof(tpu_arg_t) * (size_t)mm->nargs);
+  tpu_status_t st = TPU_OK;
+  if (!in || !out || !args) {
+    st = TPU_ERR(RESOURCE_EXHAUSTED, "%s epilogue: out of host memory", mm->op->name);
+    goto done;
+  }
+  memcpy(args, mm->args, sizeof(tpu_arg_t) * (size_t)mm->nargs);
+  const tpu_tensor_t* x = tpu_arg_tensor(mm, a1);
+  const tpu_tensor_t* bias = add ? tpu_arg_tensor(mm, 0) : NULL;
+  const bool slice_bias = bias && bias->ndim == 2 && bias->sizes[0] == M && M > 1;
+  for (int64_t r0 = 0; r0 < M && !st; r0 += rb) {
+    const int64_t nr = M - r0 < rb ? M - r0 : rb;
+    tpu_tensor_t xs = *x, os = mm->outs[0], bs;
+    xs.sizes[0] = nr;
+    xs.data = (char*)x->data + r0 * x->strides[0] * (int64_t)sizeof(float);
+    os.sizes[0] = nr;
+    os.data = scratch ? (void*)scratch : (void*)((float*)mm->outs[0].data + r0 * N);
+    args[a1].v.t = &xs;
+    if (slice_bias) {
+      bs = *bias;
+      bs.sizes[0] = nr;
+      bs.data = (char*)bias->data + r0 * bias->strides[0] * (int64_t)tpu_dtype_size(bias->dtype);
+      args[0].v.t = &bs;
+    }
+    tpu_call_t c = *mm;
+    c.args = args;
+    c.outs = &os;
+    st = tpu_call_run(&c);
+    if (st) break;
+    for (int k = 0; k < g->nbufs; k++) {
+      const gbuf_t* b = &g->bufs[k];
+      float* base = b->t->data;
+      if (k == g->mm_buf) base = os.data;
+      else if (b->kind == IN_FULL) base += r0 * N;
+      in[k] = base;
+      if (b->out_slot >= 0) out[b->out_slot] = base;
+    }
+    group_t blk = *g;
+    blk.n = nr * N;
+    grun_t r = {&blk, in, out, 1 << 14};
+    tpu_parallel_for((blk.n + r.grain - 1) / r.grain, 1, group_chunks, &r);
+  }
+done:
+  free(scratch);
+  free(in);
+  free(out);
+  free(args);
+  return st;
+}
+
 static tpu_status_t run_group(const group_t* g) {
+  if (g->kind == G_ROWS) return run_row_group(g);
+  if (g->kind == G_MM) return run_mm_group(g);
   const float* in_s[64];
   float* out_s[64];
   const float** in = g->nbufs <= 64 ? in_s : malloc(sizeof(float*) * (size_t)g->nbufs);
