@@ -829,10 +829,31 @@ static const char* cc_flags(void) {
              : "-O3 -fPIC -shared -std=c11 -fno-math-errno -fno-trapping-math";
 }
 
+/* Hash of the kernel-library headers generated sources include: an edited
+ * header must not load executables cached from the old one. */
+static uint64_t g_headers_hash;
+static void hash_headers(void) {
+  static const char* const names[] = {"vecmath.h", "ew_exprs.h", "fuse_rows.h"};
+  uint64_t h = 0x6865616465727321ull;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", TPU_KERNELS_DIR, names[i]);
+    FILE* f = fopen(path, "rb");
+    if (!f) continue; /* the compile will fail and say so */
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = tpu_cache_hash64(buf, n, h);
+    fclose(f);
+  }
+  g_headers_hash = h;
+}
+
 static void key_of(const char* src, char out[33]) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, hash_headers);
   char extra[256];
-  snprintf(extra, sizeof extra, "|%s|%s|%s|", cc_flags(), tpu_isa_name(tpu_host_isa()),
-           TPU_RUNTIME_VERSION);
+  snprintf(extra, sizeof extra, "|%s|%s|%s|%016" PRIx64 "|", cc_flags(),
+           tpu_isa_name(tpu_host_isa()), TPU_RUNTIME_VERSION, g_headers_hash);
   uint64_t h1 = tpu_cache_hash64(src, strlen(src), 0x7470755f66757365ull);
   h1 = tpu_cache_hash64(extra, strlen(extra), h1);
   uint64_t h2 = tpu_cache_hash64(src, strlen(src), 0x9e3779b97f4a7c15ull);

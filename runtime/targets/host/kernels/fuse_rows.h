@@ -1,11 +1,12 @@
-/* Row helpers for generated reduction kernels (targets/host/fuse.c).
+/* Float32 row kernels of softmax, log_softmax and layer norm, shared by the
+ * library (nn.c) and the C source the fusion compiler generates
+ * (targets/host/fuse.c), so that a fused row gives the library's values: the
+ * same run length, lane layout and summation order (runs of float lanes
+ * added in double), normalization in float32. Only FMA contraction may
+ * differ between the two compilations.
  *
- * Included only by the C source the fusion compiler generates; these follow
- * the float32 row paths of nn.c step for step (same run length, lane layout
- * and summation order; sums of float runs added in double, normalization in
- * float32), so a fused softmax or layer norm gives the library's values to
- * within a few float32 ulps (the same operations; only FMA contraction may
- * differ between the two compilations). */
+ * Needs vecmath.h. A includer may define TPU_FR_INLINE (nn.c makes these
+ * always_inline so that each ISA copy of its callers gets its own). */
 #ifndef TPU_FUSE_ROWS_H_
 #define TPU_FUSE_ROWS_H_
 
@@ -13,18 +14,26 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifndef TPU_FR_INLINE
+#define TPU_FR_INLINE static inline
+#endif
+
 typedef float tpu_fr_v8f __attribute__((vector_size(32)));
 typedef int32_t tpu_fr_v8i __attribute__((vector_size(32)));
 
+/* Row sums add runs of TPU_FR_RUN elements in float32 across four eight-lane
+ * vectors (eight additions per lane, far below float precision), and the run
+ * totals in double: double accuracy for long rows at float speed. */
 #define TPU_FR_RUN 256
 
-static inline float tpu_fr_run_total(tpu_fr_v8f a0, tpu_fr_v8f a1, tpu_fr_v8f a2, tpu_fr_v8f a3) {
+TPU_FR_INLINE float tpu_fr_run_total(tpu_fr_v8f a0, tpu_fr_v8f a1, tpu_fr_v8f a2, tpu_fr_v8f a3) {
   tpu_fr_v8f s = (a0 + a1) + (a2 + a3);
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
-/* sum of (x - mh) - ml, or of its square with sq */
-static inline double tpu_fr_sum(const float* x, int64_t n, int sq, float mh, float ml) {
+/* sum of d = (x - mh) - ml, or with sq of d^2; the shift mh + ml keeps the
+ * float partials small for rows far from zero */
+TPU_FR_INLINE double tpu_fr_sum(const float* x, int64_t n, int sq, float mh, float ml) {
   double total = 0;
   int64_t i = 0;
   for (; i + TPU_FR_RUN <= n; i += TPU_FR_RUN) {
@@ -45,7 +54,9 @@ static inline double tpu_fr_sum(const float* x, int64_t n, int sq, float mh, flo
   return total;
 }
 
-static inline float tpu_fr_max(const float* x, int64_t n) {
+/* max of x ignoring NaN (a NaN still reaches softmax's result through exp);
+ * -inf for an empty row */
+TPU_FR_INLINE float tpu_fr_max(const float* x, int64_t n) {
   tpu_fr_v8f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
   int64_t i = 0;
@@ -61,12 +72,47 @@ static inline float tpu_fr_max(const float* x, int64_t n) {
   return r;
 }
 
-/* y = softmax(x) (or log_softmax) over a row; tmp holds n floats, may be y
- * but not x */
-static inline void tpu_fr_softmax(const float* x, float* y, float* tmp, int64_t n, int take_log) {
+/* e^x for x <= 0 (an element minus its row's maximum), NaN kept: 0 where
+ * the result would be subnormal (below 2^-126, under float32 tolerance of
+ * any softmax), which spares the two-step scaling of tpu_vm_expf */
+TPU_FR_INLINE float tpu_fr_exp_nonpos(float x) {
+  float e = tpu_vm_exp_normal(x < -87.0f ? -87.0f : x);
+  return x < -87.0f ? 0.0f : e;
+}
+
+/* sum of e^(x - mx) over a row in tpu_fr_sum's order; with keep, the terms
+ * also go to tmp */
+TPU_FR_INLINE double tpu_fr_exp_sum(const float* x, float* tmp, int64_t n, float mx, int keep) {
+  double total = 0;
+  int64_t i = 0;
+  for (; i + TPU_FR_RUN <= n; i += TPU_FR_RUN) {
+    tpu_fr_v8f a[4] = {{0}, {0}, {0}, {0}};
+    for (int j = 0; j < TPU_FR_RUN; j += 32) {
+      float e[32];
+      for (int k = 0; k < 32; k++) e[k] = tpu_fr_exp_nonpos(x[i + j + k] - mx);
+      if (keep) memcpy(tmp + i + j, e, sizeof e);
+      for (int q = 0; q < 4; q++) {
+        tpu_fr_v8f v;
+        memcpy(&v, e + 8 * q, sizeof v);
+        a[q] += v;
+      }
+    }
+    total += (double)tpu_fr_run_total(a[0], a[1], a[2], a[3]);
+  }
+  for (; i < n; i++) {
+    float e = tpu_fr_exp_nonpos(x[i] - mx);
+    if (keep) tmp[i] = e;
+    total += (double)e;
+  }
+  return total;
+}
+
+/* y = softmax(x) or log_softmax(x) over a row; tmp holds n floats and may be
+ * y but not x. exp in float32, the sum in float runs added in double, the
+ * final scaling (or shift) in float32, like PyTorch's CPU kernel. */
+TPU_FR_INLINE void tpu_fr_softmax(const float* x, float* y, float* tmp, int64_t n, int take_log) {
   float mx = tpu_fr_max(x, n);
-  for (int64_t i = 0; i < n; i++) tmp[i] = tpu_vm_expf(x[i] - mx);
-  double sum = tpu_fr_sum(tmp, n, 0, 0, 0);
+  double sum = tpu_fr_exp_sum(x, tmp, n, mx, !take_log);
   if (take_log) {
     float lse = (float)log(sum);
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mx) - lse;
@@ -76,18 +122,23 @@ static inline void tpu_fr_softmax(const float* x, float* y, float* tmp, int64_t 
   }
 }
 
-/* layer norm of a row: y = ((x - m) * rstd) * w + b (w, b may be NULL);
- * *mean and *rstd get the row's statistics as the library stores them */
-static inline void tpu_fr_layer_norm(const float* x, float* y, int64_t n, double eps,
-                                     const float* w, const float* b, float* mean, float* rstd) {
+/* Mean and biased variance of a row in double, and the mean split as
+ * mh + ml in float: x - m is computed as (x - mh) - ml, so rows whose mean
+ * is large against their spread keep their digits. The mean's sum is
+ * shifted by the row's first element for the same reason. */
+TPU_FR_INLINE void tpu_fr_row_stats(const float* x, int64_t n, double* mean, double* var,
+                                    float* mh, float* ml) {
   float x0 = n > 0 && isfinite(x[0]) ? x[0] : 0;
   double m = n > 0 ? (double)x0 + tpu_fr_sum(x, n, 0, x0, 0) / (double)n : 0;
-  float mh = (float)m, ml = (float)(m - (double)mh);
-  double var = n > 0 ? tpu_fr_sum(x, n, 1, mh, ml) / (double)n : NAN;
-  double rsd = 1 / sqrt(var + eps);
-  float rs = (float)(1 / sqrt(var + eps));
-  *mean = (float)m;
-  *rstd = (float)rsd;
+  *mh = (float)m;
+  *ml = (float)(m - (double)*mh);
+  *mean = m;
+  *var = n > 0 ? tpu_fr_sum(x, n, 1, *mh, *ml) / (double)n : NAN;
+}
+
+/* y = (((x - mh) - ml) * rs) * w + b in float32 (w, b may be NULL) */
+TPU_FR_INLINE void tpu_fr_normalize(const float* x, float* y, int64_t n, float mh, float ml,
+                                    float rs, const float* w, const float* b) {
   if (w && b) {
     for (int64_t i = 0; i < n; i++) y[i] = (((x[i] - mh) - ml) * rs) * w[i] + b[i];
   } else if (w) {
@@ -97,6 +148,19 @@ static inline void tpu_fr_layer_norm(const float* x, float* y, int64_t n, double
   } else {
     for (int64_t i = 0; i < n; i++) y[i] = ((x[i] - mh) - ml) * rs;
   }
+}
+
+/* layer norm of a row; *mean and *rstd get the row's statistics as the
+ * library stores them */
+TPU_FR_INLINE void tpu_fr_layer_norm(const float* x, float* y, int64_t n, double eps,
+                                     const float* w, const float* b, float* mean, float* rstd) {
+  double m, var;
+  float mh, ml;
+  tpu_fr_row_stats(x, n, &m, &var, &mh, &ml);
+  double rsd = 1 / sqrt(var + eps);
+  *mean = (float)m;
+  *rstd = (float)rsd;
+  tpu_fr_normalize(x, y, n, mh, ml, (float)rsd, w, b);
 }
 
 #endif

@@ -332,116 +332,10 @@ TPU_VR_INLINE void vrow_from_f32(void* dst, tpu_dtype_t dt, const float* src, in
   }
 }
 
-/* Reductions over a row with GCC vector types (eight float lanes); their
- * order is fixed, so results do not depend on the ISA except through FMA
- * contraction. */
-typedef float tpu_v8f __attribute__((vector_size(32)));
-typedef int32_t tpu_v8i __attribute__((vector_size(32)));
-
-#define VLOAD8(v, p) memcpy(&(v), (p), sizeof(tpu_v8f))
-
-/* Row sums for softmax and layer norm: runs of VSUM_RUN elements are added
- * in float32 across four eight-lane vectors (eight additions per lane, far
- * below float precision for these rows), and the run totals in double, so
- * that long rows keep double accuracy at float speed. The order depends on
- * n only. */
-#define VSUM_RUN 256
-TPU_VR_INLINE float vrun_total(tpu_v8f a0, tpu_v8f a1, tpu_v8f a2, tpu_v8f a3) {
-  tpu_v8f s = (a0 + a1) + (a2 + a3);
-  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
-
-/* sum of d = (x - mh) - ml, or with sq of d^2; the shift mh + ml keeps the
- * float partials small for rows far from zero */
-TPU_VR_INLINE double vsum_rows(const float* x, int64_t n, bool sq, float mh, float ml) {
-  double total = 0;
-  int64_t i = 0;
-  for (; i + VSUM_RUN <= n; i += VSUM_RUN) {
-    tpu_v8f a[4] = {{0}, {0}, {0}, {0}};
-    for (int j = 0; j < VSUM_RUN; j += 32)
-      for (int q = 0; q < 4; q++) {
-        tpu_v8f v;
-        VLOAD8(v, x + i + j + 8 * q);
-        v = (v - mh) - ml;
-        a[q] += sq ? v * v : v;
-      }
-    total += (double)vrun_total(a[0], a[1], a[2], a[3]);
-  }
-  for (; i < n; i++) {
-    double v = (double)((x[i] - mh) - ml);
-    total += sq ? v * v : v;
-  }
-  return total;
-}
-
-/* max of x ignoring NaN (a NaN still reaches softmax's result through exp);
- * -inf for an empty row */
-TPU_VR_INLINE float vmax_f32(const float* x, int64_t n) {
-  tpu_v8f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
-               -INFINITY};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    tpu_v8f v;
-    VLOAD8(v, x + i);
-    tpu_v8i gt = v > m;
-    m = (tpu_v8f)(((tpu_v8i)v & gt) | ((tpu_v8i)m & ~gt));
-  }
-  float r = -INFINITY;
-  for (int k = 0; k < 8; k++) r = m[k] > r ? m[k] : r;
-  for (; i < n; i++) r = x[i] > r ? x[i] : r;
-  return r;
-}
-
-/* e^x for x <= 0 (an element minus its row's maximum), NaN kept: 0 where
- * the result would be subnormal (below 2^-126, under float32 tolerance of
- * any softmax), which spares the two-step scaling of tpu_vm_expf */
-TPU_VM_INLINE float vexp_nonpos(float x) {
-  float e = tpu_vm_exp_normal(x < -87.0f ? -87.0f : x);
-  return x < -87.0f ? 0.0f : e;
-}
-
-/* sum of e^(x - mx) over a row, in the float-run order of vsum_rows; with
- * `keep`, the terms go to tmp as well */
-TPU_VR_INLINE double vexp_sum(const float* x, float* tmp, int64_t n, float mx, bool keep) {
-  double total = 0;
-  int64_t i = 0;
-  for (; i + VSUM_RUN <= n; i += VSUM_RUN) {
-    tpu_v8f a[4] = {{0}, {0}, {0}, {0}};
-    for (int j = 0; j < VSUM_RUN; j += 32) {
-      float e[32];
-      for (int k = 0; k < 32; k++) e[k] = vexp_nonpos(x[i + j + k] - mx);
-      if (keep) memcpy(tmp + i + j, e, sizeof e);
-      for (int q = 0; q < 4; q++) {
-        tpu_v8f v;
-        VLOAD8(v, e + 8 * q);
-        a[q] += v;
-      }
-    }
-    total += (double)vrun_total(a[0], a[1], a[2], a[3]);
-  }
-  for (; i < n; i++) {
-    float e = vexp_nonpos(x[i] - mx);
-    if (keep) tmp[i] = e;
-    total += (double)e;
-  }
-  return total;
-}
-
-/* y = softmax(x) or log_softmax(x) over one row; tmp holds n floats and
- * may be y but not x. exp runs in float32, the sum in float runs added in
- * double, and the final scaling (or shift) in float32, like PyTorch's CPU
- * kernel. */
-TPU_VR_INLINE void vsoftmax_row(const float* x, float* y, float* tmp, int64_t n, bool take_log) {
-  float mx = vmax_f32(x, n);
-  double sum = vexp_sum(x, tmp, n, mx, !take_log);
-  if (take_log) {
-    float lse = (float)log(sum);
-    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mx) - lse;
-  } else {
-    float inv = (float)(1.0 / sum);
-    for (int64_t i = 0; i < n; i++) y[i] = tmp[i] * inv;
-  }
-}
+/* Float32 row kernels shared with fused kernels (one copy per ISA of each
+ * caller, like the helpers above) */
+#define TPU_FR_INLINE TPU_VR_INLINE
+#include "fuse_rows.h"
 
 /* ---- softmax ---- */
 typedef struct {
@@ -468,7 +362,7 @@ TPU_VR_INLINE void softmax_flat_body(const softmax_job_t* job, int64_t begin, in
     }
     /* y may be the input row itself (in-place softmax); tmp never is */
     float* y = job->out.dt == TPU_F32 ? (float*)dst : tmp;
-    vsoftmax_row(x, y, tmp, n, job->log);
+    tpu_fr_softmax(x, y, tmp, n, job->log);
     vrow_from_f32(dst, job->out.dt, y, n, avx2);
   }
 }
@@ -800,25 +694,11 @@ TPU_VR_INLINE void norm_flat_body(norm_job_t* job, int64_t begin, int64_t end, f
       vrow_to_f32(buf, src, job->x.dt, n, avx2);
       x = buf;
     }
-    /* x - m in float as (x - mh) - ml, m = mh + ml: the mean's rounding
-     * does not shift rows whose mean is large against their spread */
-    float x0 = n > 0 && isfinite(x[0]) ? x[0] : 0;
-    double m = n > 0 ? (double)x0 + vsum_rows(x, n, false, x0, 0) / (double)n : 0;
-    float mh = (float)m, ml = (float)(m - (double)mh);
-    double var = n > 0 ? vsum_rows(x, n, true, mh, ml) / (double)n : NAN;
-    job->mean[lane] = m;
-    job->var[lane] = var;
-    float rs = (float)(1 / sqrt(var + job->eps));
+    float mh, ml;
+    tpu_fr_row_stats(x, n, &job->mean[lane], &job->var[lane], &mh, &ml);
+    float rs = (float)(1 / sqrt(job->var[lane] + job->eps));
     float* y = job->y.dt == TPU_F32 ? (float*)dst : buf;
-    if (w && b) {
-      for (int64_t i = 0; i < n; i++) y[i] = (((x[i] - mh) - ml) * rs) * w[i] + b[i];
-    } else if (w) {
-      for (int64_t i = 0; i < n; i++) y[i] = (((x[i] - mh) - ml) * rs) * w[i];
-    } else if (b) {
-      for (int64_t i = 0; i < n; i++) y[i] = ((x[i] - mh) - ml) * rs + b[i];
-    } else {
-      for (int64_t i = 0; i < n; i++) y[i] = ((x[i] - mh) - ml) * rs;
-    }
+    tpu_fr_normalize(x, y, n, mh, ml, rs, w, b);
     vrow_from_f32(dst, job->y.dt, y, n, avx2);
   }
 }
