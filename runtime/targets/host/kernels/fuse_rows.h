@@ -26,8 +26,8 @@ typedef int32_t tpu_fr_v8i __attribute__((vector_size(32)));
  * totals in double: double accuracy for long rows at float speed. */
 #define TPU_FR_RUN 256
 
-TPU_FR_INLINE float tpu_fr_run_total(tpu_fr_v8f a0, tpu_fr_v8f a1, tpu_fr_v8f a2, tpu_fr_v8f a3) {
-  tpu_fr_v8f s = (a0 + a1) + (a2 + a3);
+TPU_FR_INLINE float tpu_fr_run_total(const tpu_fr_v8f a[4]) {
+  tpu_fr_v8f s = (a[0] + a[1]) + (a[2] + a[3]);
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
@@ -45,7 +45,7 @@ TPU_FR_INLINE double tpu_fr_sum(const float* x, int64_t n, int sq, float mh, flo
         v = (v - mh) - ml;
         a[q] += sq ? v * v : v;
       }
-    total += (double)tpu_fr_run_total(a[0], a[1], a[2], a[3]);
+    total += (double)tpu_fr_run_total(a);
   }
   for (; i < n; i++) {
     double v = (double)((x[i] - mh) - ml);
@@ -97,7 +97,7 @@ TPU_FR_INLINE double tpu_fr_exp_sum(const float* x, float* tmp, int64_t n, float
         a[q] += v;
       }
     }
-    total += (double)tpu_fr_run_total(a[0], a[1], a[2], a[3]);
+    total += (double)tpu_fr_run_total(a);
   }
   for (; i < n; i++) {
     float e = tpu_fr_exp_nonpos(x[i] - mx);
