@@ -1074,6 +1074,8 @@ static tpu_status_t reduce(const tpu_call_t* c, const char* op, rkind_t kind, in
   if (p.in_place && !p.col_acc) { /* rows are read where they lie: no tile to fill */
     p.len = p.n_red > 0 ? p.n_red : 1;
     p.kmax = KMAX;
+  } else if (p.in_place) { /* column sums: as many rows per pass as roff holds */
+    p.len = min64(p.n_red, TILE);
   }
   if (p.n_red == 0 && (is_extreme(kind) || kind == R_NORMINF || kind == R_NORMNINF)) {
     if (kind == R_NORMINF || kind == R_NORMNINF)
