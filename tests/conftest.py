@@ -49,3 +49,12 @@ def tpu_mode(request):
     with torch_tpu.eager_mode(mode):
         yield mode
         torch.tpu.synchronize()
+
+
+@pytest.fixture
+def defer():
+    """runs the test body in DeferAndFuse mode (tests of the trace and the fusion compiler)"""
+    torch.tpu.synchronize()
+    with torch_tpu.eager_mode("defer_and_fuse"):
+        yield
+    torch.tpu.synchronize()

@@ -12,14 +12,6 @@ import torch_tpu
 from conftest import run_python
 
 
-@pytest.fixture
-def defer():
-    torch.tpu.synchronize()
-    with torch_tpu.eager_mode("defer_and_fuse"):
-        yield
-    torch.tpu.synchronize()
-
-
 def test_mode_api_and_env():
     assert torch_tpu.get_eager_mode() == "strict"
     with torch_tpu.eager_mode("defer_and_fuse"):

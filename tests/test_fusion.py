@@ -13,14 +13,6 @@ import torch_tpu
 from conftest import run_python
 
 
-@pytest.fixture
-def defer():
-    torch.tpu.synchronize()
-    with torch_tpu.eager_mode("defer_and_fuse"):
-        yield
-    torch.tpu.synchronize()
-
-
 def _twice(fn, *args):
     """Runs fn in Strict, then twice in DeferAndFuse (the first run may compile in the
     background); returns (strict result, fused result, reduction groups of the 2nd run)."""
