@@ -449,22 +449,6 @@ SUM_FN(sum_sqdev, (v - c) * (v - c))
 SUM_FN(sum_powabs, pow(fabs(v), c))
 SUM_FN(sum_exp, exp(v - c))
 
-/* sum_plain of n contiguous floating elements of dtype dt read in place */
-#define SRC_SUM(T, CONV)                    \
-  {                                         \
-    const T* x = (const T*)src;             \
-    SUM_LOOP((double)CONV(x[i]), v)         \
-    return LANE_SUM(s);                     \
-  }
-TPU_VM_INLINE double sum_src(const char* src, tpu_dtype_t dt, int64_t n) {
-  switch (dt) {
-    case TPU_F32: SRC_SUM(float, CONV_ID)
-    case TPU_F64: SRC_SUM(double, CONV_ID)
-    case TPU_BF16: SRC_SUM(uint16_t, tpu_vm_bf16_to_f32)
-    case TPU_F16: SRC_SUM(uint16_t, tpu_vm_f16_to_f32)
-    default: return 0;
-  }
-}
 
 /* the running value and index live in locals inside the loop */
 #define EXTREME_RUN(T, VAL, BETTER)                  \
@@ -592,12 +576,18 @@ typedef double vd8_t __attribute__((vector_size(64)));
     for (; t < n; t++) tail += (double)CONV(x[t]);                                   \
     return (((d[0] + d[4]) + (d[1] + d[5])) + ((d[2] + d[6]) + (d[3] + d[7]))) + tail; \
   }
+/* sum of n contiguous floating elements of dtype dt read in place */
 TPU_VM_INLINE double sumrun_src(const char* src, tpu_dtype_t dt, int64_t n) {
   switch (dt) {
     case TPU_F32: SUMRUN_LOOP(float, CONV_ID, LOAD8_F32)
     case TPU_BF16: SUMRUN_LOOP(uint16_t, tpu_vm_bf16_to_f32, LOAD8_BF16)
     case TPU_F16: SUMRUN_LOOP(uint16_t, tpu_vm_f16_to_f32, LOAD8_F16)
-    default: return sum_src(src, dt, n);
+    case TPU_F64: { /* double values: LANES double partial sums, no float runs */
+      const double* x = (const double*)src;
+      SUM_LOOP(x[i], v)
+      return LANE_SUM(s);
+    }
+    default: return 0;
   }
 }
 
