@@ -11,7 +11,7 @@ import argparse
 import os
 import tempfile
 
-from gpt_step import add_model_args, model_options, run, tokens_per_second
+from gpt_step import add_model_args, kernel_split, model_options, run, tokens_per_second
 
 
 def main():
@@ -44,6 +44,17 @@ def main():
         r = rate(res[k])
         vs_ind = f"{r / ind:12.2f}" if ind else f"{'n/a':>12s}"
         print(f"{label:34s} {r:10.0f} {r / base:10.2f} {vs_ind}")
+    for k, label in [("strict", "eager strict"), ("tpu_medium_warm", "compiled, medium")]:
+        total, mm, share = kernel_split(res[k])
+        step = 1e3 / rate(res[k]) * res[k]["tokens"]
+        print(f"tpu {label:17s}: step {step:6.1f} ms, kernels {total:6.1f} ms, matmul {mm:6.1f} ms "
+              f"({100 * share:.0f}% of kernel time)")
+    if ind:
+        total, mm, share = kernel_split(res["tpu_medium_warm"])
+        step = 1e3 / ind * res["inductor"]["tokens"]
+        print(f"inductor's whole step {step:.1f} ms; tpu's matmul kernels alone take "
+              f"{mm / step:.2f}x of it; Strict's kernels bound any fusion at "
+              f"{1 / kernel_split(res['strict'])[2]:.2f}x Strict")
     cold, warm = res["tpu_medium"], res["tpu_medium_warm"]
     print(f"first step: cold cache {cold['times'][0]:.2f} s ({cold['cache']['compiles']} compiles, "
           f"{cold['cache']['compile_seconds']:.2f} s compiling), warm tier-3 cache "

@@ -16,7 +16,7 @@ import argparse
 import os
 import tempfile
 
-from gpt_step import add_model_args, model_options, run, tokens_per_second
+from gpt_step import add_model_args, kernel_split, model_options, run, tokens_per_second
 
 
 def main():
@@ -51,6 +51,13 @@ def main():
     diff = max(abs(x - y) / abs(y) for x, y in zip(warm["losses"], strict["losses"]))
     print(f"losses defer vs strict over {a.steps} steps: max relative difference {diff:.2e} "
           f"(goal <= 1e-5)")
+    for name, r in (("strict", strict), ("defer_and_fuse", warm)):
+        total, mm, share = kernel_split(r)
+        print(f"kernel time per step, {name:14s}: {total:7.1f} ms, matmul {mm:7.1f} ms "
+              f"({100 * share:.0f}%), other kernels {total - mm:6.1f} ms")
+    total, mm, share = kernel_split(strict)
+    print(f"bound: a step whose non-matmul kernels took no time at all would run at most "
+          f"{1 / share:.2f}x Strict's kernel time (the matmuls are the same library GEMM)")
     t = warm["trace"]
     print(f"trace: {t['flushes']} flushes, {t['nodes']} nodes, {t['nodes_fused']} fused, "
           f"{t['nodes_dropped']} dropped, {t['repeat_cuts']} repeated-block cuts, "

@@ -5,7 +5,8 @@ As a script (the child): gpt_step.py MODE COMPILE STEPS [train_gpt options...]
   MODE     eager mode of tpu: strict | debug | defer_and_fuse; "cpu" runs on CPU tensors
   COMPILE  none | tpu | inductor (torch.compile backend for the model)
 prints one JSON line: per-step times and losses, tokens per step, peak device memory,
-compile-cache and trace statistics.
+compile-cache and trace statistics, and (tpu) the kernel time of the last half of the steps
+split into matrix-unit ops and the rest (torch_tpu.debug.kernel_profile).
 """
 import json
 import os
@@ -15,6 +16,19 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+
+
+# runtime ops that run on the matrix unit (their time is GEMM time)
+MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "addbmm", "fused.matmul_epilogue",
+              "convolution",
+              "convolution_backward")
+
+
+def kernel_split(result):
+    """(kernel ms per step, matmul ms per step, matmul share) of a tpu child's result."""
+    k = result["kernels"]
+    per = 1e3 / k["steps"]
+    return k["total"] * per, k["matmul"] * per, k["matmul"] / max(k["total"], 1e-12)
 
 
 def add_model_args(p, steps, warmup):
@@ -52,6 +66,7 @@ def tokens_per_second(result, warmup):
 def _child(mode, compile_with, steps, options):
     import torch
     import torch_tpu
+    import torch_tpu.debug
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     import train_gpt
     device = "cpu" if mode == "cpu" else "tpu"
@@ -74,7 +89,12 @@ def _child(mode, compile_with, steps, options):
     if device == "tpu":
         torch.tpu.synchronize()
         torch.tpu.reset_peak_memory_stats()
-    for _ in range(steps):
+    import contextlib
+    profile = contextlib.nullcontext()
+    for step in range(steps):
+        if device == "tpu" and step == steps // 2:
+            profile = torch_tpu.debug.kernel_profile()
+            prof = profile.__enter__()
         x, y = next(batches)
         t0 = time.perf_counter()
         x, y = x.to(device), y.to(device)
@@ -84,7 +104,12 @@ def _child(mode, compile_with, steps, options):
         opt.step()
         losses.append(loss.item())  # one materialization per step
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"times": times, "losses": losses,
+    kernels = None
+    if device == "tpu":
+        profile.__exit__(None, None, None)
+        kernels = {"steps": steps - steps // 2, "total": prof.total_seconds,
+                   "matmul": prof.seconds(*MATMUL_OPS), "top": prof.table(12)}
+    print(json.dumps({"times": times, "losses": losses, "kernels": kernels,
                       "tokens": args.batch_size * args.block_size,
                       "peak": torch.tpu.max_memory_allocated() if device == "tpu" else 0,
                       "cache": torch.tpu.compilation_cache_stats(),

@@ -11,6 +11,8 @@
  * time, so an idle pool sleeps.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -20,7 +22,12 @@
 
 int64_t tpu_env_int(const char* name, int64_t dflt);
 
-#define POOL_SPIN_NS 100000 /* worker spin after a job, and caller spin per job */
+/* Spin budget (TORCH_TPU_POOL_SPIN_US): a worker after a job, and the
+ * caller per job. Past POOL_PAUSE_NS the spinner yields the core between
+ * checks, so a runnable thread (the Python thread tracing the next ops)
+ * is not kept waiting by a pool thread that has nothing to do yet. */
+static int64_t g_spin_ns = 1000000;
+#define POOL_PAUSE_NS 100000
 
 static int g_nthreads = 1;
 static pthread_mutex_t g_job_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
@@ -62,14 +69,17 @@ static void run_chunks(void) {
 
 /* Spins until cond(arg) holds or the spin budget runs out; returns cond. */
 static int spin_until(int (*cond)(uint64_t), uint64_t arg) {
-  int64_t deadline = 0;
+  int64_t start = 0;
+  bool yield = false;
   for (int i = 1;; i++) {
     if (cond(arg)) return 1;
-    cpu_relax();
-    if ((i & 63) == 0) {
+    if (yield) sched_yield();
+    else cpu_relax();
+    if ((i & 63) == 0 || yield) {
       int64_t t = now_ns();
-      if (!deadline) deadline = t + POOL_SPIN_NS;
-      else if (t > deadline) return 0;
+      if (!start) start = t;
+      else if (t - start > g_spin_ns) return 0;
+      else yield = t - start > POOL_PAUSE_NS;
     }
   }
 }
@@ -120,6 +130,8 @@ void tpu_threadpool_init(void) {
   if (n < 1) n = 1;
   if (n > 256) n = 256;
   g_nthreads = (int)n;
+  g_spin_ns = tpu_env_int("TORCH_TPU_POOL_SPIN_US", g_spin_ns / 1000) * 1000;
+  if (g_spin_ns < 0) g_spin_ns = 0;
   for (int i = 1; i < g_nthreads; i++) {
     pthread_t t;
     if (pthread_create(&t, NULL, pool_main, NULL) != 0) {

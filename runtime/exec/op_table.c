@@ -1,7 +1,9 @@
 /* The op table: ATen overload name -> host kernel, from the *.def inventories. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../targets/host/kernels/kernels.h"
 
@@ -41,10 +43,57 @@ static _Thread_local tpu_precision_t t_precision = TPU_PRECISION_HIGHEST;
 
 tpu_precision_t tpu_kernel_precision(void) { return t_precision; }
 
+/* ---- kernel profile ---- */
+static _Atomic bool g_prof_on;
+static _Atomic int64_t g_prof_calls[sizeof(g_ops) / sizeof(g_ops[0]) + TPU_PROFILE_FUSED_KINDS];
+static _Atomic int64_t g_prof_ns[sizeof(g_ops) / sizeof(g_ops[0]) + TPU_PROFILE_FUSED_KINDS];
+static const char* const g_fused_names[TPU_PROFILE_FUSED_KINDS] = {
+    "fused.elementwise", "fused.rows", "fused.matmul_epilogue"};
+static _Thread_local int t_prof_depth; /* counted runs open on this thread */
+
+void tpu_profile_enable(bool on) { atomic_store(&g_prof_on, on); }
+
+void tpu_profile_reset(void) {
+  for (int i = 0; i < g_nops + TPU_PROFILE_FUSED_KINDS; i++) {
+    atomic_store_explicit(&g_prof_calls[i], 0, memory_order_relaxed);
+    atomic_store_explicit(&g_prof_ns[i], 0, memory_order_relaxed);
+  }
+}
+
+bool tpu_profile_entry(int i, const char** out_name, int64_t* out_calls, int64_t* out_ns) {
+  if (i < 0 || i >= g_nops + TPU_PROFILE_FUSED_KINDS) return false;
+  *out_name = i < g_nops ? tpu_op_name(i) : g_fused_names[i - g_nops];
+  *out_calls = atomic_load_explicit(&g_prof_calls[i], memory_order_relaxed);
+  *out_ns = atomic_load_explicit(&g_prof_ns[i], memory_order_relaxed);
+  return true;
+}
+
+int64_t tpu_profile_begin(void) {
+  if (t_prof_depth++ || !atomic_load_explicit(&g_prof_on, memory_order_relaxed)) return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void tpu_profile_end(int entry, int64_t stamp) {
+  t_prof_depth--;
+  if (!stamp || entry < 0 || entry >= g_nops + TPU_PROFILE_FUSED_KINDS) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - stamp;
+  atomic_fetch_add_explicit(&g_prof_calls[entry], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&g_prof_ns[entry], ns, memory_order_relaxed);
+}
+
 tpu_status_t tpu_call_run(const tpu_call_t* call) {
   tpu_precision_t saved = t_precision;
   t_precision = call->precision;
+  int64_t stamp = tpu_profile_begin();
   tpu_status_t st = call->op->fn(call);
+  /* entries follow the sorted table: the op's index (ops built elsewhere, if
+   * any, are not counted) */
+  tpu_profile_end(call->op >= g_ops && call->op < g_ops + g_nops ? (int)(call->op - g_ops) : -1,
+                  stamp);
   t_precision = saved;
   return st;
 }

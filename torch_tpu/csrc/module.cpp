@@ -130,6 +130,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     for (const char* w; (w = tpu_cache_pop_warning());) out.append(py::str(w));
     return out;
   });
+  m.def("profile_enable", [](bool on) { tpu_profile_enable(on); });
+  m.def("profile_reset", [] { tpu_profile_reset(); });
+  m.def("profile_entries", [] {
+    py::dict out;
+    const char* name;
+    int64_t calls, ns;
+    for (int i = 0; tpu_profile_entry(i, &name, &calls, &ns); i++)
+      if (calls) out[py::str(name)] = py::make_tuple(calls, (double)ns * 1e-9);
+    return out;
+  });
   m.def("set_dump_dir", [](std::optional<std::string> dir) {
     check(tpu_trace_set_dump_dir(dir ? dir->c_str() : nullptr));
   });

@@ -104,6 +104,24 @@ const char* tpu_arg_str(const tpu_call_t* c, int i, const char* dflt);
 /* Runs a call on the calling thread (no stream). Used by streams and tests. */
 tpu_status_t tpu_call_run(const tpu_call_t* call);
 
+/* Kernel profile. While enabled, every call run by tpu_call_run and every
+ * fused group adds its wall time and one call to process-wide counters: one
+ * per op of the table, then TPU_PROFILE_FUSED_KINDS buckets for generated
+ * kernels ("fused.elementwise", "fused.rows", "fused.matmul_epilogue").
+ * Only the outermost run on a thread counts (a matmul inside its epilogue
+ * group is part of the group's time). Thread-safe; off by default. */
+enum { TPU_PROFILE_FUSED_KINDS = 3 };
+void tpu_profile_enable(bool on);
+void tpu_profile_reset(void);
+/* Entry i (0 <= i < tpu_op_count() + TPU_PROFILE_FUSED_KINDS): its name, its
+ * calls and nanoseconds so far. Returns false past the last entry. */
+bool tpu_profile_entry(int i, const char** out_name, int64_t* out_calls, int64_t* out_ns);
+/* Brackets for other runners (fused groups): begin returns a start stamp,
+ * or 0 when the profile is off or the thread is already inside a counted
+ * run; end(entry, stamp) records entry i and must follow every begin. */
+int64_t tpu_profile_begin(void);
+void tpu_profile_end(int entry, int64_t stamp);
+
 /* Float32 matmul precision of the call running on this thread
  * (TPU_PRECISION_HIGHEST outside tpu_call_run). */
 tpu_precision_t tpu_kernel_precision(void);

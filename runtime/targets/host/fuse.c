@@ -1607,9 +1607,29 @@ done:
   return st;
 }
 
+static tpu_status_t run_flat_group(const group_t* g);
+
+/* Runs one group, timed into its kind's profile entry. */
 static tpu_status_t run_group(const group_t* g) {
-  if (g->kind == G_ROWS) return run_row_group(g);
-  if (g->kind == G_MM) return run_mm_group(g);
+  int64_t stamp = tpu_profile_begin();
+  tpu_status_t st;
+  int kind;
+  if (g->kind == G_ROWS) {
+    st = run_row_group(g);
+    kind = 1;
+  } else if (g->kind == G_MM) {
+    st = run_mm_group(g);
+    kind = 2;
+  } else {
+    st = run_flat_group(g);
+    kind = 0;
+  }
+  tpu_profile_end(tpu_op_count() + kind, stamp);
+  return st;
+}
+
+/* An elementwise group over its whole element range. */
+static tpu_status_t run_flat_group(const group_t* g) {
   const float* in_s[64];
   float* out_s[64];
   const float** in = g->nbufs <= 64 ? in_s : malloc(sizeof(float*) * (size_t)g->nbufs);
