@@ -954,6 +954,7 @@ typedef struct job {
   struct job* next;
   char key[33];
   char* src;
+  int64_t due_ns; /* not started before this (CLOCK_MONOTONIC) */
 } job_t;
 static pthread_mutex_t g_job_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_job_cv = PTHREAD_COND_INITIALIZER;
@@ -961,16 +962,49 @@ static pthread_cond_t g_idle_cv = PTHREAD_COND_INITIALIZER;
 static job_t* g_jobs;
 static int g_busy;
 static bool g_thread_started;
+static int g_waiters; /* threads in tpu_fusion_wait_compiles: start jobs at once */
+
+/* A job starts this long after it was queued (TORCH_TPU_COMPILE_DELAY_MS):
+ * a process's first steps, which queue every compile, then run at full
+ * speed on every core, and the compiles follow at a low priority. */
+static int64_t compile_delay_ns(void) {
+  static _Atomic int64_t cached = -1;
+  int64_t v = atomic_load(&cached);
+  if (v < 0) {
+    const char* e = getenv("TORCH_TPU_COMPILE_DELAY_MS");
+    v = (e && *e ? strtoll(e, NULL, 10) : 1000) * 1000000;
+    if (v < 0) v = 0;
+    atomic_store(&cached, v);
+  }
+  return v;
+}
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static void* compiler_main(void* arg) {
   (void)arg;
-  /* lowest priority (inherited by the compiler processes): the step that
-   * triggered the compile keeps its cores */
-  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) != 0) { /* best effort */
+  /* low priority (inherited by the compiler processes): the steps keep most
+   * of their cores. Not the lowest: on a machine whose cores the steps keep
+   * busy (2 cores, a training loop) nice 19 starves the compiles for good. */
+  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0) { /* best effort */
   }
   pthread_mutex_lock(&g_job_mu);
   for (;;) {
     while (!g_jobs) pthread_cond_wait(&g_job_cv, &g_job_mu);
+    int64_t wait = g_jobs->due_ns - mono_ns();
+    if (wait > 0 && !g_waiters) { /* not due yet: sleep until it is (or a waiter comes) */
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      int64_t ns = until.tv_nsec + wait;
+      until.tv_sec += ns / 1000000000;
+      until.tv_nsec = ns % 1000000000;
+      pthread_cond_timedwait(&g_job_cv, &g_job_mu, &until);
+      continue;
+    }
     job_t* j = g_jobs;
     g_jobs = j->next;
     g_busy++;
@@ -999,6 +1033,7 @@ static void compile_later(const char* key, const char* src) {
     if (j && s) {
       memcpy(j->key, key, 33);
       j->src = s;
+      j->due_ns = mono_ns() + compile_delay_ns();
       job_t** tail = &g_jobs;
       while (*tail) tail = &(*tail)->next;
       *tail = j;
@@ -1020,7 +1055,10 @@ static void compile_later(const char* key, const char* src) {
 
 void tpu_fusion_wait_compiles(void) {
   pthread_mutex_lock(&g_job_mu);
+  g_waiters++;
+  pthread_cond_signal(&g_job_cv); /* a delayed job starts now */
   while (g_jobs || g_busy) pthread_cond_wait(&g_idle_cv, &g_job_mu);
+  g_waiters--;
   pthread_mutex_unlock(&g_job_mu);
 }
 
