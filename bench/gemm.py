@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/gemm.py [--shapes square,transformer,attention] [--repeats N]
 
-For each shape it prints GFLOP/s (2*B*M*N*K / best time of `repeats` calls) of torch.mm /
+For each shape it prints GFLOP/s (2*B*M*N*K / best time per call over `repeats` blocks of back-to-back calls) of torch.mm /
 torch.bmm on CPU float32 and on tpu at each precision level (the tpu clock stops after
 torch.tpu.synchronize()), the ratios tpu / CPU, and tpu / peak, where peak is this
 machine's float32 FMA peak measured in the same run by bench/fma_peak.c (a
@@ -86,20 +86,29 @@ def operands(b, m, k, n, ta, tb, device):
     return x.to(device), y.to(device)
 
 
-def best_times(variants, repeats):
-    """Best time of each variant (name -> (fn, sync)); the variants take turns, so that a
-    change in the machine's load touches them alike."""
+def best_times(variants, repeats, block_seconds=0.05):
+    """Best time per call of each variant (name -> (fn, sync)). A measurement is a block of
+    back-to-back calls lasting about block_seconds (the count is set in the warm-up round),
+    then a sync, as a training loop issues its products; a pause before each tpu block lets
+    the CPU library's spinning threads go idle. The variants take turns, so that a change
+    in the machine's load touches them alike."""
     best = {name: float("inf") for name in variants}
-    for rnd in range(repeats + 1):  # round 0 warms up
+    iters = {name: 1 for name in variants}
+    for rnd in range(repeats + 1):  # round 0 warms up and sets the block sizes
         for name, (fn, sync) in variants.items():
             if sync:
                 time.sleep(SETTLE_SECONDS)
+            n = iters[name]
             t = time.perf_counter()
-            fn()
+            for _ in range(n):
+                fn()
             if sync:
                 sync()
+            dt = (time.perf_counter() - t) / n
             if rnd:
-                best[name] = min(best[name], time.perf_counter() - t)
+                best[name] = min(best[name], dt)
+            else:
+                iters[name] = max(1, min(20, round(block_seconds / max(dt, 1e-6))))
     return best
 
 
