@@ -321,3 +321,71 @@ def test_convolution():
     c1 = nn.Conv1d(4, 6, 5, padding=2, dilation=1).eval()
     c1t = copy.deepcopy(c1).to("tpu")
     check(c1t, c1, torch.randn(3, 4, 10), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(kernel_size=2),
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    dict(kernel_size=(2, 3), stride=(1, 2), divisor_override=5),
+])
+def test_avg_pool2d(kw):
+    """avg_pool2d becomes a reduce_window sum divided by each window's count (explicit
+    padding counted only with count_include_pad, ceil mode's overhang never)."""
+    x = torch.randn(2, 3, 9, 9)
+    exported = check(lambda t: F.avg_pool2d(t, **kw), lambda t: F.avg_pool2d(t, **kw), x)
+    assert '"stablehlo.reduce_window"' in exported
+
+
+@pytest.mark.parametrize("kw", [
+    dict(kernel_size=2),
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=2, dilation=2),
+])
+def test_max_pool2d_values_and_indices(kw):
+    x = torch.randn(2, 3, 9, 9)
+    exported = check(lambda t: F.max_pool2d(t, return_indices=True, **kw),
+                     lambda t: F.max_pool2d(t, return_indices=True, **kw), x)
+    assert exported.count('"stablehlo.reduce_window"') == 1
+    # ties: the first element of the window in row-major order, as PyTorch picks it
+    xi = torch.randint(0, 3, (2, 3, 8, 8)).float()
+    check(lambda t: F.max_pool2d(t, return_indices=True, **kw),
+          lambda t: F.max_pool2d(t, return_indices=True, **kw), xi)
+
+
+def test_cnn_with_batch_norm_and_pooling_has_no_custom_calls():
+    tpu, cpu = module_pair(lambda: nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(8 * 3 * 3, 10)))
+    check(tpu, cpu, torch.randn(2, 3, 16, 16), rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_training_updates_running_stats():
+    """In training mode the module's running statistics (and its batch counter) are written:
+    they are results of the module, with the values PyTorch CPU leaves in them."""
+    torch.manual_seed(0)
+    bn = nn.BatchNorm2d(4, momentum=0.2)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    bt = copy.deepcopy(bn).to("tpu")
+    # exporting runs the module on tpu (updating bt's statistics): feed jax the values
+    # from before, as the module saw them
+    before = {t.data_ptr(): t.cpu().clone() for t in bt.buffers()}
+    x = torch.randn(3, 4, 5, 5)
+    exported = torch_tpu.export_stablehlo(bt, x.to("tpu"))
+    assert exported.custom_calls == []
+    params = [before.get(p.data_ptr(), p.cpu()) for p in exported.parameters]
+    results = run_on_jax_cpu(exported, params)
+    want = bn(x)  # updates bn's running stats
+    torch.testing.assert_close(bt.running_mean.cpu(), bn.running_mean)  # the eager run too
+    got = results[exported.outputs[0]]
+    np.testing.assert_allclose(got.reshape(want.shape), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    stats = [r for r in results if r.shape == (4,)]
+    assert len(stats) == 2
+    for ref in (bn.running_mean, bn.running_var):
+        assert any(np.allclose(r, ref.numpy(), rtol=1e-5, atol=1e-6) for r in stats), (stats, ref)
+    assert any(r.shape == () and int(r) == 1 for r in results)  # num_batches_tracked

@@ -329,6 +329,144 @@ static ref_t reduce_keep(em_t* e, ref_t a, int n, const int64_t* dims, const cha
   return reshape(e, r, a.nd, sz);
 }
 
+/* A block argument of a region (printed %argN with N past any function
+ * argument), scalar of dtype dt. */
+static ref_t block_arg(em_t* e, tpu_dtype_t dt) {
+  ref_t r = mkref(dt, 0, NULL);
+  r.id = -(1000000 + e->next++) - 1;
+  return r;
+}
+
+/* Window geometry of a pooling op over a's dims: sizes, strides, window
+ * dilations, low/high padding. */
+typedef struct {
+  int64_t win[TPU_MAX_DIMS], str[TPU_MAX_DIMS], dil[TPU_MAX_DIMS], lo[TPU_MAX_DIMS],
+      hi[TPU_MAX_DIMS];
+} window_t;
+
+static ref_t window_result(ref_t a, const window_t* w, tpu_dtype_t dt) {
+  ref_t r = mkref(dt, a.nd, NULL);
+  for (int d = 0; d < a.nd; d++) {
+    int64_t span = w->dil[d] * (w->win[d] - 1) + 1, len = a.sz[d] + w->lo[d] + w->hi[d];
+    r.sz[d] = len < span ? 0 : (len - span) / w->str[d] + 1;
+  }
+  return r;
+}
+
+static void print_window_attrs(FILE* f, int nd, const window_t* w) {
+  char b[600];
+  fprintf(f, "{window_dimensions = %s", i64arr(b, sizeof b, nd, w->win));
+  fprintf(f, ", window_strides = %s", i64arr(b, sizeof b, nd, w->str));
+  fprintf(f, ", window_dilations = %s, padding = dense<[", i64arr(b, sizeof b, nd, w->dil));
+  for (int d = 0; d < nd; d++)
+    fprintf(f, "%s[%" PRId64 ", %" PRId64 "]", d ? ", " : "", w->lo[d], w->hi[d]);
+  fprintf(f, "]> : tensor<%dx2xi64>}", nd);
+}
+
+/* stablehlo.reduce_window of n operands with their inits; `body` prints the
+ * region's ops from block arguments (n accumulators, then n new elements)
+ * and returns its n results. */
+typedef void (*window_body_t)(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out);
+
+static void reduce_window_n(em_t* e, int n, const ref_t* a, const ref_t* init, const window_t* w,
+                            window_body_t body, ref_t* res) {
+  FILE* f = e->f;
+  ref_t acc[2], x[2], out[2];
+  for (int i = 0; i < n; i++) {
+    acc[i] = block_arg(e, a[i].dt);
+    x[i] = block_arg(e, a[i].dt);
+  }
+  const int id = e->next++;
+  fprintf(f, "    %%%d:%d = \"stablehlo.reduce_window\"(", id, n);
+  for (int i = 0; i < 2 * n; i++) {
+    if (i) fputs(", ", f);
+    pname(f, i < n ? &a[i] : &init[i - n]);
+  }
+  fputs(") ({\n    ^bb0(", f);
+  for (int i = 0; i < 2 * n; i++) {
+    const ref_t* r = i < n ? &acc[i] : &x[i - n];
+    if (i) fputs(", ", f);
+    pname(f, r);
+    fputs(": ", f);
+    ptype(f, r);
+  }
+  fputs("):\n", f);
+  body(e, acc, x, out);
+  fputs("      \"stablehlo.return\"(", f);
+  for (int i = 0; i < n; i++) {
+    if (i) fputs(", ", f);
+    pname(f, &out[i]);
+  }
+  fputs(") : (", f);
+  for (int i = 0; i < n; i++) {
+    if (i) fputs(", ", f);
+    ptype(f, &out[i]);
+  }
+  fputs(") -> ()\n    }) ", f);
+  print_window_attrs(f, a[0].nd, w);
+  fputs(" : (", f);
+  for (int i = 0; i < 2 * n; i++) {
+    if (i) fputs(", ", f);
+    ptype(f, i < n ? &a[i] : &init[i - n]);
+  }
+  fputs(") -> (", f);
+  for (int i = 0; i < n; i++) {
+    res[i] = window_result(a[i], w, a[i].dt);
+    res[i].id = id;
+    res[i].sub = i;
+    if (i) fputs(", ", f);
+    ptype(f, &res[i]);
+  }
+  fputs(")\n", f);
+}
+
+static void sum_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
+  out[0] = binop(e, "stablehlo.add", acc[0], x[0]);
+}
+
+/* (value, index) pairs: the greater value wins, NaN above all (the larger
+ * index among NaNs), the smaller index among equal values; a total order, so
+ * the result does not depend on the reduction order. This is the element
+ * PyTorch's CPU max pooling picks. */
+static void argmax_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
+  ref_t a_nan = compare(e, "NE", acc[0], acc[0]), b_nan = compare(e, "NE", x[0], x[0]);
+  ref_t gt = compare(e, "GT", x[0], acc[0]), eq = compare(e, "EQ", x[0], acc[0]);
+  ref_t ilt = compare(e, "LT", x[1], acc[1]), igt = compare(e, "GT", x[1], acc[1]);
+  ref_t plain = binop(e, "stablehlo.or", gt, binop(e, "stablehlo.and", eq, ilt));
+  ref_t yes = cst(e, TPU_BOOL, 1);
+  ref_t take = select3(e, a_nan, binop(e, "stablehlo.and", b_nan, igt), select3(e, b_nan, yes, plain));
+  out[0] = select3(e, take, x[0], acc[0]);
+  out[1] = select3(e, take, x[1], acc[1]);
+}
+
+/* The pooling window of a [.., H, W]-like input from PyTorch's arguments:
+ * kernel (args[ik]), stride (args[is], empty = kernel), padding, dilation
+ * (ids < 0: none) over the last k dims, plus ceil mode's extra high padding
+ * so that the window count is the output's. */
+static void pool_window(const tpu_call_t* c, int k, int ik, int is, int ip, int idl,
+                        const tpu_tensor_t* out, window_t* w) {
+  const tpu_tensor_t* x = c->args[0].v.t;
+  for (int d = 0; d < x->ndim; d++) {
+    w->win[d] = w->str[d] = w->dil[d] = 1;
+    w->lo[d] = w->hi[d] = 0;
+  }
+  for (int j = 0; j < k; j++) {
+    int d = x->ndim - k + j;
+    const tpu_arg_t* ka = &c->args[ik];
+    w->win[d] = ka->v.ilist[ka->n == 1 ? 0 : j];
+    const tpu_arg_t* sa = &c->args[is];
+    w->str[d] = sa->n ? sa->v.ilist[sa->n == 1 ? 0 : j] : w->win[d];
+    if (ip >= 0 && c->args[ip].kind == TPU_ARG_INTLIST && c->args[ip].n)
+      w->lo[d] = w->hi[d] = c->args[ip].v.ilist[c->args[ip].n == 1 ? 0 : j];
+    if (idl >= 0 && c->args[idl].kind == TPU_ARG_INTLIST && c->args[idl].n)
+      w->dil[d] = c->args[idl].v.ilist[c->args[idl].n == 1 ? 0 : j];
+    /* ceil mode: pad high so that the last window the output has fits */
+    int64_t need = (out->sizes[d] - 1) * w->str[d] + w->dil[d] * (w->win[d] - 1) + 1;
+    int64_t have = x->sizes[d] + w->lo[d] + w->hi[d];
+    if (need > have) w->hi[d] += need - have;
+  }
+}
+
 static ref_t dot_general(em_t* e, ref_t a, ref_t b, int nbatch, int ca, int cb, ref_t res,
                          tpu_precision_t p) {
   const char* prec = a.dt != TPU_F32 || p == TPU_PRECISION_MEDIUM ? "DEFAULT"
@@ -1172,6 +1310,128 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     outs[2] = convert(e, reshape(e, rstd, c->outs[2].ndim, c->outs[2].sizes), c->outs[2].dtype);
     return true;
   }
+  if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
+    /* (self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override) */
+    window_t w;
+    pool_window(c, 2, 1, 2, 3, -1, o, &w);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct), zero = cst(e, ct, 0), sum;
+    reduce_window_n(e, 1, &x, &zero, &w, sum_body, &sum);
+    ref_t y;
+    if (c->nargs > 6 && is_number(n, 6)) {
+      y = scalar_op(e, "stablehlo.divide", sum, tpu_arg_f64(c, 6, 1));
+    } else {
+      /* divisor per window: its cells inside the input, plus the explicit
+       * padding with count_include_pad (never ceil mode's overhang): a window
+       * sum over ones padded with ones, then with zeros */
+      const int nd = x.nd;
+      const bool incl = tpu_arg_bool(c, 5, true);
+      ref_t ones = cst_like(e, ct, 1, 2, x.sz + nd - 2);
+      window_t w2 = w;
+      int64_t lo[2], hi[2], in[2] = {0, 0};
+      for (int j = 0; j < 2; j++) {
+        int d = nd - 2 + j;
+        int64_t pad = c->args[3].n ? c->args[3].v.ilist[c->args[3].n == 1 ? 0 : j] : 0;
+        lo[j] = hi[j] = incl ? pad : 0;
+        w2.win[j] = w.win[d];
+        w2.str[j] = w.str[d];
+        w2.dil[j] = 1;
+        w2.lo[j] = w.lo[d] - lo[j];
+        w2.hi[j] = w.hi[d] - hi[j];
+      }
+      if (incl) {
+        ref_t pin[2] = {ones, cst(e, ct, 1)};
+        char bl[200], bh[200], bi[200];
+        ref_t padded = mkref(ct, 2, NULL);
+        for (int j = 0; j < 2; j++) padded.sz[j] = ones.sz[j] + lo[j] + hi[j];
+        ones = emit(e, "stablehlo.pad", 2, pin, padded,
+                    "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s",
+                    i64arr(bl, sizeof bl, 2, lo), i64arr(bh, sizeof bh, 2, hi),
+                    i64arr(bi, sizeof bi, 2, in));
+      }
+      ref_t cnt, z2 = cst(e, ct, 0);
+      reduce_window_n(e, 1, &ones, &z2, &w2, sum_body, &cnt);
+      y = binop(e, "stablehlo.divide", sum, bcast(e, cnt, sum.nd, sum.sz));
+    }
+    outs[0] = convert(e, y, odt);
+    return true;
+  }
+  if (!strcmp(base, "max_pool2d_with_indices") && c->nouts == 2 &&
+      (tpu_dtype_is_float(odt) || odt == TPU_I64 || odt == TPU_I32)) {
+    /* (self, kernel, stride, padding, dilation, ceil_mode) -> (out, flat index in H*W) */
+    window_t w;
+    pool_window(c, 2, 1, 2, 3, 4, o, &w);
+    ref_t x = arg(n, 0);
+    const int nd = x.nd;
+    ref_t row = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", nd - 2);
+    ref_t col = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", nd - 1);
+    ref_t idx = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", row, (double)x.sz[nd - 1]), col);
+    ref_t a[2] = {x, idx};
+    ref_t init[2] = {cst(e, x.dt, tpu_dtype_is_float(x.dt) ? -INFINITY : (double)INT64_MIN),
+                     cst(e, TPU_I64, (double)INT64_MAX)};
+    ref_t r[2];
+    reduce_window_n(e, 2, a, init, &w, argmax_body, r);
+    outs[0] = r[0];
+    outs[1] = convert(e, r[1], c->outs[1].dtype);
+    return true;
+  }
+  if (!strcmp(base, "native_batch_norm") && c->nouts == 3 && tpu_dtype_is_float(odt)) {
+    /* (input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
+     * -> (out, save_mean, save_invstd); training updates the running stats */
+    const bool training = tpu_arg_bool(c, 5, false);
+    const double momentum = tpu_arg_f64(c, 6, 0.1), eps = tpu_arg_f64(c, 7, 1e-5);
+    const bool has_rs = is_tensor(n, 3) && is_tensor(n, 4);
+    if (!training && !has_rs) return false;
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct);
+    const int nd = x.nd;
+    int64_t dims[TPU_MAX_DIMS], nred = 0, cnt = 1, csz[1] = {nd > 1 ? x.sz[1] : 1};
+    for (int d = 0; d < nd; d++)
+      if (d != 1) {
+        dims[nred++] = d;
+        cnt *= x.sz[d];
+      }
+    int64_t chan_dim[1] = {1};
+    ref_t mean, var; /* [C] */
+    if (training) {
+      mean = scalar_op(e, "stablehlo.divide", reduce(e, x, (int)nred, dims, "stablehlo.add", 0), (double)cnt);
+      ref_t xc = binop(e, "stablehlo.subtract", x, bcast_dims(e, mean, nd, x.sz, chan_dim));
+      var = scalar_op(e, "stablehlo.divide",
+                      reduce(e, binop(e, "stablehlo.multiply", xc, xc), (int)nred, dims, "stablehlo.add", 0),
+                      (double)cnt);
+    } else {
+      mean = reshape(e, convert(e, arg(n, 3), ct), 1, csz);
+      var = reshape(e, convert(e, arg(n, 4), ct), 1, csz);
+    }
+    ref_t invstd = unop(e, "stablehlo.rsqrt", scalar_op(e, "stablehlo.add", var, eps));
+    ref_t y = binop(e, "stablehlo.multiply",
+                    binop(e, "stablehlo.subtract", x, bcast_dims(e, mean, nd, x.sz, chan_dim)),
+                    bcast_dims(e, invstd, nd, x.sz, chan_dim));
+    if (is_tensor(n, 1))
+      y = binop(e, "stablehlo.multiply", y,
+                bcast_dims(e, reshape(e, convert(e, arg(n, 1), ct), 1, csz), nd, x.sz, chan_dim));
+    if (is_tensor(n, 2))
+      y = binop(e, "stablehlo.add", y,
+                bcast_dims(e, reshape(e, convert(e, arg(n, 2), ct), 1, csz), nd, x.sz, chan_dim));
+    outs[0] = convert(e, y, odt);
+    for (int k = 1; k < 3; k++) { /* eval mode returns empty statistics, like CPU */
+      const tpu_tensor_t* t = &c->outs[k];
+      ref_t v = training ? (k == 1 ? mean : invstd) : cst_like(e, t->dtype, 0, t->ndim, t->sizes);
+      outs[k] = tpu_tensor_numel(t) == csz[0] ? reshape(e, convert(e, v, t->dtype), t->ndim, t->sizes)
+                                               : cst_like(e, t->dtype, 0, t->ndim, t->sizes);
+    }
+    if (training && has_rs) { /* running = (1 - m) * running + m * batch (variance unbiased) */
+      for (int k = 3; k <= 4; k++) {
+        const tpu_tensor_t* rt = c->args[k].v.t;
+        ref_t cur = reshape(e, convert(e, arg(n, k), ct), 1, csz);
+        ref_t b = k == 3 ? mean : scalar_op(e, "stablehlo.multiply", var, cnt > 1 ? (double)cnt / (double)(cnt - 1) : 1.0);
+        ref_t upd = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", cur, 1.0 - momentum),
+                          scalar_op(e, "stablehlo.multiply", b, momentum));
+        write_tensor(e, rt, reshape(e, convert(e, upd, rt->dtype), rt->ndim, rt->sizes), true);
+      }
+    }
+    return true;
+  }
   if (!strcmp(base, "gelu_backward") && tpu_dtype_is_float(odt)) { /* (grad, self, approximate) */
     tpu_dtype_t ct = acc_type(odt);
     ref_t g = gelu_grad(e, arg_out(n, 1, ct), tpu_arg_str(c, 2, "none"));
@@ -1549,6 +1809,12 @@ static void print_attr_value(FILE* f, const val_t* v) {
   fputc('}', f);
 }
 
+/* A result of the function: the last value written to memory visible after
+ * the graph (a zero-element value carries nothing and has no address). */
+static bool is_result(const val_t* v) {
+  return v->written && v->visible && !v->superseded && !v->alias && numel(&v->r) > 0;
+}
+
 void tpu_graph_print(const tpu_graph_t* g, FILE* f) {
   em_t e = {0};
   char* body = NULL;
@@ -1563,13 +1829,13 @@ void tpu_graph_print(const tpu_graph_t* g, FILE* f) {
   int nres = 0;
   for (int i = 0; i < e.nv; i++) {
     const val_t* v = &e.v[i];
-    if (v->written && v->visible && !v->superseded && !v->alias) nres++;
+    if (is_result(v)) nres++;
   }
   fputs("    \"func.return\"(", e.f);
   int k = 0;
   for (int i = 0; i < e.nv; i++) {
     const val_t* v = &e.v[i];
-    if (!(v->written && v->visible && !v->superseded && !v->alias)) continue;
+    if (!is_result(v)) continue;
     if (k++) fputs(", ", e.f);
     pname(e.f, &v->r);
   }
@@ -1577,7 +1843,7 @@ void tpu_graph_print(const tpu_graph_t* g, FILE* f) {
   k = 0;
   for (int i = 0; i < e.nv; i++) {
     const val_t* v = &e.v[i];
-    if (!(v->written && v->visible && !v->superseded && !v->alias)) continue;
+    if (!is_result(v)) continue;
     if (k++) fputs(", ", e.f);
     ptype(e.f, &v->r);
   }
@@ -1604,7 +1870,7 @@ void tpu_graph_print(const tpu_graph_t* g, FILE* f) {
   k = 0;
   for (int i = 0; i < e.nv; i++) {
     const val_t* v = &e.v[i];
-    if (!(v->written && v->visible && !v->superseded && !v->alias)) continue;
+    if (!is_result(v)) continue;
     if (k++) fputs(", ", f);
     ptype(f, &v->r);
     fputc(' ', f);
