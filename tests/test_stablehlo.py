@@ -181,12 +181,12 @@ def test_unmapped_op_is_a_reported_custom_call():
     x = torch.randn(4, 3, device="tpu")
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        exported = torch_tpu.export_stablehlo(lambda t: torch.cumsum(t, 0) * 2, x)
-    assert exported.custom_calls == ["aten.cumsum"]
-    assert any("aten.cumsum" in str(m.message) and "custom_call" in str(m.message) for m in w)
+        exported = torch_tpu.export_stablehlo(lambda t: torch.roll(t, 1, 0) * 2, x)
+    assert exported.custom_calls == ["aten.roll"]
+    assert any("aten.roll" in str(m.message) and "custom_call" in str(m.message) for m in w)
     module = parse(exported)  # still valid: the custom call has its operand and result types
     text = str(module)
-    assert re.search(r"stablehlo.custom_call @aten.cumsum\(%arg0\).*"
+    assert re.search(r"stablehlo.custom_call @aten.roll\(%arg0\).*"
                      r"\(tensor<4x3xf32>\) -> tensor<4x3xf32>", text), text
     assert "tpu.custom_calls" in text
 
@@ -389,3 +389,55 @@ def test_batch_norm_training_updates_running_stats():
     for ref in (bn.running_mean, bn.running_var):
         assert any(np.allclose(r, ref.numpy(), rtol=1e-5, atol=1e-6) for r in stats), (stats, ref)
     assert any(r.shape == () and int(r) == 1 for r in results)  # num_batches_tracked
+
+
+def _mapped_cases():
+    torch.manual_seed(0)
+    x = torch.randn(4, 6)
+    x[0, 1] = x[0, 4] = 3.0  # a tie for argmax / max.dim: the first index wins
+    xn = x.clone()
+    xn[1, 2] = xn[1, 5] = float("nan")  # NaN wins, the first one
+    xi = torch.randint(-3, 4, (4, 6))
+    return {
+        "leaky_relu": (lambda t: F.leaky_relu(t, 0.2), x), "elu": (lambda t: F.elu(t, 0.7), x),
+        "selu": (F.selu, x), "celu": (lambda t: F.celu(t, 1.3), x),
+        "hardswish": (F.hardswish, x), "hardsigmoid": (F.hardsigmoid, x),
+        "hardtanh": (lambda t: F.hardtanh(t, -0.5, 0.7), x), "relu6": (F.relu6, x),
+        "softplus": (lambda t: F.softplus(t, 2, 1), x), "mish": (F.mish, x),
+        "isneginf": (lambda t: torch.isneginf(t.log()), x),
+        "isposinf": (lambda t: torch.isposinf(1 / (t * 0)), x),
+        "isinf": (lambda t: torch.isinf(t.log()), x),
+        "remainder": (lambda t: torch.remainder(t * 3, 2), x),
+        "remainder_tensor": (lambda t: torch.remainder(t * 3, t.abs() + 0.5), x),
+        "flip": (lambda t: t.flip(0, 1), x),
+        "var": (lambda t: t.var(1), x), "std": (lambda t: t.std(), x),
+        "var_mean": (lambda t: torch.var_mean(t, 0, correction=0, keepdim=True), x),
+        "std_mean": (lambda t: torch.std_mean(t, (0, 1)), x),
+        "logsumexp": (lambda t: t.logsumexp(1), x),
+        "logsumexp_inf": (lambda t: torch.cat([t, t.log()]).logsumexp(1), x),
+        "norm2": (lambda t: t.norm(dim=1), x),
+        "norm1": (lambda t: torch.linalg.vector_norm(t, 1), x),
+        "norm3": (lambda t: torch.linalg.vector_norm(t, 3, dim=0, keepdim=True), x),
+        "norm_inf": (lambda t: torch.linalg.vector_norm(t, float("inf"), dim=1), x),
+        "any": (lambda t: (t > 1).any(1), x), "all": (lambda t: (t > -3).all(), x),
+        "any_int": (lambda t: t.any(), xi),
+        "argmax": (lambda t: t.argmax(1), x), "argmin": (lambda t: t.argmin(), x),
+        "max_dim": (lambda t: t.max(1), x), "min_dim": (lambda t: t.min(0, keepdim=True), x),
+        "argmax_nan": (lambda t: t.argmax(1), xn), "max_dim_nan": (lambda t: t.max(1), xn),
+        "argmax_int": (lambda t: t.argmax(1), xi),
+        "cumsum": (lambda t: t.cumsum(1), x), "cumprod": (lambda t: t.cumprod(0), x),
+        "cumsum_int": (lambda t: t.cumsum(0), xi),
+        "mse_mean": (lambda t: F.mse_loss(t, t * 0.5 + 1), x),
+        "mse_sum": (lambda t: F.mse_loss(t, t * 2, reduction="sum"), x),
+        "mse_none": (lambda t: F.mse_loss(t, t.flip(0), reduction="none"), x),
+    }
+
+
+@pytest.mark.parametrize("name", list(_mapped_cases()))
+def test_more_mapped_ops(name):
+    """Activations, remainder, flip, variance/std, logsumexp, vector norms, any/all,
+    argmax/argmin and max/min over a dim (ties and NaN: the first index, as PyTorch),
+    cumulative sums/products (a reduce_window over everything before), mse loss: pure
+    StableHLO with PyTorch CPU's values."""
+    fn, x = _mapped_cases()[name]
+    check(fn, fn, x)

@@ -439,6 +439,88 @@ static void argmax_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
   out[1] = select3(e, take, x[1], acc[1]);
 }
 
+/* (value, index) pairs for argmax / argmin / max.dim / min.dim: the greater
+ * (smaller) value wins, NaN above all, the smaller index among equals and
+ * among NaNs (PyTorch's first occurrence); a total order again. */
+static void arg_extreme_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out, bool mx) {
+  ref_t a_nan = compare(e, "NE", acc[0], acc[0]), b_nan = compare(e, "NE", x[0], x[0]);
+  ref_t better = compare(e, mx ? "GT" : "LT", x[0], acc[0]), eq = compare(e, "EQ", x[0], acc[0]);
+  ref_t ilt = compare(e, "LT", x[1], acc[1]);
+  ref_t plain = binop(e, "stablehlo.or", better, binop(e, "stablehlo.and", eq, ilt));
+  ref_t yes = cst(e, TPU_BOOL, 1);
+  ref_t take = select3(e, a_nan, binop(e, "stablehlo.and", b_nan, ilt), select3(e, b_nan, yes, plain));
+  out[0] = select3(e, take, x[0], acc[0]);
+  out[1] = select3(e, take, x[1], acc[1]);
+}
+static void argmax_first_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
+  arg_extreme_body(e, acc, x, out, true);
+}
+static void argmin_first_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
+  arg_extreme_body(e, acc, x, out, false);
+}
+
+/* stablehlo.reduce of two operands (values and indices) over dims. */
+static void reduce_pair(em_t* e, const ref_t* a, const ref_t* init, int nr, const int64_t* dims,
+                        window_body_t body, ref_t* res) {
+  FILE* f = e->f;
+  ref_t acc[2], x[2], out[2];
+  for (int i = 0; i < 2; i++) {
+    acc[i] = block_arg(e, a[i].dt);
+    x[i] = block_arg(e, a[i].dt);
+  }
+  const int id = e->next++;
+  fprintf(f, "    %%%d:2 = \"stablehlo.reduce\"(", id);
+  pname(f, &a[0]);
+  fputs(", ", f);
+  pname(f, &a[1]);
+  fputs(", ", f);
+  pname(f, &init[0]);
+  fputs(", ", f);
+  pname(f, &init[1]);
+  fputs(") ({\n    ^bb0(", f);
+  const ref_t* bargs[4] = {&acc[0], &acc[1], &x[0], &x[1]};
+  for (int i = 0; i < 4; i++) {
+    if (i) fputs(", ", f);
+    pname(f, bargs[i]);
+    fputs(": ", f);
+    ptype(f, bargs[i]);
+  }
+  fputs("):\n", f);
+  body(e, acc, x, out);
+  fputs("      \"stablehlo.return\"(", f);
+  pname(f, &out[0]);
+  fputs(", ", f);
+  pname(f, &out[1]);
+  fputs(") : (", f);
+  ptype(f, &out[0]);
+  fputs(", ", f);
+  ptype(f, &out[1]);
+  char b[600];
+  fprintf(f, ") -> ()\n    }) {dimensions = %s} : (", i64arr(b, sizeof b, nr, dims));
+  for (int i = 0; i < 4; i++) {
+    if (i) fputs(", ", f);
+    ptype(f, i < 2 ? &a[i] : &init[i - 2]);
+  }
+  fputs(") -> (", f);
+  for (int i = 0; i < 2; i++) {
+    res[i] = mkref(a[i].dt, 0, NULL);
+    for (int d = 0; d < a[i].nd; d++) {
+      bool red = false;
+      for (int k = 0; k < nr; k++) red |= dims[k] == d;
+      if (!red) res[i].sz[res[i].nd++] = a[i].sz[d];
+    }
+    res[i].id = id;
+    res[i].sub = i;
+    if (i) fputs(", ", f);
+    ptype(f, &res[i]);
+  }
+  fputs(")\n", f);
+}
+
+static void prod_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
+  out[0] = binop(e, "stablehlo.multiply", acc[0], x[0]);
+}
+
 /* The pooling window of a [.., H, W]-like input from PyTorch's arguments:
  * kernel (args[ik]), stride (args[is], empty = kernel), padding, dilation
  * (ids < 0: none) over the last k dims, plus ceil mode's extra high padding
@@ -1308,6 +1390,209 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     outs[0] = convert(e, y, odt);
     outs[1] = convert(e, reshape(e, mean, c->outs[1].ndim, c->outs[1].sizes), c->outs[1].dtype);
     outs[2] = convert(e, reshape(e, rstd, c->outs[2].ndim, c->outs[2].sizes), c->outs[2].dtype);
+    return true;
+  }
+  /* ---- activations ---- */
+  if (tpu_dtype_is_float(odt) && is_tensor(n, 0) &&
+      (!strcmp(base, "leaky_relu") || !strcmp(base, "elu") || !strcmp(base, "hardswish") ||
+       !strcmp(base, "softplus") || !strcmp(base, "mish") || !strcmp(base, "hardsigmoid") ||
+       !strcmp(base, "hardtanh") || !strcmp(base, "relu6"))) {
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = arg_out(n, 0, ct), zero = cst_like(e, ct, 0, x.nd, x.sz), y;
+    ref_t pos = compare(e, "GT", x, zero);
+    if (!strcmp(base, "leaky_relu")) {
+      y = select3(e, pos, x, scalar_op(e, "stablehlo.multiply", x, tpu_arg_f64(c, 1, 0.01)));
+    } else if (!strcmp(base, "elu")) { /* (self, alpha, scale, input_scale) */
+      double alpha = tpu_arg_f64(c, 1, 1), scale = tpu_arg_f64(c, 2, 1), in_scale = tpu_arg_f64(c, 3, 1);
+      ref_t neg = scalar_op(e, "stablehlo.multiply",
+                            unop(e, "stablehlo.exponential_minus_one", scalar_op(e, "stablehlo.multiply", x, in_scale)),
+                            alpha * scale);
+      y = select3(e, pos, scalar_op(e, "stablehlo.multiply", x, scale), neg);
+    } else if (!strcmp(base, "hardswish") || !strcmp(base, "hardsigmoid")) {
+      ref_t in3[3] = {zero, scalar_op(e, "stablehlo.add", x, 3), cst_like(e, ct, 6, x.nd, x.sz)};
+      ref_t r6 = emit(e, "stablehlo.clamp", 3, in3, x, NULL);
+      ref_t hs = scalar_op(e, "stablehlo.divide", r6, 6);
+      y = !strcmp(base, "hardswish") ? binop(e, "stablehlo.multiply", x, hs) : hs;
+    } else if (!strcmp(base, "hardtanh") || !strcmp(base, "relu6")) {
+      double lo = base[0] == 'r' ? 0 : tpu_arg_f64(c, 1, -1), hi = base[0] == 'r' ? 6 : tpu_arg_f64(c, 2, 1);
+      ref_t in3[3] = {cst_like(e, ct, lo, x.nd, x.sz), x, cst_like(e, ct, hi, x.nd, x.sz)};
+      y = emit(e, "stablehlo.clamp", 3, in3, x, NULL);
+    } else { /* softplus (self, beta, threshold) and mish = x * tanh(softplus(x)) */
+      double beta = base[0] == 's' ? tpu_arg_f64(c, 1, 1) : 1, thr = base[0] == 's' ? tpu_arg_f64(c, 2, 20) : 20;
+      ref_t bx = scalar_op(e, "stablehlo.multiply", x, beta);
+      ref_t sp = scalar_op(e, "stablehlo.divide", unop(e, "stablehlo.log_plus_one", unop(e, "stablehlo.exponential", bx)), beta);
+      sp = select3(e, compare(e, "GT", bx, cst_like(e, ct, thr, x.nd, x.sz)), x, sp);
+      y = base[0] == 's' ? sp : binop(e, "stablehlo.multiply", x, unop(e, "stablehlo.tanh", sp));
+    }
+    outs[0] = convert(e, y, odt);
+    return true;
+  }
+  if ((!strcmp(base, "isneginf") || !strcmp(base, "isposinf") || !strcmp(base, "isinf")) && is_tensor(n, 0)) {
+    const tpu_tensor_t* x = c->args[0].v.t;
+    if (!tpu_dtype_is_float(x->dtype)) {
+      outs[0] = cst_like(e, TPU_BOOL, 0, o->ndim, o->sizes);
+      return true;
+    }
+    ref_t a = arg(n, 0);
+    ref_t v = base[2] == 'i' ? unop(e, "stablehlo.abs", a) : a;
+    outs[0] = compare(e, "EQ", v, cst_like(e, a.dt, base[2] == 'n' ? -INFINITY : INFINITY, a.nd, a.sz));
+    return true;
+  }
+  if (!strcmp(base, "remainder") && tpu_dtype_is_float(odt)) { /* a - floor(a / b) * b */
+    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
+    ref_t q = unop(e, "stablehlo.floor", binop(e, "stablehlo.divide", a, b));
+    outs[0] = binop(e, "stablehlo.subtract", a, binop(e, "stablehlo.multiply", q, b));
+    return true;
+  }
+  if (!strcmp(base, "flip") && is_tensor(n, 0)) {
+    const tpu_tensor_t* x = c->args[0].v.t;
+    int64_t dims[TPU_MAX_DIMS];
+    int nr = red_dims(n, 1, x->ndim, dims);
+    char b[600];
+    ref_t a = arg(n, 0);
+    outs[0] = nr ? emit(e, "stablehlo.reverse", 1, &a, a, "dimensions = %s", i64arr(b, sizeof b, nr, dims)) : a;
+    return true;
+  }
+  /* ---- reductions ---- */
+  if ((!strcmp(base, "var") || !strcmp(base, "std") || !strcmp(base, "var_mean") || !strcmp(base, "std_mean")) &&
+      tpu_dtype_is_float(odt) && !strcmp(ovl, "correction")) {
+    /* (self, dim?, correction?, keepdim) -> var or std (, mean) */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    int64_t dims[TPU_MAX_DIMS], cnt = 1;
+    int nr = red_dims(n, 1, x->ndim, dims);
+    for (int k = 0; k < nr; k++) cnt *= x->sizes[dims[k]];
+    const double corr = tpu_arg_is_none(c, 2) ? 1.0 : tpu_arg_f64(c, 2, 1.0);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, 0), ct);
+    ref_t mean = scalar_op(e, "stablehlo.divide", reduce_keep(e, a, nr, dims, "stablehlo.add", 0), (double)cnt);
+    ref_t xc = binop(e, "stablehlo.subtract", a, bcast(e, mean, a.nd, a.sz));
+    ref_t ss = reduce(e, binop(e, "stablehlo.multiply", xc, xc), nr, dims, "stablehlo.add", 0);
+    double div = (double)cnt - corr;
+    ref_t v = scalar_op(e, "stablehlo.divide", ss, div > 0 ? div : 0.0);
+    if (!strncmp(base, "std", 3)) v = unop(e, "stablehlo.sqrt", v);
+    outs[0] = reshape(e, convert(e, v, odt), o->ndim, o->sizes);
+    if (c->nouts > 1)
+      outs[1] = reshape(e, convert(e, mean, c->outs[1].dtype), c->outs[1].ndim, c->outs[1].sizes);
+    return true;
+  }
+  if (!strcmp(base, "logsumexp") && tpu_dtype_is_float(odt)) { /* (self, dim, keepdim) */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    int64_t dims[TPU_MAX_DIMS];
+    int nr = red_dims(n, 1, x->ndim, dims);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, 0), ct);
+    ref_t m = reduce_keep(e, a, nr, dims, "stablehlo.maximum", -INFINITY);
+    /* an infinite max shifts by 0 (keeps inf and -inf rows exact) */
+    ref_t finite = compare(e, "LT", unop(e, "stablehlo.abs", m), cst_like(e, ct, INFINITY, m.nd, m.sz));
+    m = select3(e, finite, m, cst_like(e, ct, 0, m.nd, m.sz));
+    ref_t sh = unop(e, "stablehlo.exponential", binop(e, "stablehlo.subtract", a, bcast(e, m, a.nd, a.sz)));
+    ref_t r = binop(e, "stablehlo.add", unop(e, "stablehlo.log", reduce_keep(e, sh, nr, dims, "stablehlo.add", 0)), m);
+    outs[0] = reshape(e, convert(e, r, odt), o->ndim, o->sizes);
+    return true;
+  }
+  if (!strcmp(base, "linalg_vector_norm") && tpu_dtype_is_float(odt)) {
+    /* (self, ord, dim?, keepdim, dtype?) */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    int64_t dims[TPU_MAX_DIMS];
+    int nr = red_dims(n, 2, x->ndim, dims);
+    const double p = tpu_arg_f64(c, 1, 2);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t a = unop(e, "stablehlo.abs", convert(e, arg(n, 0), ct)), r;
+    if (isinf(p)) {
+      r = reduce(e, a, nr, dims, p > 0 ? "stablehlo.maximum" : "stablehlo.minimum", p > 0 ? 0 : INFINITY);
+    } else if (p == 0) {
+      r = reduce(e, convert(e, compare(e, "NE", a, cst_like(e, ct, 0, a.nd, a.sz)), ct), nr, dims, "stablehlo.add", 0);
+    } else if (p == 1) {
+      r = reduce(e, a, nr, dims, "stablehlo.add", 0);
+    } else if (p == 2) {
+      r = unop(e, "stablehlo.sqrt", reduce(e, binop(e, "stablehlo.multiply", a, a), nr, dims, "stablehlo.add", 0));
+    } else {
+      ref_t s2 = reduce(e, binop(e, "stablehlo.power", a, cst_like(e, ct, p, a.nd, a.sz)), nr, dims, "stablehlo.add", 0);
+      r = binop(e, "stablehlo.power", s2, cst_like(e, ct, 1.0 / p, s2.nd, s2.sz));
+    }
+    outs[0] = reshape(e, convert(e, r, odt), o->ndim, o->sizes);
+    return true;
+  }
+  if ((!strcmp(base, "any") || !strcmp(base, "all")) && is_tensor(n, 0) && c->nouts == 1) {
+    const tpu_tensor_t* x = c->args[0].v.t;
+    int64_t dims[TPU_MAX_DIMS];
+    int nr = red_dims(n, c->nargs > 1 && (c->args[1].kind == TPU_ARG_INT || c->args[1].kind == TPU_ARG_INTLIST) ? 1 : -1,
+                      x->ndim, dims);
+    ref_t a = arg(n, 0);
+    ref_t nz = a.dt == TPU_BOOL ? a : compare(e, "NE", a, cst_like(e, a.dt, 0, a.nd, a.sz));
+    ref_t r = reduce(e, nz, nr, dims, base[1] == 'n' ? "stablehlo.or" : "stablehlo.and", base[1] == 'n' ? 0 : 1);
+    outs[0] = reshape(e, convert(e, r, odt), o->ndim, o->sizes);
+    return true;
+  }
+  if ((!strcmp(base, "argmax") || !strcmp(base, "argmin") ||
+       ((!strcmp(base, "max") || !strcmp(base, "min")) && c->nouts == 2)) && is_tensor(n, 0)) {
+    /* argmax(self, dim?, keepdim) / max.dim(self, dim, keepdim) -> (values, indices) */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    const bool mx = !strcmp(base, "argmax") || !strcmp(base, "max");
+    const bool has_dim = c->nargs > 1 && c->args[1].kind == TPU_ARG_INT;
+    ref_t a = arg(n, 0);
+    if (!has_dim) { /* over the flattened tensor */
+      int64_t flat[1] = {numel(&a)};
+      a = reshape(e, a, 1, flat);
+    }
+    const int dim = has_dim ? norm_dim(c->args[1].v.i, x->ndim) : 0;
+    int64_t dims[1] = {dim};
+    if (a.nd == 0) {
+      int64_t one[1] = {1};
+      a = reshape(e, a, 1, one);
+      dims[0] = 0;
+    }
+    ref_t idx = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, a.nd, a.sz), "iota_dimension = %d : i64", (int)dims[0]);
+    double init_v = tpu_dtype_is_float(a.dt) ? (mx ? -INFINITY : INFINITY)
+                    : a.dt == TPU_BOOL ? (mx ? 0 : 1) : (mx ? -9223372036854775807.0 - 1 : 9223372036854775807.0);
+    if (!tpu_dtype_is_float(a.dt) && a.dt != TPU_BOOL && a.dt != TPU_I64) return false;
+    ref_t in[2] = {a, idx}, init[2] = {cst(e, a.dt, init_v), cst(e, TPU_I64, (double)INT64_MAX)};
+    ref_t r[2];
+    reduce_pair(e, in, init, 1, dims, mx ? argmax_first_body : argmin_first_body, r);
+    if (c->nouts == 2) {
+      outs[0] = reshape(e, convert(e, r[0], odt), o->ndim, o->sizes);
+      outs[1] = reshape(e, convert(e, r[1], c->outs[1].dtype), c->outs[1].ndim, c->outs[1].sizes);
+    } else {
+      outs[0] = reshape(e, convert(e, r[1], odt), o->ndim, o->sizes);
+    }
+    return true;
+  }
+  if ((!strcmp(base, "cumsum") || !strcmp(base, "cumprod")) && is_tensor(n, 0)) {
+    /* (self, dim, dtype?): a window over everything before along dim */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    tpu_dtype_t ct = tpu_dtype_is_float(odt) ? acc_type(odt) : odt;
+    ref_t a = convert(e, arg(n, 0), ct);
+    if (a.nd == 0) {
+      outs[0] = convert(e, a, odt);
+      return true;
+    }
+    const int dim = norm_dim(tpu_arg_i64(c, 1, 0), x->ndim);
+    window_t w;
+    for (int d = 0; d < a.nd; d++) {
+      w.win[d] = w.str[d] = w.dil[d] = 1;
+      w.lo[d] = w.hi[d] = 0;
+    }
+    w.win[dim] = a.sz[dim];
+    w.lo[dim] = a.sz[dim] - 1;
+    const bool sum = base[3] == 's';
+    ref_t init = cst(e, ct, sum ? 0 : 1), r;
+    reduce_window_n(e, 1, &a, &init, &w, sum ? sum_body : prod_body, &r);
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  if (!strcmp(base, "mse_loss") && tpu_dtype_is_float(odt)) { /* (self, target, reduction) */
+    tpu_dtype_t ct = acc_type(odt);
+    const tpu_tensor_t* x = c->args[0].v.t;
+    ref_t a = convert(e, arg(n, 0), ct), t = bcast(e, convert(e, arg(n, 1), ct), a.nd, a.sz);
+    ref_t d = binop(e, "stablehlo.subtract", a, t), sq = binop(e, "stablehlo.multiply", d, d);
+    const int64_t red = tpu_arg_i64(c, 2, 1);
+    if (red != 0) {
+      int64_t dims[TPU_MAX_DIMS];
+      int nr = red_dims(n, -1, x->ndim, dims);
+      sq = reduce(e, sq, nr, dims, "stablehlo.add", 0);
+      if (red == 1) sq = scalar_op(e, "stablehlo.divide", sq, (double)tpu_tensor_numel(x));
+    }
+    outs[0] = reshape(e, convert(e, sq, odt), o->ndim, o->sizes);
     return true;
   }
   if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
