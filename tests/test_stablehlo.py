@@ -441,3 +441,32 @@ def test_more_mapped_ops(name):
     StableHLO with PyTorch CPU's values."""
     fn, x = _mapped_cases()[name]
     check(fn, fn, x)
+
+
+@pytest.mark.parametrize("name", ["roll", "roll_two_dims", "roll_flat", "nearest_2x", "nearest_size",
+                                  "nearest_scale", "group_norm"])
+def test_roll_upsample_group_norm(name):
+    torch.manual_seed(0)
+    x, img = torch.randn(4, 6), torch.randn(2, 4, 5, 7)
+    fn, a = {
+        "roll": (lambda t: t.roll(2, 1), x),
+        "roll_two_dims": (lambda t: t.roll((1, -2), (0, 1)), x),
+        "roll_flat": (lambda t: t.roll(5), x),
+        "nearest_2x": (lambda t: F.interpolate(t, scale_factor=2), img),
+        "nearest_size": (lambda t: F.interpolate(t, size=(3, 11)), img),
+        "nearest_scale": (lambda t: F.interpolate(t, scale_factor=1.7), img),
+        "group_norm": (lambda t: F.group_norm(t, 2), img),
+    }[name]
+    check(fn, fn, a)
+
+
+def test_gather_and_group_norm_module():
+    torch.manual_seed(0)
+    x, xi = torch.randn(4, 6), torch.randint(0, 6, (4, 3))
+    y, yi = torch.randn(3, 4, 5), torch.randint(0, 4, (3, 2, 5))
+    check(lambda t, i: t.gather(1, i), lambda t, i: t.gather(1, i), x, xi)
+    check(lambda t, i: t.gather(0, i), lambda t, i: t.gather(0, i), x, xi[:, :2].clamp(max=3))
+    exported = check(lambda t, i: t.gather(1, i), lambda t, i: t.gather(1, i), y, yi)
+    assert '"stablehlo.gather"' in exported
+    tpu, cpu = module_pair(lambda: nn.GroupNorm(2, 4))
+    check(tpu, cpu, torch.randn(2, 4, 5, 7))

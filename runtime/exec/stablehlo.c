@@ -521,6 +521,56 @@ static void prod_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
   out[0] = binop(e, "stablehlo.multiply", acc[0], x[0]);
 }
 
+/* A 1-D int64 constant with the given values. */
+static ref_t cst_i64_list(em_t* e, int64_t n, const int64_t* v) {
+  ref_t r = mkref(TPU_I64, 1, &n);
+  r.id = e->next++;
+  fprintf(e->f, "    %%%d = \"stablehlo.constant\"() {value = dense<[", r.id);
+  for (int64_t i = 0; i < n; i++) fprintf(e->f, "%s%" PRId64, i ? ", " : "", v[i]);
+  fputs("]> : ", e->f);
+  ptype(e->f, &r);
+  fputs("} : () -> ", e->f);
+  ptype(e->f, &r);
+  fputc('\n', e->f);
+  return r;
+}
+
+/* x's slices along dim at the positions of the 1-D int index idx. */
+static ref_t take_along(em_t* e, ref_t x, int dim, ref_t idx) {
+  int64_t offs[TPU_MAX_DIMS], ssz[TPU_MAX_DIMS];
+  int no = 0;
+  ref_t r = x;
+  for (int d = 0; d < x.nd; d++) {
+    if (d != dim) offs[no++] = d;
+    ssz[d] = d == dim ? 1 : x.sz[d];
+  }
+  r.sz[dim] = idx.sz[0];
+  ref_t in[2] = {x, idx};
+  char b1[256], b2[256];
+  return emit(e, "stablehlo.gather", 2, in, r,
+              "dimension_numbers = #stablehlo.gather<offset_dims = [%s], collapsed_slice_dims = [%d], "
+              "start_index_map = [%d], index_vector_dim = 1>, slice_sizes = %s, "
+              "indices_are_sorted = false",
+              ints(b1, sizeof b1, no, offs), dim, dim, i64arr(b2, sizeof b2, x.nd, ssz));
+}
+
+/* x rolled by `shift` along dim: its last shift slices first. */
+static ref_t roll_dim(em_t* e, ref_t x, int dim, int64_t shift) {
+  const int64_t len = x.sz[dim];
+  if (len == 0) return x;
+  shift = ((shift % len) + len) % len;
+  if (shift == 0) return x;
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS];
+  memcpy(hi, x.sz, sizeof(int64_t) * (size_t)x.nd);
+  lo[dim] = len - shift;
+  ref_t tail = slice(e, x, lo, hi);
+  lo[dim] = 0;
+  hi[dim] = len - shift;
+  ref_t head = slice(e, x, lo, hi);
+  ref_t in[2] = {tail, head};
+  return emit(e, "stablehlo.concatenate", 2, in, x, "dimension = %d : i64", dim);
+}
+
 /* The pooling window of a [.., H, W]-like input from PyTorch's arguments:
  * kernel (args[ik]), stride (args[is], empty = kernel), padding, dilation
  * (ids < 0: none) over the last k dims, plus ceil mode's extra high padding
@@ -1593,6 +1643,104 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
       if (red == 1) sq = scalar_op(e, "stablehlo.divide", sq, (double)tpu_tensor_numel(x));
     }
     outs[0] = reshape(e, convert(e, sq, odt), o->ndim, o->sizes);
+    return true;
+  }
+  if (!strcmp(base, "roll") && is_tensor(n, 0)) { /* (self, shifts, dims) */
+    const tpu_arg_t* sh = &c->args[1];
+    const tpu_arg_t* dm = c->nargs > 2 ? &c->args[2] : NULL;
+    ref_t a = arg(n, 0);
+    if (!dm || dm->kind != TPU_ARG_INTLIST || dm->n == 0) { /* over the flattened tensor */
+      int64_t flat[1] = {numel(&a)};
+      outs[0] = reshape(e, roll_dim(e, reshape(e, a, 1, flat), 0, sh->n ? sh->v.ilist[0] : 0), o->ndim, o->sizes);
+      return true;
+    }
+    if (sh->kind != TPU_ARG_INTLIST || sh->n != dm->n) return false;
+    for (int k = 0; k < dm->n; k++) a = roll_dim(e, a, norm_dim(dm->v.ilist[k], a.nd), sh->v.ilist[k]);
+    outs[0] = a;
+    return true;
+  }
+  if (!strcmp(base, "gather") && is_tensor(n, 2) && c->args[0].v.t->ndim > 0) {
+    /* (self, dim, index, sparse_grad): out[..i..] = self[..index[..i..]..] along dim */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    const int nd = x->ndim, dim = norm_dim(tpu_arg_i64(c, 1, 0), nd);
+    ref_t idx = convert(e, arg(n, 2), TPU_I64);
+    int64_t isz[TPU_MAX_DIMS + 1];
+    memcpy(isz, idx.sz, sizeof(int64_t) * (size_t)nd);
+    isz[nd] = 1;
+    ref_t parts[TPU_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+      ref_t p = d == dim ? idx
+                         : emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, idx.sz), "iota_dimension = %d : i64", d);
+      parts[d] = reshape(e, p, nd + 1, isz);
+    }
+    int64_t csz[TPU_MAX_DIMS + 1];
+    memcpy(csz, isz, sizeof(int64_t) * (size_t)nd);
+    csz[nd] = nd;
+    ref_t coords = nd == 1 ? parts[0] : emit(e, "stablehlo.concatenate", nd, parts, mkref(TPU_I64, nd + 1, csz), "dimension = %d : i64", nd);
+    int64_t all[TPU_MAX_DIMS], ones[TPU_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+      all[d] = d;
+      ones[d] = 1;
+    }
+    ref_t in[2] = {arg(n, 0), coords};
+    char b1[256], b2[256], b3[256];
+    outs[0] = emit(e, "stablehlo.gather", 2, in, mkref(x->dtype, nd, idx.sz),
+                   "dimension_numbers = #stablehlo.gather<offset_dims = [], collapsed_slice_dims = [%s], "
+                   "start_index_map = [%s], index_vector_dim = %d>, slice_sizes = %s, indices_are_sorted = false",
+                   ints(b1, sizeof b1, nd, all), ints(b2, sizeof b2, nd, all), nd, i64arr(b3, sizeof b3, nd, ones));
+    return true;
+  }
+  if (!strcmp(base, "upsample_nearest2d") && c->nouts == 1 && is_tensor(n, 0)) {
+    /* (self, output_size, scales_h?, scales_w?): source = min(floor(dst * scale), in - 1),
+     * scale = 1 / scales when given, else in / out (float32 arithmetic, as PyTorch) */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    ref_t a = arg(n, 0);
+    for (int j = 0; j < 2; j++) {
+      const int d = x->ndim - 2 + j;
+      const int64_t in = x->sizes[d], out = o->sizes[d];
+      const bool given = c->nargs > 2 + j && is_number(n, 2 + j) && tpu_arg_f64(c, 2 + j, 0) > 0;
+      const float scale = given ? (float)(1.0 / tpu_arg_f64(c, 2 + j, 1)) : (float)in / (float)out;
+      int64_t* src = malloc(sizeof(int64_t) * (size_t)(out ? out : 1));
+      if (!src) {
+        e->oom = true;
+        return false;
+      }
+      for (int64_t i = 0; i < out; i++) {
+        int64_t s0 = (int64_t)floorf((float)i * scale);
+        src[i] = s0 < in - 1 ? s0 : in - 1;
+      }
+      if (in != out || given) a = take_along(e, a, d, cst_i64_list(e, out, src));
+      free(src);
+    }
+    outs[0] = a;
+    return true;
+  }
+  if (!strcmp(base, "native_group_norm") && c->nouts == 3 && tpu_dtype_is_float(odt)) {
+    /* (input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean [N, G], rstd [N, G]) */
+    const int64_t N = tpu_arg_i64(c, 3, 0), C = tpu_arg_i64(c, 4, 0), HW = tpu_arg_i64(c, 5, 0),
+                  G = tpu_arg_i64(c, 6, 1);
+    if (G <= 0 || C % G || N * C * HW == 0) return false;
+    const double eps = tpu_arg_f64(c, 7, 1e-5);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct);
+    int64_t gsz[3] = {N, G, C / G * HW}, red[1] = {2};
+    ref_t xg = reshape(e, x, 3, gsz);
+    ref_t mean = scalar_op(e, "stablehlo.divide", reduce_keep(e, xg, 1, red, "stablehlo.add", 0), (double)gsz[2]);
+    ref_t xc = binop(e, "stablehlo.subtract", xg, bcast(e, mean, 3, gsz));
+    ref_t var = scalar_op(e, "stablehlo.divide",
+                          reduce_keep(e, binop(e, "stablehlo.multiply", xc, xc), 1, red, "stablehlo.add", 0),
+                          (double)gsz[2]);
+    ref_t rstd = unop(e, "stablehlo.rsqrt", scalar_op(e, "stablehlo.add", var, eps));
+    ref_t y = binop(e, "stablehlo.multiply", xc, bcast(e, rstd, 3, gsz));
+    int64_t csz[3] = {N, C, HW}, cdim[1] = {1}, cvec[1] = {C};
+    y = reshape(e, y, 3, csz);
+    if (is_tensor(n, 1))
+      y = binop(e, "stablehlo.multiply", y, bcast_dims(e, reshape(e, convert(e, arg(n, 1), ct), 1, cvec), 3, csz, cdim));
+    if (is_tensor(n, 2))
+      y = binop(e, "stablehlo.add", y, bcast_dims(e, reshape(e, convert(e, arg(n, 2), ct), 1, cvec), 3, csz, cdim));
+    outs[0] = reshape(e, convert(e, y, odt), o->ndim, o->sizes);
+    outs[1] = reshape(e, convert(e, mean, c->outs[1].dtype), c->outs[1].ndim, c->outs[1].sizes);
+    outs[2] = reshape(e, convert(e, rstd, c->outs[2].dtype), c->outs[2].ndim, c->outs[2].sizes);
     return true;
   }
   if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
