@@ -470,3 +470,41 @@ def test_gather_and_group_norm_module():
     assert '"stablehlo.gather"' in exported
     tpu, cpu = module_pair(lambda: nn.GroupNorm(2, 4))
     check(tpu, cpu, torch.randn(2, 4, 5, 7))
+
+
+@pytest.mark.parametrize("kw,shape", [
+    (dict(in_channels=4, out_channels=6, kernel_size=3), (2, 4, 7, 7)),
+    (dict(in_channels=4, out_channels=6, kernel_size=3, stride=2, padding=1, output_padding=1),
+     (2, 4, 5, 6)),
+    (dict(in_channels=4, out_channels=6, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0),
+          groups=2, dilation=2), (2, 4, 5, 6)),
+])
+def test_transposed_convolution(kw, shape):
+    """A transposed convolution is a convolution of the input dilated by the stride, with the
+    kernel flipped and its channels swapped per group."""
+    tpu, cpu = module_pair(lambda: nn.ConvTranspose2d(**kw))
+    exported = check(tpu, cpu, torch.randn(*shape), rtol=1e-4, atol=1e-5)
+    assert "lhs_dilation" in exported
+    if kw.get("stride", 1) == 1:
+        return
+    tpu1, cpu1 = module_pair(lambda: nn.ConvTranspose1d(3, 5, 4, stride=3, padding=1, bias=False))
+    check(tpu1, cpu1, torch.randn(2, 3, 9), rtol=1e-4, atol=1e-5)
+
+
+def test_sort_topk_argsort():
+    """stablehlo.sort over (values, indices), stable, NaN last ascending and first
+    descending as PyTorch orders them; topk is the first k of a sort."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 6)
+    xn = x.clone()
+    xn[1, 2] = xn[2, 0] = float("nan")
+    ties = torch.randint(0, 3, (4, 6)).float()
+    xi = torch.randint(-5, 5, (3, 7))
+    for fn, a in [(lambda t: t.sort(1), x), (lambda t: t.sort(0, descending=True), x),
+                  (lambda t: t.sort(1), xn), (lambda t: t.sort(1, descending=True), xn),
+                  (lambda t: t.sort(stable=True, dim=1), ties),
+                  (lambda t: t.sort(stable=True, dim=1), xi),
+                  (lambda t: t.topk(3, 1), x), (lambda t: t.topk(2, 0, largest=False), x),
+                  (lambda t: torch.argsort(t, dim=1, stable=True, descending=True), ties)]:
+        exported = check(fn, fn, a)
+        assert '"stablehlo.sort"' in exported

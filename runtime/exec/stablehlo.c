@@ -571,6 +571,58 @@ static ref_t roll_dim(em_t* e, ref_t x, int dim, int64_t shift) {
   return emit(e, "stablehlo.concatenate", 2, in, x, "dimension = %d : i64", dim);
 }
 
+/* stablehlo.sort of x with its indices along dim (stable): ascending puts
+ * NaN last, descending first, as PyTorch orders them. */
+static void sort_with_indices(em_t* e, ref_t x, int dim, bool descending, ref_t* res) {
+  FILE* f = e->f;
+  ref_t idx = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, x.nd, x.sz), "iota_dimension = %d : i64", dim);
+  ref_t a = block_arg(e, x.dt), b = block_arg(e, x.dt), ia = block_arg(e, TPU_I64), ib = block_arg(e, TPU_I64);
+  const int id = e->next++;
+  fprintf(f, "    %%%d:2 = \"stablehlo.sort\"(", id);
+  pname(f, &x);
+  fputs(", ", f);
+  pname(f, &idx);
+  fputs(") ({\n    ^bb0(", f);
+  const ref_t* bargs[4] = {&a, &b, &ia, &ib};
+  for (int i = 0; i < 4; i++) {
+    if (i) fputs(", ", f);
+    pname(f, bargs[i]);
+    fputs(": ", f);
+    ptype(f, bargs[i]);
+  }
+  fputs("):\n", f);
+  ref_t before;
+  if (tpu_dtype_is_float(x.dt)) {
+    ref_t a_nan = compare(e, "NE", a, a), b_nan = compare(e, "NE", b, b);
+    ref_t no = cst(e, TPU_BOOL, 0), yes = cst(e, TPU_BOOL, 1);
+    ref_t plain = compare(e, descending ? "GT" : "LT", a, b);
+    /* ascending: a first if a < b, or b is NaN and a is not; descending: a
+     * first if a > b, or a is NaN and b is not */
+    before = descending ? select3(e, a_nan, select3(e, b_nan, no, yes), plain)
+                        : select3(e, b_nan, select3(e, a_nan, no, yes), plain);
+  } else {
+    before = compare(e, descending ? "GT" : "LT", a, b);
+  }
+  fputs("      \"stablehlo.return\"(", f);
+  pname(f, &before);
+  fputs(") : (tensor<i1>) -> ()\n    }) ", f);
+  fprintf(f, "{dimension = %d : i64, is_stable = true} : (", dim);
+  ptype(f, &x);
+  fputs(", ", f);
+  ptype(f, &idx);
+  fputs(") -> (", f);
+  res[0] = x;
+  res[1] = idx;
+  ptype(f, &res[0]);
+  fputs(", ", f);
+  ptype(f, &res[1]);
+  fputs(")\n", f);
+  for (int i = 0; i < 2; i++) {
+    res[i].id = id;
+    res[i].sub = i;
+  }
+}
+
 /* The pooling window of a [.., H, W]-like input from PyTorch's arguments:
  * kernel (args[ik]), stride (args[is], empty = kernel), padding, dilation
  * (ids < 0: none) over the last k dims, plus ceil mode's extra high padding
@@ -1743,6 +1795,35 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     outs[2] = reshape(e, convert(e, rstd, c->outs[2].dtype), c->outs[2].ndim, c->outs[2].sizes);
     return true;
   }
+  if ((!strcmp(base, "sort") || !strcmp(base, "topk")) && c->nouts == 2 && is_tensor(n, 0) &&
+      (tpu_dtype_is_float(odt) || odt == TPU_I64 || odt == TPU_I32)) {
+    /* sort(self, dim, descending) / sort.stable(self, stable?, dim, descending);
+     * topk(self, k, dim, largest, sorted): the first k of a sort */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    const bool topk = base[0] == 't';
+    const bool stable_ovl = !strcmp(ovl, "stable");
+    const int dim_arg = topk ? 2 : stable_ovl ? 2 : 1;
+    const int dim = x->ndim ? norm_dim(tpu_arg_i64(c, dim_arg, -1), x->ndim) : 0;
+    const bool desc = topk ? tpu_arg_bool(c, 3, true) : tpu_arg_bool(c, dim_arg + 1, false);
+    ref_t a = arg(n, 0);
+    if (a.nd == 0) {
+      outs[0] = a;
+      outs[1] = cst_like(e, c->outs[1].dtype, 0, 0, NULL);
+      return true;
+    }
+    ref_t r[2];
+    sort_with_indices(e, a, dim, desc, r);
+    if (topk) {
+      int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS];
+      memcpy(hi, a.sz, sizeof(int64_t) * (size_t)a.nd);
+      hi[dim] = tpu_arg_i64(c, 1, a.sz[dim]);
+      r[0] = slice(e, r[0], lo, hi);
+      r[1] = slice(e, r[1], lo, hi);
+    }
+    outs[0] = r[0];
+    outs[1] = convert(e, r[1], c->outs[1].dtype);
+    return true;
+  }
   if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
     /* (self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override) */
     window_t w;
@@ -2003,6 +2084,60 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     outs[0] = c->outs[0].dtype != TPU_DTYPE_NONE ? gi : mkref(ct, 0, NULL);
     outs[1] = reduce(e, binop(e, "stablehlo.multiply", g, xhat), nb, bd, "stablehlo.add", 0);
     outs[2] = reduce(e, g, nb, bd, "stablehlo.add", 0);
+    return true;
+  }
+  if ((!strcmp(base, "convolution") || !strcmp(base, "_convolution")) && is_tensor(n, 0) && is_tensor(n, 1) &&
+      tpu_arg_bool(c, 6, false) && c->args[0].v.t->ndim >= 3 && c->args[0].v.t->ndim <= 5) {
+    /* transposed: a convolution of the input dilated by the stride, padded by
+     * dilation * (k - 1) - padding (+ output_padding high), with the kernel
+     * flipped and its in/out channels swapped within each group */
+    const int k = c->args[0].v.t->ndim - 2;
+    const tpu_tensor_t* wt = c->args[1].v.t; /* [Cin, Cout / g, k...] */
+    const int64_t g = tpu_arg_i64(c, 8, 1), cin = wt->sizes[0], coutg = wt->sizes[1];
+    if (g <= 0 || cin % g) return false;
+    int64_t stride[3], dil[3], one[3] = {1, 1, 1};
+    char pad[200] = "", sp[16] = "", b1[64], b2[64], b3[64];
+    size_t pl = 0;
+    for (int i = 0; i < k; i++) {
+      const tpu_arg_t *st = &c->args[3], *pd = &c->args[4], *dl = &c->args[5], *op = &c->args[7];
+      stride[i] = st->kind == TPU_ARG_INTLIST && st->n ? st->v.ilist[st->n == 1 ? 0 : i] : 1;
+      dil[i] = dl->kind == TPU_ARG_INTLIST && dl->n ? dl->v.ilist[dl->n == 1 ? 0 : i] : 1;
+      int64_t p = pd->kind == TPU_ARG_INTLIST && pd->n ? pd->v.ilist[pd->n == 1 ? 0 : i] : 0;
+      int64_t opad = op->kind == TPU_ARG_INTLIST && op->n ? op->v.ilist[op->n == 1 ? 0 : i] : 0;
+      int64_t lo = dil[i] * (wt->sizes[2 + i] - 1) - p;
+      pl += (size_t)snprintf(pad + pl, sizeof pad - pl, "%s[%" PRId64 ", %" PRId64 "]", i ? ", " : "", lo, lo + opad);
+      snprintf(sp + 3 * i, sizeof sp - 3 * (size_t)i, ", %d", i);
+    }
+    const tpu_dtype_t ct = acc_type(odt);
+    ref_t w = convert(e, arg(n, 1), odt);
+    /* [Cin, Cout/g, k..] -> [g, Cin/g, Cout/g, k..] -> [g, Cout/g, Cin/g, k..] -> [Cout, Cin/g, k..] */
+    int64_t s5[6] = {g, cin / g, coutg}, perm[6] = {0, 2, 1}, s4[5] = {g * coutg, cin / g};
+    for (int i = 0; i < k; i++) {
+      s5[3 + i] = wt->sizes[2 + i];
+      perm[3 + i] = 3 + i;
+      s4[2 + i] = wt->sizes[2 + i];
+    }
+    w = reshape(e, transpose(e, reshape(e, w, 3 + k, s5), perm), 2 + k, s4);
+    int64_t sdims[3];
+    for (int i = 0; i < k; i++) sdims[i] = 2 + i;
+    w = emit(e, "stablehlo.reverse", 1, &w, w, "dimensions = %s", i64arr(b3, sizeof b3, k, sdims));
+    ref_t in[2] = {convert(e, arg(n, 0), odt), w};
+    const char* prec = odt != TPU_F32 || c->precision == TPU_PRECISION_MEDIUM ? "DEFAULT"
+                       : c->precision == TPU_PRECISION_HIGH                   ? "HIGH"
+                                                                              : "HIGHEST";
+    char b4[64];
+    ref_t r = emit(e, "stablehlo.convolution", 2, in, out_ref(n, ct),
+                   "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f%s]x[o, i%s]->[b, f%s]>, "
+                   "feature_group_count = %" PRId64 " : i64, padding = dense<[%s]> : tensor<%dx2xi64>, "
+                   "lhs_dilation = %s, rhs_dilation = %s, window_strides = %s, "
+                   "precision_config = [#stablehlo<precision %s>, #stablehlo<precision %s>]",
+                   sp, sp, sp, g, pad, k, i64arr(b1, sizeof b1, k, stride), i64arr(b2, sizeof b2, k, dil),
+                   i64arr(b4, sizeof b4, k, one), prec, prec);
+    if (is_tensor(n, 2)) {
+      ref_t bias = convert(e, arg(n, 2), ct);
+      r = binop(e, "stablehlo.add", r, bcast_dims(e, bias, r.nd, r.sz, (int64_t[]){1}));
+    }
+    outs[0] = convert(e, r, odt);
     return true;
   }
   if ((!strcmp(base, "convolution") || !strcmp(base, "_convolution")) && is_tensor(n, 0) && is_tensor(n, 1) &&
