@@ -508,3 +508,27 @@ def test_sort_topk_argsort():
                   (lambda t: torch.argsort(t, dim=1, stable=True, descending=True), ties)]:
         exported = check(fn, fn, a)
         assert '"stablehlo.sort"' in exported
+
+
+@pytest.mark.parametrize("name", ["constant", "constant_negative", "reflect2d", "reflect1d",
+                                  "replicate2d", "bilinear", "bilinear_align_corners",
+                                  "bilinear_scale", "bilinear_down"])
+def test_padding_and_bilinear(name):
+    """constant_pad_nd is stablehlo.pad (negative pads crop); reflection / replication pads
+    gather their source positions; bilinear upsampling gathers the two source rows per dim
+    and blends them with PyTorch's float32 weights."""
+    torch.manual_seed(0)
+    img, x1 = torch.randn(2, 3, 5, 6), torch.randn(2, 3, 7)
+    fn, a = {
+        "constant": (lambda t: F.pad(t, (1, 2, 3, 0), value=0.5), img),
+        "constant_negative": (lambda t: F.pad(t, (-1, 2)), img),
+        "reflect2d": (lambda t: F.pad(t, (2, 1, 1, 3), mode="reflect"), img),
+        "reflect1d": (lambda t: F.pad(t, (3, 2), mode="reflect"), x1),
+        "replicate2d": (lambda t: F.pad(t, (2, 1, 1, 3), mode="replicate"), img),
+        "bilinear": (lambda t: F.interpolate(t, scale_factor=2, mode="bilinear"), img),
+        "bilinear_align_corners": (lambda t: F.interpolate(t, size=(7, 4), mode="bilinear",
+                                                           align_corners=True), img),
+        "bilinear_scale": (lambda t: F.interpolate(t, scale_factor=1.3, mode="bilinear"), img),
+        "bilinear_down": (lambda t: F.interpolate(t, size=(3, 4), mode="bilinear"), img),
+    }[name]
+    check(fn, fn, a)

@@ -535,9 +535,26 @@ static ref_t cst_i64_list(em_t* e, int64_t n, const int64_t* v) {
   return r;
 }
 
+/* A 1-D float32 constant with the given values. */
+static ref_t cst_f32_list(em_t* e, int64_t n, const float* v) {
+  ref_t r = mkref(TPU_F32, 1, &n);
+  r.id = e->next++;
+  fprintf(e->f, "    %%%d = \"stablehlo.constant\"() {value = dense<[", r.id);
+  for (int64_t i = 0; i < n; i++) {
+    if (i) fputs(", ", e->f);
+    float_literal(e->f, TPU_F32, v[i]);
+  }
+  fputs("]> : ", e->f);
+  ptype(e->f, &r);
+  fputs("} : () -> ", e->f);
+  ptype(e->f, &r);
+  fputc('\n', e->f);
+  return r;
+}
+
 /* x's slices along dim at the positions of the 1-D int index idx. */
 static ref_t take_along(em_t* e, ref_t x, int dim, ref_t idx) {
-  int64_t offs[TPU_MAX_DIMS], ssz[TPU_MAX_DIMS];
+  int64_t offs[TPU_MAX_DIMS] = {0}, ssz[TPU_MAX_DIMS] = {0};
   int no = 0;
   ref_t r = x;
   for (int d = 0; d < x.nd; d++) {
@@ -1822,6 +1839,96 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     }
     outs[0] = r[0];
     outs[1] = convert(e, r[1], c->outs[1].dtype);
+    return true;
+  }
+  if (!strcmp(base, "constant_pad_nd") && is_tensor(n, 0)) { /* (self, pad, value) */
+    const tpu_arg_t* pd = &c->args[1];
+    ref_t a = arg(n, 0);
+    if (pd->kind != TPU_ARG_INTLIST || pd->n % 2 || pd->n / 2 > a.nd) return false;
+    int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
+    for (int j = 0; j < pd->n / 2; j++) { /* pairs from the last dim backwards */
+      lo[a.nd - 1 - j] = pd->v.ilist[2 * j];
+      hi[a.nd - 1 - j] = pd->v.ilist[2 * j + 1];
+    }
+    ref_t pin[2] = {a, cst(e, a.dt, tpu_arg_f64(c, 2, 0))};
+    char bl[300], bh[300], bi[300];
+    outs[0] = emit(e, "stablehlo.pad", 2, pin, out_ref(n, a.dt),
+                   "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s",
+                   i64arr(bl, sizeof bl, a.nd, lo), i64arr(bh, sizeof bh, a.nd, hi), i64arr(bi, sizeof bi, a.nd, in));
+    return true;
+  }
+  if ((!strncmp(base, "reflection_pad", 14) || !strncmp(base, "replication_pad", 15)) && is_tensor(n, 0) &&
+      c->args[1].kind == TPU_ARG_INTLIST && strcmp(base + strlen(base) - 8, "backward")) {
+    /* (self, padding): each padded dim is a gather of source positions */
+    const bool reflect = base[2] == 'f';
+    const tpu_arg_t* pd = &c->args[1];
+    ref_t a = arg(n, 0);
+    for (int j = 0; j < pd->n / 2; j++) {
+      const int d = a.nd - 1 - j;
+      const int64_t len = a.sz[d], pl = pd->v.ilist[2 * j], pr = pd->v.ilist[2 * j + 1], out = len + pl + pr;
+      if (out <= 0 || len <= 0) return false;
+      int64_t* src = malloc(sizeof(int64_t) * (size_t)out);
+      if (!src) {
+        e->oom = true;
+        return false;
+      }
+      for (int64_t i = 0; i < out; i++) {
+        int64_t p = i - pl;
+        if (reflect) p = p < 0 ? -p : p >= len ? 2 * (len - 1) - p : p;
+        else p = p < 0 ? 0 : p >= len ? len - 1 : p;
+        src[i] = p;
+      }
+      a = take_along(e, a, d, cst_i64_list(e, out, src));
+      free(src);
+    }
+    outs[0] = a;
+    return true;
+  }
+  if (!strcmp(base, "upsample_bilinear2d") && c->nouts == 1 && is_tensor(n, 0) && tpu_dtype_is_float(odt) &&
+      c->args[1].kind == TPU_ARG_INTLIST) {
+    /* (self, output_size, align_corners, scales_h?, scales_w?): per spatial dim, the two
+     * source rows and the weight of the second, computed in float32 like PyTorch */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    const bool corners = tpu_arg_bool(c, 2, false);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, 0), ct);
+    for (int j = 0; j < 2; j++) {
+      const int d = x->ndim - 2 + j;
+      const int64_t in = x->sizes[d], out = o->sizes[d];
+      const bool given = c->nargs > 3 + j && is_number(n, 3 + j) && tpu_arg_f64(c, 3 + j, 0) > 0;
+      float scale;
+      if (corners) scale = out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
+      else scale = given ? (float)(1.0 / tpu_arg_f64(c, 3 + j, 1)) : (float)in / (float)out;
+      int64_t* i0 = malloc(sizeof(int64_t) * 2 * (size_t)out);
+      float* lam = malloc(sizeof(float) * 2 * (size_t)out);
+      if (!i0 || !lam) {
+        free(i0);
+        free(lam);
+        e->oom = true;
+        return false;
+      }
+      int64_t* i1 = i0 + out;
+      float* lam0 = lam + out;
+      for (int64_t i = 0; i < out; i++) {
+        float src = corners ? scale * (float)i : scale * ((float)i + 0.5f) - 0.5f;
+        if (!corners && src < 0) src = 0;
+        int64_t f0 = (int64_t)src;
+        if (f0 > in - 1) f0 = in - 1;
+        i0[i] = f0;
+        i1[i] = f0 < in - 1 ? f0 + 1 : f0;
+        lam[i] = src - (float)f0;
+        lam0[i] = 1.0f - lam[i];
+      }
+      ref_t lo = take_along(e, a, d, cst_i64_list(e, out, i0));
+      ref_t hi = take_along(e, a, d, cst_i64_list(e, out, i1));
+      int64_t dd[1] = {d};
+      ref_t w1 = bcast_dims(e, convert(e, cst_f32_list(e, out, lam), ct), lo.nd, lo.sz, dd);
+      ref_t w0 = bcast_dims(e, convert(e, cst_f32_list(e, out, lam0), ct), lo.nd, lo.sz, dd);
+      a = binop(e, "stablehlo.add", binop(e, "stablehlo.multiply", w0, lo), binop(e, "stablehlo.multiply", w1, hi));
+      free(i0);
+      free(lam);
+    }
+    outs[0] = convert(e, a, odt);
     return true;
   }
   if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
