@@ -532,3 +532,21 @@ def test_padding_and_bilinear(name):
         "bilinear_down": (lambda t: F.interpolate(t, size=(3, 4), mode="bilinear"), img),
     }[name]
     check(fn, fn, a)
+
+
+def test_advanced_indexing_and_integer_remainder():
+    """index.Tensor with index tensors on adjacent dims (broadcast together, negative
+    indices wrapping) is one gather; integer remainder follows the divisor's sign."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 6, 7)
+    i1, j = torch.tensor([0, 4, -1, 2]), torch.tensor([3, 0, 6, -7])
+    i2 = torch.tensor([[1, 5], [-2, 0]])
+    for fn, args in [(lambda t, a: t[a], (x, i1)), (lambda t, a: t[:, a], (x, i2)),
+                     (lambda t, a: t[:, :, a], (x, j)),
+                     (lambda t, a, b: t[a, b[:, None] % 6], (x, i1, j)),
+                     (lambda t, a, b: t[:, a, b], (x, i2 % 6, i2 % 7))]:
+        exported = check(fn, fn, *args)
+        assert '"stablehlo.gather"' in exported
+    xi = torch.randint(-9, 9, (4, 5))
+    check(lambda t: torch.remainder(t, 4), lambda t: torch.remainder(t, 4), xi)
+    check(lambda t: torch.remainder(t, -3), lambda t: torch.remainder(t, -3), xi)

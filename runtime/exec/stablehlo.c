@@ -1563,6 +1563,15 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     outs[0] = binop(e, "stablehlo.subtract", a, binop(e, "stablehlo.multiply", q, b));
     return true;
   }
+  if (!strcmp(base, "remainder") && (odt == TPU_I64 || odt == TPU_I32 || odt == TPU_I16 || odt == TPU_I8)) {
+    /* the truncated remainder, moved to the divisor's sign (Python's %) */
+    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
+    ref_t r = binop(e, "stablehlo.remainder", a, b), zero = cst_like(e, odt, 0, r.nd, r.sz);
+    ref_t fix = binop(e, "stablehlo.and", compare(e, "NE", r, zero),
+                      compare(e, "NE", compare(e, "LT", r, zero), compare(e, "LT", b, zero)));
+    outs[0] = select3(e, fix, binop(e, "stablehlo.add", r, b), r);
+    return true;
+  }
   if (!strcmp(base, "flip") && is_tensor(n, 0)) {
     const tpu_tensor_t* x = c->args[0].v.t;
     int64_t dims[TPU_MAX_DIMS];
@@ -1929,6 +1938,58 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
       free(lam);
     }
     outs[0] = convert(e, a, odt);
+    return true;
+  }
+  if (!strcmp(base, "index") && !strcmp(ovl, "Tensor") && is_tensor(n, 0) &&
+      c->args[1].kind == TPU_ARG_TENSORLIST) {
+    /* (self, indices): advanced indexing with index tensors on adjacent dims
+     * p..p+k-1 (None elsewhere); they broadcast to B and the result is
+     * self.shape[:p] + B + self.shape[p+k:]. Negative indices wrap. */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    const tpu_arg_t* il = &c->args[1];
+    int p = -1, k = 0;
+    for (int i = 0; i < il->n; i++) {
+      if (il->v.tlist[i].dtype == TPU_DTYPE_NONE) continue;
+      if (p < 0) p = i;
+      else if (i != p + k) return false; /* not adjacent: B would go first */
+      if (il->v.tlist[i].dtype != TPU_I64 && il->v.tlist[i].dtype != TPU_I32) return false;
+      k++;
+    }
+    if (p < 0 || p + k > x->ndim) return false;
+    const int nb = o->ndim - (x->ndim - k); /* dims of B */
+    if (nb < 0 || nb > TPU_MAX_DIMS - 1) return false;
+    int64_t bsz[TPU_MAX_DIMS + 1];
+    memcpy(bsz, o->sizes + p, sizeof(int64_t) * (size_t)nb);
+    bsz[nb] = 1;
+    ref_t parts[TPU_MAX_DIMS];
+    for (int j = 0; j < k; j++) {
+      ref_t ix = convert(e, read_tensor(e, &il->v.tlist[p + j]), TPU_I64);
+      ix = bcast(e, ix, nb, bsz);
+      const double len = (double)x->sizes[p + j];
+      ref_t neg = compare(e, "LT", ix, cst_like(e, TPU_I64, 0, ix.nd, ix.sz));
+      ix = select3(e, neg, scalar_op(e, "stablehlo.add", ix, len), ix);
+      parts[j] = reshape(e, ix, nb + 1, bsz);
+    }
+    int64_t csz[TPU_MAX_DIMS + 1];
+    memcpy(csz, bsz, sizeof(int64_t) * (size_t)nb);
+    csz[nb] = k;
+    ref_t coords = k == 1 ? parts[0]
+                          : emit(e, "stablehlo.concatenate", k, parts, mkref(TPU_I64, nb + 1, csz), "dimension = %d : i64", nb);
+    int64_t offs[TPU_MAX_DIMS], coll[TPU_MAX_DIMS], ssz[TPU_MAX_DIMS];
+    int no = 0;
+    for (int d = 0; d < x->ndim; d++) {
+      const bool indexed = d >= p && d < p + k;
+      ssz[d] = indexed ? 1 : x->sizes[d];
+      if (indexed) coll[d - p] = d;
+      else offs[no++] = d < p ? d : d - k + nb;
+    }
+    ref_t in[2] = {arg(n, 0), coords};
+    char b1[256], b2[256], b3[256], b4[256];
+    outs[0] = emit(e, "stablehlo.gather", 2, in, out_ref(n, x->dtype),
+                   "dimension_numbers = #stablehlo.gather<offset_dims = [%s], collapsed_slice_dims = [%s], "
+                   "start_index_map = [%s], index_vector_dim = %d>, slice_sizes = %s, indices_are_sorted = false",
+                   ints(b1, sizeof b1, no, offs), ints(b2, sizeof b2, k, coll), ints(b3, sizeof b3, k, coll), nb,
+                   i64arr(b4, sizeof b4, x->ndim, ssz));
     return true;
   }
   if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
