@@ -550,3 +550,20 @@ def test_advanced_indexing_and_integer_remainder():
     xi = torch.randint(-9, 9, (4, 5))
     check(lambda t: torch.remainder(t, 4), lambda t: torch.remainder(t, 4), xi)
     check(lambda t: torch.remainder(t, -3), lambda t: torch.remainder(t, -3), xi)
+
+
+def test_scatter_scatter_add_one_hot():
+    """scatter / scatter_add along a dim are one stablehlo.scatter over full coordinates
+    (the update region keeps the new value or adds); one_hot goes through scatter_."""
+    torch.manual_seed(0)
+    x, src = torch.randn(4, 6), torch.randn(5, 7)
+    unique = torch.stack([torch.randperm(6)[:3] for _ in range(4)])  # scatter: no duplicates
+    dup = torch.randint(0, 6, (4, 5))
+    for fn, args in [(lambda t, i, s: t.scatter(1, i, s), (x, unique, src)),
+                     (lambda t, i: t.scatter(1, i, 2.5), (x, unique)),
+                     (lambda t, i, s: t.scatter_add(1, i, s), (x, dup, src)),
+                     (lambda t, i, s: t.scatter_add(0, i, s), (x, dup[:3].clamp(max=3), src)),
+                     (lambda t, i, s: t.clone().scatter_(1, i, s), (x, unique, src))]:
+        exported = check(fn, fn, *args)
+        assert '"stablehlo.scatter"' in exported
+    check(lambda i: F.one_hot(i, 5), lambda i: F.one_hot(i, 5), torch.randint(0, 5, (7,)))

@@ -1992,6 +1992,80 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
                    i64arr(b4, sizeof b4, x->ndim, ssz));
     return true;
   }
+  if ((!strcmp(base, "scatter") || !strcmp(base, "scatter_add")) && is_tensor(n, 0) && is_tensor(n, 2) &&
+      c->args[0].v.t->ndim > 0 && (c->nargs < 5 || c->args[4].kind == TPU_ARG_NONE)) {
+    /* scatter(self, dim, index, src | value) / scatter_add(self, dim, index, src):
+     * element i of index (and of src) goes to self at index[i] along dim */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    const int nd = x->ndim, dim = norm_dim(tpu_arg_i64(c, 1, 0), nd);
+    ref_t idx = convert(e, arg(n, 2), TPU_I64);
+    if (idx.nd != nd) return false;
+    if (numel(&idx) == 0) {
+      outs[0] = arg(n, 0);
+      return true;
+    }
+    int64_t isz[TPU_MAX_DIMS + 1];
+    memcpy(isz, idx.sz, sizeof(int64_t) * (size_t)nd);
+    isz[nd] = 1;
+    ref_t parts[TPU_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+      ref_t p = d == dim ? idx
+                         : emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, idx.sz), "iota_dimension = %d : i64", d);
+      parts[d] = reshape(e, p, nd + 1, isz);
+    }
+    int64_t csz[TPU_MAX_DIMS + 1];
+    memcpy(csz, isz, sizeof(int64_t) * (size_t)nd);
+    csz[nd] = nd;
+    ref_t coords = nd == 1 ? parts[0] : emit(e, "stablehlo.concatenate", nd, parts, mkref(TPU_I64, nd + 1, csz), "dimension = %d : i64", nd);
+    ref_t upd;
+    if (is_tensor(n, 3)) { /* src: its leading index-shaped block */
+      ref_t src = convert(e, arg(n, 3), x->dtype);
+      int64_t lo[TPU_MAX_DIMS] = {0};
+      upd = slice(e, src, lo, idx.sz);
+    } else {
+      upd = cst_like(e, x->dtype, tpu_arg_f64(c, 3, 0), nd, idx.sz);
+    }
+    ref_t acc = block_arg(e, x->dtype), nw = block_arg(e, x->dtype);
+    ref_t in[3] = {arg(n, 0), coords, upd};
+    ref_t res = mkref(x->dtype, nd, x->sizes);
+    res.id = e->next++;
+    FILE* f = e->f;
+    fprintf(f, "    %%%d = \"stablehlo.scatter\"(", res.id);
+    for (int i = 0; i < 3; i++) {
+      if (i) fputs(", ", f);
+      pname(f, &in[i]);
+    }
+    fputs(") ({\n    ^bb0(", f);
+    pname(f, &acc);
+    fputs(": ", f);
+    ptype(f, &acc);
+    fputs(", ", f);
+    pname(f, &nw);
+    fputs(": ", f);
+    ptype(f, &nw);
+    fputs("):\n", f);
+    ref_t v = base[7] == '_' ? binop(e, "stablehlo.add", acc, nw) : nw;
+    fputs("      \"stablehlo.return\"(", f);
+    pname(f, &v);
+    fputs(") : (", f);
+    ptype(f, &v);
+    int64_t all[TPU_MAX_DIMS];
+    for (int d = 0; d < nd; d++) all[d] = d;
+    char b1[256], b2[256];
+    fprintf(f, ") -> ()\n    }) {scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [], "
+               "inserted_window_dims = [%s], scatter_dims_to_operand_dims = [%s], index_vector_dim = %d>, "
+               "indices_are_sorted = false, unique_indices = false} : (",
+            ints(b1, sizeof b1, nd, all), ints(b2, sizeof b2, nd, all), nd);
+    for (int i = 0; i < 3; i++) {
+      if (i) fputs(", ", f);
+      ptype(f, &in[i]);
+    }
+    fputs(") -> ", f);
+    ptype(f, &res);
+    fputc('\n', f);
+    outs[0] = res;
+    return true;
+  }
   if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
     /* (self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override) */
     window_t w;
