@@ -277,22 +277,40 @@ static double ndtri_d(double p) {
  * fraction (evaluated with Lentz's method), and whichever of P, Q is small
  * is computed directly so it keeps its relative precision. The special
  * cases (a or x at 0, infinity, negative) follow PyTorch's values. */
-static double igam_prefix(double a, double x, double lg) { return exp(a * log(x) - x - lg); }
+/* log(x^a e^-x / Gamma(a + 1)). For large a the direct sum of a log x, -x
+ * and -lgamma(a + 1) cancels to a small number and loses the absolute
+ * precision of its terms, so it is rearranged as
+ *   a (log1p(d) - d) - log(2 pi a) / 2 - stirling(a),  d = (x - a) / a
+ * with Stirling's series for the remainder of lgamma(a + 1). */
+static double igam_log_prefix(double a, double x) {
+  if (a < 30) return a * log(x) - x - lgamma(a + 1);
+  double d = (x - a) / a, r = 1 / a, r2 = r * r;
+  double stirling = r * (1.0 / 12 - r2 * (1.0 / 360 - r2 * (1.0 / 1260 - r2 / 1680)));
+  return a * (log1p(d) - d) - 0.5 * log(2 * PI_ * a) - stirling;
+}
+
+/* terms either sum needs: about sqrt(a) per decade near x = a */
+static int igam_max_terms(double a) {
+  double n = 2000 + 60 * sqrt(a);
+  return n < 5e7 ? (int)n : 50000000;
+}
 
 static double igam_series(double a, double x) {
   double term = 1, sum = 1;
-  for (int n = 1; n < 200000; n++) {
+  int lim = igam_max_terms(a);
+  for (int n = 1; n < lim; n++) {
     term *= x / (a + n);
     sum += term;
     if (term <= sum * 1e-17) break;
   }
-  return sum * igam_prefix(a, x, lgamma(a + 1));
+  return sum * exp(igam_log_prefix(a, x));
 }
 
 static double igamc_fraction(double a, double x) {
   const double tiny = 1e-300;
   double b = x + 1 - a, cc = 1 / tiny, d = 1 / b, h = d;
-  for (int i = 1; i < 200000; i++) {
+  int lim = igam_max_terms(a);
+  for (int i = 1; i < lim; i++) {
     double an = -i * (i - a);
     b += 2;
     d = an * d + b;
@@ -304,7 +322,8 @@ static double igamc_fraction(double a, double x) {
     h *= del;
     if (fabs(del - 1) <= 1e-16) break;
   }
-  return h * igam_prefix(a, x, lgamma(a));
+  /* x^a e^-x / Gamma(a) = a * x^a e^-x / Gamma(a + 1) */
+  return h * a * exp(igam_log_prefix(a, x));
 }
 
 /* upper = 0: P(a, x); upper = 1: Q(a, x) */
