@@ -63,8 +63,10 @@ def test_renorm_errors(args, match):
     raises_like_cpu(lambda t: torch.renorm(t, *args), torch.randn(3, 4), match=match)
 
 
-def test_renorm_1d_error():
+def test_renorm_1d_and_int_errors():
     raises_like_cpu(lambda t: torch.renorm(t, 2, 0, 1.0), torch.randn(5), match="2 dimensions")
+    raises_like_cpu(lambda t: torch.renorm(t, 2, 0, 1.0), torch.ones(3, 3, dtype=torch.long),
+                    match="floating point")
 
 
 # ---- multi_margin_loss ----
@@ -120,6 +122,8 @@ def test_multi_margin_loss_errors():
     raises_like_cpu(lambda a, t, w: F.multi_margin_loss(a, t, weight=w), x, torch.tensor([0, 1, 1]),
                     torch.ones(4))
     raises_like_cpu(lambda a, t: F.multi_margin_loss(a, t, p=3), x, torch.tensor([0, 1, 1]))
+    raises_like_cpu(lambda a, t, w: F.multi_margin_loss(a, t, weight=w), x, torch.tensor([0, 1, 1]),
+                    torch.ones(5, dtype=torch.float64), match="Double|float64")
 
 
 def test_multi_margin_loss_bf16_matches_cpu_refusal():

@@ -40,8 +40,9 @@ static tpu_status_t unstage(const tpu_tensor_t* out, double* v) {
 
 #define OOM(op) TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op)
 
-static tpu_status_t check_float(const char* op, const tpu_tensor_t* t, bool half_ok) {
-  if (!tpu_dtype_is_float(t->dtype) || (!half_ok && (t->dtype == TPU_BF16 || t->dtype == TPU_F16)))
+/* the losses' dtypes: float32 and float64, as on CPU */
+static tpu_status_t check_float(const char* op, const tpu_tensor_t* t) {
+  if (t->dtype != TPU_F32 && t->dtype != TPU_F64)
     return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for '%s'", op, tpu_dtype_name(t->dtype));
   return TPU_OK;
 }
@@ -57,8 +58,10 @@ tpu_status_t tpu_k_renorm(const tpu_call_t* c) {
   double p = tpu_arg_f64(c, 1, 2), maxnorm = tpu_arg_f64(c, 3, 1);
   int64_t dim = tpu_arg_i64(c, 2, 0);
   TPU_CHECK_ARG(self, "%s: expected a tensor", op);
-  tpu_status_t s = check_float(op, self, true);
-  if (s) return s;
+  TPU_CHECK_ARG(tpu_dtype_is_float(self->dtype),
+                "%s: Expected a floating point tensor as input. Got %s", op,
+                tpu_dtype_name(self->dtype));
+  tpu_status_t s;
   TPU_CHECK_ARG(p > 0, "%s: non-positive-norm not supported (p=%g)", op, p);
   TPU_CHECK_ARG(maxnorm >= 0, "%s: expected maxnorm to be >= 0 but got %g", op, maxnorm);
   TPU_CHECK_ARG(self->ndim > 1, "%s: input needs at least 2 dimensions, got %d dimensions", op,
@@ -154,7 +157,7 @@ static tpu_status_t mm_setup(const tpu_call_t* c, int a0, mm_t* m, const char* o
   const tpu_tensor_t* target = tpu_arg_tensor(c, a0 + 1);
   const tpu_tensor_t* weight = tpu_arg_tensor(c, a0 + 4);
   TPU_CHECK_ARG(self, "%s: expected an input tensor", op);
-  tpu_status_t s = check_float(op, self, false);
+  tpu_status_t s = check_float(op, self);
   if (!s) s = check_target(op, target);
   if (!s) s = frames_of(op, self, &m->nframe, &m->dim);
   if (s) return s;
@@ -168,6 +171,9 @@ static tpu_status_t mm_setup(const tpu_call_t* c, int a0, mm_t* m, const char* o
                 "%s: inconsistent target size, expected %lld but got %lld elements in %d dims",
                 op, (long long)m->nframe, (long long)tpu_tensor_numel(target), target->ndim);
   if (weight) {
+    TPU_CHECK_ARG(weight->dtype == self->dtype,
+                  "%s: expected scalar type %s but found %s for weight", op,
+                  tpu_dtype_name(self->dtype), tpu_dtype_name(weight->dtype));
     TPU_CHECK_ARG(weight->ndim <= 1 && tpu_tensor_numel(weight) == m->dim,
                   "%s: inconsistent weight size, expected %lld but got %lld elements", op,
                   (long long)m->dim, (long long)tpu_tensor_numel(weight));
@@ -297,7 +303,7 @@ static tpu_status_t ml_setup(const tpu_call_t* c, int a0, ml_t* m, const char* o
   const tpu_tensor_t* self = tpu_arg_tensor(c, a0);
   const tpu_tensor_t* target = tpu_arg_tensor(c, a0 + 1);
   TPU_CHECK_ARG(self, "%s: expected an input tensor", op);
-  tpu_status_t s = check_float(op, self, false);
+  tpu_status_t s = check_float(op, self);
   if (!s) s = check_target(op, target);
   if (!s) s = frames_of(op, self, &m->nframe, &m->dim);
   if (s) return s;
