@@ -61,7 +61,6 @@ tpu_status_t tpu_k_renorm(const tpu_call_t* c) {
   TPU_CHECK_ARG(tpu_dtype_is_float(self->dtype),
                 "%s: Expected a floating point tensor as input. Got %s", op,
                 tpu_dtype_name(self->dtype));
-  tpu_status_t s;
   TPU_CHECK_ARG(p > 0, "%s: non-positive-norm not supported (p=%g)", op, p);
   TPU_CHECK_ARG(maxnorm >= 0, "%s: expected maxnorm to be >= 0 but got %g", op, maxnorm);
   TPU_CHECK_ARG(self->ndim > 1, "%s: input needs at least 2 dimensions, got %d dimensions", op,
@@ -78,28 +77,39 @@ tpu_status_t tpu_k_renorm(const tpu_call_t* c) {
   int64_t D = self->sizes[dim], inner = 1;
   for (int d = (int)dim + 1; d < self->ndim; d++) inner *= self->sizes[d];
   int64_t outer = n / (D * inner);
-  for (int64_t k = 0; k < D; k++) {
-    double acc = 0;
-    for (int64_t o = 0; o < outer; o++) {
+  /* one pass in memory order: acc[k] gathers slice k's sum (or max) */
+  double* acc = calloc((size_t)D, sizeof(double));
+  if (!acc) {
+    free(x);
+    return OOM(op);
+  }
+  const bool pinf = isinf(p);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < D; k++) {
       const double* r = x + (o * D + k) * inner;
+      double s_ = acc[k];
       for (int64_t i = 0; i < inner; i++) {
         double a = fabs(r[i]);
-        if (isinf(p)) acc = (a > acc || a != a) ? a : acc;
-        else if (p == 1) acc += a;
-        else if (p == 2) acc += a * a;
-        else acc += pow(a, p);
+        if (pinf) s_ = (a > s_ || a != a) ? a : s_;
+        else if (p == 1) s_ += a;
+        else if (p == 2) s_ += a * a;
+        else s_ += pow(a, p);
       }
+      acc[k] = s_;
     }
-    double norm = isinf(p) || p == 1 ? acc : (p == 2 ? sqrt(acc) : pow(acc, 1 / p));
+  for (int64_t k = 0; k < D; k++) {
+    double norm = pinf || p == 1 ? acc[k] : (p == 2 ? sqrt(acc[k]) : pow(acc[k], 1 / p));
     /* the factor as PyTorch computes it: in float for float32 and below */
     double f = norm > maxnorm ? maxnorm / (norm + 1e-7) : 1.0;
-    if (self->dtype != TPU_F64) f = (float)f;
-    for (int64_t o = 0; o < outer; o++) {
-      double* r = x + (o * D + k) * inner;
-      for (int64_t i = 0; i < inner; i++) r[i] *= f;
-    }
+    acc[k] = self->dtype != TPU_F64 ? (double)(float)f : f;
   }
-  s = unstage(out, x);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < D; k++) {
+      double* r = x + (o * D + k) * inner;
+      for (int64_t i = 0; i < inner; i++) r[i] *= acc[k];
+    }
+  free(acc);
+  tpu_status_t s = unstage(out, x);
   free(x);
   return s;
 }
