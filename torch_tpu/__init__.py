@@ -81,9 +81,19 @@ def _register_missing_meta_kernels():
     def histogram_bins_tensor(self, bins, *, weight=None, density=False):
         return self.new_empty(bins.numel() - 1), self.new_empty(bins.numel())
 
+    def margin_loss_backward(grad_output, self, *args, **kwargs):
+        return self.new_empty(self.shape)  # CPU: a contiguous tensor like self
+
+    def margin_loss_backward_out(grad_output, self, *args, grad_input, **kwargs):
+        return grad_input.resize_(self.shape)
+
     lib = torch.library.Library("aten", "IMPL", "Meta")
     for name, fn in (("histogram.bin_ct", histogram_bin_ct),
-                     ("histogram.bins_tensor", histogram_bins_tensor)):
+                     ("histogram.bins_tensor", histogram_bins_tensor),
+                     ("multi_margin_loss_backward", margin_loss_backward),
+                     ("multilabel_margin_loss_backward", margin_loss_backward),
+                     ("multi_margin_loss_backward.grad_input", margin_loss_backward_out),
+                     ("multilabel_margin_loss_backward.grad_input", margin_loss_backward_out)):
         if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "Meta"):
             lib.impl(name, fn)
     globals()["_extra_meta_lib"] = lib  # keep the registrations alive

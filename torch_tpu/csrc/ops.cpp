@@ -515,6 +515,18 @@ void match_cpu_outputs(const OpInfo& info, const c10::IValue* args, size_t nargs
     }
   } else if (info.name == "native_layer_norm" && out.size() >= 3 && args[0].isTensor()) {
     out[1].dtype = out[2].dtype = args[0].toTensor().scalar_type();
+  } else if ((info.name == "multi_margin_loss" || info.name == "multilabel_margin_loss_forward") &&
+             args[1].isTensor() && !out.empty()) {
+    // The meta kernels (decompositions) give reduction='none' a [nframe]
+    // result; CPU makes it 0-d when the target has no batch dim.
+    const bool multilabel = info.name == "multilabel_margin_loss_forward";
+    const size_t ri = multilabel ? 2 : 5;
+    const c10::IValue& red = ri < nargs ? args[ri] : args[0];
+    const int64_t reduction = red.isInt() ? red.toInt() : 1;
+    if (reduction == 0 && args[1].toTensor().dim() <= (multilabel ? 1 : 0)) {
+      out[0].sizes.clear();
+      out[0].strides.clear();
+    }
   }
 }
 

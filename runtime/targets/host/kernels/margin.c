@@ -1,0 +1,455 @@
+/* Margin losses and renorm: multi_margin_loss and multilabel_margin_loss
+ * (forward and backward) and renorm (each slice along a dim scaled down to
+ * a largest p-norm).
+ *
+ * These ops work on small rows (one sample's classes, one slice), so the
+ * kernels stage their operands into contiguous double (int64 for class
+ * indices) host buffers, compute in double in a fixed order and store each
+ * result once in the output dtype. Invalid class indices and arguments are
+ * reported as errors naming the op and the values; nothing aborts. */
+#include <stdlib.h>
+
+#include "kernels.h"
+
+enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
+
+/* ---- staging ---- */
+
+/* A contiguous copy of t in double (or int64 when `as_int`); NULL when out of
+ * memory. Free with free(). */
+static void* stage(const tpu_tensor_t* t, bool as_int) {
+  int64_t n = tpu_tensor_numel(t);
+  void* buf = malloc((size_t)(n > 0 ? n : 1) * 8);
+  if (!buf || n == 0) return buf;
+  tpu_tensor_t dst;
+  tpu_tensor_make_contig(&dst, buf, as_int ? TPU_I64 : TPU_F64, t->ndim, t->sizes);
+  if (tpu_copy_strided(&dst, t)) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+/* Writes the contiguous double buffer `v` (out's shape) into out. */
+static tpu_status_t unstage(const tpu_tensor_t* out, double* v) {
+  if (tpu_tensor_numel(out) == 0) return TPU_OK;
+  tpu_tensor_t src;
+  tpu_tensor_make_contig(&src, v, TPU_F64, out->ndim, out->sizes);
+  return tpu_copy_strided(out, &src);
+}
+
+#define OOM(op) TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op)
+
+/* the losses' dtypes: float32 and float64, as on CPU */
+static tpu_status_t check_float(const char* op, const tpu_tensor_t* t) {
+  if (t->dtype != TPU_F32 && t->dtype != TPU_F64)
+    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for '%s'", op, tpu_dtype_name(t->dtype));
+  return TPU_OK;
+}
+
+/* ---- renorm ---- */
+
+/* renorm(self, p, dim, maxnorm): every slice self.select(dim, k) whose p-norm
+ * exceeds maxnorm is scaled by maxnorm / (norm + 1e-7). */
+tpu_status_t tpu_k_renorm(const tpu_call_t* c) {
+  const char* op = "renorm";
+  const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
+  const tpu_tensor_t* out = &c->outs[0];
+  double p = tpu_arg_f64(c, 1, 2), maxnorm = tpu_arg_f64(c, 3, 1);
+  int64_t dim = tpu_arg_i64(c, 2, 0);
+  TPU_CHECK_ARG(self, "%s: expected a tensor", op);
+  TPU_CHECK_ARG(tpu_dtype_is_float(self->dtype),
+                "%s: Expected a floating point tensor as input. Got %s", op,
+                tpu_dtype_name(self->dtype));
+  TPU_CHECK_ARG(p > 0, "%s: non-positive-norm not supported (p=%g)", op, p);
+  TPU_CHECK_ARG(maxnorm >= 0, "%s: expected maxnorm to be >= 0 but got %g", op, maxnorm);
+  TPU_CHECK_ARG(self->ndim > 1, "%s: input needs at least 2 dimensions, got %d dimensions", op,
+                self->ndim);
+  if (dim < -self->ndim || dim >= self->ndim)
+    return TPU_ERR(OUT_OF_RANGE,
+                   "%s: Dimension out of range (expected to be in range of [%d, %d], but got %lld)",
+                   op, -self->ndim, self->ndim - 1, (long long)dim);
+  if (dim < 0) dim += self->ndim;
+  int64_t n = tpu_tensor_numel(self);
+  if (n == 0) return TPU_OK;
+  double* x = stage(self, false);
+  if (!x) return OOM(op);
+  int64_t D = self->sizes[dim], inner = 1;
+  for (int d = (int)dim + 1; d < self->ndim; d++) inner *= self->sizes[d];
+  int64_t outer = n / (D * inner);
+  /* one pass in memory order: acc[k] gathers slice k's sum (or max) */
+  double* acc = calloc((size_t)D, sizeof(double));
+  if (!acc) {
+    free(x);
+    return OOM(op);
+  }
+  const bool pinf = isinf(p);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < D; k++) {
+      const double* r = x + (o * D + k) * inner;
+      double s_ = acc[k];
+      for (int64_t i = 0; i < inner; i++) {
+        double a = fabs(r[i]);
+        if (pinf) s_ = (a > s_ || a != a) ? a : s_;
+        else if (p == 1) s_ += a;
+        else if (p == 2) s_ += a * a;
+        else s_ += pow(a, p);
+      }
+      acc[k] = s_;
+    }
+  for (int64_t k = 0; k < D; k++) {
+    double norm = pinf || p == 1 ? acc[k] : (p == 2 ? sqrt(acc[k]) : pow(acc[k], 1 / p));
+    /* the factor as PyTorch computes it: in float for float32 and below */
+    double f = norm > maxnorm ? maxnorm / (norm + 1e-7) : 1.0;
+    acc[k] = self->dtype != TPU_F64 ? (double)(float)f : f;
+  }
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < D; k++) {
+      double* r = x + (o * D + k) * inner;
+      for (int64_t i = 0; i < inner; i++) r[i] *= acc[k];
+    }
+  free(acc);
+  tpu_status_t s = unstage(out, x);
+  free(x);
+  return s;
+}
+
+/* ---- shared loss checks ---- */
+
+/* (nframe, dim) of a margin loss input: 0-d and 1-d are one sample. */
+static tpu_status_t frames_of(const char* op, const tpu_tensor_t* x, int64_t* nframe,
+                              int64_t* dim) {
+  if (x->ndim <= 1) {
+    *nframe = 1;
+    *dim = x->ndim == 0 ? 1 : x->sizes[0];
+    TPU_CHECK_ARG(*dim > 0, "%s: Expected non-empty vector or matrix with optional 0-dim batch "
+                  "size, but got: [0]", op);
+  } else {
+    TPU_CHECK_ARG(x->ndim == 2 && x->sizes[1] > 0,
+                  "%s: Expected non-empty vector or matrix with optional 0-dim batch size, but "
+                  "got %d dims with last size %lld", op, x->ndim,
+                  (long long)x->sizes[x->ndim - 1]);
+    *nframe = x->sizes[0];
+    *dim = x->sizes[1];
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t check_target(const char* op, const tpu_tensor_t* t) {
+  TPU_CHECK_ARG(t, "%s: expected a target tensor", op);
+  TPU_CHECK_ARG(t->dtype == TPU_I64, "%s: expected scalar type Long but found %s for target", op,
+                tpu_dtype_name(t->dtype));
+  return TPU_OK;
+}
+
+static tpu_status_t check_reduction(const char* op, int64_t r) {
+  TPU_CHECK_ARG(r == RED_NONE || r == RED_MEAN || r == RED_SUM,
+                "%s: %lld is not a valid value for reduction", op, (long long)r);
+  return TPU_OK;
+}
+
+/* ---- multi_margin_loss ---- */
+
+typedef struct {
+  const char* op;
+  int64_t nframe, dim, reduction;
+  double p, margin;
+  double *x, *w; /* staged input, weight (NULL when absent) */
+  int64_t* y;    /* staged target */
+} mm_t;
+
+/* Stages and checks (self, target, p, margin, weight, reduction) starting at
+ * argument `a0`. On success the caller frees m->x, m->w, m->y. */
+static tpu_status_t mm_setup(const tpu_call_t* c, int a0, mm_t* m, const char* op) {
+  memset(m, 0, sizeof *m);
+  m->op = op;
+  const tpu_tensor_t* self = tpu_arg_tensor(c, a0);
+  const tpu_tensor_t* target = tpu_arg_tensor(c, a0 + 1);
+  const tpu_tensor_t* weight = tpu_arg_tensor(c, a0 + 4);
+  TPU_CHECK_ARG(self, "%s: expected an input tensor", op);
+  tpu_status_t s = check_float(op, self);
+  if (!s) s = check_target(op, target);
+  if (!s) s = frames_of(op, self, &m->nframe, &m->dim);
+  if (s) return s;
+  m->p = tpu_arg_f64(c, a0 + 2, 1);
+  m->margin = tpu_arg_f64(c, a0 + 3, 1);
+  m->reduction = tpu_arg_i64(c, a0 + 5, RED_MEAN);
+  if ((s = check_reduction(op, m->reduction))) return s;
+  TPU_CHECK_ARG(m->p == 1 || m->p == 2, "%s: only p == 1 and p == 2 supported, got p=%g", op,
+                m->p);
+  TPU_CHECK_ARG(target->ndim <= 1 && tpu_tensor_numel(target) == m->nframe,
+                "%s: inconsistent target size, expected %lld but got %lld elements in %d dims",
+                op, (long long)m->nframe, (long long)tpu_tensor_numel(target), target->ndim);
+  if (weight) {
+    TPU_CHECK_ARG(weight->dtype == self->dtype,
+                  "%s: expected scalar type %s but found %s for weight", op,
+                  tpu_dtype_name(self->dtype), tpu_dtype_name(weight->dtype));
+    TPU_CHECK_ARG(weight->ndim <= 1 && tpu_tensor_numel(weight) == m->dim,
+                  "%s: inconsistent weight size, expected %lld but got %lld elements", op,
+                  (long long)m->dim, (long long)tpu_tensor_numel(weight));
+  }
+  m->y = stage(target, true);
+  if (!m->y) return OOM(op);
+  for (int64_t i = 0; i < m->nframe; i++)
+    if (m->y[i] < 0 || m->y[i] >= m->dim) {
+      int64_t bad = m->y[i];
+      free(m->y);
+      m->y = NULL;
+      return TPU_ERR(INVALID_ARGUMENT, "%s: target out of range: target[%lld] = %lld is not in "
+                     "[0, %lld)", op, (long long)i, (long long)bad, (long long)m->dim);
+    }
+  m->x = stage(self, false);
+  m->w = weight ? stage(weight, false) : NULL;
+  if (!m->x || (weight && !m->w)) {
+    free(m->x); free(m->w); free(m->y);
+    return OOM(op);
+  }
+  return TPU_OK;
+}
+
+static void mm_free(mm_t* m) {
+  free(m->x);
+  free(m->w);
+  free(m->y);
+}
+
+tpu_status_t tpu_k_multi_margin_loss(const tpu_call_t* c) {
+  mm_t m;
+  tpu_status_t s = mm_setup(c, 0, &m, "multi_margin_loss");
+  if (s) return s;
+  const tpu_tensor_t* out = &c->outs[0];
+  double* loss = malloc((size_t)(m.nframe > 0 ? m.nframe : 1) * sizeof(double));
+  if (!loss) {
+    mm_free(&m);
+    return OOM(m.op);
+  }
+  double total = 0;
+  for (int64_t i = 0; i < m.nframe; i++) {
+    const double* x = m.x + i * m.dim;
+    int64_t y = m.y[i];
+    double wy = m.w ? m.w[y] : 1, sum = 0;
+    for (int64_t d = 0; d < m.dim; d++) {
+      if (d == y) continue;
+      double z = m.margin - x[y] + x[d];
+      if (z > 0) sum += (m.p == 1 ? z : z * z) * wy;
+    }
+    loss[i] = sum / (double)m.dim;
+    total += loss[i];
+  }
+  if (m.reduction == RED_NONE && out->ndim > 0) {
+    s = unstage(out, loss);
+  } else {
+    if (m.reduction == RED_MEAN) total /= (double)m.nframe;
+    else if (m.reduction == RED_NONE) total = loss[0];
+    tpu_store_f64(out->data, out->dtype, total);
+  }
+  free(loss);
+  mm_free(&m);
+  return s;
+}
+
+/* multi_margin_loss_backward(grad_output, self, target, p, margin, weight,
+ * reduction) -> grad_input */
+tpu_status_t tpu_k_multi_margin_loss_backward(const tpu_call_t* c) {
+  mm_t m;
+  tpu_status_t s = mm_setup(c, 1, &m, "multi_margin_loss_backward");
+  if (s) return s;
+  const tpu_tensor_t* go_t = tpu_arg_tensor(c, 0);
+  const tpu_tensor_t* out = &c->outs[0];
+  double* go = go_t ? stage(go_t, false) : NULL;
+  double* gi = calloc((size_t)(m.nframe * m.dim > 0 ? m.nframe * m.dim : 1), sizeof(double));
+  if (!go || !gi) {
+    free(go); free(gi); mm_free(&m);
+    return OOM(m.op);
+  }
+  bool per_frame = m.reduction == RED_NONE && go_t->ndim > 0;
+  if (per_frame && tpu_tensor_numel(go_t) != m.nframe) {
+    int64_t got = tpu_tensor_numel(go_t);
+    free(go); free(gi); mm_free(&m);
+    return TPU_ERR(INVALID_ARGUMENT, "%s: grad_output has %lld elements, expected %lld", m.op,
+                   (long long)got, (long long)m.nframe);
+  }
+  double g = m.reduction == RED_MEAN ? 1.0 / ((double)m.nframe * (double)m.dim)
+                                     : 1.0 / (double)m.dim;
+  for (int64_t i = 0; i < m.nframe; i++) {
+    const double* x = m.x + i * m.dim;
+    double* r = gi + i * m.dim;
+    int64_t y = m.y[i];
+    double wy = m.w ? m.w[y] : 1, ysum = 0;
+    for (int64_t d = 0; d < m.dim; d++) {
+      if (d == y) continue;
+      double z = m.margin - x[y] + x[d];
+      if (z > 0) {
+        double h = (m.p == 1 ? g : 2 * g * z) * wy;
+        r[d] = h;
+        ysum += h;
+      }
+    }
+    r[y] = -ysum;
+    double gs = per_frame ? go[i] : go[0];
+    for (int64_t d = 0; d < m.dim; d++) r[d] *= gs;
+  }
+  s = unstage(out, gi);
+  free(go);
+  free(gi);
+  mm_free(&m);
+  return s;
+}
+
+/* ---- multilabel_margin_loss ---- */
+
+typedef struct {
+  const char* op;
+  int64_t nframe, dim, reduction;
+  double* x;
+  int64_t* y;
+} ml_t;
+
+/* Stages and checks (self, target, reduction) from argument a0. Targets of
+ * a sample are its leading entries up to the first -1. */
+static tpu_status_t ml_setup(const tpu_call_t* c, int a0, ml_t* m, const char* op) {
+  memset(m, 0, sizeof *m);
+  m->op = op;
+  const tpu_tensor_t* self = tpu_arg_tensor(c, a0);
+  const tpu_tensor_t* target = tpu_arg_tensor(c, a0 + 1);
+  TPU_CHECK_ARG(self, "%s: expected an input tensor", op);
+  tpu_status_t s = check_float(op, self);
+  if (!s) s = check_target(op, target);
+  if (!s) s = frames_of(op, self, &m->nframe, &m->dim);
+  if (s) return s;
+  m->reduction = tpu_arg_i64(c, a0 + 2, RED_MEAN);
+  if ((s = check_reduction(op, m->reduction))) return s;
+  bool ok = self->ndim <= 1 ? (target->ndim <= 1 && tpu_tensor_numel(target) == m->dim)
+                            : (target->ndim == 2 && target->sizes[0] == m->nframe &&
+                               target->sizes[1] == m->dim);
+  TPU_CHECK_ARG(ok, "%s: inconsistent target size: target has %d dims and %lld elements, input "
+                "is %lld samples of %lld classes", op, target->ndim,
+                (long long)tpu_tensor_numel(target), (long long)m->nframe, (long long)m->dim);
+  m->y = stage(target, true);
+  if (!m->y) return OOM(op);
+  for (int64_t i = 0; i < m->nframe * m->dim; i++)
+    if (m->y[i] < -1 || m->y[i] >= m->dim) {
+      int64_t bad = m->y[i];
+      free(m->y);
+      m->y = NULL;
+      return TPU_ERR(INVALID_ARGUMENT, "%s: argument #2 'target' is out of range: %lld is not in "
+                     "[-1, %lld)", op, (long long)bad, (long long)m->dim);
+    }
+  m->x = stage(self, false);
+  if (!m->x) {
+    free(m->y);
+    return OOM(op);
+  }
+  return TPU_OK;
+}
+
+/* is_target row of sample i into mark[0, dim) */
+static void ml_mark(const ml_t* m, int64_t i, double* mark) {
+  const int64_t* y = m->y + i * m->dim;
+  memset(mark, 0, (size_t)m->dim * sizeof(double));
+  for (int64_t j = 0; j < m->dim && y[j] >= 0; j++) mark[y[j]] = 1;
+}
+
+/* multilabel_margin_loss_forward(self, target, reduction) -> (output, is_target) */
+tpu_status_t tpu_k_multilabel_margin_loss_forward(const tpu_call_t* c) {
+  ml_t m;
+  tpu_status_t s = ml_setup(c, 0, &m, "multilabel_margin_loss_forward");
+  if (s) return s;
+  const tpu_tensor_t* out = &c->outs[0];
+  const tpu_tensor_t* ist = &c->outs[1];
+  int64_t nd = m.nframe * m.dim;
+  double* mark = malloc((size_t)(nd > 0 ? nd : 1) * sizeof(double));
+  double* loss = malloc((size_t)(m.nframe > 0 ? m.nframe : 1) * sizeof(double));
+  if (!mark || !loss) {
+    free(mark); free(loss); free(m.x); free(m.y);
+    return OOM(m.op);
+  }
+  double total = 0;
+  for (int64_t i = 0; i < m.nframe; i++) {
+    const double* x = m.x + i * m.dim;
+    const int64_t* y = m.y + i * m.dim;
+    double* mk = mark + i * m.dim;
+    ml_mark(&m, i, mk);
+    double sum = 0;
+    for (int64_t j = 0; j < m.dim && y[j] >= 0; j++) {
+      double xt = x[y[j]];
+      for (int64_t d = 0; d < m.dim; d++) {
+        if (mk[d] != 0) continue;
+        double z = 1 - xt + x[d];
+        if (z > 0) sum += z;
+      }
+    }
+    loss[i] = sum / (double)m.dim;
+    total += loss[i];
+  }
+  if (m.reduction == RED_NONE && out->ndim > 0) {
+    s = unstage(out, loss);
+  } else {
+    if (m.reduction == RED_MEAN) total /= (double)m.nframe;
+    else if (m.reduction == RED_NONE) total = loss[0];
+    tpu_store_f64(out->data, out->dtype, total);
+  }
+  if (!s) {
+    TPU_CHECK_ARG(tpu_tensor_numel(ist) == nd, "%s: is_target has %lld elements, expected %lld",
+                  m.op, (long long)tpu_tensor_numel(ist), (long long)nd);
+    s = unstage(ist, mark);
+  }
+  free(mark);
+  free(loss);
+  free(m.x);
+  free(m.y);
+  return s;
+}
+
+/* multilabel_margin_loss_backward(grad_output, self, target, reduction,
+ * is_target) -> grad_input. The target marks are recomputed from target
+ * (they are what the forward stored in is_target). */
+tpu_status_t tpu_k_multilabel_margin_loss_backward(const tpu_call_t* c) {
+  ml_t m;
+  tpu_status_t s = ml_setup(c, 1, &m, "multilabel_margin_loss_backward");
+  if (s) return s;
+  const tpu_tensor_t* go_t = tpu_arg_tensor(c, 0);
+  const tpu_tensor_t* out = &c->outs[0];
+  int64_t nd = m.nframe * m.dim;
+  double* go = go_t ? stage(go_t, false) : NULL;
+  double* gi = calloc((size_t)(nd > 0 ? nd : 1), sizeof(double));
+  double* mk = malloc((size_t)m.dim * sizeof(double));
+  if (!go || !gi || !mk) {
+    free(go); free(gi); free(mk); free(m.x); free(m.y);
+    return OOM(m.op);
+  }
+  bool per_frame = m.reduction == RED_NONE && go_t->ndim > 0;
+  if (per_frame && tpu_tensor_numel(go_t) != m.nframe) {
+    int64_t got = tpu_tensor_numel(go_t);
+    free(go); free(gi); free(mk); free(m.x); free(m.y);
+    return TPU_ERR(INVALID_ARGUMENT, "%s: grad_output has %lld elements, expected %lld", m.op,
+                   (long long)got, (long long)m.nframe);
+  }
+  double g = m.reduction == RED_MEAN ? 1.0 / ((double)m.nframe * (double)m.dim)
+                                     : 1.0 / (double)m.dim;
+  for (int64_t i = 0; i < m.nframe; i++) {
+    const double* x = m.x + i * m.dim;
+    const int64_t* y = m.y + i * m.dim;
+    double* r = gi + i * m.dim;
+    ml_mark(&m, i, mk);
+    for (int64_t j = 0; j < m.dim && y[j] >= 0; j++) {
+      double xt = x[y[j]];
+      for (int64_t d = 0; d < m.dim; d++) {
+        if (mk[d] != 0) continue;
+        if (1 - xt + x[d] > 0) {
+          r[y[j]] -= g;
+          r[d] += g;
+        }
+      }
+    }
+    double gs = per_frame ? go[i] : go[0];
+    for (int64_t d = 0; d < m.dim; d++) r[d] *= gs;
+  }
+  s = unstage(out, gi);
+  free(go);
+  free(gi);
+  free(mk);
+  free(m.x);
+  free(m.y);
+  return s;
+}

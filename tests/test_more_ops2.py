@@ -1,0 +1,259 @@
+"""renorm, the multi-class margin losses (multi_margin_loss,
+multilabel_margin_loss) and the regularized incomplete gamma functions
+(igamma, igammac) on tpu against PyTorch CPU: values, dtypes, shapes,
+gradients and the errors for invalid inputs."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from util import check_op, make
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(0)
+
+
+def raises_like_cpu(fn, *args, match=None):
+    """CPU raises; tpu raises the same exception type (at the op or at the
+    next synchronization) with a message naming the problem."""
+    with pytest.raises(Exception) as cpu:
+        fn(*args)
+    dev = [a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]
+    with pytest.raises(type(cpu.value), match=match):
+        out = fn(*dev)
+        torch.tpu.synchronize()
+        del out
+
+
+# ---- renorm ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("p,dim,maxnorm", [(2, 0, 1.0), (1, 1, 0.5), (3.5, -1, 2.0),
+                                           (math.inf, 0, 0.8), (2, 1, 100.0), (0.5, 2, 3.0)])
+def test_renorm(dtype, p, dim, maxnorm):
+    x = make((4, 3, 5), dtype, seed=1)
+    tol = {} if dtype in (torch.float32, torch.float64) else dict(atol=1e-2, rtol=1e-2)
+    grad = dtype in (torch.float32, torch.float64)
+    check_op(lambda t: torch.renorm(t, p, dim, maxnorm), x, grad=grad, **tol)
+
+
+def test_renorm_inplace_out_noncontig():
+    x = make((6, 4), torch.float32, seed=2, noncontig=True)
+    check_op(lambda t: torch.renorm(t, 2, 1, 1.5), x)
+    y, yt = x.clone(), x.clone().to("tpu")
+    y.renorm_(1, 0, 2.0)
+    yt.renorm_(1, 0, 2.0)
+    torch.testing.assert_close(yt.cpu(), y)
+    out, outt = torch.empty(6, 4), torch.empty(6, 4, device="tpu")
+    torch.renorm(x, 2, 0, 0.7, out=out)
+    torch.renorm(x.to("tpu"), 2, 0, 0.7, out=outt)
+    torch.testing.assert_close(outt.cpu(), out)
+
+
+def test_renorm_empty():
+    check_op(lambda t: torch.renorm(t, 2, 0, 1.0), torch.randn(0, 3))
+
+
+@pytest.mark.parametrize("args,match", [((0, 0, 1.0), "non-positive"), ((2, 0, -1.0), "maxnorm"),
+                                        ((2, 5, 1.0), "[Dd]imension out of range")])
+def test_renorm_errors(args, match):
+    raises_like_cpu(lambda t: torch.renorm(t, *args), torch.randn(3, 4), match=match)
+
+
+def test_renorm_1d_and_int_errors():
+    raises_like_cpu(lambda t: torch.renorm(t, 2, 0, 1.0), torch.randn(5), match="2 dimensions")
+    raises_like_cpu(lambda t: torch.renorm(t, 2, 0, 1.0), torch.ones(3, 3, dtype=torch.long),
+                    match="floating point")
+
+
+# ---- multi_margin_loss ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_multi_margin_loss(dtype, p, reduction, weighted):
+    x = make((5, 7), dtype, seed=3)
+    y = torch.randint(0, 7, (5,), generator=torch.Generator().manual_seed(4))
+    w = make((7,), dtype, low=0.1, high=2, seed=5) if weighted else None
+    check_op(lambda a, t, ww: F.multi_margin_loss(a, t, p=p, margin=0.7, weight=ww,
+                                                  reduction=reduction),
+             x, y, w, grad=True)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("shape", [(6,), ()])
+def test_multi_margin_loss_single_sample(reduction, shape):
+    x = make(shape, torch.float32, seed=6)
+    y = torch.tensor(2 if shape else 0)
+    check_op(lambda a, t: F.multi_margin_loss(a, t, reduction=reduction), x, y, grad=True)
+
+
+def test_multi_margin_loss_empty_batch():
+    # (CPU leaves the 'mean' and 'sum' of an empty batch uninitialized; tpu
+    # gives nan and 0)
+    x = torch.randn(0, 4)
+    y = torch.zeros(0, dtype=torch.long)
+    check_op(lambda a, t: F.multi_margin_loss(a, t, reduction="none"), x, y, grad=True)
+    dev = (x.to("tpu"), y.to("tpu"))
+    assert F.multi_margin_loss(*dev, reduction="sum").item() == 0
+    assert math.isnan(F.multi_margin_loss(*dev, reduction="mean").item())
+
+
+def test_multi_margin_loss_noncontig():
+    x = make((4, 6), torch.float32, seed=7, noncontig=True)
+    y = torch.tensor([5, 0, 3, 3])
+    check_op(lambda a, t: F.multi_margin_loss(a, t, p=2, reduction="none"), x, y, grad=True)
+
+
+@pytest.mark.parametrize("bad", [5, -1, 100])
+def test_multi_margin_loss_target_out_of_range(bad):
+    raises_like_cpu(lambda a, t: F.multi_margin_loss(a, t), torch.randn(3, 5),
+                    torch.tensor([0, bad, 1]), match="out of range")
+
+
+def test_multi_margin_loss_errors():
+    x = torch.randn(3, 5)
+    raises_like_cpu(lambda a, t: F.multi_margin_loss(a, t), x, torch.tensor([0, 1, 1]).int())
+    raises_like_cpu(lambda a, t: F.multi_margin_loss(a, t), x, torch.tensor([0, 1]))
+    raises_like_cpu(lambda a, t, w: F.multi_margin_loss(a, t, weight=w), x, torch.tensor([0, 1, 1]),
+                    torch.ones(4))
+    raises_like_cpu(lambda a, t: F.multi_margin_loss(a, t, p=3), x, torch.tensor([0, 1, 1]))
+    raises_like_cpu(lambda a, t, w: F.multi_margin_loss(a, t, weight=w), x, torch.tensor([0, 1, 1]),
+                    torch.ones(5, dtype=torch.float64), match="Double|float64")
+
+
+def test_multi_margin_loss_bf16_matches_cpu_refusal():
+    # CPU has no bfloat16 kernel: tpu refuses too (same exception type)
+    check_op(lambda a, t: F.multi_margin_loss(a, t), make((3, 4), torch.bfloat16),
+             torch.tensor([0, 1, 2]))
+
+
+# ---- multilabel_margin_loss ----
+
+def ml_target(n, c, seed):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.full((n, c), -1, dtype=torch.long)
+    for i in range(n):
+        k = int(torch.randint(0, c + 1, (1,), generator=g))
+        t[i, :k] = torch.randperm(c, generator=g)[:k]
+        if k < c and i % 2:  # entries after the first -1 are ignored
+            t[i, k + 1:] = torch.randint(0, c, (c - k - 1,), generator=g)
+    return t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss(dtype, reduction):
+    x = make((6, 5), dtype, seed=8)
+    y = ml_target(6, 5, 9)
+    check_op(lambda a, t: F.multilabel_margin_loss(a, t, reduction=reduction), x, y, grad=True)
+
+
+def test_multilabel_margin_loss_forward_is_target():
+    x = make((4, 6), torch.float32, seed=10)
+    y = ml_target(4, 6, 11)
+    for r in (0, 1, 2):
+        check_op(lambda a, t: torch.ops.aten.multilabel_margin_loss_forward(a, t, r), x, y)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss_1d(reduction):
+    x = make((5,), torch.float32, seed=12)
+    y = torch.tensor([3, 0, -1, 1, 1])
+    check_op(lambda a, t: F.multilabel_margin_loss(a, t, reduction=reduction), x, y, grad=True)
+
+
+def test_multilabel_margin_loss_noncontig_and_empty():
+    x = make((5, 4), torch.float32, seed=13, noncontig=True)
+    check_op(lambda a, t: F.multilabel_margin_loss(a, t, reduction="none"), x, ml_target(5, 4, 14),
+             grad=True)
+    check_op(lambda a, t: F.multilabel_margin_loss(a, t, reduction="none"), torch.randn(0, 4),
+             torch.zeros(0, 4, dtype=torch.long), grad=True)
+
+
+@pytest.mark.parametrize("bad", [4, -2])
+def test_multilabel_margin_loss_target_out_of_range(bad):
+    raises_like_cpu(lambda a, t: F.multilabel_margin_loss(a, t), torch.randn(2, 4),
+                    torch.tensor([[0, bad, -1, 0], [1, -1, 0, 0]]), match="out of range")
+
+
+def test_multilabel_margin_loss_shape_error():
+    raises_like_cpu(lambda a, t: F.multilabel_margin_loss(a, t), torch.randn(2, 4),
+                    torch.zeros(2, 3, dtype=torch.long))
+
+
+# ---- igamma / igammac ----
+
+@pytest.mark.parametrize("op", [torch.igamma, torch.igammac])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_igamma_values(op, dtype):
+    g = torch.Generator().manual_seed(15)
+    a = (torch.rand(400, generator=g, dtype=torch.float64) * 20).to(dtype)
+    x = (torch.rand(400, generator=g, dtype=torch.float64) * 25).to(dtype)
+    check_op(op, a, x)
+    # wide range of magnitudes, both sides of the x = a + 1 switch
+    a = torch.tensor([1e-3, 0.1, 0.5, 1, 2.5, 10, 50, 300, 1e4, 1e4, 1e4, 3.0], dtype=dtype)
+    x = torch.tensor([1e-4, 3.0, 0.5, 1, 7.0, 9.5, 52, 280, 1e4 - 50, 1e4 + 120, 1e4, 4.0],
+                     dtype=dtype)
+    check_op(op, a, x)
+    check_op(op, a.view(3, 4).t(), x.view(3, 4).t())  # strided operands
+
+
+@pytest.mark.parametrize("op", [torch.igamma, torch.igammac])
+def test_igamma_special_values(op):
+    inf, nan = math.inf, math.nan
+    a = torch.tensor([0.0, 0.0, 2.0, inf, inf, 2.0, -1.0, 2.0, nan, 1.0, 0.0])
+    x = torch.tensor([1.0, 0.0, 0.0, 3.0, inf, inf, 1.0, -1.0, 1.0, nan, inf])
+    check_op(op, a, x)
+
+
+@pytest.mark.parametrize("op", [torch.igamma, torch.igammac])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_igamma_half(op, dtype):
+    a = make((50,), dtype, low=0.01, high=8, seed=16)
+    x = make((50,), dtype, low=0.0, high=10, seed=17)
+    check_op(op, a, x)
+
+
+def test_igamma_broadcast_inplace_grad_and_gammainc():
+    a = make((3, 1), torch.float32, low=0.5, high=5, seed=18)
+    x = make((1, 4), torch.float32, low=0.1, high=6, seed=19)
+    check_op(torch.igamma, a, x)
+    check_op(torch.special.gammainc, a, x)
+    check_op(torch.special.gammaincc, a, x)
+    # the gradient flows to `other` (PyTorch has none for the first argument)
+    for op in (torch.igamma, torch.igammac):
+        xc = x.expand(3, 4).contiguous().requires_grad_()
+        xt = x.expand(3, 4).contiguous().to("tpu").requires_grad_()
+        up = torch.randn(3, 4)
+        op(a, xc).backward(up)
+        op(a.to("tpu"), xt).backward(up.to("tpu"))
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad)
+    y, yt = a.expand(3, 4).contiguous(), a.expand(3, 4).contiguous().to("tpu")
+    y.igamma_(x)
+    yt.igamma_(x.to("tpu"))
+    torch.testing.assert_close(yt.cpu(), y)
+
+
+def test_igamma_int_refused_like_cpu():
+    check_op(torch.igamma, torch.tensor([1, 2]), torch.tensor([1, 2]))
+
+
+def test_margin_loss_backward_out_variants():
+    x = make((4, 5), torch.float32, seed=20)
+    y = torch.tensor([1, 0, 4, 2])
+    ml = ml_target(4, 5, 21)
+    is_t = torch.ops.aten.multilabel_margin_loss_forward(x, ml, 1)[1]
+    go = torch.tensor(0.7)
+    cases = [(torch.ops.aten.multi_margin_loss_backward.grad_input, (go, x, y, 2, 0.5, None, 1)),
+             (torch.ops.aten.multilabel_margin_loss_backward.grad_input, (go, x, ml, 2, is_t))]
+    for op, args in cases:
+        exp = op(*args, grad_input=torch.empty(0))
+        out = torch.empty(0, device="tpu")
+        op(*[a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args], grad_input=out)
+        assert out.shape == exp.shape
+        torch.testing.assert_close(out.cpu(), exp)
