@@ -95,6 +95,15 @@ static void pname(FILE* f, const ref_t* r) {
   else fprintf(f, "%%%d", r->id);
 }
 
+/* "n0, n1, ..." (names) or "t0, t1, ..." (types) of n values */
+static void plist(FILE* f, int n, const ref_t* r, bool types) {
+  for (int i = 0; i < n; i++) {
+    if (i) fputs(", ", f);
+    if (types) ptype(f, &r[i]);
+    else pname(f, &r[i]);
+  }
+}
+
 /* "a, b, c" of n int64 into buf */
 static const char* ints(char* buf, size_t cap, int n, const int64_t* v) {
   size_t k = 0;
@@ -171,6 +180,17 @@ static void float_literal(FILE* f, tpu_dtype_t dt, double v) {
   }
 }
 
+/* Closes a constant whose value text is written: the dense attribute's
+ * closing `close`, then its type and the result type. */
+static ref_t end_constant(em_t* e, ref_t r, const char* close) {
+  fprintf(e->f, "%s : ", close);
+  ptype(e->f, &r);
+  fputs("} : () -> ", e->f);
+  ptype(e->f, &r);
+  fputc('\n', e->f);
+  return r;
+}
+
 static ref_t cst(em_t* e, tpu_dtype_t dt, double v) {
   ref_t r = mkref(dt, 0, NULL);
   r.id = e->next++;
@@ -178,12 +198,7 @@ static ref_t cst(em_t* e, tpu_dtype_t dt, double v) {
   if (dt == TPU_BOOL) fputs(v != 0 ? "true" : "false", e->f);
   else if (tpu_dtype_is_float(dt)) float_literal(e->f, dt, v);
   else fprintf(e->f, "%" PRId64, (int64_t)v);
-  fputs("> : ", e->f);
-  ptype(e->f, &r);
-  fputs("} : () -> ", e->f);
-  ptype(e->f, &r);
-  fputc('\n', e->f);
-  return r;
+  return end_constant(e, r, ">");
 }
 
 static ref_t reshape(em_t* e, ref_t a, int nd, const int64_t* sz) {
@@ -353,23 +368,26 @@ static ref_t window_result(ref_t a, const window_t* w, tpu_dtype_t dt) {
   return r;
 }
 
-static void print_window_attrs(FILE* f, int nd, const window_t* w) {
-  char b[600];
-  fprintf(f, "{window_dimensions = %s", i64arr(b, sizeof b, nd, w->win));
-  fprintf(f, ", window_strides = %s", i64arr(b, sizeof b, nd, w->str));
-  fprintf(f, ", window_dilations = %s, padding = dense<[", i64arr(b, sizeof b, nd, w->dil));
-  for (int d = 0; d < nd; d++)
-    fprintf(f, "%s[%" PRId64 ", %" PRId64 "]", d ? ", " : "", w->lo[d], w->hi[d]);
-  fprintf(f, "]> : tensor<%dx2xi64>}", nd);
+/* reduce_window's attributes for w over nd dims, into buf. */
+static const char* window_attrs(char* buf, size_t cap, int nd, const window_t* w) {
+  char b1[300], b2[300], b3[300];
+  size_t k = (size_t)snprintf(buf, cap, "{window_dimensions = %s, window_strides = %s, window_dilations = %s, padding = dense<[",
+                              i64arr(b1, sizeof b1, nd, w->win), i64arr(b2, sizeof b2, nd, w->str),
+                              i64arr(b3, sizeof b3, nd, w->dil));
+  for (int d = 0; d < nd && k < cap; d++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s[%" PRId64 ", %" PRId64 "]", d ? ", " : "", w->lo[d], w->hi[d]);
+  if (k < cap) snprintf(buf + k, cap - k, "]> : tensor<%dx2xi64>}", nd);
+  return buf;
 }
 
-/* stablehlo.reduce_window of n operands with their inits; `body` prints the
- * region's ops from block arguments (n accumulators, then n new elements)
- * and returns its n results. */
+/* A reduction with a region ("stablehlo.reduce" or "stablehlo.reduce_window")
+ * over n operands with their inits; `body` prints the region's ops from block
+ * arguments (n accumulators, then n new elements) and returns its n results.
+ * res[i] holds result i's type on entry and its name on return. */
 typedef void (*window_body_t)(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out);
 
-static void reduce_window_n(em_t* e, int n, const ref_t* a, const ref_t* init, const window_t* w,
-                            window_body_t body, ref_t* res) {
+static void region_reduce(em_t* e, const char* op, int n, const ref_t* a, const ref_t* init,
+                          window_body_t body, const char* attrs, ref_t* res) {
   FILE* f = e->f;
   ref_t acc[2], x[2], out[2];
   for (int i = 0; i < n; i++) {
@@ -377,7 +395,7 @@ static void reduce_window_n(em_t* e, int n, const ref_t* a, const ref_t* init, c
     x[i] = block_arg(e, a[i].dt);
   }
   const int id = e->next++;
-  fprintf(f, "    %%%d:%d = \"stablehlo.reduce_window\"(", id, n);
+  fprintf(f, "    %%%d:%d = \"%s\"(", id, n, op);
   for (int i = 0; i < 2 * n; i++) {
     if (i) fputs(", ", f);
     pname(f, i < n ? &a[i] : &init[i - n]);
@@ -393,31 +411,29 @@ static void reduce_window_n(em_t* e, int n, const ref_t* a, const ref_t* init, c
   fputs("):\n", f);
   body(e, acc, x, out);
   fputs("      \"stablehlo.return\"(", f);
-  for (int i = 0; i < n; i++) {
-    if (i) fputs(", ", f);
-    pname(f, &out[i]);
-  }
+  plist(f, n, out, false);
   fputs(") : (", f);
-  for (int i = 0; i < n; i++) {
-    if (i) fputs(", ", f);
-    ptype(f, &out[i]);
-  }
-  fputs(") -> ()\n    }) ", f);
-  print_window_attrs(f, a[0].nd, w);
-  fputs(" : (", f);
+  plist(f, n, out, true);
+  fprintf(f, ") -> ()\n    }) %s : (", attrs);
   for (int i = 0; i < 2 * n; i++) {
     if (i) fputs(", ", f);
     ptype(f, i < n ? &a[i] : &init[i - n]);
   }
   fputs(") -> (", f);
   for (int i = 0; i < n; i++) {
-    res[i] = window_result(a[i], w, a[i].dt);
     res[i].id = id;
     res[i].sub = i;
     if (i) fputs(", ", f);
     ptype(f, &res[i]);
   }
   fputs(")\n", f);
+}
+
+static void reduce_window_n(em_t* e, int n, const ref_t* a, const ref_t* init, const window_t* w,
+                            window_body_t body, ref_t* res) {
+  char attrs[1200];
+  for (int i = 0; i < n; i++) res[i] = window_result(a[i], w, a[i].dt);
+  region_reduce(e, "stablehlo.reduce_window", n, a, init, body, window_attrs(attrs, sizeof attrs, a[0].nd, w), res);
 }
 
 static void sum_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
@@ -462,46 +478,6 @@ static void argmin_first_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* 
 /* stablehlo.reduce of two operands (values and indices) over dims. */
 static void reduce_pair(em_t* e, const ref_t* a, const ref_t* init, int nr, const int64_t* dims,
                         window_body_t body, ref_t* res) {
-  FILE* f = e->f;
-  ref_t acc[2], x[2], out[2];
-  for (int i = 0; i < 2; i++) {
-    acc[i] = block_arg(e, a[i].dt);
-    x[i] = block_arg(e, a[i].dt);
-  }
-  const int id = e->next++;
-  fprintf(f, "    %%%d:2 = \"stablehlo.reduce\"(", id);
-  pname(f, &a[0]);
-  fputs(", ", f);
-  pname(f, &a[1]);
-  fputs(", ", f);
-  pname(f, &init[0]);
-  fputs(", ", f);
-  pname(f, &init[1]);
-  fputs(") ({\n    ^bb0(", f);
-  const ref_t* bargs[4] = {&acc[0], &acc[1], &x[0], &x[1]};
-  for (int i = 0; i < 4; i++) {
-    if (i) fputs(", ", f);
-    pname(f, bargs[i]);
-    fputs(": ", f);
-    ptype(f, bargs[i]);
-  }
-  fputs("):\n", f);
-  body(e, acc, x, out);
-  fputs("      \"stablehlo.return\"(", f);
-  pname(f, &out[0]);
-  fputs(", ", f);
-  pname(f, &out[1]);
-  fputs(") : (", f);
-  ptype(f, &out[0]);
-  fputs(", ", f);
-  ptype(f, &out[1]);
-  char b[600];
-  fprintf(f, ") -> ()\n    }) {dimensions = %s} : (", i64arr(b, sizeof b, nr, dims));
-  for (int i = 0; i < 4; i++) {
-    if (i) fputs(", ", f);
-    ptype(f, i < 2 ? &a[i] : &init[i - 2]);
-  }
-  fputs(") -> (", f);
   for (int i = 0; i < 2; i++) {
     res[i] = mkref(a[i].dt, 0, NULL);
     for (int d = 0; d < a[i].nd; d++) {
@@ -509,12 +485,10 @@ static void reduce_pair(em_t* e, const ref_t* a, const ref_t* init, int nr, cons
       for (int k = 0; k < nr; k++) red |= dims[k] == d;
       if (!red) res[i].sz[res[i].nd++] = a[i].sz[d];
     }
-    res[i].id = id;
-    res[i].sub = i;
-    if (i) fputs(", ", f);
-    ptype(f, &res[i]);
   }
-  fputs(")\n", f);
+  char b[600], attrs[700];
+  snprintf(attrs, sizeof attrs, "{dimensions = %s}", i64arr(b, sizeof b, nr, dims));
+  region_reduce(e, "stablehlo.reduce", 2, a, init, body, attrs, res);
 }
 
 static void prod_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
@@ -527,12 +501,7 @@ static ref_t cst_i64_list(em_t* e, int64_t n, const int64_t* v) {
   r.id = e->next++;
   fprintf(e->f, "    %%%d = \"stablehlo.constant\"() {value = dense<[", r.id);
   for (int64_t i = 0; i < n; i++) fprintf(e->f, "%s%" PRId64, i ? ", " : "", v[i]);
-  fputs("]> : ", e->f);
-  ptype(e->f, &r);
-  fputs("} : () -> ", e->f);
-  ptype(e->f, &r);
-  fputc('\n', e->f);
-  return r;
+  return end_constant(e, r, "]>");
 }
 
 /* A 1-D float32 constant with the given values. */
@@ -544,12 +513,7 @@ static ref_t cst_f32_list(em_t* e, int64_t n, const float* v) {
     if (i) fputs(", ", e->f);
     float_literal(e->f, TPU_F32, v[i]);
   }
-  fputs("]> : ", e->f);
-  ptype(e->f, &r);
-  fputs("} : () -> ", e->f);
-  ptype(e->f, &r);
-  fputc('\n', e->f);
-  return r;
+  return end_constant(e, r, "]>");
 }
 
 /* x's slices along dim at the positions of the 1-D int index idx. */
@@ -569,6 +533,26 @@ static ref_t take_along(em_t* e, ref_t x, int dim, ref_t idx) {
               "start_index_map = [%d], index_vector_dim = 1>, slice_sizes = %s, "
               "indices_are_sorted = false",
               ints(b1, sizeof b1, no, offs), dim, dim, i64arr(b2, sizeof b2, x.nd, ssz));
+}
+
+/* Full coordinates of the elements of an index tensor idx (nd dims) used
+ * along dim: [idx.shape..., nd], coordinate d the element's own position for
+ * d != dim and its index value for dim (gather / scatter along a dim). */
+static ref_t dim_coords(em_t* e, ref_t idx, int dim) {
+  const int nd = idx.nd;
+  int64_t isz[TPU_MAX_DIMS + 1], csz[TPU_MAX_DIMS + 1];
+  memcpy(isz, idx.sz, sizeof(int64_t) * (size_t)nd);
+  memcpy(csz, idx.sz, sizeof(int64_t) * (size_t)nd);
+  isz[nd] = 1;
+  csz[nd] = nd;
+  ref_t parts[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) {
+    ref_t p = d == dim ? idx
+                       : emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, idx.sz), "iota_dimension = %d : i64", d);
+    parts[d] = reshape(e, p, nd + 1, isz);
+  }
+  return nd == 1 ? parts[0]
+                 : emit(e, "stablehlo.concatenate", nd, parts, mkref(TPU_I64, nd + 1, csz), "dimension = %d : i64", nd);
 }
 
 /* x rolled by `shift` along dim: its last shift slices first. */
@@ -1742,19 +1726,7 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     const tpu_tensor_t* x = c->args[0].v.t;
     const int nd = x->ndim, dim = norm_dim(tpu_arg_i64(c, 1, 0), nd);
     ref_t idx = convert(e, arg(n, 2), TPU_I64);
-    int64_t isz[TPU_MAX_DIMS + 1];
-    memcpy(isz, idx.sz, sizeof(int64_t) * (size_t)nd);
-    isz[nd] = 1;
-    ref_t parts[TPU_MAX_DIMS];
-    for (int d = 0; d < nd; d++) {
-      ref_t p = d == dim ? idx
-                         : emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, idx.sz), "iota_dimension = %d : i64", d);
-      parts[d] = reshape(e, p, nd + 1, isz);
-    }
-    int64_t csz[TPU_MAX_DIMS + 1];
-    memcpy(csz, isz, sizeof(int64_t) * (size_t)nd);
-    csz[nd] = nd;
-    ref_t coords = nd == 1 ? parts[0] : emit(e, "stablehlo.concatenate", nd, parts, mkref(TPU_I64, nd + 1, csz), "dimension = %d : i64", nd);
+    ref_t coords = dim_coords(e, idx, dim);
     int64_t all[TPU_MAX_DIMS], ones[TPU_MAX_DIMS];
     for (int d = 0; d < nd; d++) {
       all[d] = d;
@@ -2004,19 +1976,7 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
       outs[0] = arg(n, 0);
       return true;
     }
-    int64_t isz[TPU_MAX_DIMS + 1];
-    memcpy(isz, idx.sz, sizeof(int64_t) * (size_t)nd);
-    isz[nd] = 1;
-    ref_t parts[TPU_MAX_DIMS];
-    for (int d = 0; d < nd; d++) {
-      ref_t p = d == dim ? idx
-                         : emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, idx.sz), "iota_dimension = %d : i64", d);
-      parts[d] = reshape(e, p, nd + 1, isz);
-    }
-    int64_t csz[TPU_MAX_DIMS + 1];
-    memcpy(csz, isz, sizeof(int64_t) * (size_t)nd);
-    csz[nd] = nd;
-    ref_t coords = nd == 1 ? parts[0] : emit(e, "stablehlo.concatenate", nd, parts, mkref(TPU_I64, nd + 1, csz), "dimension = %d : i64", nd);
+    ref_t coords = dim_coords(e, idx, dim);
     ref_t upd;
     if (is_tensor(n, 3)) { /* src: its leading index-shaped block */
       ref_t src = convert(e, arg(n, 3), x->dtype);
@@ -2031,10 +1991,7 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     res.id = e->next++;
     FILE* f = e->f;
     fprintf(f, "    %%%d = \"stablehlo.scatter\"(", res.id);
-    for (int i = 0; i < 3; i++) {
-      if (i) fputs(", ", f);
-      pname(f, &in[i]);
-    }
+    plist(f, 3, in, false);
     fputs(") ({\n    ^bb0(", f);
     pname(f, &acc);
     fputs(": ", f);
@@ -2056,10 +2013,7 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
                "inserted_window_dims = [%s], scatter_dims_to_operand_dims = [%s], index_vector_dim = %d>, "
                "indices_are_sorted = false, unique_indices = false} : (",
             ints(b1, sizeof b1, nd, all), ints(b2, sizeof b2, nd, all), nd);
-    for (int i = 0; i < 3; i++) {
-      if (i) fputs(", ", f);
-      ptype(f, &in[i]);
-    }
+    plist(f, 3, in, true);
     fputs(") -> ", f);
     ptype(f, &res);
     fputc('\n', f);

@@ -142,9 +142,44 @@ static tpu_status_t check_target(const char* op, const tpu_tensor_t* t) {
   return TPU_OK;
 }
 
+/* Checks a margin loss's input (float) and target (long) and reads its
+ * frames: nframe samples of dim classes (a vector is one sample). */
+static tpu_status_t loss_frames(const char* op, const tpu_tensor_t* self, const tpu_tensor_t* target,
+                                int64_t* nframe, int64_t* dim) {
+  TPU_CHECK_ARG(self, "%s: expected an input tensor", op);
+  tpu_status_t s = check_float(op, self);
+  if (!s) s = check_target(op, target);
+  if (!s) s = frames_of(op, self, nframe, dim);
+  return s;
+}
+
 static tpu_status_t check_reduction(const char* op, int64_t r) {
   TPU_CHECK_ARG(r == RED_NONE || r == RED_MEAN || r == RED_SUM,
                 "%s: %lld is not a valid value for reduction", op, (long long)r);
+  return TPU_OK;
+}
+
+/* The start of a margin loss backward: grad_output staged (go), a zeroed
+ * grad_input (gi, nframe x dim), and whether grad_output has one value per
+ * frame (reduction none) or one in all. On error nothing is left allocated. */
+static tpu_status_t grad_begin(const char* op, const tpu_tensor_t* go_t, int64_t nframe, int64_t dim,
+                               int64_t reduction, double** go, double** gi, bool* per_frame) {
+  TPU_CHECK_ARG(go_t, "%s: expected a grad_output tensor", op);
+  *go = stage(go_t, false);
+  *gi = calloc((size_t)(nframe * dim > 0 ? nframe * dim : 1), sizeof(double));
+  if (!*go || !*gi) {
+    free(*go);
+    free(*gi);
+    return OOM(op);
+  }
+  *per_frame = reduction == RED_NONE && go_t->ndim > 0;
+  if (*per_frame && tpu_tensor_numel(go_t) != nframe) {
+    int64_t got = tpu_tensor_numel(go_t);
+    free(*go);
+    free(*gi);
+    return TPU_ERR(INVALID_ARGUMENT, "%s: grad_output has %lld elements, expected %lld", op,
+                   (long long)got, (long long)nframe);
+  }
   return TPU_OK;
 }
 
@@ -166,10 +201,7 @@ static tpu_status_t mm_setup(const tpu_call_t* c, int a0, mm_t* m, const char* o
   const tpu_tensor_t* self = tpu_arg_tensor(c, a0);
   const tpu_tensor_t* target = tpu_arg_tensor(c, a0 + 1);
   const tpu_tensor_t* weight = tpu_arg_tensor(c, a0 + 4);
-  TPU_CHECK_ARG(self, "%s: expected an input tensor", op);
-  tpu_status_t s = check_float(op, self);
-  if (!s) s = check_target(op, target);
-  if (!s) s = frames_of(op, self, &m->nframe, &m->dim);
+  tpu_status_t s = loss_frames(op, self, target, &m->nframe, &m->dim);
   if (s) return s;
   m->p = tpu_arg_f64(c, a0 + 2, 1);
   m->margin = tpu_arg_f64(c, a0 + 3, 1);
@@ -254,20 +286,12 @@ tpu_status_t tpu_k_multi_margin_loss_backward(const tpu_call_t* c) {
   mm_t m;
   tpu_status_t s = mm_setup(c, 1, &m, "multi_margin_loss_backward");
   if (s) return s;
-  const tpu_tensor_t* go_t = tpu_arg_tensor(c, 0);
   const tpu_tensor_t* out = &c->outs[0];
-  double* go = go_t ? stage(go_t, false) : NULL;
-  double* gi = calloc((size_t)(m.nframe * m.dim > 0 ? m.nframe * m.dim : 1), sizeof(double));
-  if (!go || !gi) {
-    free(go); free(gi); mm_free(&m);
-    return OOM(m.op);
-  }
-  bool per_frame = m.reduction == RED_NONE && go_t->ndim > 0;
-  if (per_frame && tpu_tensor_numel(go_t) != m.nframe) {
-    int64_t got = tpu_tensor_numel(go_t);
-    free(go); free(gi); mm_free(&m);
-    return TPU_ERR(INVALID_ARGUMENT, "%s: grad_output has %lld elements, expected %lld", m.op,
-                   (long long)got, (long long)m.nframe);
+  double *go, *gi;
+  bool per_frame;
+  if ((s = grad_begin(m.op, tpu_arg_tensor(c, 0), m.nframe, m.dim, m.reduction, &go, &gi, &per_frame))) {
+    mm_free(&m);
+    return s;
   }
   double g = m.reduction == RED_MEAN ? 1.0 / ((double)m.nframe * (double)m.dim)
                                      : 1.0 / (double)m.dim;
@@ -312,10 +336,7 @@ static tpu_status_t ml_setup(const tpu_call_t* c, int a0, ml_t* m, const char* o
   m->op = op;
   const tpu_tensor_t* self = tpu_arg_tensor(c, a0);
   const tpu_tensor_t* target = tpu_arg_tensor(c, a0 + 1);
-  TPU_CHECK_ARG(self, "%s: expected an input tensor", op);
-  tpu_status_t s = check_float(op, self);
-  if (!s) s = check_target(op, target);
-  if (!s) s = frames_of(op, self, &m->nframe, &m->dim);
+  tpu_status_t s = loss_frames(op, self, target, &m->nframe, &m->dim);
   if (s) return s;
   m->reduction = tpu_arg_i64(c, a0 + 2, RED_MEAN);
   if ((s = check_reduction(op, m->reduction))) return s;
@@ -408,22 +429,15 @@ tpu_status_t tpu_k_multilabel_margin_loss_backward(const tpu_call_t* c) {
   ml_t m;
   tpu_status_t s = ml_setup(c, 1, &m, "multilabel_margin_loss_backward");
   if (s) return s;
-  const tpu_tensor_t* go_t = tpu_arg_tensor(c, 0);
   const tpu_tensor_t* out = &c->outs[0];
-  int64_t nd = m.nframe * m.dim;
-  double* go = go_t ? stage(go_t, false) : NULL;
-  double* gi = calloc((size_t)(nd > 0 ? nd : 1), sizeof(double));
+  double *go, *gi;
+  bool per_frame;
   double* mk = malloc((size_t)m.dim * sizeof(double));
-  if (!go || !gi || !mk) {
-    free(go); free(gi); free(mk); free(m.x); free(m.y);
-    return OOM(m.op);
-  }
-  bool per_frame = m.reduction == RED_NONE && go_t->ndim > 0;
-  if (per_frame && tpu_tensor_numel(go_t) != m.nframe) {
-    int64_t got = tpu_tensor_numel(go_t);
-    free(go); free(gi); free(mk); free(m.x); free(m.y);
-    return TPU_ERR(INVALID_ARGUMENT, "%s: grad_output has %lld elements, expected %lld", m.op,
-                   (long long)got, (long long)m.nframe);
+  if (!mk) s = OOM(m.op);
+  else s = grad_begin(m.op, tpu_arg_tensor(c, 0), m.nframe, m.dim, m.reduction, &go, &gi, &per_frame);
+  if (s) {
+    free(mk); free(m.x); free(m.y);
+    return s;
   }
   double g = m.reduction == RED_MEAN ? 1.0 / ((double)m.nframe * (double)m.dim)
                                      : 1.0 / (double)m.dim;
