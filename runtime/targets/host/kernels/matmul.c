@@ -279,18 +279,23 @@ bool tpu_gemm_set_isa(tpu_gemm_isa_t isa) {
 const char* tpu_gemm_isa_name(void) { return pick_ukernel()->name; }
 
 /* ---- float path ---- */
-/* Block sizes, measured on AMD Zen 3 (bench/gemm.py): packed steps per k
- * block (an A block, MC x KC, stays in L2; a B panel, KC x NR, in L1),
- * rows per A block, columns per B block (a B block, KC x NC, in L3). KC
- * (ROWS_A_KC on the rows path) alone shapes the sums, so results depend on
- * neither the thread count nor the other two. */
-enum { KC = 256, MC = 96, NC = 2048 };
+/* Block sizes, measured on AMD Zen 3 (back-to-back products, settings
+ * interleaved in one process): packed steps per k block (an A block, MC x
+ * KC, stays in L2; a B panel, KC x NR, in L1 and L2), rows per A block,
+ * columns per B block (a B block, KC x NC, in L3). KC 512 against 256: 1024
+ * and 2048 squares +5-16%, 4096x3072x768 +3-8% (fewer passes over c); no
+ * change beyond noise on the GPT's K = 384 products. KC (ROWS_A_KC on the
+ * rows path) alone shapes the sums, so results depend on neither the thread
+ * count nor the other two. */
+enum { KC = 512, MC = 96, NC = 2048 };
 /* rows of the tallest micro-kernel tile */
 enum { GEMM_MAX_MR = 16 };
-/* Packed steps per k block on the rows path (see rows_a_strips): longer
- * source runs to prefetch and fewer passes over c; its B panels come from
- * L2 either way. Measured 5% faster than KC on attention's P @ V. */
-enum { ROWS_A_KC = 2 * KC };
+/* Packed steps per k block on the rows path (see rows_a_strips): long
+ * source runs to prefetch and few passes over c; its B panels come from L2
+ * either way. 512 measured 5% faster than 256 on attention's P @ V. */
+enum { ROWS_A_KC = 512 };
+/* floats of a packer's line scratch: the longest k block of either path */
+#define LINE_FLOATS ((int)KC > (int)ROWS_A_KC ? (int)KC : (int)ROWS_A_KC)
 
 /* Products with at most this many columns keep A by rows (see rows_a). */
 #define ROWS_A_MAX_N 128
@@ -438,7 +443,7 @@ static void fblock_pack_b(void* ctx, int64_t begin, int64_t end) {
   const gemm_t* g = f->g;
   const int nr = f->uk->nr, np = f->ps.np;
   const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0);
-  float line[ROWS_A_KC > 64 ? ROWS_A_KC : 64];
+  float line[LINE_FLOATS > 64 ? LINE_FLOATS : 64];
   for (int64_t u; (u = atomic_fetch_add(&blk->next_unit, 1)) < blk->units;) {
     int64_t jp = u * PACK_PANELS;
     pack_panels(f->uk, blk->pb + jp * klen * np * nr, &g->b,
@@ -561,7 +566,7 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
   const int64_t gp = (blk->npan + f->jgroups - 1) / f->jgroups; /* panels per group */
   const int64_t mcp = round_up(f->mc, mr);
   size_t floats =
-      (size_t)(mcp * kcp + 2 * gp * nr + mr * nr + (ROWS_A_KC > nr ? ROWS_A_KC : nr));
+      (size_t)(mcp * kcp + 2 * gp * nr + mr * nr + (LINE_FLOATS > nr ? LINE_FLOATS : nr));
   float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
   if (!buf) {
     f->oom = 1;
