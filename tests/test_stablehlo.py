@@ -430,6 +430,9 @@ def _mapped_cases():
         "mse_mean": (lambda t: F.mse_loss(t, t * 0.5 + 1), x),
         "mse_sum": (lambda t: F.mse_loss(t, t * 2, reduction="sum"), x),
         "mse_none": (lambda t: F.mse_loss(t, t.flip(0), reduction="none"), x),
+        "logsigmoid": (F.logsigmoid, x * 5),
+        "log_sigmoid_forward": (lambda t: torch.ops.aten.log_sigmoid_forward(t), x * 5),
+        "bce_with_logits": (lambda t: F.binary_cross_entropy_with_logits(t, (t > 0).float()), x),
     }
 
 

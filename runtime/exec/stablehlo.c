@@ -2020,6 +2020,19 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     outs[0] = res;
     return true;
   }
+  if (!strcmp(base, "log_sigmoid_forward") && c->nouts == 2 && tpu_dtype_is_float(odt)) {
+    /* (self) -> (output, buffer): buffer = exp(-|x|), output = -(max(0, -x) + log1p(buffer)),
+     * what PyTorch's CPU kernel stores (its backward reads the buffer) */
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = arg_out(n, 0, ct);
+    ref_t z = unop(e, "stablehlo.exponential", unop(e, "stablehlo.negate", unop(e, "stablehlo.abs", x)));
+    ref_t m = binop(e, "stablehlo.maximum", cst_like(e, ct, 0, x.nd, x.sz), unop(e, "stablehlo.negate", x));
+    outs[0] = convert(e, unop(e, "stablehlo.negate", binop(e, "stablehlo.add", m, unop(e, "stablehlo.log_plus_one", z))), odt);
+    const tpu_tensor_t* bt = &c->outs[1];
+    outs[1] = tpu_tensor_numel(bt) == numel(&x) ? reshape(e, convert(e, z, bt->dtype), bt->ndim, bt->sizes)
+                                               : cst_like(e, bt->dtype, 0, bt->ndim, bt->sizes);
+    return true;
+  }
   if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
     /* (self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override) */
     window_t w;
