@@ -87,12 +87,14 @@ def operands(b, m, k, n, ta, tb, device):
     return x.to(device), y.to(device)
 
 
-def best_times(variants, repeats, block_seconds=0.05):
+def best_times(variants, repeats, block_seconds=0.2):
     """Best time per call of each variant (name -> (fn, sync)). A measurement is a block of
     back-to-back calls lasting about block_seconds (the count is set in the warm-up round),
-    then a sync, as a training loop issues its products; a pause before each tpu block lets
-    the CPU library's spinning threads go idle. The variants take turns, so that a change
-    in the machine's load touches them alike."""
+    then a sync, as a training loop issues its products: 0.2 s holds several calls even of
+    the largest shapes, so the first call after the pause, which pays for waking threads
+    and refilling caches, weighs little. A pause before each tpu block lets the CPU
+    library's spinning threads go idle. The variants take turns, so that a change in the
+    machine's load touches them alike."""
     best = {name: float("inf") for name in variants}
     iters = {name: 1 for name in variants}
     for rnd in range(repeats + 1):  # round 0 warms up and sets the block sizes
@@ -109,7 +111,7 @@ def best_times(variants, repeats, block_seconds=0.05):
             if rnd:
                 best[name] = min(best[name], dt)
             else:
-                iters[name] = max(1, min(20, round(block_seconds / max(dt, 1e-6))))
+                iters[name] = max(1, min(50, round(block_seconds / max(dt, 1e-6))))
     return best
 
 
