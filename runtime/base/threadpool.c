@@ -46,7 +46,7 @@ static _Atomic int64_t g_next;
 #define JOB_OPEN (1u << 30)
 static _Atomic unsigned g_state;
 
-static int64_t now_ns(void) {
+int64_t tpu_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
@@ -76,7 +76,7 @@ static int spin_until(int (*cond)(uint64_t), uint64_t arg) {
     if (yield) sched_yield();
     else cpu_relax();
     if ((i & 63) == 0 || yield) {
-      int64_t t = now_ns();
+      int64_t t = tpu_now_ns();
       if (!start) start = t;
       else if (t - start > g_spin_ns) return 0;
       else yield = t - start > POOL_PAUSE_NS;

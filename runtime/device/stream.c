@@ -35,11 +35,7 @@ struct tpu_stream {
   tpu_status_t error; /* first asynchronous error since last sync */
 };
 
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_seconds(void) { return 1e-9 * (double)tpu_now_ns(); }
 
 #define TPU_SPIN_SECONDS 50e-6
 

@@ -3,7 +3,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../targets/host/kernels/kernels.h"
 
@@ -70,17 +69,13 @@ bool tpu_profile_entry(int i, const char** out_name, int64_t* out_calls, int64_t
 
 int64_t tpu_profile_begin(void) {
   if (t_prof_depth++ || !atomic_load_explicit(&g_prof_on, memory_order_relaxed)) return 0;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  return tpu_now_ns();
 }
 
 void tpu_profile_end(int entry, int64_t stamp) {
   t_prof_depth--;
   if (!stamp || entry < 0 || entry >= g_nops + TPU_PROFILE_FUSED_KINDS) return;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  int64_t ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - stamp;
+  int64_t ns = tpu_now_ns() - stamp;
   atomic_fetch_add_explicit(&g_prof_calls[entry], 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&g_prof_ns[entry], ns, memory_order_relaxed);
 }

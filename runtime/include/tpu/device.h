@@ -115,6 +115,8 @@ tpu_status_t tpu_stream_copy_d2h(tpu_stream_t* s, void* dst, const void* src,
 void tpu_parallel_for(int64_t n, int64_t grain,
                       void (*fn)(void* ctx, int64_t begin, int64_t end), void* ctx);
 int tpu_num_threads(void);
+/* CLOCK_MONOTONIC in nanoseconds (spin budgets, timings, the kernel profile). */
+int64_t tpu_now_ns(void);
 
 #ifdef __cplusplus
 }

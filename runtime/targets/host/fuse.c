@@ -927,11 +927,9 @@ static fused_fn_t compile_now(const char* key, const char* src) {
   if (!cc || !*cc) cc = "cc";
   snprintf(cmd, sizeof cmd, "%s %s -I'%s' -o '%s' '%s' 2>'%s/err.txt'", cc, cc_flags(),
            TPU_KERNELS_DIR, sopath, cpath, dir);
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int64_t t0 = tpu_now_ns();
   int rc = system(cmd);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  tpu_cache_note_compile((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+  tpu_cache_note_compile(1e-9 * (double)(tpu_now_ns() - t0));
   if (rc != 0) {
     note_compiler_failure("the C compiler failed or is missing (set TORCH_TPU_CC)");
   } else {
@@ -979,11 +977,6 @@ static int64_t compile_delay_ns(void) {
   return v;
 }
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void* compiler_main(void* arg) {
   (void)arg;
@@ -995,7 +988,7 @@ static void* compiler_main(void* arg) {
   pthread_mutex_lock(&g_job_mu);
   for (;;) {
     while (!g_jobs) pthread_cond_wait(&g_job_cv, &g_job_mu);
-    int64_t wait = g_jobs->due_ns - mono_ns();
+    int64_t wait = g_jobs->due_ns - tpu_now_ns();
     if (wait > 0 && !g_waiters) { /* not due yet: sleep until it is (or a waiter comes) */
       struct timespec until;
       clock_gettime(CLOCK_REALTIME, &until);
@@ -1033,7 +1026,7 @@ static void compile_later(const char* key, const char* src) {
     if (j && s) {
       memcpy(j->key, key, 33);
       j->src = s;
-      j->due_ns = mono_ns() + compile_delay_ns();
+      j->due_ns = tpu_now_ns() + compile_delay_ns();
       job_t** tail = &g_jobs;
       while (*tail) tail = &(*tail)->next;
       *tail = j;
