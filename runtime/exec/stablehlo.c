@@ -440,39 +440,31 @@ static void sum_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
   out[0] = binop(e, "stablehlo.add", acc[0], x[0]);
 }
 
-/* (value, index) pairs: the greater value wins, NaN above all (the larger
- * index among NaNs), the smaller index among equal values; a total order, so
- * the result does not depend on the reduction order. This is the element
- * PyTorch's CPU max pooling picks. */
-static void argmax_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
-  ref_t a_nan = compare(e, "NE", acc[0], acc[0]), b_nan = compare(e, "NE", x[0], x[0]);
-  ref_t gt = compare(e, "GT", x[0], acc[0]), eq = compare(e, "EQ", x[0], acc[0]);
-  ref_t ilt = compare(e, "LT", x[1], acc[1]), igt = compare(e, "GT", x[1], acc[1]);
-  ref_t plain = binop(e, "stablehlo.or", gt, binop(e, "stablehlo.and", eq, ilt));
-  ref_t yes = cst(e, TPU_BOOL, 1);
-  ref_t take = select3(e, a_nan, binop(e, "stablehlo.and", b_nan, igt), select3(e, b_nan, yes, plain));
-  out[0] = select3(e, take, x[0], acc[0]);
-  out[1] = select3(e, take, x[1], acc[1]);
-}
-
-/* (value, index) pairs for argmax / argmin / max.dim / min.dim: the greater
- * (smaller) value wins, NaN above all, the smaller index among equals and
- * among NaNs (PyTorch's first occurrence); a total order again. */
-static void arg_extreme_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out, bool mx) {
+/* (value, index) pairs: the greater (smaller with !mx) value wins, NaN above
+ * all, the smaller index among equal values; among NaNs the larger index with
+ * last_nan, else the smaller. A total order, so the result does not depend on
+ * XLA's reduction order. argmax / argmin / max.dim / min.dim pick the first
+ * NaN; PyTorch's CPU max pooling, the last. */
+static void arg_extreme_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out, bool mx,
+                             bool last_nan) {
   ref_t a_nan = compare(e, "NE", acc[0], acc[0]), b_nan = compare(e, "NE", x[0], x[0]);
   ref_t better = compare(e, mx ? "GT" : "LT", x[0], acc[0]), eq = compare(e, "EQ", x[0], acc[0]);
   ref_t ilt = compare(e, "LT", x[1], acc[1]);
+  ref_t nan_order = last_nan ? compare(e, "GT", x[1], acc[1]) : ilt;
   ref_t plain = binop(e, "stablehlo.or", better, binop(e, "stablehlo.and", eq, ilt));
   ref_t yes = cst(e, TPU_BOOL, 1);
-  ref_t take = select3(e, a_nan, binop(e, "stablehlo.and", b_nan, ilt), select3(e, b_nan, yes, plain));
+  ref_t take = select3(e, a_nan, binop(e, "stablehlo.and", b_nan, nan_order), select3(e, b_nan, yes, plain));
   out[0] = select3(e, take, x[0], acc[0]);
   out[1] = select3(e, take, x[1], acc[1]);
 }
 static void argmax_first_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
-  arg_extreme_body(e, acc, x, out, true);
+  arg_extreme_body(e, acc, x, out, true, false);
 }
 static void argmin_first_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
-  arg_extreme_body(e, acc, x, out, false);
+  arg_extreme_body(e, acc, x, out, false, false);
+}
+static void max_pool_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
+  arg_extreme_body(e, acc, x, out, true, true);
 }
 
 /* stablehlo.reduce of two operands (values and indices) over dims. */
@@ -650,6 +642,16 @@ static void pool_window(const tpu_call_t* c, int k, int ik, int is, int ip, int 
     int64_t have = x->sizes[d] + w->lo[d] + w->hi[d];
     if (need > have) w->hi[d] += need - have;
   }
+}
+
+/* Over dims (cnt elements per result): the mean, kept with size-1 dims; the
+ * centred values a - mean; returns their sum of squares, kept likewise
+ * (layer / group / batch norm, var and std divide it as they need). */
+static ref_t centred_sum_squares(em_t* e, ref_t a, int nr, const int64_t* dims, double cnt,
+                                 ref_t* mean, ref_t* xc) {
+  *mean = scalar_op(e, "stablehlo.divide", reduce_keep(e, a, nr, dims, "stablehlo.add", 0), cnt);
+  *xc = binop(e, "stablehlo.subtract", a, bcast(e, *mean, a.nd, a.sz));
+  return reduce_keep(e, binop(e, "stablehlo.multiply", *xc, *xc), nr, dims, "stablehlo.add", 0);
 }
 
 static ref_t dot_general(em_t* e, ref_t a, ref_t b, int nbatch, int ca, int cb, ref_t res,
@@ -1481,10 +1483,8 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     }
     tpu_dtype_t ct = acc_type(odt);
     ref_t a = convert(e, arg(n, 0), ct);
-    ref_t mean = scalar_op(e, "stablehlo.divide", reduce_keep(e, a, k, dims, "stablehlo.add", 0), (double)cnt);
-    ref_t xc = binop(e, "stablehlo.subtract", a, bcast(e, mean, a.nd, a.sz));
-    ref_t var = scalar_op(e, "stablehlo.divide",
-                          reduce_keep(e, binop(e, "stablehlo.multiply", xc, xc), k, dims, "stablehlo.add", 0),
+    ref_t mean, xc;
+    ref_t var = scalar_op(e, "stablehlo.divide", centred_sum_squares(e, a, k, dims, (double)cnt, &mean, &xc),
                           (double)cnt);
     ref_t rstd = unop(e, "stablehlo.rsqrt", scalar_op(e, "stablehlo.add", var, tpu_arg_f64(c, 4, 1e-5)));
     ref_t y = binop(e, "stablehlo.multiply", xc, bcast(e, rstd, a.nd, a.sz));
@@ -1576,9 +1576,8 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     const double corr = tpu_arg_is_none(c, 2) ? 1.0 : tpu_arg_f64(c, 2, 1.0);
     tpu_dtype_t ct = acc_type(odt);
     ref_t a = convert(e, arg(n, 0), ct);
-    ref_t mean = scalar_op(e, "stablehlo.divide", reduce_keep(e, a, nr, dims, "stablehlo.add", 0), (double)cnt);
-    ref_t xc = binop(e, "stablehlo.subtract", a, bcast(e, mean, a.nd, a.sz));
-    ref_t ss = reduce(e, binop(e, "stablehlo.multiply", xc, xc), nr, dims, "stablehlo.add", 0);
+    ref_t mean, xc;
+    ref_t ss = centred_sum_squares(e, a, nr, dims, (double)cnt, &mean, &xc);
     double div = (double)cnt - corr;
     ref_t v = scalar_op(e, "stablehlo.divide", ss, div > 0 ? div : 0.0);
     if (!strncmp(base, "std", 3)) v = unop(e, "stablehlo.sqrt", v);
@@ -1642,6 +1641,7 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     const tpu_tensor_t* x = c->args[0].v.t;
     const bool mx = !strcmp(base, "argmax") || !strcmp(base, "max");
     const bool has_dim = c->nargs > 1 && c->args[1].kind == TPU_ARG_INT;
+    if (!tpu_dtype_is_float(x->dtype) && x->dtype != TPU_BOOL && x->dtype != TPU_I64) return false;
     ref_t a = arg(n, 0);
     if (!has_dim) { /* over the flattened tensor */
       int64_t flat[1] = {numel(&a)};
@@ -1657,7 +1657,6 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     ref_t idx = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, a.nd, a.sz), "iota_dimension = %d : i64", (int)dims[0]);
     double init_v = tpu_dtype_is_float(a.dt) ? (mx ? -INFINITY : INFINITY)
                     : a.dt == TPU_BOOL ? (mx ? 0 : 1) : (mx ? -9223372036854775807.0 - 1 : 9223372036854775807.0);
-    if (!tpu_dtype_is_float(a.dt) && a.dt != TPU_BOOL && a.dt != TPU_I64) return false;
     ref_t in[2] = {a, idx}, init[2] = {cst(e, a.dt, init_v), cst(e, TPU_I64, (double)INT64_MAX)};
     ref_t r[2];
     reduce_pair(e, in, init, 1, dims, mx ? argmax_first_body : argmin_first_body, r);
@@ -1710,13 +1709,14 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
   if (!strcmp(base, "roll") && is_tensor(n, 0)) { /* (self, shifts, dims) */
     const tpu_arg_t* sh = &c->args[1];
     const tpu_arg_t* dm = c->nargs > 2 ? &c->args[2] : NULL;
+    const bool flat = !dm || dm->kind != TPU_ARG_INTLIST || dm->n == 0;
+    if (!flat && (sh->kind != TPU_ARG_INTLIST || sh->n != dm->n)) return false; /* checked before emitting */
     ref_t a = arg(n, 0);
-    if (!dm || dm->kind != TPU_ARG_INTLIST || dm->n == 0) { /* over the flattened tensor */
+    if (flat) { /* over the flattened tensor */
       int64_t flat[1] = {numel(&a)};
       outs[0] = reshape(e, roll_dim(e, reshape(e, a, 1, flat), 0, sh->n ? sh->v.ilist[0] : 0), o->ndim, o->sizes);
       return true;
     }
-    if (sh->kind != TPU_ARG_INTLIST || sh->n != dm->n) return false;
     for (int k = 0; k < dm->n; k++) a = roll_dim(e, a, norm_dim(dm->v.ilist[k], a.nd), sh->v.ilist[k]);
     outs[0] = a;
     return true;
@@ -1775,10 +1775,8 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     ref_t x = convert(e, arg(n, 0), ct);
     int64_t gsz[3] = {N, G, C / G * HW}, red[1] = {2};
     ref_t xg = reshape(e, x, 3, gsz);
-    ref_t mean = scalar_op(e, "stablehlo.divide", reduce_keep(e, xg, 1, red, "stablehlo.add", 0), (double)gsz[2]);
-    ref_t xc = binop(e, "stablehlo.subtract", xg, bcast(e, mean, 3, gsz));
-    ref_t var = scalar_op(e, "stablehlo.divide",
-                          reduce_keep(e, binop(e, "stablehlo.multiply", xc, xc), 1, red, "stablehlo.add", 0),
+    ref_t mean, xc;
+    ref_t var = scalar_op(e, "stablehlo.divide", centred_sum_squares(e, xg, 1, red, (double)gsz[2], &mean, &xc),
                           (double)gsz[2]);
     ref_t rstd = unop(e, "stablehlo.rsqrt", scalar_op(e, "stablehlo.add", var, eps));
     ref_t y = binop(e, "stablehlo.multiply", xc, bcast(e, rstd, 3, gsz));
@@ -1824,8 +1822,8 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
   }
   if (!strcmp(base, "constant_pad_nd") && is_tensor(n, 0)) { /* (self, pad, value) */
     const tpu_arg_t* pd = &c->args[1];
+    if (pd->kind != TPU_ARG_INTLIST || pd->n % 2 || pd->n / 2 > c->args[0].v.t->ndim) return false;
     ref_t a = arg(n, 0);
-    if (pd->kind != TPU_ARG_INTLIST || pd->n % 2 || pd->n / 2 > a.nd) return false;
     int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
     for (int j = 0; j < pd->n / 2; j++) { /* pairs from the last dim backwards */
       lo[a.nd - 1 - j] = pd->v.ilist[2 * j];
@@ -1843,11 +1841,16 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     /* (self, padding): each padded dim is a gather of source positions */
     const bool reflect = base[2] == 'f';
     const tpu_arg_t* pd = &c->args[1];
+    const tpu_tensor_t* x = c->args[0].v.t;
+    if (pd->n % 2 || pd->n / 2 > x->ndim) return false;
+    for (int j = 0; j < pd->n / 2; j++) { /* every dim checked before anything is emitted */
+      const int64_t len = x->sizes[x->ndim - 1 - j];
+      if (len <= 0 || len + pd->v.ilist[2 * j] + pd->v.ilist[2 * j + 1] <= 0) return false;
+    }
     ref_t a = arg(n, 0);
     for (int j = 0; j < pd->n / 2; j++) {
       const int d = a.nd - 1 - j;
       const int64_t len = a.sz[d], pl = pd->v.ilist[2 * j], pr = pd->v.ilist[2 * j + 1], out = len + pl + pr;
-      if (out <= 0 || len <= 0) return false;
       int64_t* src = malloc(sizeof(int64_t) * (size_t)out);
       if (!src) {
         e->oom = true;
@@ -1970,8 +1973,8 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
      * element i of index (and of src) goes to self at index[i] along dim */
     const tpu_tensor_t* x = c->args[0].v.t;
     const int nd = x->ndim, dim = norm_dim(tpu_arg_i64(c, 1, 0), nd);
+    if (c->args[2].v.t->ndim != nd) return false;
     ref_t idx = convert(e, arg(n, 2), TPU_I64);
-    if (idx.nd != nd) return false;
     if (numel(&idx) == 0) {
       outs[0] = arg(n, 0);
       return true;
@@ -2093,7 +2096,7 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     ref_t init[2] = {cst(e, x.dt, tpu_dtype_is_float(x.dt) ? -INFINITY : (double)INT64_MIN),
                      cst(e, TPU_I64, (double)INT64_MAX)};
     ref_t r[2];
-    reduce_window_n(e, 2, a, init, &w, argmax_body, r);
+    reduce_window_n(e, 2, a, init, &w, max_pool_body, r);
     outs[0] = r[0];
     outs[1] = convert(e, r[1], c->outs[1].dtype);
     return true;
@@ -2115,21 +2118,18 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
         cnt *= x.sz[d];
       }
     int64_t chan_dim[1] = {1};
-    ref_t mean, var; /* [C] */
+    ref_t mean, var, xc; /* mean, var: [C] */
     if (training) {
-      mean = scalar_op(e, "stablehlo.divide", reduce(e, x, (int)nred, dims, "stablehlo.add", 0), (double)cnt);
-      ref_t xc = binop(e, "stablehlo.subtract", x, bcast_dims(e, mean, nd, x.sz, chan_dim));
-      var = scalar_op(e, "stablehlo.divide",
-                      reduce(e, binop(e, "stablehlo.multiply", xc, xc), (int)nred, dims, "stablehlo.add", 0),
-                      (double)cnt);
+      ref_t ss = centred_sum_squares(e, x, (int)nred, dims, (double)cnt, &mean, &xc);
+      mean = reshape(e, mean, 1, csz);
+      var = reshape(e, scalar_op(e, "stablehlo.divide", ss, (double)cnt), 1, csz);
     } else {
       mean = reshape(e, convert(e, arg(n, 3), ct), 1, csz);
       var = reshape(e, convert(e, arg(n, 4), ct), 1, csz);
+      xc = binop(e, "stablehlo.subtract", x, bcast_dims(e, mean, nd, x.sz, chan_dim));
     }
     ref_t invstd = unop(e, "stablehlo.rsqrt", scalar_op(e, "stablehlo.add", var, eps));
-    ref_t y = binop(e, "stablehlo.multiply",
-                    binop(e, "stablehlo.subtract", x, bcast_dims(e, mean, nd, x.sz, chan_dim)),
-                    bcast_dims(e, invstd, nd, x.sz, chan_dim));
+    ref_t y = binop(e, "stablehlo.multiply", xc, bcast_dims(e, invstd, nd, x.sz, chan_dim));
     if (is_tensor(n, 1))
       y = binop(e, "stablehlo.multiply", y,
                 bcast_dims(e, reshape(e, convert(e, arg(n, 1), ct), 1, csz), nd, x.sz, chan_dim));
@@ -2139,9 +2139,9 @@ static bool emit_op(node_t* n, const char* base, ref_t* outs) {
     outs[0] = convert(e, y, odt);
     for (int k = 1; k < 3; k++) { /* eval mode returns empty statistics, like CPU */
       const tpu_tensor_t* t = &c->outs[k];
-      ref_t v = training ? (k == 1 ? mean : invstd) : cst_like(e, t->dtype, 0, t->ndim, t->sizes);
-      outs[k] = tpu_tensor_numel(t) == csz[0] ? reshape(e, convert(e, v, t->dtype), t->ndim, t->sizes)
-                                               : cst_like(e, t->dtype, 0, t->ndim, t->sizes);
+      outs[k] = training && tpu_tensor_numel(t) == csz[0]
+                    ? reshape(e, convert(e, k == 1 ? mean : invstd, t->dtype), t->ndim, t->sizes)
+                    : cst_like(e, t->dtype, 0, t->ndim, t->sizes);
     }
     if (training && has_rs) { /* running = (1 - m) * running + m * batch (variance unbiased) */
       for (int k = 3; k <= 4; k++) {
