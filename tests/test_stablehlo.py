@@ -38,6 +38,19 @@ def parse(text):
     return ir.Module.parse(str(text), context=mlir.make_ir_context())
 
 
+def dumped_modules(directory):
+    """The texts of the graphs dump_graphs wrote into directory (at least one), each
+    checked to parse."""
+    files = sorted(glob.glob(os.path.join(directory, "*.stablehlo.mlir")))
+    assert files
+    texts = []
+    for path in files:
+        with open(path) as f:
+            texts.append(f.read())
+        parse(texts[-1])
+    return texts
+
+
 def run_on_jax_cpu(exported, params=None):
     """Compiles the module with jax's CPU client and runs it on the exported parameters
     (or `params`, CPU tensors); returns the results as numpy arrays."""
@@ -230,12 +243,7 @@ def test_dumped_graphs_use_the_same_printer(tmp_path):
             y.sum().item()
         finally:
             torch_tpu.debug.dump_graphs(None)
-    files = sorted(glob.glob(os.path.join(tmp_path, "*.stablehlo.mlir")))
-    assert files
-    for path in files:
-        with open(path) as f:
-            text = f.read()
-        parse(text)
+    for text in dumped_modules(tmp_path):
         assert "func.func @main(" in text
 
 
@@ -288,12 +296,7 @@ def test_gpt_forward_loss_and_training_graphs_parse(tmp_path):
             loss.item()
         finally:
             torch_tpu.debug.dump_graphs(None)
-    files = sorted(glob.glob(os.path.join(tmp_path, "*.stablehlo.mlir")))
-    assert files
-    for path in files:
-        with open(path) as fh:
-            text = fh.read()
-        parse(text)
+    for text in dumped_modules(tmp_path):
         assert "tpu.custom_calls" not in text, re.search(r"tpu.custom_calls = \[[^\]]*\]", text)
 
 
