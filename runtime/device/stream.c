@@ -32,6 +32,12 @@ struct tpu_stream {
   _Atomic uint64_t submitted;
   _Atomic uint64_t completed;
   _Atomic int sleeping;
+  /* Smallest completed count a waiter sleeps for (UINT64_MAX: none), under
+   * mu. The worker wakes waiters only when it reaches that count, so a
+   * thread in synchronize() behind a long queue is woken once, not after
+   * every op: each wake costs the worker a futex call (~10 us in a VM) and
+   * puts the waiter on a core the kernel thread pool wants. */
+  uint64_t wake_at;
   tpu_status_t error; /* first asynchronous error since last sync */
 };
 
@@ -67,6 +73,26 @@ static tpu_work_t* pop_work(tpu_stream_t* s) {
 
 static void record_error_locked(tpu_stream_t* s, tpu_status_t st, const char* what);
 
+/* Counts one finished item; wakes the waiters once one of them is due. */
+static void complete_locked(tpu_stream_t* s) {
+  uint64_t done = atomic_fetch_add_explicit(&s->completed, 1, memory_order_release) + 1;
+  if (done >= s->wake_at) {
+    s->wake_at = UINT64_MAX;
+    pthread_cond_broadcast(&s->done_cv);
+  }
+}
+
+/* Blocks until the stream has finished `target` items. */
+static void wait_count(tpu_stream_t* s, uint64_t target) {
+  if (atomic_load(&s->completed) >= target) return;
+  pthread_mutex_lock(&s->mu);
+  while (atomic_load(&s->completed) < target) {
+    if (target < s->wake_at) s->wake_at = target;
+    pthread_cond_wait(&s->done_cv, &s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
 static void* stream_main(void* arg) {
   tpu_stream_t* s = arg;
   for (;;) {
@@ -83,8 +109,7 @@ static void* stream_main(void* arg) {
     }
     pthread_mutex_lock(&s->mu);
     record_error_locked(s, st, what);
-    atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
-    pthread_cond_broadcast(&s->done_cv);
+    complete_locked(s);
     pthread_mutex_unlock(&s->mu);
     free(w);
   }
@@ -96,6 +121,7 @@ tpu_status_t tpu_stream_new(int device, int64_t id, tpu_stream_t** out) {
   if (!s) return TPU_ERR(RESOURCE_EXHAUSTED, "stream create: out of host memory");
   s->device = device;
   s->id = id;
+  s->wake_at = UINT64_MAX;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work_cv, NULL);
   pthread_cond_init(&s->done_cv, NULL);
@@ -291,7 +317,7 @@ static bool try_run_inline(tpu_stream_t* s, const tpu_call_t* call) {
   atomic_fetch_add(&s->submitted, 1);
   tpu_status_t st = tpu_call_run(call);
   record_error_locked(s, st, call->op ? call->op->name : NULL);
-  atomic_fetch_add(&s->completed, 1);
+  complete_locked(s);
   pthread_mutex_unlock(&s->mu);
   return true;
 }
@@ -369,12 +395,7 @@ tpu_status_t tpu_stream_enqueue_raw(tpu_stream_t* s, const char* what, tpu_statu
 
 tpu_status_t tpu_stream_synchronize(tpu_stream_t* s) {
   TPU_RETURN_IF_ERROR(flush_before(s));
-  uint64_t target = atomic_load(&s->submitted);
-  if (atomic_load(&s->completed) < target) {
-    pthread_mutex_lock(&s->mu);
-    while (atomic_load(&s->completed) < target) pthread_cond_wait(&s->done_cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-  }
+  wait_count(s, atomic_load(&s->submitted));
   if (!s->error) return TPU_OK;
   pthread_mutex_lock(&s->mu);
   tpu_status_t e = s->error;
@@ -460,13 +481,6 @@ bool tpu_event_query(tpu_event_t* e) {
   bool done = !e->recorded || atomic_load(&e->stream->completed) >= e->target;
   pthread_mutex_unlock(&e->mu);
   return done;
-}
-
-static void wait_count(tpu_stream_t* s, uint64_t target) {
-  if (atomic_load(&s->completed) >= target) return;
-  pthread_mutex_lock(&s->mu);
-  while (atomic_load(&s->completed) < target) pthread_cond_wait(&s->done_cv, &s->mu);
-  pthread_mutex_unlock(&s->mu);
 }
 
 void tpu_event_synchronize(tpu_event_t* e) {
