@@ -23,6 +23,8 @@
 #define NR (2 * VL)
 /* steps a packer's loads run ahead of its prefetches */
 #define PACK_AHEAD 8
+/* longest run of lines the narrow-panel packer stages at once */
+#define PACK_RUN_MAX 256
 
 ATTR static inline VF UK(abs)(VF x) { return V_TOF(VI_AND(V_TOI(x), VI_SET1(0x7fffffff))); }
 
@@ -222,6 +224,29 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
           V_STORE(d + VL, UK(xform)(xf[p], v1));
         }
       }
+      if (w <= VL && lines - full <= PACK_RUN_MAX) {
+        /* panels narrower than a vector (A by columns, MR lines): the run
+         * is transformed a vector at a time into `run` (zeros past its end),
+         * then each panel's w values are stored with one vector store that
+         * may spill into the panel's next slot, written later; only the
+         * panel's last slot takes a partial store */
+        float run[PACK_RUN_MAX + VL];
+        const float* sr = s + full;
+        const int64_t left = lines - full;
+        V_STORE(run + (left + VL - 1) / VL * VL, V_ZERO()); /* read by spilling stores */
+        for (int p = 0; p < np; p++) {
+          for (int64_t q = 0; q < left; q += VL)
+            V_STORE(run + q, UK(xform)(xf[p], q + VL <= left ? V_LOAD(sr + q)
+                                                             : V_LOAD_N(sr + q, left - q)));
+          const int64_t slot = k * np + p;
+          float* d = dst + full * kcp + slot * w;
+          if (slot + 1 < kcp)
+            for (int64_t q = 0; q < left; q += w, d += w * kcp) V_STORE(d, V_LOAD(run + q));
+          else
+            for (int64_t q = 0; q < left; q += w, d += w * kcp) V_STORE_N(d, V_LOAD(run + q), w);
+        }
+        continue;
+      }
       for (int64_t q = full; q < lines; q += w) { /* panels of MR, a last partial panel */
         const int64_t rows = lines - q < w ? lines - q : w;
         for (int64_t h = 0; h < w; h += VL) { /* one or two vectors */
@@ -324,3 +349,4 @@ ATTR static bool UK(pack_f32)(float* restrict dst, const float* restrict src, in
 
 #undef NR
 #undef PACK_AHEAD
+#undef PACK_RUN_MAX
