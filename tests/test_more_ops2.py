@@ -257,3 +257,47 @@ def test_margin_loss_backward_out_variants():
         op(*[a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args], grad_input=out)
         assert out.shape == exp.shape
         torch.testing.assert_close(out.cpu(), exp)
+
+
+# ---- backward kernels PyTorch could decompose, and logit's eps ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("op", [torch.ops.aten.silu_backward, torch.ops.aten.mish_backward])
+def test_activation_backward_runs_the_tpu_kernel(op, dtype):
+    """silu_backward and mish_backward have a composite (decomposed) form besides
+    CPU's kernel; tpu registers its own kernel, so reduced-precision results
+    are rounded once like CPU's (the decomposition rounds every step)."""
+    import torch_tpu.debug
+    x, g = make((4097,), dtype, seed=2), make((4097,), dtype, seed=3)
+    with torch_tpu.debug.kernel_profile() as prof:
+        out = op(g.to("tpu"), x.to("tpu")).cpu()
+    name = op.__name__.split(".")[0]
+    assert prof.seconds(name) > 0, prof.table()
+    expect = op(g, x)
+    assert out.dtype == expect.dtype
+    if dtype == torch.float32:
+        torch.testing.assert_close(out, expect)
+    else:  # same float computation, one rounding: equal, or 1 ulp where libm differs
+        torch.testing.assert_close(out, expect, atol=0, rtol=2 ** -7 if dtype == torch.bfloat16
+                                   else 2 ** -10)
+        assert (out != expect).float().mean() < 0.01
+    assert f"aten::{name}" in torch_tpu.supported_ops()
+
+
+def test_supported_ops_have_tpu_kernels():
+    """supported_ops() names only overloads whose tpu kernel is ours: composite
+    overloads that decompose before reaching the backend are not counted."""
+    import torch_tpu
+    names = torch_tpu.supported_ops()
+    assert len(names) >= 450
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    assert all(has(n, "PrivateUse1") for n in names)
+    assert "aten::square" not in names and "aten::add.Tensor" in names
+
+
+@pytest.mark.parametrize("eps", [None, 0.0, 0.2, -0.5])
+def test_logit_backward_eps(eps):
+    """With eps the forward clamps to [eps, 1 - eps] and no gradient flows where it
+    clamped; without (or with a negative) eps, NaN outside [0, 1]."""
+    x = torch.cat([torch.rand(40), torch.tensor([0.0, 1.0, 0.1, 0.9, 0.2, 0.8, -0.5, 1.5])])
+    check_op(lambda t: torch.logit(t, eps), x, grad=True)

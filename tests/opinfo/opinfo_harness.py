@@ -67,6 +67,9 @@ TOLERANCES = {
     ("rsqrt", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
     ("softmax", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
     ("log_softmax", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
+    ("nn.functional.cross_entropy", torch.bfloat16): (
+        1e-2, 1.6e-2, "log_softmax inside: CPU rounds max + log(sum) to bfloat16 (a "
+                      "log-probability of -0.0024 becomes 0), tpu rounds once"),
     ("nn.functional.layer_norm", torch.bfloat16): (2e-2, 1.6e-2, _BF16_ONCE),
     ("nn.functional.embedding", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
     ("nn.functional.layer_norm", torch.float32): (

@@ -31,9 +31,6 @@ _TIES = ("index order of equal keys: tpu sorts stably, CPU's default sort orders
 KNOWN_FAILURES = {
     ("sort", torch.bfloat16): _TIES,
     ("topk", torch.bfloat16): _TIES,
-    ("nn.functional.silu", torch.bfloat16): "backward ~3 ulp off, less accurate than CPU's",
-    ("nn.functional.cross_entropy", torch.bfloat16):
-        "gradient of probability targets off by 2e-3, less accurate than CPU's",
 }
 
 

@@ -938,7 +938,11 @@ namespace {
 // into add.out, whose meta kernel is Python) would never reach the runtime, so
 // every overload in the runtime's table is registered to the boxed fallback
 // explicitly. Composite-implicit overloads are left alone: they decompose
-// above autograd and need no backend kernel.
+// above autograd and need no backend kernel. The exception is an overload
+// that CPU runs with its own kernel and that has an autograd kernel
+// (silu_backward, mish_backward): its decomposition would give other values
+// than CPU's, and with a backend kernel registered, autograd still goes
+// through the autograd kernel.
 struct RegisterRuntimeOps {
   RegisterRuntimeOps() {
     lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
@@ -950,8 +954,10 @@ struct RegisterRuntimeOps {
       std::string name = "aten::" + full.substr(0, dot);
       std::string ovl = dot == std::string::npos ? "" : full.substr(dot + 1);
       auto handle = disp.findOp(c10::OperatorName(name, ovl));
-      if (!handle || handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
-          handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+      if (!handle || handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+          !(handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) &&
+            handle->hasKernelForDispatchKey(c10::DispatchKey::Autograd)))
         continue;
       lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
     }
@@ -960,30 +966,37 @@ struct RegisterRuntimeOps {
 };
 }  // namespace
 
+// The overloads registered directly (name, kernel): views, storage, copies,
+// and ops with data-dependent output shapes.
+#define TPU_DIRECT_OPS(X) \
+  X("empty.memory_format", tpu_empty_memory_format) \
+  X("empty_strided", tpu_empty_strided) \
+  X("as_strided", tpu_as_strided) \
+  X("view", tpu_view) \
+  X("_reshape_alias", tpu_reshape_alias) \
+  X("resize_", tpu_resize_) \
+  X("set_.source_Storage_storage_offset", tpu_set_storage_offset) \
+  X("set_.source_Storage", tpu_set_storage) \
+  X("set_.source_Tensor", tpu_set_tensor) \
+  X("set_", tpu_set_empty) \
+  X("copy_", tpu_copy_) \
+  X("_copy_from", tpu_copy_from) \
+  X("_copy_from_and_resize", tpu_copy_from_and_resize) \
+  X("_local_scalar_dense", tpu_local_scalar_dense) \
+  X("nonzero", tpu_nonzero) \
+  X("nonzero.out", tpu_nonzero_out) \
+  X("masked_select", tpu_masked_select) \
+  X("masked_select.out", tpu_masked_select_out) \
+  X("record_stream", tpu_record_stream) \
+  X("_unique2", tpu_unique2) \
+  X("equal", tpu_equal) \
+  X("unique_consecutive", tpu_unique_consecutive) \
+  X("bincount", tpu_bincount)
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("empty.memory_format", tpu_empty_memory_format);
-  m.impl("empty_strided", tpu_empty_strided);
-  m.impl("as_strided", tpu_as_strided);
-  m.impl("view", tpu_view);
-  m.impl("_reshape_alias", tpu_reshape_alias);
-  m.impl("resize_", tpu_resize_);
-  m.impl("set_.source_Storage_storage_offset", tpu_set_storage_offset);
-  m.impl("set_.source_Storage", tpu_set_storage);
-  m.impl("set_.source_Tensor", tpu_set_tensor);
-  m.impl("set_", tpu_set_empty);
-  m.impl("copy_", tpu_copy_);
-  m.impl("_copy_from", tpu_copy_from);
-  m.impl("_copy_from_and_resize", tpu_copy_from_and_resize);
-  m.impl("_local_scalar_dense", tpu_local_scalar_dense);
-  m.impl("nonzero", tpu_nonzero);
-  m.impl("nonzero.out", tpu_nonzero_out);
-  m.impl("masked_select", tpu_masked_select);
-  m.impl("masked_select.out", tpu_masked_select_out);
-  m.impl("record_stream", tpu_record_stream);
-  m.impl("_unique2", tpu_unique2);
-  m.impl("equal", tpu_equal);
-  m.impl("unique_consecutive", tpu_unique_consecutive);
-  m.impl("bincount", tpu_bincount);
+#define TPU_IMPL(name, fn) m.impl(name, fn);
+  TPU_DIRECT_OPS(TPU_IMPL)
+#undef TPU_IMPL
 }
 
 namespace {
@@ -991,18 +1004,25 @@ namespace {
 RegisterRuntimeOps g_register_runtime_ops;
 }  // namespace
 
-// Names of the overloads implemented natively: the runtime's table plus the
-// direct registrations above.
+// Names of the overloads that run natively on tpu: those of the runtime
+// table and of the direct registrations above that have a PrivateUse1 kernel
+// (runtime overloads that PyTorch decomposes before they reach a backend, or
+// that this PyTorch does not have, are not counted).
 std::vector<std::string> supported_ops() {
+  std::vector<std::string> names;
+  for (int i = 0; i < tpu_op_count(); i++) names.push_back(tpu_op_name(i));
+#define TPU_NAME(name, fn) names.push_back(name);
+  TPU_DIRECT_OPS(TPU_NAME)
+#undef TPU_NAME
+  auto& disp = c10::Dispatcher::singleton();
   std::vector<std::string> out;
-  for (int i = 0; i < tpu_op_count(); i++) out.push_back(std::string("aten::") + tpu_op_name(i));
-  for (const char* n : {"empty.memory_format", "empty_strided", "as_strided", "view",
-                        "_reshape_alias", "resize_", "set_.source_Storage_storage_offset",
-                        "set_.source_Storage", "set_.source_Tensor", "set_", "_copy_from",
-                        "_copy_from_and_resize", "copy_", "_local_scalar_dense", "nonzero.out",
-                        "masked_select", "masked_select.out", "record_stream", "_unique2", "equal",
-                        "unique_consecutive", "bincount"})
-    if (!tpu_op_lookup(n)) out.push_back(std::string("aten::") + n);
+  for (const std::string& full : names) {
+    auto dot = full.find('.');
+    auto handle = disp.findOp(c10::OperatorName(
+        "aten::" + full.substr(0, dot), dot == std::string::npos ? "" : full.substr(dot + 1)));
+    if (handle && handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+      out.push_back("aten::" + full);
+  }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

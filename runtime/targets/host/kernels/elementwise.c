@@ -391,6 +391,8 @@ OP_F(2, hardswish_backward, b < -3 ? 0 : (b <= 3 ? a * ((b / 3) + 0.5) : a))
 OP_F(2, mish_backward,
      a * (tanh(log1p(exp(b))) + b * SIGMOID(b) * (1 - tanh(log1p(exp(b))) * tanh(log1p(exp(b))))))
 OP_F(2, logit_backward, (b < 0 || b > 1) ? NAN : a / (b * (1 - b)))
+/* with eps: no gradient where the forward clamped to [eps, 1 - eps] */
+OP_F(2, logit_backward_eps, (b < s0 || b > s1) ? 0 : a / (b * (1 - b)))
 
 /* ---- helpers for kernels ---- */
 static const tpu_tensor_t* scalar_arg_tensor(const tpu_call_t* call, int i, tpu_tensor_t* tmp) {
@@ -652,7 +654,12 @@ tpu_status_t tpu_k_silu_backward(const tpu_call_t* c) { return grad2("silu_backw
 tpu_status_t tpu_k_hardsigmoid_backward(const tpu_call_t* c) { return grad2("hardsigmoid_backward", c, &hardsigmoid_backward_loops, 0, 0); }
 tpu_status_t tpu_k_hardswish_backward(const tpu_call_t* c) { return grad2("hardswish_backward", c, &hardswish_backward_loops, 0, 0); }
 tpu_status_t tpu_k_mish_backward(const tpu_call_t* c) { return grad2("mish_backward", c, &mish_backward_loops, 0, 0); }
-tpu_status_t tpu_k_logit_backward(const tpu_call_t* c) { return grad2("logit_backward", c, &logit_backward_loops, 0, 0); }
+tpu_status_t tpu_k_logit_backward(const tpu_call_t* c) {
+  /* logit_backward(grad, self, eps=None); a negative eps counts as none */
+  double eps = tpu_arg_is_none(c, 2) ? -1 : tpu_arg_f64(c, 2, -1);
+  if (eps < 0) return grad2("logit_backward", c, &logit_backward_loops, 0, 0);
+  return grad2("logit_backward", c, &logit_backward_eps_loops, eps, 1 - eps);
+}
 tpu_status_t tpu_k_leaky_relu_backward(const tpu_call_t* c) {
   return grad2("leaky_relu_backward", c, &leaky_relu_backward_loops, tpu_arg_f64(c, 2, 0.01), 0);
 }
