@@ -535,6 +535,35 @@ def test_sort_topk(dtype):
         check_op(lambda t: torch.sort(t, descending=True), nan)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.int32, torch.bool], ids=str)
+def test_tie_order_matches_cpu(dtype):
+    """Equal values leave sort(stable=False), argsort, topk (heap and selection
+    paths, sorted or not) and kthvalue in the same order as on CPU, whose order
+    comes from its algorithms rather than from the values (tpu runs the same
+    schemes); stable sorts keep the original order."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randint(0, 2 if dtype == torch.bool else 5, (3, 700), generator=g).to(dtype)
+    if dtype.is_floating_point:
+        x[0, ::37] = float("nan")
+    t = x.to("tpu")
+    def same(a, b):
+        for u, v in zip(a, b):
+            assert u.dtype == v.dtype
+            assert torch.equal(u.cpu().nan_to_num(9), v.nan_to_num(9)) if v.is_floating_point() \
+                else torch.equal(u.cpu(), v)
+    for kw in ({}, dict(descending=True), dict(stable=False), dict(stable=True, descending=True)):
+        same(torch.sort(t, dim=1, **kw), torch.sort(x, dim=1, **kw))
+        same(torch.sort(t.T, dim=0, **kw), torch.sort(x.T, dim=0, **kw))
+    same([torch.argsort(t, dim=1)], [torch.argsort(x, dim=1)])
+    if dtype == torch.bool:
+        return
+    for k in (1, 5, 11, 300, 700):  # k * 64 <= 700 takes CPU's heap path
+        for largest in (True, False):
+            for sort in (True, False):
+                same(torch.topk(t, k, 1, largest, sort), torch.topk(x, k, 1, largest, sort))
+        same(torch.kthvalue(t, k, 1), torch.kthvalue(x, k, 1))
+
+
 # ------------------------------------------------------------------ random
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16],
                          ids=str)

@@ -26,11 +26,7 @@ SUBSET = [
 
 # (OpInfo, dtype) -> reason for the pairs that fail today. xfail is strict: a
 # fix makes the test fail as XPASS until its entry is removed here.
-_TIES = ("index order of equal keys: tpu sorts stably, CPU's default sort orders ties "
-         "differently (indices and the gradient's scatter differ)")
 KNOWN_FAILURES = {
-    ("sort", torch.bfloat16): _TIES,
-    ("topk", torch.bfloat16): _TIES,
 }
 
 

@@ -3,11 +3,12 @@
  *
  * Every element maps to an unsigned 64-bit key whose order is PyTorch's value
  * order (NaN above +inf, -0.0 tied with +0.0, integers by value). A slice is
- * loaded as (key, index) items ordered by key, then by index: the order is
- * total, so results never depend on the algorithm or the thread split, and
- * equal values keep their original order (every sort is stable). Descending
- * orders invert the key, which puts NaN first and still keeps ties in index
- * order. Independent slices run in parallel.
+ * loaded as (key, index) items. Stable sorts and the selections order them by
+ * key, then by index: a total order, so equal values keep their original
+ * order. sort(stable=False) orders by key alone with the introsort that
+ * PyTorch's CPU kernel runs (the C++ library's std::sort scheme), so that
+ * equal values come out in the same order as on CPU. Descending orders
+ * invert the key, which puts NaN first. Independent slices run in parallel.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -77,6 +78,217 @@ static inline void swap_items(item_t* a, item_t* b) {
   *b = t;
 }
 
+/* ---- unstable sort by key alone ----
+ * Introsort: median-of-three quicksort down to runs of INTRO_RUN items,
+ * heapsort for a range once the depth budget (2 log2 n) is spent, then one
+ * insertion pass over the whole slice. Each step (pivot choice, partition,
+ * heap layout, insertion) follows the scheme of the C++ library's std::sort
+ * that PyTorch's CPU sort uses, which fixes where equal keys end up. */
+enum { INTRO_RUN = 16 };
+
+static inline bool key_less(item_t a, item_t b) { return a.key < b.key; }
+
+/* Moves the median of a, b and c to *result. */
+static void median_to_first(item_t* result, item_t* a, item_t* b, item_t* c) {
+  if (key_less(*a, *b)) {
+    if (key_less(*b, *c)) swap_items(result, b);
+    else if (key_less(*a, *c)) swap_items(result, c);
+    else swap_items(result, a);
+  } else if (key_less(*a, *c)) {
+    swap_items(result, a);
+  } else if (key_less(*b, *c)) {
+    swap_items(result, c);
+  } else {
+    swap_items(result, b);
+  }
+}
+
+/* Partitions [lo, hi) around *pivot (outside the range, before it); the
+ * range holds an item >= and one <= the pivot, so the scans need no bounds. */
+static item_t* partition_around(item_t* lo, item_t* hi, const item_t* pivot) {
+  for (;;) {
+    while (key_less(*lo, *pivot)) lo++;
+    hi--;
+    while (key_less(*pivot, *hi)) hi--;
+    if (!(lo < hi)) return lo;
+    swap_items(lo, hi);
+    lo++;
+  }
+}
+
+/* Sifts `value` into the max-heap a[0..len) from position `hole` down: the
+ * hole moves to a leaf along larger children, then value rises from there. */
+static void heap_adjust(item_t* a, int64_t hole, int64_t len, item_t value) {
+  const int64_t top = hole;
+  int64_t child = hole;
+  while (child < (len - 1) / 2) {
+    child = 2 * (child + 1);
+    if (key_less(a[child], a[child - 1])) child--;
+    a[hole] = a[child];
+    hole = child;
+  }
+  if ((len & 1) == 0 && child == (len - 2) / 2) {
+    child = 2 * (child + 1);
+    a[hole] = a[child - 1];
+    hole = child - 1;
+  }
+  int64_t parent = (hole - 1) / 2;
+  while (hole > top && key_less(a[parent], value)) {
+    a[hole] = a[parent];
+    hole = parent;
+    parent = (hole - 1) / 2;
+  }
+  a[hole] = value;
+}
+
+static void heap_make(item_t* a, int64_t len) {
+  if (len < 2) return;
+  for (int64_t parent = (len - 2) / 2;; parent--) {
+    heap_adjust(a, parent, len, a[parent]);
+    if (parent == 0) break;
+  }
+}
+
+/* Moves the heap's top a[0] to *out and re-heaps a[0..len) with *out's item. */
+static void heap_pop(item_t* a, int64_t len, item_t* out) {
+  item_t v = *out;
+  *out = a[0];
+  heap_adjust(a, 0, len, v);
+}
+
+/* Sorts a heap a[0..len) in place. */
+static void heap_unwind(item_t* a, int64_t len) {
+  for (; len > 1; len--) heap_pop(a, len - 1, a + len - 1);
+}
+
+/* Leaves the mid smallest of a[0..n) in a[0..mid) as a heap. */
+static void heap_select(item_t* a, int64_t mid, int64_t n) {
+  heap_make(a, mid);
+  for (int64_t i = mid; i < n; i++)
+    if (key_less(a[i], a[0])) heap_pop(a, mid, a + i);
+}
+
+static void heap_sort(item_t* a, int64_t n) {
+  heap_make(a, n);
+  heap_unwind(a, n);
+}
+
+static void intro_loop(item_t* lo, item_t* hi, int depth) {
+  while (hi - lo > INTRO_RUN) {
+    if (depth == 0) {
+      heap_sort(lo, hi - lo);
+      return;
+    }
+    depth--;
+    median_to_first(lo, lo + 1, lo + (hi - lo) / 2, hi - 1);
+    item_t* cut = partition_around(lo + 1, hi, lo);
+    intro_loop(cut, hi, depth);
+    hi = cut;
+  }
+}
+
+/* Inserts *p into the sorted run before it; an item not above it stops the
+ * scan, so the caller makes sure one exists. */
+static void insert_unguarded(item_t* p) {
+  item_t v = *p;
+  for (; key_less(v, p[-1]); p--) *p = p[-1];
+  *p = v;
+}
+
+static void insertion_by_key(item_t* a, int64_t n) {
+  for (int64_t i = 1; i < n; i++) {
+    if (key_less(a[i], a[0])) {
+      item_t v = a[i];
+      memmove(a + 1, a, (size_t)i * sizeof(item_t));
+      a[0] = v;
+    } else {
+      insert_unguarded(a + i);
+    }
+  }
+}
+
+static int floor_log2(int64_t n) {
+  int lg = 0;
+  while ((n >> (lg + 1)) > 0) lg++;
+  return lg;
+}
+
+static void intro_sort(item_t* a, int64_t n) {
+  if (n < 2) return;
+  intro_loop(a, a + n, 2 * floor_log2(n));
+  if (n > INTRO_RUN) {
+    insertion_by_key(a, INTRO_RUN);
+    for (int64_t i = INTRO_RUN; i < n; i++) insert_unguarded(a + i);
+  } else {
+    insertion_by_key(a, n);
+  }
+}
+
+/* Puts into a[nth] the item sorting by key would put there, no greater key
+ * before it, no smaller after (introselect, the library's nth_element). */
+static void intro_select(item_t* a, int64_t n, int64_t nth) {
+  if (n == 0 || nth >= n) return;
+  item_t *lo = a, *hi = a + n, *pn = a + nth;
+  int depth = 2 * floor_log2(n);
+  while (hi - lo > 3) {
+    if (depth == 0) {
+      heap_select(lo, pn - lo + 1, hi - lo);
+      swap_items(lo, pn);
+      return;
+    }
+    depth--;
+    median_to_first(lo, lo + 1, lo + (hi - lo) / 2, hi - 1);
+    item_t* cut = partition_around(lo + 1, hi, lo);
+    if (cut <= pn) lo = cut;
+    else hi = cut;
+  }
+  insertion_by_key(lo, hi - lo);
+}
+
+/* The k first items by key in a[0..k), the way PyTorch's CPU topk picks
+ * them: a heap for k at most 1/64 of the slice, else nth-element selection
+ * and (sorted) a sort of the k - 1 before it. */
+static void top_k(item_t* a, int64_t n, int64_t k, bool sorted) {
+  if (k * 64 <= n) {
+    heap_select(a, k, n);
+    heap_unwind(a, k);
+  } else {
+    intro_select(a, n, k - 1);
+    if (sorted) intro_sort(a, k - 1);
+  }
+}
+
+/* kthvalue's selection on CPU: a quickselect whose pivot is the median of
+ * the first, middle and last items, moved to the front; a[k] ends up with
+ * the k-th smallest key (0-based). */
+static void quick_select(item_t* a, int64_t n, int64_t k) {
+  int64_t lo = 0, hi = n - 1;
+  for (;;) {
+    if (hi <= lo) return;
+    if (hi == lo + 1) {
+      if (key_less(a[hi], a[lo])) swap_items(&a[lo], &a[hi]);
+      return;
+    }
+    swap_items(&a[lo + (hi - lo) / 2], &a[lo + 1]);
+    if (key_less(a[hi], a[lo + 1])) swap_items(&a[lo + 1], &a[hi]);
+    if (key_less(a[hi], a[lo])) swap_items(&a[lo], &a[hi]);
+    if (key_less(a[lo], a[lo + 1])) swap_items(&a[lo + 1], &a[lo]);
+    int64_t i = lo + 1, j = hi;
+    const uint64_t pivot = a[lo].key;
+    for (;;) {
+      do i++;
+      while (a[i].key < pivot);
+      do j--;
+      while (a[j].key > pivot);
+      if (j < i) break;
+      swap_items(&a[i], &a[j]);
+    }
+    swap_items(&a[lo], &a[j]);
+    if (j <= k) lo = i;
+    if (j >= k) hi = j - 1;
+  }
+}
+
 /* Reorders a[0..n) so that a[nth] holds the item sorting would put there,
  * with no greater item before it and no smaller one after it (quickselect
  * with median-of-three pivots; sorts what is left after too many rounds). */
@@ -117,6 +329,8 @@ typedef struct {
   int64_t n;       /* slice length */
   int64_t k;       /* topk / kthvalue */
   bool descending; /* sort / topk(largest) */
+  bool stable;     /* sort: equal values keep their order */
+  bool sorted;     /* topk: the k results in order */
   bool ignore_nan; /* nanmedian */
   int nouter;
   int64_t outer_sizes[TPU_MAX_DIMS];
@@ -264,17 +478,17 @@ static void slice_range(void* arg, int64_t begin, int64_t end) {
     }
     switch (j->kind) {
       case K_SORT:
-        sort_items(items, tmp, n);
+        if (j->stable) sort_items(items, tmp, n);
+        else intro_sort(items, n);
         for (int64_t p = 0; p < n; p++) put(j, raw, val, ind, p, items[p]);
         break;
       case K_TOPK:
         if (j->k == 0) break;
-        select_nth(items, tmp, n, j->k - 1);
-        sort_items(items, tmp, j->k);
+        top_k(items, n, j->k, j->sorted);
         for (int64_t p = 0; p < j->k; p++) put(j, raw, val, ind, p, items[p]);
         break;
       case K_KTHVALUE:
-        select_nth(items, tmp, n, j->k - 1);
+        quick_select(items, n, j->k - 1);
         put(j, raw, val, ind, 0, items[j->k - 1]);
         break;
       case K_MEDIAN: {
@@ -311,23 +525,25 @@ static tpu_status_t check_reduction(const char* op, const job_t* j, int64_t dim)
 }
 
 /* ---- kernels ---- */
-static tpu_status_t sort_impl(const tpu_call_t* c, int dim_arg) {
+static tpu_status_t sort_impl(const tpu_call_t* c, int dim_arg, bool stable) {
   int64_t dim = tpu_arg_i64(c, dim_arg, -1);
   job_t j;
   TPU_RETURN_IF_ERROR(job_init(&j, "sort", K_SORT, tpu_arg_tensor(c, 0), dim, &c->outs[0],
                                &c->outs[1], -1));
   j.descending = tpu_arg_bool(c, dim_arg + 1, false);
+  j.stable = stable;
   return job_run("sort", &j);
 }
 
 /* sort(self, dim, descending) and sort.values(..., values, indices) */
-tpu_status_t tpu_k_sort(const tpu_call_t* c) { return sort_impl(c, 1); }
+tpu_status_t tpu_k_sort(const tpu_call_t* c) { return sort_impl(c, 1, false); }
 
-/* sort.stable(self, *, stable, dim, descending) and sort.values_stable: every
- * sort here is stable, so `stable` changes nothing. */
-tpu_status_t tpu_k_sort_stable(const tpu_call_t* c) { return sort_impl(c, 2); }
+/* sort.stable(self, *, stable, dim, descending) and sort.values_stable */
+tpu_status_t tpu_k_sort_stable(const tpu_call_t* c) {
+  return sort_impl(c, 2, !tpu_arg_is_none(c, 1) && tpu_arg_bool(c, 1, false));
+}
 
-/* topk(self, k, dim, largest, sorted): results are always sorted. */
+/* topk(self, k, dim, largest, sorted) */
 tpu_status_t tpu_k_topk(const tpu_call_t* c) {
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
   int64_t k = tpu_arg_i64(c, 1, 0), dim = tpu_arg_i64(c, 2, -1);
@@ -338,6 +554,7 @@ tpu_status_t tpu_k_topk(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(job_init(&j, "topk", K_TOPK, in, dim, &c->outs[0], &c->outs[1], k));
   j.k = k;
   j.descending = tpu_arg_bool(c, 3, true);
+  j.sorted = tpu_arg_bool(c, 4, true);
   return job_run("topk", &j);
 }
 
