@@ -181,6 +181,11 @@ static void test_gemm_shapes(void) {
      * a transposed output, column groups for few row blocks, wide n */
     gemm_case(100, 70, 600, TPU_F32, false, false, 1, 0, 1e-6);
     gemm_case(100, 70, 600, TPU_F32, true, true, 1.5, 0, 1e-6);
+    /* c = a @ b + self added in the micro-kernel's store: packed tiles and
+     * rows of A, whole and edge tiles, several k blocks */
+    gemm_case(37, 19, 53, TPU_F32, false, false, 1, 1, 1e-6);
+    gemm_case(100, 70, 600, TPU_F32, false, false, 1, 1, 1e-6);
+    gemm_case(61, 300, 45, TPU_F32, true, true, 1, 1, 1e-6);
     gemm_case_t(61, 45, 300, TPU_F32, false, true, true, 1, 1, 1e-6);
     gemm_case_t(61, 45, 300, TPU_BF16, true, false, true, 1, 0, 1e-2);
     gemm_case(7, 1500, 40, TPU_F32, false, false, 1, 0.5, 1e-6);

@@ -21,27 +21,36 @@
 typedef float tpu_fr_v8f __attribute__((vector_size(32)));
 typedef int32_t tpu_fr_v8i __attribute__((vector_size(32)));
 
-/* Row sums add runs of TPU_FR_RUN elements in float32 across four eight-lane
- * vectors (eight additions per lane, far below float precision), and the run
- * totals in double: double accuracy for long rows at float speed. */
+/* Row sums add runs of up to TPU_FR_RUN elements in float32 across four
+ * eight-lane vectors (at most eight additions per lane, far below float
+ * precision), and the run totals in double: double accuracy for long rows at
+ * float speed. A row's last run may be shorter (whole chunks of 32); the
+ * last n % 32 elements add in double one at a time. */
 #define TPU_FR_RUN 256
+#define TPU_FR_CHUNK 32
 
 TPU_FR_INLINE float tpu_fr_run_total(const tpu_fr_v8f a[4]) {
   tpu_fr_v8f s = (a[0] + a[1]) + (a[2] + a[3]);
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
+/* end of the run starting at i among the whole chunks [0, nc) */
+TPU_FR_INLINE int64_t tpu_fr_run_end(int64_t i, int64_t nc) {
+  return i + TPU_FR_RUN < nc ? i + TPU_FR_RUN : nc;
+}
+
 /* sum of d = (x - mh) - ml, or with sq of d^2; the shift mh + ml keeps the
  * float partials small for rows far from zero */
 TPU_FR_INLINE double tpu_fr_sum(const float* x, int64_t n, int sq, float mh, float ml) {
   double total = 0;
+  const int64_t nc = n - n % TPU_FR_CHUNK;
   int64_t i = 0;
-  for (; i + TPU_FR_RUN <= n; i += TPU_FR_RUN) {
+  while (i < nc) {
     tpu_fr_v8f a[4] = {{0}, {0}, {0}, {0}};
-    for (int j = 0; j < TPU_FR_RUN; j += 32)
+    for (const int64_t end = tpu_fr_run_end(i, nc); i < end; i += TPU_FR_CHUNK)
       for (int q = 0; q < 4; q++) {
         tpu_fr_v8f v;
-        memcpy(&v, x + i + j + 8 * q, sizeof v);
+        memcpy(&v, x + i + 8 * q, sizeof v);
         v = (v - mh) - ml;
         a[q] += sq ? v * v : v;
       }
@@ -51,6 +60,29 @@ TPU_FR_INLINE double tpu_fr_sum(const float* x, int64_t n, int sq, float mh, flo
     double v = (double)((x[i] - mh) - ml);
     total += sq ? v * v : v;
   }
+  return total;
+}
+
+/* sum of x * y (y NULL: of x) in tpu_fr_sum's order */
+TPU_FR_INLINE double tpu_fr_dot(const float* x, const float* y, int64_t n) {
+  double total = 0;
+  const int64_t nc = n - n % TPU_FR_CHUNK;
+  int64_t i = 0;
+  while (i < nc) {
+    tpu_fr_v8f a[4] = {{0}, {0}, {0}, {0}};
+    for (const int64_t end = tpu_fr_run_end(i, nc); i < end; i += TPU_FR_CHUNK)
+      for (int q = 0; q < 4; q++) {
+        tpu_fr_v8f v, w;
+        memcpy(&v, x + i + 8 * q, sizeof v);
+        if (y) {
+          memcpy(&w, y + i + 8 * q, sizeof w);
+          v *= w;
+        }
+        a[q] += v;
+      }
+    total += (double)tpu_fr_run_total(a);
+  }
+  for (; i < n; i++) total += (double)x[i] * (y ? (double)y[i] : 1.0);
   return total;
 }
 
@@ -84,13 +116,14 @@ TPU_FR_INLINE float tpu_fr_exp_nonpos(float x) {
  * also go to tmp */
 TPU_FR_INLINE double tpu_fr_exp_sum(const float* x, float* tmp, int64_t n, float mx, int keep) {
   double total = 0;
+  const int64_t nc = n - n % TPU_FR_CHUNK;
   int64_t i = 0;
-  for (; i + TPU_FR_RUN <= n; i += TPU_FR_RUN) {
+  while (i < nc) {
     tpu_fr_v8f a[4] = {{0}, {0}, {0}, {0}};
-    for (int j = 0; j < TPU_FR_RUN; j += 32) {
-      float e[32];
-      for (int k = 0; k < 32; k++) e[k] = tpu_fr_exp_nonpos(x[i + j + k] - mx);
-      if (keep) memcpy(tmp + i + j, e, sizeof e);
+    for (const int64_t end = tpu_fr_run_end(i, nc); i < end; i += TPU_FR_CHUNK) {
+      float e[TPU_FR_CHUNK];
+      for (int k = 0; k < TPU_FR_CHUNK; k++) e[k] = tpu_fr_exp_nonpos(x[i + k] - mx);
+      if (keep) memcpy(tmp + i, e, sizeof e);
       for (int q = 0; q < 4; q++) {
         tpu_fr_v8f v;
         memcpy(&v, e + 8 * q, sizeof v);

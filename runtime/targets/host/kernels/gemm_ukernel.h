@@ -57,11 +57,12 @@ typedef struct gemm_passes {
 typedef struct gemm_ukernel {
   const char* name; /* "avx512", "avx2", "portable" */
   int mr, nr;
-  /* c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0) + sum_k a[k * mr + i] *
-   * b[k * nr + j] for the mr x nr tile, k over [0, kc); the sum starts from
-   * 0 and is added to c once at the end. */
+  /* c[i * ldc + j] = ((accumulate ? c[i * ldc + j] : 0) + sum_k a[k * mr + i] *
+   * b[k * nr + j]) + s[i * lds + j] for the mr x nr tile, k over [0, kc);
+   * the sum starts from 0 and is added to c once at the end; the epilogue
+   * operand s (a bias row when lds is 0) is optional: NULL adds nothing. */
   void (*tile)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-               bool accumulate);
+               bool accumulate, const float* s, int64_t lds);
   /* sum_k x[k] * y[k] in a fixed order */
   float (*dot)(const float* x, const float* y, int64_t n);
   /* Packs float32 lines into panels of width w: line l starts at src + l *
@@ -78,7 +79,8 @@ typedef struct gemm_ukernel {
    * GEMM_PF_STEPS steps (npf <= kc / GEMM_PF_STEPS + 1): the caller's next
    * rows, fetched while the sums run instead of in a burst later. */
   void (*tile_rows)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
-                    int64_t ldc, bool accumulate, const void* const* pf, int64_t npf);
+                    int64_t ldc, bool accumulate, const float* s, int64_t lds,
+                    const void* const* pf, int64_t npf);
 } gemm_ukernel_t;
 
 extern const gemm_ukernel_t tpu_gemm_ukernel_portable;

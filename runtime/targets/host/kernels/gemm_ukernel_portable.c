@@ -6,7 +6,8 @@
 enum { MR = 4, NR = 8 };
 
 static void tile_portable(int64_t kc, const float* restrict a, const float* restrict b,
-                          float* restrict c, int64_t ldc, bool accumulate) {
+                          float* restrict c, int64_t ldc, bool accumulate,
+                          const float* restrict s, int64_t lds) {
   float acc[MR][NR] = {{0}};
   for (int64_t k = 0; k < kc; k++) {
     for (int i = 0; i < MR; i++)
@@ -15,7 +16,10 @@ static void tile_portable(int64_t kc, const float* restrict a, const float* rest
     b += NR;
   }
   for (int i = 0; i < MR; i++)
-    for (int j = 0; j < NR; j++) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + acc[i][j];
+    for (int j = 0; j < NR; j++) {
+      float v = (accumulate ? c[i * ldc + j] : 0.0f) + acc[i][j];
+      c[i * ldc + j] = s ? v + s[i * lds + j] : v;
+    }
 }
 
 /* four partial sums over interleaved steps, added in a fixed order */

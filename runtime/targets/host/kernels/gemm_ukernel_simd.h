@@ -65,7 +65,8 @@ ATTR __attribute__((always_inline)) static inline VF UK(xform)(gemm_xform_t xf, 
  * of pf[0..npf) is prefetched every GEMM_PF_STEPS steps. */
 ATTR __attribute__((always_inline)) static inline void UK(tile_strided)(
     int64_t kc, const float* restrict a, int64_t ai, int64_t ak, const float* restrict b,
-    float* restrict c, int64_t ldc, bool accumulate, const void* const* pf, int64_t npf) {
+    float* restrict c, int64_t ldc, bool accumulate, const float* restrict s, int64_t lds,
+    const void* const* pf, int64_t npf) {
   VF acc0[MR], acc1[MR];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; i++) {
@@ -106,21 +107,27 @@ ATTR __attribute__((always_inline)) static inline void UK(tile_strided)(
       acc0[i] = V_ADD(V_LOAD(ci), acc0[i]);
       acc1[i] = V_ADD(V_LOAD(ci + VL), acc1[i]);
     }
+    if (s) {
+      acc0[i] = V_ADD(acc0[i], V_LOAD(s + i * lds));
+      acc1[i] = V_ADD(acc1[i], V_LOAD(s + i * lds + VL));
+    }
     V_STORE(ci, acc0[i]);
     V_STORE(ci + VL, acc1[i]);
   }
 }
 
 ATTR static void UK(tile)(int64_t kc, const float* restrict a, const float* restrict b,
-                          float* restrict c, int64_t ldc, bool accumulate) {
-  UK(tile_strided)(kc, a, 1, MR, b, c, ldc, accumulate, NULL, 0);
+                          float* restrict c, int64_t ldc, bool accumulate, const float* s,
+                          int64_t lds) {
+  UK(tile_strided)(kc, a, 1, MR, b, c, ldc, accumulate, s, lds, NULL, 0);
 }
 
 /* The same tile with A read by rows (row i at a + i * lda). */
 ATTR static void UK(tile_rows)(int64_t kc, const float* restrict a, int64_t lda,
                                const float* restrict b, float* restrict c, int64_t ldc,
-                               bool accumulate, const void* const* pf, int64_t npf) {
-  UK(tile_strided)(kc, a, lda, 1, b, c, ldc, accumulate, pf, npf);
+                               bool accumulate, const float* s, int64_t lds,
+                               const void* const* pf, int64_t npf) {
+  UK(tile_strided)(kc, a, lda, 1, b, c, ldc, accumulate, s, lds, pf, npf);
 }
 
 ATTR static float UK(dot)(const float* restrict x, const float* restrict y, int64_t n) {

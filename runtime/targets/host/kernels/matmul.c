@@ -416,6 +416,7 @@ typedef struct {
   int64_t nc;        /* columns per B block */
   int64_t jgroups;   /* B panel groups per A block (items = nmb * jgroups) */
   bool direct;       /* accumulate in c */
+  bool epi;          /* direct, and the last k block adds self (alpha = beta = 1) */
   bool rows_a;       /* A blocks kept by rows (uk->tile_rows): few columns */
   _Atomic int64_t next_entry; /* per-entry split: the next entry to claim */
   _Atomic int oom;
@@ -453,23 +454,31 @@ static void fblock_pack_b(void* ctx, int64_t begin, int64_t end) {
 }
 
 /* One micro-kernel tile of the direct path that crosses c's edge: computed
- * in `tmp` (mr x nr) and its rows x cols corner copied to / from c. */
+ * in `tmp` (mr x nr) and its rows x cols corner copied to / from c, with
+ * the epilogue operand s (see gemm_ukernel_t.tile) added to that corner. */
 static void edge_tile(const gemm_ukernel_t* uk, int64_t kcp, const float* a, int64_t lda,
-                      const float* b, float* c, int64_t ldc, bool accumulate, int64_t rows,
-                      int64_t cols, float* tmp, const void* const* pf, int64_t npf) {
+                      const float* b, float* c, int64_t ldc, bool accumulate, const float* s,
+                      int64_t lds, int64_t rows, int64_t cols, float* tmp,
+                      const void* const* pf, int64_t npf) {
   if (accumulate)
     for (int64_t i = 0; i < rows; i++)
       memcpy(tmp + i * uk->nr, c + i * ldc, sizeof(float) * (size_t)cols);
-  if (lda) uk->tile_rows(kcp, a, lda, b, tmp, uk->nr, accumulate, pf, npf);
-  else uk->tile(kcp, a, b, tmp, uk->nr, accumulate);
-  for (int64_t i = 0; i < rows; i++)
-    memcpy(c + i * ldc, tmp + i * uk->nr, sizeof(float) * (size_t)cols);
+  if (lda) uk->tile_rows(kcp, a, lda, b, tmp, uk->nr, accumulate, NULL, 0, pf, npf);
+  else uk->tile(kcp, a, b, tmp, uk->nr, accumulate, NULL, 0);
+  for (int64_t i = 0; i < rows; i++) {
+    float* t = tmp + i * uk->nr;
+    if (s)
+      for (int64_t j = 0; j < cols; j++) t[j] += s[i * lds + j];
+    memcpy(c + i * ldc, t, sizeof(float) * (size_t)cols);
+  }
 }
 
 /* The tiles of one item on a packed A block (pa, mlen rows): each of the
- * item's B panels, jp0 to jp1, against every MR-row panel of the block. */
+ * item's B panels, jp0 to jp1, against every MR-row panel of the block;
+ * sv (NULL: none) is the epilogue operand at the item's first element. */
 static void packed_tiles(const fblock_t* blk, const float* pa, int64_t mlen, int64_t jp0,
-                         int64_t jp1, float* tgt, int64_t ldt, int64_t cw, float* tmp) {
+                         int64_t jp1, float* tgt, int64_t ldt, int64_t cw, const float* sv,
+                         int64_t lds, float* tmp) {
   const fgemm_t* f = blk->f;
   const gemm_ukernel_t* uk = f->uk;
   const int mr = uk->mr, nr = uk->nr;
@@ -481,11 +490,12 @@ static void packed_tiles(const fblock_t* blk, const float* pa, int64_t mlen, int
     for (int64_t r = 0; r < mlen; r += mr) {
       const float* ap = pa + r * kcp;
       float* ct = tgt + r * ldt + cc;
+      const float* st = sv ? sv + r * lds + cc : NULL;
       if (f->direct && (r + mr > mlen || cc + nr > cw))
-        edge_tile(uk, kcp, ap, 0, bp, ct, ldt, !first, min64(mr, mlen - r), min64(nr, cw - cc),
-                  tmp, NULL, 0);
+        edge_tile(uk, kcp, ap, 0, bp, ct, ldt, !first, st, lds, min64(mr, mlen - r),
+                  min64(nr, cw - cc), tmp, NULL, 0);
       else
-        uk->tile(kcp, ap, bp, ct, ldt, !first);
+        uk->tile(kcp, ap, bp, ct, ldt, !first, st, lds);
     }
   }
 }
@@ -501,7 +511,7 @@ enum { PF_STRIPS = 1 };
  * at the pace of the transform, which then costs a third of the product. */
 static void rows_a_strips(const fblock_t* blk, float* strip, int64_t i0, int64_t mlen,
                           int64_t jp0, int64_t jp1, float* tgt, int64_t ldt, int64_t cw,
-                          float* tmp, float* line) {
+                          const float* sv, int64_t lds, float* tmp, float* line) {
   /* source lines of a strip: MR rows of at most KC floats (A is float32) */
   const void* pf[GEMM_MAX_MR * (ROWS_A_KC * sizeof(float) / 64 + 1)];
   const fgemm_t* f = blk->f;
@@ -544,11 +554,12 @@ static void rows_a_strips(const fblock_t* blk, float* strip, int64_t i0, int64_t
       const int64_t n = min64(per_tile, npf - done);
       const float* bp = blk->pb + jp * kcp * nr;
       const int64_t cc = (jp - jp0) * nr;
+      const float* st = sv ? sv + r * lds + cc : NULL;
       if (f->direct && (rows < mr || cc + nr > cw))
-        edge_tile(uk, kcp, strip, kcp, bp, ct, ldt, !first, rows, min64(nr, cw - cc), tmp,
-                  pf + done, n);
+        edge_tile(uk, kcp, strip, kcp, bp, ct, ldt, !first, st, lds, rows, min64(nr, cw - cc),
+                  tmp, pf + done, n);
       else
-        uk->tile_rows(kcp, strip, kcp, bp, ct, ldt, !first, pf + done, n);
+        uk->tile_rows(kcp, strip, kcp, bp, ct, ldt, !first, st, lds, pf + done, n);
       done += n;
     }
     for (; done < npf; done++) __builtin_prefetch(pf[done]);
@@ -584,14 +595,15 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
     float* tgt = f->direct ? (float*)mat_ptr(&g->c, blk->bi, i0, c0)
                            : blk->acc + i0 * blk->npan * nr + jp0 * nr;
     int64_t ldt = f->direct ? g->c.sr : blk->npan * nr;
+    const float* sv = last && f->epi ? (const float*)mat_ptr(&g->self, blk->bi, i0, c0) : NULL;
     if (f->rows_a) {
-      rows_a_strips(blk, pa, i0, mlen, jp0, jp1, tgt, ldt, cw, tmp, line);
+      rows_a_strips(blk, pa, i0, mlen, jp0, jp1, tgt, ldt, cw, sv, g->self.sr, tmp, line);
     } else {
       pack_panels(uk, pa, &g->a, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen, klen,
                   mr, f->ps.a, np, line);
-      packed_tiles(blk, pa, mlen, jp0, jp1, tgt, ldt, cw, tmp);
+      packed_tiles(blk, pa, mlen, jp0, jp1, tgt, ldt, cw, sv, g->self.sr, tmp);
     }
-    if (last && (!f->direct || g->use_self || g->alpha != 1))
+    if (last && !f->epi && (!f->direct || g->use_self || g->alpha != 1))
       ftile_store(g, blk->bi, i0, c0, mlen, cw, tgt, ldt, row);
   }
   free(buf);
@@ -793,6 +805,10 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   f.nc = round_up((g->n + ncb - 1) / ncb, nr);
   f.direct = g->c.dt == TPU_F32 && g->c.sc == 1 &&
              !(g->use_self && mats_overlap(&g->self, &g->c));
+  /* c = a @ b + self (nn.Linear's bias, a residual) in the micro-kernel's
+   * store, in the order ftile_store would add it */
+  f.epi = f.direct && g->use_self && g->alpha == 1 && g->beta == 1 && g->self.dt == TPU_F32 &&
+          g->self.sc == 1;
   f.jgroups = 1;
   const bool parallel = nth > 1 && work >= PARALLEL_MIN_WORK;
   const bool by_entry = parallel && g->batch > 1 &&

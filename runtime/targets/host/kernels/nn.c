@@ -36,10 +36,18 @@ static void rows_init(rows_t* v, const tpu_tensor_t* t) {
   v->lanes = v->len = 1;
 }
 
+/* Lane dims are added outermost first; one that continues the previous one
+ * in memory merges with it, so a lane's address takes fewer divisions. */
 static void rows_add_lane(rows_t* v, int64_t size, int64_t stride) {
+  v->lanes *= size;
+  if (size == 1) return;
+  if (v->nl > 0 && v->lstride[v->nl - 1] == size * stride) {
+    v->lsize[v->nl - 1] *= size;
+    v->lstride[v->nl - 1] = stride;
+    return;
+  }
   v->lsize[v->nl] = size;
   v->lstride[v->nl++] = stride;
-  v->lanes *= size;
 }
 
 /* Row dims are added outermost first. */
@@ -426,6 +434,49 @@ static void softmax_range(void* ctx, int64_t begin, int64_t end) {
   free(x);
 }
 
+/* Backward over lanes [begin, end) of contiguous single-precision rows; buf
+ * holds two rows. softmax: gi = y * (g - sum(g * y)); log_softmax:
+ * gi = g - exp(y) * sum(g); sums in tpu_fr_dot's order, the rest in float. */
+TPU_VR_INLINE void softmax_backward_flat_body(const softmax_job_t* job, int64_t begin,
+                                              int64_t end, float* buf, bool avx2) {
+  const int64_t n = job->a.len;
+  for (int64_t lane = begin; lane < end; lane++) {
+    const char* gs = rows_lane_ptr(&job->a, lane);
+    const char* ys = rows_lane_ptr(&job->b, lane);
+    char* dst = rows_lane_ptr(&job->out, lane);
+    const float* g = (const float*)gs;
+    const float* y = (const float*)ys;
+    if (job->a.dt != TPU_F32) {
+      vrow_to_f32(buf, gs, job->a.dt, n, avx2);
+      g = buf;
+    }
+    if (job->b.dt != TPU_F32) {
+      vrow_to_f32(buf + n, ys, job->b.dt, n, avx2);
+      y = buf + n;
+    }
+    /* elementwise after the sum: the result may overwrite g's row */
+    float* o = job->out.dt == TPU_F32 ? (float*)dst : buf;
+    if (job->log) {
+      const float s = (float)tpu_fr_dot(g, NULL, n);
+      for (int64_t i = 0; i < n; i++) o[i] = g[i] - tpu_vm_expf(y[i]) * s;
+    } else {
+      const float s = (float)tpu_fr_dot(g, y, n);
+      for (int64_t i = 0; i < n; i++) o[i] = y[i] * (g[i] - s);
+    }
+    vrow_from_f32(dst, job->out.dt, o, n, avx2);
+  }
+}
+static TPU_VEC_PORTABLE void softmax_backward_flat_p(const softmax_job_t* job, int64_t b,
+                                                     int64_t e, float* buf) {
+  softmax_backward_flat_body(job, b, e, buf, false);
+}
+#ifdef TPU_HAVE_AVX2_BUILD
+static TPU_VEC_AVX2 void softmax_backward_flat_a(const softmax_job_t* job, int64_t b, int64_t e,
+                                                 float* buf) {
+  softmax_backward_flat_body(job, b, e, buf, true);
+}
+#endif
+
 /* softmax: gi = y * (g - sum(g * y)); log_softmax: gi = g - exp(y) * sum(g) */
 static void softmax_backward_row(const softmax_job_t* job, double* g, const double* y, int64_t n) {
   double s = 0;
@@ -441,6 +492,20 @@ static void softmax_backward_row(const softmax_job_t* job, double* g, const doub
 static void softmax_backward_range(void* ctx, int64_t begin, int64_t end) {
   softmax_job_t* job = ctx;
   int64_t n = job->a.len;
+  if (job->flat) {
+    float* buf = malloc(sizeof(float) * (size_t)(n > 0 ? 2 * n : 1));
+    if (!buf) {
+      job->oom = 1;
+      return;
+    }
+#ifdef TPU_HAVE_AVX2_BUILD
+    if (tpu_host_isa() == TPU_ISA_AVX2) softmax_backward_flat_a(job, begin, end, buf);
+    else
+#endif
+      softmax_backward_flat_p(job, begin, end, buf);
+    free(buf);
+    return;
+  }
   double* g = scratch(2 * LANE_BLOCK * n, &job->oom);
   if (!g) return;
   double* y = g + LANE_BLOCK * n;
@@ -491,6 +556,8 @@ static tpu_status_t softmax_backward(const tpu_call_t* call, bool log) {
   rows_along(&job.b, y, dim);
   rows_along(&job.out, &call->outs[0], dim);
   job.blocked = rows_blockable(&job.a);
+  job.flat = rows_flat(&job.a) && rows_flat(&job.b) && rows_flat(&job.out) &&
+             f32_storage(job.a.dt) && f32_storage(job.b.dt) && f32_storage(job.out.dt);
   return run_items(op, job.a.lanes, job.a.len, softmax_backward_range, &job, &job.oom);
 }
 
@@ -765,12 +832,104 @@ typedef struct {
   bool given_stats, want_dx, want_dwb;
   int64_t blk, nblk; /* lanes per block, blocks */
   double* part;      /* [nblk][2][nparam] */
+  bool flat;         /* layer norm over contiguous single-precision rows */
+  float* wf;         /* the flat path's float weight, or NULL */
   _Atomic int oom;
 } norm_bwd_job_t;
+
+/* One row's terms: x_hat (xh holds x on entry), g = dy * w (w may be NULL),
+ * g * x_hat, and the weight and bias partials. */
+TPU_VR_INLINE void norm_bwd_flat_terms(const float* restrict dy, const float* restrict w,
+                                       float mu, float rs, float* restrict xh,
+                                       float* restrict g, float* restrict gx,
+                                       float* restrict pwf, float* restrict pbf, int64_t n) {
+  if (w) {
+    for (int64_t i = 0; i < n; i++) {
+      const float h = (xh[i] - mu) * rs, gi = dy[i] * w[i];
+      xh[i] = h;
+      g[i] = gi;
+      gx[i] = gi * h;
+      pwf[i] += dy[i] * h;
+      pbf[i] += dy[i];
+    }
+  } else {
+    for (int64_t i = 0; i < n; i++) {
+      const float h = (xh[i] - mu) * rs;
+      xh[i] = h;
+      g[i] = dy[i];
+      gx[i] = dy[i] * h;
+      pwf[i] += dy[i] * h;
+      pbf[i] += dy[i];
+    }
+  }
+}
+
+/* The backward of layer norm over contiguous single-precision rows, for
+ * blocks [begin, end): x_hat and g = dy * w in float32, the row sums of g
+ * and g * x_hat in tpu_fr_dot's order, dx in float32; a block's weight and
+ * bias partials add in float32 over its lanes, then go to double. buf holds
+ * six rows. */
+TPU_VR_INLINE void norm_bwd_flat_body(norm_bwd_job_t* job, int64_t begin, int64_t end,
+                                      float* buf, bool avx2) {
+  const int64_t n = job->x.len;
+  const float* w = job->wf;
+  float *dyb = buf, *xh = buf + n, *g = buf + 2 * n, *gx = buf + 3 * n;
+  float *pwf = buf + 4 * n, *pbf = buf + 5 * n;
+  for (int64_t b = begin; b < end; b++) {
+    if (job->want_dwb) memset(pwf, 0, sizeof(float) * (size_t)(2 * n));
+    int64_t lane_end = (b + 1) * job->blk < job->x.lanes ? (b + 1) * job->blk : job->x.lanes;
+    for (int64_t lane = b * job->blk; lane < lane_end; lane++) {
+      const char* dys = rows_lane_ptr(&job->dy, lane);
+      const float* dy = (const float*)dys;
+      if (job->dy.dt != TPU_F32) {
+        vrow_to_f32(dyb, dys, job->dy.dt, n, avx2);
+        dy = dyb;
+      }
+      vrow_to_f32(xh, rows_lane_ptr(&job->x, lane), job->x.dt, n, avx2);
+      const float mu = (float)job->mean[lane], rs = (float)job->rstd[lane];
+      norm_bwd_flat_terms(dy, w, mu, rs, xh, g, gx, pwf, pbf, n);
+      if (!job->want_dx) continue;
+      const float mg = (float)(tpu_fr_dot(g, NULL, n) / (double)n);
+      const float mgx = (float)(tpu_fr_dot(gx, NULL, n) / (double)n);
+      char* dst = rows_lane_ptr(&job->dx, lane);
+      float* dx = job->dx.dt == TPU_F32 ? (float*)dst : gx;
+      for (int64_t i = 0; i < n; i++) dx[i] = rs * ((g[i] - mg) - xh[i] * mgx);
+      vrow_from_f32(dst, job->dx.dt, dx, n, avx2);
+    }
+    if (job->want_dwb) {
+      double* pw = job->part + b * 2 * n;
+      for (int64_t i = 0; i < 2 * n; i++) pw[i] = (double)pwf[i];
+    }
+  }
+}
+static TPU_VEC_PORTABLE void norm_bwd_flat_p(norm_bwd_job_t* job, int64_t b, int64_t e,
+                                             float* buf) {
+  norm_bwd_flat_body(job, b, e, buf, false);
+}
+#ifdef TPU_HAVE_AVX2_BUILD
+static TPU_VEC_AVX2 void norm_bwd_flat_a(norm_bwd_job_t* job, int64_t b, int64_t e,
+                                         float* buf) {
+  norm_bwd_flat_body(job, b, e, buf, true);
+}
+#endif
 
 static void norm_bwd_range(void* ctx, int64_t begin, int64_t end) {
   norm_bwd_job_t* job = ctx;
   int64_t n = job->x.len, np = job->map.nparam;
+  if (job->flat) {
+    float* buf = malloc(sizeof(float) * (size_t)(n > 0 ? 6 * n : 1));
+    if (!buf) {
+      job->oom = 1;
+      return;
+    }
+#ifdef TPU_HAVE_AVX2_BUILD
+    if (tpu_host_isa() == TPU_ISA_AVX2) norm_bwd_flat_a(job, begin, end, buf);
+    else
+#endif
+      norm_bwd_flat_p(job, begin, end, buf);
+    free(buf);
+    return;
+  }
   double* dy = scratch(3 * n, &job->oom);
   if (!dy) return;
   double *xh = dy + n, *g = xh + n;
@@ -963,10 +1122,12 @@ static tpu_status_t norm_backward_stats(const char* op, const tpu_call_t* call, 
   job->mean = m;
   job->rstd = r;
   job->w = wv;
+  if (!st && job->flat) st = float_copy(op, wv, job->map.nparam, &job->wf);
   if (!st) st = norm_backward(op, call, mask_arg, job);
   free(m);
   free(r);
   free(wv);
+  free(job->wf);
   return st;
 }
 
@@ -988,6 +1149,9 @@ tpu_status_t tpu_k_native_layer_norm_backward(const tpu_call_t* call) {
     rows_split(&job.dx, &call->outs[0], axis);
   }
   job.map = (param_map_t){1, 0, 0, job.x.len};
+  job.flat = rows_flat(&job.dy) && rows_flat(&job.x) && f32_storage(job.dy.dt) &&
+             f32_storage(job.x.dt) &&
+             (!out_wanted(call, 7, 0) || (rows_flat(&job.dx) && f32_storage(job.dx.dt)));
   return norm_backward_stats(op, call, 7, &job, tpu_arg_tensor(call, 3), tpu_arg_tensor(call, 4),
                              opt_tensor(call, 5));
 }
