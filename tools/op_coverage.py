@@ -291,6 +291,9 @@ def main():
         return run_worker(args.ops, args.samples)
 
     names = args.ops or list(h.OPS)
+    unknown = [n for n in names if n not in h.OPS]
+    if unknown:
+        raise SystemExit(f"unknown OpInfo names: {', '.join(unknown)}")
     results = sweep(names, args)
     nsupported = len(torch_tpu.supported_ops())
     for name in names if args.ops else ():

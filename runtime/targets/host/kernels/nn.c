@@ -436,7 +436,8 @@ static void softmax_range(void* ctx, int64_t begin, int64_t end) {
 
 /* Backward over lanes [begin, end) of contiguous single-precision rows; buf
  * holds two rows. softmax: gi = y * (g - sum(g * y)); log_softmax:
- * gi = g - exp(y) * sum(g); sums in tpu_fr_dot's order, the rest in float. */
+ * gi = g - exp(y) * sum(g); sums in tpu_fr_dot's order, the rest in float32
+ * with the sum split in two floats. */
 TPU_VR_INLINE void softmax_backward_flat_body(const softmax_job_t* job, int64_t begin,
                                               int64_t end, float* buf, bool avx2) {
   const int64_t n = job->a.len;
@@ -456,12 +457,17 @@ TPU_VR_INLINE void softmax_backward_flat_body(const softmax_job_t* job, int64_t 
     }
     /* elementwise after the sum: the result may overwrite g's row */
     float* o = job->out.dt == TPU_F32 ? (float*)dst : buf;
+    /* the sum as sh + sl in float: g - sh is exact where g is close to
+     * it, so the difference keeps its digits when it cancels */
+    const double s = job->log ? tpu_fr_dot(g, NULL, n) : tpu_fr_dot(g, y, n);
+    const float sh = (float)s, sl = (float)(s - (double)sh);
     if (job->log) {
-      const float s = (float)tpu_fr_dot(g, NULL, n);
-      for (int64_t i = 0; i < n; i++) o[i] = g[i] - tpu_vm_expf(y[i]) * s;
+      for (int64_t i = 0; i < n; i++) {
+        const float e = tpu_vm_expf(y[i]);
+        o[i] = (g[i] - e * sh) - e * sl;
+      }
     } else {
-      const float s = (float)tpu_fr_dot(g, y, n);
-      for (int64_t i = 0; i < n; i++) o[i] = y[i] * (g[i] - s);
+      for (int64_t i = 0; i < n; i++) o[i] = y[i] * ((g[i] - sh) - sl);
     }
     vrow_from_f32(dst, job->out.dt, o, n, avx2);
   }
