@@ -301,3 +301,11 @@ def test_logit_backward_eps(eps):
     clamped; without (or with a negative) eps, NaN outside [0, 1]."""
     x = torch.cat([torch.rand(40), torch.tensor([0.0, 1.0, 0.1, 0.9, 0.2, 0.8, -0.5, 1.5])])
     check_op(lambda t: torch.logit(t, eps), x, grad=True)
+
+
+def test_unfold_fold_bool():
+    """im2col / col2im move bool values like any other (fold ORs overlapping windows)."""
+    x = torch.rand(2, 3, 5, 6, generator=torch.Generator().manual_seed(4)) > 0.5
+    check_op(lambda t: F.unfold(t, (2, 3), padding=1, stride=(1, 2)), x)
+    cols = torch.rand(2, 3 * 4, 9, generator=torch.Generator().manual_seed(5)) > 0.7
+    check_op(lambda t: F.fold(t, (4, 4), 2), cols)

@@ -576,8 +576,6 @@ static tpu_status_t geo_unfold(const char* op, const tpu_call_t* call, int k_arg
   TPU_RETURN_IF_ERROR(sp_int_list(op, "dilation", call, k_arg + 1, 2, NULL, 1, g->d));
   TPU_RETURN_IF_ERROR(sp_int_list(op, "padding", call, k_arg + 2, 2, NULL, 0, g->p));
   TPU_RETURN_IF_ERROR(sp_int_list(op, "stride", call, k_arg + 3, 2, NULL, 1, g->s));
-  if (img->dtype == TPU_BOOL)
-    return TPU_ERR(INVALID_ARGUMENT, "%s: not implemented for 'Bool'", op);
   int64_t lanes;
   sp_split(img, 2, &lanes, g->img);
   g->n = img->sizes[0];
