@@ -309,3 +309,48 @@ def test_unfold_fold_bool():
     check_op(lambda t: F.unfold(t, (2, 3), padding=1, stride=(1, 2)), x)
     cols = torch.rand(2, 3 * 4, 9, generator=torch.Generator().manual_seed(5)) > 0.7
     check_op(lambda t: F.fold(t, (4, 4), 2), cols)
+
+
+# ---- angle, tril/triu_indices, matrix_exp ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_angle(dtype):
+    x = torch.tensor([-2.5, -0.0, 0.0, 1.5, float("nan"), float("-inf"), float("inf")])
+    if not dtype.is_floating_point:
+        x = torch.tensor([-3, 0, 4]).to(dtype)
+    check_op(torch.angle, x.to(dtype), grad=dtype == torch.float32)
+
+
+@pytest.mark.parametrize("fn", [torch.tril_indices, torch.triu_indices])
+@pytest.mark.parametrize("args", [(4, 3, 1), (3, 5, -1), (0, 3, 0), (5, 5, 0), (2, 7, 9), (6, 2, -8)])
+def test_tri_indices(fn, args):
+    for dtype in (torch.int64, torch.int32):
+        expect, got = fn(*args, dtype=dtype), fn(*args, dtype=dtype, device="tpu")
+        assert got.device.type == "tpu" and got.dtype == dtype
+        assert torch.equal(got.cpu(), expect)
+    with pytest.raises(RuntimeError):
+        fn(-1, 3, device="tpu")
+
+
+@pytest.mark.parametrize("shape,scale", [((3, 3), 1.0), ((5, 5), 8.0), ((2, 4, 4), 0.1),
+                                         ((1, 1), 3.0), ((0, 0), 1.0)])
+def test_matrix_exp(shape, scale):
+    """Against float64 on CPU (tpu evaluates in double; CPU's float32 is less accurate),
+    and the gradient, which PyTorch forms from matrix_exp of a block matrix."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(*shape, generator=g) * scale
+    ref = torch.linalg.matrix_exp(x.double())
+    got = torch.linalg.matrix_exp(x.to("tpu"))
+    assert got.dtype == torch.float32 and got.shape == x.shape
+    torch.testing.assert_close(got.cpu().double(), ref, rtol=1e-6, atol=1e-6 * max(1.0, ref.abs().max().item()) if ref.numel() else 0)
+    if x.numel():
+        xt = x.to("tpu").requires_grad_()
+        torch.linalg.matrix_exp(xt).sum().backward()
+        xd = x.double().requires_grad_()
+        torch.linalg.matrix_exp(xd).sum().backward()
+        torch.testing.assert_close(xt.grad.cpu().double(), xd.grad, rtol=1e-5,
+                                   atol=1e-5 * max(1.0, xd.grad.abs().max().item()))
+    bad = torch.tensor([[float("inf"), 0.0], [0.0, 1.0]], device="tpu")
+    assert torch.linalg.matrix_exp(bad).isnan().all()
+    with pytest.raises(RuntimeError):
+        torch.linalg.matrix_exp(torch.randn(2, 3, device="tpu"))

@@ -4,7 +4,10 @@ Every overload of the base name (functional, in-place and out=) whose
 arguments the bridge can pass (tensors, scalars, ints, floats, bools,
 strings, dtypes) is bound to the kernel. Usage:
     python tools/gen_op_defs.py SPEC.txt OUT.def
-SPEC lines: `base kernel [flags] [only=ovl1,ovl2]`; '#' starts a comment.
+SPEC lines: `base kernel [flags] [only=ovl1,ovl2] [factory]`; '#' starts a comment.
+`factory` also binds overloads without tensor arguments (tril_indices(row, col,
+..., dtype, layout, device, pin_memory)): the bridge passes dtype and layout as
+ints and the device as none.
 """
 import sys
 
@@ -17,13 +20,13 @@ OK_TYPES = {"Tensor", "Optional[Tensor]", "number", "Optional[number]", "int", "
             "Optional[Device]"}
 
 
-def overloads(base):
+def overloads(base, factory=False):
     out = []
     for nm in (base, base + "_"):
         for s in torch._C._jit_get_schemas_for_operator("aten::" + nm):
             args = list(s.arguments)
             types = [str(a.type) for a in args]
-            if not any("Tensor" in t for t in types):
+            if not factory and not any("Tensor" in t for t in types):
                 continue
             if any(t not in OK_TYPES for t in types):
                 continue
@@ -39,13 +42,15 @@ def main(spec, dst):
             continue
         parts = raw.split()
         base, fn = parts[0], parts[1]
-        flags, only = "0", None
+        flags, only, factory = "0", None, False
         for p in parts[2:]:
             if p.startswith("only="):
                 only = set(p[5:].split(","))
+            elif p == "factory":
+                factory = True
             else:
                 flags = p
-        names = overloads(base)
+        names = overloads(base, factory)
         if only is not None:
             names = [n for n in names if n in only]
         if not names:

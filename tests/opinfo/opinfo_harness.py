@@ -67,6 +67,9 @@ TOLERANCES = {
     ("rsqrt", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
     ("softmax", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
     ("log_softmax", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
+    ("matrix_exp", torch.float32): (
+        1e-3, 5e-3, "tpu evaluates the Pade approximant in double (max error 2e-3 against "
+                    "float64 on the samples), CPU's float32 Taylor evaluation is off by 5e-2"),
     ("nn.functional.cross_entropy", torch.bfloat16): (
         1e-2, 1.6e-2, "log_softmax inside: CPU rounds max + log(sum) to bfloat16 (a "
                       "log-probability of -0.0024 becomes 0), tpu rounds once"),

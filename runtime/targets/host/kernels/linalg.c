@@ -1252,3 +1252,105 @@ tpu_status_t tpu_k_linalg_cross(const tpu_call_t* call) {
   }
   return NULL;
 }
+
+/* ------------------------------------------------------------------ matrix exponential */
+
+/* c = a @ b for n x n row-major matrices (c distinct from a and b) */
+static void mat_mul(const double* a, const double* b, double* c, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    double* ci = c + i * n;
+    for (int64_t j = 0; j < n; j++) ci[j] = 0;
+    for (int64_t k = 0; k < n; k++) {
+      const double aik = a[i * n + k];
+      const double* bk = b + k * n;
+      for (int64_t j = 0; j < n; j++) ci[j] += aik * bk[j];
+    }
+  }
+}
+
+/* exp(a) for one n x n matrix, in place: the degree-13 Pade approximant with
+ * scaling and squaring (Higham, "The scaling and squaring method for the
+ * matrix exponential revisited", 2005): a is scaled by 2^-s until its 1-norm
+ * is at most theta_13, r = q^-1 p, then squared s times. w: 7 n^2 doubles,
+ * piv: n ints. A matrix with a non-finite entry gives NaN everywhere. */
+static void matrix_exp_one(double* a, int64_t n, double* w, int32_t* piv) {
+  static const double b[14] = {64764752532480000.0, 32382376266240000.0, 7771770303897600.0,
+                               1187353796428800.0,  129060195264000.0,   10559470521600.0,
+                               670442572800.0,      33522128640.0,       1323241920.0,
+                               40840800.0,          960960.0,            16380.0,
+                               182.0,               1.0};
+  const double theta13 = 5.371920351148152;
+  const int64_t nn = n * n;
+  double norm = 0;
+  for (int64_t j = 0; j < n; j++) {
+    double col = 0;
+    for (int64_t i = 0; i < n; i++) col += fabs(a[i * n + j]);
+    norm = col > norm || col != col ? col : norm;
+  }
+  if (!isfinite(norm)) {
+    for (int64_t i = 0; i < nn; i++) a[i] = NAN;
+    return;
+  }
+  int s = 0;
+  if (norm > theta13) s = (int)ceil(log2(norm / theta13));
+  const double scale = ldexp(1.0, -s);
+  double *a2 = w, *a4 = w + nn, *a6 = w + 2 * nn, *u = w + 3 * nn, *v = w + 4 * nn;
+  double *t = w + 5 * nn, *q = w + 6 * nn;
+  for (int64_t i = 0; i < nn; i++) a[i] *= scale;
+  mat_mul(a, a, a2, n);
+  mat_mul(a2, a2, a4, n);
+  mat_mul(a4, a2, a6, n);
+  /* u = a (a6 (b13 a6 + b11 a4 + b9 a2) + b7 a6 + b5 a4 + b3 a2 + b1 I),
+   * v = a6 (b12 a6 + b10 a4 + b8 a2) + b6 a6 + b4 a4 + b2 a2 + b0 I */
+  for (int64_t i = 0; i < nn; i++) t[i] = b[13] * a6[i] + b[11] * a4[i] + b[9] * a2[i];
+  mat_mul(a6, t, q, n);
+  for (int64_t i = 0; i < nn; i++)
+    q[i] += b[7] * a6[i] + b[5] * a4[i] + b[3] * a2[i] + (i % (n + 1) == 0 ? b[1] : 0);
+  mat_mul(a, q, u, n);
+  for (int64_t i = 0; i < nn; i++) t[i] = b[12] * a6[i] + b[10] * a4[i] + b[8] * a2[i];
+  mat_mul(a6, t, v, n);
+  for (int64_t i = 0; i < nn; i++)
+    v[i] += b[6] * a6[i] + b[4] * a4[i] + b[2] * a2[i] + (i % (n + 1) == 0 ? b[0] : 0);
+  /* (v - u) r = v + u */
+  for (int64_t i = 0; i < nn; i++) {
+    q[i] = v[i] - u[i];
+    a[i] = v[i] + u[i];
+  }
+  lu_factor(q, n, n, piv);
+  lu_solve(q, n, piv, a, n, false);
+  for (int k = 0; k < s; k++) {
+    mat_mul(a, a, t, n);
+    memcpy(a, t, sizeof(double) * (size_t)nn);
+  }
+}
+
+/* linalg_matrix_exp(self): exp of each square matrix, computed in double. */
+tpu_status_t tpu_k_linalg_matrix_exp(const tpu_call_t* call) {
+  const char* op = "linalg.matrix_exp";
+  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  const tpu_tensor_t* out = &call->outs[0];
+  if (!tpu_dtype_is_float(A->dtype))
+    return TPU_ERR(UNIMPLEMENTED, "%s: dtype %s is not supported (floating types)", op,
+                   tpu_dtype_name(A->dtype));
+  if (A->ndim < 2 || A->sizes[A->ndim - 1] != A->sizes[A->ndim - 2])
+    return TPU_ERR(INVALID_ARGUMENT,
+                   "%s: Expected a square matrix or batches of square matrices, got %d dims", op,
+                   (int)A->ndim);
+  mat_view_t av = mat_of(A), ov = mat_of(out);
+  const int64_t n = av.rows;
+  const int nb = A->ndim - 2;
+  const int64_t nbatch = batch_count(nb, A->sizes);
+  double* a = scratch(8 * n * n);
+  int32_t* piv = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+  if (!a || !piv) {
+    free(a), free(piv);
+    return OOM(op);
+  }
+  for (int64_t bi = 0; bi < nbatch && n > 0; bi++) {
+    load_mat(&av, batch_offset(A, 2, nb, A->sizes, bi), false, a);
+    matrix_exp_one(a, n, a + n * n, piv);
+    store_mat(&ov, batch_offset(out, 2, nb, A->sizes, bi), false, a);
+  }
+  free(a), free(piv);
+  return NULL;
+}
