@@ -354,3 +354,42 @@ def test_matrix_exp(shape, scale):
     assert torch.linalg.matrix_exp(bad).isnan().all()
     with pytest.raises(RuntimeError):
         torch.linalg.matrix_exp(torch.randn(2, 3, device="tpu"))
+
+
+# ---- segment_reduce ----
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("initial", [None, 2.5])
+def test_segment_reduce(reduce, initial):
+    """lengths and offsets forms, an empty segment, ties and zeros (max/min
+    split the gradient between ties; prod's gradient with zeros), an inner dim,
+    axis 1 with per-row lengths, values and gradients against CPU."""
+    data = torch.tensor([[1.0, 3.0, 3.0, 0.0, 2.0, -1.0], [0.5, 0.0, 0.0, 4.0, 4.0, 1.0]])
+    kw = {} if initial is None else {"initial": initial}
+    lengths = torch.tensor([2, 0, 3, 1])
+    offsets = torch.tensor([0, 2, 2, 5, 6])
+    check_op(lambda d: torch.segment_reduce(d, reduce, lengths=lengths.to(d.device), **kw),
+             data[0], grad=True)
+    check_op(lambda d: torch.segment_reduce(d, reduce, offsets=offsets.to(d.device), **kw),
+             data[1], grad=True)
+    check_op(lambda d: torch.segment_reduce(d, reduce, lengths=lengths.to(d.device), axis=0, **kw),
+             data.t().contiguous(), grad=True)  # (6, 2): an inner dim
+    per_row = torch.tensor([[2, 4], [3, 3]], dtype=torch.int32)
+    # no ties here: CPU's max/min gradient for rows after the first gives every
+    # tied element the whole gradient (1-D and inner-dim segments split it)
+    distinct = data + torch.arange(12.0).reshape(2, 6) / 64
+    check_op(lambda d: torch.segment_reduce(d, reduce, lengths=per_row.to(d.device), axis=1, **kw),
+             distinct, grad=True)
+    check_op(lambda d: torch.segment_reduce(d, reduce, lengths=lengths.to(d.device), **kw),
+             data[0].bfloat16())
+
+
+def test_segment_reduce_errors():
+    d = torch.arange(6.0)
+    raises_like_cpu(lambda x, l: torch.segment_reduce(x, "sum", lengths=l), d, torch.tensor([2, 2]),
+                    match="sum to")
+    raises_like_cpu(lambda x, l: torch.segment_reduce(x, "sum", lengths=l), d,
+                    torch.tensor([2, -1, 5]), match="negative")
+    out = torch.segment_reduce(d.to("tpu"), "max", lengths=torch.tensor([2, 2], device="tpu"),
+                               unsafe=True)
+    assert torch.equal(out.cpu(), torch.tensor([1.0, 3.0]))

@@ -1,6 +1,6 @@
-/* Margin losses and renorm: multi_margin_loss and multilabel_margin_loss
- * (forward and backward) and renorm (each slice along a dim scaled down to
- * a largest p-norm).
+/* Margin losses, renorm and segment_reduce: multi_margin_loss and
+ * multilabel_margin_loss (forward and backward), renorm (each slice along a
+ * dim scaled down to a largest p-norm) and segment_reduce with its backward.
  *
  * These ops work on small rows (one sample's classes, one slice), so the
  * kernels stage their operands into contiguous double (int64 for class
@@ -466,4 +466,218 @@ tpu_status_t tpu_k_multilabel_margin_loss_backward(const tpu_call_t* c) {
   free(m.x);
   free(m.y);
   return s;
+}
+
+/* ---- segment_reduce ----
+ * data viewed as (outer, n, inner) around `axis`; segments of the n axis
+ * come from lengths (outer, S) or offsets (outer, S + 1). Each (outer,
+ * segment, inner) result reduces its elements in order, in double:
+ *   sum: initial + sum, prod: initial * prod, mean: (initial + sum) / len,
+ *   max/min: over initial and the elements (NaN wins);
+ * an empty segment gives initial, or without it 0, 1, NaN, -inf, +inf. */
+typedef enum { SEG_SUM, SEG_PROD, SEG_MEAN, SEG_MAX, SEG_MIN } seg_op_t;
+
+typedef struct {
+  seg_op_t op;
+  bool has_init;
+  double init;
+  int64_t outer, n, inner, nseg;
+  int64_t* start; /* [outer][nseg + 1] element positions along the axis */
+} seg_t;
+
+static tpu_status_t seg_setup(const char* op, const tpu_call_t* c, const tpu_tensor_t* data,
+                              const char* reduce, const tpu_tensor_t* lengths,
+                              const tpu_tensor_t* offsets, int64_t axis, int init_arg,
+                              bool check_sum, seg_t* s) {
+  static const char* const names[] = {"sum", "prod", "mean", "max", "min"};
+  memset(s, 0, sizeof *s);
+  int k = 0;
+  while (k < 5 && strcmp(reduce, names[k]) != 0) k++;
+  if (k == 5)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: reduction '%s' is not one of sum, prod, mean, max, min",
+                   op, reduce);
+  s->op = (seg_op_t)k;
+  if (!tpu_dtype_is_float(data->dtype))
+    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for '%s'", op, tpu_dtype_name(data->dtype));
+  if ((lengths == NULL) == (offsets == NULL))
+    return TPU_ERR(INVALID_ARGUMENT, "%s: expected exactly one of lengths or offsets", op);
+  const tpu_tensor_t* seg = lengths ? lengths : offsets;
+  if (seg->dtype != TPU_I64 && seg->dtype != TPU_I32)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: lengths and offsets must be int32 or int64, got %s", op,
+                   tpu_dtype_name(seg->dtype));
+  if (axis < 0) axis += data->ndim;
+  if (data->ndim < 1 || axis < 0 || axis >= data->ndim || seg->ndim != axis + 1)
+    return TPU_ERR(INVALID_ARGUMENT,
+                   "%s: axis %lld must be the last dim of the %d-D %s for %d-D data", op,
+                   (long long)axis, (int)seg->ndim, lengths ? "lengths" : "offsets",
+                   (int)data->ndim);
+  s->outer = 1;
+  for (int d = 0; d < axis; d++) {
+    if (seg->sizes[d] != data->sizes[d])
+      return TPU_ERR(INVALID_ARGUMENT, "%s: %s has size %lld at dim %d, data %lld", op,
+                     lengths ? "lengths" : "offsets", (long long)seg->sizes[d], d,
+                     (long long)data->sizes[d]);
+    s->outer *= data->sizes[d];
+  }
+  s->n = data->sizes[axis];
+  s->inner = 1;
+  for (int d = (int)axis + 1; d < data->ndim; d++) s->inner *= data->sizes[d];
+  s->nseg = seg->sizes[axis] - (offsets ? 1 : 0);
+  if (s->nseg < 0) return TPU_ERR(INVALID_ARGUMENT, "%s: offsets must not be empty", op);
+  if (!tpu_arg_is_none(c, init_arg)) {
+    s->has_init = true;
+    s->init = tpu_arg_f64(c, init_arg, 0);
+  }
+  int64_t* raw = stage(seg, true);
+  s->start = malloc(sizeof(int64_t) * (size_t)(s->outer * (s->nseg + 1)));
+  if (!raw || !s->start) {
+    free(raw);
+    free(s->start);
+    s->start = NULL;
+    return OOM(op);
+  }
+  tpu_status_t st = TPU_OK;
+  for (int64_t o = 0; o < s->outer && !st; o++) {
+    int64_t* b = s->start + o * (s->nseg + 1);
+    const int64_t* r = raw + o * (s->nseg + (offsets ? 1 : 0));
+    b[0] = offsets ? r[0] : 0;
+    for (int64_t j = 0; j < s->nseg && !st; j++) {
+      int64_t len = offsets ? r[j + 1] - r[j] : r[j];
+      if (len < 0) st = TPU_ERR(INVALID_ARGUMENT, "%s: lengths contains negative value!", op);
+      b[j + 1] = b[j] + len;
+    }
+    if (!st && (b[0] < 0 || b[s->nseg] > s->n))
+      st = TPU_ERR(INVALID_ARGUMENT, "%s: segments cover [%lld, %lld), outside the %lld elements",
+                   op, (long long)b[0], (long long)b[s->nseg], (long long)s->n);
+    if (!st && check_sum && lengths && b[s->nseg] != s->n)
+      st = TPU_ERR(INVALID_ARGUMENT,
+                   "%s: Expected all rows of lengths along axis to sum to data.size(%lld) = "
+                   "%lld when !unsafe, got %lld",
+                   op, (long long)axis, (long long)s->n, (long long)b[s->nseg]);
+  }
+  free(raw);
+  if (st) {
+    free(s->start);
+    s->start = NULL;
+  }
+  return st;
+}
+
+/* The reduction of segment j of outer o at inner position i (x: staged data). */
+static double seg_value(const seg_t* s, const double* x, int64_t o, int64_t j, int64_t i) {
+  const int64_t b = s->start[o * (s->nseg + 1) + j], e = s->start[o * (s->nseg + 1) + j + 1];
+  const double* p = x + (o * s->n) * s->inner + i;
+  double acc;
+  switch (s->op) {
+    case SEG_PROD: acc = s->has_init ? s->init : 1; break;
+    case SEG_MAX: acc = s->has_init ? s->init : -INFINITY; break;
+    case SEG_MIN: acc = s->has_init ? s->init : INFINITY; break;
+    default: acc = s->has_init ? s->init : 0; break;
+  }
+  for (int64_t k = b; k < e; k++) {
+    double v = p[k * s->inner];
+    if (s->op == SEG_PROD) acc *= v;
+    else if (s->op == SEG_MAX) acc = (v > acc || v != v || acc != acc) ? (acc != acc ? acc : v) : acc;
+    else if (s->op == SEG_MIN) acc = (v < acc || v != v || acc != acc) ? (acc != acc ? acc : v) : acc;
+    else acc += v;
+  }
+  if (s->op == SEG_MEAN) acc = e > b ? acc / (double)(e - b) : (s->has_init ? s->init : NAN);
+  return acc;
+}
+
+/* segment_reduce(data, reduce, lengths?, indices?, offsets?, axis, unsafe, initial?) */
+tpu_status_t tpu_k_segment_reduce(const tpu_call_t* c) {
+  const char* op = "segment_reduce";
+  const tpu_tensor_t* data = tpu_arg_tensor(c, 0);
+  if (!tpu_arg_is_none(c, 3))
+    return TPU_ERR(UNIMPLEMENTED, "%s: indices based reduction is not supported yet", op);
+  seg_t s;
+  TPU_RETURN_IF_ERROR(seg_setup(op, c, data, tpu_arg_str(c, 1, ""),
+                                tpu_arg_is_none(c, 2) ? NULL : tpu_arg_tensor(c, 2),
+                                tpu_arg_is_none(c, 4) ? NULL : tpu_arg_tensor(c, 4),
+                                tpu_arg_i64(c, 5, 0), 7, !tpu_arg_bool(c, 6, false), &s));
+  const tpu_tensor_t* out = &c->outs[0];
+  double* x = stage(data, false);
+  double* y = malloc(sizeof(double) * (size_t)(s.outer * s.nseg * s.inner + 1));
+  tpu_status_t st = TPU_OK;
+  if (!x || !y) {
+    st = OOM(op);
+  } else {
+    for (int64_t o = 0; o < s.outer; o++)
+      for (int64_t j = 0; j < s.nseg; j++)
+        for (int64_t i = 0; i < s.inner; i++)
+          y[(o * s.nseg + j) * s.inner + i] = seg_value(&s, x, o, j, i);
+    st = unstage(out, y);
+  }
+  free(x);
+  free(y);
+  free(s.start);
+  return st;
+}
+
+/* _segment_reduce_backward(grad, output, data, reduce, lengths?, offsets?,
+ * axis, initial?): sum: grad; mean: grad / len; max/min: grad shared evenly
+ * by the elements equal to the result; prod: grad * the product of the
+ * others (and initial), which is exact with zeros in the segment. */
+tpu_status_t tpu_k_segment_reduce_backward(const tpu_call_t* c) {
+  const char* op = "_segment_reduce_backward";
+  const tpu_tensor_t *grad = tpu_arg_tensor(c, 0), *output = tpu_arg_tensor(c, 1);
+  const tpu_tensor_t* data = tpu_arg_tensor(c, 2);
+  seg_t s;
+  TPU_RETURN_IF_ERROR(seg_setup(op, c, data, tpu_arg_str(c, 3, ""),
+                                tpu_arg_is_none(c, 4) ? NULL : tpu_arg_tensor(c, 4),
+                                tpu_arg_is_none(c, 5) ? NULL : tpu_arg_tensor(c, 5),
+                                tpu_arg_i64(c, 6, 0), 7, false, &s));
+  const int64_t nout = s.outer * s.nseg * s.inner;
+  if (tpu_tensor_numel(grad) != nout || tpu_tensor_numel(output) != nout) {
+    free(s.start);
+    return TPU_ERR(INVALID_ARGUMENT, "%s: grad and output must hold %lld elements", op,
+                   (long long)nout);
+  }
+  double *x = stage(data, false), *g = stage(grad, false), *y = stage(output, false);
+  double* gx = calloc((size_t)(s.outer * s.n * s.inner + 1), sizeof(double));
+  tpu_status_t st = TPU_OK;
+  if (!x || !g || !y || !gx) {
+    st = OOM(op);
+    goto done;
+  }
+  for (int64_t o = 0; o < s.outer; o++)
+    for (int64_t j = 0; j < s.nseg; j++) {
+      const int64_t b = s.start[o * (s.nseg + 1) + j], e = s.start[o * (s.nseg + 1) + j + 1];
+      for (int64_t i = 0; i < s.inner; i++) {
+        const int64_t oi = (o * s.nseg + j) * s.inner + i;
+        const double gv = g[oi], yv = y[oi];
+        const double* px = x + (o * s.n) * s.inner + i;
+        double* pg = gx + (o * s.n) * s.inner + i;
+        if (s.op == SEG_SUM || s.op == SEG_MEAN) {
+          const double v = s.op == SEG_MEAN ? gv / (double)(e > b ? e - b : 1) : gv;
+          for (int64_t k = b; k < e; k++) pg[k * s.inner] = v;
+        } else if (s.op == SEG_MAX || s.op == SEG_MIN) {
+          int64_t ties = 0;
+          for (int64_t k = b; k < e; k++) {
+            const double v = px[k * s.inner];
+            ties += v == yv || (v != v && yv != yv);
+          }
+          for (int64_t k = b; k < e; k++) {
+            const double v = px[k * s.inner];
+            pg[k * s.inner] = (v == yv || (v != v && yv != yv)) ? gv / (double)ties : 0;
+          }
+        } else { /* prod: the product of the others, zeros included */
+          for (int64_t k = b; k < e; k++) {
+            double p = s.has_init ? s.init : 1;
+            for (int64_t q = b; q < e; q++)
+              if (q != k) p *= px[q * s.inner];
+            pg[k * s.inner] = gv * p;
+          }
+        }
+      }
+    }
+  st = unstage(&c->outs[0], gx);
+done:
+  free(x);
+  free(g);
+  free(y);
+  free(gx);
+  free(s.start);
+  return st;
 }
