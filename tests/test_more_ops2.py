@@ -361,10 +361,11 @@ def test_matrix_exp(shape, scale):
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
 @pytest.mark.parametrize("initial", [None, 2.5])
 def test_segment_reduce(reduce, initial):
-    """lengths and offsets forms, an empty segment, ties and zeros (max/min
-    split the gradient between ties; prod's gradient with zeros), an inner dim,
-    axis 1 with per-row lengths, values and gradients against CPU."""
-    data = torch.tensor([[1.0, 3.0, 3.0, 0.0, 2.0, -1.0], [0.5, 0.0, 0.0, 4.0, 4.0, 1.0]])
+    """lengths and offsets forms, an empty segment, zeros (prod's gradient), an
+    inner dim, axis 1 with per-row lengths: values and gradients against CPU."""
+    data = torch.tensor([[1.0, 3.5, 3.0, 0.0, 2.0, -1.0], [0.5, 0.0, 0.0, 4.0, 4.25, 1.0]])
+    if reduce == "prod":  # two zeros in one segment, one in another
+        data[0, 3] = 0.0
     kw = {} if initial is None else {"initial": initial}
     lengths = torch.tensor([2, 0, 3, 1])
     offsets = torch.tensor([0, 2, 2, 5, 6])
@@ -375,13 +376,27 @@ def test_segment_reduce(reduce, initial):
     check_op(lambda d: torch.segment_reduce(d, reduce, lengths=lengths.to(d.device), axis=0, **kw),
              data.t().contiguous(), grad=True)  # (6, 2): an inner dim
     per_row = torch.tensor([[2, 4], [3, 3]], dtype=torch.int32)
-    # no ties here: CPU's max/min gradient for rows after the first gives every
-    # tied element the whole gradient (1-D and inner-dim segments split it)
-    distinct = data + torch.arange(12.0).reshape(2, 6) / 64
     check_op(lambda d: torch.segment_reduce(d, reduce, lengths=per_row.to(d.device), axis=1, **kw),
-             distinct, grad=True)
+             data, grad=True)
     check_op(lambda d: torch.segment_reduce(d, reduce, lengths=lengths.to(d.device), **kw),
              data[0].bfloat16())
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_segment_reduce_ties_share_gradient(reduce):
+    """Tied extremes split the gradient evenly (checked with a positive upstream
+    gradient: CPU divides only positive gradients between ties)."""
+    x = torch.tensor([1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 5.0])
+    lengths = torch.tensor([4, 3])
+    g = torch.tensor([1.5, 6.0])
+    grads = []
+    for dev in ("cpu", "tpu"):
+        d = x.clone().to(dev).requires_grad_()
+        y = torch.segment_reduce(d if reduce == "max" else -d, reduce, lengths=lengths.to(dev))
+        y.backward(g.to(dev))
+        grads.append(d.grad.cpu())
+    assert torch.equal(grads[0], grads[1])
+    assert torch.equal(grads[1][4:], torch.full((3,), 2.0 if reduce == "max" else -2.0))
 
 
 def test_segment_reduce_errors():
