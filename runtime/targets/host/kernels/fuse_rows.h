@@ -39,32 +39,11 @@ TPU_FR_INLINE int64_t tpu_fr_run_end(int64_t i, int64_t nc) {
   return i + TPU_FR_RUN < nc ? i + TPU_FR_RUN : nc;
 }
 
-/* sum of d = (x - mh) - ml, or with sq of d^2; the shift mh + ml keeps the
- * float partials small for rows far from zero */
-TPU_FR_INLINE double tpu_fr_sum(const float* x, int64_t n, int sq, float mh, float ml) {
-  double total = 0;
-  const int64_t nc = n - n % TPU_FR_CHUNK;
-  int64_t i = 0;
-  while (i < nc) {
-    tpu_fr_v8f a[4] = {{0}, {0}, {0}, {0}};
-    for (const int64_t end = tpu_fr_run_end(i, nc); i < end; i += TPU_FR_CHUNK)
-      for (int q = 0; q < 4; q++) {
-        tpu_fr_v8f v;
-        memcpy(&v, x + i + 8 * q, sizeof v);
-        v = (v - mh) - ml;
-        a[q] += sq ? v * v : v;
-      }
-    total += (double)tpu_fr_run_total(a);
-  }
-  for (; i < n; i++) {
-    double v = (double)((x[i] - mh) - ml);
-    total += sq ? v * v : v;
-  }
-  return total;
-}
-
-/* sum of x * y (y NULL: of x) in tpu_fr_sum's order */
-TPU_FR_INLINE double tpu_fr_dot(const float* x, const float* y, int64_t n) {
+/* Sum over a row, in runs as above, of x * y, or without y of d = (x - mh)
+ * - ml (d^2 with sq): the shift mh + ml keeps the float partials small for
+ * rows far from zero. */
+TPU_FR_INLINE double tpu_fr_accum(const float* x, const float* y, int64_t n, int sq, float mh,
+                                  float ml) {
   double total = 0;
   const int64_t nc = n - n % TPU_FR_CHUNK;
   int64_t i = 0;
@@ -76,14 +55,33 @@ TPU_FR_INLINE double tpu_fr_dot(const float* x, const float* y, int64_t n) {
         memcpy(&v, x + i + 8 * q, sizeof v);
         if (y) {
           memcpy(&w, y + i + 8 * q, sizeof w);
-          v *= w;
+          a[q] += v * w;
+        } else {
+          v = (v - mh) - ml;
+          a[q] += sq ? v * v : v;
         }
-        a[q] += v;
       }
     total += (double)tpu_fr_run_total(a);
   }
-  for (; i < n; i++) total += (double)x[i] * (y ? (double)y[i] : 1.0);
+  for (; i < n; i++) {
+    if (y) {
+      total += (double)x[i] * (double)y[i];
+    } else {
+      double v = (double)((x[i] - mh) - ml);
+      total += sq ? v * v : v;
+    }
+  }
   return total;
+}
+
+/* sum of d = (x - mh) - ml, or with sq of d^2 */
+TPU_FR_INLINE double tpu_fr_sum(const float* x, int64_t n, int sq, float mh, float ml) {
+  return tpu_fr_accum(x, NULL, n, sq, mh, ml);
+}
+
+/* sum of x * y (y NULL: of x) */
+TPU_FR_INLINE double tpu_fr_dot(const float* x, const float* y, int64_t n) {
+  return tpu_fr_accum(x, y, n, 0, 0, 0);
 }
 
 /* max of x ignoring NaN (a NaN still reaches softmax's result through exp);

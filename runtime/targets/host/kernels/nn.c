@@ -36,31 +36,28 @@ static void rows_init(rows_t* v, const tpu_tensor_t* t) {
   v->lanes = v->len = 1;
 }
 
-/* Lane dims are added outermost first; one that continues the previous one
- * in memory merges with it, so a lane's address takes fewer divisions. */
-static void rows_add_lane(rows_t* v, int64_t size, int64_t stride) {
-  v->lanes *= size;
+/* Appends a dim to a list kept outermost first: size-1 dims vanish, and one
+ * that continues the last in memory merges with it (a lane's address then
+ * takes fewer divisions, a row fewer runs). */
+static void dims_push(int64_t* sizes, int64_t* strides, int* n, int64_t size, int64_t stride) {
   if (size == 1) return;
-  if (v->nl > 0 && v->lstride[v->nl - 1] == size * stride) {
-    v->lsize[v->nl - 1] *= size;
-    v->lstride[v->nl - 1] = stride;
+  if (*n > 0 && strides[*n - 1] == size * stride) {
+    sizes[*n - 1] *= size;
+    strides[*n - 1] = stride;
     return;
   }
-  v->lsize[v->nl] = size;
-  v->lstride[v->nl++] = stride;
+  sizes[*n] = size;
+  strides[(*n)++] = stride;
 }
 
-/* Row dims are added outermost first. */
+static void rows_add_lane(rows_t* v, int64_t size, int64_t stride) {
+  v->lanes *= size;
+  dims_push(v->lsize, v->lstride, &v->nl, size, stride);
+}
+
 static void rows_add_row(rows_t* v, int64_t size, int64_t stride) {
   v->len *= size;
-  if (size == 1) return;
-  if (v->nr > 0 && v->rstride[v->nr - 1] == size * stride) {
-    v->rsize[v->nr - 1] *= size;
-    v->rstride[v->nr - 1] = stride;
-    return;
-  }
-  v->rsize[v->nr] = size;
-  v->rstride[v->nr++] = stride;
+  dims_push(v->rsize, v->rstride, &v->nr, size, stride);
 }
 
 /* Lanes: every dim but `dim`; row: dim (a 0-d tensor is one row of one). */
@@ -345,6 +342,35 @@ TPU_VR_INLINE void vrow_from_f32(void* dst, tpu_dtype_t dt, const float* src, in
 #define TPU_FR_INLINE TPU_VR_INLINE
 #include "fuse_rows.h"
 
+/* A flat row body's two ISA copies and NAME_run(job, begin, end, floats),
+ * which gives the body a scratch of `floats` floats and runs the copy built
+ * for this CPU (job->oom set when the scratch cannot be had). */
+#ifdef TPU_HAVE_AVX2_BUILD
+#define FLAT_AVX2_COPY(NAME, JOB_T, BODY)                                                   \
+  static TPU_VEC_AVX2 void NAME##_a(JOB_T* job, int64_t b, int64_t e, float* buf) {        \
+    BODY(job, b, e, buf, true);                                                             \
+  }
+#define FLAT_AVX2_CALL(NAME) \
+  if (tpu_host_isa() == TPU_ISA_AVX2) NAME##_a(job, begin, end, buf); else
+#else
+#define FLAT_AVX2_COPY(NAME, JOB_T, BODY)
+#define FLAT_AVX2_CALL(NAME)
+#endif
+#define DEFINE_FLAT_RUN(NAME, JOB_T, BODY)                                                  \
+  static TPU_VEC_PORTABLE void NAME##_p(JOB_T* job, int64_t b, int64_t e, float* buf) {    \
+    BODY(job, b, e, buf, false);                                                            \
+  }                                                                                         \
+  FLAT_AVX2_COPY(NAME, JOB_T, BODY)                                                         \
+  static void NAME##_run(JOB_T* job, int64_t begin, int64_t end, int64_t floats) {          \
+    float* buf = malloc(sizeof(float) * (size_t)(floats > 0 ? floats : 1));                 \
+    if (!buf) {                                                                             \
+      job->oom = 1;                                                                         \
+      return;                                                                               \
+    }                                                                                       \
+    FLAT_AVX2_CALL(NAME) NAME##_p(job, begin, end, buf);                                    \
+    free(buf);                                                                              \
+  }
+
 /* ---- softmax ---- */
 typedef struct {
   rows_t a, b, out; /* forward: a = input; backward: a = grad, b = output */
@@ -374,16 +400,7 @@ TPU_VR_INLINE void softmax_flat_body(const softmax_job_t* job, int64_t begin, in
     vrow_from_f32(dst, job->out.dt, y, n, avx2);
   }
 }
-static TPU_VEC_PORTABLE void softmax_flat_p(const softmax_job_t* job, int64_t b, int64_t e,
-                                            float* buf) {
-  softmax_flat_body(job, b, e, buf, false);
-}
-#ifdef TPU_HAVE_AVX2_BUILD
-static TPU_VEC_AVX2 void softmax_flat_a(const softmax_job_t* job, int64_t b, int64_t e,
-                                        float* buf) {
-  softmax_flat_body(job, b, e, buf, true);
-}
-#endif
+DEFINE_FLAT_RUN(softmax_flat, softmax_job_t, softmax_flat_body)
 
 static inline double sm_exp(const softmax_job_t* job, double v) {
   return job->single ? (double)expf((float)v) : exp(v);
@@ -410,17 +427,7 @@ static void softmax_range(void* ctx, int64_t begin, int64_t end) {
   softmax_job_t* job = ctx;
   int64_t n = job->a.len;
   if (job->flat) {
-    float* buf = malloc(sizeof(float) * (size_t)(n > 0 ? 2 * n : 1));
-    if (!buf) {
-      job->oom = 1;
-      return;
-    }
-#ifdef TPU_HAVE_AVX2_BUILD
-    if (tpu_host_isa() == TPU_ISA_AVX2) softmax_flat_a(job, begin, end, buf);
-    else
-#endif
-      softmax_flat_p(job, begin, end, buf);
-    free(buf);
+    softmax_flat_run(job, begin, end, 2 * n);
     return;
   }
   double* x = scratch(LANE_BLOCK * n, &job->oom);
@@ -472,16 +479,7 @@ TPU_VR_INLINE void softmax_backward_flat_body(const softmax_job_t* job, int64_t 
     vrow_from_f32(dst, job->out.dt, o, n, avx2);
   }
 }
-static TPU_VEC_PORTABLE void softmax_backward_flat_p(const softmax_job_t* job, int64_t b,
-                                                     int64_t e, float* buf) {
-  softmax_backward_flat_body(job, b, e, buf, false);
-}
-#ifdef TPU_HAVE_AVX2_BUILD
-static TPU_VEC_AVX2 void softmax_backward_flat_a(const softmax_job_t* job, int64_t b, int64_t e,
-                                                 float* buf) {
-  softmax_backward_flat_body(job, b, e, buf, true);
-}
-#endif
+DEFINE_FLAT_RUN(softmax_backward_flat, softmax_job_t, softmax_backward_flat_body)
 
 /* softmax: gi = y * (g - sum(g * y)); log_softmax: gi = g - exp(y) * sum(g) */
 static void softmax_backward_row(const softmax_job_t* job, double* g, const double* y, int64_t n) {
@@ -499,17 +497,7 @@ static void softmax_backward_range(void* ctx, int64_t begin, int64_t end) {
   softmax_job_t* job = ctx;
   int64_t n = job->a.len;
   if (job->flat) {
-    float* buf = malloc(sizeof(float) * (size_t)(n > 0 ? 2 * n : 1));
-    if (!buf) {
-      job->oom = 1;
-      return;
-    }
-#ifdef TPU_HAVE_AVX2_BUILD
-    if (tpu_host_isa() == TPU_ISA_AVX2) softmax_backward_flat_a(job, begin, end, buf);
-    else
-#endif
-      softmax_backward_flat_p(job, begin, end, buf);
-    free(buf);
+    softmax_backward_flat_run(job, begin, end, 2 * n);
     return;
   }
   double* g = scratch(2 * LANE_BLOCK * n, &job->oom);
@@ -775,30 +763,13 @@ TPU_VR_INLINE void norm_flat_body(norm_job_t* job, int64_t begin, int64_t end, f
     vrow_from_f32(dst, job->y.dt, y, n, avx2);
   }
 }
-static TPU_VEC_PORTABLE void norm_flat_p(norm_job_t* job, int64_t b, int64_t e, float* buf) {
-  norm_flat_body(job, b, e, buf, false);
-}
-#ifdef TPU_HAVE_AVX2_BUILD
-static TPU_VEC_AVX2 void norm_flat_a(norm_job_t* job, int64_t b, int64_t e, float* buf) {
-  norm_flat_body(job, b, e, buf, true);
-}
-#endif
+DEFINE_FLAT_RUN(norm_flat, norm_job_t, norm_flat_body)
 
 static void norm_range(void* ctx, int64_t begin, int64_t end) {
   norm_job_t* job = ctx;
   int64_t n = job->x.len;
   if (job->flat) {
-    float* buf = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-    if (!buf) {
-      job->oom = 1;
-      return;
-    }
-#ifdef TPU_HAVE_AVX2_BUILD
-    if (tpu_host_isa() == TPU_ISA_AVX2) norm_flat_a(job, begin, end, buf);
-    else
-#endif
-      norm_flat_p(job, begin, end, buf);
-    free(buf);
+    norm_flat_run(job, begin, end, n);
     return;
   }
   double* x = scratch(n, &job->oom);
@@ -908,32 +879,13 @@ TPU_VR_INLINE void norm_bwd_flat_body(norm_bwd_job_t* job, int64_t begin, int64_
     }
   }
 }
-static TPU_VEC_PORTABLE void norm_bwd_flat_p(norm_bwd_job_t* job, int64_t b, int64_t e,
-                                             float* buf) {
-  norm_bwd_flat_body(job, b, e, buf, false);
-}
-#ifdef TPU_HAVE_AVX2_BUILD
-static TPU_VEC_AVX2 void norm_bwd_flat_a(norm_bwd_job_t* job, int64_t b, int64_t e,
-                                         float* buf) {
-  norm_bwd_flat_body(job, b, e, buf, true);
-}
-#endif
+DEFINE_FLAT_RUN(norm_bwd_flat, norm_bwd_job_t, norm_bwd_flat_body)
 
 static void norm_bwd_range(void* ctx, int64_t begin, int64_t end) {
   norm_bwd_job_t* job = ctx;
   int64_t n = job->x.len, np = job->map.nparam;
   if (job->flat) {
-    float* buf = malloc(sizeof(float) * (size_t)(n > 0 ? 6 * n : 1));
-    if (!buf) {
-      job->oom = 1;
-      return;
-    }
-#ifdef TPU_HAVE_AVX2_BUILD
-    if (tpu_host_isa() == TPU_ISA_AVX2) norm_bwd_flat_a(job, begin, end, buf);
-    else
-#endif
-      norm_bwd_flat_p(job, begin, end, buf);
-    free(buf);
+    norm_bwd_flat_run(job, begin, end, 6 * n);
     return;
   }
   double* dy = scratch(3 * n, &job->oom);
