@@ -87,8 +87,12 @@ def _register_missing_meta_kernels():
     def margin_loss_backward_out(grad_output, self, *args, grad_input, **kwargs):
         return grad_input.resize_(self.shape)
 
+    def ctc_loss_backward(grad, log_probs, *args, **kwargs):
+        return log_probs.new_empty(log_probs.shape)  # CPU: contiguous, like log_probs
+
     lib = torch.library.Library("aten", "IMPL", "Meta")
     for name, fn in (("histogram.bin_ct", histogram_bin_ct),
+                     ("_ctc_loss_backward", ctc_loss_backward),
                      ("histogram.bins_tensor", histogram_bins_tensor),
                      ("multi_margin_loss_backward", margin_loss_backward),
                      ("multilabel_margin_loss_backward", margin_loss_backward),

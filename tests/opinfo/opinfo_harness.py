@@ -75,6 +75,9 @@ TOLERANCES = {
                       "log-probability of -0.0024 becomes 0), tpu rounds once"),
     ("nn.functional.layer_norm", torch.bfloat16): (2e-2, 1.6e-2, _BF16_ONCE),
     ("nn.functional.embedding", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
+    ("nn.functional.ctc_loss", torch.float32): (
+        2e-4, 1e-4, "gradient: tpu runs the alpha/beta recursions in double (max error 2.6e-5 "
+                    "against float64 on the samples), CPU's float32 recursions 9.4e-5"),
     ("nn.functional.layer_norm", torch.float32): (
         1e-4, 1.3e-6, "weight grad of a 1-element norm: CPU's float sum leaves 3.7e-5 "
                       "where the exact value is 1e-13 (tpu accumulates in double)"),

@@ -877,6 +877,40 @@ at::Tensor tpu_bincount(const at::Tensor& self, const std::optional<at::Tensor>&
   return at::zeros({n}, weights->options().dtype(dt)).index_add_(0, idx, weights->to(dt));
 }
 
+// _ctc_loss / _ctc_loss_backward with tensor lengths: the log_alpha shape
+// depends on the largest target length, so the lengths are read to the host
+// (synchronizing when they live on the device) and the int-list overloads,
+// which run the native kernels, do the work. CPU's kernels do the same.
+std::vector<int64_t> ctc_lengths(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), what,
+              " must be integral");
+  at::Tensor h = t.to(at::kCPU, at::kLong).contiguous();
+  return std::vector<int64_t>(h.const_data_ptr<int64_t>(), h.const_data_ptr<int64_t>() + h.numel());
+}
+
+std::tuple<at::Tensor, at::Tensor> tpu_ctc_loss_tensor(const at::Tensor& log_probs,
+                                                       const at::Tensor& targets,
+                                                       const at::Tensor& input_lengths,
+                                                       const at::Tensor& target_lengths,
+                                                       int64_t blank, bool zero_infinity) {
+  auto il = ctc_lengths(input_lengths, "input_lengths");
+  auto tl = ctc_lengths(target_lengths, "target_lengths");
+  return at::_ctc_loss(log_probs, targets, il, tl, blank, zero_infinity);
+}
+
+at::Tensor tpu_ctc_loss_backward_tensor(const at::Tensor& grad, const at::Tensor& log_probs,
+                                        const at::Tensor& targets,
+                                        const at::Tensor& input_lengths,
+                                        const at::Tensor& target_lengths,
+                                        const at::Tensor& neg_log_likelihood,
+                                        const at::Tensor& log_alpha, int64_t blank,
+                                        bool zero_infinity) {
+  auto il = ctc_lengths(input_lengths, "input_lengths");
+  auto tl = ctc_lengths(target_lengths, "target_lengths");
+  return at::_ctc_loss_backward(grad, log_probs, targets, il, tl, neg_log_likelihood, log_alpha,
+                                blank, zero_infinity);
+}
+
 void tpu_record_stream(at::Tensor& self, c10::Stream s) {
   allocator();  // the allocator tracks side-stream use of the block
   static_cast<c10::DeviceAllocator*>(allocator())->recordStream(self.storage().data_ptr(), s);
@@ -991,7 +1025,9 @@ struct RegisterRuntimeOps {
   X("_unique2", tpu_unique2) \
   X("equal", tpu_equal) \
   X("unique_consecutive", tpu_unique_consecutive) \
-  X("bincount", tpu_bincount)
+  X("bincount", tpu_bincount) \
+  X("_ctc_loss.Tensor", tpu_ctc_loss_tensor) \
+  X("_ctc_loss_backward.Tensor", tpu_ctc_loss_backward_tensor)
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #define TPU_IMPL(name, fn) m.impl(name, fn);
