@@ -408,3 +408,66 @@ def test_segment_reduce_errors():
     out = torch.segment_reduce(d.to("tpu"), "max", lengths=torch.tensor([2, 2], device="tpu"),
                                unsafe=True)
     assert torch.equal(out.cpu(), torch.tensor([1.0, 3.0]))
+
+
+# ---- grid_sample on 5-D input (grid_sampler_3d) ----
+
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_3d(mode, padding, align):
+    # grid spans [-1.4, 1.4]: some points fall outside the input
+    x = make((2, 3, 4, 5, 6), torch.float32, seed=3)
+    grid = make((2, 3, 4, 5, 3), torch.float32, -1.4, 1.4, seed=4)
+
+    def fn(x, g):
+        return F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align)
+
+    check_op(fn, x, grid, grad=True)
+    # unit depth (align_corners maps every z to 0) and far-out points
+    x1 = make((1, 2, 1, 3, 4), torch.float32, seed=5)
+    g1 = make((1, 2, 2, 3, 3), torch.float32, -3.5, 3.5, seed=6)
+    check_op(fn, x1, g1, grad=True)
+    check_op(fn, x.double(), grid.double(), grad=True)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_3d_noncontig(mode):
+    x = make((2, 6, 5, 4, 3), torch.float32, seed=7).permute(0, 4, 3, 2, 1)  # (2, 3, 4, 5, 6)
+    grid = make((2, 5, 3, 4, 3), torch.float32, -1.2, 1.2, seed=8).transpose(1, 2)
+    assert not x.is_contiguous() and not grid.is_contiguous()
+
+    def fn(x, g):
+        return F.grid_sample(x, g, mode=mode, padding_mode="reflection", align_corners=False)
+
+    check_op(fn, x, grid, grad=True, check_stride=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_3d_low_precision(dtype, mode):
+    # CPU rounds every step to the low dtype; ours computes in float and rounds
+    # once: compare with float32 on the same rounded inputs
+    x = make((2, 3, 4, 5, 6), dtype, seed=9)
+    grid = make((2, 3, 4, 2, 3), dtype, -1.1, 1.1, seed=10)
+    want = F.grid_sample(x.float(), grid.float(), mode=mode, padding_mode="border",
+                         align_corners=True).to(dtype)
+    got = F.grid_sample(x.to("tpu"), grid.to("tpu"), mode=mode, padding_mode="border",
+                        align_corners=True)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.cpu(), want, atol=2e-2, rtol=2e-2)
+
+
+def test_grid_sample_3d_errors():
+    x = make((2, 3, 4, 5, 6), torch.float32)
+    grid = make((2, 3, 4, 5, 3), torch.float32, -1, 1)
+    # bicubic is 2-D only, through F.grid_sample and through the aten op
+    raises_like_cpu(lambda a, g: F.grid_sample(a, g, mode="bicubic", align_corners=False),
+                    x, grid, match="bicubic")
+    raises_like_cpu(lambda a, g: torch.ops.aten.grid_sampler_3d(a, g, 2, 0, False), x, grid,
+                    match="bicubic")
+    # batch mismatch and a grid with 2 components for a 5-D input
+    raises_like_cpu(lambda a, g: torch.ops.aten.grid_sampler_3d(a, g, 0, 0, False), x, grid[:1])
+    raises_like_cpu(lambda a, g: F.grid_sample(a, g, align_corners=False), x, grid[:1])
+    raises_like_cpu(lambda a, g: torch.ops.aten.grid_sampler_3d(a, g, 0, 0, False), x,
+                    grid[..., :2])

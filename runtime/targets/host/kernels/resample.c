@@ -1,5 +1,5 @@
 /* Resampling kernels: upsampling (nearest, nearest-exact, linear, bilinear,
- * bicubic, trilinear), reflection and replication padding, grid_sampler_2d,
+ * bicubic, trilinear), reflection and replication padding, grid_sampler_2d/3d,
  * all with their backward, and channel_shuffle.
  *
  * Upsampling is separable: for every output coordinate along each dim a
@@ -14,7 +14,9 @@
  * grid_sampler_2d samples input (N, C, H, W) at grid (N, Ho, Wo, 2)
  * positions (x, y in [-1, 1]) with bilinear, nearest or bicubic
  * interpolation and zeros, border or reflection padding, following
- * PyTorch's reference CPU formulas, gradients included.
+ * PyTorch's reference CPU formulas, gradients included. grid_sampler_3d
+ * is the same code over input (N, C, D, H, W) and grid (N, Do, Ho, Wo, 3)
+ * (x, y, z), with trilinear or nearest interpolation.
  */
 #include "spatial.h"
 
@@ -381,12 +383,16 @@ PAD_KERNELS(replication_pad1d, PAD_REPLICATE, 1)
 PAD_KERNELS(replication_pad2d, PAD_REPLICATE, 2)
 PAD_KERNELS(replication_pad3d, PAD_REPLICATE, 3)
 
-/* ---- grid_sampler_2d ---- */
+/* ---- grid_sampler_2d / grid_sampler_3d ---- */
 enum { GS_BILINEAR = 0, GS_NEAREST = 1, GS_BICUBIC = 2 };
 enum { GS_ZEROS = 0, GS_BORDER = 1, GS_REFLECTION = 2 };
 
+/* Sizes are kept in grid component order: index 0 is W (x), 1 is H (y),
+ * 2 is D (z, 3-D only). */
 typedef struct {
-  int64_t n, c, h, w, oh, ow;
+  int nd; /* spatial dims: 2 or 3 */
+  int64_t n, c, sz[3], osz[3];
+  int64_t plane, oplane, orows; /* input / output points per plane, output rows */
   int mode, padding;
   bool align;
   tpu_dtype_t dt;
@@ -400,15 +406,30 @@ static inline int64_t gs_index(double v) {
   return v > -1e15 && v < 1e15 ? (int64_t)v : -((int64_t)1 << 62);
 }
 
+/* Flat offset of the input point at idx (grid component order), -1 when
+ * it lies outside (reads as 0). */
+__attribute__((always_inline)) static inline int64_t gs_tap_off(const gs_job_t* j,
+                                                               const int64_t* idx, int nd) {
+  int64_t off = 0;
+  for (int d = nd - 1; d >= 0; d--) {
+    if (idx[d] < 0 || idx[d] >= j->sz[d]) return -1;
+    off = off * j->sz[d] + idx[d];
+  }
+  return off;
+}
+
 /* The taps of one sample point: flat input offsets (-1: outside, reads 0),
- * weights, and the weights' derivatives along x and y; mx, my are
- * d(pixel coordinate) / d(grid coordinate). */
+ * weights, and the weights' derivatives along each grid component;
+ * m[d] = d(pixel coordinate) / d(grid coordinate). Linear interpolation
+ * has 2^nd corners; corner k takes the upper neighbour along dim d when bit
+ * d of k is set, which is PyTorch's nw, ne, sw, se (then the bottom layer)
+ * order. */
 #define DEFINE_GRID_SAMPLER(SUF, T, FLOOR, FABS, FMOD, NEARBYINT)                             \
   typedef struct {                                                                            \
     int n;                                                                                    \
     int64_t off[16];                                                                          \
-    T w[16], wx[16], wy[16];                                                                  \
-    T mx, my;                                                                                 \
+    T w[16], wg[3][16];                                                                       \
+    T m[3];                                                                                   \
   } taps_##SUF;                                                                               \
                                                                                               \
   static T clip_##SUF(T v, int64_t size, T* grad) {                                           \
@@ -462,94 +483,109 @@ static inline int64_t gs_index(double v) {
     return ((v + 1) * (T)size - 1) / 2;                                                       \
   }                                                                                           \
                                                                                               \
-  static int64_t tap_off_##SUF(const gs_job_t* j, int64_t iy, int64_t ix) {                   \
-    return iy >= 0 && iy < j->h && ix >= 0 && ix < j->w ? iy * j->w + ix : -1;                \
+  /* bicubic (2-D only): 4 x 4 taps, each coordinate padded on its own */                     \
+  static void gs_cubic_taps_##SUF(const gs_job_t* j, const T* g, taps_##SUF* t) {             \
+    T ix = unnormalize_##SUF(j, g[0], j->sz[0], &t->m[0]);                                    \
+    T iy = unnormalize_##SUF(j, g[1], j->sz[1], &t->m[1]);                                    \
+    T fx = FLOOR(ix), fy = FLOOR(iy), tx = ix - fx, ty = iy - fy, px, py;                     \
+    T cx[4], cy[4], dx[4], dy[4];                                                             \
+    CUBIC_COEFFS(T, cx, tx);                                                                  \
+    CUBIC_COEFFS(T, cy, ty);                                                                  \
+    CUBIC_GRAD(T, dx, tx);                                                                    \
+    CUBIC_GRAD(T, dy, ty);                                                                    \
+    t->n = 16;                                                                                \
+    for (int a = 0; a < 4; a++)   /* y tap */                                                 \
+      for (int b = 0; b < 4; b++) { /* x tap */                                               \
+        int k = a * 4 + b;                                                                    \
+        int64_t idx[2] = {gs_index(pad_coord_##SUF(j, fx - 1 + (T)b, j->sz[0], &px)),         \
+                          gs_index(pad_coord_##SUF(j, fy - 1 + (T)a, j->sz[1], &py))};        \
+        t->off[k] = gs_tap_off(j, idx, 2);                                                    \
+        t->w[k] = cx[b] * cy[a];                                                              \
+        t->wg[0][k] = -dx[b] * cy[a];                                                         \
+        t->wg[1][k] = -dy[a] * cx[b];                                                         \
+      }                                                                                       \
   }                                                                                           \
                                                                                               \
-  static void gs_taps_##SUF(const gs_job_t* j, T x, T y, taps_##SUF* t) {                     \
-    T gx, gy, px, py;                                                                         \
-    if (j->mode == GS_BICUBIC) {                                                              \
-      T ix = unnormalize_##SUF(j, x, j->w, &t->mx), iy = unnormalize_##SUF(j, y, j->h, &t->my); \
-      T fx = FLOOR(ix), fy = FLOOR(iy), tx = ix - fx, ty = iy - fy;                           \
-      T cx[4], cy[4], dx[4], dy[4];                                                           \
-      CUBIC_COEFFS(T, cx, tx);                                                                \
-      CUBIC_COEFFS(T, cy, ty);                                                                \
-      CUBIC_GRAD(T, dx, tx);                                                                  \
-      CUBIC_GRAD(T, dy, ty);                                                                  \
-      t->n = 16;                                                                              \
-      for (int a = 0; a < 4; a++)   /* y tap */                                               \
-        for (int b = 0; b < 4; b++) { /* x tap */                                             \
-          int k = a * 4 + b;                                                                  \
-          T sx = pad_coord_##SUF(j, fx - 1 + (T)b, j->w, &px);                                \
-          T sy = pad_coord_##SUF(j, fy - 1 + (T)a, j->h, &py);                                \
-          t->off[k] = tap_off_##SUF(j, gs_index(sy), gs_index(sx));                           \
-          t->w[k] = cx[b] * cy[a];                                                            \
-          t->wx[k] = -dx[b] * cy[a];                                                          \
-          t->wy[k] = -dy[a] * cx[b];                                                          \
-        }                                                                                     \
-      return;                                                                                 \
+  /* nearest or linear; inlined with a constant nd so the dim loops unroll */                 \
+  __attribute__((always_inline)) static inline void gs_nd_taps_##SUF(                         \
+      const gs_job_t* j, const T* g, taps_##SUF* t, const int nd) {                           \
+    T pc[3];                                                                                  \
+    for (int d = 0; d < nd; d++) {                                                            \
+      T gu, gp;                                                                               \
+      pc[d] = unnormalize_##SUF(j, g[d], j->sz[d], &gu);                                      \
+      pc[d] = pad_coord_##SUF(j, pc[d], j->sz[d], &gp);                                       \
+      t->m[d] = gu * gp;                                                                      \
     }                                                                                         \
-    T ix = unnormalize_##SUF(j, x, j->w, &gx), iy = unnormalize_##SUF(j, y, j->h, &gy);       \
-    ix = pad_coord_##SUF(j, ix, j->w, &px);                                                   \
-    iy = pad_coord_##SUF(j, iy, j->h, &py);                                                   \
-    t->mx = gx * px;                                                                          \
-    t->my = gy * py;                                                                          \
+    int64_t idx[3];                                                                           \
     if (j->mode == GS_NEAREST) {                                                              \
+      for (int d = 0; d < nd; d++) idx[d] = gs_index(NEARBYINT(pc[d]));                       \
       t->n = 1;                                                                               \
-      t->off[0] = tap_off_##SUF(j, gs_index(NEARBYINT(iy)), gs_index(NEARBYINT(ix)));         \
+      t->off[0] = gs_tap_off(j, idx, nd);                                                     \
       t->w[0] = 1;                                                                            \
-      t->wx[0] = t->wy[0] = 0;                                                                \
+      for (int d = 0; d < nd; d++) t->wg[d][0] = 0;                                           \
       return;                                                                                 \
     }                                                                                         \
-    T x0 = FLOOR(ix), y0 = FLOOR(iy), x1 = x0 + 1, y1 = y0 + 1;                               \
-    int64_t jx = gs_index(x0), jy = gs_index(y0);                                             \
-    t->n = 4; /* nw, ne, sw, se */                                                            \
-    t->off[0] = tap_off_##SUF(j, jy, jx);                                                     \
-    t->off[1] = tap_off_##SUF(j, jy, jx + 1);                                                 \
-    t->off[2] = tap_off_##SUF(j, jy + 1, jx);                                                 \
-    t->off[3] = tap_off_##SUF(j, jy + 1, jx + 1);                                             \
-    t->w[0] = (x1 - ix) * (y1 - iy);                                                          \
-    t->w[1] = (ix - x0) * (y1 - iy);                                                          \
-    t->w[2] = (x1 - ix) * (iy - y0);                                                          \
-    t->w[3] = (ix - x0) * (iy - y0);                                                          \
-    t->wx[0] = -(y1 - iy);                                                                    \
-    t->wy[0] = -(x1 - ix);                                                                    \
-    t->wx[1] = y1 - iy;                                                                       \
-    t->wy[1] = -(ix - x0);                                                                    \
-    t->wx[2] = -(iy - y0);                                                                    \
-    t->wy[2] = x1 - ix;                                                                       \
-    t->wx[3] = iy - y0;                                                                       \
-    t->wy[3] = ix - x0;                                                                       \
+    /* f[d][1] = i - i0 (weight of the upper corner), f[d][0] = i0 + 1 - i */                 \
+    int64_t lo[3];                                                                            \
+    T f[3][2];                                                                                \
+    for (int d = 0; d < nd; d++) {                                                            \
+      T fl = FLOOR(pc[d]);                                                                    \
+      lo[d] = gs_index(fl);                                                                   \
+      f[d][0] = (fl + 1) - pc[d];                                                             \
+      f[d][1] = pc[d] - fl;                                                                   \
+    }                                                                                         \
+    t->n = 1 << nd;                                                                           \
+    for (int k = 0; k < t->n; k++) {                                                          \
+      T w = 1;                                                                                \
+      for (int d = 0; d < nd; d++) {                                                          \
+        int up = (k >> d) & 1;                                                                \
+        idx[d] = lo[d] + up;                                                                  \
+        w *= f[d][up];                                                                        \
+      }                                                                                       \
+      t->off[k] = gs_tap_off(j, idx, nd);                                                     \
+      t->w[k] = w;                                                                            \
+      for (int e = 0; e < nd; e++) { /* d w / d i_e: the other factors, signed */             \
+        T dw = (k >> e) & 1 ? 1 : -1;                                                         \
+        for (int d = 0; d < nd; d++)                                                          \
+          if (d != e) dw *= f[d][(k >> d) & 1];                                               \
+        t->wg[e][k] = dw;                                                                     \
+      }                                                                                       \
+    }                                                                                         \
+  }                                                                                           \
+                                                                                              \
+  static void gs_taps_##SUF(const gs_job_t* j, const T* g, taps_##SUF* t) {                   \
+    if (j->mode == GS_BICUBIC) gs_cubic_taps_##SUF(j, g, t);                                  \
+    else if (j->nd == 2) gs_nd_taps_##SUF(j, g, t, 2);                                        \
+    else gs_nd_taps_##SUF(j, g, t, 3);                                                        \
   }                                                                                           \
                                                                                               \
   static void gs_point_##SUF(const gs_job_t* j, int64_t n, int64_t p, taps_##SUF* t) {        \
-    const T* g = (const T*)j->grid + (n * j->oh * j->ow + p) * 2;                             \
-    gs_taps_##SUF(j, g[0], g[1], t);                                                          \
+    gs_taps_##SUF(j, (const T*)j->grid + (n * j->oplane + p) * j->nd, t);                     \
   }                                                                                           \
                                                                                               \
   /* forward: items are (n, output row) */                                                    \
   static void gs_fwd_##SUF(const gs_job_t* j, int64_t item) {                                 \
-    int64_t n = item / j->oh, plane = j->h * j->w, oplane = j->oh * j->ow;                    \
+    int64_t n = item / j->orows;                                                              \
     taps_##SUF t;                                                                             \
-    for (int64_t p = (item % j->oh) * j->ow, e = p + j->ow; p < e; p++) {                     \
+    for (int64_t p = (item % j->orows) * j->osz[0], e = p + j->osz[0]; p < e; p++) {          \
       gs_point_##SUF(j, n, p, &t);                                                            \
       for (int64_t c = 0; c < j->c; c++) {                                                    \
-        const T* in = (const T*)j->in + (n * j->c + c) * plane;                               \
+        const T* in = (const T*)j->in + (n * j->c + c) * j->plane;                            \
         T acc = 0;                                                                            \
         for (int k = 0; k < t.n; k++)                                                         \
           if (t.off[k] >= 0) acc += in[t.off[k]] * t.w[k];                                    \
-        ((T*)j->out)[(n * j->c + c) * oplane + p] = acc;                                      \
+        ((T*)j->out)[(n * j->c + c) * j->oplane + p] = acc;                                   \
       }                                                                                       \
     }                                                                                         \
   }                                                                                           \
                                                                                               \
   /* grad_input: items are (n, c) planes */                                                   \
   static void gs_bwd_input_##SUF(const gs_job_t* j, int64_t item) {                           \
-    int64_t n = item / j->c, oplane = j->oh * j->ow;                                          \
-    T* gin = (T*)j->gin + item * j->h * j->w;                                                 \
-    const T* gout = (const T*)j->gout + item * oplane;                                        \
+    int64_t n = item / j->c;                                                                  \
+    T* gin = (T*)j->gin + item * j->plane;                                                    \
+    const T* gout = (const T*)j->gout + item * j->oplane;                                     \
     taps_##SUF t;                                                                             \
-    for (int64_t p = 0; p < oplane; p++) {                                                    \
+    for (int64_t p = 0; p < j->oplane; p++) {                                                 \
       gs_point_##SUF(j, n, p, &t);                                                            \
       for (int k = 0; k < t.n; k++)                                                           \
         if (t.off[k] >= 0) gin[t.off[k]] += t.w[k] * gout[p];                                 \
@@ -558,23 +594,20 @@ static inline int64_t gs_index(double v) {
                                                                                               \
   /* grad_grid: items are (n, output row) */                                                  \
   static void gs_bwd_grid_##SUF(const gs_job_t* j, int64_t item) {                            \
-    int64_t n = item / j->oh, plane = j->h * j->w, oplane = j->oh * j->ow;                    \
+    int64_t n = item / j->orows;                                                              \
     taps_##SUF t;                                                                             \
-    for (int64_t p = (item % j->oh) * j->ow, e = p + j->ow; p < e; p++) {                     \
+    for (int64_t p = (item % j->orows) * j->osz[0], e = p + j->osz[0]; p < e; p++) {          \
       gs_point_##SUF(j, n, p, &t);                                                            \
-      T gx = 0, gy = 0;                                                                       \
+      T acc[3] = {0, 0, 0};                                                                   \
       for (int64_t c = 0; c < j->c; c++) {                                                    \
-        const T* in = (const T*)j->in + (n * j->c + c) * plane;                               \
-        T go = ((const T*)j->gout)[(n * j->c + c) * oplane + p];                              \
+        const T* in = (const T*)j->in + (n * j->c + c) * j->plane;                            \
+        T go = ((const T*)j->gout)[(n * j->c + c) * j->oplane + p];                           \
         for (int k = 0; k < t.n; k++)                                                         \
-          if (t.off[k] >= 0) {                                                                \
-            gx += in[t.off[k]] * t.wx[k] * go;                                                \
-            gy += in[t.off[k]] * t.wy[k] * go;                                                \
-          }                                                                                   \
+          if (t.off[k] >= 0)                                                                  \
+            for (int d = 0; d < j->nd; d++) acc[d] += in[t.off[k]] * t.wg[d][k] * go;         \
       }                                                                                       \
-      T* gg = (T*)j->ggrid + (n * oplane + p) * 2;                                            \
-      gg[0] = t.mx * gx;                                                                      \
-      gg[1] = t.my * gy;                                                                      \
+      T* gg = (T*)j->ggrid + (n * j->oplane + p) * j->nd;                                     \
+      for (int d = 0; d < j->nd; d++) gg[d] = t.m[d] * acc[d];                                \
     }                                                                                         \
   }
 
@@ -613,25 +646,35 @@ static void gs_range(void* ctx, int64_t begin, int64_t end) {
   }
 }
 
-/* Checks input (N, C, H, W), grid (N, Ho, Wo, 2) and the sampled shape
- * (N, C, Ho, Wo) of `sampled`; fills the job's sizes and options. */
-static tpu_status_t gs_init(const char* op, const tpu_call_t* call, int arg, const tpu_tensor_t* in,
-                            const tpu_tensor_t* grid, const tpu_tensor_t* sampled, gs_job_t* j) {
+/* Checks input (N, C, [D,] H, W), grid (N, [Do,] Ho, Wo, nd) and the
+ * sampled shape (N, C, [Do,] Ho, Wo) of `sampled`; fills the job's sizes
+ * and options. */
+static tpu_status_t gs_init(const char* op, const tpu_call_t* call, int arg, int nd,
+                            const tpu_tensor_t* in, const tpu_tensor_t* grid,
+                            const tpu_tensor_t* sampled, gs_job_t* j) {
   memset(j, 0, sizeof *j);
-  if (!in || !grid || !sampled || in->ndim != 4 || grid->ndim != 4 || sampled->ndim != 4)
-    return TPU_ERR(INVALID_ARGUMENT, "%s: expected 4-D input, grid and output", op);
+  int rank = nd + 2;
+  if (!in || !grid || !sampled || in->ndim != rank || grid->ndim != rank || sampled->ndim != rank)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: expected %d-D input, grid and output", op, rank);
+  j->nd = nd;
   j->n = in->sizes[0];
   j->c = in->sizes[1];
-  j->h = in->sizes[2];
-  j->w = in->sizes[3];
-  j->oh = grid->sizes[1];
-  j->ow = grid->sizes[2];
-  if (grid->sizes[0] != j->n || grid->sizes[3] != 2 || sampled->sizes[0] != j->n ||
-      sampled->sizes[1] != j->c || sampled->sizes[2] != j->oh || sampled->sizes[3] != j->ow)
+  j->plane = j->oplane = 1;
+  bool ok = grid->sizes[0] == j->n && grid->sizes[rank - 1] == nd && sampled->sizes[0] == j->n &&
+            sampled->sizes[1] == j->c;
+  for (int d = 0; d < nd; d++) {
+    j->sz[d] = in->sizes[rank - 1 - d];
+    j->osz[d] = grid->sizes[nd - d];
+    ok = ok && sampled->sizes[rank - 1 - d] == j->osz[d];
+    j->plane *= j->sz[d];
+    j->oplane *= j->osz[d];
+  }
+  if (!ok)
     return TPU_ERR(INVALID_ARGUMENT,
-                   "%s: grid must be (N, H_out, W_out, 2) and the output (N, C, H_out, W_out) "
-                   "for an input of batch N",
-                   op);
+                   "%s: grid must be (N, *out_spatial, %d) and the output (N, C, *out_spatial) "
+                   "for an input of batch N (input batch %lld, grid batch %lld)",
+                   op, nd, (long long)j->n, (long long)grid->sizes[0]);
+  j->orows = j->osz[0] ? j->oplane / j->osz[0] : 0;
   if (!tpu_dtype_is_float(in->dtype) || grid->dtype != in->dtype || sampled->dtype != in->dtype)
     return TPU_ERR(INVALID_ARGUMENT, "%s: expected input and grid of one floating dtype", op);
   j->mode = (int)tpu_arg_i64(call, arg, 0);
@@ -641,18 +684,19 @@ static tpu_status_t gs_init(const char* op, const tpu_call_t* call, int arg, con
       j->padding > GS_REFLECTION)
     return TPU_ERR(INVALID_ARGUMENT, "%s: invalid interpolation mode %d or padding mode %d", op,
                    j->mode, j->padding);
+  if (j->mode == GS_BICUBIC && nd != 2)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: bicubic interpolation only supports 4-D input", op);
   j->dt = in->dtype == TPU_F64 ? TPU_F64 : TPU_F32;
   return TPU_OK;
 }
 
-/* grid_sampler_2d(input, grid, interpolation_mode, padding_mode,
+/* grid_sampler_{2,3}d(input, grid, interpolation_mode, padding_mode,
  * align_corners) -> out */
-tpu_status_t tpu_k_grid_sampler_2d(const tpu_call_t* call) {
-  const char* op = "grid_sampler_2d";
+static tpu_status_t gs_forward(const char* op, const tpu_call_t* call, int nd) {
   const tpu_tensor_t* in = tpu_arg_tensor(call, 0);
   const tpu_tensor_t* grid = tpu_arg_tensor(call, 1);
   gs_job_t j;
-  TPU_RETURN_IF_ERROR(gs_init(op, call, 2, in, grid, &call->outs[0], &j));
+  TPU_RETURN_IF_ERROR(gs_init(op, call, 2, nd, in, grid, &call->outs[0], &j));
   sp_stage_t si, sg, so;
   TPU_RETURN_IF_ERROR(sp_stage_in(op, in, j.dt, &si));
   tpu_status_t st = sp_stage_in(op, grid, j.dt, &sg);
@@ -663,7 +707,7 @@ tpu_status_t tpu_k_grid_sampler_2d(const tpu_call_t* call) {
       j.grid = sg.data;
       j.out = so.data;
       gs_run_t r = {&j, GS_FWD};
-      sp_parallel(j.n * j.oh, j.ow * j.c * 4, gs_range, &r);
+      sp_parallel(j.n * j.orows, j.osz[0] * j.c * (1 << nd), gs_range, &r);
       st = sp_stage_finish(&so, st);
     }
     sp_stage_free(&sg);
@@ -672,15 +716,14 @@ tpu_status_t tpu_k_grid_sampler_2d(const tpu_call_t* call) {
   return st;
 }
 
-/* grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode,
+/* grid_sampler_{2,3}d_backward(grad_output, input, grid, interpolation_mode,
  * padding_mode, align_corners, output_mask) -> (grad_input, grad_grid) */
-tpu_status_t tpu_k_grid_sampler_2d_backward(const tpu_call_t* call) {
-  const char* op = "grid_sampler_2d_backward";
+static tpu_status_t gs_backward(const char* op, const tpu_call_t* call, int nd) {
   const tpu_tensor_t* gout = tpu_arg_tensor(call, 0);
   const tpu_tensor_t* in = tpu_arg_tensor(call, 1);
   const tpu_tensor_t* grid = tpu_arg_tensor(call, 2);
   gs_job_t j;
-  TPU_RETURN_IF_ERROR(gs_init(op, call, 3, in, grid, gout, &j));
+  TPU_RETURN_IF_ERROR(gs_init(op, call, 3, nd, in, grid, gout, &j));
   bool want_in = sp_out_wanted(call, 6, 0), want_grid = sp_out_wanted(call, 6, 1);
   if (want_in && tpu_tensor_numel(&call->outs[0]) != tpu_tensor_numel(in))
     return TPU_ERR(INVALID_ARGUMENT, "%s: grad_input must have the input's shape", op);
@@ -698,7 +741,7 @@ tpu_status_t tpu_k_grid_sampler_2d_backward(const tpu_call_t* call) {
     if (!st) {
       j.gin = out.data;
       gs_run_t r = {&j, GS_BWD_INPUT};
-      sp_parallel(j.n * j.c, j.oh * j.ow * 4, gs_range, &r);
+      sp_parallel(j.n * j.c, j.oplane * (1 << nd), gs_range, &r);
       st = sp_stage_finish(&out, st);
     }
   }
@@ -707,7 +750,7 @@ tpu_status_t tpu_k_grid_sampler_2d_backward(const tpu_call_t* call) {
     if (!st) {
       j.ggrid = out.data;
       gs_run_t r = {&j, GS_BWD_GRID};
-      sp_parallel(j.n * j.oh, j.ow * j.c * 4, gs_range, &r);
+      sp_parallel(j.n * j.orows, j.osz[0] * j.c * (1 << nd), gs_range, &r);
       st = sp_stage_finish(&out, st);
     }
   }
@@ -715,6 +758,19 @@ tpu_status_t tpu_k_grid_sampler_2d_backward(const tpu_call_t* call) {
   sp_stage_free(&sgo);
   sp_stage_free(&si);
   return st;
+}
+
+tpu_status_t tpu_k_grid_sampler_2d(const tpu_call_t* call) {
+  return gs_forward("grid_sampler_2d", call, 2);
+}
+tpu_status_t tpu_k_grid_sampler_2d_backward(const tpu_call_t* call) {
+  return gs_backward("grid_sampler_2d_backward", call, 2);
+}
+tpu_status_t tpu_k_grid_sampler_3d(const tpu_call_t* call) {
+  return gs_forward("grid_sampler_3d", call, 3);
+}
+tpu_status_t tpu_k_grid_sampler_3d_backward(const tpu_call_t* call) {
+  return gs_backward("grid_sampler_3d_backward", call, 3);
 }
 
 /* ---- channel_shuffle ---- */
