@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from util import check_op
+from util import check_op, raises_like_cpu
 
 
 def log_probs(T, N, C, dtype=torch.float32, seed=0):
@@ -29,17 +29,6 @@ def ctc(reduction="mean", blank=0, zero_infinity=False):
     return lambda lp, tg, il, tl: F.ctc_loss(lp, tg, il, tl, blank=blank, reduction=reduction,
                                              zero_infinity=zero_infinity)
 
-
-def raises_like_cpu(fn, *args, match=None):
-    """CPU raises; tpu raises the same exception type (at the op or at the
-    next synchronization) with a message naming the problem."""
-    with pytest.raises(Exception) as cpu:
-        fn(*args)
-    dev = [a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]
-    with pytest.raises(type(cpu.value), match=match):
-        out = fn(*dev)
-        torch.tpu.synchronize()
-        del out
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

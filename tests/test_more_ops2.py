@@ -8,24 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from util import check_op, make
+from util import check_op, raises_like_cpu, make
 
 
 @pytest.fixture(autouse=True)
 def seed():
     torch.manual_seed(0)
 
-
-def raises_like_cpu(fn, *args, match=None):
-    """CPU raises; tpu raises the same exception type (at the op or at the
-    next synchronization) with a message naming the problem."""
-    with pytest.raises(Exception) as cpu:
-        fn(*args)
-    dev = [a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]
-    with pytest.raises(type(cpu.value), match=match):
-        out = fn(*dev)
-        torch.tpu.synchronize()
-        del out
 
 
 # ---- renorm ----

@@ -1,4 +1,5 @@
 """Helpers comparing an op on tpu against PyTorch's CPU result."""
+import pytest
 import torch
 
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
@@ -90,3 +91,15 @@ def check_op(fn, *inputs, grad=False, atol=None, rtol=None, check_stride=True, g
                 a = grad_atol if grad_atol is not None else atol
                 assert_same(t.grad, c.grad, a, rtol if a is not None else None, check_stride=False)
     return actual
+
+
+def raises_like_cpu(fn, *args, match=None):
+    """CPU raises; tpu raises the same exception type (at the op or at the
+    next synchronization) with a message naming the problem."""
+    with pytest.raises(Exception) as cpu:
+        fn(*args)
+    dev = [a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]
+    with pytest.raises(type(cpu.value), match=match):
+        out = fn(*dev)
+        torch.tpu.synchronize()
+        del out

@@ -20,27 +20,6 @@
 
 #define OOM(op) TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op)
 
-/* A contiguous copy of t in double (or int64 when `as_int`); NULL when out of
- * memory. Free with free(). */
-static void* stage(const tpu_tensor_t* t, bool as_int) {
-  int64_t n = tpu_tensor_numel(t);
-  void* buf = malloc((size_t)(n > 0 ? n : 1) * 8);
-  if (!buf || n == 0) return buf;
-  tpu_tensor_t dst;
-  tpu_tensor_make_contig(&dst, buf, as_int ? TPU_I64 : TPU_F64, t->ndim, t->sizes);
-  if (tpu_copy_strided(&dst, t)) {
-    free(buf);
-    return NULL;
-  }
-  return buf;
-}
-
-static tpu_status_t unstage(const tpu_tensor_t* out, const double* v) {
-  if (tpu_tensor_numel(out) == 0) return TPU_OK;
-  tpu_tensor_t src;
-  tpu_tensor_make_contig(&src, (void*)v, TPU_F64, out->ndim, out->sizes);
-  return tpu_copy_strided(out, &src);
-}
 
 /* log(exp(a) + exp(b) + exp(c)), with -inf when all three are -inf */
 static inline double lse3(double a, double b, double c) {
@@ -197,7 +176,7 @@ static tpu_status_t ctc_setup(const tpu_call_t* c, int a0, int blank_arg, ctc_t*
   }
   p->S = maxtl;
   p->L = 2 * maxtl + 1;
-  p->tg = stage(tg, true);
+  p->tg = tpu_stage_f64(tg, true);
   if (!p->tg) {
     ctc_free(p);
     return OOM(op);
@@ -214,7 +193,7 @@ static tpu_status_t ctc_setup(const tpu_call_t* c, int a0, int blank_arg, ctc_t*
         return s;
       }
     }
-  p->lp = stage(lp, false);
+  p->lp = tpu_stage_f64(lp, false);
   if (!p->lp) {
     ctc_free(p);
     return OOM(op);
@@ -295,8 +274,8 @@ tpu_status_t tpu_k_ctc_loss(const tpu_call_t* c) {
   for (int64_t i = 0; i < nla; i++) la[i] = -INFINITY;
   fwd_ctx_t x = {&p, la, nll};
   tpu_parallel_for(p.N, 1, ctc_forward_range, &x);
-  s = unstage(out_nll, nll);
-  if (!s) s = unstage(out_la, la);
+  s = tpu_unstage_f64(out_nll, nll);
+  if (!s) s = tpu_unstage_f64(out_la, la);
   free(la);
   free(nll);
   ctc_free(&p);
@@ -382,9 +361,9 @@ tpu_status_t tpu_k_ctc_loss_backward(const tpu_call_t* c) {
   }
   /* log_alpha may be wider than this call's targets need (padded targets) */
   p.L = la_t->sizes[2];
-  double* go = stage(go_t, false);
-  double* nll = stage(nll_t, false);
-  double* la = stage(la_t, false);
+  double* go = tpu_stage_f64(go_t, false);
+  double* nll = tpu_stage_f64(nll_t, false);
+  double* la = tpu_stage_f64(la_t, false);
   double* beta = malloc((size_t)(p.N * p.T * p.L > 0 ? p.N * p.T * p.L : 1) * sizeof(double));
   double* g = calloc((size_t)(ng > 0 ? ng : 1), sizeof(double));
   if (!go || !nll || !la || !beta || !g) {
@@ -392,7 +371,7 @@ tpu_status_t tpu_k_ctc_loss_backward(const tpu_call_t* c) {
   } else {
     bwd_ctx_t x = {&p, go, nll, la, beta, g, tpu_arg_bool(c, 8, false)};
     tpu_parallel_for(p.N, 1, ctc_backward_range, &x);
-    s = unstage(out, g);
+    s = tpu_unstage_f64(out, g);
   }
   free(go);
   free(nll);

@@ -19,17 +19,8 @@ static ld_t* load_ld(const tpu_tensor_t* t, int64_t* n_out) {
   *n_out = n;
   ld_t* v = malloc(sizeof(ld_t) * (size_t)(n > 0 ? n : 1));
   bool fl = tpu_dtype_is_float(t->dtype);
-  void* tmp = malloc(8 * (size_t)(n > 0 ? n : 1));
+  void* tmp = tpu_stage_f64(t, !fl);
   if (!v || !tmp) {
-    free(v);
-    free(tmp);
-    return NULL;
-  }
-  tpu_tensor_t d;
-  tpu_tensor_make_contig(&d, tmp, fl ? TPU_F64 : TPU_I64, t->ndim, t->sizes);
-  tpu_status_t st = tpu_copy_strided(&d, t);
-  if (st) {
-    tpu_status_free(st);
     free(v);
     free(tmp);
     return NULL;

@@ -523,3 +523,25 @@ tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src) 
   const tpu_tensor_t* in[1] = {src};
   return iter_run(dst, in, 1, ct, NULL, NULL, NULL);
 }
+
+void* tpu_stage_f64(const tpu_tensor_t* t, bool as_int) {
+  int64_t n = tpu_tensor_numel(t);
+  void* buf = malloc((size_t)(n > 0 ? n : 1) * 8);
+  if (!buf || n == 0) return buf;
+  tpu_tensor_t dst;
+  tpu_tensor_make_contig(&dst, buf, as_int ? TPU_I64 : TPU_F64, t->ndim, t->sizes);
+  tpu_status_t st = tpu_copy_strided(&dst, t);
+  if (st) {
+    tpu_status_free(st);
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+tpu_status_t tpu_unstage_f64(const tpu_tensor_t* out, const double* v) {
+  if (tpu_tensor_numel(out) == 0) return TPU_OK;
+  tpu_tensor_t src;
+  tpu_tensor_make_contig(&src, (void*)v, TPU_F64, out->ndim, out->sizes);
+  return tpu_copy_strided(out, &src);
+}

@@ -68,6 +68,13 @@ typedef struct tpu_nd_iter {
  * shape (any dtypes). */
 tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src);
 
+/* A contiguous host copy of t's elements in double (int64 with `as_int`) for
+ * kernels that work on small staged operands; NULL when out of memory (or
+ * when the copy fails). The caller frees it with free(). */
+void* tpu_stage_f64(const tpu_tensor_t* t, bool as_int);
+/* Writes the contiguous doubles v (out's shape, row-major) into out. */
+tpu_status_t tpu_unstage_f64(const tpu_tensor_t* out, const double* v);
+
 /* Scalar conversion helpers. */
 static inline float tpu_bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;

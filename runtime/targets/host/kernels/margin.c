@@ -13,31 +13,6 @@
 
 enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
 
-/* ---- staging ---- */
-
-/* A contiguous copy of t in double (or int64 when `as_int`); NULL when out of
- * memory. Free with free(). */
-static void* stage(const tpu_tensor_t* t, bool as_int) {
-  int64_t n = tpu_tensor_numel(t);
-  void* buf = malloc((size_t)(n > 0 ? n : 1) * 8);
-  if (!buf || n == 0) return buf;
-  tpu_tensor_t dst;
-  tpu_tensor_make_contig(&dst, buf, as_int ? TPU_I64 : TPU_F64, t->ndim, t->sizes);
-  if (tpu_copy_strided(&dst, t)) {
-    free(buf);
-    return NULL;
-  }
-  return buf;
-}
-
-/* Writes the contiguous double buffer `v` (out's shape) into out. */
-static tpu_status_t unstage(const tpu_tensor_t* out, double* v) {
-  if (tpu_tensor_numel(out) == 0) return TPU_OK;
-  tpu_tensor_t src;
-  tpu_tensor_make_contig(&src, v, TPU_F64, out->ndim, out->sizes);
-  return tpu_copy_strided(out, &src);
-}
-
 #define OOM(op) TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op)
 
 /* the losses' dtypes: float32 and float64, as on CPU */
@@ -72,7 +47,7 @@ tpu_status_t tpu_k_renorm(const tpu_call_t* c) {
   if (dim < 0) dim += self->ndim;
   int64_t n = tpu_tensor_numel(self);
   if (n == 0) return TPU_OK;
-  double* x = stage(self, false);
+  double* x = tpu_stage_f64(self, false);
   if (!x) return OOM(op);
   int64_t D = self->sizes[dim], inner = 1;
   for (int d = (int)dim + 1; d < self->ndim; d++) inner *= self->sizes[d];
@@ -109,7 +84,7 @@ tpu_status_t tpu_k_renorm(const tpu_call_t* c) {
       for (int64_t i = 0; i < inner; i++) r[i] *= acc[k];
     }
   free(acc);
-  tpu_status_t s = unstage(out, x);
+  tpu_status_t s = tpu_unstage_f64(out, x);
   free(x);
   return s;
 }
@@ -165,7 +140,7 @@ static tpu_status_t check_reduction(const char* op, int64_t r) {
 static tpu_status_t grad_begin(const char* op, const tpu_tensor_t* go_t, int64_t nframe, int64_t dim,
                                int64_t reduction, double** go, double** gi, bool* per_frame) {
   TPU_CHECK_ARG(go_t, "%s: expected a grad_output tensor", op);
-  *go = stage(go_t, false);
+  *go = tpu_stage_f64(go_t, false);
   *gi = calloc((size_t)(nframe * dim > 0 ? nframe * dim : 1), sizeof(double));
   if (!*go || !*gi) {
     free(*go);
@@ -220,7 +195,7 @@ static tpu_status_t mm_setup(const tpu_call_t* c, int a0, mm_t* m, const char* o
                   "%s: inconsistent weight size, expected %lld but got %lld elements", op,
                   (long long)m->dim, (long long)tpu_tensor_numel(weight));
   }
-  m->y = stage(target, true);
+  m->y = tpu_stage_f64(target, true);
   if (!m->y) return OOM(op);
   for (int64_t i = 0; i < m->nframe; i++)
     if (m->y[i] < 0 || m->y[i] >= m->dim) {
@@ -230,8 +205,8 @@ static tpu_status_t mm_setup(const tpu_call_t* c, int a0, mm_t* m, const char* o
       return TPU_ERR(INVALID_ARGUMENT, "%s: target out of range: target[%lld] = %lld is not in "
                      "[0, %lld)", op, (long long)i, (long long)bad, (long long)m->dim);
     }
-  m->x = stage(self, false);
-  m->w = weight ? stage(weight, false) : NULL;
+  m->x = tpu_stage_f64(self, false);
+  m->w = weight ? tpu_stage_f64(weight, false) : NULL;
   if (!m->x || (weight && !m->w)) {
     free(m->x); free(m->w); free(m->y);
     return OOM(op);
@@ -269,7 +244,7 @@ tpu_status_t tpu_k_multi_margin_loss(const tpu_call_t* c) {
     total += loss[i];
   }
   if (m.reduction == RED_NONE && out->ndim > 0) {
-    s = unstage(out, loss);
+    s = tpu_unstage_f64(out, loss);
   } else {
     if (m.reduction == RED_MEAN) total /= (double)m.nframe;
     else if (m.reduction == RED_NONE) total = loss[0];
@@ -313,7 +288,7 @@ tpu_status_t tpu_k_multi_margin_loss_backward(const tpu_call_t* c) {
     double gs = per_frame ? go[i] : go[0];
     for (int64_t d = 0; d < m.dim; d++) r[d] *= gs;
   }
-  s = unstage(out, gi);
+  s = tpu_unstage_f64(out, gi);
   free(go);
   free(gi);
   mm_free(&m);
@@ -346,7 +321,7 @@ static tpu_status_t ml_setup(const tpu_call_t* c, int a0, ml_t* m, const char* o
   TPU_CHECK_ARG(ok, "%s: inconsistent target size: target has %d dims and %lld elements, input "
                 "is %lld samples of %lld classes", op, target->ndim,
                 (long long)tpu_tensor_numel(target), (long long)m->nframe, (long long)m->dim);
-  m->y = stage(target, true);
+  m->y = tpu_stage_f64(target, true);
   if (!m->y) return OOM(op);
   for (int64_t i = 0; i < m->nframe * m->dim; i++)
     if (m->y[i] < -1 || m->y[i] >= m->dim) {
@@ -356,7 +331,7 @@ static tpu_status_t ml_setup(const tpu_call_t* c, int a0, ml_t* m, const char* o
       return TPU_ERR(INVALID_ARGUMENT, "%s: argument #2 'target' is out of range: %lld is not in "
                      "[-1, %lld)", op, (long long)bad, (long long)m->dim);
     }
-  m->x = stage(self, false);
+  m->x = tpu_stage_f64(self, false);
   if (!m->x) {
     free(m->y);
     return OOM(op);
@@ -404,7 +379,7 @@ tpu_status_t tpu_k_multilabel_margin_loss_forward(const tpu_call_t* c) {
     total += loss[i];
   }
   if (m.reduction == RED_NONE && out->ndim > 0) {
-    s = unstage(out, loss);
+    s = tpu_unstage_f64(out, loss);
   } else {
     if (m.reduction == RED_MEAN) total /= (double)m.nframe;
     else if (m.reduction == RED_NONE) total = loss[0];
@@ -413,7 +388,7 @@ tpu_status_t tpu_k_multilabel_margin_loss_forward(const tpu_call_t* c) {
   if (!s) {
     TPU_CHECK_ARG(tpu_tensor_numel(ist) == nd, "%s: is_target has %lld elements, expected %lld",
                   m.op, (long long)tpu_tensor_numel(ist), (long long)nd);
-    s = unstage(ist, mark);
+    s = tpu_unstage_f64(ist, mark);
   }
   free(mark);
   free(loss);
@@ -459,7 +434,7 @@ tpu_status_t tpu_k_multilabel_margin_loss_backward(const tpu_call_t* c) {
     double gs = per_frame ? go[i] : go[0];
     for (int64_t d = 0; d < m.dim; d++) r[d] *= gs;
   }
-  s = unstage(out, gi);
+  s = tpu_unstage_f64(out, gi);
   free(go);
   free(gi);
   free(mk);
@@ -528,7 +503,7 @@ static tpu_status_t seg_setup(const char* op, const tpu_call_t* c, const tpu_ten
     s->has_init = true;
     s->init = tpu_arg_f64(c, init_arg, 0);
   }
-  int64_t* raw = stage(seg, true);
+  int64_t* raw = tpu_stage_f64(seg, true);
   s->start = malloc(sizeof(int64_t) * (size_t)(s->outer * (s->nseg + 1)));
   if (!raw || !s->start) {
     free(raw);
@@ -597,7 +572,7 @@ tpu_status_t tpu_k_segment_reduce(const tpu_call_t* c) {
                                 tpu_arg_is_none(c, 4) ? NULL : tpu_arg_tensor(c, 4),
                                 tpu_arg_i64(c, 5, 0), 7, !tpu_arg_bool(c, 6, false), &s));
   const tpu_tensor_t* out = &c->outs[0];
-  double* x = stage(data, false);
+  double* x = tpu_stage_f64(data, false);
   double* y = malloc(sizeof(double) * (size_t)(s.outer * s.nseg * s.inner + 1));
   tpu_status_t st = TPU_OK;
   if (!x || !y) {
@@ -607,7 +582,7 @@ tpu_status_t tpu_k_segment_reduce(const tpu_call_t* c) {
       for (int64_t j = 0; j < s.nseg; j++)
         for (int64_t i = 0; i < s.inner; i++)
           y[(o * s.nseg + j) * s.inner + i] = seg_value(&s, x, o, j, i);
-    st = unstage(out, y);
+    st = tpu_unstage_f64(out, y);
   }
   free(x);
   free(y);
@@ -634,7 +609,7 @@ tpu_status_t tpu_k_segment_reduce_backward(const tpu_call_t* c) {
     return TPU_ERR(INVALID_ARGUMENT, "%s: grad and output must hold %lld elements", op,
                    (long long)nout);
   }
-  double *x = stage(data, false), *g = stage(grad, false), *y = stage(output, false);
+  double *x = tpu_stage_f64(data, false), *g = tpu_stage_f64(grad, false), *y = tpu_stage_f64(output, false);
   double* gx = calloc((size_t)(s.outer * s.n * s.inner + 1), sizeof(double));
   tpu_status_t st = TPU_OK;
   if (!x || !g || !y || !gx) {
@@ -672,7 +647,7 @@ tpu_status_t tpu_k_segment_reduce_backward(const tpu_call_t* c) {
         }
       }
     }
-  st = unstage(&c->outs[0], gx);
+  st = tpu_unstage_f64(&c->outs[0], gx);
 done:
   free(x);
   free(g);
