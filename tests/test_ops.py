@@ -619,6 +619,8 @@ def test_unique(dtype):
     check_op(lambda t: torch.unique_consecutive(t.flatten(), return_inverse=True,
                                                 return_counts=True), x)
     check_op(lambda t: torch.unique(t), make((0,), dtype))
+    for inverse in (False, True):  # the older _unique overload (index_fill's backward uses it)
+        check_op(lambda t: torch._unique(t, True, inverse), x)
 
 
 def test_equal_returns_bool():

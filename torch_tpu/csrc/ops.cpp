@@ -835,6 +835,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique2(const at::Tensor& sel
   return unique_runs(self, true, return_inverse, return_counts);
 }
 
+// _unique (the older overload): _unique2 without counts
+std::tuple<at::Tensor, at::Tensor> tpu_unique(const at::Tensor& self, bool sorted,
+                                              bool return_inverse) {
+  (void)sorted;
+  auto r = unique_runs(self, true, return_inverse, false);
+  return {std::get<0>(r), std::get<1>(r)};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_consecutive(
     const at::Tensor& self, bool return_inverse, bool return_counts, std::optional<int64_t> dim) {
   TORCH_CHECK_NOT_IMPLEMENTED(!dim.has_value() || self.dim() <= 1,
@@ -1023,6 +1031,7 @@ struct RegisterRuntimeOps {
   X("masked_select.out", tpu_masked_select_out) \
   X("record_stream", tpu_record_stream) \
   X("_unique2", tpu_unique2) \
+  X("_unique", tpu_unique) \
   X("equal", tpu_equal) \
   X("unique_consecutive", tpu_unique_consecutive) \
   X("bincount", tpu_bincount) \
