@@ -460,3 +460,20 @@ def test_grid_sample_3d_errors():
     raises_like_cpu(lambda a, g: F.grid_sample(a, g, align_corners=False), x, grid[:1])
     raises_like_cpu(lambda a, g: torch.ops.aten.grid_sampler_3d(a, g, 0, 0, False), x,
                     grid[..., :2])
+
+
+# ---- antialiased bilinear resize ----
+
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("shape,kw", [((2, 3, 10, 12), dict(size=(4, 5))),
+                                      ((1, 1, 4, 9), dict(size=(10, 3))),
+                                      ((2, 2, 9, 9), dict(scale_factor=(0.37, 0.5))),
+                                      ((1, 3, 5, 8), dict(size=(1, 1))),
+                                      ((1, 1, 6, 6), dict(scale_factor=(1.7, 2.5)))])
+def test_upsample_bilinear_antialias(shape, kw, align):
+    """F.interpolate(mode="bilinear", antialias=True) down and up, both corner modes,
+    values and gradients (the weights: a triangle stretched by the ratio when
+    shrinking, normalized per output)."""
+    x = make(shape, torch.float32, seed=3)
+    check_op(lambda t: F.interpolate(t, mode="bilinear", antialias=True, align_corners=align, **kw),
+             x, grad=True, atol=1e-5, rtol=1e-5)

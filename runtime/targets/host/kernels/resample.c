@@ -21,7 +21,7 @@
 #include "spatial.h"
 
 /* ---- upsampling ---- */
-typedef enum { U_NEAREST, U_NEAREST_EXACT, U_LINEAR, U_CUBIC } up_kind_t;
+typedef enum { U_NEAREST, U_NEAREST_EXACT, U_LINEAR, U_CUBIC, U_LINEAR_AA } up_kind_t;
 
 typedef struct {
   int ntaps[3];
@@ -45,6 +45,42 @@ typedef struct {
     (c)[2] = ((A_ + 2) * x2_ - (A_ + 3)) * x2_ * x2_ + 1;                \
     (c)[3] = ((A_ * (x2_ + 1) - 5 * A_) * (x2_ + 1) + 8 * A_) * (x2_ + 1) - 4 * A_; \
   } while (0)
+
+/* The ratio of input to output coordinates along a dim: (in - 1) / (out - 1)
+ * with align_corners, else 1 / scale when given (> 0), else in / out. */
+static double up_ratio(bool align, double scale, int64_t in, int64_t out) {
+  if (align) return out > 1 ? (double)(in - 1) / (double)(out - 1) : 0;
+  return SCALE_VALUE(double, scale, in, out);
+}
+
+/* Antialiased linear resampling (antialias=True): output o takes the input
+ * samples within `support` of its centre ratio * (o + 0.5), weighted by a
+ * triangle stretched by the ratio when downsampling, normalized to sum 1.
+ * Taps past an output's span get weight 0. */
+static int aa_taps(double ratio) {
+  const double support = ratio >= 1 ? ratio : 1;
+  return 2 * (int)ceil(support) + 1;
+}
+
+static void aa_table(double ratio, int64_t in, int64_t out, int taps, int64_t* idx, double* w) {
+  const double support = ratio >= 1 ? ratio : 1, inv = ratio >= 1 ? 1 / ratio : 1;
+  for (int64_t o = 0; o < out; o++) {
+    const double center = ratio * ((double)o + 0.5);
+    int64_t lo = (int64_t)(center - support + 0.5);
+    if (lo < 0) lo = 0;
+    int64_t n = (int64_t)(center + support + 0.5);
+    n = (n < in ? n : in) - lo;
+    if (n > taps) n = taps;
+    double total = 0;
+    for (int64_t j = 0; j < taps; j++) {
+      double x = fabs(((double)(j + lo) - center + 0.5) * inv);
+      w[o * taps + j] = j < n && x < 1 ? 1 - x : 0;
+      idx[o * taps + j] = j < n ? lo + j : lo;
+      total += w[o * taps + j];
+    }
+    for (int64_t j = 0; j < taps && total != 0; j++) w[o * taps + j] /= total;
+  }
+}
 
 /* Fills one dim's taps. `scale` <= 0 means none was given. */
 #define DEFINE_UP_TABLE(SUF, T)                                                          \
@@ -248,16 +284,40 @@ static tpu_status_t up_plan(const char* op, const tpu_call_t* call, up_kind_t ki
   if (!(tpu_dtype_is_float(in->dtype) && tpu_dtype_is_float(out->dtype)) && !u8)
     return TPU_ERR(INVALID_ARGUMENT, "%s: not implemented for %s", op,
                    tpu_dtype_name(tpu_dtype_is_float(in->dtype) ? out->dtype : in->dtype));
+  bool align = align_arg >= 0 && tpu_arg_bool(call, align_arg, false);
+  double scales[3] = {0, 0, 0}, ratios[3] = {0, 0, 0};
+  int64_t sizes_in[3] = {1, 1, 1}, sizes_out[3] = {1, 1, 1}, lanes;
+  sp_split(in, nsp, &lanes, sizes_in);
+  sp_split(out, nsp, &lanes, sizes_out);
   int taps = kind == U_CUBIC ? 4 : (kind == U_LINEAR ? 2 : 1);
+  for (int d = 3 - nsp; d < 3; d++) {
+    int ai = scale_arg + d - (3 - nsp);
+    scales[d] = tpu_arg_is_none(call, ai) ? 0 : tpu_arg_f64(call, ai, 0);
+    ratios[d] = up_ratio(align, scales[d], sizes_in[d], sizes_out[d]);
+    if (kind == U_LINEAR_AA && aa_taps(ratios[d]) > taps) taps = aa_taps(ratios[d]);
+  }
   TPU_RETURN_IF_ERROR(
       plan_init(op, nsp, in, out, in->dtype == TPU_F64 ? TPU_F64 : TPU_F32, taps, p));
   p->round_u8 = u8;
-  bool align = align_arg >= 0 && tpu_arg_bool(call, align_arg, false);
   for (int d = 3 - nsp; d < 3; d++) {
-    int ai = scale_arg + d - (3 - nsp);
-    double scale = tpu_arg_is_none(call, ai) ? 0 : tpu_arg_f64(call, ai, 0);
-    if (p->dt == TPU_F32) up_table_f32(kind, align, scale, p->in[d], p->out[d], p->idx[d], p->w[d]);
-    else up_table_f64(kind, align, scale, p->in[d], p->out[d], p->idx[d], p->w[d]);
+    if (kind == U_LINEAR_AA) {
+      const int64_t n = p->out[d] * taps;
+      double* w = sp_alloc(n, sizeof(double));
+      if (!w) {
+        up_plan_free(p);
+        return sp_oom(op);
+      }
+      aa_table(ratios[d], p->in[d], p->out[d], taps, p->idx[d], w);
+      for (int64_t k = 0; k < n; k++) {
+        if (p->dt == TPU_F32) ((float*)p->w[d])[k] = (float)w[k];
+        else ((double*)p->w[d])[k] = w[k];
+      }
+      free(w);
+    } else if (p->dt == TPU_F32) {
+      up_table_f32(kind, align, scales[d], p->in[d], p->out[d], p->idx[d], p->w[d]);
+    } else {
+      up_table_f64(kind, align, scales[d], p->in[d], p->out[d], p->idx[d], p->w[d]);
+    }
   }
   return TPU_OK;
 }
@@ -287,7 +347,7 @@ static tpu_status_t plan_run(const char* op, up_plan_t* p, const tpu_tensor_t* s
  * scales...) -> grad_input */
 static tpu_status_t upsample(const char* op, const tpu_call_t* call, up_kind_t kind, int nsp,
                              bool backward) {
-  bool has_align = kind == U_LINEAR || kind == U_CUBIC;
+  bool has_align = kind == U_LINEAR || kind == U_CUBIC || kind == U_LINEAR_AA;
   int align_arg = has_align ? (backward ? 3 : 2) : -1;
   int scale_arg = (backward ? 3 : 2) + (has_align ? 1 : 0);
   const tpu_tensor_t* src = tpu_arg_tensor(call, 0);
@@ -315,6 +375,7 @@ UPSAMPLE_KERNELS(upsample_linear1d, "upsample_linear1d", U_LINEAR, 1)
 UPSAMPLE_KERNELS(upsample_bilinear2d, "upsample_bilinear2d", U_LINEAR, 2)
 UPSAMPLE_KERNELS(upsample_trilinear3d, "upsample_trilinear3d", U_LINEAR, 3)
 UPSAMPLE_KERNELS(upsample_bicubic2d, "upsample_bicubic2d", U_CUBIC, 2)
+UPSAMPLE_KERNELS(upsample_bilinear2d_aa, "_upsample_bilinear2d_aa", U_LINEAR_AA, 2)
 
 /* ---- reflection and replication padding ----
  * A gather through one-tap index tables (PyTorch's CPU index formulas, any
