@@ -477,3 +477,14 @@ def test_upsample_bilinear_antialias(shape, kw, align):
     x = make(shape, torch.float32, seed=3)
     check_op(lambda t: F.interpolate(t, mode="bilinear", antialias=True, align_corners=align, **kw),
              x, grad=True, atol=1e-5, rtol=1e-5)
+
+
+def test_sgn_backward_and_efficient_zeros():
+    """sgn's gradient on real inputs comes from _efficientzerotensor: on tpu an
+    ordinary zero-filled tensor (same values as PyTorch's storage-less one)."""
+    x = torch.tensor([-2.0, 0.0, 3.5, -0.0, 1.0])
+    check_op(torch.sgn, x, grad=True)
+    check_op(lambda t: torch.sgn(t) * t, x, grad=True)
+    z = torch._efficientzerotensor([2, 3], dtype=torch.bfloat16, device="tpu")
+    assert z.device.type == "tpu" and z.dtype == torch.bfloat16 and z.shape == (2, 3)
+    assert torch.equal(z.cpu(), torch.zeros(2, 3, dtype=torch.bfloat16))
