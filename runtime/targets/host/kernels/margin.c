@@ -158,6 +158,39 @@ static tpu_status_t grad_begin(const char* op, const tpu_tensor_t* go_t, int64_t
   return TPU_OK;
 }
 
+/* 1 / dim, or 1 / (nframe * dim) for the mean: each term's share of a
+ * margin loss's gradient before grad_output scales it. */
+static double grad_unit(int64_t reduction, int64_t nframe, int64_t dim) {
+  return reduction == RED_MEAN ? 1.0 / ((double)nframe * (double)dim) : 1.0 / (double)dim;
+}
+
+/* The end of a margin loss backward: each frame's row of gi scaled by its
+ * grad_output value (or the single one), stored into out; go and gi freed. */
+static tpu_status_t grad_end(const tpu_tensor_t* out, double* go, double* gi, bool per_frame,
+                             int64_t nframe, int64_t dim) {
+  for (int64_t i = 0; i < nframe; i++) {
+    const double gs = per_frame ? go[i] : go[0];
+    for (int64_t d = 0; d < dim; d++) gi[i * dim + d] *= gs;
+  }
+  tpu_status_t s = tpu_unstage_f64(out, gi);
+  free(go);
+  free(gi);
+  return s;
+}
+
+/* Stores per-frame losses: all of them (reduction none on a batch), or
+ * their sum or mean (the single loss of an unbatched none). */
+static tpu_status_t store_loss(const tpu_tensor_t* out, const double* loss, int64_t nframe,
+                               int64_t reduction) {
+  if (reduction == RED_NONE && out->ndim > 0) return tpu_unstage_f64(out, loss);
+  double total = 0;
+  for (int64_t i = 0; i < nframe; i++) total += loss[i];
+  if (reduction == RED_MEAN) total /= (double)nframe;
+  else if (reduction == RED_NONE) total = loss[0];
+  tpu_store_f64(out->data, out->dtype, total);
+  return TPU_OK;
+}
+
 /* ---- multi_margin_loss ---- */
 
 typedef struct {
@@ -230,7 +263,6 @@ tpu_status_t tpu_k_multi_margin_loss(const tpu_call_t* c) {
     mm_free(&m);
     return OOM(m.op);
   }
-  double total = 0;
   for (int64_t i = 0; i < m.nframe; i++) {
     const double* x = m.x + i * m.dim;
     int64_t y = m.y[i];
@@ -241,15 +273,8 @@ tpu_status_t tpu_k_multi_margin_loss(const tpu_call_t* c) {
       if (z > 0) sum += (m.p == 1 ? z : z * z) * wy;
     }
     loss[i] = sum / (double)m.dim;
-    total += loss[i];
   }
-  if (m.reduction == RED_NONE && out->ndim > 0) {
-    s = tpu_unstage_f64(out, loss);
-  } else {
-    if (m.reduction == RED_MEAN) total /= (double)m.nframe;
-    else if (m.reduction == RED_NONE) total = loss[0];
-    tpu_store_f64(out->data, out->dtype, total);
-  }
+  s = store_loss(out, loss, m.nframe, m.reduction);
   free(loss);
   mm_free(&m);
   return s;
@@ -268,8 +293,7 @@ tpu_status_t tpu_k_multi_margin_loss_backward(const tpu_call_t* c) {
     mm_free(&m);
     return s;
   }
-  double g = m.reduction == RED_MEAN ? 1.0 / ((double)m.nframe * (double)m.dim)
-                                     : 1.0 / (double)m.dim;
+  const double g = grad_unit(m.reduction, m.nframe, m.dim);
   for (int64_t i = 0; i < m.nframe; i++) {
     const double* x = m.x + i * m.dim;
     double* r = gi + i * m.dim;
@@ -285,12 +309,8 @@ tpu_status_t tpu_k_multi_margin_loss_backward(const tpu_call_t* c) {
       }
     }
     r[y] = -ysum;
-    double gs = per_frame ? go[i] : go[0];
-    for (int64_t d = 0; d < m.dim; d++) r[d] *= gs;
   }
-  s = tpu_unstage_f64(out, gi);
-  free(go);
-  free(gi);
+  s = grad_end(out, go, gi, per_frame, m.nframe, m.dim);
   mm_free(&m);
   return s;
 }
@@ -360,7 +380,6 @@ tpu_status_t tpu_k_multilabel_margin_loss_forward(const tpu_call_t* c) {
     free(mark); free(loss); free(m.x); free(m.y);
     return OOM(m.op);
   }
-  double total = 0;
   for (int64_t i = 0; i < m.nframe; i++) {
     const double* x = m.x + i * m.dim;
     const int64_t* y = m.y + i * m.dim;
@@ -376,15 +395,8 @@ tpu_status_t tpu_k_multilabel_margin_loss_forward(const tpu_call_t* c) {
       }
     }
     loss[i] = sum / (double)m.dim;
-    total += loss[i];
   }
-  if (m.reduction == RED_NONE && out->ndim > 0) {
-    s = tpu_unstage_f64(out, loss);
-  } else {
-    if (m.reduction == RED_MEAN) total /= (double)m.nframe;
-    else if (m.reduction == RED_NONE) total = loss[0];
-    tpu_store_f64(out->data, out->dtype, total);
-  }
+  s = store_loss(out, loss, m.nframe, m.reduction);
   if (!s) {
     TPU_CHECK_ARG(tpu_tensor_numel(ist) == nd, "%s: is_target has %lld elements, expected %lld",
                   m.op, (long long)tpu_tensor_numel(ist), (long long)nd);
@@ -414,8 +426,7 @@ tpu_status_t tpu_k_multilabel_margin_loss_backward(const tpu_call_t* c) {
     free(mk); free(m.x); free(m.y);
     return s;
   }
-  double g = m.reduction == RED_MEAN ? 1.0 / ((double)m.nframe * (double)m.dim)
-                                     : 1.0 / (double)m.dim;
+  const double g = grad_unit(m.reduction, m.nframe, m.dim);
   for (int64_t i = 0; i < m.nframe; i++) {
     const double* x = m.x + i * m.dim;
     const int64_t* y = m.y + i * m.dim;
@@ -431,12 +442,8 @@ tpu_status_t tpu_k_multilabel_margin_loss_backward(const tpu_call_t* c) {
         }
       }
     }
-    double gs = per_frame ? go[i] : go[0];
-    for (int64_t d = 0; d < m.dim; d++) r[d] *= gs;
   }
-  s = tpu_unstage_f64(out, gi);
-  free(go);
-  free(gi);
+  s = grad_end(out, go, gi, per_frame, m.nframe, m.dim);
   free(mk);
   free(m.x);
   free(m.y);
@@ -593,7 +600,8 @@ tpu_status_t tpu_k_segment_reduce(const tpu_call_t* c) {
 /* _segment_reduce_backward(grad, output, data, reduce, lengths?, offsets?,
  * axis, initial?): sum: grad; mean: grad / len; max/min: grad shared evenly
  * by the elements equal to the result; prod: grad * the product of the
- * others (and initial), which is exact with zeros in the segment. */
+ * others (and initial), from prefix and suffix products, so zeros in the
+ * segment need no division. */
 tpu_status_t tpu_k_segment_reduce_backward(const tpu_call_t* c) {
   const char* op = "_segment_reduce_backward";
   const tpu_tensor_t *grad = tpu_arg_tensor(c, 0), *output = tpu_arg_tensor(c, 1);
@@ -611,8 +619,9 @@ tpu_status_t tpu_k_segment_reduce_backward(const tpu_call_t* c) {
   }
   double *x = tpu_stage_f64(data, false), *g = tpu_stage_f64(grad, false), *y = tpu_stage_f64(output, false);
   double* gx = calloc((size_t)(s.outer * s.n * s.inner + 1), sizeof(double));
+  double* pre = malloc(sizeof(double) * (size_t)(s.n + 1)); /* prod: one segment's prefixes */
   tpu_status_t st = TPU_OK;
-  if (!x || !g || !y || !gx) {
+  if (!x || !g || !y || !gx || !pre) {
     st = OOM(op);
     goto done;
   }
@@ -637,12 +646,17 @@ tpu_status_t tpu_k_segment_reduce_backward(const tpu_call_t* c) {
             const double v = px[k * s.inner];
             pg[k * s.inner] = (v == yv || (v != v && yv != yv)) ? gv / (double)ties : 0;
           }
-        } else { /* prod: the product of the others, zeros included */
+        } else { /* prod: initial times the product of the others, zeros included:
+                  * the product before k (kept in pre) times the one after it */
+          double acc = s.has_init ? s.init : 1;
           for (int64_t k = b; k < e; k++) {
-            double p = s.has_init ? s.init : 1;
-            for (int64_t q = b; q < e; q++)
-              if (q != k) p *= px[q * s.inner];
-            pg[k * s.inner] = gv * p;
+            pre[k - b] = acc;
+            acc *= px[k * s.inner];
+          }
+          double after = 1;
+          for (int64_t k = e - 1; k >= b; k--) {
+            pg[k * s.inner] = gv * (pre[k - b] * after);
+            after *= px[k * s.inner];
           }
         }
       }
@@ -653,6 +667,7 @@ done:
   free(g);
   free(y);
   free(gx);
+  free(pre);
   free(s.start);
   return st;
 }
