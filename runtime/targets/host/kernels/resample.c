@@ -46,12 +46,11 @@ typedef struct {
     (c)[3] = ((A_ * (x2_ + 1) - 5 * A_) * (x2_ + 1) + 8 * A_) * (x2_ + 1) - 4 * A_; \
   } while (0)
 
-/* The ratio of input to output coordinates along a dim: (in - 1) / (out - 1)
- * with align_corners, else 1 / scale when given (> 0), else in / out. */
-static double up_ratio(bool align, double scale, int64_t in, int64_t out) {
-  if (align) return out > 1 ? (double)(in - 1) / (double)(out - 1) : 0;
-  return SCALE_VALUE(double, scale, in, out);
-}
+/* The ratio of input to output coordinates along a dim, in type T:
+ * (in - 1) / (out - 1) with align_corners, else SCALE_VALUE. */
+#define UP_RATIO(T, align, scale, in, out)                               \
+  ((align) ? ((out) > 1 ? (T)((in) - 1) / (T)((out) - 1) : (T)0)        \
+           : SCALE_VALUE(T, scale, in, out))
 
 /* Antialiased linear resampling (antialias=True): output o takes the input
  * samples within `support` of its centre ratio * (o + 0.5), weighted by a
@@ -86,8 +85,7 @@ static void aa_table(double ratio, int64_t in, int64_t out, int taps, int64_t* i
 #define DEFINE_UP_TABLE(SUF, T)                                                          \
   static void up_table_##SUF(up_kind_t kind, bool align, double scale, int64_t in,       \
                              int64_t out, int64_t* idx, T* w) {                          \
-    T ratio = align ? (out > 1 ? (T)(in - 1) / (T)(out - 1) : (T)0)                      \
-                    : SCALE_VALUE(T, scale, in, out);                                    \
+    T ratio = UP_RATIO(T, align, scale, in, out);                                        \
     float fscale = SCALE_VALUE(float, scale, in, out);                                   \
     for (int64_t o = 0; o < out; o++) {                                                  \
       if (kind == U_NEAREST || kind == U_NEAREST_EXACT) {                                \
@@ -232,11 +230,10 @@ static void up_plan_free(up_plan_t* p) {
 }
 
 /* Checks the input-side and output-side tensors (`in`, `out` of the
- * forward: for the backward, grad_input and grad_output), sets the plan's
- * sizes and allocates its tables: `taps` per output coordinate along the
- * nsp spatial dims, one tap of weight 1 along the unused ones. */
+ * forward: for the backward, grad_input and grad_output) and sets the plan's
+ * sizes; plan_tables then allocates its tables. */
 static tpu_status_t plan_init(const char* op, int nsp, const tpu_tensor_t* in,
-                              const tpu_tensor_t* out, tpu_dtype_t dt, int taps, up_plan_t* p) {
+                              const tpu_tensor_t* out, tpu_dtype_t dt, up_plan_t* p) {
   memset(p, 0, sizeof *p);
   if (!in || !out) return TPU_ERR(INVALID_ARGUMENT, "%s: missing tensor", op);
   if (in->ndim < nsp + 1 || in->ndim != out->ndim)
@@ -254,6 +251,13 @@ static tpu_status_t plan_init(const char* op, int nsp, const tpu_tensor_t* in,
   p->out_len = sp_prod3(p->out);
   if (p->in_len == 0 && p->out_len > 0 && p->lanes > 0)
     return TPU_ERR(INVALID_ARGUMENT, "%s: input spatial sizes must be greater than 0", op);
+  return TPU_OK;
+}
+
+/* Allocates a plan's tables: `taps` per output coordinate along the nsp
+ * spatial dims, one tap of weight 1 along the unused ones. */
+static tpu_status_t plan_tables(const char* op, int nsp, int taps, up_plan_t* p) {
+  const tpu_dtype_t dt = p->dt;
   for (int d = 0; d < 3; d++) {
     bool used = d >= 3 - nsp;
     p->ntaps[d] = used ? taps : 1;
@@ -284,21 +288,18 @@ static tpu_status_t up_plan(const char* op, const tpu_call_t* call, up_kind_t ki
   if (!(tpu_dtype_is_float(in->dtype) && tpu_dtype_is_float(out->dtype)) && !u8)
     return TPU_ERR(INVALID_ARGUMENT, "%s: not implemented for %s", op,
                    tpu_dtype_name(tpu_dtype_is_float(in->dtype) ? out->dtype : in->dtype));
+  TPU_RETURN_IF_ERROR(plan_init(op, nsp, in, out, in->dtype == TPU_F64 ? TPU_F64 : TPU_F32, p));
+  p->round_u8 = u8;
   bool align = align_arg >= 0 && tpu_arg_bool(call, align_arg, false);
   double scales[3] = {0, 0, 0}, ratios[3] = {0, 0, 0};
-  int64_t sizes_in[3] = {1, 1, 1}, sizes_out[3] = {1, 1, 1}, lanes;
-  sp_split(in, nsp, &lanes, sizes_in);
-  sp_split(out, nsp, &lanes, sizes_out);
   int taps = kind == U_CUBIC ? 4 : (kind == U_LINEAR ? 2 : 1);
   for (int d = 3 - nsp; d < 3; d++) {
     int ai = scale_arg + d - (3 - nsp);
     scales[d] = tpu_arg_is_none(call, ai) ? 0 : tpu_arg_f64(call, ai, 0);
-    ratios[d] = up_ratio(align, scales[d], sizes_in[d], sizes_out[d]);
+    ratios[d] = UP_RATIO(double, align, scales[d], p->in[d], p->out[d]);
     if (kind == U_LINEAR_AA && aa_taps(ratios[d]) > taps) taps = aa_taps(ratios[d]);
   }
-  TPU_RETURN_IF_ERROR(
-      plan_init(op, nsp, in, out, in->dtype == TPU_F64 ? TPU_F64 : TPU_F32, taps, p));
-  p->round_u8 = u8;
+  TPU_RETURN_IF_ERROR(plan_tables(op, nsp, taps, p));
   for (int d = 3 - nsp; d < 3; d++) {
     if (kind == U_LINEAR_AA) {
       const int64_t n = p->out[d] * taps;
@@ -413,7 +414,8 @@ static tpu_status_t pad_op(const char* op, const tpu_call_t* call, pad_kind_t ki
     return TPU_ERR(INVALID_ARGUMENT, "%s: not implemented for %s", op, tpu_dtype_name(src->dtype));
   up_plan_t p;
   TPU_RETURN_IF_ERROR(plan_init(op, nsp, backward ? dst : src, backward ? src : dst,
-                                sp_compute_dtype(src->dtype), 1, &p));
+                                sp_compute_dtype(src->dtype), &p));
+  TPU_RETURN_IF_ERROR(plan_tables(op, nsp, 1, &p));
   for (int d = 3 - nsp; d < 3; d++) {
     if (!pad_table(kind, pads->v.ilist[2 * (2 - d)], p.in[d], p.out[d], p.idx[d])) {
       up_plan_free(&p);
