@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TIER2_ENV "TORCH_TPU_TIER2_COMPILATION_CACHE"
@@ -708,7 +709,13 @@ tpu_status_t tpu_cache_publish(const char* key, const char* src_path, char* path
   return TPU_OK;
 }
 
-int tpu_cache_lock(const char* key) {
+static int64_t lock_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int tpu_cache_lock_wait(const char* key, int64_t timeout_ms) {
   if (!tpu_cache_key_valid(key)) return -1;
   for (int t = 2; t <= 3; t++) {
     char dir[PATH_MAX], p[PATH_MAX];
@@ -717,12 +724,44 @@ int tpu_cache_lock(const char* key) {
     int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) continue;
     int r;
-    do r = flock(fd, LOCK_EX);
-    while (r != 0 && errno == EINTR);
+    if (timeout_ms < 0) {
+      do r = flock(fd, LOCK_EX);
+      while (r != 0 && errno == EINTR);
+    } else {
+      /* Poll: flock has no timeout, and a holder whose compile hangs keeps
+       * the lock as long as it lives (a dead holder's lock is released). */
+      int64_t deadline = lock_now_ms() + timeout_ms;
+      long nap_us = 1000;
+      while ((r = flock(fd, LOCK_EX | LOCK_NB)) != 0 && (errno == EWOULDBLOCK || errno == EINTR)) {
+        if (lock_now_ms() >= deadline) {
+          close(fd);
+          return TPU_CACHE_LOCK_BUSY;
+        }
+        struct timespec ts = {0, nap_us * 1000};
+        nanosleep(&ts, NULL);
+        if (nap_us < 50000) nap_us *= 2;
+      }
+    }
     if (r == 0) return fd;
     close(fd);
   }
   return -1;
+}
+
+int tpu_cache_lock(const char* key) { return tpu_cache_lock_wait(key, -1); }
+
+void tpu_cache_drop(const char* key) {
+  if (!tpu_cache_key_valid(key)) return;
+  for (int t = 2; t <= 3; t++) {
+    char dir[PATH_MAX], p[PATH_MAX];
+    if (!tier_dir_copy(t, dir)) continue;
+    entry_path(p, sizeof(p), dir, key);
+    if (unlink(p) == 0) {
+      pthread_mutex_lock(&g_mu);
+      g_stats.corrupt_entries++;
+      pthread_mutex_unlock(&g_mu);
+    }
+  }
 }
 
 void tpu_cache_unlock(int handle) {

@@ -482,6 +482,63 @@ static void test_lock_across_processes(void) {
   close(fd2);
 }
 
+/* A holder that never lets go (a compile that hangs) bounds the wait; one
+ * that dies releases the lock at once. */
+static void test_lock_wait_bounded(void) {
+  configure_default_dirs();
+  int pfd[2];
+  CHECK(pipe(pfd) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pfd[0]);
+    int h = tpu_cache_lock(K3);
+    char c = h >= 0 ? 'L' : 'E';
+    if (write(pfd[1], &c, 1) != 1) _exit(2);
+    for (;;) pause(); /* hung */
+  }
+  close(pfd[1]);
+  char c = 0;
+  CHECK(read(pfd[0], &c, 1) == 1 && c == 'L');
+  close(pfd[0]);
+  double t0 = now_s();
+  int h = tpu_cache_lock_wait(K3, 300);
+  double waited = now_s() - t0;
+  CHECK(h == TPU_CACHE_LOCK_BUSY);
+  CHECK(waited >= 0.29);
+  tpu_cache_unlock(h); /* a no-op on a failed handle */
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  /* the dead holder's lock is free: taken without waiting the bound out */
+  h = tpu_cache_lock_wait(K3, 60 * 1000);
+  CHECK(h >= 0);
+  tpu_cache_unlock(h);
+  /* no usable tier: no lock, not BUSY */
+  configure("disabled", "disabled");
+  CHECK(tpu_cache_lock_wait(K3, 100) == -1);
+  configure_default_dirs();
+}
+
+/* tpu_cache_drop deletes a verified entry from both tiers. */
+static void test_drop(void) {
+  configure_default_dirs();
+  CHECK_OK(tpu_cache_clear(0));
+  char path[512], p2[512], p3[512];
+  CHECK_OK(tpu_cache_publish(K1, g_payload, path, sizeof(path)));
+  entry(p2, sizeof(p2), g_t2, K1);
+  entry(p3, sizeof(p3), g_t3, K1);
+  CHECK(exists(p2) && exists(p3));
+  tpu_cache_reset_stats();
+  tpu_cache_drop(K1);
+  CHECK(!exists(p2) && !exists(p3));
+  tpu_cache_stats_t st;
+  tpu_cache_get_stats(&st);
+  CHECK(st.corrupt_entries == 2);
+  int tier = 0;
+  CHECK(!tpu_cache_find(K1, path, sizeof(path), &tier));
+  tpu_cache_drop("not a key"); /* ignored */
+}
+
 /* Builds a real shared object, publishes it and dlopens the entries. */
 static void test_dlopen(void) {
   if (system("cc --version >/dev/null 2>&1") != 0) {
@@ -596,6 +653,8 @@ int main(void) {
   test_clear_and_stats();
   test_write_failure();
   test_lock_across_processes();
+  test_lock_wait_bounded();
+  test_drop();
   test_dlopen();
   test_threads();
 

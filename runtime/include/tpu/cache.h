@@ -91,7 +91,17 @@ tpu_status_t tpu_cache_publish(const char* key, const char* src_path, char* path
  * this one) holds the key. Returns a handle, or -1 when no tier directory is
  * usable or the key is invalid (then compile without a lock). */
 int tpu_cache_lock(const char* key);
+/* tpu_cache_lock with a bound on the wait: timeout_ms < 0 waits as long as
+ * it takes; otherwise TPU_CACHE_LOCK_BUSY when another holder kept the key
+ * that long (a holder whose compile hangs). A lock whose holder died is
+ * released by the kernel. */
+#define TPU_CACHE_LOCK_BUSY (-2)
+int tpu_cache_lock_wait(const char* key, int64_t timeout_ms);
 void tpu_cache_unlock(int handle);
+
+/* Deletes key's entries from tiers 2 and 3 (an entry that verified but does
+ * not load, e.g. a broken compiler's output); counts each as corrupt. */
+void tpu_cache_drop(const char* key);
 
 /* ---- statistics ---- */
 void tpu_cache_note_miss(void);

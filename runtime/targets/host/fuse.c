@@ -30,8 +30,13 @@
  * compiles synchronously); without a working compiler every group runs
  * unfused, with a one-time warning.
  */
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -43,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/subprocess.h"
 #include "device/internal.h"
 #include "exec/graph.h"
 #include "targets/host/kernels/vecmath.h"
@@ -889,59 +895,205 @@ const char* tpu_fusion_pop_warning(void) {
   return have ? copy : NULL;
 }
 
-static fused_fn_t load_path(const char* key, const char* path) {
+static fused_fn_t load_path(const char* key, const char* path, char* why, size_t cap) {
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) return NULL;
+  if (!h) {
+    const char* e = dlerror();
+    if (why) snprintf(why, cap, "%s", e ? e : "dlopen failed");
+    return NULL;
+  }
   fused_fn_t fn = (fused_fn_t)dlsym(h, "tpu_fused");
-  if (fn) tpu_cache_tier1_put(key, (void*)fn);
+  if (!fn) {
+    if (why) snprintf(why, cap, "%s has no symbol tpu_fused", path);
+    dlclose(h);
+    return NULL;
+  }
+  tpu_cache_tier1_put(key, (void*)fn);
   return fn;
+}
+
+/* A tier-2/3 entry for key, loaded; an entry that verifies but does not load
+ * (written by a broken compiler) is deleted so it is compiled again. */
+static fused_fn_t load_cached(const char* key) {
+  char path[4096];
+  int tier = 0;
+  if (!tpu_cache_find(key, path, sizeof path, &tier)) return NULL;
+  fused_fn_t fn = load_path(key, path, NULL, 0);
+  if (!fn) tpu_cache_drop(key);
+  return fn;
+}
+
+/* TORCH_TPU_COMPILE_TIMEOUT_S: the longest one compile may run (and the
+ * longest a process waits for another one's compile of the same key);
+ * 0 or less: no limit. */
+static int64_t compile_timeout_ms(void) {
+  static _Atomic int64_t cached = -2;
+  int64_t v = atomic_load(&cached);
+  if (v == -2) {
+    const char* e = getenv("TORCH_TPU_COMPILE_TIMEOUT_S");
+    double s = 120;
+    if (e && *e) {
+      char* end = NULL;
+      double x = strtod(e, &end);
+      if (end != e) s = x;
+    }
+    v = s > 0 ? (int64_t)(s * 1000 + 0.5) : -1;
+    atomic_store(&cached, v);
+  }
+  return v;
+}
+
+/* The directory for temporary compile directories: $TMPDIR when it is an
+ * absolute path that leaves room for our names, else /tmp. */
+static const char* tmp_root(void) {
+  const char* t = getenv("TMPDIR");
+  return t && t[0] == '/' && strlen(t) < 3000 ? t : "/tmp";
+}
+
+#define CC_DIR_PREFIX "torch_tpu_cc_"
+
+/* Removes what a dead process left under tmp_root(): directories named
+ * torch_tpu_cc_<pid>_XXXXXX owned by us whose pid no longer runs. */
+static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+  (void)st;
+  (void)ftw;
+  if (flag == FTW_DP) rmdir(path);
+  else unlink(path);
+  return 0;
+}
+
+static void clean_stale_dirs(void) {
+  const char* root = tmp_root();
+  DIR* d = opendir(root);
+  if (!d) return;
+  struct dirent* ent;
+  while ((ent = readdir(d)) != NULL) {
+    const char* name = ent->d_name;
+    if (strncmp(name, CC_DIR_PREFIX, strlen(CC_DIR_PREFIX)) != 0) continue;
+    const char* p = name + strlen(CC_DIR_PREFIX);
+    char* end = NULL;
+    long pid = strtol(p, &end, 10);
+    if (end == p || *end != '_' || pid <= 0 || strlen(end + 1) != 6) continue;
+    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", root, name);
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+    nftw(path, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+  }
+  closedir(d);
+}
+
+/* Splits TORCH_TPU_CC (default "cc") and the flags at blanks into argv
+ * (no shell quoting: a word is a run of non-blank characters). */
+static int split_words(char* s, const char** argv, int cap) {
+  int n = 0;
+  for (char* p = s; *p;) {
+    while (*p == ' ' || *p == '\t') *p++ = 0;
+    if (!*p) break;
+    if (n == cap) return -1;
+    argv[n++] = p;
+    while (*p && *p != ' ' && *p != '\t') p++;
+  }
+  return n;
+}
+
+/* The first line of the compiler's output (for the warning). */
+static void first_line(const char* path, char* out, size_t cap) {
+  out[0] = 0;
+  FILE* f = fopen(path, "r");
+  if (!f) return;
+  if (fgets(out, (int)cap, f)) out[strcspn(out, "\r\n")] = 0;
+  fclose(f);
 }
 
 /* Compiles src under key (caller checked the tiers); NULL on failure. */
 static fused_fn_t compile_now(const char* key, const char* src) {
-  int lock = tpu_cache_lock(key);
-  char path[4096];
-  int tier = 0;
+  static pthread_once_t clean_once = PTHREAD_ONCE_INIT;
+  pthread_once(&clean_once, clean_stale_dirs);
+  if (g_compiler_broken) return NULL;
+  int64_t timeout = compile_timeout_ms();
+  /* A holder that died released the lock; one whose compile hangs holds it
+   * until its own timeout: wait that long, then compile without it
+   * (publishing is atomic, the lock only saves duplicate work). */
+  int lock = tpu_cache_lock_wait(key, timeout > 0 ? timeout + 1000 : -1);
   fused_fn_t fn = NULL;
-  if (tpu_cache_find(key, path, sizeof path, &tier)) { /* another process made it */
-    fn = load_path(key, path);
-    if (fn) goto done;
-  }
-  char dir[] = "/tmp/torch_tpu_cc_XXXXXX";
+  if ((fn = load_cached(key))) goto done; /* another process made it */
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/" CC_DIR_PREFIX "%ld_XXXXXX", tmp_root(), (long)getpid());
   if (!mkdtemp(dir)) {
     note_compiler_failure("cannot create a temporary directory");
     goto done;
   }
-  char cpath[4200], sopath[4200], cmd[9000];
+  char cpath[4200], sopath[4200], errpath[4200];
   snprintf(cpath, sizeof cpath, "%s/k.c", dir);
   snprintf(sopath, sizeof sopath, "%s/k.so", dir);
+  snprintf(errpath, sizeof errpath, "%s/err.txt", dir);
+  const char* remove[] = {cpath, sopath, errpath, dir, NULL};
   FILE* f = fopen(cpath, "w");
   if (!f) {
     note_compiler_failure("cannot write the generated source");
     rmdir(dir);
     goto done;
   }
-  fputs(src, f);
-  fclose(f);
+  bool wrote = fputs(src, f) >= 0;
+  if (fclose(f) != 0 || !wrote) {
+    note_compiler_failure("cannot write the generated source");
+    goto cleanup;
+  }
   const char* cc = getenv("TORCH_TPU_CC");
   if (!cc || !*cc) cc = "cc";
-  snprintf(cmd, sizeof cmd, "%s %s -I'%s' -o '%s' '%s' 2>'%s/err.txt'", cc, cc_flags(),
-           TPU_KERNELS_DIR, sopath, cpath, dir);
+  char words[4096];
+  snprintf(words, sizeof words, "%s %s", cc, cc_flags());
+  const char* argv[96];
+  int n = split_words(words, argv, 96 - 7);
+  if (n <= 0) {
+    note_compiler_failure("TORCH_TPU_CC has too many words");
+    goto cleanup;
+  }
+  argv[n++] = "-I";
+  argv[n++] = TPU_KERNELS_DIR;
+  argv[n++] = "-o";
+  argv[n++] = sopath;
+  argv[n++] = cpath;
+  argv[n] = NULL;
   int64_t t0 = tpu_now_ns();
-  int rc = system(cmd);
+  tpu_subprocess_result_t res;
+  tpu_status_t st = tpu_subprocess_run(argv, errpath, timeout, remove, &res);
   tpu_cache_note_compile(1e-9 * (double)(tpu_now_ns() - t0));
-  if (rc != 0) {
-    note_compiler_failure("the C compiler failed or is missing (set TORCH_TPU_CC)");
-  } else {
-    char pub[4096];
-    tpu_status_t st = tpu_cache_publish(key, sopath, pub, sizeof pub);
-    if (!st) fn = load_path(key, pub);
+  char why[700], line[200];
+  if (st) {
+    snprintf(why, sizeof why, "the C compiler cannot be run: %s; set TORCH_TPU_CC",
+             tpu_status_message(st));
     tpu_status_free(st);
+    note_compiler_failure(why);
+  } else if (res.timed_out) {
+    snprintf(why, sizeof why,
+             "the C compiler '%.100s' timed out after %.1f s and was killed with its process "
+             "group; TORCH_TPU_COMPILE_TIMEOUT_S sets the limit",
+             argv[0], 1e-3 * (double)timeout);
+    note_compiler_failure(why);
+  } else if (!res.exited || res.code != 0) {
+    first_line(errpath, line, sizeof line);
+    snprintf(why, sizeof why, "the C compiler '%.100s' %s %d%s%.200s; set TORCH_TPU_CC", argv[0],
+             res.exited ? "failed with exit status" : "was killed by signal", res.code,
+             line[0] ? ": " : "", line);
+    note_compiler_failure(why);
+  } else {
+    char pub[4096], err[300] = "";
+    st = tpu_cache_publish(key, sopath, pub, sizeof pub);
+    if (!st) fn = load_path(key, pub, err, sizeof err);
+    else snprintf(err, sizeof err, "%s", tpu_status_message(st));
+    tpu_status_free(st);
+    if (!fn) {
+      tpu_cache_drop(key); /* never leave an unloadable entry for the next process */
+      snprintf(why, sizeof why, "the C compiler '%.100s' produced a library that does not load: "
+               "%.300s; set TORCH_TPU_CC", argv[0], err);
+      note_compiler_failure(why);
+    }
   }
-  char rm[4300];
-  snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-  if (system(rm) != 0) { /* a leftover temporary directory is harmless */
-  }
+cleanup:
+  nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
 done:
   if (lock >= 0) tpu_cache_unlock(lock);
   return fn;
@@ -1061,12 +1213,7 @@ static fused_fn_t executable_for(const char* src, char key[33]) {
   key_of(src, key);
   fused_fn_t fn = (fused_fn_t)tpu_cache_tier1_get(key);
   if (fn) return fn;
-  char path[4096];
-  int tier = 0;
-  if (tpu_cache_find(key, path, sizeof path, &tier)) {
-    fn = load_path(key, path);
-    if (fn) return fn;
-  }
+  if ((fn = load_cached(key))) return fn;
   tpu_cache_note_miss();
   if (g_compiler_broken) return NULL;
   if (g_async) {
