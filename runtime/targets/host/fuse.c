@@ -868,7 +868,7 @@ static void key_of(const char* src, char out[33]) {
 }
 
 static pthread_mutex_t g_warn_mu = PTHREAD_MUTEX_INITIALIZER;
-static char g_warning[512];
+static char g_warning[1024];
 static bool g_compiler_broken;
 
 static void note_compiler_failure(const char* why) {
@@ -884,7 +884,7 @@ static void note_compiler_failure(const char* why) {
 }
 
 const char* tpu_fusion_pop_warning(void) {
-  static __thread char copy[512];
+  static __thread char copy[1024];
   pthread_mutex_lock(&g_warn_mu);
   bool have = g_warning[0] != 0;
   if (have) {
@@ -904,7 +904,7 @@ static fused_fn_t load_path(const char* key, const char* path, char* why, size_t
   }
   fused_fn_t fn = (fused_fn_t)dlsym(h, "tpu_fused");
   if (!fn) {
-    if (why) snprintf(why, cap, "%s has no symbol tpu_fused", path);
+    if (why) snprintf(why, cap, "%.200s has no symbol tpu_fused", path);
     dlclose(h);
     return NULL;
   }
