@@ -1,6 +1,7 @@
 /* Bounded child processes (see subprocess.h).
  *
- * Process tree: caller -> guard (fork of the caller, its own process group)
+ * Process tree: caller -> guard (fork of the caller without its atfork
+ * handlers, its own process group)
  * -> program (vfork + execv, a process group of its own). The guard only
  * makes async-signal-safe calls: it is a fork of a multithreaded process.
  * Everything it needs (the resolved path, argv, the paths to delete) is
@@ -199,7 +200,13 @@ tpu_status_t tpu_subprocess_run(const char* const* argv, const char* log_path,
                    argv[0], strchr(argv[0], '/') ? "" : " in PATH");
   pthread_once(&g_atexit_once, register_atexit);
   pid_t caller = getpid();
+  /* _Fork: no pthread_atfork handlers (a prepare handler taking a lock this
+   * thread holds would deadlock; the guard needs none of them). */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  pid_t g = _Fork();
+#else
   pid_t g = fork();
+#endif
   if (g < 0)
     return TPU_ERR(INTERNAL, "tpu_subprocess_run: cannot start '%.200s': %s", argv[0],
                    strerror(errno));
