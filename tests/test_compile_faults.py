@@ -339,3 +339,12 @@ def test_unwritable_cache_dirs(tmp_path):
     assert out["diff"] < 1e-5 and out["fused"] > 0  # compiled and loaded from the temp dir
     assert len(out["warnings"]) == 2 and all("cannot create" in w for w in out["warnings"])
     assert _cc_dirs(tmp_path) == []
+
+
+def test_compiler_with_arguments(tmp_path):
+    """TORCH_TPU_CC is split at blanks (no shell): a wrapper with arguments works."""
+    rec = _script(tmp_path, "wrap.sh", '#!/bin/sh\necho "$1" >> "$FAKE_CC_MARK"\nshift\nexec "$@"\n')
+    env = _env(tmp_path, f"{rec} --tag=x  cc -DTPU_FAULT_TEST=1", TORCH_TPU_ASYNC_COMPILE=0)
+    out = _result(_run(WORKLOAD, env))
+    assert out["diff"] < 1e-5 and out["fused"] > 0 and out["warnings"] == []
+    assert set((tmp_path / "mark").read_text().split()) == {"--tag=x"}

@@ -1042,7 +1042,7 @@ static fused_fn_t compile_now(const char* key, const char* src) {
     goto cleanup;
   }
   const char* cc = getenv("TORCH_TPU_CC");
-  if (!cc || !*cc) cc = "cc";
+  if (!cc || !cc[strspn(cc, " \t")]) cc = "cc";
   char words[4096];
   snprintf(words, sizeof words, "%s %s", cc, cc_flags());
   const char* argv[96];
