@@ -145,7 +145,12 @@ TPU_FR_INLINE void tpu_fr_softmax(const float* x, float* y, float* tmp, int64_t 
   float mx = tpu_fr_max(x, n);
   double sum = tpu_fr_exp_sum(x, tmp, n, mx, !take_log);
   if (take_log) {
-    float lse = (float)log(sum);
+    /* the log of the sum rounded to float, as PyTorch sums in float32: a
+     * row whose maximum dominates (every other term below half an ulp of
+     * 1) then gives exactly 0 at the maximum, where the log of the double
+     * sum gives a tiny negative value (whose sign flips atan2 and the like
+     * against CPU) */
+    float lse = (float)log((double)(float)sum);
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mx) - lse;
   } else {
     float inv = (float)(1.0 / sum);

@@ -128,17 +128,29 @@ static bool rows_blockable(const rows_t* v) {
   return v->nr > 0 && v->rstride[v->nr - 1] != 1 && v->nl > 0 && v->lstride[v->nl - 1] == 1;
 }
 
-/* How many lanes from `lane` (before `end`) form one block: they must share
- * all but the innermost lane index. */
-static int64_t block_lanes(const rows_t* v, int64_t lane, int64_t end, bool blocked) {
+/* How many lanes from `lane` (before `end`) form one block: in each of the
+ * nv views the block moves through (input, output, ...) they must share all
+ * but the innermost lane index, for rows_io_block steps from a block's first
+ * lane by that view's innermost lane stride. The views merge their lane dims
+ * by their own strides, so their innermost lane dims can differ in size (a
+ * transposed input against a contiguous output): each view bounds the
+ * block. */
+static int64_t block_lanes(const rows_t* const* vs, int nv, int64_t lane, int64_t end,
+                           bool blocked) {
   if (!blocked) return 1;
-  int64_t inner = v->lsize[v->nl - 1], n = inner - lane % inner;
-  if (n > end - lane) n = end - lane;
-  return n < LANE_BLOCK ? n : LANE_BLOCK;
+  int64_t n = end - lane < LANE_BLOCK ? end - lane : LANE_BLOCK;
+  for (int k = 0; k < nv; k++) {
+    const rows_t* v = vs[k];
+    if (v->nl == 0) return 1; /* a single lane */
+    int64_t inner = v->lsize[v->nl - 1], left = inner - lane % inner;
+    if (left < n) n = left;
+  }
+  return n;
 }
 
 /* Moves the rows of lanes [lane, lane + nl) between the tensor and buf
- * (row k at buf + k * len); nl > 1 only for lanes from block_lanes. */
+ * (row k at buf + k * len); nl > 1 only for lanes that block_lanes grouped
+ * for this view. */
 static void rows_io_block(const rows_t* v, int64_t lane, int64_t nl, double* buf, io_t io) {
   if (nl == 1) {
     rows_io(v, lane, buf, io);
@@ -412,7 +424,8 @@ static void softmax_row(const softmax_job_t* job, double* x, int64_t n) {
     if (x[i] > mx) mx = x[i];
   if (job->log) {
     for (int64_t i = 0; i < n; i++) sum += sm_exp(job, x[i] - mx);
-    double lse = log(sum);
+    /* single precision: the sum rounded to float first, as in tpu_fr_softmax */
+    double lse = log(job->single ? (double)(float)sum : sum);
     for (int64_t i = 0; i < n; i++) x[i] = (x[i] - mx) - lse;
   } else {
     for (int64_t i = 0; i < n; i++) {
@@ -433,7 +446,7 @@ static void softmax_range(void* ctx, int64_t begin, int64_t end) {
   double* x = scratch(LANE_BLOCK * n, &job->oom);
   if (!x) return;
   for (int64_t lane = begin, nl; lane < end; lane += nl) {
-    nl = block_lanes(&job->a, lane, end, job->blocked);
+    nl = block_lanes((const rows_t* const[]){&job->a, &job->out}, 2, lane, end, job->blocked);
     rows_io_block(&job->a, lane, nl, x, IO_LOAD);
     for (int64_t k = 0; k < nl; k++) softmax_row(job, x + k * n, n);
     rows_io_block(&job->out, lane, nl, x, IO_STORE);
@@ -504,7 +517,8 @@ static void softmax_backward_range(void* ctx, int64_t begin, int64_t end) {
   if (!g) return;
   double* y = g + LANE_BLOCK * n;
   for (int64_t lane = begin, nl; lane < end; lane += nl) {
-    nl = block_lanes(&job->a, lane, end, job->blocked);
+    nl = block_lanes((const rows_t* const[]){&job->a, &job->b, &job->out}, 3, lane, end,
+                     job->blocked);
     rows_io_block(&job->a, lane, nl, g, IO_LOAD);
     rows_io_block(&job->b, lane, nl, y, IO_LOAD);
     for (int64_t k = 0; k < nl; k++) softmax_backward_row(job, g + k * n, y + k * n, n);
