@@ -358,7 +358,7 @@ def test_fill_kernel_reads_no_input_under_ubsan(tmp_path):
     drv = tmp_path / "drv.c"
     drv.write_text(UBSAN_DRIVER)
     ew = os.path.join(ROOT, "runtime", "targets", "host", "kernels", "elementwise.c")
-    flags = ["-std=c11", "-O1", "-g", "-D_GNU_SOURCE", "-pthread",
+    flags = ["-std=c11", "-O0", "-g", "-D_GNU_SOURCE", "-pthread",
              "-I" + os.path.join(ROOT, "runtime", "include"), "-I" + os.path.join(ROOT, "runtime"),
              "-fsanitize=undefined", "-fno-sanitize-recover=all"]
     obj = tmp_path / "ew.o"

@@ -387,6 +387,9 @@ TPU_VR_INLINE void vrow_from_f32(void* dst, tpu_dtype_t dt, const float* src, in
 typedef struct {
   rows_t a, b, out; /* forward: a = input; backward: a = grad, b = output */
   bool log;
+  int round16;      /* log_softmax's sum rounded as tpu_fr_lse_sum does */
+  bool seq_float;   /* log_softmax's sum added in float in row order (CPU's
+                     * kernel for a dim other than the last, single precision) */
   bool single;      /* float32/16 output: single-precision exp is accurate enough */
   bool blocked;     /* move rows in lane blocks */
   bool flat;        /* forward over contiguous single-precision rows */
@@ -408,7 +411,7 @@ TPU_VR_INLINE void softmax_flat_body(const softmax_job_t* job, int64_t begin, in
     }
     /* y may be the input row itself (in-place softmax); tmp never is */
     float* y = job->out.dt == TPU_F32 ? (float*)dst : tmp;
-    tpu_fr_softmax(x, y, tmp, n, job->log);
+    tpu_fr_softmax_r(x, y, tmp, n, job->log, job->round16);
     vrow_from_f32(dst, job->out.dt, y, n, avx2);
   }
 }
@@ -422,10 +425,16 @@ static void softmax_row(const softmax_job_t* job, double* x, int64_t n) {
   double mx = -INFINITY, sum = 0;
   for (int64_t i = 0; i < n; i++)
     if (x[i] > mx) mx = x[i];
-  if (job->log) {
+  if (job->log && job->seq_float) {
+    float fs = 0;
+    for (int64_t i = 0; i < n; i++) fs += (float)sm_exp(job, x[i] - mx);
+    sum = fs;
+  } else if (job->log) {
     for (int64_t i = 0; i < n; i++) sum += sm_exp(job, x[i] - mx);
-    /* single precision: the sum rounded to float first, as in tpu_fr_softmax */
-    double lse = log(job->single ? (double)(float)sum : sum);
+  }
+  if (job->log) {
+    /* single precision: the sum rounded like the flat rows' (fuse_rows.h) */
+    double lse = log(job->single ? tpu_fr_lse_sum(sum, job->round16) : sum);
     for (int64_t i = 0; i < n; i++) x[i] = (x[i] - mx) - lse;
   } else {
     for (int64_t i = 0; i < n; i++) {
@@ -538,6 +547,12 @@ static tpu_status_t softmax_forward(const tpu_call_t* call, bool log) {
   softmax_job_t job = {0};
   job.log = log;
   job.single = call->outs[0].dtype != TPU_F64;
+  /* CPU's kernel over the last dim keeps a 16-bit output's row sum in that
+   * dtype; over other dims in float */
+  if (dim == (x->ndim > 0 ? x->ndim - 1 : 0))
+    job.round16 = call->outs[0].dtype == TPU_BF16 ? 1 : call->outs[0].dtype == TPU_F16 ? 2 : 0;
+  else
+    job.seq_float = job.single;
   rows_along(&job.a, x, dim);
   rows_along(&job.out, &call->outs[0], dim);
   job.blocked = rows_blockable(&job.a);
