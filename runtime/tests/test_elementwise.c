@@ -242,6 +242,22 @@ static void test_long_runs(void) {
   tpu_host_isa_override(-1);
 }
 
+/* fill_ and zero_ over every compute type: the loops take no input (an
+ * UBSAN build reports a loop that loads one) */
+static void test_fill_every_type(void) {
+  const tpu_dtype_t dts[] = {TPU_F32, TPU_F64, TPU_BF16, TPU_F16, TPU_I64, TPU_I32, TPU_BOOL};
+  int64_t n[1] = {37};
+  for (unsigned k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+    double buf[37];
+    tpu_tensor_t o = tt_make(buf, dts[k], 1, n);
+    tpu_arg_t a[2] = {ta_t(&o), ta_d(1.0)};
+    CHECK_OK(tt_run("fill_.Scalar", a, 2, &o, 1));
+    for (int i = 0; i < 37; i++) CHECK(tpu_tensor_get_f64(&o, i) == 1.0);
+    CHECK_OK(tt_run("zero_", a, 1, &o, 1));
+    for (int i = 0; i < 37; i++) CHECK(tpu_tensor_get_f64(&o, i) == 0.0);
+  }
+}
+
 int main(void) {
   CHECK_OK(tpu_runtime_init());
   test_add_broadcast();
@@ -253,5 +269,6 @@ int main(void) {
   test_vecmath_ops();
   test_half_conversions();
   test_long_runs();
+  test_fill_every_type();
   TEST_MAIN_END();
 }

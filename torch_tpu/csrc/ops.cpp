@@ -479,11 +479,35 @@ bool make_meta_key(const OpInfo& info, const void* op, const c10::IValue* args, 
   return true;
 }
 
+// index_add and index_reduce share a meta function that, on the Meta device
+// only, selects element 0 of `source` along dim to check the slices' shapes:
+// an empty index with a source of size 0 there (a no-op on CPU) then raises
+// IndexError. For the meta run only, such a pair becomes a one-element index
+// and a source of size 1 along dim: the same checks pass or fail, and the
+// output (self's geometry) is the same.
+void meta_avoid_empty_select(const c10::OperatorHandle& op, torch::jit::Stack& meta) {
+  const std::string& n = op.schema().name();
+  if ((n != "aten::index_add" && n != "aten::index_add_" && n != "aten::index_reduce" &&
+       n != "aten::index_reduce_") ||
+      meta.size() < 4 || !meta[0].isTensor() || !meta[1].isInt() || !meta[2].isTensor() ||
+      !meta[3].isTensor())
+    return;
+  const at::Tensor self = meta[0].toTensor(), index = meta[2].toTensor(), src = meta[3].toTensor();
+  if (self.dim() == 0 || src.dim() == 0 || index.dim() != 1 || index.numel() != 0) return;
+  const int64_t dim = c10::maybe_wrap_dim(meta[1].toInt(), self.dim());
+  if (dim >= src.dim() || src.size(dim) != 0) return;
+  std::vector<int64_t> sizes(src.sizes().begin(), src.sizes().end());
+  sizes[dim] = 1;
+  meta[2] = at::empty({1}, index.options());
+  meta[3] = at::empty(sizes, src.options());
+}
+
 void run_meta(const c10::OperatorHandle& op, const c10::IValue* args, size_t nargs, size_t nret,
               std::vector<OutMeta>& out) {
   torch::jit::Stack meta;
   meta.reserve(nargs);
   for (size_t i = 0; i < nargs; i++) meta.push_back(ivalue_to_meta(args[i]));
+  meta_avoid_empty_select(op, meta);
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   out.resize(nret);
   for (size_t r = 0; r < nret; r++) {

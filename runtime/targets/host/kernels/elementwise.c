@@ -47,6 +47,16 @@ typedef struct {
       o[i] = ST((T)(EXPR));                                                   \
     }                                                                         \
   }
+/* no inputs (fill): EXPR reads only the scalars */
+#define LOOP0_S(FN, ATTR, T, S, LD, ST, EXPR)                                 \
+  ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
+    typedef T elem_t; (void)sizeof(elem_t);                                   \
+    ew_ctx_t* cx = c_;                                                        \
+    S* o = o_;                                                                \
+    const T s0 = (T)cx->s0, s1 = (T)cx->s1;                                   \
+    (void)s0; (void)s1; (void)cx; (void)in;                                   \
+    for (int64_t i = 0; i < n; i++) o[i] = ST((T)(EXPR));                     \
+  }
 #define LOOP2_S(FN, ATTR, T, S, LD, ST, EXPR)                                 \
   ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
     typedef T elem_t; (void)sizeof(elem_t);                                   \
@@ -78,27 +88,32 @@ typedef struct {
     }                                                                         \
   }
 #define SAME_(v) (v)
+#define LOOP0(FN, ATTR, T, EXPR) LOOP0_S(FN, ATTR, T, T, SAME_, SAME_, EXPR)
 #define LOOP1(FN, ATTR, T, EXPR) LOOP1_S(FN, ATTR, T, T, SAME_, SAME_, EXPR)
 #define LOOP2(FN, ATTR, T, EXPR) LOOP2_S(FN, ATTR, T, T, SAME_, SAME_, EXPR)
 #define LOOP3(FN, ATTR, T, EXPR) LOOP3_S(FN, ATTR, T, T, SAME_, SAME_, EXPR)
+#define LOOP0_BF16(FN, ATTR, T, EXPR) \
+  LOOP0_S(FN, ATTR, float, uint16_t, tpu_vm_bf16_to_f32, tpu_vm_f32_to_bf16, EXPR)
 #define LOOP1_BF16(FN, ATTR, T, EXPR) \
   LOOP1_S(FN, ATTR, float, uint16_t, tpu_vm_bf16_to_f32, tpu_vm_f32_to_bf16, EXPR)
 #define LOOP2_BF16(FN, ATTR, T, EXPR) \
   LOOP2_S(FN, ATTR, float, uint16_t, tpu_vm_bf16_to_f32, tpu_vm_f32_to_bf16, EXPR)
 #define LOOP3_BF16(FN, ATTR, T, EXPR) \
   LOOP3_S(FN, ATTR, float, uint16_t, tpu_vm_bf16_to_f32, tpu_vm_f32_to_bf16, EXPR)
-/* integer bodies (K inputs) take their scalars from i0/i1 */
+/* integer bodies (K inputs, K >= 0) take their scalars from i0/i1 */
 #define ILOOP(FN, ATTR, K, EXPR)                                              \
   ATTR static void FN(void* c_, int64_t n, void* o_, const void* const* in) { \
     ew_ctx_t* cx = c_;                                                        \
     int64_t* o = o_;                                                          \
-    const int64_t* x = in[0];                                                 \
+    static const int64_t zero_ = 0;                                           \
+    const int64_t* x = K > 0 ? (const int64_t*)in[0] : &zero_;                \
     const int64_t* y = K > 1 ? (const int64_t*)in[1] : x;                    \
     const int64_t* z = K > 2 ? (const int64_t*)in[2] : x;                    \
     const int64_t s0 = cx->i0, s1 = cx->i1;                                   \
     (void)s0; (void)s1; (void)y; (void)z; (void)cx;                           \
     for (int64_t i = 0; i < n; i++) {                                         \
-      const int64_t a = x[i], b = y[i], c = z[i];                             \
+      const int64_t a = x[K > 0 ? i : 0], b = y[K > 1 ? i : 0];               \
+      const int64_t c = z[K > 2 ? i : 0];                                     \
       (void)a; (void)b; (void)c;                                              \
       o[i] = (int64_t)(EXPR);                                                 \
     }                                                                         \
@@ -115,6 +130,7 @@ typedef struct {
 #else
 #define ISA_LOOPS(FN, LOOP, T, EXPR) LOOP(FN, TPU_VEC_PORTABLE, T, EXPR)
 #endif
+#define BODY0(NAME, T, SUF, EXPR) ISA_LOOPS(NAME##_##SUF, LOOP0, T, EXPR)
 #define BODY1(NAME, T, SUF, EXPR) ISA_LOOPS(NAME##_##SUF, LOOP1, T, EXPR)
 #define BODY2(NAME, T, SUF, EXPR) ISA_LOOPS(NAME##_##SUF, LOOP2, T, EXPR)
 #define BODY3(NAME, T, SUF, EXPR) ISA_LOOPS(NAME##_##SUF, LOOP3, T, EXPR)
@@ -173,6 +189,8 @@ typedef struct {
 #else
 #define ISA_LOOPS_BF16(FN, K, EXPR) LOOP##K##_BF16(FN, TPU_VEC_PORTABLE, float, EXPR)
 #endif
+/* nothing to widen without inputs: both ISAs run the plain body */
+#define BODY0_BF16(NAME, EXPR) ISA_LOOPS(NAME##_bf16, LOOP0_BF16, float, EXPR)
 #define BODY1_BF16(NAME, EXPR) ISA_LOOPS_BF16(NAME##_bf16, 1, EXPR)
 #define BODY2_BF16(NAME, EXPR) ISA_LOOPS_BF16(NAME##_bf16, 2, EXPR)
 #define BODY3_BF16(NAME, EXPR) ISA_LOOPS_BF16(NAME##_bf16, 3, EXPR)
@@ -366,7 +384,7 @@ OP_FI(2, clamp_thi, NANPROP_MIN(a, b), (a > b ? b : a))
 OP_FI(3, where, a != 0 ? b : c, a != 0 ? b : c)
 /* masked fill: a = self, b = mask, c = value */
 OP_FI(3, masked_fill, b != 0 ? c : a, b != 0 ? c : a)
-OP_FI(1, fill, s0, s0)
+OP_FI(0, fill, s0, s0) /* no inputs: tpu_k_fill passes none */
 /* lerp: a + weight * (b - a) */
 OP_F(2, lerp_s, (fabs(s0) < 0.5) ? a + s0 * (b - a) : b - (b - a) * (1 - s0))
 OP_F(3, lerp_t, (fabs(c) < 0.5) ? a + c * (b - a) : b - (b - a) * (1 - c))
@@ -458,6 +476,18 @@ static tpu_status_t binary(const char* op, const tpu_call_t* call, const tpu_loo
   return run(op, call, ins, 2, loops, s0, 0, int_to_float);
 }
 
+/* PyTorch's CPU kernels of the integer-rounding divisions (div with a
+ * rounding mode, floor_divide, remainder, fmod) have no bool loop: when both
+ * operands promote to bool they raise NotImplementedError naming the kernel;
+ * so does tpu, instead of computing in int64 and returning bool. */
+static tpu_status_t check_not_bool(const char* cpu_kernel, const tpu_call_t* call) {
+  tpu_tensor_t t0, t1;
+  const tpu_tensor_t* ins[2] = {scalar_arg_tensor(call, 0, &t0), scalar_arg_tensor(call, 1, &t1)};
+  if (tpu_result_type(ins, 2) == TPU_BOOL)
+    return TPU_ERR(UNIMPLEMENTED, "\"%s\" not implemented for 'Bool'", cpu_kernel);
+  return TPU_OK;
+}
+
 static tpu_status_t unary(const char* op, const tpu_call_t* call, const tpu_loop_set_t* loops,
                           bool int_to_float) {
   const tpu_tensor_t* ins[1] = {tpu_arg_tensor(call, 0)};
@@ -475,6 +505,8 @@ tpu_status_t tpu_k_mul(const tpu_call_t* c) { return binary("mul", c, &mul_loops
 tpu_status_t tpu_k_div(const tpu_call_t* c) {
   const char* mode = tpu_arg_str(c, 2, NULL);
   if (!mode) return binary("div", c, &div_loops, 0, true);
+  if (!strcmp(mode, "trunc") || !strcmp(mode, "floor"))
+    TPU_RETURN_IF_ERROR(check_not_bool(mode[0] == 't' ? "div_trunc_cpu" : "div_floor_cpu", c));
   if (!strcmp(mode, "trunc")) {
     tpu_dtype_t od = c->outs[0].dtype;
     if (od == TPU_BF16 || od == TPU_F16) {
@@ -490,9 +522,18 @@ tpu_status_t tpu_k_div(const tpu_call_t* c) {
                  "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '%s'",
                  mode);
 }
-tpu_status_t tpu_k_floor_divide(const tpu_call_t* c) { return binary("floor_divide", c, &div_floor_loops, 0, false); }
-tpu_status_t tpu_k_remainder(const tpu_call_t* c) { return binary("remainder", c, &remainder_loops, 0, false); }
-tpu_status_t tpu_k_fmod(const tpu_call_t* c) { return binary("fmod", c, &fmod_loops, 0, false); }
+tpu_status_t tpu_k_floor_divide(const tpu_call_t* c) {
+  TPU_RETURN_IF_ERROR(check_not_bool("div_floor_cpu", c));
+  return binary("floor_divide", c, &div_floor_loops, 0, false);
+}
+tpu_status_t tpu_k_remainder(const tpu_call_t* c) {
+  TPU_RETURN_IF_ERROR(check_not_bool("remainder_cpu", c));
+  return binary("remainder", c, &remainder_loops, 0, false);
+}
+tpu_status_t tpu_k_fmod(const tpu_call_t* c) {
+  TPU_RETURN_IF_ERROR(check_not_bool("fmod_cpu", c));
+  return binary("fmod", c, &fmod_loops, 0, false);
+}
 tpu_status_t tpu_k_pow(const tpu_call_t* c) { return binary("pow", c, &pow_loops, 0, false); }
 tpu_status_t tpu_k_maximum(const tpu_call_t* c) { return binary("maximum", c, &maximum_loops, 0, false); }
 tpu_status_t tpu_k_minimum(const tpu_call_t* c) { return binary("minimum", c, &minimum_loops, 0, false); }

@@ -138,19 +138,38 @@ TPU_FR_INLINE double tpu_fr_exp_sum(const float* x, float* tmp, int64_t n, float
   return total;
 }
 
+/* The row sum of log_softmax as PyTorch's CPU kernel holds it before the
+ * log: rounded to float32, and for rows along the last dim of a bfloat16 or
+ * float16 tensor (round16 = 1 or 2) further to that dtype. A row whose
+ * maximum dominates (every other term below half an ulp of 1) then gives
+ * exactly 0 at the maximum, where the log of the double sum gives a tiny
+ * negative value, whose sign flips atan2 and the like against CPU. */
+TPU_FR_INLINE double tpu_fr_lse_sum(double sum, int round16) {
+  float s = (float)sum;
+  if (round16 == 1) s = tpu_vm_bf16_to_f32(tpu_vm_f32_to_bf16(s));
+  else if (round16 == 2) s = tpu_vm_f16_to_f32(tpu_vm_f32_to_f16(s));
+  return (double)s;
+}
+
 /* y = softmax(x) or log_softmax(x) over a row; tmp holds n floats and may be
  * y but not x. exp in float32, the sum in float runs added in double, the
- * final scaling (or shift) in float32, like PyTorch's CPU kernel. */
-TPU_FR_INLINE void tpu_fr_softmax(const float* x, float* y, float* tmp, int64_t n, int take_log) {
+ * final scaling (or shift) in float32, like PyTorch's CPU kernel; round16 as
+ * in tpu_fr_lse_sum. */
+TPU_FR_INLINE void tpu_fr_softmax_r(const float* x, float* y, float* tmp, int64_t n, int take_log,
+                                    int round16) {
   float mx = tpu_fr_max(x, n);
   double sum = tpu_fr_exp_sum(x, tmp, n, mx, !take_log);
   if (take_log) {
-    float lse = (float)log(sum);
+    float lse = (float)log(tpu_fr_lse_sum(sum, round16));
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mx) - lse;
   } else {
     float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) y[i] = tmp[i] * inv;
   }
+}
+
+TPU_FR_INLINE void tpu_fr_softmax(const float* x, float* y, float* tmp, int64_t n, int take_log) {
+  tpu_fr_softmax_r(x, y, tmp, n, take_log, 0);
 }
 
 /* Mean and biased variance of a row in double, and the mean split as

@@ -299,9 +299,13 @@ static void range_visit(void* c, char* const* p) {
 
 /* Every value of `index` must address a dim of `size` (in [-size, size) when
  * negative indices wrap); dim < 0 means a row-major position among `size`
- * elements (take/put). Reports the first bad value in row-major order. */
-static tpu_status_t check_index_range(const char* op, const tpu_tensor_t* index, int64_t size,
-                                      int dim, bool wrap_negative) {
+ * elements (take/put). Reports the first bad value in row-major order with
+ * `code`: PyTorch's CPU kernels raise IndexError (OUT_OF_RANGE) for some ops
+ * (index_select, index_copy, index_fill, take, put, advanced indexing) and
+ * RuntimeError (INVALID_ARGUMENT) for others (gather, scatter*, index_add). */
+static tpu_status_t check_index_range_code(const char* op, const tpu_tensor_t* index,
+                                           int64_t size, int dim, bool wrap_negative,
+                                           tpu_status_code_t code) {
   range_check_t rc = {index->dtype, wrap_negative ? -size : 0, size, false, 0};
   if (index->ndim == 1 && index->dtype == TPU_I64) { /* the common case, without the walker */
     const int64_t* v = index->data;
@@ -327,11 +331,24 @@ static tpu_status_t check_index_range(const char* op, const tpu_tensor_t* index,
   }
   if (!rc.bad) return TPU_OK;
   if (dim < 0)
-    return TPU_ERR(OUT_OF_RANGE,
-                   "%s: out of range: tried to access index %lld on a tensor of %lld elements", op,
-                   (long long)rc.bad_value, (long long)size);
-  return TPU_ERR(OUT_OF_RANGE, "%s: index %lld is out of bounds for dimension %d with size %lld",
-                 op, (long long)rc.bad_value, dim, (long long)size);
+    return tpu_status_make(code,
+                           "%s: out of range: tried to access index %lld on a tensor of %lld "
+                           "elements",
+                           op, (long long)rc.bad_value, (long long)size);
+  return tpu_status_make(code, "%s: index %lld is out of bounds for dimension %d with size %lld",
+                         op, (long long)rc.bad_value, dim, (long long)size);
+}
+
+/* check_index_range_code raising IndexError */
+static tpu_status_t check_index_range(const char* op, const tpu_tensor_t* index, int64_t size,
+                                      int dim, bool wrap_negative) {
+  return check_index_range_code(op, index, size, dim, wrap_negative, TPU_CODE_OUT_OF_RANGE);
+}
+
+/* check_index_range_code raising RuntimeError */
+static tpu_status_t check_index_range_rt(const char* op, const tpu_tensor_t* index, int64_t size,
+                                         int dim) {
+  return check_index_range_code(op, index, size, dim, false, TPU_CODE_INVALID_ARGUMENT);
 }
 
 /* out = self, unless out already is self (in-place overloads). Broadcasts
@@ -549,7 +566,7 @@ tpu_status_t tpu_k_gather(const tpu_call_t* c) {
                      op, d, (long long)index->sizes[d], (long long)self->sizes[d], dim);
   TPU_RETURN_IF_ERROR(check_out_shape(op, out, index->ndim, index->sizes));
   TPU_RETURN_IF_ERROR(check_same_dtype(op, self, out, "out"));
-  TPU_RETURN_IF_ERROR(check_index_range(op, index, self->sizes[dim], dim, false));
+  TPU_RETURN_IF_ERROR(check_index_range_rt(op, index, self->sizes[dim], dim));
   walk_t w;
   index_ctx_t cx;
   dim_walk(&w, &cx, index->ndim, index->sizes, dim, self, out, index, true);
@@ -574,7 +591,7 @@ static tpu_status_t scatter_into(const char* op, const tpu_tensor_t* out, int di
                      "from dimension %d)",
                      op, (long long)index->sizes[d], d, dim);
   }
-  TPU_RETURN_IF_ERROR(check_index_range(op, index, out->sizes[dim], dim, false));
+  TPU_RETURN_IF_ERROR(check_index_range_rt(op, index, out->sizes[dim], dim));
   walk_t w;
   index_ctx_t cx;
   dim_walk(&w, &cx, index->ndim, index->sizes, dim, out, src, index, true);
@@ -808,7 +825,10 @@ static tpu_status_t index_accumulate(const char* op, const tpu_call_t* c, red_t 
     shape_str(e, sizeof e, a.self->ndim, a.shape);
     return TPU_ERR(INVALID_ARGUMENT, "%s: source has shape %s but expected %s", op, s, e);
   }
-  TPU_RETURN_IF_ERROR(check_index_range(op, a.index, a.self->sizes[a.dim], a.dim, false));
+  /* CPU: index_add raises RuntimeError, index_copy IndexError */
+  TPU_RETURN_IF_ERROR(check_index_range_code(
+      op, a.index, a.self->sizes[a.dim], a.dim, false,
+      red == RED_ADD ? TPU_CODE_INVALID_ARGUMENT : TPU_CODE_OUT_OF_RANGE));
   TPU_RETURN_IF_ERROR(copy_self(a.out, a.self));
   /* index_add's alpha (index_copy.out has out there) */
   double alpha = red == RED_ADD ? tpu_arg_f64(c, 4, 1.0) : 1.0;

@@ -128,17 +128,29 @@ static bool rows_blockable(const rows_t* v) {
   return v->nr > 0 && v->rstride[v->nr - 1] != 1 && v->nl > 0 && v->lstride[v->nl - 1] == 1;
 }
 
-/* How many lanes from `lane` (before `end`) form one block: they must share
- * all but the innermost lane index. */
-static int64_t block_lanes(const rows_t* v, int64_t lane, int64_t end, bool blocked) {
+/* How many lanes from `lane` (before `end`) form one block: in each of the
+ * nv views the block moves through (input, output, ...) they must share all
+ * but the innermost lane index, for rows_io_block steps from a block's first
+ * lane by that view's innermost lane stride. The views merge their lane dims
+ * by their own strides, so their innermost lane dims can differ in size (a
+ * transposed input against a contiguous output): each view bounds the
+ * block. */
+static int64_t block_lanes(const rows_t* const* vs, int nv, int64_t lane, int64_t end,
+                           bool blocked) {
   if (!blocked) return 1;
-  int64_t inner = v->lsize[v->nl - 1], n = inner - lane % inner;
-  if (n > end - lane) n = end - lane;
-  return n < LANE_BLOCK ? n : LANE_BLOCK;
+  int64_t n = end - lane < LANE_BLOCK ? end - lane : LANE_BLOCK;
+  for (int k = 0; k < nv; k++) {
+    const rows_t* v = vs[k];
+    if (v->nl == 0) return 1; /* a single lane */
+    int64_t inner = v->lsize[v->nl - 1], left = inner - lane % inner;
+    if (left < n) n = left;
+  }
+  return n;
 }
 
 /* Moves the rows of lanes [lane, lane + nl) between the tensor and buf
- * (row k at buf + k * len); nl > 1 only for lanes from block_lanes. */
+ * (row k at buf + k * len); nl > 1 only for lanes that block_lanes grouped
+ * for this view. */
 static void rows_io_block(const rows_t* v, int64_t lane, int64_t nl, double* buf, io_t io) {
   if (nl == 1) {
     rows_io(v, lane, buf, io);
@@ -375,6 +387,9 @@ TPU_VR_INLINE void vrow_from_f32(void* dst, tpu_dtype_t dt, const float* src, in
 typedef struct {
   rows_t a, b, out; /* forward: a = input; backward: a = grad, b = output */
   bool log;
+  int round16;      /* log_softmax's sum rounded as tpu_fr_lse_sum does */
+  bool seq_float;   /* log_softmax's sum added in float in row order (CPU's
+                     * kernel for a dim other than the last, single precision) */
   bool single;      /* float32/16 output: single-precision exp is accurate enough */
   bool blocked;     /* move rows in lane blocks */
   bool flat;        /* forward over contiguous single-precision rows */
@@ -396,7 +411,7 @@ TPU_VR_INLINE void softmax_flat_body(const softmax_job_t* job, int64_t begin, in
     }
     /* y may be the input row itself (in-place softmax); tmp never is */
     float* y = job->out.dt == TPU_F32 ? (float*)dst : tmp;
-    tpu_fr_softmax(x, y, tmp, n, job->log);
+    tpu_fr_softmax_r(x, y, tmp, n, job->log, job->round16);
     vrow_from_f32(dst, job->out.dt, y, n, avx2);
   }
 }
@@ -410,9 +425,16 @@ static void softmax_row(const softmax_job_t* job, double* x, int64_t n) {
   double mx = -INFINITY, sum = 0;
   for (int64_t i = 0; i < n; i++)
     if (x[i] > mx) mx = x[i];
-  if (job->log) {
+  if (job->log && job->seq_float) {
+    float fs = 0;
+    for (int64_t i = 0; i < n; i++) fs += (float)sm_exp(job, x[i] - mx);
+    sum = fs;
+  } else if (job->log) {
     for (int64_t i = 0; i < n; i++) sum += sm_exp(job, x[i] - mx);
-    double lse = log(sum);
+  }
+  if (job->log) {
+    /* single precision: the sum rounded like the flat rows' (fuse_rows.h) */
+    double lse = log(job->single ? tpu_fr_lse_sum(sum, job->round16) : sum);
     for (int64_t i = 0; i < n; i++) x[i] = (x[i] - mx) - lse;
   } else {
     for (int64_t i = 0; i < n; i++) {
@@ -433,7 +455,7 @@ static void softmax_range(void* ctx, int64_t begin, int64_t end) {
   double* x = scratch(LANE_BLOCK * n, &job->oom);
   if (!x) return;
   for (int64_t lane = begin, nl; lane < end; lane += nl) {
-    nl = block_lanes(&job->a, lane, end, job->blocked);
+    nl = block_lanes((const rows_t* const[]){&job->a, &job->out}, 2, lane, end, job->blocked);
     rows_io_block(&job->a, lane, nl, x, IO_LOAD);
     for (int64_t k = 0; k < nl; k++) softmax_row(job, x + k * n, n);
     rows_io_block(&job->out, lane, nl, x, IO_STORE);
@@ -504,7 +526,8 @@ static void softmax_backward_range(void* ctx, int64_t begin, int64_t end) {
   if (!g) return;
   double* y = g + LANE_BLOCK * n;
   for (int64_t lane = begin, nl; lane < end; lane += nl) {
-    nl = block_lanes(&job->a, lane, end, job->blocked);
+    nl = block_lanes((const rows_t* const[]){&job->a, &job->b, &job->out}, 3, lane, end,
+                     job->blocked);
     rows_io_block(&job->a, lane, nl, g, IO_LOAD);
     rows_io_block(&job->b, lane, nl, y, IO_LOAD);
     for (int64_t k = 0; k < nl; k++) softmax_backward_row(job, g + k * n, y + k * n, n);
@@ -524,6 +547,12 @@ static tpu_status_t softmax_forward(const tpu_call_t* call, bool log) {
   softmax_job_t job = {0};
   job.log = log;
   job.single = call->outs[0].dtype != TPU_F64;
+  /* CPU's kernel over the last dim keeps a 16-bit output's row sum in that
+   * dtype; over other dims in float */
+  if (dim == (x->ndim > 0 ? x->ndim - 1 : 0))
+    job.round16 = call->outs[0].dtype == TPU_BF16 ? 1 : call->outs[0].dtype == TPU_F16 ? 2 : 0;
+  else
+    job.seq_float = job.single;
   rows_along(&job.a, x, dim);
   rows_along(&job.out, &call->outs[0], dim);
   job.blocked = rows_blockable(&job.a);

@@ -82,8 +82,12 @@ tpu_status_t tpu_k_trace(const tpu_call_t* c) {
 /* index_reduce(self, dim, index, source, reduce, *, include_self): out =
  * self, then out.select(dim, index[i]) combined with source.select(dim, i)
  * by prod, mean, amax or amin. Without include_self, indexed positions start
- * from the reduction's identity. Accumulates in double (int64 for integer
- * dtypes; their mean rounds down, as CPU's); amax/amin propagate nan. */
+ * from the reduction's identity. Like PyTorch's CPU kernel, which combines
+ * in the tensor's dtype, each product or sum is rounded to the dtype (the
+ * double accumulator only holds it), and mean divides by the count held in
+ * the dtype in the dtype's compute type (float for float32 and the 16-bit
+ * dtypes). Integer dtypes accumulate in int64 and their mean rounds down;
+ * amax/amin propagate nan. */
 tpu_status_t tpu_k_index_reduce(const tpu_call_t* c) {
   const char* op = "index_reduce";
   const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
@@ -151,8 +155,8 @@ tpu_status_t tpu_k_index_reduce(const tpu_call_t* c) {
     cnt[t]++;
     if (fl) {
       double v = tpu_tensor_get_f64(src, j), *a = &bd[t];
-      if (mode == 0) *a *= v;
-      else if (mode == 1) *a += v;
+      if (mode == 0) *a = tpu_round_f64(self->dtype, *a * v);
+      else if (mode == 1) *a = tpu_round_f64(self->dtype, *a + v);
       else if (v != v || (mode == 2 ? v > *a : v < *a)) *a = v;
     } else {
       int64_t v = tpu_tensor_get_i64(src, j), *a = &bi[t];
@@ -166,7 +170,9 @@ tpu_status_t tpu_k_index_reduce(const tpu_call_t* c) {
       if (!seen[t]) continue;
       int64_t m = cnt[t] + (incl ? 1 : 0);
       if (fl) {
-        bd[t] /= (double)m;
+        double cm = tpu_round_f64(self->dtype, (double)m);
+        bd[t] = self->dtype == TPU_F64 ? bd[t] / cm
+                                       : tpu_round_f64(self->dtype, (float)bd[t] / (float)cm);
       } else {
         int64_t q = bi[t] / m;
         if ((bi[t] % m != 0) && ((bi[t] < 0) != (m < 0))) q--; /* floor */
