@@ -1108,7 +1108,11 @@ at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking
     at::assert_no_partial_overlap(self, src);
   }
   copy_from(src, self, non_blocking);
-  if (self.is_neg() != src.is_neg() && self.numel() > 0) self.neg_();
+  if (self.is_neg() != src.is_neg() && self.numel() > 0) {
+    // negate the stored values: through a view without the bit
+    at::Tensor raw = self.is_neg() ? self._neg_view() : self;
+    raw.neg_();
+  }
   return self;
 }
 
