@@ -93,6 +93,7 @@ struct OpInfo {
   int family = 0;
   bool internal_overlap_check = true;  // written tensors may not self-overlap
   bool partial_overlap_check = true;   // inputs may not partly overlap outputs
+  bool full_overlap_check = false;     // ... nor be the output (at::assert_no_overlap)
 };
 
 const OpInfo& op_info_slow(const c10::OperatorHandle& op);
@@ -297,6 +298,9 @@ enum CheckFamily {
   kFamMaskedScatter,
   kFamBucketize,
   kFamIndexPut,
+  kFamCpuScalars,  // scalar parameters checked by CPU's kernel on a 0-element stand-in
+  kFamGelu,
+  kFamMultinomial,
 };
 
 bool in_list(const std::string& s, std::initializer_list<const char*> names) {
@@ -324,6 +328,19 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
   else if (b == "masked_scatter") info.family = kFamMaskedScatter;
   else if (b == "bucketize") info.family = kFamBucketize;
   else if (b == "index_put" || b == "_index_put_impl") info.family = kFamIndexPut;
+  else if (b == "gelu" || b == "gelu_backward") info.family = kFamGelu;
+  else if (b == "multinomial") info.family = kFamMultinomial;
+  else if (in_list(b, {"cauchy", "exponential", "geometric", "log_normal", "normal", "uniform",
+                       "random", "bernoulli"})) {
+    // only overloads whose one tensor is self (the rest scalars / generator)
+    bool scalars = true;
+    for (size_t i = 1; i < args.size(); i++)
+      if (args[i].type()->kind() == c10::TypeKind::TensorType) scalars = false;
+    if (scalars && !args.empty() && args[0].type()->kind() == c10::TypeKind::TensorType)
+      info.family = kFamCpuScalars;
+  }
+  // CPU's at::assert_no_overlap: the output may not even be an input
+  info.full_overlap_check = in_list(b, {"gather", "take", "index_select", "cat", "kthvalue"});
   // What CPU allows: reductions and matmuls do not check overlap; fill/zero,
   // triangular and threshold in place accept expanded outputs; masked_fill_,
   // index_put_ and index_fill_ on expanded tensors only warn; scatter and
@@ -331,7 +348,7 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
   static const std::initializer_list<const char*> reductions = {
       "sum", "nansum", "mean", "nanmean", "prod", "amax", "amin", "max", "min", "aminmax",
       "argmax", "argmin", "any", "all", "norm", "linalg_vector_norm", "var", "std", "var_mean",
-      "std_mean", "logsumexp", "count_nonzero", "median", "nanmedian", "mode", "kthvalue",
+      "std_mean", "logsumexp", "count_nonzero", "median", "nanmedian", "mode",
       "mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "matmul",
       "_int_mm", "addr", "linalg_norm"};
   if (in_list(b, reductions) ||
@@ -352,8 +369,9 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
 void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
   auto check_one = [&](const at::Tensor& w, const c10::IValue& in, int64_t k) {
     auto vs = [&](const at::Tensor& t) {
-      if (t.defined() && !t.is_same(w) && !(t.is_cpu() && t.dim() == 0))
-        at::assert_no_partial_overlap(w, t);
+      if (!t.defined() || (t.is_cpu() && t.dim() == 0)) return;
+      if (info.full_overlap_check) at::assert_no_overlap(w, t);
+      else if (!t.is_same(w)) at::assert_no_partial_overlap(w, t);
     };
     if (in.isTensor()) {
       vs(in.toTensor());
@@ -405,10 +423,11 @@ void check_mask_broadcast(const at::Tensor& self, const at::Tensor& mask, bool i
 }
 
 // Family checks, in CPU's order and with CPU's messages and exception types.
-void check_args(const OpInfo& info, const c10::IValue* args, size_t n) {
+void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IValue* args,
+                size_t n) {
   if (info.dim_arg >= 0 && args[0].isTensor() && args[info.dim_arg].isInt())
     (void)at::maybe_wrap_dim(args[info.dim_arg].toInt(), args[0].toTensor().dim());
-  if (info.family == kFamNone || n < 2 || !args[0].isTensor()) return;
+  if (info.family == kFamNone || n < 1 || !args[0].isTensor()) return;
   const at::Tensor& self = args[0].toTensor();
   const bool in_place = (info.mutated_args & 1) && !(info.mutated_args >> (n - 1) & 1);
   switch (info.family) {
@@ -477,6 +496,43 @@ void check_args(const OpInfo& info, const c10::IValue* args, size_t n) {
         const int64_t ones = count_nonzero_host(mask.expand(shape));
         TORCH_CHECK(src.numel() >= ones, "Number of elements of source < number of ones in mask");
       }
+      break;
+    }
+    case kFamCpuScalars: {
+      // CPU's kernel checks the parameters before looking at the data: run
+      // it on an empty CPU tensor of self's dtype (no generator needed).
+      torch::jit::Stack st;
+      st.reserve(n);
+      st.emplace_back(at::empty({0}, self.options().device(at::kCPU)));
+      for (size_t i = 1; i < n; i++)
+        st.push_back((int)i == info.generator_arg ? c10::IValue() : args[i]);
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &st);
+      break;
+    }
+    case kFamGelu: {
+      for (size_t i = 1; i < n; i++)
+        if (args[i].isString()) {
+          const std::string& a = args[i].toStringRef();
+          TORCH_CHECK(a == "none" || a == "tanh", "approximate argument must be either none or tanh.");
+        }
+      break;
+    }
+    case kFamMultinomial: {
+      if (n < 3 || !args[1].isInt()) return;
+      const int64_t samples = args[1].toInt();
+      const bool replacement = args[2].isBool() && args[2].toBool();
+      TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
+      TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+                  "multinomial only supports floating-point dtypes for input, got: ",
+                  self.scalar_type());
+      if (n > 4 && args[n - 1].isTensor())
+        TORCH_CHECK(args[n - 1].toTensor().scalar_type() == at::kLong,
+                    "multinomial expects Long tensor out, got: ", args[n - 1].toTensor().scalar_type());
+      TORCH_CHECK(samples > 0, "cannot sample n_sample <= 0 samples");
+      const int64_t categories = self.size(-1);
+      TORCH_CHECK(replacement || samples <= categories,
+                  "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+      TORCH_CHECK(categories <= (int64_t(1) << 24), "number of categories cannot exceed 2^24");
       break;
     }
     case kFamBucketize: {
@@ -949,7 +1005,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::DeviceIndex dev = check_devices(info, args, nargs, &any_neg);
   c10::DeviceGuard guard(c10::Device(kTpu, dev));
   if (C10_UNLIKELY(any_neg) && !info.all_views) resolve_neg_args(info, args, nargs);
-  check_args(info, args, nargs);
+  check_args(op, info, args, nargs);
   if (info.mutated_args) check_overlaps(info, args, nargs);
   swap_placeholders(dev);
   if (info.is_repeat_interleave && nargs >= 2 && args[0].isTensor() && args[1].isNone())
@@ -1213,6 +1269,9 @@ at::Tensor tpu_masked_select(const at::Tensor& self, const at::Tensor& mask) {
 }
 
 at::Tensor& tpu_masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, mask);
   at::Tensor r = tpu_masked_select(self, mask);
   resize_tensor(out, r.sizes(), std::nullopt);
   out.copy_(r);
