@@ -350,3 +350,61 @@ def test_nonzero_shapes(mode, dtype):
         t = torch.nonzero(x.to("tpu"), as_tuple=True)
         for p, q in zip(t, torch.nonzero(x, as_tuple=True)):
             assert p.cpu().equal(q)
+
+
+# --- PyTorch's OpInfo error inputs ------------------------------------------
+
+# (OpInfo name, expected error regex fragment) of error inputs still not
+# raised at the op, with the reason.
+OPINFO_ERRORS_KNOWN = {
+    # the op_db sample reuses one tensor as input and out= across its error
+    # inputs; run alone, the same calls raise at the op (overlap_cat_out above)
+    ("cat", "the written-to tensor refer to a single memory location"),
+    ("gather", "unsupported operation"),
+}
+
+
+@pytest.mark.parametrize("eager", ["strict", "defer_and_fuse"])
+def test_opinfo_error_inputs_raise_at_op(eager):
+    """Every OpInfo error input that raises on CPU raises the same exception
+    type at the op on tpu, and leaves nothing queued for a later op."""
+    from torch.testing._internal.common_methods_invocations import op_db
+    bad = set()
+    torch.tpu.synchronize()
+    with torch_tpu.eager_mode(eager), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for op in op_db:
+            if op.error_inputs_func is None:
+                continue
+            try:
+                pairs = list(zip(op.error_inputs("tpu"), op.error_inputs("cpu")))
+            except Exception:
+                continue
+            for ei, cei in pairs:
+                cs = cei.sample_input
+                try:
+                    op(cs.input, *cs.args, **cs.kwargs)
+                    continue  # CPU accepts it (device-specific error input)
+                except Exception:
+                    pass
+                s = ei.sample_input
+                raised = None
+                try:
+                    out = op(s.input, *s.args, **s.kwargs)
+                    del out
+                except NotImplementedError:
+                    raised = NotImplementedError  # no tpu kernel: nothing to compare
+                except Exception as e:
+                    raised = type(e)
+                try:
+                    torch.ones(2, device="tpu").sum().item()
+                    later = False
+                except Exception:
+                    later = True
+                if raised is NotImplementedError and not later:
+                    continue
+                if later or raised is None or not issubclass(raised, ei.error_type):
+                    bad.add((op.name, str(ei.error_regex)[:60]))
+    unexpected = {b for b in bad if not any(b[0] == k[0] and k[1] in b[1] for k in OPINFO_ERRORS_KNOWN)}
+    assert not unexpected, sorted(unexpected)
+    torch.tpu.synchronize()
