@@ -53,11 +53,17 @@ void* tpu_lazy_slot_base(int id) { return (void*)(g_base + ((uintptr_t)id << SLO
 void* tpu_lazy_alloc(int device, size_t bytes) {
   pthread_once(&g_once, reserve_region);
   if (!g_base || bytes == 0 || bytes > SPAN) return NULL;
-  const tpu_device_state_t* d = tpu_device_state(device);
-  if (!d || bytes > d->alloc.capacity) return NULL; /* fails now, as in Strict */
+  /* The bytes count against the capacity now, as in Strict: when they do not
+   * fit, the caller's real allocation drains the device or raises. */
+  tpu_status_t rs = tpu_device_reserve(device, bytes, false);
+  if (rs) {
+    tpu_status_free(rs);
+    return NULL;
+  }
   pthread_mutex_lock(&g_mu);
   if (g_nfree == 0) {
     pthread_mutex_unlock(&g_mu);
+    tpu_device_unreserve(device, bytes);
     return NULL;
   }
   int id = g_free[--g_nfree];
@@ -66,6 +72,7 @@ void* tpu_lazy_alloc(int device, size_t bytes) {
   s->state = TPU_LAZY_LIVE;
   s->device = device;
   s->bytes = bytes;
+  s->reserved = true;
   atomic_fetch_add(&g_used, 1);
   pthread_mutex_unlock(&g_mu);
   return (void*)(g_base + ((uintptr_t)id << SLOT_SHIFT));
@@ -74,6 +81,7 @@ void* tpu_lazy_alloc(int device, size_t bytes) {
 /* Caller holds g_mu. */
 static void release_locked(int id) {
   tpu_lazy_slot_t* s = &g_slots[id];
+  if (s->reserved) tpu_device_unreserve(s->device, s->bytes);
   if (s->real && !s->detached) tpu_device_free(s->device, s->real);
   memset(s, 0, sizeof *s);
   g_free[g_nfree++] = id;
@@ -86,6 +94,10 @@ void tpu_lazy_free(void* base) {
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
   if (s->state == TPU_LAZY_LIVE) {
+    if (s->reserved) { /* unbacked and dropped: nobody will need its bytes */
+      tpu_device_unreserve(s->device, s->bytes);
+      s->reserved = false;
+    }
     if (s->in_trace && !s->detached) s->state = TPU_LAZY_DEAD; /* the next flush releases it */
     else release_locked(id);
   }
@@ -96,6 +108,20 @@ void tpu_lazy_release_dead(int id) {
   pthread_mutex_lock(&g_mu);
   if (g_slots[id].state == TPU_LAZY_DEAD) release_locked(id);
   else g_slots[id].in_trace = false;
+  pthread_mutex_unlock(&g_mu);
+}
+
+void tpu_lazy_unrealize(int id) {
+  pthread_mutex_lock(&g_mu);
+  tpu_lazy_slot_t* s = &g_slots[id];
+  if (s->real && !s->detached) {
+    tpu_device_free_unused(s->real);
+    s->real = NULL;
+    if (s->state == TPU_LAZY_LIVE && !s->reserved) {
+      tpu_status_free(tpu_device_reserve(s->device, s->bytes, true));
+      s->reserved = true;
+    }
+  }
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -117,12 +143,18 @@ tpu_status_t tpu_lazy_realize(const void* p, void** out) {
   }
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
+  if (s->state == TPU_LAZY_FREE) {
+    pthread_mutex_unlock(&g_mu);
+    return TPU_ERR(INTERNAL, "placeholder %p names a released buffer", p);
+  }
   if (!s->real) {
-    tpu_status_t st = tpu_device_malloc(s->device, s->bytes, &s->real);
+    tpu_status_t st = s->reserved ? tpu_device_malloc_reserved(s->device, s->bytes, &s->real)
+                                  : tpu_device_malloc(s->device, s->bytes, &s->real);
     if (st) {
       pthread_mutex_unlock(&g_mu);
       return st;
     }
+    s->reserved = false;
   }
   *out = (char*)s->real + (((uintptr_t)p - g_base) & (SPAN - 1));
   pthread_mutex_unlock(&g_mu);
