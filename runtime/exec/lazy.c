@@ -135,28 +135,48 @@ void* tpu_lazy_resolve(const void* p) {
   return real ? (char*)real + (((uintptr_t)p - g_base) & (SPAN - 1)) : NULL;
 }
 
+/* The allocation runs without g_mu: when memory is short the allocator
+ * drains the device, which flushes the trace, and a flush takes g_mu. The
+ * slot cannot be released meanwhile: the caller holds its tensor, or is the
+ * flush of a trace that names it. */
 tpu_status_t tpu_lazy_realize(const void* p, void** out) {
   int id = tpu_lazy_slot_of(p);
   if (id < 0) {
     *out = (void*)p;
     return TPU_OK;
   }
+  const uintptr_t offset = ((uintptr_t)p - g_base) & (SPAN - 1);
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
   if (s->state == TPU_LAZY_FREE) {
     pthread_mutex_unlock(&g_mu);
     return TPU_ERR(INTERNAL, "placeholder %p names a released buffer", p);
   }
-  if (!s->real) {
-    tpu_status_t st = s->reserved ? tpu_device_malloc_reserved(s->device, s->bytes, &s->real)
-                                  : tpu_device_malloc(s->device, s->bytes, &s->real);
-    if (st) {
-      pthread_mutex_unlock(&g_mu);
-      return st;
-    }
-    s->reserved = false;
+  if (s->real) {
+    *out = (char*)s->real + offset;
+    pthread_mutex_unlock(&g_mu);
+    return TPU_OK;
   }
-  *out = (char*)s->real + (((uintptr_t)p - g_base) & (SPAN - 1));
+  const bool reserved = s->reserved; /* this call takes the reservation */
+  const int device = s->device;
+  const size_t bytes = s->bytes;
+  s->reserved = false;
+  pthread_mutex_unlock(&g_mu);
+  void* mem = NULL;
+  tpu_status_t st = reserved ? tpu_device_malloc_reserved(device, bytes, &mem)
+                             : tpu_device_malloc(device, bytes, &mem);
+  pthread_mutex_lock(&g_mu);
+  if (st) {
+    if (reserved) { /* the allocator kept it: give it back to the slot */
+      if (s->state == TPU_LAZY_LIVE && !s->real && !s->reserved) s->reserved = true;
+      else tpu_device_unreserve(device, bytes);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return st;
+  }
+  if (s->real) tpu_device_free_unused(mem); /* another thread backed it meanwhile */
+  else s->real = mem;
+  *out = (char*)s->real + offset;
   pthread_mutex_unlock(&g_mu);
   return TPU_OK;
 }
