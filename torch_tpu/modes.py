@@ -9,6 +9,10 @@
   repeated block). Intermediates that Python has already dropped by then never get device
   memory, and work whose results nobody can observe is not run (so its errors are not
   raised either).
+
+The mode is per thread: `eager_mode(...)` blocks (and torch.compile's graphs) affect the
+calling thread only; other threads follow the process-wide mode that `set_eager_mode`
+and the environment set. Threads in different modes may use a device at once.
 """
 import contextlib
 
