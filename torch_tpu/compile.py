@@ -18,7 +18,6 @@ import warnings
 import torch
 
 from . import _C, dynamic
-from .modes import get_eager_mode, set_eager_mode
 
 OPTIONS = {
     "precision": "float32 matmul precision inside compiled graphs: medium, high or highest "
@@ -96,9 +95,8 @@ def _lower(gm, options, what):
 @contextlib.contextmanager
 def _as_one_graph(options):
     """Runs the body as one DeferAndFuse trace, materialized at the end."""
-    prev = get_eager_mode()
-    if prev != "defer_and_fuse":
-        set_eager_mode("defer_and_fuse")
+    # the calling thread's mode only: other threads keep theirs
+    prev = _C.set_thread_eager_mode("defer_and_fuse")
     if options.get("dump_graphs"):
         _C.set_dump_dir(os.fspath(options["dump_graphs"]))
     prec = contextlib.nullcontext()
@@ -115,8 +113,7 @@ def _as_one_graph(options):
         finally:
             if options.get("dump_graphs"):
                 _C.set_dump_dir(None)
-            if prev != "defer_and_fuse":
-                set_eager_mode(prev)
+            _C.set_thread_eager_mode(prev)
 
 
 def _make_compiler(options, what, layouts):

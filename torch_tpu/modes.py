@@ -9,6 +9,10 @@
   repeated block). Intermediates that Python has already dropped by then never get device
   memory, and work whose results nobody can observe is not run (so its errors are not
   raised either).
+
+The mode is per thread: `eager_mode(...)` blocks (and torch.compile's graphs) affect the
+calling thread only; other threads follow the process-wide mode that `set_eager_mode`
+and the environment set. Threads in different modes may use a device at once.
 """
 import contextlib
 
@@ -18,24 +22,27 @@ MODES = ("strict", "debug", "defer_and_fuse")
 
 
 def set_eager_mode(mode: str) -> None:
-    """Selects the eager mode for subsequent ops: "strict", "debug" or "defer_and_fuse".
-    Leaving "defer_and_fuse" materializes what was deferred."""
+    """Selects the process-wide eager mode for subsequent ops: "strict", "debug" or
+    "defer_and_fuse". Threads inside an `eager_mode(...)` block keep theirs; the calling
+    thread drops its own. Leaving "defer_and_fuse" materializes what was deferred."""
     _C.set_eager_mode(mode)
 
 
 def get_eager_mode() -> str:
+    """The calling thread's mode: that of its innermost `eager_mode` block, else the
+    process-wide one."""
     return _C.get_eager_mode()
 
 
 @contextlib.contextmanager
 def eager_mode(mode: str):
-    """Context manager running its body in `mode`, restoring the previous one."""
-    old = get_eager_mode()
-    set_eager_mode(mode)
+    """Runs its body in `mode` on the calling thread only (like torch.no_grad), restoring
+    the thread's previous mode after. Other threads are not affected."""
+    old = _C.set_thread_eager_mode(mode)
     try:
         yield
     finally:
-        set_eager_mode(old)
+        _C.set_thread_eager_mode(old)
 
 
 def materialize() -> None:

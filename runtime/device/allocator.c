@@ -107,7 +107,63 @@ static void note_alloc(tpu_allocator_t* a, size_t size) {
   s->num_allocs++;
 }
 
+/* Caller holds a->mu: counts or uncounts a reservation of `size` rounded
+ * bytes; `as_free` books the removal as a free, else as an allocation that
+ * did not happen (a real block replaces it). */
+static void reservation_add(tpu_allocator_t* a, size_t size) {
+  a->stats.reserved_bytes += (int64_t)size;
+  note_alloc(a, size);
+}
+
+static void reservation_remove(tpu_allocator_t* a, size_t size, bool as_free) {
+  tpu_memory_stats_t* s = &a->stats;
+  s->reserved_bytes -= (int64_t)size;
+  s->allocated_bytes -= (int64_t)size;
+  s->active_allocations--;
+  if (as_free) {
+    s->total_freed_bytes += (int64_t)size;
+    s->num_frees++;
+  } else { /* becomes a real allocation, which books itself */
+    s->total_allocated_bytes -= (int64_t)size;
+    s->num_allocs--;
+  }
+}
+
+tpu_status_t tpu_device_reserve(int device, size_t bytes, bool force) {
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) return TPU_ERR(INVALID_ARGUMENT, "device reserve: no device %d", device);
+  tpu_allocator_t* a = &d->alloc;
+  size_t size = round_size(bytes);
+  pthread_mutex_lock(&a->mu);
+  if (!force && (size < bytes || (size_t)a->stats.reserved_bytes + size > a->capacity)) {
+    pthread_mutex_unlock(&a->mu);
+    return TPU_ERR(RESOURCE_EXHAUSTED, "tpu:%d: %zu bytes do not fit without draining the cache",
+                   device, bytes);
+  }
+  reservation_add(a, size);
+  pthread_mutex_unlock(&a->mu);
+  return TPU_OK;
+}
+
+void tpu_device_unreserve(int device, size_t bytes) {
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) return;
+  pthread_mutex_lock(&d->alloc.mu);
+  reservation_remove(&d->alloc, round_size(bytes), true);
+  pthread_mutex_unlock(&d->alloc.mu);
+}
+
+static tpu_status_t malloc_impl(int device, size_t bytes, bool reserved, void** out_ptr);
+
 tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) {
+  return malloc_impl(device, bytes, false, out_ptr);
+}
+
+tpu_status_t tpu_device_malloc_reserved(int device, size_t bytes, void** out_ptr) {
+  return malloc_impl(device, bytes, true, out_ptr);
+}
+
+static tpu_status_t malloc_impl(int device, size_t bytes, bool reserved, void** out_ptr) {
   *out_ptr = NULL;
   tpu_device_state_t* d = tpu_device_state(device);
   if (!d) return TPU_ERR(INVALID_ARGUMENT, "device malloc: no device %d", device);
@@ -119,6 +175,7 @@ tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) {
                    "tpu:%d out of memory: tried to allocate %zu bytes, which exceeds any "
                    "device capacity (capacity %zu bytes)", device, bytes, a->capacity);
   pthread_mutex_lock(&a->mu);
+  if (reserved) reservation_remove(a, size, false); /* the block takes the reservation's place */
   tpu_block_header_t* h = cache_pop(a, size);
   if (h) {
     a->stats.num_cache_hits++;
@@ -132,6 +189,7 @@ tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) {
     }
     if ((size_t)a->stats.reserved_bytes + size > a->capacity) {
       a->stats.num_ooms++;
+      if (reserved) reservation_add(a, size); /* kept for a retry */
       int64_t alloc = a->stats.allocated_bytes;
       pthread_mutex_unlock(&a->mu);
       return TPU_ERR(RESOURCE_EXHAUSTED,
@@ -147,6 +205,7 @@ tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) {
     bool huge = size >= ((size_t)4 << 20);
     if (posix_memalign(&mem, huge ? ((size_t)2 << 20) : 64, size + TPU_HEADER) != 0 || !mem) {
       a->stats.num_ooms++;
+      if (reserved) reservation_add(a, size);
       pthread_mutex_unlock(&a->mu);
       return TPU_ERR(RESOURCE_EXHAUSTED,
                      "tpu:%d out of memory: the host could not back %zu bytes of device memory",
@@ -170,11 +229,19 @@ tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) {
   return TPU_OK;
 }
 
+static void free_impl(void* ptr, bool may_defer);
+
 void tpu_device_free(int device, void* ptr) {
+  (void)device;
+  free_impl(ptr, true);
+}
+
+void tpu_device_free_unused(void* ptr) { free_impl(ptr, false); }
+
+static void free_impl(void* ptr, bool may_defer) {
   if (!ptr) return;
   tpu_block_header_t* h = (tpu_block_header_t*)((char*)ptr - TPU_HEADER);
   tpu_device_state_t* d = tpu_device_state(h->device);
-  (void)device;
   if (!d || h->magic != TPU_BLOCK_MAGIC || !h->live) return; /* not ours: ignore */
   tpu_allocator_t* a = &d->alloc;
   pthread_mutex_lock(&a->mu);
@@ -183,7 +250,7 @@ void tpu_device_free(int device, void* ptr) {
   a->stats.active_allocations--;
   a->stats.total_freed_bytes += (int64_t)h->size;
   a->stats.num_frees++;
-  if (tpu_trace_length(h->device) > 0) {
+  if (may_defer && tpu_trace_length(h->device) > 0) {
     if (a->ndeferred == a->deferred_cap) {
       int cap = a->deferred_cap ? 2 * a->deferred_cap : 64;
       void** p = realloc(a->deferred, sizeof(void*) * (size_t)cap);

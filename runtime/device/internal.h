@@ -32,6 +32,21 @@ typedef struct tpu_device_state {
 tpu_device_state_t* tpu_device_state(int device);
 /* Returns blocks freed during a pending trace to the cache (after a flush). */
 void tpu_device_release_deferred(int device);
+/* Frees memory that no queued or traced work names (a flush's own
+ * temporaries, backing undone after a failed flush): straight to the cache,
+ * never deferred. */
+void tpu_device_free_unused(void* ptr);
+/* Placeholder reservations (DeferAndFuse): `bytes` counted as allocated and
+ * against the capacity without memory behind them, so that allocations
+ * beyond the capacity fail at the op as in Strict and the memory statistics
+ * include unbacked buffers. tpu_device_reserve fails (RESOURCE_EXHAUSTED)
+ * when the bytes do not fit, unless `force` (re-reserving after a failed
+ * flush undid a backing). tpu_device_unreserve drops one (the placeholder
+ * died unbacked); tpu_device_malloc_reserved turns one into real memory and
+ * keeps it when the allocation fails. */
+tpu_status_t tpu_device_reserve(int device, size_t bytes, bool force) TPU_MUST_USE;
+void tpu_device_unreserve(int device, size_t bytes);
+tpu_status_t tpu_device_malloc_reserved(int device, size_t bytes, void** out_ptr) TPU_MUST_USE;
 void tpu_allocator_init(tpu_allocator_t* a, size_t capacity);
 tpu_status_t tpu_stream_new(int device, int64_t id, tpu_stream_t** out);
 /* Runtime-wide environment integer with a default. */

@@ -109,11 +109,36 @@ static _Atomic int g_precision = TPU_PRECISION_MEDIUM;
 tpu_precision_t tpu_get_matmul_precision(void) { return (tpu_precision_t)g_precision; }
 void tpu_set_matmul_precision(tpu_precision_t p) { g_precision = p; }
 
-tpu_eager_mode_t tpu_get_eager_mode(void) { return (tpu_eager_mode_t)g_mode; }
-tpu_status_t tpu_set_eager_mode(tpu_eager_mode_t mode) {
-  if (g_mode == TPU_MODE_DEFER && mode != TPU_MODE_DEFER)
+/* The process-wide mode, and a per-thread override (-1: none) that
+ * tpu_set_thread_eager_mode sets for scoped use (torch_tpu.eager_mode). */
+static _Thread_local int t_mode = -1;
+
+tpu_eager_mode_t tpu_get_eager_mode(void) {
+  return (tpu_eager_mode_t)(t_mode >= 0 ? t_mode : g_mode);
+}
+
+static tpu_status_t flush_if_leaving_defer(tpu_eager_mode_t next) {
+  if (tpu_get_eager_mode() == TPU_MODE_DEFER && next != TPU_MODE_DEFER)
     for (int d = 0; d < g_ndevices; d++) TPU_RETURN_IF_ERROR(tpu_trace_flush(d));
+  return TPU_OK;
+}
+
+tpu_status_t tpu_set_eager_mode(tpu_eager_mode_t mode) {
+  if (mode < TPU_MODE_STRICT || mode > TPU_MODE_DEFER)
+    return TPU_ERR(INVALID_ARGUMENT, "set_eager_mode: unknown mode %d", (int)mode);
+  TPU_RETURN_IF_ERROR(flush_if_leaving_defer(mode));
   g_mode = mode;
+  t_mode = -1;
+  return TPU_OK;
+}
+
+tpu_status_t tpu_set_thread_eager_mode(int mode, int* previous) {
+  if (mode < -1 || mode > TPU_MODE_DEFER)
+    return TPU_ERR(INVALID_ARGUMENT, "set_thread_eager_mode: unknown mode %d", mode);
+  TPU_RETURN_IF_ERROR(flush_if_leaving_defer(mode >= 0 ? (tpu_eager_mode_t)mode
+                                                       : (tpu_eager_mode_t)g_mode));
+  if (previous) *previous = t_mode;
+  t_mode = mode;
   return TPU_OK;
 }
 

@@ -325,6 +325,8 @@ static bool try_run_inline(tpu_stream_t* s, const tpu_call_t* call) {
 tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
   const tpu_eager_mode_t mode = tpu_get_eager_mode();
   if (mode == TPU_MODE_DEFER) return tpu_trace_append(s, call);
+  /* another thread's deferred ops come first in program order */
+  if (tpu_trace_length(s->device) > 0) TPU_RETURN_IF_ERROR(tpu_trace_flush(s->device));
   if (call_has_lazy(call)) { /* tensors made in DeferAndFuse mode, used after it */
     TPU_RETURN_IF_ERROR(flush_before(s));
     tpu_call_t* c = tpu_call_clone(call);

@@ -16,6 +16,7 @@ typedef struct tpu_lazy_slot {
   void* real;    /* device memory once backed */
   bool in_trace; /* an unflushed node names it */
   bool detached; /* real memory handed to the host (tpu_lazy_detach) */
+  bool reserved; /* its bytes are reserved in the allocator (live, unbacked) */
 } tpu_lazy_slot_t;
 
 /* Slot index of a pointer inside a placeholder, -1 otherwise. */
@@ -28,6 +29,9 @@ void tpu_lazy_lock(void);
 void tpu_lazy_unlock(void);
 /* After a flush: releases a dead slot, or clears in_trace of a live one. */
 void tpu_lazy_release_dead(int id);
+/* After a failed flush: gives back the memory the flush backed slot id with
+ * (nothing ran on it) and, if the host still holds it, reserves it again. */
+void tpu_lazy_unrealize(int id);
 
 /* A deep copy of a call in one malloc'ed block (free() releases it). */
 tpu_call_t* tpu_call_clone(const tpu_call_t* call);

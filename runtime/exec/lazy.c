@@ -53,11 +53,17 @@ void* tpu_lazy_slot_base(int id) { return (void*)(g_base + ((uintptr_t)id << SLO
 void* tpu_lazy_alloc(int device, size_t bytes) {
   pthread_once(&g_once, reserve_region);
   if (!g_base || bytes == 0 || bytes > SPAN) return NULL;
-  const tpu_device_state_t* d = tpu_device_state(device);
-  if (!d || bytes > d->alloc.capacity) return NULL; /* fails now, as in Strict */
+  /* The bytes count against the capacity now, as in Strict: when they do not
+   * fit, the caller's real allocation drains the device or raises. */
+  tpu_status_t rs = tpu_device_reserve(device, bytes, false);
+  if (rs) {
+    tpu_status_free(rs);
+    return NULL;
+  }
   pthread_mutex_lock(&g_mu);
   if (g_nfree == 0) {
     pthread_mutex_unlock(&g_mu);
+    tpu_device_unreserve(device, bytes);
     return NULL;
   }
   int id = g_free[--g_nfree];
@@ -66,6 +72,7 @@ void* tpu_lazy_alloc(int device, size_t bytes) {
   s->state = TPU_LAZY_LIVE;
   s->device = device;
   s->bytes = bytes;
+  s->reserved = true;
   atomic_fetch_add(&g_used, 1);
   pthread_mutex_unlock(&g_mu);
   return (void*)(g_base + ((uintptr_t)id << SLOT_SHIFT));
@@ -74,6 +81,7 @@ void* tpu_lazy_alloc(int device, size_t bytes) {
 /* Caller holds g_mu. */
 static void release_locked(int id) {
   tpu_lazy_slot_t* s = &g_slots[id];
+  if (s->reserved) tpu_device_unreserve(s->device, s->bytes);
   if (s->real && !s->detached) tpu_device_free(s->device, s->real);
   memset(s, 0, sizeof *s);
   g_free[g_nfree++] = id;
@@ -86,6 +94,10 @@ void tpu_lazy_free(void* base) {
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
   if (s->state == TPU_LAZY_LIVE) {
+    if (s->reserved) { /* unbacked and dropped: nobody will need its bytes */
+      tpu_device_unreserve(s->device, s->bytes);
+      s->reserved = false;
+    }
     if (s->in_trace && !s->detached) s->state = TPU_LAZY_DEAD; /* the next flush releases it */
     else release_locked(id);
   }
@@ -99,6 +111,20 @@ void tpu_lazy_release_dead(int id) {
   pthread_mutex_unlock(&g_mu);
 }
 
+void tpu_lazy_unrealize(int id) {
+  pthread_mutex_lock(&g_mu);
+  tpu_lazy_slot_t* s = &g_slots[id];
+  if (s->real && !s->detached) {
+    tpu_device_free_unused(s->real);
+    s->real = NULL;
+    if (s->state == TPU_LAZY_LIVE && !s->reserved) {
+      tpu_status_free(tpu_device_reserve(s->device, s->bytes, true));
+      s->reserved = true;
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
 void tpu_lazy_lock(void) { pthread_mutex_lock(&g_mu); }
 void tpu_lazy_unlock(void) { pthread_mutex_unlock(&g_mu); }
 
@@ -109,22 +135,48 @@ void* tpu_lazy_resolve(const void* p) {
   return real ? (char*)real + (((uintptr_t)p - g_base) & (SPAN - 1)) : NULL;
 }
 
+/* The allocation runs without g_mu: when memory is short the allocator
+ * drains the device, which flushes the trace, and a flush takes g_mu. The
+ * slot cannot be released meanwhile: the caller holds its tensor, or is the
+ * flush of a trace that names it. */
 tpu_status_t tpu_lazy_realize(const void* p, void** out) {
   int id = tpu_lazy_slot_of(p);
   if (id < 0) {
     *out = (void*)p;
     return TPU_OK;
   }
+  const uintptr_t offset = ((uintptr_t)p - g_base) & (SPAN - 1);
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
-  if (!s->real) {
-    tpu_status_t st = tpu_device_malloc(s->device, s->bytes, &s->real);
-    if (st) {
-      pthread_mutex_unlock(&g_mu);
-      return st;
-    }
+  if (s->state == TPU_LAZY_FREE) {
+    pthread_mutex_unlock(&g_mu);
+    return TPU_ERR(INTERNAL, "placeholder %p names a released buffer", p);
   }
-  *out = (char*)s->real + (((uintptr_t)p - g_base) & (SPAN - 1));
+  if (s->real) {
+    *out = (char*)s->real + offset;
+    pthread_mutex_unlock(&g_mu);
+    return TPU_OK;
+  }
+  const bool reserved = s->reserved; /* this call takes the reservation */
+  const int device = s->device;
+  const size_t bytes = s->bytes;
+  s->reserved = false;
+  pthread_mutex_unlock(&g_mu);
+  void* mem = NULL;
+  tpu_status_t st = reserved ? tpu_device_malloc_reserved(device, bytes, &mem)
+                             : tpu_device_malloc(device, bytes, &mem);
+  pthread_mutex_lock(&g_mu);
+  if (st) {
+    if (reserved) { /* the allocator kept it: give it back to the slot */
+      if (s->state == TPU_LAZY_LIVE && !s->real && !s->reserved) s->reserved = true;
+      else tpu_device_unreserve(device, bytes);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return st;
+  }
+  if (s->real) tpu_device_free_unused(mem); /* another thread backed it meanwhile */
+  else s->real = mem;
+  *out = (char*)s->real + offset;
   pthread_mutex_unlock(&g_mu);
   return TPU_OK;
 }

@@ -8,10 +8,14 @@
  *      memory, a live placeholder, or a placeholder a kept node reads later;
  *   3. fusion planning (targets/host/fuse.c): chains of elementwise nodes
  *      become one kernel, their dead intermediates never get memory;
- *   4. backing: live placeholders get device memory; dead ones a kept node
- *      still needs get graph-scoped temporaries, allocated and freed in node
- *      order so that temporaries with disjoint lifetimes share blocks;
+ *   4. backing in node order: live placeholders get device memory at their
+ *      first use (turning their reservation into memory); dead ones a kept
+ *      node still needs get graph-scoped temporaries, allocated and freed in
+ *      node order so that temporaries with disjoint lifetimes share blocks;
  *   5. the graph is queued on the stream as one unit of work.
+ * A flush that fails before step 5 (out of memory) runs nothing and loses
+ * nothing: the kept nodes go back into the trace and what it backed is
+ * released, so the same flush succeeds once memory has been freed.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -23,6 +27,16 @@
 #include "exec/graph.h"
 #include "exec/internal.h"
 
+/* Ownership: one trace per device, shared by every thread that traces on it.
+ * `mu` is held across a whole append and a whole flush (planning, backing,
+ * queueing, releasing dead placeholders and deferred frees), so program
+ * order is the order of appends, a flush by any thread takes everything
+ * traced before it (also other threads' ops on shared tensors), and the
+ * placeholders' in_trace flags and the allocator's deferred frees always
+ * belong to the one trace that is pending. `length` stays non-zero until the
+ * flushed graph is queued: frees of memory the graph names are deferred. A
+ * flush re-entered on the flushing thread (the allocator drains the device
+ * when memory runs short) has nothing to do and returns at once. */
 typedef struct {
   pthread_mutex_t mu;
   tpu_call_t** nodes;
@@ -30,6 +44,8 @@ typedef struct {
   tpu_stream_t* stream;
   _Atomic int length;
   _Atomic uint64_t epoch;
+  _Atomic bool held;
+  pthread_t owner; /* valid while held */
   tpu_repeat_t repeat;
 } trace_t;
 
@@ -75,44 +91,64 @@ static void mark_in_trace(void* ctx, tpu_tensor_t* t, bool write) {
   if (id >= 0) tpu_lazy_slot(id)->in_trace = true;
 }
 
+static bool held_by_me(trace_t* tr) {
+  return atomic_load(&tr->held) && pthread_equal(tr->owner, pthread_self());
+}
+
+static void trace_lock(trace_t* tr) {
+  pthread_mutex_lock(&tr->mu);
+  tr->owner = pthread_self();
+  atomic_store(&tr->held, true);
+}
+
+static void trace_unlock(trace_t* tr) {
+  atomic_store(&tr->held, false);
+  pthread_mutex_unlock(&tr->mu);
+}
+
+static tpu_status_t flush_locked(trace_t* tr, int device);
+
 tpu_status_t tpu_trace_append(tpu_stream_t* s, const tpu_call_t* call) {
-  trace_t* tr = trace_of(tpu_stream_device(s));
-  if (!tr) return TPU_ERR(INVALID_ARGUMENT, "trace: no device %d", tpu_stream_device(s));
-  if (atomic_load(&tr->length) && tr->stream != s) /* one stream per graph */
-    TPU_RETURN_IF_ERROR(tpu_trace_flush(tpu_stream_device(s)));
+  const int device = tpu_stream_device(s);
+  trace_t* tr = trace_of(device);
+  if (!tr) return TPU_ERR(INVALID_ARGUMENT, "trace: no device %d", device);
+  if (held_by_me(tr)) return TPU_ERR(INTERNAL, "%s: traced while its device's trace is flushing",
+                                     call->op->name);
   tpu_call_t* c = tpu_call_clone(call);
   if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory tracing the op", call->op->name);
-  tpu_status_t st = tpu_call_resolve_lazy(c, false);
+  trace_lock(tr);
+  tpu_status_t st = TPU_OK;
+  if (tr->n && tr->stream != s) st = flush_locked(tr, device); /* one stream per graph */
+  if (!st) st = tpu_call_resolve_lazy(c, false);
+  if (!st && tr->n == tr->cap) {
+    int cap = tr->cap ? 2 * tr->cap : 256;
+    tpu_call_t** nodes = realloc(tr->nodes, sizeof(*nodes) * (size_t)cap);
+    if (nodes) {
+      tr->nodes = nodes;
+      tr->cap = cap;
+    } else {
+      st = TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory tracing the op", call->op->name);
+    }
+  }
   if (st) {
+    trace_unlock(tr);
     free(c);
     return st;
   }
   tpu_lazy_lock();
   tpu_call_visit_tensors(c, mark_in_trace, NULL);
   tpu_lazy_unlock();
-  pthread_mutex_lock(&tr->mu);
-  if (tr->n == tr->cap) {
-    int cap = tr->cap ? 2 * tr->cap : 256;
-    tpu_call_t** nodes = realloc(tr->nodes, sizeof(*nodes) * (size_t)cap);
-    if (!nodes) {
-      pthread_mutex_unlock(&tr->mu);
-      free(c);
-      return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory tracing the op", call->op->name);
-    }
-    tr->nodes = nodes;
-    tr->cap = cap;
-  }
   tr->nodes[tr->n++] = c;
   tr->stream = s;
   atomic_store(&tr->length, tr->n);
   const bool whole = atomic_load(&g_whole_graph) > 0;
   const bool cut = !whole && g_repeat_on && tpu_repeat_observe(&tr->repeat, c->op->name);
   const bool full = !whole && tr->n >= g_max_nodes;
-  pthread_mutex_unlock(&tr->mu);
   atomic_fetch_add(&g_stats.nodes, 1);
   if (cut) atomic_fetch_add(&g_stats.repeat_cuts, 1);
-  if (cut || full) return tpu_trace_flush(tpu_stream_device(s));
-  return TPU_OK;
+  if (cut || full) st = flush_locked(tr, device);
+  trace_unlock(tr);
+  return st;
 }
 
 /* ---- flush ---- */
@@ -120,6 +156,7 @@ typedef struct {
   int slot;
   int first, last; /* kept nodes that name it */
   bool live, observed, backed, temp, freed, fused_only;
+  bool realized; /* backed by this flush (undone if it fails) */
   void* real;
 } entry_t;
 
@@ -197,39 +234,57 @@ static int temp_event_cmp(const void* a, const void* b) {
   return x->entry - y->entry;
 }
 
-static void free_nodes(tpu_call_t** nodes, int n) {
-  for (int i = 0; i < n; i++) free(nodes[i]);
-  free(nodes);
-}
-
 tpu_status_t tpu_trace_flush(int device) {
   trace_t* tr = trace_of(device);
   if (!tr || !atomic_load(&tr->length)) return TPU_OK;
-  pthread_mutex_lock(&tr->mu);
+  if (held_by_me(tr)) return TPU_OK; /* re-entered from this flush: its nodes are taken */
+  trace_lock(tr);
+  tpu_status_t st = flush_locked(tr, device);
+  trace_unlock(tr);
+  return st;
+}
+
+/* Undoes a flush that failed before its graph was queued: the kept nodes go
+ * back into the trace unchanged (they still name placeholders), what this
+ * flush backed is unbacked again, dead placeholders and deferred frees stay
+ * as they were. Nothing ran, so a later flush (after the caller freed
+ * memory) computes the same values. */
+static void restore_trace(trace_t* tr, tpu_call_t** nodes, int n, int cap, entries_t* es) {
+  for (int k = 0; es->e && k < es->n; k++) {
+    entry_t* e = &es->e[k];
+    if (e->realized) tpu_lazy_unrealize(e->slot);
+  }
+  tr->nodes = nodes;
+  tr->n = n;
+  tr->cap = cap;
+  atomic_store(&tr->length, n);
+}
+
+static tpu_status_t flush_locked(trace_t* tr, int device) {
+  if (!tr->n) return TPU_OK;
   tpu_call_t** nodes = tr->nodes;
-  const int n = tr->n;
+  const int n = tr->n, cap = tr->cap;
   tpu_stream_t* s = tr->stream;
   tr->nodes = NULL;
-  tr->n = tr->cap = 0;
-  atomic_store(&tr->length, 0);
+  tr->n = tr->cap = 0; /* length stays n until the graph is queued */
   tpu_repeat_reset_window(&tr->repeat);
-  pthread_mutex_unlock(&tr->mu);
-  if (!n) return TPU_OK;
   atomic_fetch_add(&g_stats.flushes, 1);
 
   tpu_status_t st = TPU_OK;
   entries_t es = {0};
   es.index = calloc(TPU_LAZY_SLOTS, sizeof(int));
   bool* needed = calloc((size_t)n, sizeof(bool));
+  int m = n; /* nodes still held in `nodes` */
+  tpu_graph_t g = {nodes, 0, device, NULL, NULL};
   if (!es.index || !needed) {
     st = TPU_ERR(RESOURCE_EXHAUSTED, "trace flush: out of host memory");
-    goto out;
+    goto failed;
   }
   walk_t w = {&es, 0, false, false, 0};
   for (int i = 0; i < n; i++) tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
   if (w.oom) {
     st = TPU_ERR(RESOURCE_EXHAUSTED, "trace flush: out of host memory");
-    goto out;
+    goto failed;
   }
   /* 1. liveness */
   tpu_lazy_lock();
@@ -257,7 +312,7 @@ tpu_status_t tpu_trace_flush(int device) {
   }
   atomic_fetch_add(&g_stats.dropped, n - kept);
   /* compact the kept nodes */
-  int m = 0;
+  m = 0;
   for (int i = 0; i < n; i++) {
     if (needed[i]) nodes[m++] = nodes[i];
     else free(nodes[i]);
@@ -268,9 +323,9 @@ tpu_status_t tpu_trace_flush(int device) {
     tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
   }
   /* 3. fusion plan: entries only fused kernels touch need no memory */
-  tpu_graph_t g = {nodes, m, device, NULL, NULL};
+  g.n = m;
   st = tpu_graph_plan(&g);
-  if (st) goto out_nodes;
+  if (st) goto failed;
   /* a fused group runs its members' work at its trigger node: their
    * buffers must be held from there to their last use */
   for (int i = 0; i < m; i++) {
@@ -286,31 +341,30 @@ tpu_status_t tpu_trace_flush(int device) {
     if (!e->live && !e->backed && tpu_graph_is_internal(&g, tpu_lazy_slot_base(e->slot)))
       e->fused_only = true;
   }
-  /* 4. backing */
-  for (int k = 0; k < es.n && !st; k++) {
-    entry_t* e = &es.e[k];
-    if (e->first < 0 || e->backed || e->fused_only) continue;
-    if (e->live) {
-      st = tpu_lazy_realize(tpu_lazy_slot_base(e->slot), &e->real);
-    }
-  }
-  /* temporaries in node order, each freed after its last use: events sorted
-   * by (node, allocation before free, entry) */
+  /* 4. backing in node order, as eager execution would allocate: a live
+   * placeholder gets its memory at its first use and keeps it; a dead one a
+   * kept node needs gets a temporary from its first to its last use. Events
+   * sorted by (node, allocation before free, entry). */
   int nev = 0;
   temp_event_t* ev = malloc(sizeof(temp_event_t) * (size_t)(2 * es.n + 1));
   if (!ev && !st) st = TPU_ERR(RESOURCE_EXHAUSTED, "trace flush: out of host memory");
   for (int k = 0; k < es.n && ev; k++) {
     const entry_t* e = &es.e[k];
-    if (e->first < 0 || e->live || e->backed || e->fused_only) continue;
+    if (e->first < 0 || e->backed || e->fused_only) continue;
     ev[nev++] = (temp_event_t){e->first, 0, k};
-    ev[nev++] = (temp_event_t){e->last, 1, k};
+    if (!e->live) ev[nev++] = (temp_event_t){e->last, 1, k};
   }
   if (ev) qsort(ev, (size_t)nev, sizeof *ev, temp_event_cmp);
   for (int q = 0; q < nev && !st; q++) {
     entry_t* e = &es.e[ev[q].entry];
-    if (ev[q].is_free) {
-      tpu_device_free(device, e->real);
+    if (ev[q].is_free) { /* graph-scoped: a later temporary may reuse the block */
+      tpu_device_free_unused(e->real);
       e->freed = true;
+      continue;
+    }
+    if (e->live) {
+      st = tpu_lazy_realize(tpu_lazy_slot_base(e->slot), &e->real);
+      e->realized = !st;
       continue;
     }
     tpu_lazy_lock();
@@ -333,8 +387,8 @@ tpu_status_t tpu_trace_flush(int device) {
   if (st) {
     /* a failed plan runs nothing: free what was taken */
     for (int k = 0; k < es.n; k++)
-      if (es.e[k].temp && !es.e[k].freed) tpu_device_free(device, es.e[k].real);
-    goto out_nodes;
+      if (es.e[k].temp && !es.e[k].freed) tpu_device_free_unused(es.e[k].real);
+    goto failed;
   }
   /* for the printer: which outputs outlive the graph */
   if (tpu_graph_dumping()) {
@@ -354,20 +408,21 @@ tpu_status_t tpu_trace_flush(int device) {
   atomic_fetch_add(&g_stats.fused, tpu_graph_fused_nodes(&g));
   atomic_fetch_add(&g_stats.reduction_groups, tpu_graph_reduction_groups(&g));
   atomic_fetch_add(&g_stats.epilogue_groups, tpu_graph_epilogue_groups(&g));
-  st = tpu_graph_enqueue(&g, s); /* takes the nodes */
-  nodes = NULL;
-  m = 0;
-out_nodes:
-  if (nodes) free_nodes(nodes, m);
-  nodes = NULL;
-out:
-  if (nodes) free_nodes(nodes, n);
+  st = tpu_graph_enqueue(&g, s); /* takes the nodes, also when it fails */
+  atomic_store(&tr->length, 0);
   for (int k = 0; k < es.n; k++) tpu_lazy_release_dead(es.e[k].slot);
   free(es.e);
   free(es.index);
   free(needed);
   tpu_device_release_deferred(device); /* queued after the graph: safe to reuse */
   atomic_fetch_add(&tr->epoch, 1);
+  return st;
+failed:
+  tpu_fusion_plan_free(g.plan);
+  restore_trace(tr, nodes, m, cap, &es);
+  free(es.e);
+  free(es.index);
+  free(needed);
   return st;
 }
 

@@ -54,6 +54,18 @@ void swap_placeholders(c10::DeviceIndex d, bool force = false);
 // Host address of a tpu tensor's first element, backing a placeholder if
 // needed (call after synchronizing).
 void* host_data_ptr(const at::Tensor& t);
+// A scope in which the calling thread reads storages' data pointers, which
+// may be placeholders, and hands them to the runtime (building and
+// submitting a call). While any thread is inside one, swap_placeholders on
+// other threads does nothing (it would release placeholders that thread may
+// still name); nested scopes cost a thread-local counter.
+class PlaceholderUse {
+ public:
+  PlaceholderUse();
+  ~PlaceholderUse();
+  PlaceholderUse(const PlaceholderUse&) = delete;
+  PlaceholderUse& operator=(const PlaceholderUse&) = delete;
+};
 
 // The per-device default generator and its (seed, offset) reservation for a
 // random op that consumes `counters` Philox blocks.

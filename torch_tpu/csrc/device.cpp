@@ -11,6 +11,7 @@
 #include <atomic>
 #include <mutex>
 #include <random>
+#include <shared_mutex>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -101,13 +102,32 @@ void note_pending(const at::Tensor& t) {
 
 void lazy_deleter(void* p) { tpu_lazy_free(p); }
 c10::DeleterFnPtr raw_device_deleter();
+
+// Readers (PlaceholderUse scopes) share it; a swap takes it alone, without
+// waiting: a thread that waited here could hold the GIL that a reader needs.
+std::shared_mutex g_swap_mu;
+thread_local int t_use_depth = 0;
 }  // namespace
+
+PlaceholderUse::PlaceholderUse() {
+  if (t_use_depth++ == 0) g_swap_mu.lock_shared();
+}
+
+PlaceholderUse::~PlaceholderUse() {
+  if (--t_use_depth == 0) g_swap_mu.unlock_shared();
+}
 
 void swap_placeholders(c10::DeviceIndex d, bool force) {
   if (d < 0 || d >= kMaxLazyDevices) return;
   LazyDevice& L = g_lazy[d];
   const uint64_t epoch = tpu_trace_epoch(d);
   if (!force && epoch == L.epoch.load(std::memory_order_relaxed)) return;  // the common case
+  // Another thread (or this one, in an outer scope) may be building a call
+  // from placeholder addresses: swapping now would release them under it.
+  // The storages stay pending and a later call swaps them.
+  if (t_use_depth > 0) return;
+  std::unique_lock<std::shared_mutex> excl(g_swap_mu, std::try_to_lock);
+  if (!excl.owns_lock()) return;
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> list;
   {
     std::lock_guard<std::mutex> g(L.mu);
@@ -214,6 +234,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     // Device-to-device copy of raw bytes, ordered after queued work.
+    PlaceholderUse use;
     synchronize_device(current_device());
     void *d = nullptr, *s = nullptr;
     check(tpu_lazy_realize(dest, &d));
@@ -521,6 +542,7 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     // Reallocate and carry over the old bytes (ordered after queued work).
+    PlaceholderUse use;
     auto* impl = storage.unsafeGetStorageImpl();
     const size_t old = impl->nbytes();
     c10::DeviceGuard guard(impl->device());

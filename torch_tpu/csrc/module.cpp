@@ -158,6 +158,27 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     for (int d = 0; d < tpu_device_count(); d++) swap_placeholders(d, true);
   });
+  // The calling thread's override (None: follow the process-wide mode);
+  // returns the previous override.
+  m.def("set_thread_eager_mode", [](std::optional<std::string> mode) -> std::optional<std::string> {
+    ensure_runtime();
+    static const char* names[] = {"strict", "debug", "defer_and_fuse"};
+    int m = -1;
+    if (mode) {
+      for (int i = 0; i < 3; i++)
+        if (*mode == names[i]) m = i;
+      if (m < 0)
+        throw py::value_error("unknown eager mode '" + *mode +
+                              "': expected 'strict', 'debug' or 'defer_and_fuse'");
+      if (m == TPU_MODE_DEBUG)
+        for (int d = 0; d < tpu_device_count(); d++) synchronize_device(d);
+    }
+    int prev = -1;
+    check(tpu_set_thread_eager_mode(m, &prev));
+    for (int d = 0; d < tpu_device_count(); d++) swap_placeholders(d, true);
+    if (prev < 0) return std::nullopt;
+    return std::string(names[prev]);
+  });
   m.def("set_matmul_precision", [](const std::string& p) {
     if (p == "medium") tpu_set_matmul_precision(TPU_PRECISION_MEDIUM);
     else if (p == "high") tpu_set_matmul_precision(TPU_PRECISION_HIGH);

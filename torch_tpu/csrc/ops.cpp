@@ -1032,6 +1032,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   check_args(op, info, args, nargs);
   if (info.mutated_args) check_overlaps(info, args, nargs);
   swap_placeholders(dev);
+  PlaceholderUse use;  // to_desc below may read placeholders
   if (info.is_repeat_interleave && nargs >= 2 && args[0].isTensor() && args[1].isNone())
     args[1] = args[0].toTensor().sum().item<int64_t>();  // data-dependent: synchronizes
 
@@ -1215,6 +1216,7 @@ void submit_tensor_call(const char* name, std::initializer_list<at::Tensor> args
                         const at::Tensor& out) {
   const tpu_op_t* rt = tpu_op_lookup(name);
   TORCH_CHECK(rt, "tpu runtime has no ", name, " kernel");
+  PlaceholderUse use;
   tpu_tensor_t descs[4], od;
   tpu_arg_t a[4];
   TORCH_CHECK(args.size() <= 4, "submit_tensor_call: too many arguments");
@@ -1242,6 +1244,7 @@ void submit_tensor_call(const char* name, std::initializer_list<at::Tensor> args
 // nonzero's output size depends on the data: wait for the input, count on the
 // host, then queue the kernel that writes the indices.
 int64_t count_nonzero_host(const at::Tensor& self) {
+  PlaceholderUse use;
   synchronize_device(self.device().index());
   tpu_tensor_t d;
   to_desc(self, &d);
@@ -1435,6 +1438,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
   if (dst.numel() == 0) return dst;
   ensure_runtime();
+  PlaceholderUse use;
   const bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
   at::Tensor src = self;
   if (src.sizes() != dst.sizes()) src = src.expand(dst.sizes());

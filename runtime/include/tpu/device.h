@@ -26,9 +26,17 @@ typedef enum tpu_eager_mode {
 tpu_status_t tpu_runtime_init(void) TPU_MUST_USE;
 bool tpu_runtime_is_initialized(void);
 int tpu_device_count(void);
+/* The calling thread's mode: its override if it set one, else the
+ * process-wide mode. */
 tpu_eager_mode_t tpu_get_eager_mode(void);
-/* Leaving DeferAndFuse flushes every device's trace first. */
+/* Sets the process-wide mode and clears the calling thread's override.
+ * Leaving DeferAndFuse flushes every device's trace first. */
 tpu_status_t tpu_set_eager_mode(tpu_eager_mode_t mode) TPU_MUST_USE;
+/* Sets (mode >= 0) or clears (-1) the calling thread's override; stores the
+ * previous override (-1: none) in *previous when not NULL. Other threads keep
+ * their modes; all threads share each device's trace, so ops of threads not
+ * deferring first flush what deferring threads traced (program order). */
+tpu_status_t tpu_set_thread_eager_mode(int mode, int* previous) TPU_MUST_USE;
 
 /* The float32 matmul precision that the bridge records in each call
  * (process-wide; TPU_PRECISION_MEDIUM until set). */
