@@ -139,6 +139,14 @@ tpu_status_t tpu_stream_new(int device, int64_t id, tpu_stream_t** out) {
 }
 
 int64_t tpu_stream_id(const tpu_stream_t* s) { return s->id; }
+
+uint64_t tpu_stream_submitted_count(tpu_stream_t* s) {
+  return atomic_load_explicit(&s->submitted, memory_order_acquire);
+}
+bool tpu_stream_reached(tpu_stream_t* s, uint64_t target) {
+  return atomic_load_explicit(&s->completed, memory_order_acquire) >= target;
+}
+void tpu_stream_wait_reached(tpu_stream_t* s, uint64_t target) { wait_count(s, target); }
 int tpu_stream_device(const tpu_stream_t* s) { return s->device; }
 
 static void push_work(tpu_stream_t* s, tpu_work_t* w) {
@@ -515,6 +523,18 @@ tpu_status_t tpu_stream_wait_event(tpu_stream_t* s, tpu_event_t* e) {
   w->s = es;
   w->target = t;
   return tpu_stream_enqueue(s, "stream_wait_event", wait_fn, w, free);
+}
+
+tpu_status_t tpu_stream_wait_stream(tpu_stream_t* waiter, tpu_stream_t* s) {
+  if (waiter == s) return TPU_OK;
+  TPU_RETURN_IF_ERROR(flush_before(s));
+  const uint64_t target = atomic_load(&s->submitted);
+  if (atomic_load(&s->completed) >= target) return TPU_OK;
+  wait_t* w = malloc(sizeof(*w));
+  if (!w) return TPU_ERR(RESOURCE_EXHAUSTED, "stream wait: out of host memory");
+  w->s = s;
+  w->target = target;
+  return tpu_stream_enqueue(waiter, "stream_wait_stream", wait_fn, w, free);
 }
 
 double tpu_event_elapsed_seconds(tpu_event_t* a, tpu_event_t* b) {

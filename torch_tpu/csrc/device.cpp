@@ -36,6 +36,9 @@ void throw_status(tpu_status_t st) {
 }
 
 void ensure_runtime() {
+  // A child forked after the runtime started: refuse, as CUDA does. Checked
+  // on every call, since the child inherits the parent's "started" state.
+  if (tpu_runtime_in_bad_fork()) check(tpu_runtime_init());
   static std::once_flag once;
   static tpu_status_t err = TPU_OK;
   std::call_once(once, [] { err = tpu_runtime_init(); });
@@ -206,7 +209,9 @@ class TpuAllocator final : public c10::DeviceAllocator {
     ensure_runtime();
     const c10::DeviceIndex d = current_device();
     void* p = nullptr;
-    check(tpu_device_malloc(d, nbytes, &p));
+    // for the thread's current stream: the block may be reused while that
+    // stream still has queued work on its previous life (stream order)
+    check(tpu_device_malloc_on(current_stream(d), nbytes, &p));
     return {p, p, &TpuAllocator::deleter, c10::Device(kTpu, d)};
   }
 
@@ -228,12 +233,10 @@ class TpuAllocator final : public c10::DeviceAllocator {
     for (int d = 0; d < tpu_device_count(); d++) tpu_device_empty_cache(d);
   }
 
-  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
-    if (!ptr.get() || stream.id() == 0) return;
-    std::lock_guard<std::mutex> g(record_mu_);
-    recorded_[ptr.get()].push_back({stream.device_index(), stream.id()});
-    has_recorded_.store(true);
-  }
+  // Nothing to record: the runtime fences a freed block on every stream that
+  // still has queued work (stream-ordered lifetime, tpu/device.h), which is
+  // what record_stream asks for, for every stream at once.
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
 
   DeviceStats getDeviceStats(c10::DeviceIndex d) override {
     ensure_runtime();
@@ -275,33 +278,11 @@ class TpuAllocator final : public c10::DeviceAllocator {
     return {(size_t)(s.capacity_bytes - s.reserved_bytes), (size_t)s.capacity_bytes};
   }
 
-  // Blocks used on side streams (record_stream) wait for those streams
-  // before their memory returns to the cache.
   static void deleter(void* p) {
-    if (!p) return;
-    if (instance().has_recorded_.load()) instance().wait_recorded(p);
-    tpu_device_free(-1, p);
+    if (p) tpu_device_free(-1, p);
   }
 
   static TpuAllocator& instance();
-
- private:
-  void wait_recorded(void* p) {
-    std::vector<std::pair<c10::DeviceIndex, int64_t>> streams;
-    {
-      std::lock_guard<std::mutex> g(record_mu_);
-      auto it = recorded_.find(p);
-      if (it == recorded_.end()) return;
-      streams = std::move(it->second);
-      recorded_.erase(it);
-    }
-    for (auto& [d, id] : streams)
-      if (tpu_stream_t* s = tpu_stream_get(d, id)) tpu_status_free(tpu_stream_synchronize(s));
-  }
-
-  std::mutex record_mu_;
-  std::unordered_map<void*, std::vector<std::pair<c10::DeviceIndex, int64_t>>> recorded_;
-  std::atomic<bool> has_recorded_{false};
 };
 
 TpuAllocator g_allocator;
