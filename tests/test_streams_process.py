@@ -11,7 +11,8 @@ import torch
 
 import torch_tpu  # noqa: F401
 
-from conftest import ROOT
+# the children import the torch_tpu this process imported
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(torch_tpu.__file__)))
 
 MODES = ["strict", "debug", "defer_and_fuse"]
 
@@ -22,7 +23,7 @@ def run_script(tmp_path, code, env=None, timeout=240, name="script.py"):
     path = tmp_path / name
     path.write_text(textwrap.dedent(code))
     e = dict(os.environ)
-    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    e["PYTHONPATH"] = PKG_ROOT + os.pathsep + e.get("PYTHONPATH", "")
     e.update(env or {})
     try:
         return subprocess.run([sys.executable, str(path)], capture_output=True, text=True,

@@ -148,9 +148,13 @@ static void cache_push(tpu_allocator_t* a, tpu_block_header_t* h) {
   while (b && b->size != h->size) b = b->next;
   if (!b) {
     b = calloc(1, sizeof(*b));
-    if (!b) { /* cannot cache: release to the system */
+    if (!b) { /* cannot cache: release to the system after its fences */
       a->stats.reserved_bytes -= (int64_t)h->size;
       a->stats.num_device_free++;
+      for (int i = 0; i < h->nfences; i++)
+        tpu_stream_wait_reached(h->fences[i].stream, h->fences[i].target);
+      fences_clear(h);
+      h->magic = 0;
       free(h);
       return;
     }

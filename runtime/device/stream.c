@@ -435,6 +435,9 @@ tpu_status_t tpu_event_create(tpu_event_t** out) {
 
 void tpu_event_destroy(tpu_event_t* e) {
   if (!e) return;
+  /* a forked child has no workers: the marker never runs there, and nothing
+   * reads the event either, so it is left as it is */
+  if (tpu_runtime_in_bad_fork()) return;
   if (e->stream) tpu_event_synchronize(e); /* markers may still point at it */
   free(e);
 }
