@@ -83,6 +83,7 @@ static void release_locked(int id) {
 void tpu_lazy_free(void* base) {
   int id = tpu_lazy_slot_of(base);
   if (id < 0) return;
+  if (tpu_runtime_in_bad_fork()) return; /* a forked child: g_mu may be held */
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
   if (s->state == TPU_LAZY_LIVE) {
@@ -109,7 +110,9 @@ void* tpu_lazy_resolve(const void* p) {
   return real ? (char*)real + (((uintptr_t)p - g_base) & (SPAN - 1)) : NULL;
 }
 
-tpu_status_t tpu_lazy_realize(const void* p, void** out) {
+tpu_status_t tpu_lazy_realize(const void* p, void** out) { return tpu_lazy_realize_on(p, NULL, out); }
+
+tpu_status_t tpu_lazy_realize_on(const void* p, tpu_stream_t* stream, void** out) {
   int id = tpu_lazy_slot_of(p);
   if (id < 0) {
     *out = (void*)p;
@@ -118,7 +121,9 @@ tpu_status_t tpu_lazy_realize(const void* p, void** out) {
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
   if (!s->real) {
-    tpu_status_t st = tpu_device_malloc(s->device, s->bytes, &s->real);
+    tpu_status_t st = stream && tpu_stream_device(stream) == s->device
+                          ? tpu_device_malloc_on(stream, s->bytes, &s->real)
+                          : tpu_device_malloc(s->device, s->bytes, &s->real);
     if (st) {
       pthread_mutex_unlock(&g_mu);
       return st;

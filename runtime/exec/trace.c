@@ -291,7 +291,7 @@ tpu_status_t tpu_trace_flush(int device) {
     entry_t* e = &es.e[k];
     if (e->first < 0 || e->backed || e->fused_only) continue;
     if (e->live) {
-      st = tpu_lazy_realize(tpu_lazy_slot_base(e->slot), &e->real);
+      st = tpu_lazy_realize_on(tpu_lazy_slot_base(e->slot), s, &e->real);
     }
   }
   /* temporaries in node order, each freed after its last use: events sorted
@@ -316,7 +316,7 @@ tpu_status_t tpu_trace_flush(int device) {
     tpu_lazy_lock();
     size_t bytes = tpu_lazy_slot(e->slot)->bytes;
     tpu_lazy_unlock();
-    st = tpu_device_malloc(device, bytes, &e->real);
+    st = tpu_device_malloc_on(s, bytes, &e->real); /* for the graph's stream */
     if (!st) {
       e->temp = true;
       atomic_fetch_add(&g_stats.temps, 1);

@@ -281,12 +281,9 @@ class TpuAllocator final : public c10::DeviceAllocator {
   static void deleter(void* p) {
     if (p) tpu_device_free(-1, p);
   }
-
-  static TpuAllocator& instance();
 };
 
 TpuAllocator g_allocator;
-TpuAllocator& TpuAllocator::instance() { return g_allocator; }
 
 }  // namespace
 
