@@ -535,5 +535,6 @@ def test_pin_memory():
     x = torch.arange(10.0)
     p = x.pin_memory()
     assert p.device.type == "cpu"
+    assert p.is_pinned() and p[2:].is_pinned() and not x.is_pinned()
     assert torch.equal(p, x)
     assert torch.equal(p.to("tpu", non_blocking=True).cpu(), x)

@@ -2,6 +2,7 @@
 // PrivateUse1 hooks and the per-device Philox generator.
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -9,6 +10,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <random>
 #include <unordered_map>
@@ -471,6 +473,50 @@ void reserve_random(const std::optional<at::Generator>& gen, c10::DeviceIndex d,
 
 namespace {
 
+// Pinned host memory (Tensor.pin_memory(), DataLoader(pin_memory=True)). On
+// the host target device memory is host memory, so any host buffer is as
+// good as pinned; the blocks are ordinary CPU memory, remembered so that
+// is_pinned() answers true for them, as it does for CUDA's pinned memory.
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* p = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> g(mu_);
+      blocks_[reinterpret_cast<uintptr_t>(p)] = nbytes;
+    }
+    return {p, p, &PinnedAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &PinnedAllocator::deleter; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    if (count) std::memcpy(dest, src, count);
+  }
+  bool contains(const void* ptr) {
+    const auto a = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = blocks_.upper_bound(a);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+  static void deleter(void* p);
+
+ private:
+  std::mutex mu_;
+  std::map<uintptr_t, size_t> blocks_;
+};
+
+PinnedAllocator g_pinned;
+
+void PinnedAllocator::deleter(void* p) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> g(g_pinned.mu_);
+    g_pinned.blocks_.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  c10::free_cpu(p);
+}
+
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return tpu_device_count() > 0; }
@@ -482,8 +528,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     int d = tpu_device_of_ptr(data);
     return at::Device(kTpu, d >= 0 ? d : current_device());
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* p) const override { return p && g_pinned.contains(p); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   void init() const override { ensure_runtime(); }
   c10::DeviceIndex deviceCount() const override { return (c10::DeviceIndex)tpu_device_count(); }
