@@ -37,7 +37,9 @@ def _lazy_init() -> None:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a process forked after the tpu runtime started (there, any tpu
+    work raises "Cannot re-initialize TPU in forked subprocess")."""
+    return _C._is_in_bad_fork()
 
 
 def device_count() -> int:

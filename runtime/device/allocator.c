@@ -6,6 +6,8 @@
  * records its size and owner. The capacity bounds reserved bytes (live plus
  * cached); when a request does not fit, the device's streams are drained and
  * the cache released before giving up with RESOURCE_EXHAUSTED.
+ *
+ * Reuse is stream-ordered (see block_fence below and tpu/device.h).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -16,7 +18,15 @@
 #include "tpu/trace.h"
 
 #define TPU_BLOCK_MAGIC 0x7470754d454d0001ull
-#define TPU_HEADER 64 /* keeps user pointers 64-byte aligned */
+#define TPU_HEADER 128 /* keeps user pointers 64-byte aligned */
+
+/* A stream's queue position that a freed block waits for. */
+typedef struct tpu_fence {
+  tpu_stream_t* stream;
+  uint64_t target;
+} tpu_fence_t;
+
+#define TPU_INLINE_FENCES 4
 
 typedef struct tpu_block_header {
   uint64_t magic;
@@ -24,13 +34,75 @@ typedef struct tpu_block_header {
   int32_t device;
   int32_t live;
   struct tpu_block_header* next_free;
+  int32_t nfences; /* fences still to pass before reuse on another stream */
+  int32_t fence_cap;
+  tpu_fence_t* fences; /* inline_fences or a malloc'd array */
+  tpu_fence_t inline_fences[TPU_INLINE_FENCES];
 } tpu_block_header_t;
+
+_Static_assert(sizeof(tpu_block_header_t) <= TPU_HEADER, "block header outgrew TPU_HEADER");
 
 struct tpu_size_bin {
   size_t size;
   tpu_block_header_t* head;
   struct tpu_size_bin* next;
 };
+
+/* Stream-ordered lifetime. Work queued before a free may still read or
+ * write the block on any stream of any device (a cross-device copy runs on
+ * the target's stream). So a freed block remembers, for every stream with
+ * work in flight, the queue position reached at the free; before the block
+ * serves a request for stream X it must see every other stream pass its
+ * position. Work on X itself is ordered after the free by X's queue. */
+static void fences_clear(tpu_block_header_t* h) {
+  if (h->fences && h->fences != h->inline_fences) free(h->fences);
+  h->fences = h->inline_fences;
+  h->fence_cap = TPU_INLINE_FENCES;
+  h->nfences = 0;
+}
+
+static void fence_add(tpu_block_header_t* h, tpu_stream_t* s, uint64_t target) {
+  if (h->nfences == h->fence_cap) {
+    int cap = 2 * h->fence_cap;
+    tpu_fence_t* f = malloc(sizeof(tpu_fence_t) * (size_t)cap);
+    if (!f) { /* no room to remember it: wait for the stream now */
+      tpu_stream_wait_reached(s, target);
+      return;
+    }
+    memcpy(f, h->fences, sizeof(tpu_fence_t) * (size_t)h->nfences);
+    if (h->fences != h->inline_fences) free(h->fences);
+    h->fences = f;
+    h->fence_cap = cap;
+  }
+  h->fences[h->nfences++] = (tpu_fence_t){s, target};
+}
+
+/* Fences h on each stream that has queued work now. */
+static void block_fence(tpu_block_header_t* h) {
+  fences_clear(h);
+  const int n = tpu_stream_registry_count();
+  for (int i = 0; i < n; i++) {
+    tpu_stream_t* s = tpu_stream_registry_at(i);
+    if (!s) continue;
+    uint64_t target = tpu_stream_submitted_count(s);
+    if (!tpu_stream_reached(s, target)) fence_add(h, s, target);
+  }
+}
+
+/* Whether h may serve work on stream `user` (NULL: any stream); drops the
+ * fences that have passed. */
+static bool block_ready(tpu_block_header_t* h, const tpu_stream_t* user) {
+  bool ready = true;
+  int k = 0;
+  for (int i = 0; i < h->nfences; i++) {
+    tpu_fence_t f = h->fences[i];
+    if (tpu_stream_reached(f.stream, f.target)) continue;
+    h->fences[k++] = f;
+    if (f.stream != user) ready = false;
+  }
+  h->nfences = k;
+  return ready;
+}
 
 void tpu_allocator_init(tpu_allocator_t* a, size_t capacity) {
   memset(a, 0, sizeof(*a));
@@ -49,13 +121,23 @@ static tpu_size_bin_t** bin_slot(tpu_allocator_t* a, size_t size) {
   return &a->bins[(h >> 20) & 1023];
 }
 
-static tpu_block_header_t* cache_pop(tpu_allocator_t* a, size_t size) {
+/* Blocks of a bin looked at for one request: the newest first, which are
+ * usually fenced only on the requesting stream itself. */
+#define TPU_READY_SCAN 16
+
+static tpu_block_header_t* cache_pop(tpu_allocator_t* a, size_t size, const tpu_stream_t* user) {
   for (tpu_size_bin_t* b = *bin_slot(a, size); b; b = b->next) {
-    if (b->size == size && b->head) {
-      tpu_block_header_t* h = b->head;
-      b->head = h->next_free;
-      return h;
+    if (b->size != size) continue;
+    tpu_block_header_t** link = &b->head;
+    for (int n = 0; *link && n < TPU_READY_SCAN; n++) {
+      tpu_block_header_t* h = *link;
+      if (block_ready(h, user)) {
+        *link = h->next_free;
+        return h;
+      }
+      link = &h->next_free;
     }
+    return NULL;
   }
   return NULL;
 }
@@ -66,9 +148,13 @@ static void cache_push(tpu_allocator_t* a, tpu_block_header_t* h) {
   while (b && b->size != h->size) b = b->next;
   if (!b) {
     b = calloc(1, sizeof(*b));
-    if (!b) { /* cannot cache: release to the system */
+    if (!b) { /* cannot cache: release to the system after its fences */
       a->stats.reserved_bytes -= (int64_t)h->size;
       a->stats.num_device_free++;
+      for (int i = 0; i < h->nfences; i++)
+        tpu_stream_wait_reached(h->fences[i].stream, h->fences[i].target);
+      fences_clear(h);
+      h->magic = 0;
       free(h);
       return;
     }
@@ -80,7 +166,9 @@ static void cache_push(tpu_allocator_t* a, tpu_block_header_t* h) {
   b->head = h;
 }
 
-static void release_cache_locked(tpu_allocator_t* a) {
+/* Takes every cached block out of the bins (under a->mu). */
+static tpu_block_header_t* cache_take_all_locked(tpu_allocator_t* a) {
+  tpu_block_header_t* list = NULL;
   for (int i = 0; i < 1024; i++) {
     for (tpu_size_bin_t* b = a->bins[i]; b; b = b->next) {
       while (b->head) {
@@ -88,11 +176,33 @@ static void release_cache_locked(tpu_allocator_t* a) {
         b->head = h->next_free;
         a->stats.reserved_bytes -= (int64_t)h->size;
         a->stats.num_device_free++;
-        h->magic = 0;
-        free(h);
+        h->next_free = list;
+        list = h;
       }
     }
   }
+  return list;
+}
+
+/* Returns the blocks to the system once queued work that may still use
+ * them (on any device's streams) has run. Called without a->mu. */
+static void blocks_release(tpu_block_header_t* list) {
+  while (list) {
+    tpu_block_header_t* h = list;
+    list = h->next_free;
+    for (int i = 0; i < h->nfences; i++)
+      tpu_stream_wait_reached(h->fences[i].stream, h->fences[i].target);
+    fences_clear(h);
+    h->magic = 0;
+    free(h);
+  }
+}
+
+static void release_cache(tpu_allocator_t* a) {
+  pthread_mutex_lock(&a->mu);
+  tpu_block_header_t* list = cache_take_all_locked(a);
+  pthread_mutex_unlock(&a->mu);
+  blocks_release(list);
 }
 
 static void note_alloc(tpu_allocator_t* a, size_t size) {
@@ -153,21 +263,18 @@ void tpu_device_unreserve(int device, size_t bytes) {
   pthread_mutex_unlock(&d->alloc.mu);
 }
 
-static tpu_status_t malloc_impl(int device, size_t bytes, bool reserved, void** out_ptr);
-
-tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) {
-  return malloc_impl(device, bytes, false, out_ptr);
-}
-
-tpu_status_t tpu_device_malloc_reserved(int device, size_t bytes, void** out_ptr) {
-  return malloc_impl(device, bytes, true, out_ptr);
-}
-
-static tpu_status_t malloc_impl(int device, size_t bytes, bool reserved, void** out_ptr) {
+/* `user`: the stream the block is for (it may reuse blocks whose fences on
+ * other streams have passed); `reserved`: the block replaces a reservation
+ * made by tpu_device_reserve. */
+static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t bytes,
+                                bool reserved, void** out_ptr) {
   *out_ptr = NULL;
   tpu_device_state_t* d = tpu_device_state(device);
   if (!d) return TPU_ERR(INVALID_ARGUMENT, "device malloc: no device %d", device);
   if (bytes == 0) return TPU_OK;
+  if (tpu_runtime_in_bad_fork())
+    return TPU_ERR(INTERNAL, "device malloc: the tpu runtime is unusable in a "
+                   "process forked after it started; use the 'spawn' start method");
   tpu_allocator_t* a = &d->alloc;
   size_t size = round_size(bytes);
   if (size < bytes || size > ((size_t)1 << 60))
@@ -176,16 +283,18 @@ static tpu_status_t malloc_impl(int device, size_t bytes, bool reserved, void** 
                    "device capacity (capacity %zu bytes)", device, bytes, a->capacity);
   pthread_mutex_lock(&a->mu);
   if (reserved) reservation_remove(a, size, false); /* the block takes the reservation's place */
-  tpu_block_header_t* h = cache_pop(a, size);
+  tpu_block_header_t* h = cache_pop(a, size, user);
   if (h) {
     a->stats.num_cache_hits++;
   } else {
     if ((size_t)a->stats.reserved_bytes + size > a->capacity) {
-      /* Drain the streams so cached blocks are truly idle, then free them. */
+      /* Let the streams drain so cached blocks are truly idle, then free
+       * them (their errors stay for the next synchronization). */
       pthread_mutex_unlock(&a->mu);
-      tpu_status_free(tpu_device_synchronize(device));
+      tpu_status_free(tpu_trace_flush(device));
+      tpu_device_wait_idle(device);
+      release_cache(a);
       pthread_mutex_lock(&a->mu);
-      release_cache_locked(a);
     }
     if ((size_t)a->stats.reserved_bytes + size > a->capacity) {
       a->stats.num_ooms++;
@@ -215,6 +324,9 @@ static tpu_status_t malloc_impl(int device, size_t bytes, bool reserved, void** 
     if (huge) madvise(mem, size + TPU_HEADER, MADV_HUGEPAGE); /* advice only: errors ignored */
 #endif
     h = mem;
+    h->fences = h->inline_fences;
+    h->fence_cap = TPU_INLINE_FENCES;
+    h->nfences = 0;
     h->magic = TPU_BLOCK_MAGIC;
     h->size = size;
     h->device = device;
@@ -223,6 +335,7 @@ static tpu_status_t malloc_impl(int device, size_t bytes, bool reserved, void** 
   }
   h->live = 1;
   h->next_free = NULL;
+  fences_clear(h);
   note_alloc(a, size);
   pthread_mutex_unlock(&a->mu);
   *out_ptr = (char*)h + TPU_HEADER;
@@ -230,6 +343,22 @@ static tpu_status_t malloc_impl(int device, size_t bytes, bool reserved, void** 
 }
 
 static void free_impl(void* ptr, bool may_defer);
+
+tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) {
+  return malloc_impl(device, tpu_stream_get(device, 0), bytes, false, out_ptr);
+}
+
+tpu_status_t tpu_device_malloc_on(tpu_stream_t* s, size_t bytes, void** out_ptr) {
+  *out_ptr = NULL;
+  if (!s) return TPU_ERR(INVALID_ARGUMENT, "device malloc: no stream");
+  return malloc_impl(tpu_stream_device(s), s, bytes, false, out_ptr);
+}
+
+tpu_status_t tpu_device_malloc_reserved(int device, tpu_stream_t* s, size_t bytes,
+                                        void** out_ptr) {
+  if (!s || tpu_stream_device(s) != device) s = tpu_stream_get(device, 0);
+  return malloc_impl(device, s, bytes, true, out_ptr);
+}
 
 void tpu_device_free(int device, void* ptr) {
   (void)device;
@@ -243,6 +372,7 @@ static void free_impl(void* ptr, bool may_defer) {
   tpu_block_header_t* h = (tpu_block_header_t*)((char*)ptr - TPU_HEADER);
   tpu_device_state_t* d = tpu_device_state(h->device);
   if (!d || h->magic != TPU_BLOCK_MAGIC || !h->live) return; /* not ours: ignore */
+  if (tpu_runtime_in_bad_fork()) return; /* a parent's block: its lock may be held */
   tpu_allocator_t* a = &d->alloc;
   pthread_mutex_lock(&a->mu);
   h->live = 0;
@@ -266,6 +396,7 @@ static void free_impl(void* ptr, bool may_defer) {
     }
     /* no room to defer: the pending trace is flushed before reuse below */
   }
+  block_fence(h);
   cache_push(a, h);
   pthread_mutex_unlock(&a->mu);
 }
@@ -275,7 +406,12 @@ void tpu_device_release_deferred(int device) {
   if (!d) return;
   tpu_allocator_t* a = &d->alloc;
   pthread_mutex_lock(&a->mu);
-  for (int i = 0; i < a->ndeferred; i++) cache_push(a, (tpu_block_header_t*)a->deferred[i]);
+  /* the trace that may use them is queued now: fence them behind it */
+  for (int i = 0; i < a->ndeferred; i++) {
+    tpu_block_header_t* h = a->deferred[i];
+    block_fence(h);
+    cache_push(a, h);
+  }
   a->ndeferred = 0;
   pthread_mutex_unlock(&a->mu);
 }
@@ -283,10 +419,9 @@ void tpu_device_release_deferred(int device) {
 void tpu_device_empty_cache(int device) {
   tpu_device_state_t* d = tpu_device_state(device);
   if (!d) return;
-  tpu_status_free(tpu_device_synchronize(device));
-  pthread_mutex_lock(&d->alloc.mu);
-  release_cache_locked(&d->alloc);
-  pthread_mutex_unlock(&d->alloc.mu);
+  tpu_status_free(tpu_trace_flush(device));
+  tpu_device_wait_idle(device);
+  release_cache(&d->alloc);
 }
 
 void tpu_device_memory_stats(int device, tpu_memory_stats_t* out) {

@@ -16,6 +16,40 @@ static int g_ndevices;
 static tpu_device_state_t* g_devices;
 static _Atomic int g_mode = TPU_MODE_STRICT;
 static _Atomic int g_initialized;
+static _Atomic int g_started;  /* init began: worker threads may exist */
+static _Atomic int g_bad_fork; /* this process was forked after g_started */
+
+/* Every stream started, of all devices, for the allocator's fences. */
+#define TPU_REGISTRY_MAX (TPU_MAX_DEVICES * TPU_MAX_STREAMS)
+static tpu_stream_t* _Atomic g_registry[TPU_REGISTRY_MAX];
+static _Atomic int g_nregistry;
+static pthread_mutex_t g_registry_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void stream_register(tpu_stream_t* s) {
+  pthread_mutex_lock(&g_registry_mu);
+  int n = atomic_load(&g_nregistry);
+  if (n < TPU_REGISTRY_MAX) {
+    atomic_store(&g_registry[n], s);
+    atomic_store(&g_nregistry, n + 1);
+  }
+  pthread_mutex_unlock(&g_registry_mu);
+}
+
+int tpu_stream_registry_count(void) { return atomic_load(&g_nregistry); }
+tpu_stream_t* tpu_stream_registry_at(int i) { return atomic_load(&g_registry[i]); }
+
+/* fork(): the child has none of the parent's threads (stream workers, the
+ * kernel pool), and a lock another thread held at the fork stays held. Like
+ * CUDA, a child of a started runtime refuses to use it; the parent and a
+ * child forked before the start are unaffected. */
+static void on_fork_child(void) {
+  if (atomic_load(&g_started)) atomic_store(&g_bad_fork, 1);
+}
+
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_register(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+bool tpu_runtime_in_bad_fork(void) { return atomic_load_explicit(&g_bad_fork, memory_order_relaxed) != 0; }
 
 int64_t tpu_env_int(const char* name, int64_t dflt) {
   const char* v = getenv(name);
@@ -36,6 +70,8 @@ static bool env_flag(const char* name) {
 }
 
 static void runtime_init_once(void) {
+  pthread_once(&g_atfork_once, atfork_register);
+  atomic_store(&g_started, 1);
   int64_t n = tpu_env_int("TORCH_TPU_HOST_DEVICES", 1);
   if (n < 1 || n > TPU_MAX_DEVICES) {
     g_init_status = TPU_ERR(INVALID_ARGUMENT,
@@ -75,13 +111,20 @@ static void runtime_init_once(void) {
       g_init_status = st;
       return;
     }
-    g_devices[i].streams[0] = s;
-    g_devices[i].nstreams = 1;
+    atomic_store(&g_devices[i].streams[0], s);
+    stream_register(s);
   }
   g_initialized = 1;
 }
 
+#define TPU_BAD_FORK_MESSAGE                                                          \
+  "Cannot re-initialize TPU in forked subprocess. To use TPU with multiprocessing, " \
+  "you must use the 'spawn' start method (the tpu runtime had started in the "     \
+  "parent process before fork, and its worker threads do not exist in the child)"
+
 tpu_status_t tpu_runtime_init(void) {
+  if (tpu_runtime_in_bad_fork()) return TPU_ERR(INTERNAL, TPU_BAD_FORK_MESSAGE);
+  pthread_once(&g_atfork_once, atfork_register);
   pthread_once(&g_once, runtime_init_once);
   if (g_init_status)
     return TPU_ERR(INTERNAL, "TorchTPU runtime failed to start: %s",
@@ -92,6 +135,7 @@ tpu_status_t tpu_runtime_init(void) {
 bool tpu_runtime_is_initialized(void) { return g_initialized != 0; }
 
 int tpu_device_count(void) {
+  if (tpu_runtime_in_bad_fork()) return g_ndevices; /* as the parent saw it */
   tpu_status_t st = tpu_runtime_init();
   if (st) {
     tpu_status_free(st);
@@ -144,31 +188,30 @@ tpu_status_t tpu_set_thread_eager_mode(int mode, int* previous) {
 
 tpu_stream_t* tpu_stream_get(int device, int64_t id) {
   tpu_device_state_t* d = tpu_device_state(device);
-  if (!d || id < 0) return NULL;
-  pthread_mutex_lock(&d->streams_mu);
-  tpu_stream_t* s = id < d->nstreams ? d->streams[id] : NULL;
-  pthread_mutex_unlock(&d->streams_mu);
-  return s;
+  if (!d || id < 0 || id >= TPU_MAX_STREAMS) return NULL;
+  return atomic_load_explicit(&d->streams[id], memory_order_acquire);
 }
 
 tpu_status_t tpu_stream_create(int device, int64_t* out_id) {
   tpu_device_state_t* d = tpu_device_state(device);
   if (!d) return TPU_ERR(INVALID_ARGUMENT, "stream create: no device %d", device);
-  pthread_mutex_lock(&d->streams_mu);
-  if (d->nstreams >= TPU_MAX_STREAMS) {
-    pthread_mutex_unlock(&d->streams_mu);
-    return TPU_ERR(RESOURCE_EXHAUSTED, "stream create: device %d already has %d streams",
-                   device, TPU_MAX_STREAMS);
-  }
-  int64_t id = d->nstreams;
-  tpu_stream_t* s = NULL;
-  tpu_status_t st = tpu_stream_new(device, id, &s);
-  if (!st) {
-    d->streams[id] = s;
-    d->nstreams++;
+  const int64_t id = 1 + (int64_t)(atomic_fetch_add(&d->next_pool, 1u) % TPU_STREAM_POOL);
+  if (atomic_load_explicit(&d->streams[id], memory_order_acquire)) {
     *out_id = id;
+    return TPU_OK;
+  }
+  pthread_mutex_lock(&d->streams_mu);
+  tpu_status_t st = TPU_OK;
+  if (!atomic_load(&d->streams[id])) {
+    tpu_stream_t* s = NULL;
+    st = tpu_stream_new(device, id, &s);
+    if (!st) {
+      atomic_store_explicit(&d->streams[id], s, memory_order_release);
+      stream_register(s);
+    }
   }
   pthread_mutex_unlock(&d->streams_mu);
+  if (!st) *out_id = id;
   return st;
 }
 
@@ -176,13 +219,21 @@ tpu_status_t tpu_device_synchronize(int device) {
   tpu_device_state_t* d = tpu_device_state(device);
   if (!d) return TPU_ERR(INVALID_ARGUMENT, "synchronize: no device %d", device);
   tpu_status_t first = tpu_trace_flush(device);
-  pthread_mutex_lock(&d->streams_mu);
-  int n = d->nstreams;
-  pthread_mutex_unlock(&d->streams_mu);
-  for (int i = 0; i < n; i++) {
-    tpu_status_t st = tpu_stream_synchronize(d->streams[i]);
+  for (int i = 0; i < TPU_MAX_STREAMS; i++) {
+    tpu_stream_t* s = atomic_load(&d->streams[i]);
+    if (!s) continue;
+    tpu_status_t st = tpu_stream_synchronize(s);
     if (st && !first) first = st;
     else tpu_status_free(st);
   }
   return first;
+}
+
+void tpu_device_wait_idle(int device) {
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) return;
+  for (int i = 0; i < TPU_MAX_STREAMS; i++) {
+    tpu_stream_t* s = atomic_load(&d->streams[i]);
+    if (s) tpu_stream_wait_reached(s, tpu_stream_submitted_count(s));
+  }
 }

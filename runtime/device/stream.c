@@ -139,6 +139,14 @@ tpu_status_t tpu_stream_new(int device, int64_t id, tpu_stream_t** out) {
 }
 
 int64_t tpu_stream_id(const tpu_stream_t* s) { return s->id; }
+
+uint64_t tpu_stream_submitted_count(tpu_stream_t* s) {
+  return atomic_load_explicit(&s->submitted, memory_order_acquire);
+}
+bool tpu_stream_reached(tpu_stream_t* s, uint64_t target) {
+  return atomic_load_explicit(&s->completed, memory_order_acquire) >= target;
+}
+void tpu_stream_wait_reached(tpu_stream_t* s, uint64_t target) { wait_count(s, target); }
 int tpu_stream_device(const tpu_stream_t* s) { return s->device; }
 
 static void push_work(tpu_stream_t* s, tpu_work_t* w) {
@@ -242,6 +250,7 @@ void tpu_call_visit_tensors(tpu_call_t* c, void (*fn)(void*, tpu_tensor_t*, bool
 
 typedef struct {
   bool realize;
+  tpu_stream_t* stream; /* where the call will run (NULL: default stream) */
   tpu_status_t st;
 } resolve_ctx_t;
 
@@ -249,14 +258,18 @@ static void resolve_one(void* ctx, tpu_tensor_t* t, bool write) {
   resolve_ctx_t* r = ctx;
   if (r->st || !tpu_is_lazy(t->data)) return;
   void* real = tpu_lazy_resolve(t->data);
-  if (!real && r->realize) r->st = tpu_lazy_realize(t->data, &real);
+  if (!real && r->realize) r->st = tpu_lazy_realize_on(t->data, r->stream, &real);
   if (real) t->data = real;
 }
 
-tpu_status_t tpu_call_resolve_lazy(tpu_call_t* call, bool realize) {
-  resolve_ctx_t r = {realize, TPU_OK};
+static tpu_status_t call_resolve_lazy_on(tpu_call_t* call, bool realize, tpu_stream_t* s) {
+  resolve_ctx_t r = {realize, s, TPU_OK};
   tpu_call_visit_tensors(call, resolve_one, &r);
   return r.st;
+}
+
+tpu_status_t tpu_call_resolve_lazy(tpu_call_t* call, bool realize) {
+  return call_resolve_lazy_on(call, realize, NULL);
 }
 
 static void find_lazy(void* ctx, tpu_tensor_t* t, bool write) {
@@ -331,7 +344,7 @@ tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
     TPU_RETURN_IF_ERROR(flush_before(s));
     tpu_call_t* c = tpu_call_clone(call);
     if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "out of host memory queueing an op");
-    tpu_status_t st = tpu_call_resolve_lazy(c, true);
+    tpu_status_t st = call_resolve_lazy_on(c, true, s);
     if (!st) st = tpu_stream_submit(s, c);
     free(c);
     return st;
@@ -411,8 +424,11 @@ bool tpu_stream_query(tpu_stream_t* s) {
 }
 
 /* ---- events ---- */
+/* An event is freed by the last of its owner and its pending markers, so
+ * destroying a recorded event does not wait for the stream. */
 struct tpu_event {
   pthread_mutex_t mu;
+  _Atomic int refs; /* the owner + markers still queued */
   tpu_stream_t* stream;
   uint64_t target; /* stream's completed count that marks the event */
   double time;     /* completion time of the marker */
@@ -423,14 +439,24 @@ tpu_status_t tpu_event_create(tpu_event_t** out) {
   tpu_event_t* e = calloc(1, sizeof(*e));
   if (!e) return TPU_ERR(RESOURCE_EXHAUSTED, "event create: out of host memory");
   pthread_mutex_init(&e->mu, NULL);
+  atomic_store(&e->refs, 1);
   *out = e;
   return TPU_OK;
 }
 
+static void event_unref(tpu_event_t* e) {
+  if (atomic_fetch_sub(&e->refs, 1) == 1) {
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+  }
+}
+
 void tpu_event_destroy(tpu_event_t* e) {
   if (!e) return;
-  if (e->stream) tpu_event_synchronize(e); /* markers may still point at it */
-  free(e);
+  /* a forked child has no workers: its markers never run, so the event is
+   * left as it is */
+  if (tpu_runtime_in_bad_fork()) return;
+  event_unref(e);
 }
 
 typedef struct {
@@ -446,10 +472,22 @@ static tpu_status_t marker_fn(void* ctx) {
   return TPU_OK;
 }
 
+static void marker_free(void* ctx) {
+  marker_t* m = ctx;
+  event_unref(m->e);
+  free(m);
+}
+
 tpu_status_t tpu_event_record(tpu_event_t* e, tpu_stream_t* s) {
   TPU_RETURN_IF_ERROR(flush_before(s));
   marker_t* m = malloc(sizeof(*m));
-  if (!m) return TPU_ERR(RESOURCE_EXHAUSTED, "event record: out of host memory");
+  tpu_work_t* w = calloc(1, sizeof(tpu_work_t));
+  if (!m || !w) {
+    free(m);
+    free(w);
+    return TPU_ERR(RESOURCE_EXHAUSTED, "event record: out of host memory");
+  }
+  atomic_fetch_add(&e->refs, 1); /* the marker's */
   pthread_mutex_lock(&s->mu); /* target must equal the marker's position */
   pthread_mutex_lock(&e->mu);
   e->stream = s;
@@ -458,17 +496,11 @@ tpu_status_t tpu_event_record(tpu_event_t* e, tpu_stream_t* s) {
   m->e = e;
   m->target = e->target;
   pthread_mutex_unlock(&e->mu);
-  tpu_work_t* w = calloc(1, sizeof(tpu_work_t));
-  if (!w) {
-    pthread_mutex_unlock(&s->mu);
-    free(m);
-    return TPU_ERR(RESOURCE_EXHAUSTED, "event record: out of host memory");
-  }
   w->kind = WORK_FN;
   w->what = "event_record";
   w->fn = marker_fn;
   w->ctx = m;
-  w->destroy = free;
+  w->destroy = marker_free;
   if (s->tail) s->tail->next = w;
   else s->head = w;
   s->tail = w;
@@ -519,6 +551,18 @@ tpu_status_t tpu_stream_wait_event(tpu_stream_t* s, tpu_event_t* e) {
   return tpu_stream_enqueue(s, "stream_wait_event", wait_fn, w, free);
 }
 
+tpu_status_t tpu_stream_wait_stream(tpu_stream_t* waiter, tpu_stream_t* s) {
+  if (waiter == s) return TPU_OK;
+  TPU_RETURN_IF_ERROR(flush_before(s));
+  const uint64_t target = atomic_load(&s->submitted);
+  if (atomic_load(&s->completed) >= target) return TPU_OK;
+  wait_t* w = malloc(sizeof(*w));
+  if (!w) return TPU_ERR(RESOURCE_EXHAUSTED, "stream wait: out of host memory");
+  w->s = s;
+  w->target = target;
+  return tpu_stream_enqueue(waiter, "stream_wait_stream", wait_fn, w, free);
+}
+
 double tpu_event_elapsed_seconds(tpu_event_t* a, tpu_event_t* b) {
   tpu_event_synchronize(a);
   tpu_event_synchronize(b);
@@ -541,7 +585,7 @@ static tpu_status_t h2d_fn(void* ctx) {
 tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return TPU_OK;
   TPU_RETURN_IF_ERROR(flush_before(s));
-  TPU_RETURN_IF_ERROR(tpu_lazy_realize(dst, &dst));
+  TPU_RETURN_IF_ERROR(tpu_lazy_realize_on(dst, s, &dst));
   h2d_t* c = malloc(sizeof(h2d_t) + bytes);
   if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "copy to tpu: cannot stage %zu bytes", bytes);
   c->dst = dst;

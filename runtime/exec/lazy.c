@@ -91,6 +91,7 @@ static void release_locked(int id) {
 void tpu_lazy_free(void* base) {
   int id = tpu_lazy_slot_of(base);
   if (id < 0) return;
+  if (tpu_runtime_in_bad_fork()) return; /* a forked child: g_mu may be held */
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
   if (s->state == TPU_LAZY_LIVE) {
@@ -139,7 +140,9 @@ void* tpu_lazy_resolve(const void* p) {
  * drains the device, which flushes the trace, and a flush takes g_mu. The
  * slot cannot be released meanwhile: the caller holds its tensor, or is the
  * flush of a trace that names it. */
-tpu_status_t tpu_lazy_realize(const void* p, void** out) {
+tpu_status_t tpu_lazy_realize(const void* p, void** out) { return tpu_lazy_realize_on(p, NULL, out); }
+
+tpu_status_t tpu_lazy_realize_on(const void* p, tpu_stream_t* stream, void** out) {
   int id = tpu_lazy_slot_of(p);
   if (id < 0) {
     *out = (void*)p;
@@ -163,8 +166,10 @@ tpu_status_t tpu_lazy_realize(const void* p, void** out) {
   s->reserved = false;
   pthread_mutex_unlock(&g_mu);
   void* mem = NULL;
-  tpu_status_t st = reserved ? tpu_device_malloc_reserved(device, bytes, &mem)
-                             : tpu_device_malloc(device, bytes, &mem);
+  const bool own_stream = stream && tpu_stream_device(stream) == device;
+  tpu_status_t st = reserved    ? tpu_device_malloc_reserved(device, stream, bytes, &mem)
+                    : own_stream ? tpu_device_malloc_on(stream, bytes, &mem)
+                                 : tpu_device_malloc(device, bytes, &mem);
   pthread_mutex_lock(&g_mu);
   if (st) {
     if (reserved) { /* the allocator kept it: give it back to the slot */

@@ -363,14 +363,14 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
       continue;
     }
     if (e->live) {
-      st = tpu_lazy_realize(tpu_lazy_slot_base(e->slot), &e->real);
+      st = tpu_lazy_realize_on(tpu_lazy_slot_base(e->slot), s, &e->real); /* graph's stream */
       e->realized = !st;
       continue;
     }
     tpu_lazy_lock();
     size_t bytes = tpu_lazy_slot(e->slot)->bytes;
     tpu_lazy_unlock();
-    st = tpu_device_malloc(device, bytes, &e->real);
+    st = tpu_device_malloc_on(s, bytes, &e->real); /* for the graph's stream */
     if (!st) {
       e->temp = true;
       atomic_fetch_add(&g_stats.temps, 1);

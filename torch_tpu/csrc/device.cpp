@@ -2,6 +2,7 @@
 // PrivateUse1 hooks and the per-device Philox generator.
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -9,6 +10,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <random>
 #include <shared_mutex>
@@ -37,6 +39,9 @@ void throw_status(tpu_status_t st) {
 }
 
 void ensure_runtime() {
+  // A child forked after the runtime started: refuse, as CUDA does. Checked
+  // on every call, since the child inherits the parent's "started" state.
+  if (tpu_runtime_in_bad_fork()) check(tpu_runtime_init());
   static std::once_flag once;
   static tpu_status_t err = TPU_OK;
   std::call_once(once, [] { err = tpu_runtime_init(); });
@@ -226,7 +231,9 @@ class TpuAllocator final : public c10::DeviceAllocator {
     ensure_runtime();
     const c10::DeviceIndex d = current_device();
     void* p = nullptr;
-    check(tpu_device_malloc(d, nbytes, &p));
+    // for the thread's current stream: the block may be reused while that
+    // stream still has queued work on its previous life (stream order)
+    check(tpu_device_malloc_on(current_stream(d), nbytes, &p));
     return {p, p, &TpuAllocator::deleter, c10::Device(kTpu, d)};
   }
 
@@ -249,12 +256,10 @@ class TpuAllocator final : public c10::DeviceAllocator {
     for (int d = 0; d < tpu_device_count(); d++) tpu_device_empty_cache(d);
   }
 
-  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
-    if (!ptr.get() || stream.id() == 0) return;
-    std::lock_guard<std::mutex> g(record_mu_);
-    recorded_[ptr.get()].push_back({stream.device_index(), stream.id()});
-    has_recorded_.store(true);
-  }
+  // Nothing to record: the runtime fences a freed block on every stream that
+  // still has queued work (stream-ordered lifetime, tpu/device.h), which is
+  // what record_stream asks for, for every stream at once.
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
 
   DeviceStats getDeviceStats(c10::DeviceIndex d) override {
     ensure_runtime();
@@ -296,37 +301,12 @@ class TpuAllocator final : public c10::DeviceAllocator {
     return {(size_t)(s.capacity_bytes - s.reserved_bytes), (size_t)s.capacity_bytes};
   }
 
-  // Blocks used on side streams (record_stream) wait for those streams
-  // before their memory returns to the cache.
   static void deleter(void* p) {
-    if (!p) return;
-    if (instance().has_recorded_.load()) instance().wait_recorded(p);
-    tpu_device_free(-1, p);
+    if (p) tpu_device_free(-1, p);
   }
-
-  static TpuAllocator& instance();
-
- private:
-  void wait_recorded(void* p) {
-    std::vector<std::pair<c10::DeviceIndex, int64_t>> streams;
-    {
-      std::lock_guard<std::mutex> g(record_mu_);
-      auto it = recorded_.find(p);
-      if (it == recorded_.end()) return;
-      streams = std::move(it->second);
-      recorded_.erase(it);
-    }
-    for (auto& [d, id] : streams)
-      if (tpu_stream_t* s = tpu_stream_get(d, id)) tpu_status_free(tpu_stream_synchronize(s));
-  }
-
-  std::mutex record_mu_;
-  std::unordered_map<void*, std::vector<std::pair<c10::DeviceIndex, int64_t>>> recorded_;
-  std::atomic<bool> has_recorded_{false};
 };
 
 TpuAllocator g_allocator;
-TpuAllocator& TpuAllocator::instance() { return g_allocator; }
 
 }  // namespace
 
@@ -514,6 +494,50 @@ void reserve_random(const std::optional<at::Generator>& gen, c10::DeviceIndex d,
 
 namespace {
 
+// Pinned host memory (Tensor.pin_memory(), DataLoader(pin_memory=True)). On
+// the host target device memory is host memory, so any host buffer is as
+// good as pinned; the blocks are ordinary CPU memory, remembered so that
+// is_pinned() answers true for them, as it does for CUDA's pinned memory.
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* p = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> g(mu_);
+      blocks_[reinterpret_cast<uintptr_t>(p)] = nbytes;
+    }
+    return {p, p, &PinnedAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &PinnedAllocator::deleter; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    if (count) std::memcpy(dest, src, count);
+  }
+  bool contains(const void* ptr) {
+    const auto a = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = blocks_.upper_bound(a);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+  static void deleter(void* p);
+
+ private:
+  std::mutex mu_;
+  std::map<uintptr_t, size_t> blocks_;
+};
+
+PinnedAllocator g_pinned;
+
+void PinnedAllocator::deleter(void* p) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> g(g_pinned.mu_);
+    g_pinned.blocks_.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  c10::free_cpu(p);
+}
+
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return tpu_device_count() > 0; }
@@ -525,8 +549,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     int d = tpu_device_of_ptr(data);
     return at::Device(kTpu, d >= 0 ? d : current_device());
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* p) const override { return p && g_pinned.contains(p); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   void init() const override { ensure_runtime(); }
   c10::DeviceIndex deviceCount() const override { return (c10::DeviceIndex)tpu_device_count(); }

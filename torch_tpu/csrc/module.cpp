@@ -40,7 +40,9 @@ py::dict memory_stats(int device) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "TorchTPU native bridge";
   m.def("_init", &ensure_runtime);
-  m.def("is_initialized", [] { return tpu_runtime_is_initialized(); });
+  m.def("is_initialized",
+        [] { return tpu_runtime_is_initialized() && !tpu_runtime_in_bad_fork(); });
+  m.def("_is_in_bad_fork", [] { return tpu_runtime_in_bad_fork(); });
   m.def("device_count", [] { return tpu_device_count(); });
   m.def("current_device", [] { return (int)current_device(); });
   m.def("set_device", [](int d) { set_current_device((c10::DeviceIndex)d); });

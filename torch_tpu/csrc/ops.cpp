@@ -1443,12 +1443,19 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::Tensor src = self;
   if (src.sizes() != dst.sizes()) src = src.expand(dst.sizes());
   if (src_tpu && dst_tpu) {
-    if (self.device() != dst.device()) {
-      // Across chips: wait for the source chip, then copy on the target's stream.
-      synchronize_device(self.device().index());
-    }
+    const bool across = self.device() != dst.device();
+    // Across chips: wait for the source chip, then copy on the target's stream.
+    if (across) synchronize_device(self.device().index());
     c10::DeviceGuard guard(dst.device());
     submit_tensor_call("copy", {dst, src}, dst);  // copy(self, src) writes src into out
+    if (across) {
+      // ... and order later work of the source chip's current stream after
+      // the copy (as CUDA does), so an in-place write to the source cannot
+      // overtake the queued read. Freeing the source is covered by the
+      // allocator's stream-ordered fences.
+      const auto sd = self.device().index();
+      check(tpu_stream_wait_stream(current_stream(sd), current_stream(dst.device().index())));
+    }
     return dst;
   }
   if (dst_tpu) {  // host -> device

@@ -2,8 +2,13 @@
  *
  * Each virtual chip owns a capacity of device memory behind a caching
  * allocator, and streams. A stream is an in-order queue run by one worker
- * thread. Memory is stream-ordered: a block freed by the host may be handed
- * to later work on the same stream at once.
+ * thread. Memory is stream-ordered: when a block is freed, it is fenced on
+ * every stream (of any device) that still has queued work, since that work
+ * may read or write it; the block is handed out again only for work on a
+ * stream whose fence it may ignore (a stream runs its queue in order) once
+ * the fences of all other streams have passed. No record_stream is needed
+ * for correctness; a tensor allocated for one stream and used on another
+ * still needs the usual wait_stream/event before that use, as in CUDA.
  */
 #ifndef TPU_DEVICE_H_
 #define TPU_DEVICE_H_
@@ -25,6 +30,12 @@ typedef enum tpu_eager_mode {
  * Idempotent, thread-safe. */
 tpu_status_t tpu_runtime_init(void) TPU_MUST_USE;
 bool tpu_runtime_is_initialized(void);
+/* True in a process forked from one whose runtime had started: the worker
+ * threads do not exist there and the runtime's locks may be held, so
+ * tpu_runtime_init fails ("Cannot re-initialize TPU in forked subprocess")
+ * and frees of inherited blocks do nothing. A fork before the runtime started
+ * leaves the child free to start its own. */
+bool tpu_runtime_in_bad_fork(void);
 int tpu_device_count(void);
 /* The calling thread's mode: its override if it set one, else the
  * process-wide mode. */
@@ -54,11 +65,17 @@ typedef struct tpu_memory_stats {
   int64_t capacity_bytes;
 } tpu_memory_stats_t;
 
-/* Allocates `bytes` of device memory. bytes == 0 gives *out_ptr == NULL.
+/* Allocates `bytes` of device memory for work on the device's default
+ * stream. bytes == 0 gives *out_ptr == NULL.
  * Fails with TPU_CODE_RESOURCE_EXHAUSTED, naming requested, allocated and
  * capacity bytes, when the device is full even after freeing its cache. */
 tpu_status_t tpu_device_malloc(int device, size_t bytes, void** out_ptr) TPU_MUST_USE;
-/* Returns a block to the device's cache. NULL is ignored. */
+/* The same for work queued on stream s (of s's device): a cached block may
+ * be reused while s itself still has queued work that used it. */
+typedef struct tpu_stream tpu_stream_t;
+tpu_status_t tpu_device_malloc_on(tpu_stream_t* s, size_t bytes, void** out_ptr) TPU_MUST_USE;
+/* Returns a block to the device's cache, fenced on the streams that still
+ * have queued work (see above). NULL is ignored. */
 void tpu_device_free(int device, void* ptr);
 /* Waits for the device's streams, then releases cached blocks. */
 void tpu_device_empty_cache(int device);
@@ -69,11 +86,12 @@ void tpu_device_reset_accumulated_stats(int device);
 int tpu_device_of_ptr(const void* ptr);
 
 /* ---- streams ---- */
-typedef struct tpu_stream tpu_stream_t;
 
 /* Stream `id` of `device`; id 0 is the default stream. NULL if no such. */
 tpu_stream_t* tpu_stream_get(int device, int64_t id);
-/* Creates a new stream with its own worker; *out_id names it. */
+/* Hands out a stream of the device's pool of TPU_STREAM_POOL (32) worker
+ * streams, round-robin, starting its worker on first use; *out_id names it.
+ * Never fails for lack of streams: later calls share pool streams. */
 tpu_status_t tpu_stream_create(int device, int64_t* out_id) TPU_MUST_USE;
 int64_t tpu_stream_id(const tpu_stream_t* s);
 int tpu_stream_device(const tpu_stream_t* s);
@@ -103,6 +121,9 @@ void tpu_event_destroy(tpu_event_t* e);
 tpu_status_t tpu_event_record(tpu_event_t* e, tpu_stream_t* s) TPU_MUST_USE;
 /* Makes s wait (on its worker) until e completes. */
 tpu_status_t tpu_stream_wait_event(tpu_stream_t* s, tpu_event_t* e) TPU_MUST_USE;
+/* Makes `waiter` wait (on its worker) until `s` has run what is queued on
+ * it now; no-op for the same stream. */
+tpu_status_t tpu_stream_wait_stream(tpu_stream_t* waiter, tpu_stream_t* s) TPU_MUST_USE;
 bool tpu_event_query(tpu_event_t* e);
 void tpu_event_synchronize(tpu_event_t* e);
 /* Seconds between two completed events' completion times. */

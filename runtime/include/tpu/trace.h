@@ -34,6 +34,9 @@ void tpu_lazy_free(void* base);
 void* tpu_lazy_resolve(const void* p);
 /* Real address for p, backing its placeholder now if needed. */
 tpu_status_t tpu_lazy_realize(const void* p, void** out) TPU_MUST_USE;
+/* The same, backing the slot for work queued on stream s (NULL: the
+ * device's default stream; see tpu_device_malloc_on). */
+tpu_status_t tpu_lazy_realize_on(const void* p, tpu_stream_t* s, void** out) TPU_MUST_USE;
 /* Hands the placeholder's memory to the caller (who frees it with
  * tpu_device_free); NULL when it is not backed. tpu_lazy_free(base) must
  * still follow and then releases only the placeholder. */
