@@ -140,8 +140,8 @@ def run_one(pool, lines, mode):
         return res["mismatches"]
 
 
-def shrink(pool, lines, mode, kind, max_tries=150):
-    """drops lines while a mismatch of the same kind remains"""
+def shrink(pool, lines, mode, kind, op, max_tries=150):
+    """drops lines while a mismatch of the same kind at the same op remains"""
     cur = list(lines)
     tries = 0
     changed = True
@@ -152,7 +152,7 @@ def shrink(pool, lines, mode, kind, max_tries=150):
             cand = cur[:i] + cur[i + 1:]
             tries += 1
             m = run_one(pool, cand, mode) if cand else []
-            if any(x["kind"] == kind and not known.explained(x, mode) for x in m):
+            if any(x["kind"] == kind and x["op"] == op and not known.explained(x, mode) for x in m):
                 cur = cand
                 changed = True
             i -= 1
@@ -196,7 +196,7 @@ def reproducer(lines, mode, mism, seed):
 
 
 def fuzz(seed, count, jobs=2, modes=MODES, compile_every=10, time_limit=None, do_shrink=True,
-         max_reports=20, out=sys.stdout, n_ops=None):
+         max_reports=20, out=sys.stdout, n_ops=None, progress=False):
     """runs the programs; returns the summary dict"""
     pool = Pool(jobs)
     t0 = time.monotonic()
@@ -216,6 +216,7 @@ def fuzz(seed, count, jobs=2, modes=MODES, compile_every=10, time_limit=None, do
                 yield {"seed": s, "lines": lines, "req": _request(lines, m)}
 
     done = collections.Counter()
+    last = [t0]
     try:
         for t, res in pool.run(tasks()):
             mode = t["req"]["mode"]
@@ -229,7 +230,15 @@ def fuzz(seed, count, jobs=2, modes=MODES, compile_every=10, time_limit=None, do
                 first = first or m
             if first is not None:
                 failures.append((t["seed"], mode, first, t["lines"]))
+                if progress:
+                    print(f"FAIL seed {t['seed']} mode {mode}: {first['kind']} at line {first['line']} "
+                          f"({first['op']}): {first['detail'][:200]}", file=sys.stderr, flush=True)
             done[t["seed"]] += 1
+            if progress and time.monotonic() - last[0] > 60:
+                last[0] = time.monotonic()
+                print(f"[{last[0] - t0:.0f} s] programs {len(done)} runs {dict(runs)} "
+                      f"unexplained {dict(kinds)} explained {sum(explained.values())}",
+                      file=sys.stderr, flush=True)
         elapsed = time.monotonic() - t0
         summary = {"programs": len({s for s in done}), "runs_per_mode": dict(runs),
                    "runs": sum(runs.values()), "seconds": round(elapsed, 1),
@@ -247,7 +256,7 @@ def fuzz(seed, count, jobs=2, modes=MODES, compile_every=10, time_limit=None, do
             if key in seen or len(seen) >= max_reports:
                 continue
             seen.add(key)
-            small = shrink(pool, lines, mode, m["kind"]) if do_shrink else lines
+            small = shrink(pool, lines, mode, m["kind"], m["op"]) if do_shrink else lines
             mm = [x for x in run_one(pool, small, mode) if x["kind"] == m["kind"]] or [m]
             print("----- reproducer " + "-" * 50, file=out)
             print(reproducer(small, mode, mm[0], s), file=out)
@@ -268,6 +277,7 @@ def main(argv=None):
     ap.add_argument("--time-limit", type=float, default=None, help="stop generating after S seconds")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--max-reports", type=int, default=20)
+    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     ap.add_argument("--print-program", action="store_true", help="print program --seed and exit")
     a = ap.parse_args(argv)
     if a.print_program:
@@ -275,7 +285,7 @@ def main(argv=None):
             print(ln["src"], f"  # {ln['op']}{' dd' if ln['dd'] else ''} cpu: {ln['cpu_err']}")
         return 0
     s = fuzz(a.seed, a.count, a.jobs, [m for m in a.modes.split(",") if m], a.compile_every,
-             a.time_limit, not a.no_shrink, a.max_reports)
+             a.time_limit, not a.no_shrink, a.max_reports, progress=not a.quiet)
     return 1 if s["failures"] else 0
 
 
