@@ -40,11 +40,14 @@ class Worker:
         self.buf = b""
         self.task = None
         self.deadline = None
+        self.ready = False
+        self.history = []  # the seeds and modes this process ran, for a hang or crash report
 
     def send(self, task, timeout):
         self.task = task
         self.deadline = time.monotonic() + timeout
-        self.p.stdin.write((json.dumps(task["req"]) + "\n").encode())
+        self.history.append(f"{task.get('seed')}:{task['req']['mode']}")
+        self.p.stdin.write((json.dumps(dict(task["req"], timeout=timeout)) + "\n").encode())
         self.p.stdin.flush()
 
     def stderr_tail(self):
@@ -88,32 +91,38 @@ class Pool:
         exhausted = False
         while True:
             for w in self.workers:
-                if w.task is None and not exhausted:
+                if w.task is None and w.ready and not exhausted:
                     t = next(tasks, None)
                     if t is None:
                         exhausted = True
                         break
                     w.send(t, TIMEOUT[t["req"]["mode"]])
                     busy += 1
-            if busy == 0:
+            if busy == 0 and exhausted:
                 return
             now = time.monotonic()
-            wait = max(0.0, min(w.deadline for w in self.workers if w.task) - now)
+            wait = max(0.0, min([w.deadline for w in self.workers if w.task] or [now + 1]) - now)
             for key, _ in self.sel.select(timeout=wait):
                 w = key.data
                 chunk = os.read(w.p.stdout.fileno(), 1 << 20)
                 if not chunk:  # the worker died: a crash
                     t = w.task
+                    if t is None:
+                        raise RuntimeError("fuzz worker failed to start: " + w.stderr_tail())
                     rc = w.p.wait()
                     tail = w.stderr_tail()
                     self._replace(w)
                     busy -= 1
                     yield t, {"mismatches": [{"kind": "crash", "line": None, "op": "?",
-                                              "detail": f"worker exit status {rc}; stderr: {tail[-600:]}"}]}
+                                              "detail": f"worker exit status {rc}; ran before: "
+                                                        f"{w.history[-6:-1]}; stderr: {tail[-600:]}"}]}
                     continue
                 w.buf += chunk
                 if b"\n" in w.buf:
                     line, w.buf = w.buf.split(b"\n", 1)
+                    if not w.ready:
+                        w.ready = True
+                        continue
                     t, w.task = w.task, None
                     busy -= 1
                     yield t, json.loads(line)
@@ -121,10 +130,14 @@ class Pool:
             for w in list(self.workers):
                 if w.task is not None and now > w.deadline:
                     t = w.task
+                    w.kill()
+                    tail = w.stderr_tail()
+                    hist = w.history[-6:-1]
                     self._replace(w)
                     busy -= 1
                     yield t, {"mismatches": [{"kind": "hang", "line": None, "op": "?",
-                                              "detail": f"no answer in {TIMEOUT[t['req']['mode']]} s"}]}
+                                              "detail": f"no answer in {TIMEOUT[t['req']['mode']]} s; ran "
+                                                        f"before: {hist}; stacks: {tail[-900:]}"}]}
 
     def close(self):
         for w in self.workers:
@@ -140,7 +153,7 @@ def run_one(pool, lines, mode):
         return res["mismatches"]
 
 
-def shrink(pool, lines, mode, kind, op, max_tries=150):
+def shrink(pool, lines, mode, kind, op, max_tries=80):
     """drops lines while a mismatch of the same kind at the same op remains"""
     cur = list(lines)
     tries = 0
