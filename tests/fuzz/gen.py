@@ -470,7 +470,9 @@ class Gen:
         if c == "count_nonzero":
             return self.emit(c, f"torch.count_nonzero({x}, {dims})" if v.exact else "None", True)
         if dims is None:
-            dstr = "" if c not in ("logsumexp", "norm") else ", dim=()" if c == "logsumexp" else ""
+            if c == "logsumexp":  # (CPU's logsumexp refuses dim=(): a PyTorch quirk, not tested)
+                dims = tuple(range(nd))
+            dstr = "" if c != "logsumexp" else f", {dims}"
             if c in ("sum", "mean", "prod") and not dt and r.random() < .5:
                 return self.emit(c, f"{x}.{c}()", v.exact and k != "f" and c != "mean")
             if c in ("amax", "amin"):
