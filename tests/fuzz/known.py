@@ -16,6 +16,21 @@ _OVERLAP = "issue 13 item 7: no memory-overlap checks for in-place ops (expanded
 _DTYPE = ("fuzz report G1: a dtype the kernel does not support is refused by the kernel, not "
           "at the op, so Strict/DeferAndFuse raise NotImplementedError at the next sync")
 
+_STD_INT = ("fuzz report G2: std/var accept integer tensors (CPU: RuntimeError 'std and var only "
+            "support floating point'), and check the dim before the dtype")
+_LN_INT = ("fuzz report G3: layer_norm of an integer tensor raises RuntimeError from mean() "
+           "(CPU: NotImplementedError)")
+_BOOL = "fuzz report G4: relu/relu_/floor accept bool tensors (CPU raises)"
+_MM_DT = "fuzz report G5: matmul/mv/linear accept operands of different dtypes (CPU raises)"
+_EMPTY_IDX = ("fuzz report G6: index_add_ with an empty index into a tensor with a 0-size dim "
+              "raises IndexError from select() (CPU: no-op)")
+_EMPTY_PUT = ("fuzz report G7: indexing and index_put_ on a 0-element tensor check the indices "
+              "(CPU does not: nothing is read or written)")
+_SEL_TYPE = ("fuzz report G8: out-of-range index_select raises IndexError where CPU raises "
+             "RuntimeError ('INDICES element is out of DATA bounds', dims other than 0)")
+_BCAST_IDX = ("fuzz report G9: index_put with index tensors that do not broadcast raises "
+              "RuntimeError (CPU: IndexError)")
+
 KNOWN = [
     # kind, op, modes, detail substring, reason
     ("wrong_error_type", "gather", None, "tpu IndexError", _IDX_TYPE),
@@ -28,6 +43,25 @@ KNOWN = [
     ("wrong_error_type", "mask", None, "The shape of the mask", _MASK),
     ("missing_error", None, None, "more than one element of the written-to tensor", _OVERLAP),
     ("late_error", None, ("strict", "defer_and_fuse"), "not implemented for", _DTYPE),
+    ("missing_error", "std", None, "std and var only support", _STD_INT),
+    ("missing_error", "var", None, "std and var only support", _STD_INT),
+    ("wrong_error_type", "std", None, "std and var only support", _STD_INT),
+    ("wrong_error_type", "var", None, "std and var only support", _STD_INT),
+    ("wrong_error_type", "layer_norm", None, "LayerNormKernelImpl", _LN_INT),
+    ("missing_error", "relu", None, "Boolean inputs not supported", _BOOL),
+    ("missing_error", "relu_", None, "Boolean inputs not supported", _BOOL),
+    ("missing_error", "floor", None, "for 'Bool'", _BOOL),
+    ("missing_error", "matmul", None, "same dtype", _MM_DT),
+    ("missing_error", "matmul", None, "expected scalar type", _MM_DT),
+    ("missing_error", "linear", None, "same dtype", _MM_DT),
+    ("spurious_error", "index_add_", None, "select(): index 0 out of range", _EMPTY_IDX),
+    ("spurious_error", "index_put", None, "out of bounds for dimension", _EMPTY_PUT),
+    ("spurious_error", "sync", ("strict", "defer_and_fuse"), "index_put(): index", _EMPTY_PUT),
+    ("spurious_error", "adv2", None, "index(): index", _EMPTY_PUT),
+    ("spurious_error", "adv", None, "index(): index", _EMPTY_PUT),
+    ("spurious_error", "sync", ("strict", "defer_and_fuse"), "index(): index", _EMPTY_PUT),
+    ("wrong_error_type", "index_select", None, "INDICES element is out of DATA bounds", _SEL_TYPE),
+    ("wrong_error_type", "setitem_adv", None, "indexing tensors could not be broadcast", _BCAST_IDX),
 ]
 
 
