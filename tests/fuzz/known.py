@@ -16,6 +16,8 @@ _OVERLAP = "issue 13 item 7: no memory-overlap checks for in-place ops (expanded
 _DTYPE = ("fuzz report G1: a dtype the kernel does not support is refused by the kernel, not "
           "at the op, so Strict/DeferAndFuse raise NotImplementedError at the next sync")
 
+_EMPTY_DT = ("fuzz report G1: on a 0-element integer tensor CPU's softmax runs no kernel and so "
+             "no dtype check; tpu refuses the dtype")
 _STD_INT = ("fuzz report G2: std/var accept integer tensors (CPU: RuntimeError 'std and var only "
             "support floating point'), and check the dim before the dtype")
 _LN_INT = ("fuzz report G3: layer_norm of an integer tensor raises RuntimeError from mean() "
@@ -43,6 +45,9 @@ KNOWN = [
     ("wrong_error_type", "mask", None, "The shape of the mask", _MASK),
     ("missing_error", None, None, "more than one element of the written-to tensor", _OVERLAP),
     ("late_error", None, ("strict", "defer_and_fuse"), "not implemented for", _DTYPE),
+    ("unsupported", "softmax", None, "not implemented for int", _EMPTY_DT),
+    ("unsupported", "log_softmax", None, "not implemented for int", _EMPTY_DT),
+    ("spurious_error", "sync", ("strict", "defer_and_fuse"), "softmax: not implemented for int", _EMPTY_DT),
     ("missing_error", "std", None, "std and var only support", _STD_INT),
     ("missing_error", "var", None, "std and var only support", _STD_INT),
     ("wrong_error_type", "std", None, "std and var only support", _STD_INT),
