@@ -22,7 +22,7 @@ _STD_INT = ("fuzz report G2: std/var accept integer tensors (CPU: RuntimeError '
             "support floating point'), and check the dim before the dtype")
 _LN_INT = ("fuzz report G3: layer_norm of an integer tensor raises RuntimeError from mean() "
            "(CPU: NotImplementedError)")
-_BOOL = "fuzz report G4: relu/relu_/floor accept bool tensors (CPU raises)"
+_BOOL = "fuzz report G4: relu/relu_/floor/round accept bool tensors (CPU raises)"
 _MM_DT = "fuzz report G5: matmul/mv/linear accept operands of different dtypes (CPU raises)"
 _EMPTY_IDX = ("fuzz report G6: index_add_ with an empty index into a tensor with a 0-size dim "
               "raises IndexError from select() (CPU: no-op)")
@@ -30,6 +30,10 @@ _EMPTY_PUT = ("fuzz report G7: indexing and index_put_ on a 0-element tensor che
               "(CPU does not: nothing is read or written)")
 _SEL_TYPE = ("fuzz report G8: out-of-range index_select raises IndexError where CPU raises "
              "RuntimeError ('INDICES element is out of DATA bounds', dims other than 0)")
+_COPY_EMPTY = ("fuzz report G10: copy_ into a 0-element tensor accepts a source that does not "
+               "broadcast to it (CPU raises RuntimeError)")
+_MFILL = ("fuzz report G11: masked_fill_ with a mask that broadcasts beyond self is refused by "
+          "the kernel, not at the op (Strict/DeferAndFuse raise at the next sync)")
 _BCAST_IDX = ("fuzz report G9: index_put with index tensors that do not broadcast raises "
               "RuntimeError (CPU: IndexError)")
 
@@ -56,6 +60,15 @@ KNOWN = [
     ("missing_error", "relu", None, "Boolean inputs not supported", _BOOL),
     ("missing_error", "relu_", None, "Boolean inputs not supported", _BOOL),
     ("missing_error", "floor", None, "for 'Bool'", _BOOL),
+    ("missing_error", "round", None, "for 'Bool'", _BOOL),
+    ("missing_error", "mask", None, "The shape of the mask", _MASK),
+    ("missing_error", "copy_", None, "must match the size", _COPY_EMPTY),
+    ("late_error", "masked_fill_", ("strict", "defer_and_fuse"), "doesn't match the broadcast", _MFILL),
+    # a G1 error pending from an earlier line surfaces at a later line's sync
+    ("wrong_error_type", None, ("strict", "defer_and_fuse"), "not implemented for", _DTYPE),
+    ("spurious_error", "index_fill", None, "index_fill(): index", _EMPTY_PUT),
+    ("spurious_error", "sync", ("strict", "defer_and_fuse"), "index_fill(): index", _EMPTY_PUT),
+    ("compile_error", "compile", None, "index_put(): index", _EMPTY_PUT),
     ("missing_error", "matmul", None, "same dtype", _MM_DT),
     ("missing_error", "matmul", None, "expected scalar type", _MM_DT),
     ("missing_error", "linear", None, "same dtype", _MM_DT),
