@@ -62,6 +62,7 @@ KNOWN = [
     ("missing_error", "floor", None, "for 'Bool'", _BOOL),
     ("missing_error", "round", None, "for 'Bool'", _BOOL),
     ("missing_error", "mask", None, "The shape of the mask", _MASK),
+    ("late_error", "mask", ("strict", "defer_and_fuse"), "index(): index", _MASK),
     ("missing_error", "copy_", None, "must match the size", _COPY_EMPTY),
     ("late_error", "masked_fill_", ("strict", "defer_and_fuse"), "doesn't match the broadcast", _MFILL),
     # a G1 error pending from an earlier line surfaces at a later line's sync
