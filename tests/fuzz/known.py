@@ -52,6 +52,7 @@ KNOWN = [
     ("unsupported", "softmax", None, "not implemented for int", _EMPTY_DT),
     ("unsupported", "log_softmax", None, "not implemented for int", _EMPTY_DT),
     ("spurious_error", "sync", ("strict", "defer_and_fuse"), "softmax: not implemented for int", _EMPTY_DT),
+    ("unsupported", None, ("strict", "defer_and_fuse"), "softmax: not implemented for int", _EMPTY_DT),
     ("missing_error", "std", None, "std and var only support", _STD_INT),
     ("missing_error", "var", None, "std and var only support", _STD_INT),
     ("wrong_error_type", "std", None, "std and var only support", _STD_INT),
