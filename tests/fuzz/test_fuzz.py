@@ -28,3 +28,30 @@ def test_fuzz_short_run():
     s = fuzz(SEED, COUNT, jobs=2, compile_every=8, out=out)
     assert s["programs"] == COUNT
     assert s["crashes"] == 0 and s["hangs"] == 0 and s["failures"] == 0, out.getvalue()
+
+
+def test_compare_flags_values_dtypes_shapes():
+    import torch
+    from tests.fuzz.worker import compare_tensor
+    e = torch.tensor([1.0, 2.0, float("nan"), float("inf")])
+    assert compare_tensor(e.clone(), e) is None
+    assert compare_tensor(torch.tensor([1.0, 2.1, float("nan"), float("inf")]), e)[0] == "value"
+    assert compare_tensor(torch.tensor([1.0, 2.0, float("nan"), -float("inf")]), e)[0] == "value"
+    assert compare_tensor(e.double(), e)[0] == "dtype"
+    assert compare_tensor(e[:2], e)[0] == "shape"
+
+
+def test_pool_reports_crash_and_hang(monkeypatch):
+    from tests.fuzz import run
+    monkeypatch.setitem(run.TIMEOUT, "strict", 20)
+    pool = run.Pool(1)
+    try:
+        crash = run.run_one(pool, [{"src": "import os; os._exit(3)", "op": "x", "dd": False}], "strict")
+        hang = run.run_one(pool, [{"src": "import time; time.sleep(600)", "op": "x", "dd": False}], "strict")
+        ok = run.run_one(pool, [{"src": "t0 = mk(1, (3,), torch.float32, dev) * 2", "op": "x", "dd": False}],
+                         "strict")
+    finally:
+        pool.close()
+    assert [m["kind"] for m in crash] == ["crash"]
+    assert [m["kind"] for m in hang] == ["hang"]
+    assert ok == []
