@@ -15,6 +15,7 @@ line ends the program). Variables flagged exact hold values computed without rou
 argmax, sort indices) only take exact operands, so a last-ulp difference never flips them.
 """
 import random
+import re
 
 import torch
 
@@ -60,9 +61,16 @@ class _Random(random.Random):
         return a if b <= a else super().randrange(a, b)
 
 
+# float precision classes, finest first: a value's tolerance is that of the coarsest float
+# dtype anywhere in its history (a float32 result computed from bfloat16 data carries
+# bfloat16's rounding differences)
+RANK = {torch.float64: 0, torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}
+RANK_DTYPES = ["float64", "float32", "float16", "bfloat16"]
+
+
 class Var:
-    def __init__(self, name, t, exact):
-        self.name, self.t, self.exact = name, t, exact
+    def __init__(self, name, t, exact, low=0):
+        self.name, self.t, self.exact, self.low = name, t, exact, low
 
 
 class Gen:
@@ -158,17 +166,26 @@ class Gen:
         self.lines.append(line)
         if err is not None:
             return False
+        used = set(re.findall(r"\bt\d+\b", line["src"]))
+        low = max([v.low for v in self.vars if v.name in used] + [0])
+        tol = {}
         for name, exact in outs:
             t = self.ns[name]
-            if not isinstance(t, torch.Tensor) or t.numel() > MAX_NUMEL:
+            if not isinstance(t, torch.Tensor):
+                continue
+            tol[name] = max(low, RANK.get(t.dtype, 0))
+            if t.numel() > MAX_NUMEL:
                 continue
             self.vars = [v for v in self.vars if v.name != name]
-            self.vars.append(Var(name, t, exact))
-        if inplace is not None and not exact_after:
+            self.vars.append(Var(name, t, exact, tol[name]))
+        if inplace is not None:
             sp = inplace.t.untyped_storage().data_ptr()
             for v in self.vars:
                 if v.t.untyped_storage().data_ptr() == sp:
-                    v.exact = False
+                    v.exact = v.exact and exact_after
+                    v.low = max(v.low, low)
+                    tol[v.name] = v.low
+        line["tol"] = tol
         return True
 
     def emit(self, op, expr, exact, dd=False):
@@ -692,7 +709,7 @@ class Gen:
         v = self.pick(lambda u: u.t.numel() == 1)
         if v is None:
             return
-        return self.emit("item", f"torch.tensor({v.name}.item(), device=dev)", v.exact)
+        return self.emit("item", f"torch.tensor({v.name}.item(), dtype={v.name}.dtype, device=dev)", v.exact)
 
     def generate(self):
         ops = [(self.op_view, 9), (self.op_inplace, 4), (self.op_binary, 6), (self.op_unary, 5),

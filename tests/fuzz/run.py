@@ -63,8 +63,12 @@ class Worker:
 
 
 def _request(lines, mode):
+    tol = {}
+    for ln in lines:
+        for k, r in ln.get("tol", {}).items():
+            tol[k] = max(tol.get(k, 0), r)
     return {"lines": [ln["src"] for ln in lines], "ops": [ln["op"] for ln in lines],
-            "dd": [ln["dd"] for ln in lines], "mode": mode}
+            "dd": [ln["dd"] for ln in lines], "mode": mode, "tol": tol}
 
 
 class Pool:

@@ -13,7 +13,7 @@ import traceback
 
 import torch
 
-from tests.fuzz.gen import PRELUDE
+from tests.fuzz.gen import PRELUDE, RANK_DTYPES
 
 # (atol, rtol) per dtype; atol scales with the largest magnitude of the expected tensor
 TOL = {torch.float64: (1e-7, 1e-7), torch.float32: (1e-4, 1e-4),
@@ -53,8 +53,9 @@ def run_eager(lines, dev):
     return outs, errs, final
 
 
-def compare_tensor(a, e, loose=1.0):
-    """None when the tpu tensor a (already on cpu) matches the cpu tensor e, else (kind, detail)"""
+def compare_tensor(a, e, loose=1.0, low=0):
+    """None when the tpu tensor a (already on cpu) matches the cpu tensor e, else (kind, detail);
+    low: the coarsest float precision class in the value's history (gen.RANK)"""
     if a.dtype != e.dtype:
         return "dtype", f"{a.dtype} vs cpu {e.dtype}"
     if a.shape != e.shape:
@@ -62,7 +63,7 @@ def compare_tensor(a, e, loose=1.0):
     if e.numel() == 0:
         return None
     if e.dtype.is_floating_point:
-        atol, rtol = TOL[e.dtype]
+        atol, rtol = max(TOL[e.dtype], TOL[getattr(torch, RANK_DTYPES[low])])
         ad, ed = a.double(), e.double()
         scale = max(1.0, float(ed.nan_to_num(0, 0, 0).abs().max()))
         ok = torch.isclose(ad, ed, rtol=rtol * loose, atol=atol * loose * scale, equal_nan=True)
@@ -78,14 +79,15 @@ def compare_tensor(a, e, loose=1.0):
                      f"{a[i].item()!r} cpu {e[i].item()!r}")
 
 
-def compare_outputs(tpu, cpu, ops_of, loose=1.0):
+def compare_outputs(tpu, cpu, ops_of, loose=1.0, tol=None):
     out = []
+    tol = tol or {}
     for k, e in cpu.items():
         if k not in tpu:
             out.append({"kind": "missing_output", "line": None, "op": ops_of.get(k, "?"),
                         "detail": k})
             continue
-        r = compare_tensor(tpu[k], e, loose)
+        r = compare_tensor(tpu[k], e, loose, tol.get(k, 0))
         if r is not None:
             out.append({"kind": r[0], "line": None, "op": ops_of.get(k, "?"), "detail": f"{k}: {r[1]}"})
     return out
@@ -99,7 +101,7 @@ def _msg(e):
     return str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
 
 
-def check_eager(lines, ops, dd, mode):
+def check_eager(lines, ops, dd, mode, tol=None):
     cpu, cerr, _ = run_eager(lines, "cpu")
     import torch_tpu
     with torch_tpu.eager_mode(mode):
@@ -142,7 +144,7 @@ def check_eager(lines, ops, dd, mode):
                          "detail": f"{fn}: {_msg(final)}"})
     if not mism and not any(c is not None and d for c, d in zip(cerr, dd)):
         # (after a data-dependent error the failing op's partial writes are unspecified)
-        mism = compare_outputs(tpu, cpu, _ops_of(lines, ops))
+        mism = compare_outputs(tpu, cpu, _ops_of(lines, ops), tol=tol)
     return mism, sum(e is not None for e in cerr)
 
 
@@ -167,7 +169,7 @@ def compile_source(lines, ops, names):
     return ins, src
 
 
-def check_compile(lines, ops):
+def check_compile(lines, ops, tol=None):
     cpu, cerr, _ = run_eager(lines, "cpu")
     if any(e is not None for e in cerr):
         return [], sum(e is not None for e in cerr)
@@ -189,7 +191,7 @@ def check_compile(lines, ops):
                  "detail": f"{type(e).__name__}: {_msg(e)}"}], 0
     finally:
         torch._dynamo.reset()
-    return compare_outputs(tpu, cpu, _ops_of(lines, ops), loose=2.0), 0
+    return compare_outputs(tpu, cpu, _ops_of(lines, ops), loose=2.0, tol=tol), 0
 
 
 def main():
@@ -208,9 +210,10 @@ def main():
         faulthandler.dump_traceback_later(max(task.get("timeout", 60) - 3, 1), exit=False)
         try:
             if task["mode"] == "compile":
-                mism, ncpu = check_compile(task["lines"], task["ops"])
+                mism, ncpu = check_compile(task["lines"], task["ops"], task.get("tol"))
             else:
-                mism, ncpu = check_eager(task["lines"], task["ops"], task["dd"], task["mode"])
+                mism, ncpu = check_eager(task["lines"], task["ops"], task["dd"], task["mode"],
+                                         task.get("tol"))
             res = {"mismatches": mism, "cpu_errors": ncpu}
         except Exception as e:  # noqa: BLE001 - a fuzzer bug is reported, not hidden
             res = {"mismatches": [{"kind": "fuzzer_error", "line": None, "op": "?",
