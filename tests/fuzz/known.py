@@ -45,6 +45,7 @@ KNOWN = [
     ("wrong_error_type", "index_add_", None, "tpu IndexError", _IDX_TYPE),
     ("late_error", "index_put", ("strict", "defer_and_fuse"), "shape mismatch", _LATE_PUT),
     ("late_error", "setitem_adv", ("strict", "defer_and_fuse"), "shape mismatch", _LATE_PUT),
+    ("late_error", None, ("strict", "defer_and_fuse"), "index_put(): shape mismatch", _LATE_PUT),
     ("late_error", "mask", ("strict", "defer_and_fuse"), "The shape of the mask", _MASK),
     ("wrong_error_type", "mask", None, "The shape of the mask", _MASK),
     ("missing_error", None, None, "more than one element of the written-to tensor", _OVERLAP),
