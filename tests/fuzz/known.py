@@ -34,6 +34,8 @@ _COPY_EMPTY = ("fuzz report G10: copy_ into a 0-element tensor accepts a source 
                "broadcast to it (CPU raises RuntimeError)")
 _MFILL = ("fuzz report G11: masked_fill_ with a mask that broadcasts beyond self is refused by "
           "the kernel, not at the op (Strict/DeferAndFuse raise at the next sync)")
+_GATHER_DBG = ("fuzz report G13: in Debug, gather with an empty index of another rank raises "
+               "RuntimeError (CPU and Strict accept it)")
 _BCAST_IDX = ("fuzz report G9: index_put with index tensors that do not broadcast raises "
               "RuntimeError (CPU: IndexError)")
 
@@ -66,6 +68,11 @@ KNOWN = [
     ("missing_error", "mask", None, "The shape of the mask", _MASK),
     ("late_error", "mask", ("strict", "defer_and_fuse"), "index(): index", _MASK),
     ("missing_error", "copy_", None, "must match the size", _COPY_EMPTY),
+    ("missing_error", "copy_", None, "doesn't match the broadcast shape", _COPY_EMPTY),
+    ("late_error", None, ("strict", "defer_and_fuse"), "std and var only support", _STD_INT),
+    ("late_error", None, ("strict", "defer_and_fuse"), "masked_fill_", _MFILL),
+    ("spurious_error", "gather", ("debug",), "Index tensor must have the same number of dimensions",
+     _GATHER_DBG),
     ("late_error", "masked_fill_", ("strict", "defer_and_fuse"), "doesn't match the broadcast", _MFILL),
     # a G1 error pending from an earlier line surfaces at a later line's sync
     ("wrong_error_type", None, ("strict", "defer_and_fuse"), "not implemented for", _DTYPE),
