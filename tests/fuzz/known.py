@@ -34,8 +34,8 @@ _COPY_EMPTY = ("fuzz report G10: copy_ into a 0-element tensor accepts a source 
                "broadcast to it (CPU raises RuntimeError)")
 _MFILL = ("fuzz report G11: masked_fill_ with a mask that broadcasts beyond self is refused by "
           "the kernel, not at the op (Strict/DeferAndFuse raise at the next sync)")
-_GATHER_DBG = ("fuzz report G13: in Debug, gather with an empty index of another rank raises "
-               "RuntimeError (CPU and Strict accept it)")
+_GATHER_DBG = ("fuzz report G13: gather with an empty index of another rank raises RuntimeError "
+               "(at the op in Debug, at the next sync otherwise); CPU accepts it")
 _BCAST_IDX = ("fuzz report G9: index_put with index tensors that do not broadcast raises "
               "RuntimeError (CPU: IndexError)")
 
@@ -51,11 +51,14 @@ KNOWN = [
     ("late_error", "mask", ("strict", "defer_and_fuse"), "The shape of the mask", _MASK),
     ("wrong_error_type", "mask", None, "The shape of the mask", _MASK),
     ("missing_error", None, None, "more than one element of the written-to tensor", _OVERLAP),
+    ("missing_error", None, None, "refer to a single memory location", _OVERLAP),
     ("late_error", None, ("strict", "defer_and_fuse"), "not implemented for", _DTYPE),
     ("unsupported", "softmax", None, "not implemented for int", _EMPTY_DT),
     ("unsupported", "log_softmax", None, "not implemented for int", _EMPTY_DT),
     ("spurious_error", "sync", ("strict", "defer_and_fuse"), "softmax: not implemented for int", _EMPTY_DT),
     ("unsupported", None, ("strict", "defer_and_fuse"), "softmax: not implemented for int", _EMPTY_DT),
+    ("unsupported", None, None, "softmax: not implemented for bool", _EMPTY_DT),
+    ("spurious_error", "sync", ("strict", "defer_and_fuse"), "softmax: not implemented for bool", _EMPTY_DT),
     ("missing_error", "std", None, "std and var only support", _STD_INT),
     ("missing_error", "var", None, "std and var only support", _STD_INT),
     ("wrong_error_type", "std", None, "std and var only support", _STD_INT),
@@ -73,6 +76,12 @@ KNOWN = [
     ("late_error", None, ("strict", "defer_and_fuse"), "masked_fill_", _MFILL),
     ("spurious_error", "gather", ("debug",), "Index tensor must have the same number of dimensions",
      _GATHER_DBG),
+    ("spurious_error", "sync", ("strict", "defer_and_fuse"), "Index tensor must have the same number",
+     _GATHER_DBG),
+    ("spurious_error", None, ("strict", "defer_and_fuse"), "indexing tensors could not be broadcast",
+     _BCAST_IDX),
+    ("spurious_error", None, ("strict", "defer_and_fuse"), "index_put(): index", _EMPTY_PUT),
+    ("late_error", "masked_fill_", ("strict", "defer_and_fuse"), "must match the size", _MFILL),
     ("late_error", "masked_fill_", ("strict", "defer_and_fuse"), "doesn't match the broadcast", _MFILL),
     # a G1 error pending from an earlier line surfaces at a later line's sync
     ("wrong_error_type", None, ("strict", "defer_and_fuse"), "not implemented for", _DTYPE),
