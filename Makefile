@@ -12,6 +12,11 @@ CFLAGS_BASE := -std=c11 -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -pthrea
                -D_GNU_SOURCE -Iruntime/include -Iruntime -MMD -MP \
                -DTPU_KERNELS_DIR=\"$(CURDIR)/runtime/targets/host/kernels\"
 CFLAGS ?=
+# Extra flags for the bridge's compile and link (scripts/sanitize.sh passes sanitizers here).
+CXXFLAGS ?=
+LDFLAGS ?=
+# Where the bridge is linked; scripts/sanitize.sh links a sanitized one elsewhere.
+SO ?= torch_tpu/_C.so
 RT_SRCS := $(shell find runtime -name '*.c' -not -path 'runtime/tests/*' | sort)
 RT_OBJS := $(RT_SRCS:%.c=$(BUILD)/%.o)
 TEST_SRCS := $(wildcard runtime/tests/test_*.c)
@@ -30,10 +35,10 @@ BR_OBJS := $(BR_SRCS:%.cpp=$(BUILD)/%.o)
 LDFLAGS_BRIDGE := -shared -L$(TORCH_DIR)/lib -Wl,-rpath,$(TORCH_DIR)/lib \
   -lc10 -ltorch -ltorch_cpu -ltorch_python -pthread -lm -ldl
 
-.PHONY: all runtime bridge ctest defs clean
+.PHONY: all runtime bridge ctest defs clean asan ubsan
 all: bridge
 runtime: $(BUILD)/libtpurt.a
-bridge: torch_tpu/_C.so
+bridge: $(SO)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -52,16 +57,28 @@ ctest: $(TEST_BINS)
 
 $(BUILD)/torch_tpu/csrc/%.o: torch_tpu/csrc/%.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_BRIDGE) -c $< -o $@
+	$(CXX) $(CXXFLAGS_BRIDGE) $(CXXFLAGS) -c $< -o $@
 
-torch_tpu/_C.so: $(BR_OBJS) $(BUILD)/libtpurt.a
-	$(CXX) -o $@ $(BR_OBJS) $(BUILD)/libtpurt.a $(LDFLAGS_BRIDGE)
+$(SO): $(BR_OBJS) $(BUILD)/libtpurt.a
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $(BR_OBJS) $(BUILD)/libtpurt.a $(LDFLAGS_BRIDGE) $(CXXFLAGS) $(LDFLAGS)
+
+# The runtime and its C tests under AddressSanitizer / UndefinedBehaviorSanitizer, each in its
+# own build directory; any sanitizer report fails the target (scripts/sanitize.sh adds the
+# bridge and a Python workload).
+SAN_ASAN  := -fsanitize=address -fno-omit-frame-pointer
+SAN_UBSAN := -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+asan:
+	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="$(SAN_ASAN)" ctest
+ubsan:
+	@UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(MAKE) --no-print-directory BUILD=build-ubsan CFLAGS="$(SAN_UBSAN)" ctest
 
 # Regenerate the op inventories from their specs (needs torch in $(PYTHON)).
 defs:
 	@for s in $(SPECS); do $(PYTHON) tools/gen_op_defs.py $$s $${s%.spec}.def || exit 1; done
 
 clean:
-	rm -rf $(BUILD) torch_tpu/_C.so
+	rm -rf $(BUILD) torch_tpu/_C.so build-asan build-ubsan build-san
 
 -include $(RT_OBJS:.o=.d) $(BR_OBJS:.o=.d) $(TEST_BINS:=.d)
