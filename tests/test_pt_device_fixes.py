@@ -128,3 +128,29 @@ def test_grad_scaler_training_matches_cpu(mode):
             assert_same(a, e, atol=1e-6, rtol=1e-6)
     finally:
         torch.set_float32_matmul_precision(old)
+
+
+# test_tensor_creation_ops' window tests: torch.kaiser_window failed inside ATen on tpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 64])
+@pytest.mark.parametrize("periodic", [True, False])
+@pytest.mark.parametrize("beta", [12.0, 0.5, 30.0])
+def test_kaiser_window(mode, dtype, n, periodic, beta):
+    expected = torch.kaiser_window(n, periodic, beta, dtype=dtype)
+    actual = torch.kaiser_window(n, periodic, beta, dtype=dtype, device="tpu")
+    tol = dict(atol=0, rtol=2e-6) if dtype == torch.float32 else {}
+    assert_same(actual, expected, **tol)
+
+
+def test_kaiser_window_default_overloads(mode):
+    assert_same(torch.kaiser_window(9, device="tpu"), torch.kaiser_window(9), atol=0, rtol=2e-6)
+    assert_same(torch.kaiser_window(9, False, device="tpu"), torch.kaiser_window(9, False),
+                atol=0, rtol=2e-6)
+
+
+def test_kaiser_window_errors():
+    for bad in (dict(window_length=5, dtype=torch.int64), dict(window_length=-1)):
+        with pytest.raises(RuntimeError) as cpu:
+            torch.kaiser_window(**bad)
+        with pytest.raises(type(cpu.value)):
+            torch.kaiser_window(**bad, device="tpu")

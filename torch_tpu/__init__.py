@@ -35,6 +35,9 @@ def _register():
     from . import amp_kernels as _amp_kernels
 
     _amp_kernels._install()
+    from . import window_kernels as _window_kernels
+
+    _window_kernels._install()
 
 
 def _prefer_cpp_meta_kernels():
