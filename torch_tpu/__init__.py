@@ -32,12 +32,9 @@ def _register():
     from . import precision as _precision
 
     _precision._install()
-    from . import amp_kernels as _amp_kernels
+    from . import composite_kernels as _composite_kernels
 
-    _amp_kernels._install()
-    from . import window_kernels as _window_kernels
-
-    _window_kernels._install()
+    _composite_kernels._install()
 
 
 def _prefer_cpp_meta_kernels():

@@ -164,46 +164,34 @@ static int cmp_ld(const void* a, const void* b) {
 
 /* isin.Tensor_Tensor(elements, test_elements, *, assume_unique, invert) and
  * isin.Tensor_Scalar(elements, test_element, ...) */
-static ld_t isin_scalar(const tpu_arg_t* a) {
-  return a->kind == TPU_ARG_DOUBLE ? (ld_t)a->v.d : a->kind == TPU_ARG_BOOL ? (ld_t)a->v.b : (ld_t)a->v.i;
-}
-
 tpu_status_t tpu_k_isin(const tpu_call_t* c) {
   const char* op = "isin";
+  const tpu_tensor_t* el = tpu_arg_tensor(c, 0);
   bool invert = tpu_arg_bool(c, 3, false);
   int64_t ne, nt;
-  /* either side may be a Scalar (isin.Tensor_Scalar, isin.Scalar_Tensor): it is a
-   * one-element list */
-  ld_t* e = NULL;
-  ld_t one_e;
-  if (c->args[0].kind == TPU_ARG_TENSOR) {
-    e = load_ld(c->args[0].v.t, &ne);
-  } else {
-    one_e = isin_scalar(&c->args[0]);
-    ne = 1;
-  }
+  ld_t* e = el ? load_ld(el, &ne) : NULL;
   ld_t* t = NULL;
   ld_t one;
   if (c->args[1].kind == TPU_ARG_TENSOR) {
     t = load_ld(c->args[1].v.t, &nt);
   } else {
-    one = isin_scalar(&c->args[1]);
+    one = c->args[1].kind == TPU_ARG_DOUBLE ? (ld_t)c->args[1].v.d
+          : c->args[1].kind == TPU_ARG_BOOL ? (ld_t)c->args[1].v.b
+                                             : (ld_t)c->args[1].v.i;
     nt = 1;
   }
-  ld_t* ev = e ? e : &one_e;
   ld_t* tv = t ? t : &one;
   int64_t* res = malloc(8 * (size_t)(ne > 0 ? ne : 1));
   tpu_status_t st;
-  if ((!e && c->args[0].kind == TPU_ARG_TENSOR) || (!t && c->args[1].kind == TPU_ARG_TENSOR) ||
-      !res) {
+  if (!e || (!t && c->args[1].kind == TPU_ARG_TENSOR) || !res) {
     st = OOM(op);
   } else {
     qsort(tv, (size_t)nt, sizeof(ld_t), cmp_ld);
     int64_t valid = nt;
     while (valid > 0 && tv[valid - 1] != tv[valid - 1]) valid--; /* nan matches nothing */
     for (int64_t i = 0; i < ne; i++) {
-      int64_t k = search(tv, NULL, valid, ev[i], false);
-      bool found = k < valid && tv[k] == ev[i];
+      int64_t k = search(tv, NULL, valid, e[i], false);
+      bool found = k < valid && tv[k] == e[i];
       res[i] = found != invert;
     }
     st = store_out(&c->outs[0], res, TPU_I64);
