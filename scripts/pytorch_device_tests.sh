@@ -67,9 +67,10 @@ if [ -z "$test_dir" ]; then
 fi
 [ -f "$test_dir/test_view_ops.py" ] || { echo "no PyTorch test tree at $test_dir" >&2; exit 2; }
 
-# the runner's own needs: per-test timeouts and a worker that is replaced when it dies
-if ! "$py" -c 'import pytest_timeout, xdist' 2>/dev/null; then
-  "$py" -m pip install -q --disable-pip-version-check pytest-timeout pytest-xdist
+# the runner's own needs (per-test timeouts, a worker that is replaced when it dies) and
+# what the test files import besides torch (test_nn: hypothesis)
+if ! "$py" -c 'import pytest_timeout, xdist, hypothesis, expecttest' 2>/dev/null; then
+  "$py" -m pip install -q --disable-pip-version-check pytest-timeout pytest-xdist hypothesis expecttest
 fi
 mkdir -p "$out"
 exec "$py" "$repo/tools/pt_device_tests/run.py" --repo "$repo" --test-dir "$test_dir" --out "$out" "${args[@]}"
