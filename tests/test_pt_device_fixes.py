@@ -25,7 +25,12 @@ def test_isin_scalar_element(mode, dtype, elem, invert):
         test = torch.tensor([1.0, 2.0, float("nan"), 7.0], dtype=dtype)
     else:
         test = torch.tensor([1, 2, 7], dtype=dtype)
-    expected = torch.isin(elem, test, invert=invert)
+    try:
+        expected = torch.isin(elem, test, invert=invert)
+    except RuntimeError as e:  # CPU refuses some dtypes (bool): tpu refuses them too
+        with pytest.raises(type(e)):
+            torch.isin(elem, test.to("tpu"), invert=invert)
+        return
     assert_same(torch.isin(elem, test.to("tpu"), invert=invert), expected)
     out_c = torch.empty(0, dtype=torch.bool)
     out_t = torch.empty(0, dtype=torch.bool, device="tpu")
@@ -51,7 +56,7 @@ def test_amp_non_finite_check_and_unscale(mode, dtype, with_inf):
         grads[3][0] = float("nan")
     res = {}
     for dev in ("cpu", "tpu"):
-        gs = [x.to(dev) for x in grads]
+        gs = [x.to(dev, copy=True) for x in grads]
         found = torch.zeros((), device=dev)
         inv = torch.full((), 1.0 / 3072.0, device=dev)
         torch._amp_foreach_non_finite_check_and_unscale_(gs, found, inv)
