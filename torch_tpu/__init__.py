@@ -32,6 +32,9 @@ def _register():
     from . import precision as _precision
 
     _precision._install()
+    from . import composite_kernels as _composite_kernels
+
+    _composite_kernels._install()
 
 
 def _prefer_cpp_meta_kernels():
