@@ -9,7 +9,13 @@
 #include <ATen/CPUFunctions.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/NativeFunctions.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/IndexingUtils.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -38,6 +44,14 @@ bool cpu_fallback_enabled() {
   return on;
 }
 
+// torch.use_deterministic_algorithms(True) with
+// torch.utils.deterministic.fill_uninitialized_memory (the default): new
+// memory is filled with NaN / the largest integer, as CPU and CUDA do.
+bool fill_uninitialized() {
+  auto& ctx = at::globalContext();
+  return C10_UNLIKELY(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory());
+}
+
 // Resizes like at::native::resize_, but grows the storage through the hooks
 // (ordered after queued work) instead of an unordered host memcpy.
 const at::Tensor& resize_tensor(const at::Tensor& self, c10::IntArrayRef size,
@@ -47,10 +61,13 @@ const at::Tensor& resize_tensor(const at::Tensor& self, c10::IntArrayRef size,
     TORCH_CHECK(s >= 0, "resize_: negative size ", s, " in ", size);
     numel *= s;
   }
+  const size_t old_nbytes = self.storage().nbytes();
   const size_t need = (size_t)(numel + self.storage_offset()) * self.element_size();
-  if (numel > 0 && need > self.storage().nbytes())
+  if (numel > 0 && need > old_nbytes)
     at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(self.storage(), need);
-  return at::native::resize_(self, size, fmt);
+  const at::Tensor& r = at::native::resize_(self, size, fmt);
+  if (fill_uninitialized()) at::native::fill_resize_deterministic_(r, (int64_t)old_nbytes);
+  return r;
 }
 
 // Per-operator facts, computed once.
@@ -69,9 +86,18 @@ struct OpInfo {
   bool all_views = false;  // every return is a view: no kernel to run
   uint64_t mutated_args = 0;  // bit i: argument i is written in place (Tensor(a!))
   size_t nargs = 0;
+  // Argument checks done here because the meta kernel lacks them (see
+  // check_args): the `int dim` argument to wrap against the first tensor's
+  // rank, the op family with extra checks, and which overlap checks CPU does.
+  int dim_arg = -1;
+  int family = 0;
+  bool internal_overlap_check = true;  // written tensors may not self-overlap
+  bool partial_overlap_check = true;   // inputs may not partly overlap outputs
+  bool full_overlap_check = false;     // ... nor be the output (at::assert_no_overlap)
 };
 
 const OpInfo& op_info_slow(const c10::OperatorHandle& op);
+void classify_checks(const std::string& base, const c10::FunctionSchema& schema, OpInfo& info);
 
 const OpInfo& op_info(const c10::OperatorHandle& op) {
   thread_local std::unordered_map<const void*, const OpInfo*> local;
@@ -126,6 +152,7 @@ const OpInfo& op_info_slow(const c10::OperatorHandle& op) {
   // native_batch_norm updates running_mean / running_var without saying so
   if (base == "native_batch_norm") info->mutated_args |= (1ull << 3) | (1ull << 4);
   info->nargs = args.size();
+  classify_checks(base, schema, *info);
   info->all_views = !info->return_is_view.empty();
   for (bool v : info->return_is_view) info->all_views = info->all_views && v;
   auto& ref = *info;
@@ -167,10 +194,12 @@ c10::IValue ivalue_to_meta(const c10::IValue& v) {
 
 // Checks that tensor arguments live on one tpu device (0-d CPU tensors are
 // allowed as scalars) and returns that device.
-c10::DeviceIndex check_devices(const OpInfo& info, const c10::IValue* args, size_t n) {
+c10::DeviceIndex check_devices(const OpInfo& info, const c10::IValue* args, size_t n,
+                               bool* any_neg) {
   c10::DeviceIndex dev = -1;
   auto visit = [&](const at::Tensor& t) {
     if (!t.defined()) return;
+    if (t.is_neg()) *any_neg = true;
     if (t.device().type() == kTpu) {
       if (dev < 0) dev = t.device().index();
       TORCH_CHECK(t.device().index() == dev,
@@ -197,25 +226,430 @@ c10::DeviceIndex check_devices(const OpInfo& info, const c10::IValue* args, size
   return dev < 0 ? current_device() : dev;
 }
 
+// Tensors with the negative bit (x._neg_view()) reach the fallback only
+// through ops PyTorch's math-bit fallback lets pass (utilities, copies); the
+// runtime reads memory as it is, so inputs are resolved (negated copies)
+// first. A written tensor with the bit would need the result negated back;
+// that is refused rather than computed wrongly.
+void resolve_neg_args(const OpInfo& info, c10::IValue* args, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const bool written = i < 64 && (info.mutated_args >> i & 1);
+    auto& v = args[i];
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined() || !t.is_neg()) continue;
+      TORCH_CHECK_NOT_IMPLEMENTED(!written, "TorchTPU: aten::", info.name,
+                                  " cannot write into a tensor with the negative bit; call "
+                                  "resolve_neg() first");
+      v = t.resolve_neg();
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> l;
+      bool changed = false;
+      for (const at::Tensor& t : v.toTensorList()) {
+        if (t.defined() && t.is_neg()) {
+          TORCH_CHECK_NOT_IMPLEMENTED(!written, "TorchTPU: aten::", info.name,
+                                      " cannot write into a tensor with the negative bit");
+          l.push_back(t.resolve_neg());
+          changed = true;
+        } else {
+          l.push_back(t);
+        }
+      }
+      if (changed) v = l;
+    } else if (v.isList()) {
+      auto list = v.toList();
+      c10::List<std::optional<at::Tensor>> out;
+      bool changed = false;
+      for (size_t k = 0; k < list.size(); k++) {
+        auto e = list.get(k);
+        if (e.isTensor() && e.toTensor().is_neg()) {
+          out.push_back(e.toTensor().resolve_neg());
+          changed = true;
+        } else {
+          out.push_back(e.isTensor() ? std::optional<at::Tensor>(e.toTensor()) : std::nullopt);
+        }
+      }
+      if (changed && list.size() && (list.get(0).isTensor() || list.get(0).isNone())) v = out;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Argument checks the meta kernels lack.
+//
+// The fallback runs PyTorch's meta kernel synchronously, so every check a
+// structured (C++) meta kernel makes raises at the op. Some ops have only a
+// Python meta function or decomposition that computes the output shape but
+// checks less than CPU's kernel (index_put, the masked ops, index_select,
+// index_fill, put_, sort's dim, ...), and no meta tensor shares storage with
+// another, so PyTorch's memory-overlap checks never fire. Without the checks
+// below those errors would come from the runtime kernel, which in Strict and
+// DeferAndFuse runs later, and surface at the next synchronization from an
+// unrelated op. All of them read metadata only.
+
+int64_t count_nonzero_host(const at::Tensor& self);
+
+enum CheckFamily {
+  kFamNone = 0,
+  kFamIndexSelect,
+  kFamIndexFill,
+  kFamPut,
+  kFamMaskedFill,
+  kFamMaskedScatter,
+  kFamBucketize,
+  kFamIndexPut,
+  kFamCpuScalars,  // scalar parameters checked by CPU's kernel on a 0-element stand-in
+  kFamGelu,
+  kFamMultinomial,
+};
+
+bool in_list(const std::string& s, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (s == n) return true;
+  return false;
+}
+
+void classify_checks(const std::string& base, const c10::FunctionSchema& schema, OpInfo& info) {
+  // foreach ops follow the per-tensor op they apply (CPU's slow path runs it)
+  std::string b = base.rfind("_foreach_", 0) == 0 ? base.substr(9) : base;
+  if (!b.empty() && b.back() == '_') b.pop_back();
+  const auto& args = schema.arguments();
+  const bool backward = b.size() > 9 && b.compare(b.size() - 9, 9, "_backward") == 0;
+  if (!backward && !in_list(b, {"unsqueeze"}) && !args.empty() &&
+      args[0].type()->kind() == c10::TypeKind::TensorType) {
+    for (size_t i = 1; i < args.size(); i++)
+      if (args[i].name() == "dim" && args[i].type()->kind() == c10::TypeKind::IntType)
+        info.dim_arg = (int)i;
+  }
+  if (b == "index_select") info.family = kFamIndexSelect;
+  else if (b == "index_fill") info.family = kFamIndexFill;
+  else if (b == "put") info.family = kFamPut;
+  else if (b == "masked_fill") info.family = kFamMaskedFill;
+  else if (b == "masked_scatter") info.family = kFamMaskedScatter;
+  else if (b == "bucketize") info.family = kFamBucketize;
+  else if (b == "index_put" || b == "_index_put_impl") info.family = kFamIndexPut;
+  else if (b == "gelu" || b == "gelu_backward") info.family = kFamGelu;
+  else if (b == "multinomial") info.family = kFamMultinomial;
+  else if (in_list(b, {"cauchy", "exponential", "geometric", "log_normal", "normal", "uniform",
+                       "random", "bernoulli"})) {
+    // only overloads whose one tensor is self (the rest scalars / generator)
+    bool scalars = true;
+    for (size_t i = 1; i < args.size(); i++)
+      if (args[i].type()->kind() == c10::TypeKind::TensorType) scalars = false;
+    if (scalars && !args.empty() && args[0].type()->kind() == c10::TypeKind::TensorType)
+      info.family = kFamCpuScalars;
+  }
+  // CPU's at::assert_no_overlap: the output may not even be an input
+  info.full_overlap_check = in_list(b, {"gather", "take", "index_select", "cat", "kthvalue"});
+  // What CPU allows: reductions and matmuls do not check overlap; fill/zero,
+  // triangular and threshold in place accept expanded outputs; masked_fill_,
+  // index_put_ and index_fill_ on expanded tensors only warn; scatter and
+  // softmax accept inputs that partly overlap the output.
+  static const std::initializer_list<const char*> reductions = {
+      "sum", "nansum", "mean", "nanmean", "prod", "amax", "amin", "max", "min", "aminmax",
+      "argmax", "argmin", "any", "all", "norm", "linalg_vector_norm", "var", "std", "var_mean",
+      "std_mean", "logsumexp", "count_nonzero", "median", "nanmedian", "mode",
+      "mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "matmul",
+      "_int_mm", "addr", "linalg_norm"};
+  if (in_list(b, reductions) ||
+      in_list(b, {"fill", "zero", "masked_fill", "index_put", "_index_put_impl", "index_fill",
+                  "tril", "triu", "threshold", "eye"}))
+    info.internal_overlap_check = false;
+  if (in_list(b, reductions) ||
+      in_list(b, {"scatter", "scatter_add", "scatter_reduce", "softmax", "_softmax",
+                  "log_softmax", "_log_softmax", "masked_fill"}))
+    info.partial_overlap_check = false;
+}
+
+// CPU's overlap checks (at::assert_no_internal_overlap and
+// assert_no_partial_overlap, as TensorIterator makes them) on the real
+// tensors: every written tensor against itself and against every input.
+// foreach ops pair the i-th written tensor with the i-th tensor of each other
+// list, as their per-tensor loop does.
+void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
+  auto check_one = [&](const at::Tensor& w, const c10::IValue& in, int64_t k) {
+    auto vs = [&](const at::Tensor& t) {
+      if (!t.defined() || (t.is_cpu() && t.dim() == 0)) return;
+      if (info.full_overlap_check) at::assert_no_overlap(w, t);
+      else if (!t.is_same(w)) at::assert_no_partial_overlap(w, t);
+    };
+    if (in.isTensor()) {
+      vs(in.toTensor());
+    } else if (in.isTensorList()) {
+      auto l = in.toTensorList();
+      if (k >= 0) {
+        if (k < (int64_t)l.size()) vs(l.get(k));
+      } else {
+        for (const at::Tensor& t : l) vs(t);
+      }
+    } else if (in.isList()) {
+      auto l = in.toList();
+      for (size_t j = 0; j < l.size(); j++)
+        if (l.get(j).isTensor()) vs(l.get(j).toTensor());
+    }
+  };
+  auto check_written = [&](const at::Tensor& w, int64_t k) {
+    if (!w.defined() || w.numel() == 0) return;
+    if (info.internal_overlap_check) at::assert_no_internal_overlap(w);
+    if (!info.partial_overlap_check) return;
+    for (size_t j = 0; j < n && j < 64; j++)
+      if (!(info.mutated_args >> j & 1)) check_one(w, args[j], k);
+  };
+  for (size_t i = 0; i < n && i < 64; i++) {
+    if (!(info.mutated_args >> i & 1)) continue;
+    if (args[i].isTensor()) {
+      check_written(args[i].toTensor(), -1);
+    } else if (args[i].isTensorList()) {
+      auto l = args[i].toTensorList();
+      for (size_t k = 0; k < l.size(); k++) check_written(l.get(k), (int64_t)k);
+    }
+  }
+}
+
+// Broadcasts the inputs' shapes: value (true) or a RuntimeError as from
+// at::infer_size when they do not broadcast.
+c10::DimVector broadcast_shape(c10::IntArrayRef a, c10::IntArrayRef b) {
+  return at::infer_size_dimvector(a, b);
+}
+
+// A mask that must broadcast to `self`: in place (write into self) it must
+// expand to self's shape, out of place self and mask broadcast together.
+void check_mask_broadcast(const at::Tensor& self, const at::Tensor& mask, bool in_place) {
+  if (in_place) {
+    (void)mask.expand(self.sizes());  // raises like expand_inplace
+  } else {
+    (void)broadcast_shape(self.sizes(), mask.sizes());
+  }
+}
+
+// Family checks, in CPU's order and with CPU's messages and exception types.
+void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IValue* args,
+                size_t n) {
+  if (info.dim_arg >= 0 && args[0].isTensor() && args[info.dim_arg].isInt())
+    (void)at::maybe_wrap_dim(args[info.dim_arg].toInt(), args[0].toTensor().dim());
+  if (info.family == kFamNone || n < 1 || !args[0].isTensor()) return;
+  const at::Tensor& self = args[0].toTensor();
+  const bool in_place = (info.mutated_args & 1) && !(info.mutated_args >> (n - 1) & 1);
+  switch (info.family) {
+    case kFamIndexSelect: {
+      if (n < 3 || !args[2].isTensor()) return;
+      const at::Tensor& idx = args[2].toTensor();
+      TORCH_CHECK_INDEX(idx.dim() <= 1, "index_select(): Index is supposed to be a vector");
+      TORCH_CHECK(idx.scalar_type() == at::kLong || idx.scalar_type() == at::kInt,
+                  "index_select(): Expected dtype int32 or int64 for index");
+      break;
+    }
+    case kFamIndexFill: {
+      if (n < 4 || !args[2].isTensor()) return;
+      const at::Tensor& idx = args[2].toTensor();
+      TORCH_CHECK_INDEX(idx.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
+      TORCH_CHECK(idx.dim() <= 1, "Index has to be a vector/scalar");
+      if (args[3].isTensor())
+        TORCH_CHECK(args[3].toTensor().dim() == 0,
+                    "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+                    args[3].toTensor().dim(), " dimension(s).");
+      break;
+    }
+    case kFamPut: {
+      if (n < 3 || !args[1].isTensor() || !args[2].isTensor()) return;
+      const at::Tensor& idx = args[1].toTensor();
+      const at::Tensor& src = args[2].toTensor();
+      TORCH_CHECK(idx.scalar_type() == at::kLong, "put_(): Expected a long tensor for index, but got ",
+                  idx.scalar_type());
+      TORCH_CHECK(self.scalar_type() == src.scalar_type(),
+                  "put_(): self and source expected to have the same dtype, but got self.dtype = ",
+                  self.scalar_type(), " and source.dtype = ", src.scalar_type());
+      TORCH_CHECK_INDEX(src.numel() == idx.numel(),
+                        "put_(): Expected source and index to have the same number of elements, "
+                        "but got source.numel() = ", src.numel(), ", index.numel() = ", idx.numel());
+      break;
+    }
+    case kFamMaskedFill: {
+      if (n < 3 || !args[1].isTensor()) return;
+      const at::Tensor& mask = args[1].toTensor();
+      TORCH_CHECK(mask.scalar_type() == at::kBool,
+                  "masked_fill_ only supports boolean masks, but got mask with dtype ", mask.dtype());
+      if (args[2].isTensor())
+        TORCH_CHECK(args[2].toTensor().dim() == 0,
+                    "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+                    args[2].toTensor().dim(), " dimension(s).");
+      check_mask_broadcast(self, mask, in_place);
+      break;
+    }
+    case kFamMaskedScatter: {
+      if (n < 3 || !args[1].isTensor() || !args[2].isTensor()) return;
+      const at::Tensor& mask = args[1].toTensor();
+      const at::Tensor& src = args[2].toTensor();
+      TORCH_CHECK(self.scalar_type() == src.scalar_type(),
+                  "masked_scatter: expected self and source to have same dtypes but got",
+                  self.scalar_type(), " and ", src.scalar_type());
+      TORCH_CHECK(mask.scalar_type() == at::kBool,
+                  "masked_scatter_ only supports boolean masks, but got mask with dtype ",
+                  mask.scalar_type());
+      check_mask_broadcast(self, mask, in_place);
+      const auto shape = in_place ? c10::DimVector(self.sizes()) : broadcast_shape(self.sizes(), mask.sizes());
+      int64_t cells = 1;
+      for (int64_t s : shape) cells *= s;
+      // Only a source smaller than the mask can run out; then the count of
+      // ones decides, which needs the mask's values (synchronizes).
+      if (src.numel() < cells && mask.device().type() == kTpu) {
+        const int64_t ones = count_nonzero_host(mask.expand(shape));
+        TORCH_CHECK(src.numel() >= ones, "Number of elements of source < number of ones in mask");
+      }
+      break;
+    }
+    case kFamCpuScalars: {
+      // CPU's kernel checks the parameters before looking at the data: run
+      // it on an empty CPU tensor of self's dtype (no generator needed).
+      torch::jit::Stack st;
+      st.reserve(n);
+      st.emplace_back(at::empty({0}, self.options().device(at::kCPU)));
+      for (size_t i = 1; i < n; i++)
+        st.push_back((int)i == info.generator_arg ? c10::IValue() : args[i]);
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &st);
+      break;
+    }
+    case kFamGelu: {
+      for (size_t i = 1; i < n; i++)
+        if (args[i].isString()) {
+          const std::string& a = args[i].toStringRef();
+          TORCH_CHECK(a == "none" || a == "tanh", "approximate argument must be either none or tanh.");
+        }
+      break;
+    }
+    case kFamMultinomial: {
+      if (n < 3 || !args[1].isInt()) return;
+      const int64_t samples = args[1].toInt();
+      const bool replacement = args[2].isBool() && args[2].toBool();
+      TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
+      TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+                  "multinomial only supports floating-point dtypes for input, got: ",
+                  self.scalar_type());
+      if (n > 4 && args[n - 1].isTensor())
+        TORCH_CHECK(args[n - 1].toTensor().scalar_type() == at::kLong,
+                    "multinomial expects Long tensor out, got: ", args[n - 1].toTensor().scalar_type());
+      TORCH_CHECK(samples > 0, "cannot sample n_sample <= 0 samples");
+      const int64_t categories = self.size(-1);
+      TORCH_CHECK(replacement || samples <= categories,
+                  "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+      TORCH_CHECK(categories <= (int64_t(1) << 24), "number of categories cannot exceed 2^24");
+      break;
+    }
+    case kFamBucketize: {
+      if (!args[1].isTensor()) return;
+      const at::Tensor& bounds = args[1].toTensor();
+      TORCH_CHECK(bounds.dim() == 1, "boundaries tensor must be 1 dimension, but got dim(",
+                  bounds.dim(), ")");
+      break;
+    }
+    case kFamIndexPut: {
+      // after prepare_indices: long indices, no masks
+      if (n < 3 || !args[1].isList() || !args[2].isTensor()) return;
+      const at::Tensor& value = args[2].toTensor();
+      TORCH_CHECK(value.scalar_type() == self.scalar_type() || (value.is_cpu() && value.dim() == 0),
+                  "Index put requires the source and destination dtypes match, got ",
+                  self.scalar_type(), " for the destination and ", value.scalar_type(),
+                  " for the source.");
+      auto list = args[1].toList();
+      c10::DimVector bshape;
+      bool any = false, adjacent = true, ended = false;
+      std::vector<at::Tensor> defined;
+      for (size_t i = 0; i < list.size(); i++) {
+        auto e = list.get(i);
+        if (e.isTensor() && e.toTensor().defined()) {
+          if (ended) adjacent = false;
+          defined.push_back(e.toTensor());
+          any = true;
+        } else if (any) {
+          ended = true;
+        }
+      }
+      if (defined.empty()) return;
+      try {
+        bshape = c10::DimVector(defined[0].sizes());
+        for (size_t i = 1; i < defined.size(); i++) bshape = broadcast_shape(bshape, defined[i].sizes());
+      } catch (const std::exception&) {
+        std::ostringstream os;
+        for (size_t i = 0; i < defined.size(); i++) os << (i ? ", " : "") << defined[i].sizes();
+        TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together "
+                          "with shapes ", os.str());
+      }
+      // the indexed result: the broadcast index shape replaces the indexed
+      // dims in place when they are adjacent, else it comes first
+      c10::DimVector result;
+      size_t first = 0;
+      while (first < list.size() && !(list.get(first).isTensor() && list.get(first).toTensor().defined()))
+        first++;
+      const size_t nidx = list.size();
+      if (adjacent) {
+        for (size_t d = 0; d < first; d++) result.push_back(self.size((int64_t)d));
+        result.append(bshape.begin(), bshape.end());
+        size_t last = first + defined.size();
+        for (int64_t d = (int64_t)last; d < self.dim(); d++) result.push_back(self.size(d));
+      } else {
+        result = bshape;
+        for (int64_t d = 0; d < self.dim(); d++) {
+          const bool indexed = (size_t)d < nidx && list.get(d).isTensor() && list.get(d).toTensor().defined();
+          if (!indexed) result.push_back(self.size(d));
+        }
+      }
+      TORCH_CHECK(at::is_expandable_to(value.sizes(), result), "shape mismatch: value tensor of shape ",
+                  value.sizes(), " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(result));
+      break;
+    }
+    default:
+      break;
+  }
+}
+
 // Converts the arguments of an index / index_put op: boolean masks become
-// long indices (via nonzero), CPU indices move to the device.
-void prepare_indices(c10::IValue* args, c10::DeviceIndex dev) {
+// long indices (via nonzero) after CPU's checks of their shapes, CPU indices
+// move to the device.
+void prepare_indices(c10::IValue* args, c10::DeviceIndex dev, bool put) {
+  const at::Tensor& self = args[0].toTensor();
   auto list = args[1].toList();
-  c10::List<std::optional<at::Tensor>> out;
+  c10::List<std::optional<at::Tensor>> in;
+  int64_t used = 0;  // dims of self the indices consume
+  bool mask = false;
   for (size_t i = 0; i < list.size(); i++) {
     auto e = list.get(i);
     if (!e.isTensor() || !e.toTensor().defined()) {
-      out.push_back(std::nullopt);
+      in.push_back(std::nullopt);
+      used++;
       continue;
     }
-    at::Tensor idx = e.toTensor();
-    if (idx.device().type() != kTpu) idx = idx.to(c10::Device(kTpu, dev));
-    if (idx.scalar_type() == at::kBool || idx.scalar_type() == at::kByte) {
-      at::Tensor nz = at::nonzero(idx);  // [n, k]
-      for (int64_t k = 0; k < idx.dim(); k++) out.push_back(nz.select(1, k));
-    } else {
-      out.push_back(idx);
+    const at::Tensor& idx = e.toTensor();
+    const auto st = idx.scalar_type();
+    TORCH_CHECK_INDEX(st == at::kLong || st == at::kInt || st == at::kByte || st == at::kBool,
+                      "tensors used as indices must be long, int, byte or bool tensors");
+    const bool is_mask = st == at::kBool || st == at::kByte;
+    mask = mask || is_mask;
+    used += is_mask ? idx.dim() : 1;
+    in.push_back(idx);
+  }
+  if (put) {
+    TORCH_CHECK_INDEX(used <= self.dim(), "too many indices for tensor of dimension ", self.dim(),
+                      " (got ", used, ")");
+  } else {
+    TORCH_CHECK_INDEX(used <= self.dim(), "too many indices for tensor of dimension ", self.dim());
+  }
+  if (mask) {
+    // CPU's own conversion: checks each mask's shape against the dims it
+    // covers (IndexError) and replaces it by its nonzero coordinates.
+    std::vector<at::Tensor> ex = at::native::expandTensors(self, in, /*ensure_same_device=*/true);
+    c10::List<std::optional<at::Tensor>> out;
+    for (auto& t : ex) {
+      if (!t.defined()) out.push_back(std::nullopt);
+      else out.push_back(t.device().type() == kTpu ? t : t.to(c10::Device(kTpu, dev)));
     }
+    args[1] = out;
+    return;
+  }
+  c10::List<std::optional<at::Tensor>> out;
+  for (size_t i = 0; i < in.size(); i++) {
+    auto e = in.get(i);
+    if (!e.has_value()) out.push_back(std::nullopt);
+    else out.push_back(e->device().type() == kTpu ? *e : e->to(c10::Device(kTpu, dev)));
   }
   args[1] = out;
 }
@@ -590,9 +1024,13 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK(nargs <= (size_t)kMaxArgs, "aten::", info.name, ": too many arguments");
   c10::IValue* args = &(*stack)[stack->size() - nargs];
   if ((info.is_index || info.is_index_put) && args[1].isList() && args[0].isTensor())
-    prepare_indices(args, args[0].toTensor().device().index());
-  const c10::DeviceIndex dev = check_devices(info, args, nargs);
+    prepare_indices(args, args[0].toTensor().device().index(), info.is_index_put);
+  bool any_neg = false;
+  const c10::DeviceIndex dev = check_devices(info, args, nargs, &any_neg);
   c10::DeviceGuard guard(c10::Device(kTpu, dev));
+  if (C10_UNLIKELY(any_neg) && !info.all_views) resolve_neg_args(info, args, nargs);
+  check_args(op, info, args, nargs);
+  if (info.mutated_args) check_overlaps(info, args, nargs);
   swap_placeholders(dev);
   if (info.is_repeat_interleave && nargs >= 2 && args[0].isTensor() && args[1].isNone())
     args[1] = args[0].toTensor().sum().item<int64_t>();  // data-dependent: synchronizes
@@ -670,9 +1108,11 @@ at::Tensor tpu_empty_memory_format(c10::IntArrayRef size, std::optional<c10::Sca
   ensure_runtime();
   const auto d = c10::device_or_default(device);
   c10::DeviceGuard guard(d.has_index() ? d : c10::Device(kTpu, current_device()));
-  return at::detail::empty_generic(size, allocator(),
-                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   c10::dtype_or_default(dtype), memory_format);
+  at::Tensor t = at::detail::empty_generic(size, allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype), memory_format);
+  if (fill_uninitialized()) at::native::fill_empty_deterministic_(t);
+  return t;
 }
 
 at::Tensor tpu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -683,9 +1123,11 @@ at::Tensor tpu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   ensure_runtime();
   const auto d = c10::device_or_default(device);
   c10::DeviceGuard guard(d.has_index() ? d : c10::Device(kTpu, current_device()));
-  return at::detail::empty_strided_generic(size, stride, allocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                           c10::dtype_or_default(dtype));
+  at::Tensor t = at::detail::empty_strided_generic(
+      size, stride, allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::dtype_or_default(dtype));
+  if (fill_uninitialized()) at::native::fill_empty_deterministic_(t);
+  return t;
 }
 
 at::Tensor tpu_as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -731,8 +1173,26 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   return copy_from(self, dst, non_blocking);
 }
 
+// copy_ as CPU's copy_impl: a copy onto itself or onto the same view does
+// nothing; a destination that overlaps itself or partly overlaps the source
+// raises; a source whose negative bit differs from the destination's is
+// copied and then negated in place (neg_ acts on the memory as stored).
 at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (self.is_same(src)) return self;
+  if (self.is_alias_of(src) && self.storage_offset() == src.storage_offset() &&
+      self.strides().equals(src.strides()) && self.sizes().equals(src.sizes()) &&
+      self.scalar_type() == src.scalar_type() && self.is_neg() == src.is_neg())
+    return self;
+  if (self.numel() > 0) {
+    at::assert_no_internal_overlap(self);
+    at::assert_no_partial_overlap(self, src);
+  }
   copy_from(src, self, non_blocking);
+  if (self.is_neg() != src.is_neg() && self.numel() > 0) {
+    // negate the stored values: through a view without the bit
+    at::Tensor raw = self.is_neg() ? self._neg_view() : self;
+    raw.neg_();
+  }
   return self;
 }
 
@@ -793,10 +1253,25 @@ void submit_nonzero(const at::Tensor& self, const at::Tensor& out) {
   submit_tensor_call("nonzero", {self}, out);
 }
 
+// As CPU: the result is column-major ([n, ndim] with strides (1, n)), unless
+// `out` already has the result's shape in another layout, which it keeps.
 at::Tensor& tpu_nonzero_out(const at::Tensor& self, at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == at::kLong,
+              "nonzero: Expected out tensor to have scalar type Long but got scalar type",
+              out.scalar_type());
+  TORCH_CHECK(out.device() == self.device(), "expected self and out to be on the same device, got ",
+              self.device(), " and ", out.device());
   c10::DeviceGuard guard(self.device());
   const int64_t n = count_nonzero_host(self);
-  resize_tensor(out, {n, self.dim()}, std::nullopt);
+  const int64_t nd = self.dim();
+  if (out.dim() == 2 && out.size(0) == n && out.size(1) == nd && !out.t().is_contiguous()) {
+    at::Tensor tmp = at::empty({nd, n}, out.options()).t();
+    submit_nonzero(self, tmp);
+    out.copy_(tmp);
+    return out;
+  }
+  resize_tensor(out, {nd, n}, std::nullopt);
+  out.as_strided_({n, nd}, {1, n});
   submit_nonzero(self, out);
   return out;
 }
@@ -805,7 +1280,7 @@ at::Tensor tpu_nonzero(const at::Tensor& self) {
   c10::DeviceGuard guard(self.device());
   const int64_t n = count_nonzero_host(self);
   // CPU returns a column-major [n, ndim] result; keep that layout.
-  at::Tensor out = at::empty({self.dim(), n}, self.options().dtype(at::kLong)).t();
+  at::Tensor out = at::empty_strided({n, self.dim()}, {1, n}, self.options().dtype(at::kLong));
   submit_nonzero(self, out);
   return out;
 }
@@ -818,6 +1293,9 @@ at::Tensor tpu_masked_select(const at::Tensor& self, const at::Tensor& mask) {
 }
 
 at::Tensor& tpu_masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, mask);
   at::Tensor r = tpu_masked_select(self, mask);
   resize_tensor(out, r.sizes(), std::nullopt);
   out.copy_(r);
