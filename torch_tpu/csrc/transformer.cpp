@@ -17,6 +17,7 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <tuple>
 
@@ -26,7 +27,7 @@ namespace {
 using at::Tensor;
 
 // softmax over `dim` with the positions where `mask` is true left out; a row
-// with every position masked gives zeros (as CPU's _masked_softmax).
+// with every position masked gives NaN, as CPU's _masked_softmax (0 / 0).
 // mask_type 0: (L, L) attention mask of a (B, H, L, L) input; 1: (B, L)
 // padding mask of a (B, H, L, L) input; 2 (or any other shape): a mask of
 // the input's shape.
@@ -56,10 +57,9 @@ Tensor tpu_masked_softmax(const Tensor& input, const Tensor& mask_in, std::optio
   int64_t dim = at::maybe_wrap_dim(dim_in.value_or(input.dim() - 1), input.dim());
   Tensor x = input.dim() == 0 ? input.view(1) : input;
   Tensor m = mask.dim() == 0 ? mask.view(1) : mask;
-  // Masked positions become -inf, so they add exp(-inf) = 0 to the sum; a
-  // row with every position masked gives NaN, set to 0 with the masked ones.
+  // Masked positions become -inf: they give exp(-inf) = 0 and add nothing to
+  // the sum; a row with every position masked gives NaN (-inf - -inf).
   Tensor y = at::_softmax(x.masked_fill(m, -std::numeric_limits<double>::infinity()), dim, false);
-  y = y.masked_fill(m, 0);
   return input.dim() == 0 ? y.view({}) : y.contiguous();
 }
 
