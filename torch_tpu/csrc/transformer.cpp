@@ -256,6 +256,8 @@ Tensor nested_to_padded(const Tensor& self, double padding, at::OptionalIntArray
   TORCH_CHECK(sizes.dim() == 2 && sizes.size(1) == 2,
               "to_padded_tensor: only nested tensors of 2-D sequences are supported on tpu");
   Tensor buffer = impl->get_buffer();
+  TORCH_CHECK(buffer.numel() > 0,
+              "to_padded_tensor: at least one constituent tensor should have non-zero numel");
   const auto N = sizes.size(0);
   Tensor lengths = sizes.select(1, 0).contiguous();
   int64_t L = N ? lengths.max().item<int64_t>() : 0;
