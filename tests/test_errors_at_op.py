@@ -410,3 +410,22 @@ def test_opinfo_error_inputs_raise_at_op(eager):
     unexpected = {b for b in bad if not any(b[0] == k[0] and k[1] in b[1] for k in OPINFO_ERRORS_KNOWN)}
     assert not unexpected, sorted(unexpected)
     torch.tpu.synchronize()
+
+
+def test_result_dtype_follows_default_dtype_change():
+    # The bridge memoizes output metadata; the default dtype decides the result type of
+    # an integer tensor with a float scalar, so a later set_default_dtype must be seen.
+    u = torch.tensor([1, 2], dtype=torch.uint8)
+    ut = u.to("tpu")
+    old = torch.get_default_dtype()
+    try:
+        for dt in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(dt)
+            expected = u + 5.5
+            actual = ut + 5.5
+            assert actual.dtype == expected.dtype == dt
+            torch.testing.assert_close(actual.cpu(), expected)
+            assert torch.arange(3, device="tpu").float().div(2).dtype == torch.float32
+            assert (ut / 2).dtype == (u / 2).dtype
+    finally:
+        torch.set_default_dtype(old)

@@ -843,6 +843,9 @@ void key_tensor(MetaKey& k, const at::Tensor& t, bool with_offset) {
 bool make_meta_key(const OpInfo& info, const void* op, const c10::IValue* args, size_t n,
                    MetaKey& k) {
   k.op = op;
+  /* the default dtype decides the result type of integer tensors with float
+   * scalars (u8 + 5.5) and of factories: part of the key */
+  k.words.push_back((int64_t)c10::typeMetaToScalarType(c10::get_default_dtype()));
   for (size_t i = 0; i < n; i++) {
     const auto& v = args[i];
     if (v.isTensor()) {
