@@ -51,6 +51,16 @@ def tpu_mode(request):
         torch.tpu.synchronize()
 
 
+@pytest.fixture(params=["strict", "debug", "defer_and_fuse"])
+def mode(request):
+    """Runs the test once per eager mode, all three (reliability suites)."""
+    torch.tpu.synchronize()
+    with torch_tpu.eager_mode(request.param):
+        yield request.param
+        torch.tpu.synchronize()
+    torch.tpu.synchronize()
+
+
 @pytest.fixture
 def defer():
     """runs the test body in DeferAndFuse mode (tests of the trace and the fusion compiler)"""

@@ -9,16 +9,9 @@ import torch
 
 import torch_tpu
 
-MODES = ["strict", "debug", "defer_and_fuse"]
 
 
-@pytest.fixture(params=MODES)
-def mode(request):
-    torch.tpu.synchronize()
-    with torch_tpu.eager_mode(request.param):
-        yield request.param
-        torch.tpu.synchronize()
-    torch.tpu.synchronize()
+# `mode`: the all-modes fixture in conftest.py
 
 
 def A(d):

@@ -12,16 +12,10 @@ import torch
 import torch_tpu
 from util import assert_same
 
-MODES = ["strict", "debug", "defer_and_fuse"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(params=MODES)
-def mode(request):
-    torch.tpu.synchronize()
-    with torch_tpu.eager_mode(request.param):
-        yield request.param
-    torch.tpu.synchronize()
+# `mode`: the all-modes fixture in conftest.py
 
 
 def _tol(dtype):
