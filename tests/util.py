@@ -21,6 +21,15 @@ def make(shape, dtype, low=-3, high=3, seed=0, noncontig=False):
     return t
 
 
+def gelu(x, approximate="none"):
+    """F.gelu; on CPU, for float32 and narrower, computed in float64 and rounded back: PyTorch's
+    AVX-512 kernels return NaN for gelu(+inf) (its AVX2 and float64 paths give inf), so the
+    reference would depend on the machine."""
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16, torch.float16):
+        return torch.nn.functional.gelu(x.double(), approximate=approximate).to(x.dtype)
+    return torch.nn.functional.gelu(x, approximate=approximate)
+
+
 def to_tpu(x):
     if isinstance(x, torch.Tensor):
         return x.to("tpu")

@@ -355,10 +355,16 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     if (!e->live) ev[nev++] = (temp_event_t){e->last, 1, k};
   }
   if (ev) qsort(ev, (size_t)nev, sizeof *ev, temp_event_cmp);
+  const bool dumping = tpu_graph_dumping();
   for (int q = 0; q < nev && !st; q++) {
     entry_t* e = &es.e[ev[q].entry];
-    if (ev[q].is_free) { /* graph-scoped: a later temporary may reuse the block */
-      tpu_device_free_unused(e->real);
+    if (ev[q].is_free) {
+      /* graph-scoped: a later temporary may reuse the block. Not when the
+       * graph is printed: the printer names values by their memory, so a
+       * reused block would read as an update of the dead value; the free is
+       * deferred until the graph is queued. */
+      if (dumping) tpu_device_free(device, e->real);
+      else tpu_device_free_unused(e->real);
       e->freed = true;
       continue;
     }
@@ -391,7 +397,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     goto failed;
   }
   /* for the printer: which outputs outlive the graph */
-  if (tpu_graph_dumping()) {
+  if (dumping) {
     g.visible = calloc((size_t)m + 1, sizeof(uint32_t));
     for (int i = 0; i < m && g.visible; i++)
       for (int o = 0; o < nodes[i]->nouts && o < 32; o++) {
