@@ -3,15 +3,20 @@
 # the pytest suite. Extra arguments go to pytest. Exit code 5 (no tests ran) fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t0=$SECONDS
+stage() { echo "[run_tests] $1 done at $((SECONDS - t0)) s" >&2; }
 scripts/setup.sh
+stage setup
 make -s -j"$(nproc)" PYTHON=.venv/bin/python ctest
-# the C tests again under AddressSanitizer and UBSAN (build-asan/, build-ubsan/; incremental)
-make -s -j"$(nproc)" PYTHON=.venv/bin/python asan
-make -s -j"$(nproc)" PYTHON=.venv/bin/python ubsan
+stage "C tests"
+# the C tests again under AddressSanitizer + UBSAN, one build (build-sanc/; incremental)
+make -s -j"$(nproc)" PYTHON=.venv/bin/python san
+stage "sanitized C tests"
 set +e
-.venv/bin/python -m pytest tests "$@"
+.venv/bin/python -m pytest tests --durations=25 "$@"
 rc=$?
 set -e
+stage pytest
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2
   exit 1
