@@ -199,6 +199,10 @@ def main():
     warnings.filterwarnings("ignore")
     import torch_tpu  # noqa: F401
     torch.set_float32_matmul_precision("highest")
+    # CPU's reference ops are small: one intra-op thread each. With its default pool, every
+    # tiny CPU op wakes a second thread that competes with the other worker and the tpu
+    # runtime's own threads (measured: 3-10x slower per program on 2 cores).
+    torch.set_num_threads(1)
     import faulthandler
     out = sys.stdout
     sys.stdout = sys.stderr  # prints from programs never corrupt the protocol
