@@ -13,7 +13,11 @@ stage "C tests"
 make -s -j"$(nproc)" PYTHON=.venv/bin/python san
 stage "sanitized C tests"
 set +e
-.venv/bin/python -m pytest tests --durations=25 "$@"
+# one pytest worker per core (pytest-xdist); TORCH_TPU_TEST_JOBS=0 runs in this process
+jobs=${TORCH_TPU_TEST_JOBS:-$(nproc)}
+par=()
+[ "$jobs" -gt 1 ] && par=(-n "$jobs")
+.venv/bin/python -m pytest tests "${par[@]}" --durations=25 "$@"
 rc=$?
 set -e
 stage pytest

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates/refreshes .venv (Python 3.11, torch 2.13.0 CPU, numpy, pytest; and, for the
+# Creates/refreshes .venv (Python 3.11, torch 2.13.0 CPU, numpy, pytest + pytest-xdist; and, for the
 # tests only, jax/jaxlib 0.10.2, whose MLIR bindings parse the exported StableHLO and
 # whose CPU client runs it: tests/test_stablehlo.py),
 # builds the C runtime and the bridge incrementally, and installs torch_tpu
@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.torch_tpu_deps
-want="torch==2.13.0 numpy pytest expecttest jax==0.10.2 jaxlib==0.10.2"
+want="torch==2.13.0 numpy pytest pytest-xdist expecttest jax==0.10.2 jaxlib==0.10.2"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/pip install -q --disable-pip-version-check $want
   echo "$want" > "$stamp"

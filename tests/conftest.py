@@ -9,6 +9,11 @@ import torch_tpu  # noqa: F401  (also registers the device when autoload is off)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# CPU's reference results are small computations: one intra-op thread. Its default pool makes
+# each tiny CPU op wake threads that compete with the tpu runtime's (and, under pytest-xdist,
+# the other worker's) on a 2-core machine.
+torch.set_num_threads(1)
+
 
 def run_python(code, env=None, timeout=120):
     """Runs `code` in a fresh interpreter; returns CompletedProcess."""
