@@ -65,8 +65,9 @@ $(SO): $(BR_OBJS) $(BUILD)/libtpurt.a
 
 # The runtime and its C tests under sanitizers, each build in its own directory; any
 # sanitizer report fails the target (scripts/sanitize.sh adds the bridge and a Python
-# workload). `san` (what scripts/run_tests.sh runs) is ASAN and UBSAN in one build at -O1 -g1 (line tables: reports keep file:line):
-# one compile of the runtime instead of two. `asan` and `ubsan` build each alone.
+# workload). `san` (what scripts/run_tests.sh runs) is ASAN and UBSAN in one build at
+# -O1 -g1 (line tables, so reports keep file:line): one compile of the runtime instead of
+# two. `asan` and `ubsan` build each alone.
 SAN_ASAN  := -fsanitize=address -fno-omit-frame-pointer
 SAN_UBSAN := -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 SAN_BOTH  := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g1
