@@ -39,7 +39,7 @@ bool tpu_dtype_is_integral(tpu_dtype_t dt, bool include_bool);
 /* PyTorch's promoteTypes on the supported dtypes. */
 tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b);
 
-#define TPU_MAX_DIMS 16
+#define TPU_MAX_DIMS 64
 
 enum {
   /* A 0-d tensor that PyTorch created from a Python number (wrapped number);

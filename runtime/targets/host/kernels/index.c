@@ -31,7 +31,7 @@ typedef struct walk {
   int64_t sizes[TPU_MAX_DIMS];
   int64_t st[WALK_MAX_OPS][TPU_MAX_DIMS]; /* byte strides per operand */
   char* base[WALK_MAX_OPS];
-  uint32_t serial_dims; /* bit d: dim d is walked in order within one task */
+  uint64_t serial_dims; /* bit d: dim d is walked in order within one task */
   bool serial;          /* the whole walk runs in order on the calling thread */
   visit_fn_t visit;
   void* ctx;
@@ -596,7 +596,7 @@ static tpu_status_t scatter_into(const char* op, const tpu_tensor_t* out, int di
   index_ctx_t cx;
   dim_walk(&w, &cx, index->ndim, index->sizes, dim, out, src, index, true);
   cx.red = red;
-  w.serial_dims = 1u << dim;
+  w.serial_dims = 1ull << dim;
   w.visit = scatter_visit;
   walk_run(&w);
   return TPU_OK;
@@ -846,7 +846,7 @@ static tpu_status_t index_accumulate(const char* op, const tpu_call_t* c, red_t 
   cx.red = red;
   cx.alpha = alpha;
   cx.ialpha = ialpha;
-  w.serial_dims = 1u << a.dim;
+  w.serial_dims = 1ull << a.dim;
   w.visit = scatter_visit;
   walk_run(&w);
   return acc_end(a.out, &acc, TPU_OK);
@@ -873,7 +873,7 @@ tpu_status_t tpu_k_index_fill(const tpu_call_t* c) {
   walk_t w;
   index_ctx_t cx;
   dim_walk(&w, &cx, a.self->ndim, a.shape, a.dim, a.out, value, a.index, false);
-  w.serial_dims = 1u << a.dim;
+  w.serial_dims = 1ull << a.dim;
   w.visit = scatter_visit;
   walk_run(&w);
   return TPU_OK;
@@ -1142,7 +1142,7 @@ tpu_status_t tpu_k_index_put(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(copy_self(out, self));
   cx.red = tpu_arg_bool(c, 3, false) ? RED_ADD : RED_COPY;
   for (int r = 0; r < pl.nres; r++)
-    if (pl.rdim_b[r] >= 0) w.serial_dims |= 1u << r;
+    if (pl.rdim_b[r] >= 0) w.serial_dims |= 1ull << r;
   w.visit = scatter_visit;
   walk_run(&w);
   return TPU_OK;
