@@ -1,5 +1,5 @@
-/* Execution layer internals shared by lazy.c, trace.c and the host target's
- * graph executor. */
+/* Execution layer internals shared by call.c, lazy.c, trace.c, graph.c and
+ * the host target's graph executor. */
 #ifndef TPU_EXEC_INTERNAL_H_
 #define TPU_EXEC_INTERNAL_H_
 
