@@ -77,7 +77,8 @@ void tpu_stream_wait_reached(tpu_stream_t* s, uint64_t target);
 typedef struct tpu_work tpu_work_t;
 struct tpu_work {
   tpu_work_t* next;                    /* the stream's queue link */
-  const char* what;                    /* names the work in errors: "aten::<what>" */
+  const char* what;                    /* names the work in errors: "aten::<what>";
+                                          must outlive the item (a literal, an op name) */
   tpu_status_t (*run)(tpu_work_t* w);  /* on the stream's worker */
   void (*release)(tpu_work_t* w);      /* after run: frees the item */
 };
