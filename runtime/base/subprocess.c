@@ -13,6 +13,8 @@
  */
 #include "base/subprocess.h"
 
+#include "base/env.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -163,8 +165,8 @@ static bool resolve_program(const char* name, char* out, size_t cap) {
     strcpy(out, name);
     return is_executable(out);
   }
-  const char* path = getenv("PATH");
-  if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+  const char* path = tpu_env_str("PATH");
+  if (!path) path = "/usr/local/bin:/usr/bin:/bin";
   for (const char* p = path;;) {
     const char* colon = strchr(p, ':');
     size_t n = colon ? (size_t)(colon - p) : strlen(p);

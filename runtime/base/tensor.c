@@ -1,4 +1,5 @@
-/* Data types, tensor descriptors, type promotion. */
+/* Data types, tensor descriptors, type promotion, element conversions and
+ * element access. */
 #include "tpu/tensor.h"
 
 #include <string.h>
@@ -116,4 +117,131 @@ bool tpu_tensor_is_contiguous(const tpu_tensor_t* t) {
     expected *= t->sizes[i];
   }
   return true;
+}
+
+/* ---- element conversions and access ---- */
+float tpu_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else { /* subnormal: normalize */
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while (!(man & 0x400u));
+      u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t tpu_f32_to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow -> inf */
+  if (a < 0x38800000u) { /* subnormal or zero in half */
+    if (a < 0x33000000u) return (uint16_t)sign; /* below half of the smallest */
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    int shift = (int)(126 - e); /* value = m * 2^(e-150); half ulp is 2^-24 */
+    uint32_t r = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = a - 0x38000000u; /* rebias exponent 127 -> 15, keep 23-bit mantissa */
+  uint32_t lower = r & 0x1fffu;
+  r >>= 13;
+  if (lower > 0x1000u || (lower == 0x1000u && (r & 1u))) r++;
+  return (uint16_t)(sign | r);
+}
+
+double tpu_load_f64(const void* p, tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_U8: return *(const uint8_t*)p;
+    case TPU_I8: return *(const int8_t*)p;
+    case TPU_I16: return *(const int16_t*)p;
+    case TPU_I32: return *(const int32_t*)p;
+    case TPU_I64: return (double)*(const int64_t*)p;
+    case TPU_F16: return tpu_f16_to_f32(*(const uint16_t*)p);
+    case TPU_BF16: return tpu_bf16_to_f32(*(const uint16_t*)p);
+    case TPU_F32: return *(const float*)p;
+    case TPU_F64: return *(const double*)p;
+    case TPU_BOOL: return *(const uint8_t*)p ? 1.0 : 0.0;
+    default: return 0;
+  }
+}
+
+int64_t tpu_load_i64(const void* p, tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_U8: return *(const uint8_t*)p;
+    case TPU_I8: return *(const int8_t*)p;
+    case TPU_I16: return *(const int16_t*)p;
+    case TPU_I32: return *(const int32_t*)p;
+    case TPU_I64: return *(const int64_t*)p;
+    case TPU_BOOL: return *(const uint8_t*)p != 0;
+    default: return (int64_t)tpu_load_f64(p, dt);
+  }
+}
+
+void tpu_store_f64(void* p, tpu_dtype_t dt, double v) {
+  switch (dt) {
+    case TPU_U8: *(uint8_t*)p = (uint8_t)(int64_t)v; break;
+    case TPU_I8: *(int8_t*)p = (int8_t)(int64_t)v; break;
+    case TPU_I16: *(int16_t*)p = (int16_t)(int64_t)v; break;
+    case TPU_I32: *(int32_t*)p = (int32_t)(int64_t)v; break;
+    case TPU_I64: *(int64_t*)p = (int64_t)v; break;
+    case TPU_F16: *(uint16_t*)p = tpu_f32_to_f16((float)v); break;
+    case TPU_BF16: *(uint16_t*)p = tpu_f32_to_bf16((float)v); break;
+    case TPU_F32: *(float*)p = (float)v; break;
+    case TPU_F64: *(double*)p = v; break;
+    case TPU_BOOL: *(uint8_t*)p = v != 0; break;
+    default: break;
+  }
+}
+
+void tpu_store_i64(void* p, tpu_dtype_t dt, int64_t v) {
+  switch (dt) {
+    case TPU_U8: *(uint8_t*)p = (uint8_t)v; break;
+    case TPU_I8: *(int8_t*)p = (int8_t)v; break;
+    case TPU_I16: *(int16_t*)p = (int16_t)v; break;
+    case TPU_I32: *(int32_t*)p = (int32_t)v; break;
+    case TPU_I64: *(int64_t*)p = v; break;
+    case TPU_BOOL: *(uint8_t*)p = v != 0; break;
+    default: tpu_store_f64(p, dt, (double)v); break;
+  }
+}
+
+int64_t tpu_tensor_offset_of(const tpu_tensor_t* t, int64_t linear) {
+  int64_t off = 0;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    int64_t s = t->sizes[d];
+    if (s == 0) return 0;
+    off += (linear % s) * t->strides[d];
+    linear /= s;
+  }
+  return off * (int64_t)tpu_dtype_size(t->dtype);
+}
+
+void* tpu_tensor_elem_ptr(const tpu_tensor_t* t, int64_t linear) {
+  return (char*)t->data + tpu_tensor_offset_of(t, linear);
+}
+
+double tpu_tensor_get_f64(const tpu_tensor_t* t, int64_t linear) {
+  return tpu_load_f64(tpu_tensor_elem_ptr(t, linear), t->dtype);
+}
+
+int64_t tpu_tensor_get_i64(const tpu_tensor_t* t, int64_t linear) {
+  return tpu_load_i64(tpu_tensor_elem_ptr(t, linear), t->dtype);
 }

@@ -18,9 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tpu/device.h"
-
-int64_t tpu_env_int(const char* name, int64_t dflt);
+#include "base/env.h"
+#include "base/threadpool.h"
 
 /* Spin budget (TORCH_TPU_POOL_SPIN_US): a worker after a job, and the
  * caller per job. Past POOL_PAUSE_NS the spinner yields the core between

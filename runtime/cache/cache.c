@@ -6,6 +6,8 @@
  */
 #include "tpu/cache.h"
 
+#include "base/env.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -235,8 +237,8 @@ static void load_config_locked(void) {
   g_loaded = true;
 
   tier_state_t* s2 = &g_tier[2];
-  const char* v = getenv(TIER2_ENV);
-  if (!v || !v[0]) v = "default";
+  const char* v = tpu_env_str(TIER2_ENV);
+  if (!v) v = "default";
   if (strcmp(v, "disabled") != 0) {
     bool ok;
     if (v[0] == '/') ok = set_dir(s2, v, NULL, NULL);
@@ -255,14 +257,14 @@ static void load_config_locked(void) {
   }
 
   tier_state_t* s3 = &g_tier[3];
-  v = getenv(TIER3_ENV);
+  v = tpu_env_str(TIER3_ENV);
   if (v && v[0] && strcmp(v, "disabled") == 0) return;
   bool ok = false;
   if (v && v[0]) {
     ok = set_dir(s3, v, "/", TPU_RUNTIME_VERSION);
   } else {
-    const char* xdg = getenv("XDG_CACHE_HOME");
-    const char* home = getenv("HOME");
+    const char* xdg = tpu_env_str("XDG_CACHE_HOME");
+    const char* home = tpu_env_str("HOME");
     if (xdg && xdg[0] == '/') ok = set_dir(s3, xdg, "/torch_tpu/", TPU_RUNTIME_VERSION);
     else if (home && home[0] == '/') ok = set_dir(s3, home, "/.cache/torch_tpu/", TPU_RUNTIME_VERSION);
   }

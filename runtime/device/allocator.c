@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "internal.h"
-#include "tpu/trace.h"
 
 #define TPU_BLOCK_MAGIC 0x7470754d454d0001ull
 #define TPU_HEADER 128 /* keeps user pointers 64-byte aligned */
@@ -291,7 +290,7 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
       /* Let the streams drain so cached blocks are truly idle, then free
        * them (their errors stay for the next synchronization). */
       pthread_mutex_unlock(&a->mu);
-      tpu_status_free(tpu_trace_flush(device));
+      tpu_status_free(tpu_device_flush_pending(device));
       tpu_device_wait_idle(device);
       release_cache(a);
       pthread_mutex_lock(&a->mu);
@@ -380,7 +379,7 @@ static void free_impl(void* ptr, bool may_defer) {
   a->stats.active_allocations--;
   a->stats.total_freed_bytes += (int64_t)h->size;
   a->stats.num_frees++;
-  if (may_defer && tpu_trace_length(h->device) > 0) {
+  if (may_defer && tpu_device_pending_work(h->device) > 0) {
     if (a->ndeferred == a->deferred_cap) {
       int cap = a->deferred_cap ? 2 * a->deferred_cap : 64;
       void** p = realloc(a->deferred, sizeof(void*) * (size_t)cap);
@@ -419,7 +418,7 @@ void tpu_device_release_deferred(int device) {
 void tpu_device_empty_cache(int device) {
   tpu_device_state_t* d = tpu_device_state(device);
   if (!d) return;
-  tpu_status_free(tpu_trace_flush(device));
+  tpu_status_free(tpu_device_flush_pending(device));
   tpu_device_wait_idle(device);
   release_cache(&d->alloc);
 }

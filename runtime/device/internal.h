@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "base/env.h"
+#include "base/threadpool.h"
 #include "tpu/device.h"
 
 typedef struct tpu_size_bin tpu_size_bin_t;
@@ -58,7 +60,6 @@ tpu_status_t tpu_device_malloc_reserved(int device, tpu_stream_t* stream, size_t
                                         void** out_ptr) TPU_MUST_USE;
 void tpu_allocator_init(tpu_allocator_t* a, size_t capacity);
 tpu_status_t tpu_stream_new(int device, int64_t id, tpu_stream_t** out);
-/* Runtime-wide environment integer with a default. */
 /* Every stream started so far, of all devices (streams are never destroyed):
  * their number, and the i-th of them. */
 int tpu_stream_registry_count(void);
@@ -68,7 +69,55 @@ tpu_stream_t* tpu_stream_registry_at(int i);
 uint64_t tpu_stream_submitted_count(tpu_stream_t* s);
 bool tpu_stream_reached(tpu_stream_t* s, uint64_t target);
 void tpu_stream_wait_reached(tpu_stream_t* s, uint64_t target);
-int64_t tpu_env_int(const char* name, int64_t dflt);
-void tpu_threadpool_init(void);
+
+/* ---- stream work ----
+ * A stream runs opaque work items in order; it never looks inside them. The
+ * creator allocates an item (usually with its payload in the same block),
+ * fills `what`, `run` and `release`, and hands it to the stream. */
+typedef struct tpu_work tpu_work_t;
+struct tpu_work {
+  tpu_work_t* next;                    /* the stream's queue link */
+  const char* what;                    /* names the work in errors: "aten::<what>";
+                                          must outlive the item (a literal, an op name) */
+  tpu_status_t (*run)(tpu_work_t* w);  /* on the stream's worker */
+  void (*release)(tpu_work_t* w);      /* after run: frees the item */
+};
+/* Queues w on s; the stream owns it from here. No trace flush: the caller
+ * has ordered it already (exec's submission, the trace's own graphs). */
+void tpu_stream_push(tpu_stream_t* s, tpu_work_t* w);
+/* When s has no queued or running work, runs fn(ctx) on the calling thread
+ * as s's next item (its error is kept for the next synchronization, as a
+ * queued item's) and returns true; otherwise runs nothing, returns false. */
+bool tpu_stream_run_if_idle(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(const void*),
+                            const void* ctx);
+/* tpu_stream_enqueue without flushing pending upper-layer work first. */
+tpu_status_t tpu_stream_enqueue_raw(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
+                                    void* ctx, void (*destroy)(void*)) TPU_MUST_USE;
+
+/* ---- hooks of the execution layer ----
+ * Work that the layer above keeps outside the streams (the DeferAndFuse
+ * trace) and addresses that stand for memory not yet allocated
+ * (placeholders). The device layer calls these to keep program order:
+ * before it queues copies, events and host functions, synchronizes, or
+ * drains a device for memory, and to turn a placeholder into memory before
+ * a copy touches it. The upper layer registers them once (before it makes a
+ * trace or a placeholder); until then there is nothing pending and every
+ * address is real. */
+typedef struct tpu_device_hooks {
+  /* Calls waiting outside the streams for the device (0: none). */
+  int (*pending)(int device);
+  /* Queues them on their stream; returns planning errors. */
+  tpu_status_t (*flush)(int device);
+  /* The real address of p, backing it for work on stream s (NULL: the
+   * device's default stream) when it is a placeholder; p itself otherwise. */
+  tpu_status_t (*realize)(const void* p, tpu_stream_t* s, void** out_ptr);
+} tpu_device_hooks_t;
+/* Sets the hooks (a static table; the last call wins, all callers pass the
+ * same one). Thread-safe. */
+void tpu_device_set_hooks(const tpu_device_hooks_t* hooks);
+/* The hooks, or what they mean when none are set. */
+int tpu_device_pending_work(int device);
+tpu_status_t tpu_device_flush_pending(int device) TPU_MUST_USE;
+tpu_status_t tpu_device_realize(const void* p, tpu_stream_t* s, void** out_ptr) TPU_MUST_USE;
 
 #endif

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "tpu/trace.h"
 
 #define TPU_MAX_DEVICES 64
 
@@ -51,24 +50,6 @@ static void atfork_register(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 
 bool tpu_runtime_in_bad_fork(void) { return atomic_load_explicit(&g_bad_fork, memory_order_relaxed) != 0; }
 
-int64_t tpu_env_int(const char* name, int64_t dflt) {
-  const char* v = getenv(name);
-  if (!v || !*v) return dflt;
-  char* end = NULL;
-  long long x = strtoll(v, &end, 10);
-  if (end == v) return dflt;
-  /* optional binary suffixes for byte sizes */
-  if (*end == 'K' || *end == 'k') x <<= 10;
-  else if (*end == 'M' || *end == 'm') x <<= 20;
-  else if (*end == 'G' || *end == 'g') x <<= 30;
-  return x;
-}
-
-static bool env_flag(const char* name) {
-  const char* v = getenv(name);
-  return v && *v && strcmp(v, "0") != 0 && strcmp(v, "false") != 0;
-}
-
 static void runtime_init_once(void) {
   pthread_once(&g_atfork_once, atfork_register);
   atomic_store(&g_started, 1);
@@ -99,9 +80,9 @@ static void runtime_init_once(void) {
     pthread_mutex_init(&g_devices[i].streams_mu, NULL);
   }
   g_ndevices = (int)n;
-  if (env_flag("TORCH_TPU_LAUNCH_BLOCKING") || env_flag("TPU_LAUNCH_BLOCKING"))
+  if (tpu_env_bool("TORCH_TPU_LAUNCH_BLOCKING", false) || tpu_env_bool("TPU_LAUNCH_BLOCKING", false))
     g_mode = TPU_MODE_DEBUG;
-  else if (env_flag("TORCH_TPU_DEFER_AND_FUSE"))
+  else if (tpu_env_bool("TORCH_TPU_DEFER_AND_FUSE", false))
     g_mode = TPU_MODE_DEFER;
   tpu_threadpool_init();
   for (int i = 0; i < n; i++) {
@@ -163,7 +144,7 @@ tpu_eager_mode_t tpu_get_eager_mode(void) {
 
 static tpu_status_t flush_if_leaving_defer(tpu_eager_mode_t next) {
   if (tpu_get_eager_mode() == TPU_MODE_DEFER && next != TPU_MODE_DEFER)
-    for (int d = 0; d < g_ndevices; d++) TPU_RETURN_IF_ERROR(tpu_trace_flush(d));
+    for (int d = 0; d < g_ndevices; d++) TPU_RETURN_IF_ERROR(tpu_device_flush_pending(d));
   return TPU_OK;
 }
 
@@ -218,7 +199,7 @@ tpu_status_t tpu_stream_create(int device, int64_t* out_id) {
 tpu_status_t tpu_device_synchronize(int device) {
   tpu_device_state_t* d = tpu_device_state(device);
   if (!d) return TPU_ERR(INVALID_ARGUMENT, "synchronize: no device %d", device);
-  tpu_status_t first = tpu_trace_flush(device);
+  tpu_status_t first = tpu_device_flush_pending(device);
   for (int i = 0; i < TPU_MAX_STREAMS; i++) {
     tpu_stream_t* s = atomic_load(&d->streams[i]);
     if (!s) continue;

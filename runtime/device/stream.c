@@ -1,4 +1,7 @@
-/* Streams (in-order queues, one worker thread each), events, host copies. */
+/* Streams (in-order queues of opaque work items, one worker thread each),
+ * events, host copies. What a work item does is its creator's business
+ * (exec/call.c queues op calls, exec/graph.c graphs); pending upper-layer
+ * work is reached through the hooks in internal.h. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,19 +9,6 @@
 #include <time.h>
 
 #include "internal.h"
-#include "exec/internal.h"
-
-typedef enum { WORK_CALL, WORK_FN } work_kind_t;
-
-typedef struct tpu_work {
-  work_kind_t kind;
-  struct tpu_work* next;
-  const char* what;
-  tpu_status_t (*fn)(void*);
-  void* ctx;
-  void (*destroy)(void*);
-  tpu_call_t call; /* WORK_CALL: deep copy, storage follows the struct */
-} tpu_work_t;
 
 struct tpu_stream {
   int device;
@@ -97,21 +87,13 @@ static void* stream_main(void* arg) {
   tpu_stream_t* s = arg;
   for (;;) {
     tpu_work_t* w = pop_work(s);
-    tpu_status_t st;
-    const char* what;
-    if (w->kind == WORK_CALL) {
-      st = tpu_call_run(&w->call);
-      what = w->call.op ? w->call.op->name : "kernel";
-    } else {
-      st = w->fn(w->ctx);
-      what = w->what;
-      if (w->destroy) w->destroy(w->ctx);
-    }
+    tpu_status_t st = w->run(w);
+    const char* what = w->what;
+    w->release(w);
     pthread_mutex_lock(&s->mu);
     record_error_locked(s, st, what);
     complete_locked(s);
     pthread_mutex_unlock(&s->mu);
-    free(w);
   }
   return NULL;
 }
@@ -149,159 +131,85 @@ bool tpu_stream_reached(tpu_stream_t* s, uint64_t target) {
 void tpu_stream_wait_reached(tpu_stream_t* s, uint64_t target) { wait_count(s, target); }
 int tpu_stream_device(const tpu_stream_t* s) { return s->device; }
 
-static void push_work(tpu_stream_t* s, tpu_work_t* w) {
+/* Appends w under s->mu. */
+static void push_locked(tpu_stream_t* s, tpu_work_t* w) {
   w->next = NULL;
-  pthread_mutex_lock(&s->mu);
   if (s->tail) s->tail->next = w;
   else s->head = w;
   s->tail = w;
   atomic_fetch_add_explicit(&s->submitted, 1, memory_order_release);
   if (s->sleeping) pthread_cond_signal(&s->work_cv);
+}
+
+void tpu_stream_push(tpu_stream_t* s, tpu_work_t* w) {
+  pthread_mutex_lock(&s->mu);
+  push_locked(s, w);
   pthread_mutex_unlock(&s->mu);
 }
 
-/* ---- deep copy of a call into one block ---- */
-static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
-
-static size_t call_extra_size(const tpu_call_t* c) {
-  size_t n = align8(sizeof(tpu_arg_t) * (size_t)c->nargs) +
-             align8(sizeof(tpu_tensor_t) * (size_t)c->nouts);
-  for (int i = 0; i < c->nargs; i++) {
-    const tpu_arg_t* a = &c->args[i];
-    switch (a->kind) {
-      case TPU_ARG_TENSOR: n += align8(sizeof(tpu_tensor_t)); break;
-      case TPU_ARG_INTLIST: n += align8(sizeof(int64_t) * (size_t)a->n); break;
-      case TPU_ARG_DOUBLELIST: n += align8(sizeof(double) * (size_t)a->n); break;
-      case TPU_ARG_BOOLLIST: n += align8(sizeof(bool) * (size_t)a->n); break;
-      case TPU_ARG_STRING: n += align8(strlen(a->v.s) + 1); break;
-      case TPU_ARG_TENSORLIST: n += align8(sizeof(tpu_tensor_t) * (size_t)a->n); break;
-      default: break;
-    }
-  }
-  return n;
-}
-
-static void fix_scalar(tpu_tensor_t* t) {
-  if (t->flags & TPU_TENSOR_CPU_SCALAR) {
-    size_t sz = tpu_dtype_size(t->dtype);
-    if (t->data != t->inline_value) memcpy(t->inline_value, t->data, sz);
-    t->data = t->inline_value;
-  }
-}
-
-static void call_copy_into(tpu_call_t* dst, const tpu_call_t* src, char* p) {
-  *dst = *src;
-  dst->args = (tpu_arg_t*)p;
-  p += align8(sizeof(tpu_arg_t) * (size_t)src->nargs);
-  memcpy(dst->args, src->args, sizeof(tpu_arg_t) * (size_t)src->nargs);
-  dst->outs = (tpu_tensor_t*)p;
-  p += align8(sizeof(tpu_tensor_t) * (size_t)src->nouts);
-  memcpy(dst->outs, src->outs, sizeof(tpu_tensor_t) * (size_t)src->nouts);
-  for (int i = 0; i < src->nargs; i++) {
-    tpu_arg_t* a = &dst->args[i];
-    size_t sz = 0;
-    switch (a->kind) {
-      case TPU_ARG_TENSOR:
-        memcpy(p, a->v.t, sizeof(tpu_tensor_t));
-        a->v.t = (tpu_tensor_t*)p;
-        fix_scalar(a->v.t);
-        p += align8(sizeof(tpu_tensor_t));
-        break;
-      case TPU_ARG_INTLIST: sz = sizeof(int64_t) * (size_t)a->n; goto copy;
-      case TPU_ARG_DOUBLELIST: sz = sizeof(double) * (size_t)a->n; goto copy;
-      case TPU_ARG_BOOLLIST: sz = sizeof(bool) * (size_t)a->n; goto copy;
-      case TPU_ARG_STRING: sz = strlen(a->v.s) + 1; goto copy;
-      case TPU_ARG_TENSORLIST: {
-        tpu_tensor_t* ts = (tpu_tensor_t*)p;
-        memcpy(ts, a->v.tlist, sizeof(tpu_tensor_t) * (size_t)a->n);
-        for (int k = 0; k < a->n; k++) fix_scalar(&ts[k]);
-        a->v.tlist = ts;
-        p += align8(sizeof(tpu_tensor_t) * (size_t)a->n);
-        break;
-      }
-      copy:
-        if (sz) memcpy(p, a->v.ilist, sz);
-        a->v.ilist = (const int64_t*)p;
-        p += align8(sz);
-        break;
-      default: break;
-    }
-  }
-}
-
-tpu_call_t* tpu_call_clone(const tpu_call_t* call) {
-  tpu_call_t* c = malloc(sizeof(tpu_call_t) + call_extra_size(call));
-  if (c) call_copy_into(c, call, (char*)(c + 1));
-  return c;
-}
-
-void tpu_call_visit_tensors(tpu_call_t* c, void (*fn)(void*, tpu_tensor_t*, bool), void* ctx) {
-  for (int i = 0; i < c->nargs; i++) {
-    tpu_arg_t* a = &c->args[i];
-    bool w = i < 64 && ((c->mutated_args >> i) & 1);
-    if (a->kind == TPU_ARG_TENSOR) fn(ctx, a->v.t, w);
-    else if (a->kind == TPU_ARG_TENSORLIST)
-      for (int k = 0; k < a->n; k++)
-        if (a->v.tlist[k].dtype != TPU_DTYPE_NONE) fn(ctx, &a->v.tlist[k], w);
-  }
-  for (int i = 0; i < c->nouts; i++)
-    if (c->outs[i].dtype != TPU_DTYPE_NONE) fn(ctx, &c->outs[i], true);
-}
-
+/* ---- work items of a function and its context ---- */
 typedef struct {
-  bool realize;
-  tpu_stream_t* stream; /* where the call will run (NULL: default stream) */
-  tpu_status_t st;
-} resolve_ctx_t;
+  tpu_work_t work;
+  tpu_status_t (*fn)(void*);
+  void* ctx;
+  void (*destroy)(void*);
+} fn_work_t;
 
-static void resolve_one(void* ctx, tpu_tensor_t* t, bool write) {
-  resolve_ctx_t* r = ctx;
-  if (r->st || !tpu_is_lazy(t->data)) return;
-  void* real = tpu_lazy_resolve(t->data);
-  if (!real && r->realize) r->st = tpu_lazy_realize_on(t->data, r->stream, &real);
-  if (real) t->data = real;
+static tpu_status_t fn_work_run(tpu_work_t* w) {
+  fn_work_t* f = (fn_work_t*)w;
+  return f->fn(f->ctx);
 }
 
-static tpu_status_t call_resolve_lazy_on(tpu_call_t* call, bool realize, tpu_stream_t* s) {
-  resolve_ctx_t r = {realize, s, TPU_OK};
-  tpu_call_visit_tensors(call, resolve_one, &r);
-  return r.st;
+static void fn_work_release(tpu_work_t* w) {
+  fn_work_t* f = (fn_work_t*)w;
+  if (f->destroy) f->destroy(f->ctx);
+  free(f);
 }
 
-tpu_status_t tpu_call_resolve_lazy(tpu_call_t* call, bool realize) {
-  return call_resolve_lazy_on(call, realize, NULL);
+static fn_work_t* fn_work_new(const char* what, tpu_status_t (*fn)(void*), void* ctx,
+                              void (*destroy)(void*)) {
+  fn_work_t* f = malloc(sizeof(*f));
+  if (!f) return NULL;
+  f->work.next = NULL;
+  f->work.what = what;
+  f->work.run = fn_work_run;
+  f->work.release = fn_work_release;
+  f->fn = fn;
+  f->ctx = ctx;
+  f->destroy = destroy;
+  return f;
 }
 
-static void find_lazy(void* ctx, tpu_tensor_t* t, bool write) {
-  if (tpu_is_lazy(t->data)) *(bool*)ctx = true;
+/* ---- hooks of the execution layer ---- */
+static const tpu_device_hooks_t* _Atomic g_hooks;
+
+void tpu_device_set_hooks(const tpu_device_hooks_t* hooks) {
+  atomic_store_explicit(&g_hooks, hooks, memory_order_release);
 }
 
-static bool call_has_lazy(const tpu_call_t* call) {
-  bool any = false;
-  tpu_call_visit_tensors((tpu_call_t*)call, find_lazy, &any);
-  return any;
+int tpu_device_pending_work(int device) {
+  const tpu_device_hooks_t* h = atomic_load_explicit(&g_hooks, memory_order_acquire);
+  return h ? h->pending(device) : 0;
 }
 
-/* Flushes the device's DeferAndFuse trace so that work queued outside it
- * (copies, events, host functions) keeps program order. */
+tpu_status_t tpu_device_flush_pending(int device) {
+  const tpu_device_hooks_t* h = atomic_load_explicit(&g_hooks, memory_order_acquire);
+  return h ? h->flush(device) : TPU_OK;
+}
+
+tpu_status_t tpu_device_realize(const void* p, tpu_stream_t* s, void** out_ptr) {
+  const tpu_device_hooks_t* h = atomic_load_explicit(&g_hooks, memory_order_acquire);
+  if (h) return h->realize(p, s, out_ptr);
+  *out_ptr = (void*)p;
+  return TPU_OK;
+}
+
+/* Queues the device's pending upper-layer work (the DeferAndFuse trace) so
+ * that work queued outside it (copies, events, host functions) keeps
+ * program order. */
 static tpu_status_t flush_before(tpu_stream_t* s) {
-  if (tpu_get_eager_mode() != TPU_MODE_DEFER && tpu_trace_length(s->device) == 0) return TPU_OK;
-  return tpu_trace_flush(s->device);
-}
-
-/* Elements a call touches (tensor arguments and outputs). */
-static int64_t call_elements(const tpu_call_t* c) {
-  int64_t n = 0;
-  for (int i = 0; i < c->nouts; i++)
-    if (c->outs[i].dtype != TPU_DTYPE_NONE) n += tpu_tensor_numel(&c->outs[i]);
-  for (int i = 0; i < c->nargs; i++) {
-    const tpu_arg_t* a = &c->args[i];
-    if (a->kind == TPU_ARG_TENSOR) n += tpu_tensor_numel(a->v.t);
-    else if (a->kind == TPU_ARG_TENSORLIST)
-      for (int k = 0; k < a->n; k++)
-        if (a->v.tlist[k].dtype != TPU_DTYPE_NONE) n += tpu_tensor_numel(&a->v.tlist[k]);
-  }
-  return n;
+  if (tpu_device_pending_work(s->device) == 0) return TPU_OK;
+  return tpu_device_flush_pending(s->device);
 }
 
 static void record_error_locked(tpu_stream_t* s, tpu_status_t st, const char* what) {
@@ -315,69 +223,19 @@ static void record_error_locked(tpu_stream_t* s, tpu_status_t st, const char* wh
   s->error = tpu_status_annotate(st, prefix);
 }
 
-/* Strict mode runs a small call on the submitting thread when the stream is
- * idle: the result is the same as queueing it (nothing is pending, errors
- * still surface at the next synchronization) without the hand-off cost. */
-#define TPU_INLINE_ELEMENTS 32768
-
-static bool try_run_inline(tpu_stream_t* s, const tpu_call_t* call) {
-  if (call_elements(call) > TPU_INLINE_ELEMENTS) return false;
+bool tpu_stream_run_if_idle(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(const void*),
+                            const void* ctx) {
   pthread_mutex_lock(&s->mu);
   if (s->head || atomic_load(&s->submitted) != atomic_load(&s->completed)) {
     pthread_mutex_unlock(&s->mu);
     return false;
   }
   atomic_fetch_add(&s->submitted, 1);
-  tpu_status_t st = tpu_call_run(call);
-  record_error_locked(s, st, call->op ? call->op->name : NULL);
+  tpu_status_t st = fn(ctx);
+  record_error_locked(s, st, what);
   complete_locked(s);
   pthread_mutex_unlock(&s->mu);
   return true;
-}
-
-tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
-  const tpu_eager_mode_t mode = tpu_get_eager_mode();
-  if (mode == TPU_MODE_DEFER) return tpu_trace_append(s, call);
-  /* another thread's deferred ops come first in program order */
-  if (tpu_trace_length(s->device) > 0) TPU_RETURN_IF_ERROR(tpu_trace_flush(s->device));
-  if (call_has_lazy(call)) { /* tensors made in DeferAndFuse mode, used after it */
-    TPU_RETURN_IF_ERROR(flush_before(s));
-    tpu_call_t* c = tpu_call_clone(call);
-    if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "out of host memory queueing an op");
-    tpu_status_t st = call_resolve_lazy_on(c, true, s);
-    if (!st) st = tpu_stream_submit(s, c);
-    free(c);
-    return st;
-  }
-  if (mode == TPU_MODE_STRICT && try_run_inline(s, call)) return TPU_OK;
-  size_t extra = call_extra_size(call);
-  tpu_work_t* w = malloc(sizeof(tpu_work_t) + extra);
-  if (!w) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory queueing the op",
-                         call->op ? call->op->name : "op");
-  w->kind = WORK_CALL;
-  w->what = NULL;
-  w->fn = NULL;
-  w->destroy = NULL;
-  call_copy_into(&w->call, call, (char*)(w + 1));
-  if (tpu_get_eager_mode() == TPU_MODE_DEBUG) {
-    w->call.debug_checks = true;
-    /* Debug: run now on this thread, after the queued work. */
-    tpu_status_t st = tpu_stream_synchronize(s);
-    if (st) {
-      free(w);
-      return st;
-    }
-    st = tpu_call_run(&w->call);
-    free(w);
-    if (st) {
-      char prefix[160];
-      snprintf(prefix, sizeof prefix, "aten::%s", call->op ? call->op->name : "?");
-      return tpu_status_annotate(st, prefix);
-    }
-    return TPU_OK;
-  }
-  push_work(s, w);
-  return TPU_OK;
 }
 
 tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
@@ -392,18 +250,12 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what, tpu_status_t 
 
 tpu_status_t tpu_stream_enqueue_raw(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
                                     void* ctx, void (*destroy)(void*)) {
-  tpu_work_t* w = malloc(sizeof(tpu_work_t));
-  if (!w) {
+  fn_work_t* f = fn_work_new(what, fn, ctx, destroy);
+  if (!f) {
     if (destroy) destroy(ctx);
     return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory queueing work", what);
   }
-  memset(w, 0, sizeof(*w));
-  w->kind = WORK_FN;
-  w->what = what;
-  w->fn = fn;
-  w->ctx = ctx;
-  w->destroy = destroy;
-  push_work(s, w);
+  tpu_stream_push(s, &f->work);
   if (tpu_get_eager_mode() == TPU_MODE_DEBUG) return tpu_stream_synchronize(s);
   return TPU_OK;
 }
@@ -481,10 +333,9 @@ static void marker_free(void* ctx) {
 tpu_status_t tpu_event_record(tpu_event_t* e, tpu_stream_t* s) {
   TPU_RETURN_IF_ERROR(flush_before(s));
   marker_t* m = malloc(sizeof(*m));
-  tpu_work_t* w = calloc(1, sizeof(tpu_work_t));
-  if (!m || !w) {
+  fn_work_t* w = m ? fn_work_new("event_record", marker_fn, m, marker_free) : NULL;
+  if (!w) {
     free(m);
-    free(w);
     return TPU_ERR(RESOURCE_EXHAUSTED, "event record: out of host memory");
   }
   atomic_fetch_add(&e->refs, 1); /* the marker's */
@@ -496,16 +347,7 @@ tpu_status_t tpu_event_record(tpu_event_t* e, tpu_stream_t* s) {
   m->e = e;
   m->target = e->target;
   pthread_mutex_unlock(&e->mu);
-  w->kind = WORK_FN;
-  w->what = "event_record";
-  w->fn = marker_fn;
-  w->ctx = m;
-  w->destroy = marker_free;
-  if (s->tail) s->tail->next = w;
-  else s->head = w;
-  s->tail = w;
-  atomic_fetch_add(&s->submitted, 1);
-  if (s->sleeping) pthread_cond_signal(&s->work_cv);
+  push_locked(s, &w->work);
   pthread_mutex_unlock(&s->mu);
   return TPU_OK;
 }
@@ -585,7 +427,7 @@ static tpu_status_t h2d_fn(void* ctx) {
 tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return TPU_OK;
   TPU_RETURN_IF_ERROR(flush_before(s));
-  TPU_RETURN_IF_ERROR(tpu_lazy_realize_on(dst, s, &dst));
+  TPU_RETURN_IF_ERROR(tpu_device_realize(dst, s, &dst));
   h2d_t* c = malloc(sizeof(h2d_t) + bytes);
   if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "copy to tpu: cannot stage %zu bytes", bytes);
   c->dst = dst;
@@ -598,7 +440,7 @@ tpu_status_t tpu_stream_copy_d2h(tpu_stream_t* s, void* dst, const void* src, si
   TPU_RETURN_IF_ERROR(flush_before(s));
   TPU_RETURN_IF_ERROR(tpu_stream_synchronize(s));
   void* real = NULL;
-  TPU_RETURN_IF_ERROR(tpu_lazy_realize(src, &real));
+  TPU_RETURN_IF_ERROR(tpu_device_realize(src, NULL, &real));
   src = real;
   if (bytes) memcpy(dst, src, bytes);
   return TPU_OK;

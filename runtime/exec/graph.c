@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/env.h"
+#include "device/internal.h"
 #include "exec/graph.h"
 
 /* ---- execution ---- */
@@ -86,8 +88,8 @@ tpu_status_t tpu_trace_set_dump_dir(const char* dir) {
 }
 
 void tpu_graph_init_dump_from_env(void) {
-  const char* d = getenv("TORCH_TPU_DUMP_GRAPHS");
-  if (d && *d) tpu_status_free(tpu_trace_set_dump_dir(d));
+  const char* d = tpu_env_str("TORCH_TPU_DUMP_GRAPHS");
+  if (d) tpu_status_free(tpu_trace_set_dump_dir(d));
 }
 
 /* ---- verifier ---- */

@@ -1,5 +1,5 @@
-/* Execution layer internals shared by lazy.c, trace.c and the host target's
- * graph executor. */
+/* Execution layer internals shared by call.c, lazy.c, trace.c, graph.c and
+ * the host target's graph executor. */
 #ifndef TPU_EXEC_INTERNAL_H_
 #define TPU_EXEC_INTERNAL_H_
 
@@ -33,8 +33,13 @@ void tpu_lazy_release_dead(int id);
  * (nothing ran on it) and, if the host still holds it, reserves it again. */
 void tpu_lazy_unrealize(int id);
 
-/* A deep copy of a call in one malloc'ed block (free() releases it). */
+/* Op calls (call.c). A deep copy of a call in one malloc'ed block (free()
+ * releases it). */
 tpu_call_t* tpu_call_clone(const tpu_call_t* call);
+/* The same into caller-provided memory: `storage` (8-byte aligned) must hold
+ * tpu_call_deep_size(src) bytes, which dst's lists and tensors then use. */
+size_t tpu_call_deep_size(const tpu_call_t* src);
+void tpu_call_copy_deep(tpu_call_t* dst, const tpu_call_t* src, void* storage);
 
 /* Calls fn on every tensor descriptor of a call (arguments, list entries
  * and outputs that are present), with whether the call writes it. */
@@ -46,9 +51,8 @@ void tpu_call_visit_tensors(tpu_call_t* call, void (*fn)(void* ctx, tpu_tensor_t
  * tensors). */
 tpu_status_t tpu_call_resolve_lazy(tpu_call_t* call, bool realize) TPU_MUST_USE;
 
-
-
-/* tpu_stream_enqueue without flushing the trace first (the trace's own graphs). */
-tpu_status_t tpu_stream_enqueue_raw(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
-                                    void* ctx, void (*destroy)(void*)) TPU_MUST_USE;
+/* Registers the hooks through which the device layer flushes the trace and
+ * backs placeholders (call.c); called by the trace's and the placeholders'
+ * start-up, before either exists. */
+void tpu_exec_register_hooks(void);
 #endif

@@ -28,6 +28,7 @@ static int g_nfree;
 static _Atomic int g_used;
 
 static void reserve_region(void) {
+  tpu_exec_register_hooks(); /* placeholders exist from here on */
   size_t len = (size_t)TPU_LAZY_SLOTS << SLOT_SHIFT;
   void* p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return; /* no placeholders: every buffer is backed at once */

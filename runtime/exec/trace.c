@@ -69,6 +69,7 @@ static void traces_init(void) {
   if (g_max_nodes < 1) g_max_nodes = 1;
   g_repeat_on = tpu_env_int("TORCH_TPU_DEFER_REPEAT", 1) != 0;
   tpu_graph_init_dump_from_env();
+  tpu_exec_register_hooks();
 }
 
 static trace_t* trace_of(int device) {

@@ -14,6 +14,7 @@
 #define TPU_DEVICE_H_
 
 #include "tpu/op.h"
+#include "tpu/parallel.h" /* the kernel thread pool (base layer) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -96,10 +97,6 @@ tpu_status_t tpu_stream_create(int device, int64_t* out_id) TPU_MUST_USE;
 int64_t tpu_stream_id(const tpu_stream_t* s);
 int tpu_stream_device(const tpu_stream_t* s);
 
-/* Submits a kernel call. The call is deep-copied. In Strict mode it is queued
- * and errors surface at the next synchronization; in Debug mode it runs on the
- * worker and this waits, returning the kernel's error directly. */
-tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) TPU_MUST_USE;
 /* Queues fn(ctx) (then destroy(ctx) if non-NULL); fn returns a status that is
  * handled like a kernel's. `what` names the work in error messages. */
 tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what,
@@ -137,15 +134,6 @@ tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src,
 /* Waits for s, then copies device memory to host memory. */
 tpu_status_t tpu_stream_copy_d2h(tpu_stream_t* s, void* dst, const void* src,
                                  size_t bytes) TPU_MUST_USE;
-
-/* ---- threads for kernels ---- */
-/* Runs fn(ctx, begin, end) over [0, n) split in chunks of at least `grain`
- * across the kernel thread pool; runs inline when n <= grain. */
-void tpu_parallel_for(int64_t n, int64_t grain,
-                      void (*fn)(void* ctx, int64_t begin, int64_t end), void* ctx);
-int tpu_num_threads(void);
-/* CLOCK_MONOTONIC in nanoseconds (spin budgets, timings, the kernel profile). */
-int64_t tpu_now_ns(void);
 
 #ifdef __cplusplus
 }

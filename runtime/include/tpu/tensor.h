@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,10 +67,35 @@ bool tpu_tensor_is_contiguous(const tpu_tensor_t* t);
 /* True when t is 0-d; with TPU_TENSOR_CPU_SCALAR or not. */
 static inline bool tpu_tensor_is_scalar(const tpu_tensor_t* t) { return t->ndim == 0; }
 
+/* Scalar conversions: bfloat16 and float16 <-> float32. */
+static inline float tpu_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t tpu_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+float tpu_f16_to_f32(uint16_t h);
+uint16_t tpu_f32_to_f16(float f);
+
+/* Loads element at p (dtype dt) as double / int64; stores v converted. */
+double tpu_load_f64(const void* p, tpu_dtype_t dt);
+int64_t tpu_load_i64(const void* p, tpu_dtype_t dt);
+void tpu_store_f64(void* p, tpu_dtype_t dt, double v);
+void tpu_store_i64(void* p, tpu_dtype_t dt, int64_t v);
+
 /* Reads element `linear` (row-major logical index) converted to double /
  * int64. Slow; for tests, scalars and reference paths. */
 double tpu_tensor_get_f64(const tpu_tensor_t* t, int64_t linear);
 int64_t tpu_tensor_get_i64(const tpu_tensor_t* t, int64_t linear);
+/* Byte offset of row-major logical index `linear` in t. */
+int64_t tpu_tensor_offset_of(const tpu_tensor_t* t, int64_t linear);
 /* Address of element `linear` (row-major logical index). */
 void* tpu_tensor_elem_ptr(const tpu_tensor_t* t, int64_t linear);
 

@@ -22,6 +22,15 @@
 extern "C" {
 #endif
 
+/* ---- op submission ---- */
+/* Submits a kernel call on stream s; the call is deep-copied. DeferAndFuse
+ * appends it to the device's trace. Strict and Debug first flush a pending
+ * trace (program order) and back the placeholders the call names; Strict
+ * then queues it (a small call on an idle stream runs on the calling thread)
+ * and its errors surface at the next synchronization; Debug waits for the
+ * stream, runs it with extra checks and returns the kernel's error directly. */
+tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) TPU_MUST_USE;
+
 /* ---- lazily backed buffers ---- */
 /* A placeholder for `bytes` of device memory, or NULL when none is available
  * (the caller then allocates real memory). */

@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/subprocess.h"
 #include "device/internal.h"
 #include "exec/graph.h"
@@ -930,13 +931,7 @@ static int64_t compile_timeout_ms(void) {
   static _Atomic int64_t cached = -2;
   int64_t v = atomic_load(&cached);
   if (v == -2) {
-    const char* e = getenv("TORCH_TPU_COMPILE_TIMEOUT_S");
-    double s = 120;
-    if (e && *e) {
-      char* end = NULL;
-      double x = strtod(e, &end);
-      if (end != e) s = x;
-    }
+    const double s = tpu_env_double("TORCH_TPU_COMPILE_TIMEOUT_S", 120);
     v = s > 0 ? (int64_t)(s * 1000 + 0.5) : -1;
     atomic_store(&cached, v);
   }
@@ -946,7 +941,7 @@ static int64_t compile_timeout_ms(void) {
 /* The directory for temporary compile directories: $TMPDIR when it is an
  * absolute path that leaves room for our names, else /tmp. */
 static const char* tmp_root(void) {
-  const char* t = getenv("TMPDIR");
+  const char* t = tpu_env_str("TMPDIR");
   return t && t[0] == '/' && strlen(t) < 3000 ? t : "/tmp";
 }
 
@@ -1041,7 +1036,7 @@ static fused_fn_t compile_now(const char* key, const char* src) {
     note_compiler_failure("cannot write the generated source");
     goto cleanup;
   }
-  const char* cc = getenv("TORCH_TPU_CC");
+  const char* cc = tpu_env_str("TORCH_TPU_CC");
   if (!cc || !cc[strspn(cc, " \t")]) cc = "cc";
   char words[4096];
   snprintf(words, sizeof words, "%s %s", cc, cc_flags());
@@ -1121,8 +1116,7 @@ static int64_t compile_delay_ns(void) {
   static _Atomic int64_t cached = -1;
   int64_t v = atomic_load(&cached);
   if (v < 0) {
-    const char* e = getenv("TORCH_TPU_COMPILE_DELAY_MS");
-    v = (e && *e ? strtoll(e, NULL, 10) : 1000) * 1000000;
+    v = tpu_env_int("TORCH_TPU_COMPILE_DELAY_MS", 1000) * 1000000;
     if (v < 0) v = 0;
     atomic_store(&cached, v);
   }

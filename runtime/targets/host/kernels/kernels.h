@@ -75,29 +75,6 @@ void* tpu_stage_f64(const tpu_tensor_t* t, bool as_int);
 /* Writes the contiguous doubles v (out's shape, row-major) into out. */
 tpu_status_t tpu_unstage_f64(const tpu_tensor_t* out, const double* v);
 
-/* Scalar conversion helpers. */
-static inline float tpu_bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static inline uint16_t tpu_f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
-  return (uint16_t)(u >> 16);
-}
-float tpu_f16_to_f32(uint16_t h);
-uint16_t tpu_f32_to_f16(float f);
-
-/* Loads element at p (dtype dt) as double / int64; stores v converted. */
-double tpu_load_f64(const void* p, tpu_dtype_t dt);
-int64_t tpu_load_i64(const void* p, tpu_dtype_t dt);
-void tpu_store_f64(void* p, tpu_dtype_t dt, double v);
-void tpu_store_i64(void* p, tpu_dtype_t dt, int64_t v);
-
 /* v as an element of dtype dt holds it (float dtypes inline; others through
  * a store and a load). */
 static inline double tpu_round_f64(tpu_dtype_t dt, double v) {
@@ -113,9 +90,6 @@ static inline double tpu_round_f64(tpu_dtype_t dt, double v) {
     }
   }
 }
-
-/* Byte offset of row-major logical index `linear` in t. */
-int64_t tpu_tensor_offset_of(const tpu_tensor_t* t, int64_t linear);
 
 /* A tensor descriptor with the same data as t restricted/reshaped; helpers
  * for kernels. `tpu_tensor_make_contig` fills sizes and contiguous strides. */

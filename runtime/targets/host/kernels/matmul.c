@@ -28,9 +28,8 @@
 #include "kernels.h"
 #include "matmul.h"
 
-#ifdef TPU_GEMM_HAVE_X86
-#include <cpuid.h>
-#endif
+#include "base/cpu.h"
+#include "base/env.h"
 
 /* ---- strided run conversions ---- */
 #define CONV_ID(x) (x)
@@ -198,27 +197,13 @@ static const gemm_ukernel_t* ukernel_of(tpu_gemm_isa_t isa) {
   return &tpu_gemm_ukernel_portable;
 }
 
-#ifdef TPU_GEMM_HAVE_X86
-/* Whether the OS saves the register state in `mask` (XCR0 bits) across
- * context switches: without it the instructions fault even where CPUID
- * lists them. */
-static bool os_saves_state(uint64_t mask) {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
-  uint32_t lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return ((((uint64_t)hi << 32) | lo) & mask) == mask;
-}
-#endif
-
+/* The detector (base/cpu.c) counts a feature only when the OS also saves
+ * its register state. */
 static bool isa_supported(tpu_gemm_isa_t isa) {
 #ifdef TPU_GEMM_HAVE_X86
-  __builtin_cpu_init();
-  if (isa == TPU_GEMM_ISA_AVX2)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           os_saves_state(0x6); /* SSE, AVX */
-  if (isa == TPU_GEMM_ISA_AVX512)
-    return __builtin_cpu_supports("avx512f") && os_saves_state(0xe6); /* + opmask, ZMM */
+  const tpu_cpu_features_t* f = tpu_cpu_features();
+  if (isa == TPU_GEMM_ISA_AVX2) return f->avx2 && f->fma;
+  if (isa == TPU_GEMM_ISA_AVX512) return f->avx512f;
 #endif
   return isa == TPU_GEMM_ISA_PORTABLE;
 }
@@ -230,7 +215,7 @@ static _Atomic int g_isa_forced = -1; /* tpu_gemm_set_isa */
 static tpu_gemm_isa_t isa_choose(void) {
   static const char* const names[] = {"portable", "avx2", "avx512"};
   int cap = TPU_GEMM_ISA_AVX512;
-  const char* env = getenv("TORCH_TPU_ISA");
+  const char* env = tpu_env_str("TORCH_TPU_ISA");
   for (int i = 0; env && i <= TPU_GEMM_ISA_AVX512; i++)
     if (strcmp(env, names[i]) == 0) cap = i;
   int isa = cap;
@@ -240,10 +225,10 @@ static tpu_gemm_isa_t isa_choose(void) {
 
 /* The choice, printed to stderr when TORCH_TPU_LOG_ISA=1. */
 static void isa_log(tpu_gemm_isa_t isa) {
-  const char* log = getenv("TORCH_TPU_LOG_ISA");
+  const char* log = tpu_env_str("TORCH_TPU_LOG_ISA");
   if (!log || strcmp(log, "1") != 0) return;
   const gemm_ukernel_t* uk = ukernel_of(isa);
-  const char* env = getenv("TORCH_TPU_ISA");
+  const char* env = tpu_env_str("TORCH_TPU_ISA");
   fprintf(stderr, "torch_tpu: matmul micro-kernel %s (%dx%d); cpu: avx2+fma %s, avx512f %s%s%s\n",
           uk->name, uk->mr, uk->nr, isa_supported(TPU_GEMM_ISA_AVX2) ? "yes" : "no",
           isa_supported(TPU_GEMM_ISA_AVX512) ? "yes" : "no", env ? "; TORCH_TPU_ISA=" : "",
@@ -305,7 +290,7 @@ static bool rows_a_allowed(void) {
   static _Atomic int cached = -1;
   int v = atomic_load(&cached);
   if (v < 0) {
-    const char* e = getenv("TORCH_TPU_GEMM_ROWS_A");
+    const char* e = tpu_env_str("TORCH_TPU_GEMM_ROWS_A");
     v = !(e && e[0] == '0');
     atomic_store(&cached, v);
   }

@@ -3,15 +3,18 @@
 #include "vecmath.h"
 
 #include <stdatomic.h>
-#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "base/env.h"
 
 static _Atomic int g_auto_isa = -1; /* from TORCH_TPU_ISA and CPUID; -1 before the first call */
 static _Atomic int g_override = -1; /* tests */
 
 static int cpu_has_avx2(void) {
 #ifdef TPU_HAVE_AVX2_BUILD
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const tpu_cpu_features_t* f = tpu_cpu_features();
+  return f->avx2 && f->fma;
 #else
   return 0;
 #endif
@@ -27,7 +30,7 @@ tpu_isa_t tpu_host_isa(void) {
   if (o >= 0) return (tpu_isa_t)o;
   int isa = atomic_load_explicit(&g_auto_isa, memory_order_relaxed);
   if (isa < 0) {
-    const char* env = getenv("TORCH_TPU_ISA");
+    const char* env = tpu_env_str("TORCH_TPU_ISA");
     isa = resolve(env && strcmp(env, "portable") == 0 ? TPU_ISA_PORTABLE : TPU_ISA_AVX2);
     atomic_store(&g_auto_isa, isa);
   }
