@@ -1358,6 +1358,50 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_consecutive(
   return unique_runs(self, false, return_inverse, return_counts);
 }
 
+// unique_dim: the distinct slices along dim in lexicographic order (CPU's
+// order), with each slice's group (inverse) and the group sizes (counts),
+// which CPU returns whatever the flags say. Slices become rows; stable sorts
+// by the last column first, then by each earlier one, give the lexicographic
+// permutation; a row starts a group where it differs from the row before it.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_dim(const at::Tensor& self, int64_t dim,
+                                                              bool sorted, bool return_inverse,
+                                                              bool return_counts) {
+  (void)sorted;
+  (void)return_inverse;
+  (void)return_counts;
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  auto sizes = self.sizes().vec();
+  const auto zero_dims = std::count(sizes.begin(), sizes.end(), 0);
+  auto long_opts = self.options().dtype(at::kLong);
+  if (self.size(dim) == 0) {
+    TORCH_CHECK(zero_dims == 1,
+                "Number of zero sized dimensions is more than one, so unique cannot be applied ");
+    return {at::empty(sizes, self.options()), at::empty({0}, long_opts), at::empty({0}, long_opts)};
+  }
+  TORCH_CHECK(zero_dims == 0,
+              "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+  at::Tensor moved = self.moveaxis(dim, 0);
+  auto moved_sizes = moved.sizes().vec();
+  const int64_t n = moved.size(0);
+  at::Tensor rows = moved.contiguous().view({n, -1});
+  at::Tensor perm = at::arange(n, long_opts);
+  for (int64_t k = rows.size(1) - 1; k >= 0; k--) {
+    at::Tensor key = rows.select(1, k).index_select(0, perm);
+    perm = perm.index_select(0, std::get<1>(key.sort(/*stable=*/true, 0, false)));
+  }
+  at::Tensor ordered = rows.index_select(0, perm);
+  at::Tensor first = at::ones({n}, self.options().dtype(at::kBool));
+  if (n > 1)
+    first.slice(0, 1).copy_(ordered.slice(0, 1).ne(ordered.slice(0, 0, n - 1)).any(1));
+  at::Tensor starts = at::nonzero(first).reshape({-1});
+  moved_sizes[0] = starts.numel();
+  at::Tensor output = ordered.index_select(0, starts).view(moved_sizes).moveaxis(0, dim);
+  at::Tensor group = first.cumsum(0, at::kLong).sub_(1);
+  at::Tensor inverse = at::empty({n}, long_opts).scatter_(0, perm, group);
+  at::Tensor ends = at::cat({starts.slice(0, 1), at::full({1}, n, long_opts)});
+  return {output, inverse, ends.sub(starts)};
+}
+
 // equal returns a Python bool, which the boxed path cannot produce.
 bool tpu_equal(const at::Tensor& self, const at::Tensor& other) {
   TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
@@ -1550,6 +1594,7 @@ struct RegisterRuntimeOps {
   X("_unique", tpu_unique) \
   X("equal", tpu_equal) \
   X("unique_consecutive", tpu_unique_consecutive) \
+  X("unique_dim", tpu_unique_dim) \
   X("bincount", tpu_bincount) \
   X("_ctc_loss.Tensor", tpu_ctc_loss_tensor) \
   X("_ctc_loss_backward.Tensor", tpu_ctc_loss_backward_tensor)
