@@ -159,3 +159,74 @@ def test_float_to_int_out_of_range(mode, src, dst):
         vals = [0.0, 0.5, 1.5, 2.0, 200.0, 255.0]  # CPU's uint8 casts of the rest are not portable
     x = torch.tensor(vals, dtype=torch.float64).to(src)
     check_op(lambda x: x.to(dst), x)
+
+
+# ---- fused optimizers (test_torch test_grad_scaling_autocast_*_fused_True_*):
+# _fused_adam_, _fused_adamw_, _fused_sgd_ were missing on tpu
+_OPTIMS = [
+    (torch.optim.Adam, dict(lr=0.01)),
+    (torch.optim.Adam, dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
+    (torch.optim.Adam, dict(lr=torch.tensor(0.01), maximize=True)),
+    (torch.optim.AdamW, dict(lr=0.01, weight_decay=0.1)),
+    (torch.optim.AdamW, dict(lr=0.01, weight_decay=0.1, amsgrad=True, betas=(0.8, 0.95))),
+    (torch.optim.SGD, dict(lr=0.1)),
+    (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    (torch.optim.SGD, dict(lr=torch.tensor(0.1), momentum=0.5, dampening=0.1, maximize=True)),
+]
+
+
+def _optim_steps(dev, ctor, kw, dtype, steps=3):
+    g = torch.Generator().manual_seed(1)
+    ps = [torch.nn.Parameter(torch.randn(s, generator=g).to(dtype).to(dev))
+          for s in [(5, 7), (3,), (40,)]]
+    opt = ctor(ps, **kw)
+    for _ in range(steps):
+        for p in ps:
+            p.grad = torch.randn(p.shape, generator=g).to(dtype).to(dev)
+        opt.step()
+    return [p.detach() for p in ps]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("opt", range(len(_OPTIMS)))
+def test_fused_optimizer_matches_cpu(mode, opt, dtype):
+    ctor, kw = _OPTIMS[opt]
+    expected = _optim_steps("cpu", ctor, dict(kw, fused=True), dtype)
+    actual = _optim_steps("tpu", ctor, dict(kw, fused=True), dtype)
+    # CPU's kernels use multiply-adds (lerp, momentum): last-ulp differences
+    tol = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-14, rtol=1e-12)
+    assert_same(actual, expected, **tol)
+
+
+@pytest.mark.parametrize("opt", range(len(_OPTIMS)))
+def test_fused_optimizer_bfloat16(mode, opt):
+    # computed in float32 and rounded once per step, as the unfused algorithm on CPU
+    ctor, kw = _OPTIMS[opt]
+    expected = _optim_steps("cpu", ctor, dict(kw, foreach=False), torch.bfloat16)
+    actual = _optim_steps("tpu", ctor, dict(kw, fused=True), torch.bfloat16)
+    assert_same(actual, expected, atol=0.02, rtol=0.02)
+
+
+@pytest.mark.parametrize("name", ["_fused_adam_", "_fused_adamw_", "_fused_sgd_"])
+@pytest.mark.parametrize("found", [0.0, 1.0])
+def test_fused_optimizer_grad_scale_and_found_inf(mode, name, found):
+    res = []
+    for dev in ("cpu", "tpu"):
+        g = torch.Generator().manual_seed(2)
+        mk = lambda: [torch.randn(s, generator=g).to(dev) for s in [(6, 3), (17,)]]
+        params, grads, a, b, c = mk(), mk(), mk(), mk(), mk()
+        for t in b + c:
+            t.abs_()
+        scale = torch.full((), 64.0, device=dev)
+        found_inf = torch.full((), found, device=dev)
+        if name == "_fused_sgd_":
+            torch._fused_sgd_(params, grads, a, weight_decay=0.01, momentum=0.9, lr=0.1,
+                              dampening=0.0, nesterov=False, maximize=False, is_first_step=False,
+                              grad_scale=scale, found_inf=found_inf)
+        else:
+            steps = [torch.full((), 3.0, device=dev) for _ in params]
+            getattr(torch, name)(params, grads, a, b, c, steps, lr=0.01, beta1=0.9, beta2=0.999,
+                                 weight_decay=0.1, eps=1e-8, amsgrad=True, maximize=False,
+                                 grad_scale=scale, found_inf=found_inf)
+        res.append(params + grads + a + b + c)
+    assert_same([t for t in res[1]], [t for t in res[0]], atol=1e-6, rtol=1e-5)

@@ -13,6 +13,12 @@ trace):
   the op math type (float32 for half/bfloat16),
   i0(beta * sqrt(|1 - ((k - alpha) / alpha)^2|)) / i0(beta) with alpha = (n - 1) / 2; the
   periodic window is the first n of a window of n + 1.
+* Fused optimizers (`_fused_adam_`, `_fused_adamw_`, `_fused_sgd_`, also with a tensor lr),
+  what `torch.optim.Adam/AdamW/SGD(fused=True)` call: CPU's kernels' arithmetic per
+  parameter (in float32 for half/bfloat16, bias corrections and step size in double,
+  rounded to the compute type where the kernel rounds them), one tensor op at a time. A
+  grad_scale unscales the gradients in place; a found_inf of 1 leaves everything unchanged
+  (selected on the device, no read-back).
 * `isin.Scalar_Tensor`: ATen's meta function declares a 1-d output of size 0 and its CPU and
   CUDA kernels resize it to 0-d after wrapping the scalar in a tensor; this does the same
   wrapping and calls isin.Tensor_Tensor.
@@ -105,6 +111,107 @@ def _isin_scalar_tensor_out(element, test_elements, *, assume_unique=False, inve
     return torch.isin(e, test_elements, assume_unique=assume_unique, invert=invert, out=out)
 
 
+def _opmath(t):
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def _check_fused_lists(name, *lists):
+    n = len(lists[0])
+    for lst in lists[1:]:
+        if len(lst) != n:
+            raise RuntimeError(f"{name}: all tensor lists must have the same length, got "
+                               f"{[len(x) for x in lists]}")
+
+
+def _fused_store(found_inf, pairs):
+    # pairs: (tensor to update, its new value in the compute type)
+    keep = None if found_inf is None else found_inf == 1.0
+    for dst, new in pairs:
+        if keep is not None:
+            new = torch.where(keep, _opmath(dst), new)
+        dst.copy_(new)
+
+
+def _fused_adam_common(adamw, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                       state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize,
+                       grad_scale, found_inf):
+    name = "_fused_adamw_" if adamw else "_fused_adam_"
+    lists = [params, grads, exp_avgs, exp_avg_sqs, state_steps]
+    if amsgrad:
+        lists.append(max_exp_avg_sqs)
+    _check_fused_lists(name, *lists)
+    for i, p in enumerate(params):
+        dev = p.device
+        f64 = dict(dtype=torch.float64, device=dev)
+        step = state_steps[i].to(**f64)
+        lr_t = lr.to(**f64) if isinstance(lr, torch.Tensor) else torch.tensor(lr, **f64)
+        bc1 = 1 - torch.pow(torch.tensor(beta1, **f64), step)
+        bc2_sqrt = torch.sqrt(1 - torch.pow(torch.tensor(beta2, **f64), step))
+        step_size = lr_t / bc1
+        g = _opmath(grads[i])
+        pairs = []
+        if grad_scale is not None:
+            g = g / grad_scale
+            pairs.append((grads[i], g))
+        if maximize:
+            g = -g
+        pv = _opmath(p)
+        if weight_decay != 0:
+            if adamw:
+                pv = pv * (1 - lr_t * weight_decay)
+            else:
+                g = g + pv * weight_decay
+        ea = torch.lerp(_opmath(exp_avgs[i]), g, 1 - beta1)
+        eas = _opmath(exp_avg_sqs[i]) * beta2 + (1 - beta2) * g * g
+        pairs += [(exp_avgs[i], ea), (exp_avg_sqs[i], eas)]
+        if amsgrad:
+            m = torch.maximum(_opmath(max_exp_avg_sqs[i]), eas)
+            pairs.append((max_exp_avg_sqs[i], m))
+            denom = m.sqrt() / bc2_sqrt + eps
+        else:
+            denom = eas.sqrt() / bc2_sqrt + eps
+        pairs.append((p, pv + (-step_size) * ea / denom))
+        _fused_store(found_inf, pairs)
+
+
+def _fused_adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
+                beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+    _fused_adam_common(False, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+                       lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)
+
+
+def _fused_adamw(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
+                 beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+    _fused_adam_common(True, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+                       lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)
+
+
+def _fused_sgd(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening,
+               nesterov, maximize, is_first_step, grad_scale=None, found_inf=None):
+    lists = [self, grads] + ([momentum_buffer_list] if momentum != 0 else [])
+    _check_fused_lists("_fused_sgd_", *lists)
+    for i, p in enumerate(self):
+        lr_t = (lr.to(dtype=torch.float64, device=p.device) if isinstance(lr, torch.Tensor)
+                else torch.tensor(lr, dtype=torch.float64, device=p.device))
+        g = _opmath(grads[i])
+        pairs = []
+        if grad_scale is not None:
+            g = g / grad_scale
+            pairs.append((grads[i], g))
+        if maximize:
+            g = -g
+        pv = _opmath(p)
+        if weight_decay != 0:
+            g = g + pv * weight_decay
+        if momentum != 0:
+            buf = g if is_first_step else (
+                _opmath(momentum_buffer_list[i]) * momentum + (1 - dampening) * g)
+            pairs.append((momentum_buffer_list[i], buf))
+            g = buf * momentum + g if nesterov else buf
+        pairs.append((p, pv + g * (-lr_t)))
+        _fused_store(found_inf, pairs)
+
+
 def _scalar_dtype(v):
     # the dtype of a tensor made from a Python number (as ATen's scalar_to_tensor)
     if isinstance(v, bool):
@@ -125,5 +232,9 @@ def _install():
     # the overloads without beta (or periodic) do not dispatch to .beta: each needs its kernel
     for name in ("kaiser_window", "kaiser_window.periodic", "kaiser_window.beta"):
         _lib.impl(name, _kaiser_window, "PrivateUse1")
+    for name, fn in (("_fused_adam_", _fused_adam), ("_fused_adamw_", _fused_adamw),
+                     ("_fused_sgd_", _fused_sgd)):
+        _lib.impl(name, fn, "PrivateUse1")
+        _lib.impl(name + ".tensor_lr", fn, "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor", _isin_scalar_tensor, "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor_out", _isin_scalar_tensor_out, "PrivateUse1")
