@@ -230,3 +230,45 @@ def test_fused_optimizer_grad_scale_and_found_inf(mode, name, found):
                                  grad_scale=scale, found_inf=found_inf)
         res.append(params + grads + a + b + c)
     assert_same([t for t in res[1]], [t for t in res[0]], atol=1e-6, rtol=1e-5)
+
+
+# ---- copy-on-write (test_torch test_lazy_clone_*): a write to a lazily cloned tensor
+# reached the clone too (the bridge never materialized the shared storage)
+@pytest.mark.parametrize("write", ["t_inplace", "t_view", "t_copy", "t_out", "clone_inplace",
+                                   "t_foreach"])
+def test_lazy_clone_write_is_private(mode, write):
+    res = []
+    for dev in ("cpu", "tpu"):
+        t = torch.arange(6.0, device=dev).reshape(2, 3)
+        c = t._lazy_clone()
+        read = (c * 2).sum()  # reads keep it lazy
+        if write == "t_inplace":
+            t.mul_(3)
+        elif write == "t_view":
+            v = t.view([6])
+            v += torch.ones(1, device=dev)
+        elif write == "t_copy":
+            t.copy_(torch.full((2, 3), 7.0, device=dev))
+        elif write == "t_out":
+            torch.add(c, 1, out=t)
+        elif write == "clone_inplace":
+            c.add_(5)
+        else:
+            torch._foreach_add_([t], 2.0)
+        res.append([t.clone(), c.clone(), read])
+        t.sub_(1)  # a second write, after the first one materialized
+        res[-1] += [t.clone(), c.clone()]
+    assert_same(res[1], res[0])
+
+
+def test_lazy_clone_cow_state_strict():
+    # in Strict/Debug the storages follow CPU's copy-on-write states exactly
+    t = torch.tensor([[0.0, 1.0], [2.0, 3.0]], device="tpu")
+    addr = torch._C._data_address(t)
+    c = t._lazy_clone()
+    t.view([4]).add_(1)
+    assert not torch._C._is_cow_tensor(t) and torch._C._is_cow_tensor(c)
+    assert torch._C._data_address(t) != addr and torch._C._data_address(c) == addr
+    c.add_(1)  # the last reference: materialized in place, no copy
+    assert not torch._C._is_cow_tensor(c) and torch._C._data_address(c) == addr
+    assert c.tolist() == [[1.0, 2.0], [3.0, 4.0]] and t.tolist() == [[1.0, 2.0], [3.0, 4.0]]

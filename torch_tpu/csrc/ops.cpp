@@ -16,6 +16,7 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/ResizeCommon.h>
 #include <ATen/native/TensorFactories.h>
+#include <c10/core/impl/COW.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -366,6 +367,25 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
 // tensors: every written tensor against itself and against every input.
 // foreach ops pair the i-th written tensor with the i-th tensor of each other
 // list, as their per-tensor loop does.
+// A copy-on-write storage (Tensor._lazy_clone) gets its own copy before an op
+// writes it, as a CPU kernel's mutable data access does; the bridge reads
+// pointers without that access, so writes reached every lazy clone.
+void materialize_cow(const at::Tensor& t) {
+  if (t.defined() && t.has_storage() && c10::impl::cow::is_cow_data_ptr(t.storage().data_ptr()))
+    (void)t.mutable_data_ptr();
+}
+
+void materialize_cow_args(const OpInfo& info, const c10::IValue* args, size_t n) {
+  for (size_t i = 0; i < n && i < 64; i++) {
+    if (!(info.mutated_args >> i & 1)) continue;
+    if (args[i].isTensor()) {
+      materialize_cow(args[i].toTensor());
+    } else if (args[i].isTensorList()) {
+      for (const at::Tensor& t : args[i].toTensorList()) materialize_cow(t);
+    }
+  }
+}
+
 void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
   auto check_one = [&](const at::Tensor& w, const c10::IValue& in, int64_t k) {
     auto vs = [&](const at::Tensor& t) {
@@ -1033,7 +1053,10 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c10::DeviceGuard guard(c10::Device(kTpu, dev));
   if (C10_UNLIKELY(any_neg) && !info.all_views) resolve_neg_args(info, args, nargs);
   check_args(op, info, args, nargs);
-  if (info.mutated_args) check_overlaps(info, args, nargs);
+  if (info.mutated_args) {
+    check_overlaps(info, args, nargs);
+    materialize_cow_args(info, args, nargs);
+  }
   swap_placeholders(dev);
   PlaceholderUse use;  // to_desc below may read placeholders
   if (info.is_repeat_interleave && nargs >= 2 && args[0].isTensor() && args[1].isNone())
@@ -1191,6 +1214,7 @@ at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking
     at::assert_no_internal_overlap(self);
     at::assert_no_partial_overlap(self, src);
   }
+  materialize_cow(self);
   copy_from(src, self, non_blocking);
   if (self.is_neg() != src.is_neg() && self.numel() > 0) {
     // negate the stored values: through a view without the bit
