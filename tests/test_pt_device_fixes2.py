@@ -272,3 +272,30 @@ def test_lazy_clone_cow_state_strict():
     c.add_(1)  # the last reference: materialized in place, no copy
     assert not torch._C._is_cow_tensor(c) and torch._C._data_address(c) == addr
     assert c.tolist() == [[1.0, 2.0], [3.0, 4.0]] and t.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+# ---- antialiased bicubic resampling (test_nn test_upsamplingBiMode2d_*antialias_True*
+# _bicubic): _upsample_bicubic2d_aa (and its backward) were missing
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape,size,align", [((1, 3, 32, 32), (12, 12), False),
+                                              ((2, 1, 8, 9), (20, 5), True),
+                                              ((1, 2, 16, 16), (16, 16), False),
+                                              ((1, 1, 5, 40), (3, 7), False),
+                                              ((1, 2, 6, 6), (13, 2), False)])
+@pytest.mark.parametrize("mode", ["bicubic", "bilinear"])
+def test_upsample_antialias(mode, dtype, shape, size, align):
+    import torch.nn.functional as F
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(4), dtype=dtype)
+    tol = dict(atol=2e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-12, rtol=1e-12)
+    check_op(lambda t: F.interpolate(t, size, mode=mode, antialias=True, align_corners=align), x,
+             grad=True, **tol)
+
+
+def test_upsample_bicubic_antialias_modes_and_scales(mode):
+    import torch.nn.functional as F
+    x = torch.randn(2, 3, 17, 11, generator=torch.Generator().manual_seed(6))
+    check_op(lambda t: F.interpolate(t, scale_factor=(0.4, 1.7), mode="bicubic", antialias=True),
+             x, atol=2e-6, rtol=1e-5)
+    check_op(lambda t: F.interpolate(t.contiguous(memory_format=torch.channels_last), (5, 5),
+                                     mode="bicubic", antialias=True), x, atol=2e-6, rtol=1e-5,
+             check_stride=False)
