@@ -299,3 +299,48 @@ def test_upsample_bicubic_antialias_modes_and_scales(mode):
     check_op(lambda t: F.interpolate(t.contiguous(memory_format=torch.channels_last), (5, 5),
                                      mode="bicubic", antialias=True), x, atol=2e-6, rtol=1e-5,
              check_stride=False)
+
+
+# ---- fractional max pooling (test_torch test_nondeterministic_alert_FractionalMaxPool2d/3d):
+# fractional_max_pool2d/3d and their backward were missing
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", [((2, 3, 9, 9), 2, (4, 4)), ((3, 10, 7), (3, 2), (5, 3)),
+                                  ((1, 2, 12, 5), (2, 2), (6, 4)), ((1, 1, 4, 4), 2, (3, 3))])
+def test_fractional_max_pool2d(mode, dtype, case):
+    import torch.nn.functional as F
+    shape, k, out = case
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(shape, generator=g).to(dtype)
+    x.view(-1)[3] = float("nan")  # a NaN wins its window
+    batch = shape[0] if len(shape) == 4 else 1
+    samples = torch.rand(batch, shape[-3], 2, generator=g).to(dtype)
+    check_op(lambda t, u: F.fractional_max_pool2d(t, k, output_size=out, return_indices=True,
+                                                  _random_samples=u), x, samples,
+             grad=dtype in (torch.float32, torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fractional_max_pool3d(mode, dtype):
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 3, 7, 8, 9, generator=g).to(dtype)
+    samples = torch.rand(2, 3, 3, generator=g).to(dtype)
+    check_op(lambda t, u: F.fractional_max_pool3d(t, (2, 3, 2), output_size=(4, 3, 5),
+                                                  return_indices=True, _random_samples=u),
+             x, samples, grad=True)
+
+
+def test_fractional_max_pool_module_and_errors(mode):
+    import torch.nn.functional as F
+    x = torch.randn(2, 3, 9, 9, requires_grad=True, device="tpu")
+    y = torch.nn.FractionalMaxPool2d(2, output_ratio=0.5)(x)
+    y.sum().backward()
+    assert y.shape == (2, 3, 4, 4) and x.grad.shape == x.shape
+    assert x.grad.sum().item() == y.numel()  # each output's gradient reaches one input
+    # integer input, and an output too large for the kernel: rejected as on CPU
+    raises_like_cpu(lambda t, u: F.fractional_max_pool2d(t, 2, output_size=(3, 3),
+                                                         _random_samples=u),
+                    torch.ones(1, 1, 6, 6, dtype=torch.int64), torch.rand(1, 1, 2))
+    raises_like_cpu(lambda t, u: F.fractional_max_pool2d(t, 3, output_size=(5, 5),
+                                                         _random_samples=u),
+                    torch.ones(1, 1, 6, 6), torch.rand(1, 1, 2))
