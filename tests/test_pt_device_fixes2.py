@@ -344,3 +344,73 @@ def test_fractional_max_pool_module_and_errors(mode):
     raises_like_cpu(lambda t, u: F.fractional_max_pool2d(t, 3, output_size=(5, 5),
                                                          _random_samples=u),
                     torch.ones(1, 1, 6, 6), torch.rand(1, 1, 2))
+
+
+# ---- fused RNN cells (test_nn test_variable_sequence, every nn.LSTM / nn.GRU on tpu):
+# ATen's lstm_cell / gru_cell call _thnn_fused_*_cell on non-CPU devices; they were missing
+def _rnn_case(cls, bias, dtype, packed, x, h0):
+    import copy
+    from torch.nn.utils.rnn import pack_padded_sequence
+    torch.manual_seed(0)
+    m = cls(4, 5, 2, bias=bias).to(dtype)
+    res = []
+    for dev in ("cpu", "tpu"):
+        md = copy.deepcopy(m).to(dev)
+        xd = x.detach().to(dev).requires_grad_()
+        inp = pack_padded_sequence(xd, torch.tensor([7, 5, 2])) if packed else xd
+        out, state = md(inp, None if h0 is None else (h0.to(dev) if cls is torch.nn.GRU
+                                                       else (h0.to(dev), h0.to(dev) * 0.5)))
+        data = out.data if packed else out
+        g = torch.Generator().manual_seed(3)
+        data.backward(torch.randn(data.shape, generator=g, dtype=dtype).to(dev))
+        res.append([data.detach()] + [xd.grad] + [p.grad for p in md.parameters()])
+    return res
+
+
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("packed", [False, True])
+def test_rnn_modules(mode, cls, bias, packed):
+    with torch.tpu.precision("highest"):
+        x = torch.randn(7, 3, 4, generator=torch.Generator().manual_seed(1))
+        h0 = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(2))
+        res = _rnn_case(cls, bias, torch.float32, packed, x, None if packed else h0)
+    assert_same(res[1], res[0], atol=1e-5, rtol=1e-4, check_stride=False)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_rnn_cells_and_double_backward(mode, cell):
+    with torch.tpu.precision("highest"):
+        g = torch.Generator().manual_seed(5)
+        x, h = torch.randn(3, 4, generator=g), torch.randn(3, 5, generator=g)
+        c = torch.nn.LSTMCell(4, 5) if cell == "lstm" else torch.nn.GRUCell(4, 5)
+        ps = [p.detach() for p in c.parameters()]
+
+        def run(x, h, *ps):
+            if cell == "lstm":
+                hy, cy = torch.lstm_cell(x, (h, h * 0.3), *ps)
+                return hy * 2 + cy  # both outputs reach the loss
+            return torch.gru_cell(x, h, *ps)
+        check_op(run, x, h, *ps, grad=True, atol=1e-5, rtol=1e-4)
+
+        # second order: the differentiable backward composes ordinary ops
+        def second(x, h, *ps):
+            x = x.detach().requires_grad_()
+            y = run(x, h, *ps).pow(2).sum()
+            (gx,) = torch.autograd.grad(y, x, create_graph=True)
+            return torch.autograd.grad(gx.sum(), x)[0]
+        check_op(second, x, h, *ps, atol=1e-4, rtol=1e-4)
+
+
+def test_lstm_cell_only_hidden_grad(mode):
+    # grad_cy undefined (only hy used), and a half-precision cell computed in float32
+    with torch.tpu.precision("highest"):
+        g = torch.Generator().manual_seed(6)
+        x, h = torch.randn(2, 3, generator=g), torch.randn(2, 4, generator=g)
+        c = torch.nn.LSTMCell(3, 4)
+        ps = [p.detach() for p in c.parameters()]
+        check_op(lambda x, h, *ps: torch.lstm_cell(x, (h, h), *ps)[0], x, h, *ps, grad=True,
+                 atol=1e-5, rtol=1e-4)
+        xh, hh = x.half(), h.half()
+        check_op(lambda x, h, *ps: torch.lstm_cell(x, (h, h), *ps), xh, hh,
+                 *[p.half() for p in ps], atol=2e-3, rtol=2e-3)

@@ -19,6 +19,12 @@ trace):
   rounded to the compute type where the kernel rounds them), one tensor op at a time. A
   grad_scale unscales the gradients in place; a found_inf of 1 leaves everything unchanged
   (selected on the device, no read-back).
+* Fused RNN cells: ATen's `lstm_cell` / `gru_cell` call `_thnn_fused_lstm_cell` /
+  `_thnn_fused_gru_cell` for every device but CPU (so nn.LSTM, nn.GRU and their cells
+  reach them), and backward without grad mode their `_backward(_impl)`. Composed as
+  CUDA's kernels compute them: the gate pre-activations summed (biases added), sigmoid /
+  tanh per gate, the workspace holding what the backward reads (LSTM: the four activated
+  gates; GRU: r, z, n, hx and the hidden n pre-activation), in float32 for half inputs.
 * `isin.Scalar_Tensor`: ATen's meta function declares a 1-d output of size 0 and its CPU and
   CUDA kernels resize it to 0-d after wrapping the scalar in a tensor; this does the same
   wrapping and calls isin.Tensor_Tensor.
@@ -212,6 +218,71 @@ def _fused_sgd(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
         _fused_store(found_inf, pairs)
 
 
+def _lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    dt = input_gates.dtype
+    gates = _opmath(input_gates) + _opmath(hidden_gates)
+    if input_bias is not None:
+        gates = gates + _opmath(input_bias) + _opmath(hidden_bias)
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * _opmath(cx) + i * g
+    hy = o * cy.tanh()
+    workspace = torch.cat([i, f, g, o], 1)
+    return hy.to(dt), cy.to(dt), workspace.to(dt)
+
+
+def _lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    if grad_hy is None and grad_cy is None:
+        return None, None, None
+    dt = workspace.dtype
+    i, f, g, o = _opmath(workspace).chunk(4, 1)
+    cy = _opmath(cy)
+    tcy = cy.tanh()
+    go = _opmath(grad_hy) if grad_hy is not None else torch.zeros_like(cy)
+    gc = _opmath(grad_cy) if grad_cy is not None else torch.zeros_like(cy)
+    gcx = go * o * (1 - tcy * tcy) + gc
+    gi = gcx * g * (1 - i) * i
+    gf = gcx * _opmath(cx) * (1 - f) * f
+    gg = gcx * i * (1 - g * g)
+    gog = go * tcy * (1 - o) * o
+    grad_gates = torch.cat([gi, gf, gg, gog], 1)
+    grad_bias = grad_gates.sum(0).to(dt) if has_bias else None
+    return grad_gates.to(dt), (gcx * f).to(dt), grad_bias
+
+
+def _gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    dt = input_gates.dtype
+    ig, hg = _opmath(input_gates), _opmath(hidden_gates)
+    if input_bias is not None:
+        ig = ig + _opmath(input_bias)
+        hg = hg + _opmath(hidden_bias)
+    ir, ii, in_ = ig.chunk(3, 1)
+    hr, hi, hn = hg.chunk(3, 1)
+    r = (ir + hr).sigmoid()
+    z = (ii + hi).sigmoid()
+    n = (in_ + r * hn).tanh()
+    h = _opmath(hx)
+    hy = n + z * (h - n)
+    workspace = torch.cat([r, z, n, h, hn], 1)
+    return hy.to(dt), workspace.to(dt)
+
+
+def _gru_cell_backward(grad_hy, workspace, has_bias):
+    dt = workspace.dtype
+    r, z, n, h, hn = _opmath(workspace).chunk(5, 1)
+    go = _opmath(grad_hy)
+    gz = go * (h - n) * (1 - z) * z
+    ghx = go * z
+    gn = go * (1 - z) * (1 - n * n)
+    ghn = gn * r
+    gr = gn * hn * (1 - r) * r
+    grad_input = torch.cat([gr, gz, gn], 1)
+    grad_hidden = torch.cat([gr, gz, ghn], 1)
+    gib = grad_input.sum(0).to(dt) if has_bias else None
+    ghb = grad_hidden.sum(0).to(dt) if has_bias else None
+    return grad_input.to(dt), grad_hidden.to(dt), ghx.to(dt), gib, ghb
+
+
 def _scalar_dtype(v):
     # the dtype of a tensor made from a Python number (as ATen's scalar_to_tensor)
     if isinstance(v, bool):
@@ -236,5 +307,9 @@ def _install():
                      ("_fused_sgd_", _fused_sgd)):
         _lib.impl(name, fn, "PrivateUse1")
         _lib.impl(name + ".tensor_lr", fn, "PrivateUse1")
+    _lib.impl("_thnn_fused_lstm_cell", _lstm_cell, "PrivateUse1")
+    _lib.impl("_thnn_fused_lstm_cell_backward_impl", _lstm_cell_backward_impl, "PrivateUse1")
+    _lib.impl("_thnn_fused_gru_cell", _gru_cell, "PrivateUse1")
+    _lib.impl("_thnn_fused_gru_cell_backward", _gru_cell_backward, "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor", _isin_scalar_tensor, "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor_out", _isin_scalar_tensor_out, "PrivateUse1")
