@@ -314,8 +314,9 @@ def test_fractional_max_pool2d(mode, dtype, case):
     x.view(-1)[3] = float("nan")  # a NaN wins its window
     batch = shape[0] if len(shape) == 4 else 1
     samples = torch.rand(batch, shape[-3], 2, generator=g).to(dtype)
-    check_op(lambda t, u: F.fractional_max_pool2d(t, k, output_size=out, return_indices=True,
-                                                  _random_samples=u), x, samples,
+    # the samples are constants (no gradient): moved to the input's device
+    check_op(lambda t: F.fractional_max_pool2d(t, k, output_size=out, return_indices=True,
+                                               _random_samples=samples.to(t.device)), x,
              grad=dtype in (torch.float32, torch.float64))
 
 
@@ -325,9 +326,10 @@ def test_fractional_max_pool3d(mode, dtype):
     g = torch.Generator().manual_seed(9)
     x = torch.randn(2, 3, 7, 8, 9, generator=g).to(dtype)
     samples = torch.rand(2, 3, 3, generator=g).to(dtype)
-    check_op(lambda t, u: F.fractional_max_pool3d(t, (2, 3, 2), output_size=(4, 3, 5),
-                                                  return_indices=True, _random_samples=u),
-             x, samples, grad=True)
+    check_op(lambda t: F.fractional_max_pool3d(t, (2, 3, 2), output_size=(4, 3, 5),
+                                               return_indices=True,
+                                               _random_samples=samples.to(t.device)),
+             x, grad=True)
 
 
 def test_fractional_max_pool_module_and_errors(mode):

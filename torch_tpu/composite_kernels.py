@@ -25,6 +25,8 @@ trace):
   CUDA's kernels compute them: the gate pre-activations summed (biases added), sigmoid /
   tanh per gate, the workspace holding what the backward reads (LSTM: the four activated
   gates; GRU: r, z, n, hx and the hidden n pre-activation), in float32 for half inputs.
+* `fractional_max_pool3d_backward` (which has no meta kernel, so the runtime's kernel
+  cannot be given its output): the gradient scattered through the indices per plane.
 * `isin.Scalar_Tensor`: ATen's meta function declares a 1-d output of size 0 and its CPU and
   CUDA kernels resize it to 0-d after wrapping the scalar in a tensor; this does the same
   wrapping and calls isin.Tensor_Tensor.
@@ -283,6 +285,22 @@ def _gru_cell_backward(grad_hy, workspace, has_bias):
     return grad_input.to(dt), grad_hidden.to(dt), ghx.to(dt), gib, ghb
 
 
+def _fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
+    planes = self.shape[:-3].numel() if self.dim() > 3 else 1
+    if planes == 0 or self.numel() == 0:
+        return torch.zeros_like(self)
+    flat = torch.zeros((planes, self.shape[-3:].numel()), dtype=self.dtype, device=self.device)
+    flat.scatter_add_(1, indices.reshape(planes, -1), grad_output.reshape(planes, -1))
+    return flat.view(self.shape)
+
+
+def _fractional_max_pool3d_backward_out(grad_output, self, kernel_size, output_size, indices, *,
+                                        grad_input):
+    r = _fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices)
+    grad_input.resize_(r.shape)
+    return grad_input.copy_(r)
+
+
 def _scalar_dtype(v):
     # the dtype of a tensor made from a Python number (as ATen's scalar_to_tensor)
     if isinstance(v, bool):
@@ -311,5 +329,8 @@ def _install():
     _lib.impl("_thnn_fused_lstm_cell_backward_impl", _lstm_cell_backward_impl, "PrivateUse1")
     _lib.impl("_thnn_fused_gru_cell", _gru_cell, "PrivateUse1")
     _lib.impl("_thnn_fused_gru_cell_backward", _gru_cell_backward, "PrivateUse1")
+    _lib.impl("fractional_max_pool3d_backward", _fractional_max_pool3d_backward, "PrivateUse1")
+    _lib.impl("fractional_max_pool3d_backward.grad_input", _fractional_max_pool3d_backward_out,
+              "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor", _isin_scalar_tensor, "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor_out", _isin_scalar_tensor_out, "PrivateUse1")

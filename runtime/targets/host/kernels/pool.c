@@ -553,12 +553,10 @@ tpu_status_t tpu_k_fractional_max_pool2d(const tpu_call_t* call) {
 tpu_status_t tpu_k_fractional_max_pool3d(const tpu_call_t* call) {
   return frac_forward("fractional_max_pool3d", call, 3);
 }
-/* backward(grad_output, self, kernel_size, output_size, indices) */
+/* backward(grad_output, self, kernel_size, output_size, indices); the 3-d
+ * backward, which has no meta kernel, is composed in composite_kernels.py */
 tpu_status_t tpu_k_fractional_max_pool2d_backward(const tpu_call_t* call) {
   return pool_backward("fractional_max_pool2d_backward", call, P_ADAPTIVE_MAX, 2, 4);
-}
-tpu_status_t tpu_k_fractional_max_pool3d_backward(const tpu_call_t* call) {
-  return pool_backward("fractional_max_pool3d_backward", call, P_ADAPTIVE_MAX, 3, 4);
 }
 
 /* ---- embedding bags ----
