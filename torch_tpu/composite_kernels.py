@@ -13,6 +13,20 @@ trace):
   the op math type (float32 for half/bfloat16),
   i0(beta * sqrt(|1 - ((k - alpha) / alpha)^2|)) / i0(beta) with alpha = (n - 1) / 2; the
   periodic window is the first n of a window of n + 1.
+* Fused optimizers (`_fused_adam_`, `_fused_adamw_`, `_fused_sgd_`, also with a tensor lr),
+  what `torch.optim.Adam/AdamW/SGD(fused=True)` call: CPU's kernels' arithmetic per
+  parameter (in float32 for half/bfloat16, bias corrections and step size in double,
+  rounded to the compute type where the kernel rounds them), one tensor op at a time. A
+  grad_scale unscales the gradients in place; a found_inf of 1 leaves everything unchanged
+  (selected on the device, no read-back).
+* Fused RNN cells: ATen's `lstm_cell` / `gru_cell` call `_thnn_fused_lstm_cell` /
+  `_thnn_fused_gru_cell` for every device but CPU (so nn.LSTM, nn.GRU and their cells
+  reach them), and backward without grad mode their `_backward(_impl)`. Composed as
+  CUDA's kernels compute them: the gate pre-activations summed (biases added), sigmoid /
+  tanh per gate, the workspace holding what the backward reads (LSTM: the four activated
+  gates; GRU: r, z, n, hx and the hidden n pre-activation), in float32 for half inputs.
+* `fractional_max_pool3d_backward` (which has no meta kernel, so the runtime's kernel
+  cannot be given its output): the gradient scattered through the indices per plane.
 * `isin.Scalar_Tensor`: ATen's meta function declares a 1-d output of size 0 and its CPU and
   CUDA kernels resize it to 0-d after wrapping the scalar in a tensor; this does the same
   wrapping and calls isin.Tensor_Tensor.
@@ -105,6 +119,188 @@ def _isin_scalar_tensor_out(element, test_elements, *, assume_unique=False, inve
     return torch.isin(e, test_elements, assume_unique=assume_unique, invert=invert, out=out)
 
 
+def _opmath(t):
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def _check_fused_lists(name, *lists):
+    n = len(lists[0])
+    for lst in lists[1:]:
+        if len(lst) != n:
+            raise RuntimeError(f"{name}: all tensor lists must have the same length, got "
+                               f"{[len(x) for x in lists]}")
+
+
+def _fused_store(found_inf, pairs):
+    # pairs: (tensor to update, its new value in the compute type)
+    keep = None if found_inf is None else found_inf == 1.0
+    for dst, new in pairs:
+        if keep is not None:
+            new = torch.where(keep, _opmath(dst), new)
+        dst.copy_(new)
+
+
+def _fused_adam_common(adamw, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                       state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize,
+                       grad_scale, found_inf):
+    name = "_fused_adamw_" if adamw else "_fused_adam_"
+    lists = [params, grads, exp_avgs, exp_avg_sqs, state_steps]
+    if amsgrad:
+        lists.append(max_exp_avg_sqs)
+    _check_fused_lists(name, *lists)
+    for i, p in enumerate(params):
+        dev = p.device
+        f64 = dict(dtype=torch.float64, device=dev)
+        step = state_steps[i].to(**f64)
+        lr_t = lr.to(**f64) if isinstance(lr, torch.Tensor) else torch.tensor(lr, **f64)
+        bc1 = 1 - torch.pow(torch.tensor(beta1, **f64), step)
+        bc2_sqrt = torch.sqrt(1 - torch.pow(torch.tensor(beta2, **f64), step))
+        step_size = lr_t / bc1
+        g = _opmath(grads[i])
+        pairs = []
+        if grad_scale is not None:
+            g = g / grad_scale
+            pairs.append((grads[i], g))
+        if maximize:
+            g = -g
+        pv = _opmath(p)
+        if weight_decay != 0:
+            if adamw:
+                pv = pv * (1 - lr_t * weight_decay)
+            else:
+                g = g + pv * weight_decay
+        ea = torch.lerp(_opmath(exp_avgs[i]), g, 1 - beta1)
+        eas = _opmath(exp_avg_sqs[i]) * beta2 + (1 - beta2) * g * g
+        pairs += [(exp_avgs[i], ea), (exp_avg_sqs[i], eas)]
+        if amsgrad:
+            m = torch.maximum(_opmath(max_exp_avg_sqs[i]), eas)
+            pairs.append((max_exp_avg_sqs[i], m))
+            denom = m.sqrt() / bc2_sqrt + eps
+        else:
+            denom = eas.sqrt() / bc2_sqrt + eps
+        pairs.append((p, pv + (-step_size) * ea / denom))
+        _fused_store(found_inf, pairs)
+
+
+def _fused_adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
+                beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+    _fused_adam_common(False, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+                       lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)
+
+
+def _fused_adamw(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
+                 beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+    _fused_adam_common(True, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+                       lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)
+
+
+def _fused_sgd(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening,
+               nesterov, maximize, is_first_step, grad_scale=None, found_inf=None):
+    lists = [self, grads] + ([momentum_buffer_list] if momentum != 0 else [])
+    _check_fused_lists("_fused_sgd_", *lists)
+    for i, p in enumerate(self):
+        lr_t = (lr.to(dtype=torch.float64, device=p.device) if isinstance(lr, torch.Tensor)
+                else torch.tensor(lr, dtype=torch.float64, device=p.device))
+        g = _opmath(grads[i])
+        pairs = []
+        if grad_scale is not None:
+            g = g / grad_scale
+            pairs.append((grads[i], g))
+        if maximize:
+            g = -g
+        pv = _opmath(p)
+        if weight_decay != 0:
+            g = g + pv * weight_decay
+        if momentum != 0:
+            buf = g if is_first_step else (
+                _opmath(momentum_buffer_list[i]) * momentum + (1 - dampening) * g)
+            pairs.append((momentum_buffer_list[i], buf))
+            g = buf * momentum + g if nesterov else buf
+        pairs.append((p, pv + g * (-lr_t)))
+        _fused_store(found_inf, pairs)
+
+
+def _lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    dt = input_gates.dtype
+    gates = _opmath(input_gates) + _opmath(hidden_gates)
+    if input_bias is not None:
+        gates = gates + _opmath(input_bias) + _opmath(hidden_bias)
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * _opmath(cx) + i * g
+    hy = o * cy.tanh()
+    workspace = torch.cat([i, f, g, o], 1)
+    return hy.to(dt), cy.to(dt), workspace.to(dt)
+
+
+def _lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    if grad_hy is None and grad_cy is None:
+        return None, None, None
+    dt = workspace.dtype
+    i, f, g, o = _opmath(workspace).chunk(4, 1)
+    cy = _opmath(cy)
+    tcy = cy.tanh()
+    go = _opmath(grad_hy) if grad_hy is not None else torch.zeros_like(cy)
+    gc = _opmath(grad_cy) if grad_cy is not None else torch.zeros_like(cy)
+    gcx = go * o * (1 - tcy * tcy) + gc
+    gi = gcx * g * (1 - i) * i
+    gf = gcx * _opmath(cx) * (1 - f) * f
+    gg = gcx * i * (1 - g * g)
+    gog = go * tcy * (1 - o) * o
+    grad_gates = torch.cat([gi, gf, gg, gog], 1)
+    grad_bias = grad_gates.sum(0).to(dt) if has_bias else None
+    return grad_gates.to(dt), (gcx * f).to(dt), grad_bias
+
+
+def _gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    dt = input_gates.dtype
+    ig, hg = _opmath(input_gates), _opmath(hidden_gates)
+    if input_bias is not None:
+        ig = ig + _opmath(input_bias)
+        hg = hg + _opmath(hidden_bias)
+    ir, ii, in_ = ig.chunk(3, 1)
+    hr, hi, hn = hg.chunk(3, 1)
+    r = (ir + hr).sigmoid()
+    z = (ii + hi).sigmoid()
+    n = (in_ + r * hn).tanh()
+    h = _opmath(hx)
+    hy = n + z * (h - n)
+    workspace = torch.cat([r, z, n, h, hn], 1)
+    return hy.to(dt), workspace.to(dt)
+
+
+def _gru_cell_backward(grad_hy, workspace, has_bias):
+    dt = workspace.dtype
+    r, z, n, h, hn = _opmath(workspace).chunk(5, 1)
+    go = _opmath(grad_hy)
+    gz = go * (h - n) * (1 - z) * z
+    ghx = go * z
+    gn = go * (1 - z) * (1 - n * n)
+    ghn = gn * r
+    gr = gn * hn * (1 - r) * r
+    grad_input = torch.cat([gr, gz, gn], 1)
+    grad_hidden = torch.cat([gr, gz, ghn], 1)
+    gib = grad_input.sum(0).to(dt) if has_bias else None
+    ghb = grad_hidden.sum(0).to(dt) if has_bias else None
+    return grad_input.to(dt), grad_hidden.to(dt), ghx.to(dt), gib, ghb
+
+
+def _fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
+    planes = self.shape[:-3].numel() if self.dim() > 3 else 1
+    if planes == 0 or self.numel() == 0:
+        return torch.zeros_like(self)
+    flat = torch.zeros((planes, self.shape[-3:].numel()), dtype=self.dtype, device=self.device)
+    flat.scatter_add_(1, indices.reshape(planes, -1), grad_output.reshape(planes, -1))
+    return flat.view(self.shape)
+
+
+def _fractional_max_pool3d_backward_out(grad_output, self, kernel_size, output_size, indices, *,
+                                        grad_input):
+    r = _fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices)
+    grad_input.resize_(r.shape)
+    return grad_input.copy_(r)
+
+
 def _scalar_dtype(v):
     # the dtype of a tensor made from a Python number (as ATen's scalar_to_tensor)
     if isinstance(v, bool):
@@ -125,5 +321,16 @@ def _install():
     # the overloads without beta (or periodic) do not dispatch to .beta: each needs its kernel
     for name in ("kaiser_window", "kaiser_window.periodic", "kaiser_window.beta"):
         _lib.impl(name, _kaiser_window, "PrivateUse1")
+    for name, fn in (("_fused_adam_", _fused_adam), ("_fused_adamw_", _fused_adamw),
+                     ("_fused_sgd_", _fused_sgd)):
+        _lib.impl(name, fn, "PrivateUse1")
+        _lib.impl(name + ".tensor_lr", fn, "PrivateUse1")
+    _lib.impl("_thnn_fused_lstm_cell", _lstm_cell, "PrivateUse1")
+    _lib.impl("_thnn_fused_lstm_cell_backward_impl", _lstm_cell_backward_impl, "PrivateUse1")
+    _lib.impl("_thnn_fused_gru_cell", _gru_cell, "PrivateUse1")
+    _lib.impl("_thnn_fused_gru_cell_backward", _gru_cell_backward, "PrivateUse1")
+    _lib.impl("fractional_max_pool3d_backward", _fractional_max_pool3d_backward, "PrivateUse1")
+    _lib.impl("fractional_max_pool3d_backward.grad_input", _fractional_max_pool3d_backward_out,
+              "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor", _isin_scalar_tensor, "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor_out", _isin_scalar_tensor_out, "PrivateUse1")

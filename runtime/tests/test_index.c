@@ -358,9 +358,12 @@ static void test_ranges(void) {
   tpu_arg_t b[4] = {ta_i(10), ta_i(2), ta_i(-2), ta_t(&toi)};
   CHECK_OK(tt_run("arange.start_out", b, 4, &toi, 1));
   CHECK(oi[0] == 10 && oi[1] == 8 && oi[2] == 6 && oi[3] == 4);
-  tpu_arg_t e[2] = {ta_i(4), ta_t(&toi)};
-  CHECK_OK(tt_run("arange.out", e, 2, &toi, 1));
-  CHECK(oi[0] == 0 && oi[3] == 3);
+  /* range.out (inclusive end) into a 2x2 out: filled in row-major order */
+  int64_t s22[2] = {2, 2};
+  tpu_tensor_t to22 = tt_make(oi, TPU_I32, 2, s22);
+  tpu_arg_t e[4] = {ta_i(0), ta_i(3), ta_i(1), ta_t(&to22)};
+  CHECK_OK(tt_run("range.out", e, 4, &to22, 1));
+  CHECK(oi[0] == 0 && oi[1] == 1 && oi[2] == 2 && oi[3] == 3);
   b[2] = ta_i(0);
   check_error(tt_run("arange.start_out", b, 4, &toi, 1), TPU_CODE_INVALID_ARGUMENT, "step must be nonzero");
 

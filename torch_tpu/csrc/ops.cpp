@@ -16,6 +16,7 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/ResizeCommon.h>
 #include <ATen/native/TensorFactories.h>
+#include <c10/core/impl/COW.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -366,6 +367,25 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
 // tensors: every written tensor against itself and against every input.
 // foreach ops pair the i-th written tensor with the i-th tensor of each other
 // list, as their per-tensor loop does.
+// A copy-on-write storage (Tensor._lazy_clone) gets its own copy before an op
+// writes it, as a CPU kernel's mutable data access does; the bridge reads
+// pointers without that access, so writes reached every lazy clone.
+void materialize_cow(const at::Tensor& t) {
+  if (t.defined() && t.has_storage() && c10::impl::cow::is_cow_data_ptr(t.storage().data_ptr()))
+    (void)t.mutable_data_ptr();
+}
+
+void materialize_cow_args(const OpInfo& info, const c10::IValue* args, size_t n) {
+  for (size_t i = 0; i < n && i < 64; i++) {
+    if (!(info.mutated_args >> i & 1)) continue;
+    if (args[i].isTensor()) {
+      materialize_cow(args[i].toTensor());
+    } else if (args[i].isTensorList()) {
+      for (const at::Tensor& t : args[i].toTensorList()) materialize_cow(t);
+    }
+  }
+}
+
 void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
   auto check_one = [&](const at::Tensor& w, const c10::IValue& in, int64_t k) {
     auto vs = [&](const at::Tensor& t) {
@@ -1033,7 +1053,10 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c10::DeviceGuard guard(c10::Device(kTpu, dev));
   if (C10_UNLIKELY(any_neg) && !info.all_views) resolve_neg_args(info, args, nargs);
   check_args(op, info, args, nargs);
-  if (info.mutated_args) check_overlaps(info, args, nargs);
+  if (info.mutated_args) {
+    check_overlaps(info, args, nargs);
+    materialize_cow_args(info, args, nargs);
+  }
   swap_placeholders(dev);
   PlaceholderUse use;  // to_desc below may read placeholders
   if (info.is_repeat_interleave && nargs >= 2 && args[0].isTensor() && args[1].isNone())
@@ -1191,6 +1214,7 @@ at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking
     at::assert_no_internal_overlap(self);
     at::assert_no_partial_overlap(self, src);
   }
+  materialize_cow(self);
   copy_from(src, self, non_blocking);
   if (self.is_neg() != src.is_neg() && self.numel() > 0) {
     // negate the stored values: through a view without the bit
@@ -1356,6 +1380,50 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_consecutive(
   TORCH_CHECK_NOT_IMPLEMENTED(!dim.has_value() || self.dim() <= 1,
                               "TorchTPU: aten::unique_consecutive with dim is not implemented");
   return unique_runs(self, false, return_inverse, return_counts);
+}
+
+// unique_dim: the distinct slices along dim in lexicographic order (CPU's
+// order), with each slice's group (inverse) and the group sizes (counts),
+// which CPU returns whatever the flags say. Slices become rows; stable sorts
+// by the last column first, then by each earlier one, give the lexicographic
+// permutation; a row starts a group where it differs from the row before it.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_dim(const at::Tensor& self, int64_t dim,
+                                                              bool sorted, bool return_inverse,
+                                                              bool return_counts) {
+  (void)sorted;
+  (void)return_inverse;
+  (void)return_counts;
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  auto sizes = self.sizes().vec();
+  const auto zero_dims = std::count(sizes.begin(), sizes.end(), 0);
+  auto long_opts = self.options().dtype(at::kLong);
+  if (self.size(dim) == 0) {
+    TORCH_CHECK(zero_dims == 1,
+                "Number of zero sized dimensions is more than one, so unique cannot be applied ");
+    return {at::empty(sizes, self.options()), at::empty({0}, long_opts), at::empty({0}, long_opts)};
+  }
+  TORCH_CHECK(zero_dims == 0,
+              "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+  at::Tensor moved = self.moveaxis(dim, 0);
+  auto moved_sizes = moved.sizes().vec();
+  const int64_t n = moved.size(0);
+  at::Tensor rows = moved.contiguous().view({n, -1});
+  at::Tensor perm = at::arange(n, long_opts);
+  for (int64_t k = rows.size(1) - 1; k >= 0; k--) {
+    at::Tensor key = rows.select(1, k).index_select(0, perm);
+    perm = perm.index_select(0, std::get<1>(key.sort(/*stable=*/true, 0, false)));
+  }
+  at::Tensor ordered = rows.index_select(0, perm);
+  at::Tensor first = at::ones({n}, self.options().dtype(at::kBool));
+  if (n > 1)
+    first.slice(0, 1).copy_(ordered.slice(0, 1).ne(ordered.slice(0, 0, n - 1)).any(1));
+  at::Tensor starts = at::nonzero(first).reshape({-1});
+  moved_sizes[0] = starts.numel();
+  at::Tensor output = ordered.index_select(0, starts).view(moved_sizes).moveaxis(0, dim);
+  at::Tensor group = first.cumsum(0, at::kLong).sub_(1);
+  at::Tensor inverse = at::empty({n}, long_opts).scatter_(0, perm, group);
+  at::Tensor ends = at::cat({starts.slice(0, 1), at::full({1}, n, long_opts)});
+  return {output, inverse, ends.sub(starts)};
 }
 
 // equal returns a Python bool, which the boxed path cannot produce.
@@ -1550,6 +1618,7 @@ struct RegisterRuntimeOps {
   X("_unique", tpu_unique) \
   X("equal", tpu_equal) \
   X("unique_consecutive", tpu_unique_consecutive) \
+  X("unique_dim", tpu_unique_dim) \
   X("bincount", tpu_bincount) \
   X("_ctc_loss.Tensor", tpu_ctc_loss_tensor) \
   X("_ctc_loss_backward.Tensor", tpu_ctc_loss_backward_tensor)

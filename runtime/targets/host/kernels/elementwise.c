@@ -5,6 +5,7 @@
  * float and libm for double). Every body is compiled for the baseline ISA
  * and for AVX2+FMA, and the one for tpu_host_isa() runs. */
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "vecmath.h"
 #include <tgmath.h>
@@ -458,12 +459,37 @@ static tpu_ctype_t common_ct(const tpu_tensor_t* const* ins, int n, const tpu_te
   return tpu_ctype_of(dt);
 }
 
+/* Whether results computed for common dtype dt must be rounded to dt before
+ * they are stored into an output of another dtype (an out= of a wider type):
+ * PyTorch computes in the common dtype and casts the result, so f16 33000 +
+ * 33000 into a float64 out is inf and uint8 5 - 8 is 253. The compute types
+ * f32/f64/i64 hold dt's results exactly only for those dtypes themselves. A
+ * bool output takes predicates' 0/1, which need no rounding. */
+static bool needs_common_rounding(tpu_dtype_t dt, tpu_dtype_t out_dt) {
+  return out_dt != dt && out_dt != TPU_BOOL && dt != TPU_F32 && dt != TPU_F64 && dt != TPU_I64;
+}
+
 static tpu_status_t run(const char* op, const tpu_call_t* call, const tpu_tensor_t* const* ins,
                         int n, const tpu_loop_set_t* loops, double s0, double s1, bool int_to_float) {
   ew_ctx_t cx = {0};
   ctx_scalars(&cx, s0, s1);
-  tpu_ctype_t ct = common_ct(ins, n, &call->outs[0], int_to_float);
-  return finish(op, &cx, tpu_elementwise_set(op, &call->outs[0], ins, n, ct, loops, &cx));
+  const tpu_tensor_t* out = &call->outs[0];
+  tpu_ctype_t ct = common_ct(ins, n, out, int_to_float);
+  tpu_dtype_t dt = tpu_result_type(ins, n);
+  if ((int_to_float && !tpu_dtype_is_float(dt)) || !needs_common_rounding(dt, out->dtype))
+    return finish(op, &cx, tpu_elementwise_set(op, out, ins, n, ct, loops, &cx));
+  /* compute into a temporary of the common dtype, then convert into out */
+  int64_t numel = tpu_tensor_numel(out);
+  if (numel == 0) return TPU_OK;
+  void* buf = malloc((size_t)numel * tpu_dtype_size(dt));
+  if (!buf) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a %lld-element temporary", op,
+                           (long long)numel);
+  tpu_tensor_t tmp;
+  tpu_tensor_make_contig(&tmp, buf, dt, out->ndim, out->sizes);
+  tpu_status_t st = finish(op, &cx, tpu_elementwise_set(op, &tmp, ins, n, ct, loops, &cx));
+  if (!st) st = tpu_copy_strided(out, &tmp);
+  free(buf);
+  return st;
 }
 
 /* self, other (tensor or scalar) */

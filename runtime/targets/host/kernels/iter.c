@@ -76,7 +76,13 @@ static bool ctype_is_native(tpu_ctype_t ct, tpu_dtype_t dt) {
 #define TO_U8(x) ((uint8_t)(int64_t)(x))
 #define TO_I8(x) ((int8_t)(int64_t)(x))
 #define TO_I16(x) ((int16_t)(int64_t)(x))
-#define TO_I32(x) ((int32_t)(int64_t)(x))
+/* float -> int32 as x86's cvtt (PyTorch CPU's cast): out of range and NaN
+ * give INT32_MIN; integers wrap */
+static inline int32_t f64_to_i32_(double v) {
+  return v >= -2147483648.0 && v < 2147483648.0 ? (int32_t)v : INT32_MIN;
+}
+static inline int32_t to_i32_wrap_(int64_t v) { return (int32_t)v; }
+#define TO_I32(x) _Generic((x), float: f64_to_i32_, double: f64_to_i32_, default: to_i32_wrap_)(x)
 #define TO_I64(x) ((int64_t)(x))
 #define TO_F16(x) tpu_vm_f32_to_f16((float)(x))
 #define TO_BF16(x) tpu_vm_f32_to_bf16((float)(x))

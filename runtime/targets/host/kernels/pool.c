@@ -1,6 +1,6 @@
 /* Pooling kernels: max pooling with indices, average pooling, adaptive
  * average and max pooling, for 2 and 3 spatial dims (1-d pooling reaches
- * the backend as 2-d), and their backward.
+ * the backend as 2-d), fractional max pooling, and their backward.
  *
  * Inputs are (N, C, spatial...) or (C, spatial...); every (n, c) plane is
  * pooled independently from staged contiguous planes (spatial.h), planes in
@@ -418,6 +418,145 @@ tpu_status_t tpu_k_adaptive_max_pool2d_backward(const tpu_call_t* call) {
 }
 tpu_status_t tpu_k_adaptive_max_pool3d_backward(const tpu_call_t* call) {
   return pool_backward("adaptive_max_pool3d_backward", call, P_ADAPTIVE_MAX, 3, 2);
+}
+
+/* ---- fractional max pooling ----
+ * fractional_max_pool{2,3}d(self, kernel_size, output_size, random_samples)
+ * -> (out, indices): window o along a dim starts at PyTorch's interval
+ * sequence int((o + u) * alpha) - int(u * alpha), alpha = (in - k) /
+ * (out - 1), the last window at in - k, with u the plane's sample for that
+ * dim (2-d: samples (w, h); 3-d: (t, h, w)), computed in the input's dtype
+ * as CPU's kernel does (each bfloat16/float16 step rounded). The window's
+ * first maximum wins, a NaN always. The backward is max pooling's scatter. */
+static double frac_round(tpu_dtype_t dt, double v) {
+  if (dt == TPU_F64) return v;
+  float f = (float)v;
+  if (dt == TPU_BF16) return tpu_bf16_to_f32(tpu_f32_to_bf16(f));
+  if (dt == TPU_F16) return tpu_f16_to_f32(tpu_f32_to_f16(f));
+  return f;
+}
+
+static void frac_intervals(tpu_dtype_t dt, double u, int64_t in, int64_t out, int64_t k,
+                           int64_t* seq) {
+  if (out > 1) {
+    const double alpha =
+        frac_round(dt, frac_round(dt, (double)(in - k)) / frac_round(dt, (double)(out - 1)));
+    const int64_t base = (int64_t)(int)frac_round(dt, u * alpha);
+    for (int64_t o = 0; o < out - 1; o++)
+      seq[o] = (int64_t)(int)frac_round(dt, frac_round(dt, frac_round(dt, (double)o) + u) * alpha) -
+               base;
+  }
+  if (out > 0) seq[out - 1] = in - k;
+}
+
+typedef struct {
+  int nsp;
+  tpu_dtype_t dt, sdt; /* compute type; the input's dtype (interval arithmetic) */
+  int64_t in[3], out[3], k[3], in_len, out_len;
+  const double* samples; /* lanes x nsp */
+  const char* x;
+  char* y;
+  int64_t* ind;
+  _Atomic int bad; /* a window outside the input */
+} frac_job_t;
+
+#define DEFINE_FRAC_FWD(SUF, T)                                                                static bool frac_plane_##SUF(const frac_job_t* j, const int64_t* const seq[3], const T* x,                                T* y, int64_t* ind) {                                              for (int d = 0; d < 3; d++)                                                                    for (int64_t o = 0; o < j->out[d]; o++)                                                        if (seq[d][o] < 0 || seq[d][o] + j->k[d] > j->in[d]) return false;                       int64_t q = 0;                                                                               for (int64_t ot = 0; ot < j->out[0]; ot++)                                                     for (int64_t oh = 0; oh < j->out[1]; oh++)                                                     for (int64_t ow = 0; ow < j->out[2]; ow++, q++) {                                              const int64_t t0 = seq[0][ot], h0 = seq[1][oh], w0 = seq[2][ow];                             T best = (T)-INFINITY;                                                                       int64_t at = (t0 * j->in[1] + h0) * j->in[2] + w0;                                           for (int64_t t = t0; t < t0 + j->k[0]; t++)                                                    for (int64_t h = h0; h < h0 + j->k[1]; h++)                                                    for (int64_t w = w0; w < w0 + j->k[2]; w++) {                                                  const int64_t i = (t * j->in[1] + h) * j->in[2] + w;                                         const T v = x[i];                                                                            if (v > best || v != v) {                                                                      best = v;                                                                                    at = i;                                                                                    }                                                                                          }                                                                                        y[q] = best;                                                                                 ind[q] = at;                                                                               }                                                                                        return true;                                                                               }
+DEFINE_FRAC_FWD(f32, float)
+DEFINE_FRAC_FWD(f64, double)
+
+static void frac_range(void* ctx, int64_t begin, int64_t end) {
+  frac_job_t* j = ctx;
+  const int64_t esz = (int64_t)tpu_dtype_size(j->dt);
+  int64_t* seq[3];
+  int64_t zero = 0;
+  for (int d = 0; d < 3; d++) seq[d] = d >= 3 - j->nsp ? sp_alloc(j->out[d], sizeof(int64_t)) : &zero;
+  bool ok = true;
+  for (int d = 3 - j->nsp; d < 3; d++) ok = ok && seq[d];
+  for (int64_t p = begin; ok && p < end; p++) {
+    for (int d = 3 - j->nsp; d < 3; d++) {
+      /* 2-d samples are (w, h), 3-d ones (t, h, w) */
+      int which = j->nsp == 2 ? 2 - d : d;
+      frac_intervals(j->sdt, j->samples[p * j->nsp + which], j->in[d], j->out[d], j->k[d], seq[d]);
+    }
+    const int64_t* const cs[3] = {seq[0], seq[1], seq[2]};
+    const char* x = j->x + p * j->in_len * esz;
+    char* y = j->y + p * j->out_len * esz;
+    int64_t* ind = j->ind + p * j->out_len;
+    bool fine = j->dt == TPU_F32 ? frac_plane_f32(j, cs, (const float*)x, (float*)y, ind)
+                                 : frac_plane_f64(j, cs, (const double*)x, (double*)y, ind);
+    if (!fine) j->bad = 1;
+  }
+  if (!ok) j->bad = 2;
+  for (int d = 3 - j->nsp; d < 3; d++) free(seq[d]);
+}
+
+static tpu_status_t frac_forward(const char* op, const tpu_call_t* call, int nsp) {
+  const tpu_tensor_t* x = tpu_arg_tensor(call, 0);
+  const tpu_tensor_t* rs = tpu_arg_tensor(call, 3);
+  const tpu_tensor_t* y = &call->outs[0];
+  const tpu_tensor_t* ind = call->nouts > 1 ? &call->outs[1] : NULL;
+  pool_geo_t g;
+  TPU_RETURN_IF_ERROR(geo_init(op, call, 1, P_ADAPTIVE_MAX, nsp, x, y, &g));
+  if (!tpu_dtype_is_float(x->dtype) || y->dtype != x->dtype)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: not implemented for %s", op, tpu_dtype_name(x->dtype));
+  if (!ind || ind->dtype != TPU_I64 || tpu_tensor_numel(ind) != tpu_tensor_numel(y))
+    return TPU_ERR(INVALID_ARGUMENT, "%s: expected int64 indices of the output's shape", op);
+  frac_job_t j;
+  memset(&j, 0, sizeof j);
+  j.nsp = nsp;
+  for (int d = 0; d < 3; d++) {
+    j.in[d] = g.in[d];
+    j.out[d] = g.out[d];
+    j.k[d] = 1;
+  }
+  TPU_RETURN_IF_ERROR(sp_int_list(op, "kernel_size", call, 1, nsp, NULL, 1, j.k));
+  if (!rs || tpu_tensor_numel(rs) < g.lanes * nsp)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: expected %lld random samples", op,
+                   (long long)(g.lanes * nsp));
+  j.in_len = g.in_len;
+  j.out_len = g.out_len;
+  j.dt = sp_compute_dtype(x->dtype);
+  j.sdt = x->dtype;
+  double* samples = tpu_stage_f64(rs, false);
+  if (!samples) return sp_oom(op);
+  j.samples = samples;
+  sp_stage_t sx, sy, si = {0};
+  tpu_status_t st = sp_stage_in(op, x, j.dt, &sx);
+  if (st) {
+    free(samples);
+    return st;
+  }
+  st = sp_stage_out(op, y, j.dt, false, &sy);
+  if (!st) st = sp_stage_out(op, ind, TPU_I64, false, &si);
+  if (!st) {
+    j.x = sx.data;
+    j.y = sy.data;
+    j.ind = si.data;
+    sp_parallel(g.lanes, g.out_len * j.k[0] * j.k[1] * j.k[2], frac_range, &j);
+    if (j.bad == 2) st = sp_oom(op);
+    else if (j.bad)
+      st = TPU_ERR(INVALID_ARGUMENT, "%s: a pooling window reaches outside the input", op);
+    st = sp_stage_finish(&si, st);
+    st = sp_stage_finish(&sy, st);
+  } else {
+    sp_stage_free(&sy);
+  }
+  sp_stage_free(&si);
+  sp_stage_free(&sx);
+  free(samples);
+  return st;
+}
+
+tpu_status_t tpu_k_fractional_max_pool2d(const tpu_call_t* call) {
+  return frac_forward("fractional_max_pool2d", call, 2);
+}
+tpu_status_t tpu_k_fractional_max_pool3d(const tpu_call_t* call) {
+  return frac_forward("fractional_max_pool3d", call, 3);
+}
+/* backward(grad_output, self, kernel_size, output_size, indices); the 3-d
+ * backward, which has no meta kernel, is composed in composite_kernels.py */
+tpu_status_t tpu_k_fractional_max_pool2d_backward(const tpu_call_t* call) {
+  return pool_backward("fractional_max_pool2d_backward", call, P_ADAPTIVE_MAX, 2, 4);
 }
 
 /* ---- embedding bags ----

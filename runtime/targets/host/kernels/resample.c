@@ -21,7 +21,7 @@
 #include "spatial.h"
 
 /* ---- upsampling ---- */
-typedef enum { U_NEAREST, U_NEAREST_EXACT, U_LINEAR, U_CUBIC, U_LINEAR_AA } up_kind_t;
+typedef enum { U_NEAREST, U_NEAREST_EXACT, U_LINEAR, U_CUBIC, U_LINEAR_AA, U_CUBIC_AA } up_kind_t;
 
 typedef struct {
   int ntaps[3];
@@ -52,17 +52,33 @@ typedef struct {
   ((align) ? ((out) > 1 ? (T)((in) - 1) / (T)((out) - 1) : (T)0)        \
            : SCALE_VALUE(T, scale, in, out))
 
-/* Antialiased linear resampling (antialias=True): output o takes the input
- * samples within `support` of its centre ratio * (o + 0.5), weighted by a
- * triangle stretched by the ratio when downsampling, normalized to sum 1.
- * Taps past an output's span get weight 0. */
-static int aa_taps(double ratio) {
-  const double support = ratio >= 1 ? ratio : 1;
-  return 2 * (int)ceil(support) + 1;
+/* Antialiased resampling (antialias=True), linear or cubic: output o takes
+ * the input samples within `support` of its centre ratio * (o + 0.5) (half
+ * the filter's width, 1 for the triangle, 2 for the cubic, stretched by the
+ * ratio when downsampling), weighted by the filter at the distance (shrunk
+ * by the ratio when downsampling) and normalized to sum 1. The cubic filter
+ * is Keys' with a = -0.5 (PyTorch's, for compatibility with PIL; the
+ * unantialiased bicubic uses -0.75). Taps past an output's span get weight 0. */
+static double aa_support(bool cubic, double ratio) {
+  return (cubic ? 2.0 : 1.0) * (ratio >= 1 ? ratio : 1);
 }
 
-static void aa_table(double ratio, int64_t in, int64_t out, int taps, int64_t* idx, double* w) {
-  const double support = ratio >= 1 ? ratio : 1, inv = ratio >= 1 ? 1 / ratio : 1;
+static int aa_taps(bool cubic, double ratio) {
+  return 2 * (int)ceil(aa_support(cubic, ratio)) + 1;
+}
+
+static double aa_filter(bool cubic, double x) {
+  x = fabs(x);
+  if (!cubic) return x < 1 ? 1 - x : 0;
+  const double a = -0.5;
+  if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+  return 0;
+}
+
+static void aa_table(bool cubic, double ratio, int64_t in, int64_t out, int taps, int64_t* idx,
+                     double* w) {
+  const double support = aa_support(cubic, ratio), inv = ratio >= 1 ? 1 / ratio : 1;
   for (int64_t o = 0; o < out; o++) {
     const double center = ratio * ((double)o + 0.5);
     int64_t lo = (int64_t)(center - support + 0.5);
@@ -72,8 +88,7 @@ static void aa_table(double ratio, int64_t in, int64_t out, int taps, int64_t* i
     if (n > taps) n = taps;
     double total = 0;
     for (int64_t j = 0; j < taps; j++) {
-      double x = fabs(((double)(j + lo) - center + 0.5) * inv);
-      w[o * taps + j] = j < n && x < 1 ? 1 - x : 0;
+      w[o * taps + j] = j < n ? aa_filter(cubic, ((double)(j + lo) - center + 0.5) * inv) : 0;
       idx[o * taps + j] = j < n ? lo + j : lo;
       total += w[o * taps + j];
     }
@@ -293,22 +308,24 @@ static tpu_status_t up_plan(const char* op, const tpu_call_t* call, up_kind_t ki
   bool align = align_arg >= 0 && tpu_arg_bool(call, align_arg, false);
   double scales[3] = {0, 0, 0}, ratios[3] = {0, 0, 0};
   int taps = kind == U_CUBIC ? 4 : (kind == U_LINEAR ? 2 : 1);
+  const bool aa = kind == U_LINEAR_AA || kind == U_CUBIC_AA;
   for (int d = 3 - nsp; d < 3; d++) {
     int ai = scale_arg + d - (3 - nsp);
     scales[d] = tpu_arg_is_none(call, ai) ? 0 : tpu_arg_f64(call, ai, 0);
     ratios[d] = UP_RATIO(double, align, scales[d], p->in[d], p->out[d]);
-    if (kind == U_LINEAR_AA && aa_taps(ratios[d]) > taps) taps = aa_taps(ratios[d]);
+    if (aa && aa_taps(kind == U_CUBIC_AA, ratios[d]) > taps)
+      taps = aa_taps(kind == U_CUBIC_AA, ratios[d]);
   }
   TPU_RETURN_IF_ERROR(plan_tables(op, nsp, taps, p));
   for (int d = 3 - nsp; d < 3; d++) {
-    if (kind == U_LINEAR_AA) {
+    if (aa) {
       const int64_t n = p->out[d] * taps;
       double* w = sp_alloc(n, sizeof(double));
       if (!w) {
         up_plan_free(p);
         return sp_oom(op);
       }
-      aa_table(ratios[d], p->in[d], p->out[d], taps, p->idx[d], w);
+      aa_table(kind == U_CUBIC_AA, ratios[d], p->in[d], p->out[d], taps, p->idx[d], w);
       for (int64_t k = 0; k < n; k++) {
         if (p->dt == TPU_F32) ((float*)p->w[d])[k] = (float)w[k];
         else ((double*)p->w[d])[k] = w[k];
@@ -348,7 +365,7 @@ static tpu_status_t plan_run(const char* op, up_plan_t* p, const tpu_tensor_t* s
  * scales...) -> grad_input */
 static tpu_status_t upsample(const char* op, const tpu_call_t* call, up_kind_t kind, int nsp,
                              bool backward) {
-  bool has_align = kind == U_LINEAR || kind == U_CUBIC || kind == U_LINEAR_AA;
+  bool has_align = kind == U_LINEAR || kind == U_CUBIC || kind == U_LINEAR_AA || kind == U_CUBIC_AA;
   int align_arg = has_align ? (backward ? 3 : 2) : -1;
   int scale_arg = (backward ? 3 : 2) + (has_align ? 1 : 0);
   const tpu_tensor_t* src = tpu_arg_tensor(call, 0);
@@ -377,6 +394,7 @@ UPSAMPLE_KERNELS(upsample_bilinear2d, "upsample_bilinear2d", U_LINEAR, 2)
 UPSAMPLE_KERNELS(upsample_trilinear3d, "upsample_trilinear3d", U_LINEAR, 3)
 UPSAMPLE_KERNELS(upsample_bicubic2d, "upsample_bicubic2d", U_CUBIC, 2)
 UPSAMPLE_KERNELS(upsample_bilinear2d_aa, "_upsample_bilinear2d_aa", U_LINEAR_AA, 2)
+UPSAMPLE_KERNELS(upsample_bicubic2d_aa, "_upsample_bicubic2d_aa", U_CUBIC_AA, 2)
 
 /* ---- reflection and replication padding ----
  * A gather through one-tap index tables (PyTorch's CPU index formulas, any

@@ -296,26 +296,33 @@ static double seq_value(const seq_t* s, int64_t i) {
 static void seq_fill(void* arg, int64_t b, int64_t e) {
   const seq_t* s = arg;
   const tpu_tensor_t* out = s->out;
-  int64_t st = out->strides[0] * (int64_t)tpu_dtype_size(out->dtype);
+  int64_t st = out->ndim == 1 ? out->strides[0] * (int64_t)tpu_dtype_size(out->dtype) : 0;
   bool int_arange = s->kind == SEQ_ARANGE && !tpu_dtype_is_float(out->dtype);
   for (int64_t i = b; i < e; i++) {
-    char* p = (char*)out->data + i * st;
+    char* p = out->ndim == 1 ? (char*)out->data + i * st : tpu_tensor_elem_ptr(out, i);
     if (int_arange)
       tpu_store_i64(p, out->dtype, (int64_t)((uint64_t)s->istart + (uint64_t)s->istep * (uint64_t)i));
     else tpu_store_f64(p, out->dtype, seq_value(s, i));
   }
 }
 
+/* As CPU's kernels, an out= of the right element count keeps its shape
+ * (ATen resizes it to 1-D only when the count differs) and is filled in
+ * row-major logical order, also through a non-contiguous view. */
 static tpu_status_t seq_run(const char* op, seq_t* s, int64_t n) {
   const tpu_tensor_t* out = s->out;
-  if (out->ndim != 1 || out->sizes[0] != n)
-    return TPU_ERR(INVALID_ARGUMENT, "%s: expected a 1-D output of %lld elements", op, (long long)n);
+  if (n < 0 || tpu_tensor_numel(out) != n)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: expected an output of %lld elements", op, (long long)n);
   tpu_parallel_for(n, ROW_GRAIN, seq_fill, s);
   return TPU_OK;
 }
 
-/* arange.start_out(start, end, step, out) and arange.out(end, out): the
- * bridge has already resized out to the range's length. */
+/* arange.start_out(start, end, step, out), arange.out(end, out) and
+ * range.out(start, end, step, out), the inclusive range: ATen's meta kernels
+ * gave out the range's length; the values are start + step * i in CPU's
+ * accumulation types. (The overloads without a step, arange.out and
+ * range.out_, are left to ATen, which passes them on with step 1: the Python
+ * meta kernels of those resize a shaped out= that CPU keeps.) */
 tpu_status_t tpu_k_arange(const tpu_call_t* c) {
   const char* op = "arange()";
   bool end_only = c->nargs > 1 && c->args[1].kind == TPU_ARG_TENSOR;
@@ -330,7 +337,7 @@ tpu_status_t tpu_k_arange(const tpu_call_t* c) {
   if (is_float ? s.step == 0 : s.istep == 0)
     return TPU_ERR(INVALID_ARGUMENT, "%s: step must be nonzero", op);
   s.single = s.out->dtype == TPU_F16 || s.out->dtype == TPU_BF16;
-  return seq_run(op, &s, s.out->ndim == 1 ? s.out->sizes[0] : -1);
+  return seq_run(op, &s, tpu_tensor_numel(s.out));
 }
 
 /* linspace/logspace (start, end, steps[, base]) in every overload: start and
