@@ -602,6 +602,43 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
   }
 }
 
+// masked_fill_ into a tensor with broadcast dims (stride 0, size > 1), as
+// from expand(): several elements of self are one memory location. CPU's
+// kernel writes only where the mask is set, so a location takes the value
+// when any of its elements is masked. The runtime's element-wise kernel
+// writes every element (mask ? value : self), so an unmasked alias would
+// write the old value back over a masked one. Here the broadcast dims are
+// folded first: self narrowed to one element along them, the mask reduced
+// over them with any(); the fill then runs on a self without repeats.
+// Returns false (nothing done) when self has no broadcast dim.
+bool masked_fill_expanded(const OpInfo& info, c10::IValue* args, size_t n,
+                          torch::jit::Stack* stack) {
+  if (info.family != kFamMaskedFill || n != 3 || !(info.mutated_args & 1) ||
+      !args[0].isTensor() || !args[1].isTensor())
+    return false;
+  const at::Tensor self = args[0].toTensor();
+  if (self.numel() == 0) return false;
+  at::Tensor target = self;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < self.dim(); d++)
+    if (self.stride(d) == 0 && self.size(d) > 1) {
+      dims.push_back(d);
+      target = target.narrow(d, 0, 1);
+    }
+  if (dims.empty()) return false;
+  TORCH_WARN("Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor "
+             "before performing this operation. This also applies to advanced indexing e.g. "
+             "tensor[mask] = scalar");
+  at::Tensor mask = args[1].toTensor();
+  if (mask.device() != self.device()) mask = mask.to(self.device());
+  mask = at::any(mask.expand(self.sizes()), c10::IntArrayRef(dims), /*keepdim=*/true);
+  if (args[2].isTensor()) target.masked_fill_(mask, args[2].toTensor());
+  else target.masked_fill_(mask, args[2].toScalar());
+  torch::jit::drop(*stack, n);
+  stack->push_back(self);
+  return true;
+}
+
 // Converts the arguments of an index / index_put op: boolean masks become
 // long indices (via nonzero) after CPU's checks of their shapes, CPU indices
 // move to the device.
@@ -1034,6 +1071,8 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (C10_UNLIKELY(any_neg) && !info.all_views) resolve_neg_args(info, args, nargs);
   check_args(op, info, args, nargs);
   if (info.mutated_args) check_overlaps(info, args, nargs);
+  if (C10_UNLIKELY(info.family == kFamMaskedFill) && masked_fill_expanded(info, args, nargs, stack))
+    return;
   swap_placeholders(dev);
   PlaceholderUse use;  // to_desc below may read placeholders
   if (info.is_repeat_interleave && nargs >= 2 && args[0].isTensor() && args[1].isNone())
