@@ -95,3 +95,150 @@ def test_masked_fill_expanded_warns(mode):
         with pytest.warns(UserWarning, match="expanded tensors"):
             torch.zeros(1, 3, device=d).expand(2, 3).masked_fill_(
                 torch.ones(2, 3, dtype=torch.bool, device=d), 1.0)
+
+
+# ---- argument errors: raised at the op, with CPU's exception type ----
+
+def L(v, d, dt=torch.long):
+    return torch.tensor(v, dtype=dt, device=d)
+
+
+def F(shape, d, dt=torch.float32):
+    return torch.ones(shape, dtype=dt, device=d)
+
+
+BAD_ARGS = {
+    # G1: a dtype CPU's kernel does not implement (NotImplementedError)
+    "softmax_long": lambda d: torch.softmax(F((3, 4), d, torch.long), -1),
+    "softmax_int_dim0": lambda d: torch.softmax(F((3, 4), d, torch.int32), 0),
+    "log_softmax_bool": lambda d: torch.log_softmax(F((3, 4), d, torch.bool), 0),
+    "bitwise_and_float": lambda d: F(3, d).bitwise_and(F(3, d)),
+    "bitwise_or_half_scalar": lambda d: F(3, d, torch.half).bitwise_or(1),
+    "bitwise_xor_bf16": lambda d: F(3, d, torch.bfloat16) ^ F(3, d, torch.bfloat16),
+    "bitwise_and_float_": lambda d: F(3, d, torch.double).bitwise_and_(F(3, d, torch.double)),
+    "silu_int": lambda d: torch.nn.functional.silu(F(3, d, torch.int32)),
+    "silu_bool_": lambda d: torch.nn.functional.silu(F(3, d, torch.bool), inplace=True),
+    "gelu_long": lambda d: torch.nn.functional.gelu(F(3, d, torch.long)),
+    "abs_bool": lambda d: F(3, d, torch.bool).abs(),
+    "abs__bool": lambda d: F(3, d, torch.bool).abs_(),
+    # G2: std/var of integers (RuntimeError), checked before the dim
+    "std_long": lambda d: F((3, 4), d, torch.long).std(),
+    "var_int_dim": lambda d: F((3, 4), d, torch.int32).var(1),
+    "std_long_bad_dim": lambda d: F((3, 4), d, torch.long).std(5),
+    "var_mean_bool": lambda d: torch.var_mean(F((3, 4), d, torch.bool), 0),
+    # G3: layer_norm of integers (NotImplementedError; a bad shape first: RuntimeError)
+    "layer_norm_long": lambda d: torch.nn.functional.layer_norm(F((2, 3), d, torch.long), (3,)),
+    "layer_norm_int_weight": lambda d: torch.nn.functional.layer_norm(F((2, 3), d, torch.int32), (3,),
+                                                                      F(3, d, torch.int32)),
+    "layer_norm_bool_bad_shape": lambda d: torch.nn.functional.layer_norm(F((2, 3), d, torch.bool), (4,)),
+    # G4: bool inputs
+    "relu_bool": lambda d: torch.relu(F(3, d, torch.bool)),
+    "relu__bool": lambda d: F(3, d, torch.bool).relu_(),
+    "floor_bool": lambda d: F(3, d, torch.bool).floor(),
+    "round_bool": lambda d: F(3, d, torch.bool).round(),
+    # G5: matmuls of mixed dtypes
+    "matmul_mixed": lambda d: F((2, 3), d) @ F((3, 2), d, torch.double),
+    "mv_mixed": lambda d: F((2, 3), d, torch.double) @ F(3, d),
+    "linear_mixed": lambda d: torch.nn.functional.linear(F((2, 3), d), F((4, 3), d, torch.double)),
+    "bmm_mixed": lambda d: torch.bmm(F((2, 2, 3), d), F((2, 3, 2), d, torch.bfloat16)),
+    "dot_mixed": lambda d: torch.dot(F(3, d), F(3, d, torch.half)),
+    # G10: copy_ into an empty tensor from a source that does not broadcast to it
+    "copy_empty_no_bcast": lambda d: torch.zeros(5, 0, 3, device=d).copy_(F((5, 16, 3), d)),
+    "copy_empty_more_dims": lambda d: torch.zeros(0, 3, device=d).copy_(F((2, 1, 3), d)),
+    # G11: masked_fill_ with a mask that broadcasts beyond self
+    "masked_fill_mask_beyond_self": lambda d: torch.zeros(3, device=d).masked_fill_(F((2, 3), d, torch.bool), 1.),
+    # G9: index tensors that do not broadcast together (IndexError)
+    "index_put_indices_no_bcast": lambda d: torch.zeros(3, 3, device=d).__setitem__(
+        (L([0, 1, 2], d), L([0, 1], d)), 5.),
+    "index_put_indices_no_bcast_fn": lambda d: torch.zeros(3, 3, device=d).index_put(
+        (L([0, 1, 2], d), L([0, 1], d)), L(5., d, torch.float32)),
+    # index_select of an empty self along an empty dim
+    "index_select_empty_axis": lambda d: torch.zeros(3, 0, device=d).index_select(1, L([0], d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARGS))
+def test_argument_error_at_op(mode, case):
+    raises_at_op(BAD_ARGS[case])
+
+
+# What CPU accepts: the dtype checks must not refuse these.
+ALLOWED = {
+    "softmax_empty_long": lambda d: torch.softmax(F((0, 4), d, torch.long), -1),
+    "log_softmax_empty_bool": lambda d: torch.log_softmax(F((2, 0), d, torch.bool), 0),
+    "bitwise_and_int": lambda d: L([5, 3], d).bitwise_and(L([6, 1], d)),
+    "bitwise_or_bool_scalar": lambda d: F(3, d, torch.bool) | True,
+    "abs_int": lambda d: L([-2, 3], d).abs(),
+    "relu_int": lambda d: torch.relu(L([-2, 3], d)),
+    "floor_int": lambda d: L([-2, 3], d).floor(),
+    "std_float": lambda d: torch.arange(12., device=d).reshape(3, 4).std(1),
+    "matmul_same_dtype": lambda d: F((2, 3), d, torch.double) @ F((3, 2), d, torch.double),
+    "add_mixed_dtypes": lambda d: F(3, d, torch.int32) + F(3, d, torch.half),
+    "pow_int_scalar": lambda d: L([2, 3], d) ** 2,
+    "floor_divide_int": lambda d: torch.floor_divide(L([7, -7], d), L([2, 2], d)),
+    "copy_empty_bcast": lambda d: torch.zeros(5, 0, 3, device=d).copy_(F((1, 3), d)),
+    "layer_norm_float": lambda d: torch.nn.functional.layer_norm(torch.arange(6., device=d).reshape(2, 3), (3,)),
+    # G6: index_add_ with an empty index, or into an empty dim: CPU does nothing
+    "index_add_empty_index": lambda d: torch.zeros(4, 0, 3, device=d).index_add_(1, L([], d),
+                                                                              torch.zeros(4, 0, 3, device=d)),
+    "index_add_empty_index_dim0": lambda d: torch.zeros(0, 3, device=d).index_add_(0, L([], d),
+                                                                                torch.zeros(0, 3, device=d)),
+    "index_add_into_empty_dim": lambda d: torch.zeros(2, 0, device=d).index_add_(0, L([5], d),
+                                                                              torch.zeros(1, 0, device=d)),
+    "index_add_fn_empty_dim": lambda d: torch.zeros(3, 0, 2, device=d).index_add(1, L([], d),
+                                                                              torch.zeros(3, 0, 2, device=d)),
+    "index_reduce_empty_dim": lambda d: torch.zeros(2, 0, device=d).index_reduce_(1, L([], d),
+                                                                               torch.zeros(2, 0, device=d), "prod"),
+    # G7: nothing is read or written, so no index is checked
+    "index_empty_result": lambda d: torch.zeros(3, 7, 2, 0, device=d)[L([-4], d), L([6], d)],
+    "index_put_empty_self": lambda d: torch.zeros(3, 0, device=d).index_put_((L([7], d),), L(1., d, torch.float32)),
+    "index_put_empty_acc": lambda d: torch.zeros(3, 0, device=d).index_put_((L([7], d),), L(1., d, torch.float32),
+                                                                          accumulate=True),
+    "setitem_empty_self": lambda d: (lambda x: (x.__setitem__(L([9], d), 2.), x)[1])(torch.zeros(2, 0, device=d)),
+    "index_fill_empty_self": lambda d: torch.zeros(3, 0, device=d).index_fill_(0, L([9], d), 1.),
+    "index_select_empty_index": lambda d: torch.zeros(3, 4, device=d).index_select(1, L([], d)),
+    # G13: gather with an empty index of another rank
+    "gather_empty_index_rank1": lambda d: torch.zeros(3, 4, device=d).gather(0, L([], d)),
+    "gather_empty_index_rank3": lambda d: torch.zeros(3, 4, device=d).gather(1, torch.zeros(2, 0, 1, dtype=torch.long,
+                                                                                            device=d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ALLOWED))
+def test_valid_arguments_match_cpu(mode, case):
+    same_as_cpu(ALLOWED[case])
+
+
+# ---- data-dependent index errors: CPU's exception type (at the op or the next sync) ----
+
+BAD_INDEX = {
+    # G8 / issue 13 minor: CPU's type depends on the kernel path it takes
+    "index_select_dim1": lambda d: torch.zeros(3, 4, device=d).index_select(1, L([7], d)),
+    "index_select_dim0": lambda d: torch.zeros(3, 4, device=d).index_select(0, L([7], d)),
+    "index_select_dim1_of_3": lambda d: torch.zeros(3, 4, 2, device=d).index_select(1, L([7], d)),
+    "index_select_dim2_of_3": lambda d: torch.zeros(3, 4, 2, device=d).index_select(2, L([7], d)),
+    "index_select_1d": lambda d: torch.zeros(3, device=d).index_select(0, L([-1], d)),
+    "index_select_empty_self": lambda d: torch.zeros(3, 0, device=d).index_select(0, L([7], d)),
+    "index_add_dim0": lambda d: torch.zeros(3, 4, device=d).index_add_(0, L([5], d), F((1, 4), d)),
+    "index_add_last_dim": lambda d: torch.zeros(3, 4, device=d).index_add_(1, L([5], d), F((3, 1), d)),
+    "index_add_middle_dim": lambda d: torch.zeros(3, 4, 2, device=d).index_add_(1, L([5], d), F((3, 1, 2), d)),
+    "index_add_alpha": lambda d: torch.zeros(3, 4, device=d).index_add_(0, L([5], d), F((1, 4), d), alpha=2),
+    "index_add_int32_index": lambda d: torch.zeros(3, 4, device=d).index_add_(0, L([5], d, torch.int32), F((1, 4), d)),
+    "index_add_1d": lambda d: torch.zeros(3, device=d).index_add_(0, L([5], d), F(1, d)),
+    "index_add_into_empty_1d": lambda d: torch.zeros(0, device=d).index_add_(0, L([0], d), F(1, d)),
+    "gather": lambda d: torch.zeros(3, 4, device=d).gather(0, L([[5]], d)),
+    "scatter_add": lambda d: torch.zeros(3, 4, device=d).scatter_add_(0, L([[5]], d), F((1, 1), d)),
+    "index_copy": lambda d: torch.zeros(3, 4, device=d).index_copy_(0, L([5], d), F((1, 4), d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INDEX))
+def test_bad_index_error_type(mode, case):
+    fn = BAD_INDEX[case]
+    with pytest.raises(Exception) as cpu:
+        _run(fn, "cpu")
+    with pytest.raises(type(cpu.value)):
+        out = _run(fn, "tpu")
+        torch.tpu.synchronize()
+        del out
+    assert torch.ones(2, device="tpu").sum().item() == 2.0
