@@ -152,6 +152,15 @@ BAD_ARGS = {
         (L([0, 1, 2], d), L([0, 1], d)), 5.),
     "index_put_indices_no_bcast_fn": lambda d: torch.zeros(3, 3, device=d).index_put(
         (L([0, 1, 2], d), L([0, 1], d)), L(5., d, torch.float32)),
+    # an indexed dim of size 0 admits no index (CPU's AdvancedIndex: IndexError, before the
+    # value's shape is checked)
+    "index_put_empty_dim_bad_value": lambda d: torch.zeros(0, dtype=torch.long, device=d).index_put_(
+        (L([1], d),), torch.ones(2, dtype=torch.long, device=d)),
+    "index_put_empty_dim": lambda d: torch.zeros(0, device=d).index_put_((L([1], d),), L(1., d, torch.float32)),
+    "setitem_empty_dim": lambda d: torch.zeros(0, 3, device=d).__setitem__(L([2], d), 1.0),
+    "index_empty_dim": lambda d: torch.zeros(0, 3, device=d)[L([1], d)],
+    "index_empty_dim_after_slice": lambda d: torch.zeros(3, 0, device=d)[:, L([0, 1], d)],
+    "index_empty_dim_nonadjacent": lambda d: torch.zeros(0, 3, 2, device=d)[L([0], d), :, L([1], d)],
     # index_select of an empty self along an empty dim
     "index_select_empty_axis": lambda d: torch.zeros(3, 0, device=d).index_select(1, L([0], d)),
 }
@@ -196,6 +205,8 @@ ALLOWED = {
                                                                           accumulate=True),
     "setitem_empty_self": lambda d: (lambda x: (x.__setitem__(L([9], d), 2.), x)[1])(torch.zeros(2, 0, device=d)),
     "index_fill_empty_self": lambda d: torch.zeros(3, 0, device=d).index_fill_(0, L([9], d), 1.),
+    "index_empty_dim_empty_index": lambda d: torch.zeros(0, 3, device=d)[L([], d)],
+    "index_empty_mask": lambda d: torch.zeros(0, 3, device=d)[torch.zeros(0, dtype=torch.bool, device=d)],
     "index_select_empty_index": lambda d: torch.zeros(3, 4, device=d).index_select(1, L([], d)),
     # G13: gather with an empty index of another rank
     "gather_empty_index_rank1": lambda d: torch.zeros(3, 4, device=d).gather(0, L([], d)),
