@@ -372,6 +372,10 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
                      in_list(b, {"_softmax", "_log_softmax", "softmax", "log_softmax", "mm", "addmm",
                                  "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "addr"})))
     info.cpu_probe = 1;
+  if (info.cpu_probe) {  // the probe needs a kernel CPU can run
+    auto h = c10::Dispatcher::singleton().findOp(schema.operator_name());
+    if (!h || !h->hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) info.cpu_probe = 0;
+  }
   // CPU's at::assert_no_overlap: the output may not even be an input
   info.full_overlap_check = in_list(b, {"gather", "take", "index_select", "cat", "kthvalue"});
   // What CPU allows: reductions and matmuls do not check overlap; fill/zero,
