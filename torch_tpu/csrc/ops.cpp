@@ -95,6 +95,9 @@ struct OpInfo {
   bool internal_overlap_check = true;  // written tensors may not self-overlap
   bool partial_overlap_check = true;   // inputs may not partly overlap outputs
   bool full_overlap_check = false;     // ... nor be the output (at::assert_no_overlap)
+  // Dtype support as CPU decides it (see probe_on_cpu): 0 none, 1 after the
+  // meta kernel, 2 before the other checks (CPU checks the dtype first).
+  int cpu_probe = 0;
 };
 
 const OpInfo& op_info_slow(const c10::OperatorHandle& op);
@@ -302,6 +305,7 @@ enum CheckFamily {
   kFamCpuScalars,  // scalar parameters checked by CPU's kernel on a 0-element stand-in
   kFamGelu,
   kFamMultinomial,
+  kFamLayerNorm,
 };
 
 bool in_list(const std::string& s, std::initializer_list<const char*> names) {
@@ -331,6 +335,7 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
   else if (b == "index_put" || b == "_index_put_impl") info.family = kFamIndexPut;
   else if (b == "gelu" || b == "gelu_backward") info.family = kFamGelu;
   else if (b == "multinomial") info.family = kFamMultinomial;
+  else if (b == "native_layer_norm") info.family = kFamLayerNorm;
   else if (in_list(b, {"cauchy", "exponential", "geometric", "log_normal", "normal", "uniform",
                        "random", "bernoulli"})) {
     // only overloads whose one tensor is self (the rest scalars / generator)
@@ -339,6 +344,38 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
       if (args[i].type()->kind() == c10::TypeKind::TensorType) scalars = false;
     if (scalars && !args.empty() && args[0].type()->kind() == c10::TypeKind::TensorType)
       info.family = kFamCpuScalars;
+  }
+  // Ops whose dtype support CPU's kernel decides while the meta kernel
+  // accepts every dtype: element-wise ops (PyTorch's pointwise tag, also on
+  // the in-place form of a tagged op), softmax, matmuls and std/var. Every
+  // tensor argument must be plain (no lists): the probe replaces each one.
+  bool plain = !backward;
+  for (const auto& a : args) {
+    c10::TypePtr t = a.type();
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+    if (t->kind() != c10::TypeKind::ListType) continue;
+    c10::TypePtr e = t->castRaw<c10::ListType>()->getElementType();
+    if (e->kind() == c10::TypeKind::OptionalType) e = e->castRaw<c10::OptionalType>()->getElementType();
+    if (e->kind() == c10::TypeKind::TensorType) plain = false;
+  }
+  bool pointwise = false;
+  // mvlgamma checks the values (all > (p - 1) / 2): stand-ins of ones would fail it
+  if (plain && !info.random && !base.empty() && b != "mvlgamma") {
+    auto has_tag = [&](const std::string& name) {
+      auto h = c10::Dispatcher::singleton().findOp(
+          c10::OperatorName("aten::" + name, schema.overload_name()));
+      return h && h->hasTag(at::Tag::pointwise);
+    };
+    pointwise = has_tag(base) || (base.back() == '_' && has_tag(b));
+  }
+  if (plain && in_list(b, {"std", "var", "std_mean", "var_mean"})) info.cpu_probe = 2;
+  else if (plain && !info.random && (pointwise ||
+                     in_list(b, {"_softmax", "_log_softmax", "softmax", "log_softmax", "mm", "addmm",
+                                 "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "addr"})))
+    info.cpu_probe = 1;
+  if (info.cpu_probe) {  // the probe needs a kernel CPU can run
+    auto h = c10::Dispatcher::singleton().findOp(schema.operator_name());
+    if (!h || !h->hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) info.cpu_probe = 0;
   }
   // CPU's at::assert_no_overlap: the output may not even be an input
   info.full_overlap_check = in_list(b, {"gather", "take", "index_select", "cat", "kthvalue"});
@@ -426,6 +463,85 @@ void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
   }
 }
 
+// Dtype support as CPU decides it. The meta kernels accept every dtype; CPU
+// refuses an unsupported one only when its kernel runs (AT_DISPATCH raises
+// NotImplementedError, or a check such as relu's on bool or mm's on mixed
+// dtypes raises RuntimeError), and the runtime's kernel would refuse it only
+// when it runs, after the op returned in Strict and DeferAndFuse. For the ops
+// marked in OpInfo::cpu_probe, CPU's kernel is run once on stand-ins: each
+// tensor argument replaced by ones of its dtype and rank with every
+// non-empty dim of size 1 (empty dims stay empty, so CPU's no-op on empty
+// tensors is kept). Whatever it raises is raised here, at the op. A passing
+// combination (op, dtypes, ranks, empty dims, scalar kinds, flags, strings)
+// is remembered, so a signature is probed once per thread.
+class SilentWarnings : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+
+void probe_on_cpu(const c10::OperatorHandle& op, const OpInfo& info, const c10::IValue* args,
+                  size_t n) {
+  thread_local std::unordered_set<std::string> passed;
+  thread_local std::string key;  // reused: no allocation once it has grown
+  key.clear();
+  auto put = [&](const void* p, size_t len) { key.append(static_cast<const char*>(p), len); };
+  const void* sp = &op.schema();
+  put(&sp, sizeof sp);
+  for (size_t i = 0; i < n; i++) {
+    const c10::IValue& v = args[i];
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) {
+        key.push_back('u');
+        continue;
+      }
+      int64_t empty = 0;
+      for (int64_t d = 0; d < t.dim() && d < 63; d++)
+        if (t.size(d) == 0) empty |= int64_t(1) << d;
+      const int8_t f[3] = {(int8_t)t.scalar_type(), (int8_t)t.dim(), (int8_t)(t.is_cpu() ? 1 : 0)};
+      key.push_back('t');
+      put(f, sizeof f);
+      put(&empty, sizeof empty);
+    } else if (v.isScalar()) {
+      const c10::Scalar sc = v.toScalar();
+      key.push_back(sc.isBoolean() ? 'b' : sc.isIntegral(false) ? 'i' : sc.isComplex() ? 'c' : 'f');
+    } else if (v.isBool()) {
+      key.push_back(v.toBool() ? 'T' : 'F');
+    } else if (v.isString()) {
+      key.push_back('s');
+      key.append(v.toStringRef());
+      key.push_back('\0');
+    } else {
+      key.push_back('.');
+    }
+  }
+  if (passed.count(key)) return;
+  torch::jit::Stack st;
+  st.reserve(n);
+  for (size_t i = 0; i < n; i++) {
+    const c10::IValue& v = args[i];
+    if (v.isTensor() && v.toTensor().defined()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.is_cpu() && t.dim() == 0) {
+        st.emplace_back(t.clone());
+        continue;
+      }
+      c10::DimVector sizes;
+      for (int64_t d = 0; d < t.dim(); d++) sizes.push_back(t.size(d) == 0 ? 0 : 1);
+      st.emplace_back(at::ones(sizes, at::TensorOptions().dtype(t.scalar_type())));
+    } else {
+      st.push_back((int)i == info.generator_arg ? c10::IValue() : v);
+    }
+  }
+  {
+    SilentWarnings silent;
+    c10::WarningUtils::WarningHandlerGuard guard(&silent);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &st);  // raises CPU's error
+  }
+  if (passed.size() >= 8192) passed.clear();
+  passed.insert(key);
+}
+
 // Broadcasts the inputs' shapes: value (true) or a RuntimeError as from
 // at::infer_size when they do not broadcast.
 c10::DimVector broadcast_shape(c10::IntArrayRef a, c10::IntArrayRef b) {
@@ -440,6 +556,23 @@ void check_mask_broadcast(const at::Tensor& self, const at::Tensor& mask, bool i
   } else {
     (void)broadcast_shape(self.sizes(), mask.sizes());
   }
+}
+
+// CPU's AdvancedIndex (index, index_put): an indexed dim of size 0 admits no
+// index, so when the broadcast index shape has no 0 some index is out of
+// bounds whatever the data: IndexError at the op. `list` holds long indices
+// (masks converted); `bshape` is their broadcast shape.
+void check_empty_indexed_dims(const at::Tensor& self, const c10::List<c10::IValue>& list,
+                              c10::IntArrayRef bshape) {
+  bool empty_dim = false;
+  for (size_t i = 0; i < list.size() && (int64_t)i < self.dim(); i++) {
+    const auto e = list.get(i);
+    if (e.isTensor() && e.toTensor().defined() && self.size((int64_t)i) == 0) empty_dim = true;
+  }
+  if (!empty_dim) return;
+  for (int64_t s : bshape)
+    if (s == 0) return;
+  TORCH_CHECK_INDEX(false, "index is out of bounds for dimension with size 0");
 }
 
 // Family checks, in CPU's order and with CPU's messages and exception types.
@@ -457,6 +590,10 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
       TORCH_CHECK_INDEX(idx.dim() <= 1, "index_select(): Index is supposed to be a vector");
       TORCH_CHECK(idx.scalar_type() == at::kLong || idx.scalar_type() == at::kInt,
                   "index_select(): Expected dtype int32 or int64 for index");
+      // CPU's shape check for an empty self (the index values are the kernel's)
+      if (self.dim() > 1 && idx.numel() > 0 && self.numel() == 0 && args[1].isInt())
+        TORCH_CHECK(self.size(at::maybe_wrap_dim(args[1].toInt(), self.dim())) > 0,
+                    "index_select(): self indexing axis dim should be positive");
       break;
     }
     case kFamIndexFill: {
@@ -468,6 +605,18 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
         TORCH_CHECK(args[3].toTensor().dim() == 0,
                     "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
                     args[3].toTensor().dim(), " dimension(s).");
+      if (self.numel() == 0 && idx.numel() > 0 && args[1].isInt()) {
+        // CPU views self with index.numel() elements of stride 0 along dim
+        // before its (then empty) loop; that view can fall outside the
+        // storage of an empty self, and as_strided raises as on CPU.
+        const at::Tensor s = self.dim() == 0 ? self.unsqueeze(-1) : self;
+        const int64_t d = at::maybe_wrap_dim(args[1].toInt(), s.dim());
+        auto sizes = s.sizes().vec();
+        auto strides = s.strides().vec();
+        sizes[d] = idx.numel();
+        strides[d] = 0;
+        (void)s.as_strided(sizes, strides);
+      }
       break;
     }
     case kFamPut: {
@@ -555,6 +704,27 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
       TORCH_CHECK(categories <= (int64_t(1) << 24), "number of categories cannot exceed 2^24");
       break;
     }
+    case kFamLayerNorm: {
+      // (input, normalized_shape, weight, bias, eps). The meta function
+      // refuses a non-floating input from mean() (RuntimeError); CPU checks
+      // the shapes, then its kernel refuses the dtype (NotImplementedError).
+      // CPU's op on stand-ins: the input's normalized dims kept, the others
+      // of size 1 (0 where empty); weight and bias as they are (small).
+      if (at::isFloatingType(self.scalar_type()) || n < 5 || !args[1].isIntList()) return;
+      const auto normalized = args[1].toDimVector();
+      c10::DimVector sizes;
+      const int64_t lead = self.dim() - (int64_t)normalized.size();
+      for (int64_t d = 0; d < self.dim(); d++)
+        sizes.push_back(d >= lead ? self.size(d) : std::min<int64_t>(self.size(d), 1));
+      auto stand_in = [](const c10::IValue& v) -> std::optional<at::Tensor> {
+        if (!v.isTensor() || !v.toTensor().defined()) return std::nullopt;
+        return at::zeros(v.toTensor().sizes(), at::TensorOptions().dtype(v.toTensor().scalar_type()));
+      };
+      (void)at::native_layer_norm(at::zeros(sizes, at::TensorOptions().dtype(self.scalar_type())),
+                                  normalized, stand_in(args[2]), stand_in(args[3]),
+                                  args[4].toDouble());
+      break;
+    }
     case kFamBucketize: {
       if (!args[1].isTensor()) return;
       const at::Tensor& bounds = args[1].toTensor();
@@ -594,6 +764,7 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
         TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together "
                           "with shapes ", os.str());
       }
+      check_empty_indexed_dims(self, list, bshape);
       // the indexed result: the broadcast index shape replaces the indexed
       // dims in place when they are adjacent, else it comes first
       c10::DimVector result;
@@ -620,6 +791,43 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
     default:
       break;
   }
+}
+
+// masked_fill_ into a tensor with broadcast dims (stride 0, size > 1), as
+// from expand(): several elements of self are one memory location. CPU's
+// kernel writes only where the mask is set, so a location takes the value
+// when any of its elements is masked. The runtime's element-wise kernel
+// writes every element (mask ? value : self), so an unmasked alias would
+// write the old value back over a masked one. Here the broadcast dims are
+// folded first: self narrowed to one element along them, the mask reduced
+// over them with any(); the fill then runs on a self without repeats.
+// Returns false (nothing done) when self has no broadcast dim.
+bool masked_fill_expanded(const OpInfo& info, c10::IValue* args, size_t n,
+                          torch::jit::Stack* stack) {
+  if (info.family != kFamMaskedFill || n != 3 || !(info.mutated_args & 1) ||
+      !args[0].isTensor() || !args[1].isTensor())
+    return false;
+  const at::Tensor self = args[0].toTensor();
+  if (self.numel() == 0) return false;
+  at::Tensor target = self;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < self.dim(); d++)
+    if (self.stride(d) == 0 && self.size(d) > 1) {
+      dims.push_back(d);
+      target = target.narrow(d, 0, 1);
+    }
+  if (dims.empty()) return false;
+  TORCH_WARN("Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor "
+             "before performing this operation. This also applies to advanced indexing e.g. "
+             "tensor[mask] = scalar");
+  at::Tensor mask = args[1].toTensor();
+  if (mask.device() != self.device()) mask = mask.to(self.device());
+  mask = at::any(mask.expand(self.sizes()), c10::IntArrayRef(dims), /*keepdim=*/true);
+  if (args[2].isTensor()) target.masked_fill_(mask, args[2].toTensor());
+  else target.masked_fill_(mask, args[2].toScalar());
+  torch::jit::drop(*stack, n);
+  stack->push_back(self);
+  return true;
 }
 
 // Converts the arguments of an index / index_put op: boolean masks become
@@ -663,15 +871,31 @@ void prepare_indices(c10::IValue* args, c10::DeviceIndex dev, bool put) {
       else out.push_back(t.device().type() == kTpu ? t : t.to(c10::Device(kTpu, dev)));
     }
     args[1] = out;
+  } else {
+    c10::List<std::optional<at::Tensor>> out;
+    for (size_t i = 0; i < in.size(); i++) {
+      auto e = in.get(i);
+      if (!e.has_value()) out.push_back(std::nullopt);
+      else out.push_back(e->device().type() == kTpu ? *e : e->to(c10::Device(kTpu, dev)));
+    }
+    args[1] = out;
+  }
+  if (put) return;  // index_put: check_args, after its dtype and broadcast checks
+  // index: the empty-dim rule, once the indices broadcast (else the meta raises)
+  const auto converted = args[1].toList();
+  c10::DimVector bshape;
+  bool first = true;
+  try {
+    for (size_t i = 0; i < converted.size(); i++) {
+      const auto e = converted.get(i);
+      if (!e.isTensor() || !e.toTensor().defined()) continue;
+      bshape = first ? c10::DimVector(e.toTensor().sizes()) : broadcast_shape(bshape, e.toTensor().sizes());
+      first = false;
+    }
+  } catch (const std::exception&) {
     return;
   }
-  c10::List<std::optional<at::Tensor>> out;
-  for (size_t i = 0; i < in.size(); i++) {
-    auto e = in.get(i);
-    if (!e.has_value()) out.push_back(std::nullopt);
-    else out.push_back(e->device().type() == kTpu ? *e : e->to(c10::Device(kTpu, dev)));
-  }
-  args[1] = out;
+  if (!first) check_empty_indexed_dims(self, converted, bshape);
 }
 
 // Storage for one call's converted arguments. Tensors live in a fixed array
@@ -937,26 +1161,40 @@ bool make_meta_key(const OpInfo& info, const void* op, const c10::IValue* args, 
 }
 
 // index_add and index_reduce share a meta function that, on the Meta device
-// only, selects element 0 of `source` along dim to check the slices' shapes:
-// an empty index with a source of size 0 there (a no-op on CPU) then raises
-// IndexError. For the meta run only, such a pair becomes a one-element index
-// and a source of size 1 along dim: the same checks pass or fail, and the
-// output (self's geometry) is the same.
-void meta_avoid_empty_select(const c10::OperatorHandle& op, torch::jit::Stack& meta) {
+// only, selects element 0 of self and of `source` along dim to check the
+// slices' shapes: an empty index with a source of size 0 there, or a self of
+// size 0 there (no-ops on CPU), then raise IndexError. For the meta run only,
+// such a source becomes one of size 1 along dim with a one-element index, and
+// such a self one of size 1 along dim: the same checks pass or fail. Returns
+// self's real sizes when self was replaced (the output has them), else none.
+std::optional<c10::DimVector> meta_avoid_empty_select(const c10::OperatorHandle& op,
+                                                      torch::jit::Stack& meta) {
   const std::string& n = op.schema().name();
   if ((n != "aten::index_add" && n != "aten::index_add_" && n != "aten::index_reduce" &&
        n != "aten::index_reduce_") ||
       meta.size() < 4 || !meta[0].isTensor() || !meta[1].isInt() || !meta[2].isTensor() ||
       !meta[3].isTensor())
-    return;
+    return std::nullopt;
   const at::Tensor self = meta[0].toTensor(), index = meta[2].toTensor(), src = meta[3].toTensor();
-  if (self.dim() == 0 || src.dim() == 0 || index.dim() != 1 || index.numel() != 0) return;
+  if (self.dim() == 0 || src.dim() == 0 || index.dim() > 1) return std::nullopt;
   const int64_t dim = c10::maybe_wrap_dim(meta[1].toInt(), self.dim());
-  if (dim >= src.dim() || src.size(dim) != 0) return;
-  std::vector<int64_t> sizes(src.sizes().begin(), src.sizes().end());
+  if (dim >= src.dim()) return std::nullopt;
+  if (index.numel() == 0 && src.size(dim) == 0) {
+    std::vector<int64_t> sizes(src.sizes().begin(), src.sizes().end());
+    sizes[dim] = 1;
+    meta[2] = at::empty({1}, index.options());
+    meta[3] = at::empty(sizes, src.options());
+  }
+  if (self.size(dim) != 0) return std::nullopt;
+  c10::DimVector real(self.sizes().begin(), self.sizes().end());
+  c10::DimVector sizes = real;
   sizes[dim] = 1;
-  meta[2] = at::empty({1}, index.options());
-  meta[3] = at::empty(sizes, src.options());
+  meta[0] = at::empty(sizes, self.options());
+  // an out= argument (the last) must keep matching self's stand-in
+  const size_t last = meta.size() - 1;
+  if (last > 4 && meta[last].isTensor() && meta[last].toTensor().defined())
+    meta[last] = at::empty({0}, meta[last].toTensor().options());
+  return real;
 }
 
 void run_meta(const c10::OperatorHandle& op, const c10::IValue* args, size_t nargs, size_t nret,
@@ -964,8 +1202,10 @@ void run_meta(const c10::OperatorHandle& op, const c10::IValue* args, size_t nar
   torch::jit::Stack meta;
   meta.reserve(nargs);
   for (size_t i = 0; i < nargs; i++) meta.push_back(ivalue_to_meta(args[i]));
-  meta_avoid_empty_select(op, meta);
+  const auto real_self_sizes = meta_avoid_empty_select(op, meta);
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  if (real_self_sizes && nret >= 1 && meta[0].isTensor())
+    meta[0] = at::empty(*real_self_sizes, meta[0].toTensor().options());  // self's geometry
   out.resize(nret);
   for (size_t r = 0; r < nret; r++) {
     const c10::IValue& mv = meta[r];
@@ -1052,11 +1292,14 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::DeviceIndex dev = check_devices(info, args, nargs, &any_neg);
   c10::DeviceGuard guard(c10::Device(kTpu, dev));
   if (C10_UNLIKELY(any_neg) && !info.all_views) resolve_neg_args(info, args, nargs);
+  if (info.cpu_probe == 2) probe_on_cpu(op, info, args, nargs);
   check_args(op, info, args, nargs);
   if (info.mutated_args) {
     check_overlaps(info, args, nargs);
     materialize_cow_args(info, args, nargs);
   }
+  if (C10_UNLIKELY(info.family == kFamMaskedFill) && masked_fill_expanded(info, args, nargs, stack))
+    return;
   swap_placeholders(dev);
   PlaceholderUse use;  // to_desc below may read placeholders
   if (info.is_repeat_interleave && nargs >= 2 && args[0].isTensor() && args[1].isNone())
@@ -1065,6 +1308,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t nret = info.return_alias.size();
   std::vector<OutMeta> scratch;
   const std::vector<OutMeta>& metas = output_meta(op, info, args, nargs, nret, scratch);
+  if (info.cpu_probe == 1 && !info.all_views) probe_on_cpu(op, info, args, nargs);
 
   c10::SmallVector<c10::IValue, 4> results(nret);
   CallBuilder b;
@@ -1213,6 +1457,13 @@ at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking
   if (self.numel() > 0) {
     at::assert_no_internal_overlap(self);
     at::assert_no_partial_overlap(self, src);
+  }
+  // src must broadcast to self, also when self is empty (copy_from does
+  // nothing then): CPU's TensorIterator checks the shapes first
+  if (!src.sizes().equals(self.sizes())) {
+    const auto shape = at::infer_size_dimvector(self.sizes(), src.sizes());
+    TORCH_CHECK(c10::IntArrayRef(shape).equals(self.sizes()), "output with shape ", self.sizes(),
+                " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
   }
   materialize_cow(self);
   copy_from(src, self, non_blocking);

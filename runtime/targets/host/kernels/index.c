@@ -536,7 +536,21 @@ tpu_status_t tpu_k_index_select(const tpu_call_t* c) {
   shape[dim] = index->sizes[0];
   TPU_RETURN_IF_ERROR(check_out_shape(op, out, self->ndim, shape));
   TPU_RETURN_IF_ERROR(check_same_dtype(op, self, out, "out"));
-  TPU_RETURN_IF_ERROR(check_index_range(op, index, self->sizes[dim], dim, false));
+  /* PyTorch's CPU kernel, for 2+ dims: an empty index checks nothing; an
+   * empty self, and dim 1 into a contiguous out, check the index with
+   * RuntimeError; otherwise (and for 0-1 dims) IndexError. */
+  tpu_status_code_t code = TPU_CODE_OUT_OF_RANGE;
+  if (tpu_arg_tensor(c, 0)->ndim > 1) {
+    if (index->sizes[0] == 0) return TPU_OK;
+    if (tpu_tensor_numel(self) == 0) {
+      if (self->sizes[dim] == 0)
+        return TPU_ERR(INVALID_ARGUMENT, "%s: self indexing axis dim should be positive", op);
+      return check_index_range_code(op, index, self->sizes[dim], dim, false,
+                                    TPU_CODE_INVALID_ARGUMENT);
+    }
+    if (dim == 1 && tpu_tensor_is_contiguous(&c->outs[0])) code = TPU_CODE_INVALID_ARGUMENT;
+  }
+  TPU_RETURN_IF_ERROR(check_index_range_code(op, index, self->sizes[dim], dim, false, code));
   if (select_blocks(self, index, out, dim)) return TPU_OK;
   walk_t w;
   index_ctx_t cx;
@@ -554,6 +568,9 @@ tpu_status_t tpu_k_gather(const tpu_call_t* c) {
   const tpu_tensor_t* out = as_nd(&c->outs[0], &t2);
   int dim;
   TPU_RETURN_IF_ERROR(tpu_index_wrap_dim(op, tpu_arg_i64(c, 1, 0), self->ndim, &dim));
+  /* CPU checks neither the dtype nor the shape of an empty index (the
+   * output, index-shaped, is empty) */
+  if (tpu_tensor_numel(index) == 0) return TPU_OK;
   TPU_RETURN_IF_ERROR(check_gather_index_dtype(op, index));
   if (index->ndim != self->ndim)
     return TPU_ERR(INVALID_ARGUMENT,
@@ -825,19 +842,26 @@ static tpu_status_t index_accumulate(const char* op, const tpu_call_t* c, red_t 
     shape_str(e, sizeof e, a.self->ndim, a.shape);
     return TPU_ERR(INVALID_ARGUMENT, "%s: source has shape %s but expected %s", op, s, e);
   }
-  /* CPU: index_add raises RuntimeError, index_copy IndexError */
-  TPU_RETURN_IF_ERROR(check_index_range_code(
-      op, a.index, a.self->sizes[a.dim], a.dim, false,
-      red == RED_ADD ? TPU_CODE_INVALID_ARGUMENT : TPU_CODE_OUT_OF_RANGE));
-  TPU_RETURN_IF_ERROR(copy_self(a.out, a.self));
   /* index_add's alpha (index_copy.out has out there) */
   double alpha = red == RED_ADD ? tpu_arg_f64(c, 4, 1.0) : 1.0;
   int64_t ialpha = red == RED_ADD ? tpu_arg_i64(c, 4, 1) : 1;
-  /* PyTorch's CPU index_add accumulates f16/bf16 in float when alpha is 1
-   * along the first or last dim of a tensor with 2+ dims, and in the dtype
-   * otherwise */
+  /* PyTorch's CPU index_add runs as scatter_add when alpha is 1 and the
+   * index int64 along the first or last dim of a tensor with 2+ dims: then
+   * it accumulates f16/bf16 in float and raises RuntimeError for a bad
+   * index; otherwise it adds in the dtype and raises IndexError. With 2+
+   * dims and nothing to add or nothing to add into it checks no index. */
   int nd = tpu_arg_tensor(c, 0)->ndim;
-  bool use_float = red == RED_ADD && alpha == 1.0 && nd > 1 && (a.dim == 0 || a.dim == nd - 1);
+  bool scatter_path = red == RED_ADD && alpha == 1.0 && nd > 1 && (a.dim == 0 || a.dim == nd - 1) &&
+                      a.index->dtype == TPU_I64;
+  if (red == RED_ADD && nd > 1 &&
+      (tpu_tensor_numel(a.index) == 0 || tpu_tensor_numel(tpu_arg_tensor(c, 0)) == 0))
+    return copy_self(a.out, a.self);
+  /* CPU: index_copy raises IndexError */
+  TPU_RETURN_IF_ERROR(check_index_range_code(
+      op, a.index, a.self->sizes[a.dim], a.dim, false,
+      scatter_path ? TPU_CODE_INVALID_ARGUMENT : TPU_CODE_OUT_OF_RANGE));
+  TPU_RETURN_IF_ERROR(copy_self(a.out, a.self));
+  bool use_float = scatter_path;
   acc_t acc;
   TPU_RETURN_IF_ERROR(acc_begin(op, a.out, use_float, &acc));
   walk_t w;
@@ -866,6 +890,8 @@ tpu_status_t tpu_k_index_fill(const tpu_call_t* c) {
                    "%s: only supports a 0-dimensional value tensor, but got tensor with %d "
                    "dimension(s)",
                    op, c->args[3].v.t->ndim);
+  /* CPU fills through a restrided self: an empty self checks no index */
+  if (tpu_tensor_numel(a.self) == 0) return TPU_OK;
   TPU_RETURN_IF_ERROR(check_index_range(op, a.index, a.self->sizes[a.dim], a.dim, true));
   TPU_RETURN_IF_ERROR(copy_self(a.out, a.self));
   tpu_tensor_t t_val;
@@ -1040,7 +1066,11 @@ static tpu_status_t adv_plan(const char* op, const tpu_tensor_t* self, const tpu
   pl->nres = r;
   for (int k = 0; k < r; k++)
     pl->rshape[k] = pl->rdim_self[k] >= 0 ? self->sizes[pl->rdim_self[k]] : pl->bshape[pl->rdim_b[k]];
-  for (int j = 0; j < pl->nidx; j++)
+  /* CPU checks each index as its element is read or written: an empty
+   * result reads and writes nothing, so checks nothing */
+  int64_t cells = 1;
+  for (int k = 0; k < r; k++) cells *= pl->rshape[k];
+  for (int j = 0; cells > 0 && j < pl->nidx; j++)
     TPU_RETURN_IF_ERROR(check_index_range(op, pl->idx[j], self->sizes[pl->idx_dim[j]],
                                           pl->idx_dim[j], true));
   return TPU_OK;

@@ -552,7 +552,9 @@ tpu_status_t tpu_k_topk(const tpu_call_t* c) {
                    (long long)k);
   job_t j;
   TPU_RETURN_IF_ERROR(job_init(&j, "topk", K_TOPK, in, dim, &c->outs[0], &c->outs[1], k));
-  j.k = k;
+  /* A 0-d input gives 0-d outputs (one element) for k = 0 as for k = 1:
+   * PyTorch's CPU kernel copies the value and writes index 0 whatever k is. */
+  j.k = in->ndim == 0 ? 1 : k;
   j.descending = tpu_arg_bool(c, 3, true);
   j.sorted = tpu_arg_bool(c, 4, true);
   return job_run("topk", &j);

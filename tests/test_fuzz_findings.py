@@ -1,0 +1,255 @@
+"""Regression tests for the differences the differential fuzzer (tests/fuzz) found, each
+against PyTorch's CPU result in all three eager modes (the `mode` fixture of conftest.py):
+wrong values (G12, G14) and argument errors that tpu raised late, with another exception
+type, or not at all (G1-G11, G13 of the fuzzer's report, issue 13)."""
+import warnings
+
+import pytest
+import torch
+
+from tests.util import assert_same, check_op
+
+
+def _run(fn, dev):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(dev)
+
+
+def raises_at_op(fn):
+    """fn(dev) raises on CPU; on tpu it raises the same exception type at the op itself (no
+    synchronization needed), and nothing is left pending for a later unrelated op"""
+    with pytest.raises(Exception) as cpu:
+        _run(fn, "cpu")
+    with pytest.raises(type(cpu.value)):
+        _run(fn, "tpu")
+    assert torch.ones(2, device="tpu").sum().item() == 2.0
+    torch.tpu.synchronize()
+
+
+def same_as_cpu(fn):
+    """fn(dev) returns a tensor or a tuple of tensors; tpu gives CPU's values, dtypes, shapes and
+    strides, and raises nothing at the next synchronization"""
+    expected = _run(fn, "cpu")
+    actual = _run(fn, "tpu")
+    torch.tpu.synchronize()
+    assert_same(actual, expected)
+    return actual
+
+
+# ---- G12: topk with k=0 on a 0-d tensor (uninitialized outputs) ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("k", [0, 1])
+def test_topk_0d(mode, dtype, dim, k):
+    x = torch.tensor(3.25).to(dtype)
+    for largest in (True, False):
+        v, i = check_op(lambda t: tuple(torch.topk(t, k, dim, largest=largest)), x)
+        assert v.dim() == 0 and i.dtype == torch.int64
+
+
+def test_topk_0d_errors(mode):
+    raises_at_op(lambda d: torch.topk(torch.tensor(1.0, device=d), 2))
+    raises_at_op(lambda d: torch.topk(torch.tensor(1.0, device=d), 0, 1))
+    raises_at_op(lambda d: torch.topk(torch.tensor(1.0, device=d), -1))
+
+
+# ---- G14: masked_fill_ through an expanded view (stride-0 dims) ----
+
+@pytest.mark.parametrize("case", range(8))
+def test_masked_fill_expanded(mode, case):
+    g = torch.Generator().manual_seed(case)
+    base_shape, shape = [((3, 1), (3, 4)), ((1, 4), (3, 4)), ((1,), (5,)), ((2, 1, 3), (2, 4, 3)),
+                         ((1, 1), (40, 30)), ((30, 1), (30, 50)), ((1,), (70000,)),
+                         ((1, 3), (4, 3))][case]
+    base = torch.randn(base_shape, generator=g)
+    mask = torch.rand(shape, generator=g) < 0.3
+    value = [2.5, -1, torch.tensor(7.0)][case % 3]
+
+    def fn(d):
+        b = base.clone().to(d)
+        x = b.expand(shape)
+        if case % 2 and x.dim() > 1:
+            x.transpose(0, -1).masked_fill_(mask.to(d).transpose(0, -1),
+                                            value.to(d) if torch.is_tensor(value) else value)
+        else:
+            x.masked_fill_(mask.to(d), value.to(d) if torch.is_tensor(value) else value)
+        return b
+
+    same_as_cpu(fn)
+
+
+def test_masked_fill_expanded_broadcast_mask(mode):
+    # the mask itself broadcasts (a row), self is expanded along the rows
+    same_as_cpu(lambda d: (lambda b: (b.expand(4, 5).masked_fill_(
+        torch.tensor([True, False, False, True, False], device=d), -3.0), b)[1])(
+        torch.zeros(1, 5, device=d)))
+    # every row's mask false but one: the set value must survive
+    same_as_cpu(lambda d: (lambda b: (b.expand(6, 3).masked_fill_(
+        torch.arange(18, device=d).reshape(6, 3) == 4, 9.0), b)[1])(torch.zeros(3, device=d)))
+
+
+def test_masked_fill_expanded_warns(mode):
+    for d in ("cpu", "tpu"):
+        with pytest.warns(UserWarning, match="expanded tensors"):
+            torch.zeros(1, 3, device=d).expand(2, 3).masked_fill_(
+                torch.ones(2, 3, dtype=torch.bool, device=d), 1.0)
+
+
+# ---- argument errors: raised at the op, with CPU's exception type ----
+
+def L(v, d, dt=torch.long):
+    return torch.tensor(v, dtype=dt, device=d)
+
+
+def F(shape, d, dt=torch.float32):
+    return torch.ones(shape, dtype=dt, device=d)
+
+
+BAD_ARGS = {
+    # G1: a dtype CPU's kernel does not implement (NotImplementedError)
+    "softmax_long": lambda d: torch.softmax(F((3, 4), d, torch.long), -1),
+    "softmax_int_dim0": lambda d: torch.softmax(F((3, 4), d, torch.int32), 0),
+    "log_softmax_bool": lambda d: torch.log_softmax(F((3, 4), d, torch.bool), 0),
+    "bitwise_and_float": lambda d: F(3, d).bitwise_and(F(3, d)),
+    "bitwise_or_half_scalar": lambda d: F(3, d, torch.half).bitwise_or(1),
+    "bitwise_xor_bf16": lambda d: F(3, d, torch.bfloat16) ^ F(3, d, torch.bfloat16),
+    "bitwise_and_float_": lambda d: F(3, d, torch.double).bitwise_and_(F(3, d, torch.double)),
+    "silu_int": lambda d: torch.nn.functional.silu(F(3, d, torch.int32)),
+    "silu_bool_": lambda d: torch.nn.functional.silu(F(3, d, torch.bool), inplace=True),
+    "gelu_long": lambda d: torch.nn.functional.gelu(F(3, d, torch.long)),
+    "abs_bool": lambda d: F(3, d, torch.bool).abs(),
+    "abs__bool": lambda d: F(3, d, torch.bool).abs_(),
+    # G2: std/var of integers (RuntimeError), checked before the dim
+    "std_long": lambda d: F((3, 4), d, torch.long).std(),
+    "var_int_dim": lambda d: F((3, 4), d, torch.int32).var(1),
+    "std_long_bad_dim": lambda d: F((3, 4), d, torch.long).std(5),
+    "var_mean_bool": lambda d: torch.var_mean(F((3, 4), d, torch.bool), 0),
+    # G3: layer_norm of integers (NotImplementedError; a bad shape first: RuntimeError)
+    "layer_norm_long": lambda d: torch.nn.functional.layer_norm(F((2, 3), d, torch.long), (3,)),
+    "layer_norm_int_weight": lambda d: torch.nn.functional.layer_norm(F((2, 3), d, torch.int32), (3,),
+                                                                      F(3, d, torch.int32)),
+    "layer_norm_bool_bad_shape": lambda d: torch.nn.functional.layer_norm(F((2, 3), d, torch.bool), (4,)),
+    # G4: bool inputs
+    "relu_bool": lambda d: torch.relu(F(3, d, torch.bool)),
+    "relu__bool": lambda d: F(3, d, torch.bool).relu_(),
+    "floor_bool": lambda d: F(3, d, torch.bool).floor(),
+    "round_bool": lambda d: F(3, d, torch.bool).round(),
+    # G5: matmuls of mixed dtypes
+    "matmul_mixed": lambda d: F((2, 3), d) @ F((3, 2), d, torch.double),
+    "mv_mixed": lambda d: F((2, 3), d, torch.double) @ F(3, d),
+    "linear_mixed": lambda d: torch.nn.functional.linear(F((2, 3), d), F((4, 3), d, torch.double)),
+    "bmm_mixed": lambda d: torch.bmm(F((2, 2, 3), d), F((2, 3, 2), d, torch.bfloat16)),
+    "dot_mixed": lambda d: torch.dot(F(3, d), F(3, d, torch.half)),
+    # G10: copy_ into an empty tensor from a source that does not broadcast to it
+    "copy_empty_no_bcast": lambda d: torch.zeros(5, 0, 3, device=d).copy_(F((5, 16, 3), d)),
+    "copy_empty_more_dims": lambda d: torch.zeros(0, 3, device=d).copy_(F((2, 1, 3), d)),
+    # G11: masked_fill_ with a mask that broadcasts beyond self
+    "masked_fill_mask_beyond_self": lambda d: torch.zeros(3, device=d).masked_fill_(F((2, 3), d, torch.bool), 1.),
+    # G9: index tensors that do not broadcast together (IndexError)
+    "index_put_indices_no_bcast": lambda d: torch.zeros(3, 3, device=d).__setitem__(
+        (L([0, 1, 2], d), L([0, 1], d)), 5.),
+    "index_put_indices_no_bcast_fn": lambda d: torch.zeros(3, 3, device=d).index_put(
+        (L([0, 1, 2], d), L([0, 1], d)), L(5., d, torch.float32)),
+    # an indexed dim of size 0 admits no index (CPU's AdvancedIndex: IndexError, before the
+    # value's shape is checked)
+    "index_put_empty_dim_bad_value": lambda d: torch.zeros(0, dtype=torch.long, device=d).index_put_(
+        (L([1], d),), torch.ones(2, dtype=torch.long, device=d)),
+    "index_put_empty_dim": lambda d: torch.zeros(0, device=d).index_put_((L([1], d),), L(1., d, torch.float32)),
+    "setitem_empty_dim": lambda d: torch.zeros(0, 3, device=d).__setitem__(L([2], d), 1.0),
+    "index_empty_dim": lambda d: torch.zeros(0, 3, device=d)[L([1], d)],
+    "index_empty_dim_after_slice": lambda d: torch.zeros(3, 0, device=d)[:, L([0, 1], d)],
+    "index_empty_dim_nonadjacent": lambda d: torch.zeros(0, 3, 2, device=d)[L([0], d), :, L([1], d)],
+    # index_select of an empty self along an empty dim
+    "index_select_empty_axis": lambda d: torch.zeros(3, 0, device=d).index_select(1, L([0], d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARGS))
+def test_argument_error_at_op(mode, case):
+    raises_at_op(BAD_ARGS[case])
+
+
+# What CPU accepts: the dtype checks must not refuse these.
+ALLOWED = {
+    "softmax_empty_long": lambda d: torch.softmax(F((0, 4), d, torch.long), -1),
+    "log_softmax_empty_bool": lambda d: torch.log_softmax(F((2, 0), d, torch.bool), 0),
+    "bitwise_and_int": lambda d: L([5, 3], d).bitwise_and(L([6, 1], d)),
+    "bitwise_or_bool_scalar": lambda d: F(3, d, torch.bool) | True,
+    "abs_int": lambda d: L([-2, 3], d).abs(),
+    "relu_int": lambda d: torch.relu(L([-2, 3], d)),
+    "floor_int": lambda d: L([-2, 3], d).floor(),
+    "std_float": lambda d: torch.arange(12., device=d).reshape(3, 4).std(1),
+    "matmul_same_dtype": lambda d: F((2, 3), d, torch.double) @ F((3, 2), d, torch.double),
+    "add_mixed_dtypes": lambda d: F(3, d, torch.int32) + F(3, d, torch.half),
+    "pow_int_scalar": lambda d: L([2, 3], d) ** 2,
+    "floor_divide_int": lambda d: torch.floor_divide(L([7, -7], d), L([2, 2], d)),
+    "copy_empty_bcast": lambda d: torch.zeros(5, 0, 3, device=d).copy_(F((1, 3), d)),
+    "layer_norm_float": lambda d: torch.nn.functional.layer_norm(torch.arange(6., device=d).reshape(2, 3), (3,)),
+    # G6: index_add_ with an empty index, or into an empty dim: CPU does nothing
+    "index_add_empty_index": lambda d: torch.zeros(4, 0, 3, device=d).index_add_(1, L([], d),
+                                                                              torch.zeros(4, 0, 3, device=d)),
+    "index_add_empty_index_dim0": lambda d: torch.zeros(0, 3, device=d).index_add_(0, L([], d),
+                                                                                torch.zeros(0, 3, device=d)),
+    "index_add_into_empty_dim": lambda d: torch.zeros(2, 0, device=d).index_add_(0, L([5], d),
+                                                                              torch.zeros(1, 0, device=d)),
+    "index_add_fn_empty_dim": lambda d: torch.zeros(3, 0, 2, device=d).index_add(1, L([], d),
+                                                                              torch.zeros(3, 0, 2, device=d)),
+    "index_reduce_empty_dim": lambda d: torch.zeros(2, 0, device=d).index_reduce_(1, L([], d),
+                                                                               torch.zeros(2, 0, device=d), "prod"),
+    # G7: nothing is read or written, so no index is checked
+    "index_empty_result": lambda d: torch.zeros(3, 7, 2, 0, device=d)[L([-4], d), L([6], d)],
+    "index_put_empty_self": lambda d: torch.zeros(3, 0, device=d).index_put_((L([7], d),), L(1., d, torch.float32)),
+    "index_put_empty_acc": lambda d: torch.zeros(3, 0, device=d).index_put_((L([7], d),), L(1., d, torch.float32),
+                                                                          accumulate=True),
+    "setitem_empty_self": lambda d: (lambda x: (x.__setitem__(L([9], d), 2.), x)[1])(torch.zeros(2, 0, device=d)),
+    "index_fill_empty_self": lambda d: torch.zeros(3, 0, device=d).index_fill_(0, L([9], d), 1.),
+    "index_empty_dim_empty_index": lambda d: torch.zeros(0, 3, device=d)[L([], d)],
+    "index_empty_mask": lambda d: torch.zeros(0, 3, device=d)[torch.zeros(0, dtype=torch.bool, device=d)],
+    "index_select_empty_index": lambda d: torch.zeros(3, 4, device=d).index_select(1, L([], d)),
+    # G13: gather with an empty index of another rank
+    "gather_empty_index_rank1": lambda d: torch.zeros(3, 4, device=d).gather(0, L([], d)),
+    "gather_empty_index_rank3": lambda d: torch.zeros(3, 4, device=d).gather(1, torch.zeros(2, 0, 1, dtype=torch.long,
+                                                                                            device=d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ALLOWED))
+def test_valid_arguments_match_cpu(mode, case):
+    same_as_cpu(ALLOWED[case])
+
+
+# ---- data-dependent index errors: CPU's exception type (at the op or the next sync) ----
+
+BAD_INDEX = {
+    # G8 / issue 13 minor: CPU's type depends on the kernel path it takes
+    "index_select_dim1": lambda d: torch.zeros(3, 4, device=d).index_select(1, L([7], d)),
+    "index_select_dim0": lambda d: torch.zeros(3, 4, device=d).index_select(0, L([7], d)),
+    "index_select_dim1_of_3": lambda d: torch.zeros(3, 4, 2, device=d).index_select(1, L([7], d)),
+    "index_select_dim2_of_3": lambda d: torch.zeros(3, 4, 2, device=d).index_select(2, L([7], d)),
+    "index_select_1d": lambda d: torch.zeros(3, device=d).index_select(0, L([-1], d)),
+    "index_select_empty_self": lambda d: torch.zeros(3, 0, device=d).index_select(0, L([7], d)),
+    "index_add_dim0": lambda d: torch.zeros(3, 4, device=d).index_add_(0, L([5], d), F((1, 4), d)),
+    "index_add_last_dim": lambda d: torch.zeros(3, 4, device=d).index_add_(1, L([5], d), F((3, 1), d)),
+    "index_add_middle_dim": lambda d: torch.zeros(3, 4, 2, device=d).index_add_(1, L([5], d), F((3, 1, 2), d)),
+    "index_add_alpha": lambda d: torch.zeros(3, 4, device=d).index_add_(0, L([5], d), F((1, 4), d), alpha=2),
+    "index_add_int32_index": lambda d: torch.zeros(3, 4, device=d).index_add_(0, L([5], d, torch.int32), F((1, 4), d)),
+    "index_add_1d": lambda d: torch.zeros(3, device=d).index_add_(0, L([5], d), F(1, d)),
+    "index_add_into_empty_1d": lambda d: torch.zeros(0, device=d).index_add_(0, L([0], d), F(1, d)),
+    "gather": lambda d: torch.zeros(3, 4, device=d).gather(0, L([[5]], d)),
+    "scatter_add": lambda d: torch.zeros(3, 4, device=d).scatter_add_(0, L([[5]], d), F((1, 1), d)),
+    "index_copy": lambda d: torch.zeros(3, 4, device=d).index_copy_(0, L([5], d), F((1, 4), d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INDEX))
+def test_bad_index_error_type(mode, case):
+    fn = BAD_INDEX[case]
+    with pytest.raises(Exception) as cpu:
+        _run(fn, "cpu")
+    with pytest.raises(type(cpu.value)):
+        out = _run(fn, "tpu")
+        torch.tpu.synchronize()
+        del out
+    assert torch.ones(2, device="tpu").sum().item() == 2.0
