@@ -140,6 +140,16 @@ def _fused_store(found_inf, pairs):
         dst.copy_(new)
 
 
+def _fused_grad(grad, grad_scale, maximize, pairs):
+    """the gradient as the fused optimizers read it: in opmath, unscaled (the unscaled grad is
+    stored back, as CPU's kernels do: appended to pairs), negated when maximizing"""
+    g = _opmath(grad)
+    if grad_scale is not None:
+        g = g / grad_scale
+        pairs.append((grad, g))
+    return -g if maximize else g
+
+
 def _fused_adam_common(adamw, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
                        state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize,
                        grad_scale, found_inf):
@@ -156,13 +166,8 @@ def _fused_adam_common(adamw, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_
         bc1 = 1 - torch.pow(torch.tensor(beta1, **f64), step)
         bc2_sqrt = torch.sqrt(1 - torch.pow(torch.tensor(beta2, **f64), step))
         step_size = lr_t / bc1
-        g = _opmath(grads[i])
         pairs = []
-        if grad_scale is not None:
-            g = g / grad_scale
-            pairs.append((grads[i], g))
-        if maximize:
-            g = -g
+        g = _fused_grad(grads[i], grad_scale, maximize, pairs)
         pv = _opmath(p)
         if weight_decay != 0:
             if adamw:
@@ -201,13 +206,8 @@ def _fused_sgd(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
     for i, p in enumerate(self):
         lr_t = (lr.to(dtype=torch.float64, device=p.device) if isinstance(lr, torch.Tensor)
                 else torch.tensor(lr, dtype=torch.float64, device=p.device))
-        g = _opmath(grads[i])
         pairs = []
-        if grad_scale is not None:
-            g = g / grad_scale
-            pairs.append((grads[i], g))
-        if maximize:
-            g = -g
+        g = _fused_grad(grads[i], grad_scale, maximize, pairs)
         pv = _opmath(p)
         if weight_decay != 0:
             g = g + pv * weight_decay
