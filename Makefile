@@ -37,7 +37,7 @@ CXXFLAGS_BRIDGE := -std=c++17 -O2 -g -fPIC -Wall -Wno-unused-parameter -pthread 
   -isystem $(TORCH_DIR)/include/torch/csrc/api/include -isystem $(PY_INC)
 BR_SRCS := $(wildcard torch_tpu/csrc/*.cpp)
 BR_OBJS := $(BR_SRCS:%.cpp=$(BUILD)/%.o)
-LDFLAGS_BRIDGE := -shared -L$(TORCH_DIR)/lib -Wl,-rpath,$(TORCH_DIR)/lib \
+LDFLAGS_BRIDGE := -shared -L$(TORCH_DIR)/lib -Wl,-rpath,$(TORCH_DIR)/lib '-Wl,-rpath,$$ORIGIN/../torch/lib' \
   -lc10 -ltorch -ltorch_cpu -ltorch_python -pthread -lm -ldl
 
 .PHONY: all runtime bridge ctest defs clean san asan ubsan
