@@ -9,8 +9,7 @@ CC     ?= gcc
 CXX    ?= g++
 
 CFLAGS_BASE := -std=c11 -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -pthread \
-               -D_GNU_SOURCE -Iruntime/include -Iruntime -MMD -MP \
-               -DTPU_KERNELS_DIR=\"$(CURDIR)/runtime/targets/host/kernels\"
+               -D_GNU_SOURCE -Iruntime/include -Iruntime -MMD -MP
 CFLAGS ?=
 # Extra flags for the bridge's compile and link (scripts/sanitize.sh passes sanitizers here).
 CXXFLAGS ?=
@@ -18,7 +17,13 @@ LDFLAGS ?=
 # Where the bridge is linked; scripts/sanitize.sh links a sanitized one elsewhere.
 SO ?= torch_tpu/_C.so
 RT_SRCS := $(shell find runtime -name '*.c' -not -path 'runtime/tests/*' | sort)
-RT_OBJS := $(RT_SRCS:%.c=$(BUILD)/%.o)
+# The headers that generated fused kernels #include (runtime/targets/host/fuse.c), embedded
+# in the library as text (tools/embed_headers.py) so fusion needs no source tree at run time.
+FUSE_HEADERS := $(addprefix runtime/targets/host/kernels/,vecmath.h ew_exprs.h fuse_rows.h)
+FUSE_HEADERS_C := $(BUILD)/gen/fuse_headers.c
+# Any Python 3 runs the embedder (it needs no torch).
+EMBED_PY ?= python3
+RT_OBJS := $(RT_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/gen/fuse_headers.o
 TEST_SRCS := $(wildcard runtime/tests/test_*.c)
 TEST_BINS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/tests/%)
 SPECS := $(wildcard runtime/targets/host/kernels/*.spec)
@@ -32,7 +37,7 @@ CXXFLAGS_BRIDGE := -std=c++17 -O2 -g -fPIC -Wall -Wno-unused-parameter -pthread 
   -isystem $(TORCH_DIR)/include/torch/csrc/api/include -isystem $(PY_INC)
 BR_SRCS := $(wildcard torch_tpu/csrc/*.cpp)
 BR_OBJS := $(BR_SRCS:%.cpp=$(BUILD)/%.o)
-LDFLAGS_BRIDGE := -shared -L$(TORCH_DIR)/lib -Wl,-rpath,$(TORCH_DIR)/lib \
+LDFLAGS_BRIDGE := -shared -L$(TORCH_DIR)/lib -Wl,-rpath,$(TORCH_DIR)/lib '-Wl,-rpath,$$ORIGIN/../torch/lib' \
   -lc10 -ltorch -ltorch_cpu -ltorch_python -pthread -lm -ldl
 
 .PHONY: all runtime bridge ctest defs clean san asan ubsan
@@ -42,6 +47,13 @@ bridge: $(SO)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
+
+$(FUSE_HEADERS_C): $(FUSE_HEADERS) tools/embed_headers.py
+	@mkdir -p $(dir $@)
+	$(EMBED_PY) tools/embed_headers.py $@ $(FUSE_HEADERS)
+
+$(BUILD)/gen/fuse_headers.o: $(FUSE_HEADERS_C)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libtpurt.a: $(RT_OBJS)

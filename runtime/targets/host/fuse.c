@@ -52,12 +52,9 @@
 #include "base/subprocess.h"
 #include "device/internal.h"
 #include "exec/graph.h"
+#include "targets/host/fuse_headers.h"
 #include "targets/host/kernels/vecmath.h"
 #include "tpu/cache.h"
-
-#ifndef TPU_KERNELS_DIR
-#define TPU_KERNELS_DIR "."
-#endif
 
 typedef void (*fused_fn_t)(const float* const* in, float* const* out, const float* s,
                            int64_t begin, int64_t end);
@@ -836,30 +833,34 @@ static const char* cc_flags(void) {
              : "-O3 -fPIC -shared -std=c11 -fno-math-errno -fno-trapping-math";
 }
 
-/* Hash of the kernel-library headers generated sources include: an edited
- * header must not load executables cached from the old one. */
+/* The compiler command: TORCH_TPU_CC, default "cc". */
+static const char* cc_command(void) {
+  const char* cc = tpu_env_str("TORCH_TPU_CC");
+  return cc && cc[strspn(cc, " \t")] ? cc : "cc";
+}
+
+/* Hash of the headers embedded in the library (fuse_headers.h), names and
+ * texts: the headers a kernel is compiled with are these, never files on
+ * disk, so a key names exactly what was compiled. */
 static uint64_t g_headers_hash;
 static void hash_headers(void) {
-  static const char* const names[] = {"vecmath.h", "ew_exprs.h", "fuse_rows.h"};
   uint64_t h = 0x6865616465727321ull;
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", TPU_KERNELS_DIR, names[i]);
-    FILE* f = fopen(path, "rb");
-    if (!f) continue; /* the compile will fail and say so */
-    char buf[8192];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = tpu_cache_hash64(buf, n, h);
-    fclose(f);
+  for (int i = 0; i < tpu_fuse_nheaders; i++) {
+    const tpu_fuse_header_t* e = &tpu_fuse_headers[i];
+    h = tpu_cache_hash64(e->name, strlen(e->name) + 1, h);
+    h = tpu_cache_hash64(&e->len, sizeof e->len, h);
+    h = tpu_cache_hash64(e->text, e->len, h);
   }
   g_headers_hash = h;
 }
 
+/* The key covers the generated source, the embedded headers, the compiler
+ * command and its flags, the ISA and the runtime version. */
 static void key_of(const char* src, char out[33]) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, hash_headers);
-  char extra[256];
-  snprintf(extra, sizeof extra, "|%s|%s|%s|%016" PRIx64 "|", cc_flags(),
+  char extra[4500];
+  snprintf(extra, sizeof extra, "|%.4000s|%s|%s|%s|%016" PRIx64 "|", cc_command(), cc_flags(),
            tpu_isa_name(tpu_host_isa()), TPU_RUNTIME_VERSION, g_headers_hash);
   uint64_t h1 = tpu_cache_hash64(src, strlen(src), 0x7470755f66757365ull);
   h1 = tpu_cache_hash64(extra, strlen(extra), h1);
@@ -993,6 +994,14 @@ static int split_words(char* s, const char** argv, int cap) {
   return n;
 }
 
+/* Writes len bytes of text to a new file at path. */
+static bool write_file(const char* path, const char* text, size_t len) {
+  FILE* f = fopen(path, "wb");
+  if (!f) return false;
+  bool ok = fwrite(text, 1, len, f) == len;
+  return fclose(f) == 0 && ok;
+}
+
 /* The first line of the compiler's output (for the warning). */
 static void first_line(const char* path, char* out, size_t cap) {
   out[0] = 0;
@@ -1024,7 +1033,32 @@ static fused_fn_t compile_now(const char* key, const char* src) {
   snprintf(cpath, sizeof cpath, "%s/k.c", dir);
   snprintf(sopath, sizeof sopath, "%s/k.so", dir);
   snprintf(errpath, sizeof errpath, "%s/err.txt", dir);
-  const char* remove[] = {cpath, sopath, errpath, dir, NULL};
+  /* the guard's clean-up list: the embedded headers, the source, the
+   * library, the log, then the directory */
+  enum { MAX_HDRS = 8 };
+  char hpaths[MAX_HDRS][4200];
+  const char* remove[MAX_HDRS + 5];
+  int nrm = 0;
+  if (tpu_fuse_nheaders > MAX_HDRS) {
+    note_compiler_failure("too many embedded headers");
+    rmdir(dir);
+    goto done;
+  }
+  for (int i = 0; i < tpu_fuse_nheaders; i++) {
+    snprintf(hpaths[i], sizeof hpaths[i], "%s/%s", dir, tpu_fuse_headers[i].name);
+    remove[nrm++] = hpaths[i];
+  }
+  remove[nrm++] = cpath;
+  remove[nrm++] = sopath;
+  remove[nrm++] = errpath;
+  remove[nrm++] = dir;
+  remove[nrm] = NULL;
+  for (int i = 0; i < tpu_fuse_nheaders; i++) {
+    if (!write_file(hpaths[i], tpu_fuse_headers[i].text, tpu_fuse_headers[i].len)) {
+      note_compiler_failure("cannot write the embedded headers");
+      goto cleanup;
+    }
+  }
   FILE* f = fopen(cpath, "w");
   if (!f) {
     note_compiler_failure("cannot write the generated source");
@@ -1036,10 +1070,8 @@ static fused_fn_t compile_now(const char* key, const char* src) {
     note_compiler_failure("cannot write the generated source");
     goto cleanup;
   }
-  const char* cc = tpu_env_str("TORCH_TPU_CC");
-  if (!cc || !cc[strspn(cc, " \t")]) cc = "cc";
   char words[4096];
-  snprintf(words, sizeof words, "%s %s", cc, cc_flags());
+  snprintf(words, sizeof words, "%s %s", cc_command(), cc_flags());
   const char* argv[96];
   int n = split_words(words, argv, 96 - 7);
   if (n <= 0) {
@@ -1047,7 +1079,7 @@ static fused_fn_t compile_now(const char* key, const char* src) {
     goto cleanup;
   }
   argv[n++] = "-I";
-  argv[n++] = TPU_KERNELS_DIR;
+  argv[n++] = dir; /* the embedded headers, written there above */
   argv[n++] = "-o";
   argv[n++] = sopath;
   argv[n++] = cpath;
