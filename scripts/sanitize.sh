@@ -38,14 +38,23 @@ run() {  # run NAME ENV... -- CMD...
   [ $rc -eq 0 ] || { echo "   exit status $rc"; FAILED=1; }
 }
 FAILED=0
-GPT=(examples/train_gpt.py --steps "$STEPS" --log-every 1 --n-layer 2 --n-embd 64 --block-size 32
+# Every workload starts from a script inside $OUT: `python -` or `-c` would put the checkout
+# (with the normal _C.so) first on sys.path. The wrapper checks that the sanitized bridge is
+# the one loaded, then runs the given script.
+cat > "$OUT/run_sanitized.py" <<'EOF'
+import os, runpy, sys
+import torch_tpu
+assert torch_tpu._C.__file__.startswith(os.path.abspath("build-san")), torch_tpu._C.__file__
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+EOF
+GPT=("$OUT/run_sanitized.py" examples/train_gpt.py --steps "$STEPS" --log-every 1 --n-layer 2 --n-embd 64 --block-size 32
      --batch-size 8 --precision highest)
-run gpt_strict TORCH_TPU_X=0 -- "${GPT[@]}"
+run gpt_strict -- "${GPT[@]}"
 run gpt_debug TORCH_TPU_LAUNCH_BLOCKING=1 -- "${GPT[@]}"
 run gpt_defer TORCH_TPU_DEFER_AND_FUSE=1 -- "${GPT[@]}"
-run ops TORCH_TPU_X=0 -- - <<'EOF'
+cat > "$OUT/ops_workload.py" <<'EOF'
 import torch, torch_tpu
-assert torch_tpu._C.__file__.startswith(__import__("os").path.abspath("build-san")), torch_tpu._C.__file__
 for mode in ("strict", "debug", "defer_and_fuse"):
     with torch_tpu.eager_mode(mode):
         x = torch.randn(64, 33, device="tpu")
@@ -59,6 +68,7 @@ for mode in ("strict", "debug", "defer_and_fuse"):
             pass
         print(mode, float(y.sum()), float(z.sum()), float(x.sum()))
 EOF
+run ops -- "$OUT/run_sanitized.py" "$OUT/ops_workload.py"
 n_asan=$(cat "$LOGS"/asan.* 2>/dev/null | grep -c "ERROR: AddressSanitizer")
 n_ubsan=$(cat "$LOGS"/ubsan.* 2>/dev/null | grep -c "runtime error:")
 echo "sanitizer reports: ASAN $n_asan, UBSAN $n_ubsan (logs in $LOGS/)"
