@@ -315,7 +315,7 @@ class Gen:
             n = r.randint(0, 4)
             ids = [r.randrange(t.shape[d]) for _ in range(n)] if t.shape[d] else []
             dd = False
-            if n and r.random() < .06:
+            if ids and r.random() < .06:  # (an empty dim gives no ids even when n > 0)
                 ids[0], dd = t.shape[d] + r.randint(0, 3), True
             shp = list(t.shape)
             shp[d] = len(ids)
@@ -584,7 +584,7 @@ class Gen:
                     b = b + [0] * (len(a) - len(b)) if t.shape[1] else b
             return self.emit(c, f"{x}[torch.tensor({a}, dtype=torch.int64, device=dev), "
                                 f"torch.tensor({b}, dtype=torch.int64, device=dev)]", v.exact,
-                             dd=(bad_a or bad_b) and len(a) == len(b))
+                             dd=(bad_a or bad_b) and (len(a) == len(b) or 1 in (len(a), len(b))))
         if c in ("mask", "masked_fill"):
             m = self.pick(lambda u: u.t.dtype == torch.bool and u.t.dim() <= nd and
                           tuple(u.t.shape) == tuple(t.shape[:u.t.dim()]) and u.t.dim() > 0)
