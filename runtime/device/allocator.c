@@ -103,6 +103,61 @@ static bool block_ready(tpu_block_header_t* h, const tpu_stream_t* user) {
   return ready;
 }
 
+/* Every block the allocator holds from the system (live or cached), sorted by
+ * address, so that tpu_device_of_ptr can answer for any pointer, also one
+ * into the middle of a block or one that is not device memory at all,
+ * without reading memory in front of it. Changed only when a block comes
+ * from or goes back to the system, not on cache hits. */
+static struct {
+  pthread_mutex_t mu;
+  tpu_block_header_t** v;
+  size_t n, cap;
+} g_blocks = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+
+/* index of the first block starting above p (caller holds g_blocks.mu) */
+static size_t blocks_upper(const void* p) {
+  size_t lo = 0, hi = g_blocks.n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if ((const void*)g_blocks.v[mid] <= p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static bool block_register(tpu_block_header_t* h) {
+  pthread_mutex_lock(&g_blocks.mu);
+  if (g_blocks.n == g_blocks.cap) {
+    size_t cap = g_blocks.cap ? 2 * g_blocks.cap : 256;
+    tpu_block_header_t** v = realloc(g_blocks.v, cap * sizeof(*v));
+    if (!v) {
+      pthread_mutex_unlock(&g_blocks.mu);
+      return false;
+    }
+    g_blocks.v = v;
+    g_blocks.cap = cap;
+  }
+  size_t i = blocks_upper(h);
+  memmove(g_blocks.v + i + 1, g_blocks.v + i, (g_blocks.n - i) * sizeof(*g_blocks.v));
+  g_blocks.v[i] = h;
+  g_blocks.n++;
+  pthread_mutex_unlock(&g_blocks.mu);
+  return true;
+}
+
+/* Unregisters h and gives its memory back to the system. */
+static void block_return(tpu_block_header_t* h) {
+  pthread_mutex_lock(&g_blocks.mu);
+  size_t i = blocks_upper(h);
+  if (i > 0 && g_blocks.v[i - 1] == h) {
+    memmove(g_blocks.v + i - 1, g_blocks.v + i, (g_blocks.n - i) * sizeof(*g_blocks.v));
+    g_blocks.n--;
+  }
+  h->magic = 0;
+  pthread_mutex_unlock(&g_blocks.mu);
+  free(h);
+}
+
 void tpu_allocator_init(tpu_allocator_t* a, size_t capacity) {
   memset(a, 0, sizeof(*a));
   pthread_mutex_init(&a->mu, NULL);
@@ -153,8 +208,7 @@ static void cache_push(tpu_allocator_t* a, tpu_block_header_t* h) {
       for (int i = 0; i < h->nfences; i++)
         tpu_stream_wait_reached(h->fences[i].stream, h->fences[i].target);
       fences_clear(h);
-      h->magic = 0;
-      free(h);
+      block_return(h);
       return;
     }
     b->size = h->size;
@@ -192,8 +246,7 @@ static void blocks_release(tpu_block_header_t* list) {
     for (int i = 0; i < h->nfences; i++)
       tpu_stream_wait_reached(h->fences[i].stream, h->fences[i].target);
     fences_clear(h);
-    h->magic = 0;
-    free(h);
+    block_return(h);
   }
 }
 
@@ -323,6 +376,14 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
     if (huge) madvise(mem, size + TPU_HEADER, MADV_HUGEPAGE); /* advice only: errors ignored */
 #endif
     h = mem;
+    if (!block_register(h)) {
+      free(mem);
+      a->stats.num_ooms++;
+      if (reserved) reservation_add(a, size);
+      pthread_mutex_unlock(&a->mu);
+      return TPU_ERR(RESOURCE_EXHAUSTED, "tpu:%d out of memory: no host memory to track a "
+                     "block of %zu bytes", device, size);
+    }
     h->fences = h->inline_fences;
     h->fence_cap = TPU_INLINE_FENCES;
     h->nfences = 0;
@@ -415,6 +476,30 @@ void tpu_device_release_deferred(int device) {
   pthread_mutex_unlock(&a->mu);
 }
 
+int tpu_device_release_deferred_unnamed(int device,
+                                        bool (*named)(const void* begin, const void* end, void* ctx),
+                                        void* ctx) {
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) return 0;
+  tpu_allocator_t* a = &d->alloc;
+  pthread_mutex_lock(&a->mu);
+  int k = 0;
+  for (int i = 0; i < a->ndeferred; i++) {
+    tpu_block_header_t* h = a->deferred[i];
+    const char* user = (const char*)h + TPU_HEADER;
+    if (named(user, user + h->size, ctx)) {
+      a->deferred[k++] = h; /* the pending trace may use it: still deferred */
+      continue;
+    }
+    block_fence(h); /* fenced on the work queued so far, like any free */
+    cache_push(a, h);
+  }
+  int released = a->ndeferred - k;
+  a->ndeferred = k;
+  pthread_mutex_unlock(&a->mu);
+  return released;
+}
+
 void tpu_device_empty_cache(int device) {
   tpu_device_state_t* d = tpu_device_state(device);
   if (!d) return;
@@ -457,8 +542,17 @@ void tpu_device_reset_accumulated_stats(int device) {
 }
 
 int tpu_device_of_ptr(const void* ptr) {
-  if (!ptr) return -1;
-  const tpu_block_header_t* h = (const tpu_block_header_t*)((const char*)ptr - TPU_HEADER);
-  if (h->magic == TPU_BLOCK_MAGIC && h->live) return h->device;
-  return -1;
+  if (!ptr || tpu_runtime_in_bad_fork()) return -1; /* the lock may be held by a dead thread */
+  int device = -1;
+  pthread_mutex_lock(&g_blocks.mu);
+  size_t i = blocks_upper(ptr);
+  if (i > 0) {
+    const tpu_block_header_t* h = g_blocks.v[i - 1];
+    const char* user = (const char*)h + TPU_HEADER;
+    const char* p = ptr;
+    /* inside the user part of a live block; its end only for an empty view */
+    if (p >= user && p < user + (h->size ? h->size : 1) && h->live) device = h->device;
+  }
+  pthread_mutex_unlock(&g_blocks.mu);
+  return device;
 }

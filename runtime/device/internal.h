@@ -58,6 +58,14 @@ tpu_status_t tpu_device_reserve(int device, size_t bytes, bool force) TPU_MUST_U
 void tpu_device_unreserve(int device, size_t bytes);
 tpu_status_t tpu_device_malloc_reserved(int device, tpu_stream_t* stream, size_t bytes,
                                         void** out_ptr) TPU_MUST_USE;
+/* Frees deferred while a trace was pending (tpu_device_release_deferred puts
+ * them in the cache once the trace is queued). This puts back now those
+ * whose memory [begin, end) `named` says the pending trace does not name:
+ * a flush short of memory can then reuse them. Called with the trace held;
+ * returns how many it put back. */
+int tpu_device_release_deferred_unnamed(int device,
+                                        bool (*named)(const void* begin, const void* end, void* ctx),
+                                        void* ctx);
 void tpu_allocator_init(tpu_allocator_t* a, size_t capacity);
 tpu_status_t tpu_stream_new(int device, int64_t id, tpu_stream_t** out);
 /* Every stream started so far, of all devices (streams are never destroyed):

@@ -235,6 +235,86 @@ static int temp_event_cmp(const void* a, const void* b) {
   return x->entry - y->entry;
 }
 
+/* Real memory the kept nodes of a flush name, as sorted disjoint
+ * [begin, end) spans, built the first time a flush runs short of memory:
+ * deferred frees outside them can go back to the cache at once. */
+typedef struct {
+  const char *begin, *end;
+} span_t;
+
+typedef struct {
+  tpu_call_t** nodes;
+  int m;
+  span_t* v;
+  int n, cap;
+  bool built, oom;
+} named_t;
+
+static void note_span(void* ctx, tpu_tensor_t* t, bool write) {
+  (void)write;
+  named_t* nm = ctx;
+  if (!t->data || tpu_is_lazy(t->data) || (t->flags & TPU_TENSOR_CPU_SCALAR)) return;
+  int64_t last = 0; /* offset of the last element */
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->sizes[d] == 0) return;
+    last += (t->sizes[d] - 1) * t->strides[d];
+  }
+  if (nm->n == nm->cap) {
+    int cap = nm->cap ? 2 * nm->cap : 64;
+    span_t* v = realloc(nm->v, sizeof(span_t) * (size_t)cap);
+    if (!v) {
+      nm->oom = true;
+      return;
+    }
+    nm->v = v;
+    nm->cap = cap;
+  }
+  const char* b = t->data;
+  nm->v[nm->n++] = (span_t){b, b + (size_t)(last + 1) * tpu_dtype_size(t->dtype)};
+}
+
+static int span_cmp(const void* a, const void* b) {
+  const span_t *x = a, *y = b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+static bool trace_names(const void* begin, const void* end, void* ctx) {
+  named_t* nm = ctx;
+  if (!nm->built) {
+    nm->built = true;
+    for (int i = 0; i < nm->m; i++) tpu_call_visit_tensors(nm->nodes[i], note_span, nm);
+    if (nm->n) qsort(nm->v, (size_t)nm->n, sizeof(span_t), span_cmp);
+    int k = 0; /* merge overlapping spans */
+    for (int i = 0; i < nm->n; i++) {
+      if (k && nm->v[i].begin <= nm->v[k - 1].end) {
+        if (nm->v[i].end > nm->v[k - 1].end) nm->v[k - 1].end = nm->v[i].end;
+      } else {
+        nm->v[k++] = nm->v[i];
+      }
+    }
+    nm->n = k;
+  }
+  if (nm->oom) return true; /* unknown: keep it deferred */
+  int lo = 0, hi = nm->n; /* first span ending after begin */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (nm->v[mid].end <= (const char*)begin) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < nm->n && nm->v[lo].begin < (const char*)end;
+}
+
+/* After an out-of-memory error while backing: puts the deferred frees that
+ * the graph does not name back into the cache. True (and *st cleared) when
+ * that released anything, so the allocation is worth one more try. */
+static bool release_unnamed(tpu_status_t* st, int device, named_t* nm) {
+  if (tpu_status_code(*st) != TPU_CODE_RESOURCE_EXHAUSTED) return false;
+  if (!tpu_device_release_deferred_unnamed(device, trace_names, nm)) return false;
+  tpu_status_free(*st);
+  *st = TPU_OK;
+  return true;
+}
+
 tpu_status_t tpu_trace_flush(int device) {
   trace_t* tr = trace_of(device);
   if (!tr || !atomic_load(&tr->length)) return TPU_OK;
@@ -357,6 +437,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
   }
   if (ev) qsort(ev, (size_t)nev, sizeof *ev, temp_event_cmp);
   const bool dumping = tpu_graph_dumping();
+  named_t named = {nodes, m, NULL, 0, 0, false, false};
   for (int q = 0; q < nev && !st; q++) {
     entry_t* e = &es.e[ev[q].entry];
     if (ev[q].is_free) {
@@ -371,6 +452,8 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     }
     if (e->live) {
       st = tpu_lazy_realize_on(tpu_lazy_slot_base(e->slot), s, &e->real); /* graph's stream */
+      if (st && release_unnamed(&st, device, &named))
+        st = tpu_lazy_realize_on(tpu_lazy_slot_base(e->slot), s, &e->real);
       e->realized = !st;
       continue;
     }
@@ -378,6 +461,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     size_t bytes = tpu_lazy_slot(e->slot)->bytes;
     tpu_lazy_unlock();
     st = tpu_device_malloc_on(s, bytes, &e->real); /* for the graph's stream */
+    if (st && release_unnamed(&st, device, &named)) st = tpu_device_malloc_on(s, bytes, &e->real);
     if (!st) {
       e->temp = true;
       atomic_fetch_add(&g_stats.temps, 1);
@@ -385,6 +469,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     }
   }
   free(ev);
+  free(named.v);
   for (int k = 0; k < es.n; k++)
     if (es.e[k].fused_only || (es.e[k].first < 0 && !es.e[k].live)) {
       tpu_lazy_lock();
