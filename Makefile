@@ -35,6 +35,14 @@ CXXFLAGS_BRIDGE := -std=c++17 -O2 -g -fPIC -Wall -Wno-unused-parameter -pthread 
   -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI) -DTORCH_EXTENSION_NAME=_C -DTORCH_API_INCLUDE_EXTENSION_H \
   -Iruntime/include -Iruntime -isystem $(TORCH_DIR)/include \
   -isystem $(TORCH_DIR)/include/torch/csrc/api/include -isystem $(PY_INC)
+# The pjrt target compiles against the PJRT C API header of the installed xla-cpu-pjrt
+# package (or PJRT_INCLUDE=DIR holding pjrt_c_api.h); without one it is built without
+# the plugin client and says so when selected.
+PJRT_INCLUDE ?= $(shell TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTHON) -c 'import os, xla_plugins.xla_cpu_pjrt as m; d = os.path.join(os.path.dirname(m.__file__), "include"); print(d if os.path.exists(os.path.join(d, "pjrt_c_api.h")) else "")' 2>/dev/null)
+PJRT_CFLAGS := $(if $(PJRT_INCLUDE),-DTPU_HAVE_PJRT -isystem $(PJRT_INCLUDE))
+$(BUILD)/runtime/targets/pjrt/%.o: CFLAGS_BASE += $(PJRT_CFLAGS)
+$(BUILD)/tests/test_pjrt: CFLAGS_BASE += $(PJRT_CFLAGS) \
+  $(if $(PJRT_INCLUDE),-DTPU_PJRT_TEST_PLUGIN='"$(abspath $(PJRT_INCLUDE)/../xla_cpu_pjrt.so)"')
 BR_SRCS := $(wildcard torch_tpu/csrc/*.cpp)
 BR_OBJS := $(BR_SRCS:%.cpp=$(BUILD)/%.o)
 LDFLAGS_BRIDGE := -shared -L$(TORCH_DIR)/lib -Wl,-rpath,$(TORCH_DIR)/lib '-Wl,-rpath,$$ORIGIN/../torch/lib' \

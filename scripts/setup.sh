@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates/refreshes .venv (Python 3.11, torch 2.13.0 CPU, numpy, pytest + pytest-xdist; and, for the
 # tests only, jax/jaxlib 0.10.2, whose MLIR bindings parse the exported StableHLO and
-# whose CPU client runs it: tests/test_stablehlo.py),
+# whose CPU client runs it: tests/test_stablehlo.py; xla-cpu-pjrt 0.0.1, the PJRT C API header
+# and the XLA CPU plugin the pjrt target builds against and its C test runs on),
 # builds the C runtime and the bridge incrementally, and installs torch_tpu
 # in development mode (no build isolation: it would fetch a CUDA torch).
 set -euo pipefail
@@ -12,7 +13,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.torch_tpu_deps
-want="torch==2.13.0 numpy pytest pytest-xdist expecttest jax==0.10.2 jaxlib==0.10.2"
+want="torch==2.13.0 numpy pytest pytest-xdist expecttest jax==0.10.2 jaxlib==0.10.2 xla-cpu-pjrt==0.0.1"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/pip install -q --disable-pip-version-check $want
   echo "$want" > "$stamp"
