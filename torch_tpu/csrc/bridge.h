@@ -44,6 +44,10 @@ void to_desc(const at::Tensor& t, tpu_tensor_t* out);
 // Synchronizes the device's streams (flushing its DeferAndFuse trace first),
 // raising the first asynchronous error.
 void synchronize_device(c10::DeviceIndex d);
+// Queues a copy of `count` raw bytes between two buffers of device d (either
+// may be a placeholder) on d's current stream: device memory is touched only
+// by the runtime.
+void copy_device_bytes(c10::DeviceIndex d, void* dest, const void* src, size_t count);
 
 // DeferAndFuse: runs the device's trace now (without waiting for it) and
 // gives live storages their real memory.
@@ -51,9 +55,6 @@ void materialize_device(c10::DeviceIndex d);
 // After the runtime flushed a trace: swaps placeholders of live storages for
 // their real memory (cheap when nothing was flushed since the last call).
 void swap_placeholders(c10::DeviceIndex d, bool force = false);
-// Host address of a tpu tensor's first element, backing a placeholder if
-// needed (call after synchronizing).
-void* host_data_ptr(const at::Tensor& t);
 // A scope in which the calling thread reads storages' data pointers, which
 // may be placeholders, and hands them to the runtime (building and
 // submitting a call). While any thread is inside one, swap_placeholders on

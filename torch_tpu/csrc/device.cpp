@@ -171,15 +171,6 @@ void materialize_device(c10::DeviceIndex d) {
   check(st);
 }
 
-void* host_data_ptr(const at::Tensor& t) {
-  void* p = const_cast<void*>(t.const_data_ptr());
-  if (!tpu_is_lazy(p)) return p;
-  void* real = nullptr;
-  check(tpu_lazy_realize(p, &real));
-  note_pending(t);
-  return real;
-}
-
 void to_desc(const at::Tensor& t, tpu_tensor_t* out) {
   const int64_t nd = t.dim();
   TORCH_CHECK(nd <= TPU_MAX_DIMS, "tpu supports tensors of at most ", TPU_MAX_DIMS,
@@ -207,6 +198,36 @@ void to_desc(const at::Tensor& t, tpu_tensor_t* out) {
     if (void* real = tpu_lazy_resolve(p)) p = real;
   }
   out->data = p;
+}
+
+void copy_device_bytes(c10::DeviceIndex d, void* dest, const void* src, size_t count) {
+  if (!count) return;
+  const tpu_op_t* op = tpu_op_lookup("copy");
+  TORCH_CHECK(op, "tpu runtime has no copy kernel");
+  tpu_tensor_t dt, st;
+  std::memset(&dt, 0, sizeof dt);
+  dt.dtype = TPU_U8;
+  dt.ndim = 1;
+  dt.sizes[0] = (int64_t)count;
+  dt.strides[0] = 1;
+  dt.device = d;
+  st = dt;
+  dt.data = dest;
+  st.data = const_cast<void*>(src);
+  tpu_arg_t a[2];
+  std::memset(a, 0, sizeof a);
+  a[0].kind = a[1].kind = TPU_ARG_TENSOR;
+  a[0].v.t = &dt;
+  a[1].v.t = &st;
+  tpu_call_t call;
+  std::memset(&call, 0, sizeof call);
+  call.op = op;
+  call.nargs = 2;
+  call.args = a;
+  call.nouts = 1;
+  call.outs = &dt;
+  call.device = d;
+  check(tpu_stream_submit(current_stream(d), &call));
 }
 
 // ---------------------------------------------------------------------------
@@ -240,13 +261,9 @@ class TpuAllocator final : public c10::DeviceAllocator {
   c10::DeleterFnPtr raw_deleter() const override { return &TpuAllocator::deleter; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    // Device-to-device copy of raw bytes, ordered after queued work.
+    // Device-to-device copy of raw bytes, queued after earlier work.
     PlaceholderUse use;
-    synchronize_device(current_device());
-    void *d = nullptr, *s = nullptr;
-    check(tpu_lazy_realize(dest, &d));
-    check(tpu_lazy_realize(src, &s));
-    std::memcpy(d, s, count);
+    copy_device_bytes(current_device(), dest, src, count);
   }
 
   bool initialized() override { return tpu_runtime_is_initialized(); }
@@ -565,18 +582,14 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     return exchangeDevice(d);
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
-    // Reallocate and carry over the old bytes (ordered after queued work).
+    // Reallocate and carry over the old bytes (a copy queued after earlier work).
     PlaceholderUse use;
     auto* impl = storage.unsafeGetStorageImpl();
     const size_t old = impl->nbytes();
     c10::DeviceGuard guard(impl->device());
     c10::DataPtr fresh = g_allocator.allocate_real(newsize);
-    if (old && newsize && impl->data()) {
-      synchronize_device(impl->device().index());
-      void* src = nullptr;
-      check(tpu_lazy_realize(impl->data(), &src));
-      std::memcpy(fresh.get(), src, std::min(old, newsize));
-    }
+    if (old && newsize && impl->data())
+      copy_device_bytes(impl->device().index(), fresh.get(), impl->data(), std::min(old, newsize));
     impl->set_data_ptr_noswap(std::move(fresh));
     impl->set_nbytes(newsize);
   }

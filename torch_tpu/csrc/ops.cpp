@@ -29,7 +29,6 @@
 #include "bridge.h"
 
 extern "C" {
-#include "targets/host/kernels/index.h"
 }
 
 namespace torch_tpu {
@@ -1519,15 +1518,11 @@ void submit_tensor_call(const char* name, std::initializer_list<at::Tensor> args
   check(tpu_stream_submit(current_stream(out.device().index()), &call));
 }
 
-// nonzero's output size depends on the data: wait for the input, count on the
-// host, then queue the kernel that writes the indices.
+// nonzero's output size depends on the data: count on the device, read the
+// count back (a synchronization), then queue the kernel that writes the indices.
 int64_t count_nonzero_host(const at::Tensor& self) {
-  PlaceholderUse use;
-  synchronize_device(self.device().index());
-  tpu_tensor_t d;
-  to_desc(self, &d);
-  if (d.data) d.data = host_data_ptr(self);
-  return tpu_count_nonzero_all(&d);
+  if (self.numel() == 0) return 0;
+  return at::count_nonzero(self).item<int64_t>();
 }
 
 void submit_nonzero(const at::Tensor& self, const at::Tensor& out) {
@@ -1798,10 +1793,20 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // device -> host
   TORCH_CHECK(src_tpu && dst.is_cpu(), "copy_: cannot copy from ", src.device(), " to ",
               dst.device());
-  synchronize_device(src.device().index());
-  at::Tensor view = at::from_blob(host_data_ptr(src), src.sizes(), src.strides(),
-                                  src.options().device(at::kCPU));
-  dst.copy_(view);
+  // A dense copy on the device first when src is not contiguous, then the
+  // runtime copies the bytes out (straight into dst when it has src's layout).
+  const at::Tensor dense = src.is_contiguous() ? src : src.contiguous();
+  const auto sd = src.device().index();
+  synchronize_device(sd);
+  const size_t bytes = (size_t)dense.numel() * dense.element_size();
+  const bool direct = dst.is_contiguous() && dst.scalar_type() == dense.scalar_type() &&
+                      dst.sizes() == dense.sizes();
+  at::Tensor host = direct ? dst : at::empty(dense.sizes(), dense.options().device(at::kCPU));
+  if (bytes) {
+    PlaceholderUse use;
+    check(tpu_stream_copy_d2h(current_stream(sd), host.data_ptr(), dense.const_data_ptr(), bytes));
+  }
+  if (!direct) dst.copy_(host);
   return dst;
 }
 
