@@ -1,4 +1,4 @@
-/* Caching allocator for host-target device memory.
+/* Caching allocator over the target's device memory (buffer_alloc/free).
  *
  * Blocks are rounded up (512 B below 1 MiB, 64 KiB above) and cached by
  * exact rounded size when freed, like CUDA's caching allocator without block
@@ -11,10 +11,10 @@
  */
 #include <inttypes.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
 
 #include "internal.h"
+#include "tpu/target.h"
 
 #define TPU_BLOCK_MAGIC 0x7470754d454d0001ull
 #define TPU_HEADER 128 /* keeps user pointers 64-byte aligned */
@@ -103,6 +103,13 @@ static bool block_ready(tpu_block_header_t* h, const tpu_stream_t* user) {
   return ready;
 }
 
+/* Gives a block's memory back to the target (its fences have passed). */
+static void block_return(tpu_block_header_t* h) {
+  const tpu_target_t* t = tpu_target_get();
+  h->magic = 0;
+  t->iface->buffer_free(t->ctx, h->device, h, h->size + TPU_HEADER);
+}
+
 void tpu_allocator_init(tpu_allocator_t* a, size_t capacity) {
   memset(a, 0, sizeof(*a));
   pthread_mutex_init(&a->mu, NULL);
@@ -153,8 +160,7 @@ static void cache_push(tpu_allocator_t* a, tpu_block_header_t* h) {
       for (int i = 0; i < h->nfences; i++)
         tpu_stream_wait_reached(h->fences[i].stream, h->fences[i].target);
       fences_clear(h);
-      h->magic = 0;
-      free(h);
+      block_return(h);
       return;
     }
     b->size = h->size;
@@ -192,8 +198,7 @@ static void blocks_release(tpu_block_header_t* list) {
     for (int i = 0; i < h->nfences; i++)
       tpu_stream_wait_reached(h->fences[i].stream, h->fences[i].target);
     fences_clear(h);
-    h->magic = 0;
-    free(h);
+    block_return(h);
   }
 }
 
@@ -306,22 +311,18 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
                      "(TORCH_TPU_HBM_BYTES)",
                      device, bytes, alloc, a->capacity - (size_t)alloc, a->capacity);
     }
+    /* a new block from the target: the header in front of the user
+     * pointer lives in device memory (host-addressable targets only) */
     void* mem = NULL;
-    /* Large blocks start on a 2 MiB boundary and ask for transparent huge
-     * pages: streaming kernels then take far fewer TLB misses, and the
-     * hardware prefetchers, which stop at page boundaries, run longer. */
-    bool huge = size >= ((size_t)4 << 20);
-    if (posix_memalign(&mem, huge ? ((size_t)2 << 20) : 64, size + TPU_HEADER) != 0 || !mem) {
+    const tpu_target_t* t = tpu_target_get();
+    tpu_status_t st = t ? t->iface->buffer_alloc(t->ctx, device, size + TPU_HEADER, &mem)
+                        : TPU_ERR(INTERNAL, "device malloc: no target is registered");
+    if (st) {
       a->stats.num_ooms++;
       if (reserved) reservation_add(a, size);
       pthread_mutex_unlock(&a->mu);
-      return TPU_ERR(RESOURCE_EXHAUSTED,
-                     "tpu:%d out of memory: the host could not back %zu bytes of device memory",
-                     device, size);
+      return st;
     }
-#ifdef MADV_HUGEPAGE
-    if (huge) madvise(mem, size + TPU_HEADER, MADV_HUGEPAGE); /* advice only: errors ignored */
-#endif
     h = mem;
     h->fences = h->inline_fences;
     h->fence_cap = TPU_INLINE_FENCES;
