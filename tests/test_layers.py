@@ -83,10 +83,23 @@ def test_checker_finds_upward_includes(tmp_path):
 def test_checker_finds_stale_exceptions(tmp_path):
     """An exception whose include is gone must be dropped from the list."""
     root = str(tmp_path)
-    write(root, "runtime/exec/op_table.c", "/* includes nothing from targets any more */\n")
+    write(root, "torch_tpu/csrc/ops.cpp", "// includes nothing from targets any more\n")
     r = run_checker("--root", root)
     assert r.returncode == 1
-    assert "runtime/exec/op_table.c: no longer includes" in r.stdout, r.stdout
+    assert "torch_tpu/csrc/ops.cpp: no longer includes" in r.stdout, r.stdout
+
+
+def test_exec_reaches_targets_only_through_the_interface(tmp_path):
+    """The op table and the trace once named the host target directly (issue 14 item 1);
+    an include of a target's file from exec is an upward include again."""
+    root = str(tmp_path)
+    write(root, "runtime/targets/host/kernels/ops_all.def", "")
+    write(root, "runtime/exec/op_table.c", '#include "../targets/host/kernels/ops_all.def"\n')
+    r = run_checker("--root", root)
+    assert r.returncode == 1
+    assert r.stdout.splitlines() == [
+        "runtime/exec/op_table.c (exec): includes runtime/targets/host/kernels/ops_all.def "
+        "(targets)"], r.stdout
 
 
 def test_checker_finds_upward_calls(tmp_path):
