@@ -432,3 +432,14 @@ tpu_status_t tpu_stream_copy_d2h(tpu_stream_t* s, void* dst, const void* src, si
   if (!t) return TPU_ERR(INTERNAL, "copy from tpu: no target is registered");
   return t->iface->copy_d2h(t->ctx, tpu_stream_device(s), dst, real, bytes);
 }
+
+tpu_status_t tpu_stream_copy_d2d(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return TPU_OK;
+  TPU_RETURN_IF_ERROR(flush_before(s));
+  void* real_src = NULL;
+  TPU_RETURN_IF_ERROR(tpu_device_realize(dst, s, &dst));
+  TPU_RETURN_IF_ERROR(tpu_device_realize(src, s, &real_src));
+  const tpu_target_t* t = tpu_target_get();
+  if (!t) return TPU_ERR(INTERNAL, "copy between tpu buffers: no target is registered");
+  return t->iface->copy_d2d_async(t->ctx, s, dst, real_src, bytes);
+}

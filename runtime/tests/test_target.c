@@ -161,7 +161,8 @@ static void test_stream_copies(const tpu_target_t* t) {
   /* the device layer's copies go through the same entries */
   for (int i = 0; i < N; i++) src[i] = 3 * i;
   CHECK_OK(tpu_stream_copy_h2d(s, a, src, sizeof src));
-  CHECK_OK(tpu_stream_copy_d2h(s, mid, a, sizeof mid));
+  CHECK_OK(tpu_stream_copy_d2d(s, b, a, sizeof src));
+  CHECK_OK(tpu_stream_copy_d2h(s, mid, b, sizeof mid));
   ok = true;
   for (int i = 0; i < N; i++) ok &= mid[i] == 3 * i;
   CHECK(ok);
