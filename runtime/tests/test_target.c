@@ -50,9 +50,18 @@ static void test_choice(void) {
   CHECK(strcmp(tpu_target_name(), "host") == 0);
   CHECK_OK(tpu_targets_select("host")); /* the same again: a no-op */
 
+  /* an incomplete table is refused, naming the missing entry */
+  static tpu_target_iface_t half_iface;
+  half_iface = *tpu_host_target()->iface;
+  half_iface.name = "half";
+  half_iface.graph_run = NULL;
+  static tpu_target_t half = {&half_iface, NULL};
+  expect_error(tpu_target_set(&half), TPU_CODE_INVALID_ARGUMENT, "'half'", "no graph_run entry");
   /* another target after the choice is refused, naming both */
-  static const tpu_target_iface_t other_iface = {.name = "other"};
-  static const tpu_target_t other = {&other_iface, NULL};
+  static tpu_target_iface_t other_iface;
+  other_iface = *tpu_host_target()->iface;
+  other_iface.name = "other";
+  static tpu_target_t other = {&other_iface, NULL};
   expect_error(tpu_target_set(&other), TPU_CODE_INVALID_ARGUMENT, "'host' is running", "'other'");
   CHECK(tpu_target_get() == tpu_host_target());
 }

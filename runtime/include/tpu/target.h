@@ -147,7 +147,9 @@ typedef struct tpu_target {
 
 /* Registers the process's target. The first call wins; a later call with the
  * same target is a no-op, with another one INVALID_ARGUMENT (the target is
- * chosen once, at start-up). `t` must stay valid for the process. */
+ * chosen once, at start-up). A table without a name or with a required entry
+ * NULL is refused (INVALID_ARGUMENT naming the entry). `t` must stay valid
+ * for the process. */
 tpu_status_t tpu_target_set(const tpu_target_t* t) TPU_MUST_USE;
 /* The registered target, NULL before tpu_target_set. Thread-safe. */
 const tpu_target_t* tpu_target_get(void);
