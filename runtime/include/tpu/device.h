@@ -1,4 +1,5 @@
-/* TorchTPU runtime: devices, device memory, streams and events (host target).
+/* TorchTPU runtime: devices, device memory, streams and events (over the
+ * registered target, tpu/target.h).
  *
  * Each virtual chip owns a capacity of device memory behind a caching
  * allocator, and streams. A stream is an in-order queue run by one worker
