@@ -80,13 +80,41 @@ def test_checker_finds_upward_includes(tmp_path):
     ], r.stdout
 
 
-def test_checker_finds_stale_exceptions(tmp_path):
+def test_checker_finds_stale_exceptions(tmp_path, monkeypatch):
     """An exception whose include is gone must be dropped from the list."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("check_layers", CHECKER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
     root = str(tmp_path)
-    write(root, "runtime/exec/op_table.c", "/* includes nothing from targets any more */\n")
+    write(root, "torch_tpu/csrc/ops.cpp", "// includes nothing from targets any more\n")
+    monkeypatch.setattr(mod, "INCLUDE_EXCEPTIONS",
+                        {("torch_tpu/csrc/ops.cpp", "runtime/targets/host/kernels/index.h")})
+    errors = mod.check_includes(root)
+    assert errors == ["torch_tpu/csrc/ops.cpp: no longer includes "
+                      "runtime/targets/host/kernels/index.h; drop its exception"], errors
+
+
+def test_no_exceptions_are_left():
+    """Issue 14 items 1 and 3 removed the last upward includes and calls."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("check_layers", CHECKER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.INCLUDE_EXCEPTIONS == set() and mod.SYMBOL_EXCEPTIONS == []
+
+
+def test_exec_reaches_targets_only_through_the_interface(tmp_path):
+    """The op table and the trace once named the host target directly (issue 14 item 1);
+    an include of a target's file from exec is an upward include again."""
+    root = str(tmp_path)
+    write(root, "runtime/targets/host/kernels/ops_all.def", "")
+    write(root, "runtime/exec/op_table.c", '#include "../targets/host/kernels/ops_all.def"\n')
     r = run_checker("--root", root)
     assert r.returncode == 1
-    assert "runtime/exec/op_table.c: no longer includes" in r.stdout, r.stdout
+    assert r.stdout.splitlines() == [
+        "runtime/exec/op_table.c (exec): includes runtime/targets/host/kernels/ops_all.def "
+        "(targets)"], r.stdout
 
 
 def test_checker_finds_upward_calls(tmp_path):

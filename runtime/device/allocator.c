@@ -1,4 +1,4 @@
-/* Caching allocator for host-target device memory.
+/* Caching allocator over the target's device memory (buffer_alloc/free).
  *
  * Blocks are rounded up (512 B below 1 MiB, 64 KiB above) and cached by
  * exact rounded size when freed, like CUDA's caching allocator without block
@@ -11,10 +11,10 @@
  */
 #include <inttypes.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
 
 #include "internal.h"
+#include "tpu/target.h"
 
 #define TPU_BLOCK_MAGIC 0x7470754d454d0001ull
 #define TPU_HEADER 128 /* keeps user pointers 64-byte aligned */
@@ -145,7 +145,8 @@ static bool block_register(tpu_block_header_t* h) {
   return true;
 }
 
-/* Unregisters h and gives its memory back to the system. */
+/* Unregisters h and gives its memory back to the target (its fences have
+ * passed). */
 static void block_return(tpu_block_header_t* h) {
   pthread_mutex_lock(&g_blocks.mu);
   size_t i = blocks_upper(h);
@@ -155,7 +156,8 @@ static void block_return(tpu_block_header_t* h) {
   }
   h->magic = 0;
   pthread_mutex_unlock(&g_blocks.mu);
-  free(h);
+  const tpu_target_t* t = tpu_target_get();
+  t->iface->buffer_free(t->ctx, h->device, h, h->size + TPU_HEADER);
 }
 
 void tpu_allocator_init(tpu_allocator_t* a, size_t capacity) {
@@ -359,25 +361,21 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
                      "(TORCH_TPU_HBM_BYTES)",
                      device, bytes, alloc, a->capacity - (size_t)alloc, a->capacity);
     }
+    /* a new block from the target: the header in front of the user
+     * pointer lives in device memory (host-addressable targets only) */
     void* mem = NULL;
-    /* Large blocks start on a 2 MiB boundary and ask for transparent huge
-     * pages: streaming kernels then take far fewer TLB misses, and the
-     * hardware prefetchers, which stop at page boundaries, run longer. */
-    bool huge = size >= ((size_t)4 << 20);
-    if (posix_memalign(&mem, huge ? ((size_t)2 << 20) : 64, size + TPU_HEADER) != 0 || !mem) {
+    const tpu_target_t* t = tpu_target_get();
+    tpu_status_t st = t ? t->iface->buffer_alloc(t->ctx, device, size + TPU_HEADER, &mem)
+                        : TPU_ERR(INTERNAL, "device malloc: no target is registered");
+    if (st) {
       a->stats.num_ooms++;
       if (reserved) reservation_add(a, size);
       pthread_mutex_unlock(&a->mu);
-      return TPU_ERR(RESOURCE_EXHAUSTED,
-                     "tpu:%d out of memory: the host could not back %zu bytes of device memory",
-                     device, size);
+      return st;
     }
-#ifdef MADV_HUGEPAGE
-    if (huge) madvise(mem, size + TPU_HEADER, MADV_HUGEPAGE); /* advice only: errors ignored */
-#endif
     h = mem;
     if (!block_register(h)) {
-      free(mem);
+      t->iface->buffer_free(t->ctx, device, mem, size + TPU_HEADER);
       a->stats.num_ooms++;
       if (reserved) reservation_add(a, size);
       pthread_mutex_unlock(&a->mu);

@@ -1,4 +1,5 @@
-/* Runtime start-up: devices from the environment, eager mode. */
+/* Runtime start-up: devices from the registered target, eager mode from the
+ * environment. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +7,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "tpu/target.h"
 
 #define TPU_MAX_DEVICES 64
 
@@ -53,20 +55,13 @@ bool tpu_runtime_in_bad_fork(void) { return atomic_load_explicit(&g_bad_fork, me
 static void runtime_init_once(void) {
   pthread_once(&g_atfork_once, atfork_register);
   atomic_store(&g_started, 1);
-  int64_t n = tpu_env_int("TORCH_TPU_HOST_DEVICES", 1);
+  const tpu_target_t* target = tpu_target_get();
+  int n = 0;
+  g_init_status = target->iface->device_count(target->ctx, &n);
+  if (g_init_status) return;
   if (n < 1 || n > TPU_MAX_DEVICES) {
-    g_init_status = TPU_ERR(INVALID_ARGUMENT,
-                            "TORCH_TPU_HOST_DEVICES=%lld is out of range [1, %d]",
-                            (long long)n, TPU_MAX_DEVICES);
-    return;
-  }
-  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-  int64_t half_ram = (pages > 0 && psize > 0) ? (int64_t)pages * psize / 2 : ((int64_t)16 << 30);
-  int64_t dflt = half_ram < ((int64_t)16 << 30) ? half_ram : ((int64_t)16 << 30);
-  int64_t cap = tpu_env_int("TORCH_TPU_HBM_BYTES", dflt);
-  if (cap <= 0) {
-    g_init_status = TPU_ERR(INVALID_ARGUMENT, "TORCH_TPU_HBM_BYTES=%lld must be positive",
-                            (long long)cap);
+    g_init_status = TPU_ERR(INVALID_ARGUMENT, "target %s has %d devices, outside [1, %d]",
+                            target->iface->name, n, TPU_MAX_DEVICES);
     return;
   }
   g_devices = calloc((size_t)n, sizeof(tpu_device_state_t));
@@ -75,8 +70,11 @@ static void runtime_init_once(void) {
     return;
   }
   for (int i = 0; i < n; i++) {
+    tpu_target_device_props_t props;
+    g_init_status = target->iface->device_props(target->ctx, i, &props);
+    if (g_init_status) return;
     g_devices[i].index = i;
-    tpu_allocator_init(&g_devices[i].alloc, (size_t)cap);
+    tpu_allocator_init(&g_devices[i].alloc, (size_t)props.memory_bytes);
     pthread_mutex_init(&g_devices[i].streams_mu, NULL);
   }
   g_ndevices = (int)n;
@@ -105,6 +103,9 @@ static void runtime_init_once(void) {
 
 tpu_status_t tpu_runtime_init(void) {
   if (tpu_runtime_in_bad_fork()) return TPU_ERR(INTERNAL, TPU_BAD_FORK_MESSAGE);
+  if (!tpu_target_get()) /* not latched: the program may still choose one */
+    return TPU_ERR(INTERNAL, "TorchTPU runtime cannot start: no target is registered (the program "
+                   "chooses one first: tpu_targets_select_from_env, TORCH_TPU_TARGET)");
   pthread_once(&g_atfork_once, atfork_register);
   pthread_once(&g_once, runtime_init_once);
   if (g_init_status)

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "tpu/target.h"
 
 struct tpu_stream {
   int device;
@@ -411,29 +412,14 @@ double tpu_event_elapsed_seconds(tpu_event_t* a, tpu_event_t* b) {
   return b->time - a->time;
 }
 
-/* ---- host copies ---- */
-typedef struct {
-  void* dst;
-  size_t bytes;
-  unsigned char data[];
-} h2d_t;
-
-static tpu_status_t h2d_fn(void* ctx) {
-  h2d_t* c = ctx;
-  memcpy(c->dst, c->data, c->bytes);
-  return TPU_OK;
-}
-
+/* ---- host copies, through the target ---- */
 tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return TPU_OK;
   TPU_RETURN_IF_ERROR(flush_before(s));
   TPU_RETURN_IF_ERROR(tpu_device_realize(dst, s, &dst));
-  h2d_t* c = malloc(sizeof(h2d_t) + bytes);
-  if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "copy to tpu: cannot stage %zu bytes", bytes);
-  c->dst = dst;
-  c->bytes = bytes;
-  memcpy(c->data, src, bytes);
-  return tpu_stream_enqueue(s, "copy_h2d", h2d_fn, c, free);
+  const tpu_target_t* t = tpu_target_get();
+  if (!t) return TPU_ERR(INTERNAL, "copy to tpu: no target is registered");
+  return t->iface->copy_h2d_async(t->ctx, s, dst, src, bytes);
 }
 
 tpu_status_t tpu_stream_copy_d2h(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
@@ -441,7 +427,19 @@ tpu_status_t tpu_stream_copy_d2h(tpu_stream_t* s, void* dst, const void* src, si
   TPU_RETURN_IF_ERROR(tpu_stream_synchronize(s));
   void* real = NULL;
   TPU_RETURN_IF_ERROR(tpu_device_realize(src, NULL, &real));
-  src = real;
-  if (bytes) memcpy(dst, src, bytes);
-  return TPU_OK;
+  if (!bytes) return TPU_OK;
+  const tpu_target_t* t = tpu_target_get();
+  if (!t) return TPU_ERR(INTERNAL, "copy from tpu: no target is registered");
+  return t->iface->copy_d2h(t->ctx, tpu_stream_device(s), dst, real, bytes);
+}
+
+tpu_status_t tpu_stream_copy_d2d(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return TPU_OK;
+  TPU_RETURN_IF_ERROR(flush_before(s));
+  void* real_src = NULL;
+  TPU_RETURN_IF_ERROR(tpu_device_realize(dst, s, &dst));
+  TPU_RETURN_IF_ERROR(tpu_device_realize(src, s, &real_src));
+  const tpu_target_t* t = tpu_target_get();
+  if (!t) return TPU_ERR(INTERNAL, "copy between tpu buffers: no target is registered");
+  return t->iface->copy_d2d_async(t->ctx, s, dst, real_src, bytes);
 }

@@ -12,6 +12,39 @@
 #include "device/internal.h"
 #include "exec/graph.h"
 
+/* ---- the target's executable ---- */
+/* No target, or a graph nobody prepared: the nodes run one by one. */
+tpu_status_t tpu_graph_prepare(tpu_graph_t* g) {
+  g->exe = NULL;
+  const tpu_target_t* t = tpu_target_get();
+  if (!t) return TPU_ERR(INTERNAL, "graph: no target is registered (tpu_target_set)");
+  return t->iface->graph_prepare(t->ctx, g, &g->exe);
+}
+
+void tpu_graph_release_exe(tpu_graph_t* g) {
+  const tpu_target_t* t = tpu_target_get();
+  if (g->exe && t) t->iface->graph_release(t->ctx, g->exe);
+  g->exe = NULL;
+}
+
+bool tpu_graph_is_internal(const tpu_graph_t* g, const void* base) {
+  const tpu_target_t* t = tpu_target_get();
+  return t && t->iface->graph_buffer_is_internal &&
+         t->iface->graph_buffer_is_internal(t->ctx, g->exe, base);
+}
+
+int tpu_graph_run_position(const tpu_graph_t* g, int node) {
+  const tpu_target_t* t = tpu_target_get();
+  return t && t->iface->graph_run_position ? t->iface->graph_run_position(t->ctx, g->exe, node)
+                                           : node;
+}
+
+void tpu_graph_info(const tpu_graph_t* g, tpu_target_graph_info_t* out) {
+  memset(out, 0, sizeof *out);
+  const tpu_target_t* t = tpu_target_get();
+  if (t && t->iface->graph_info) t->iface->graph_info(t->ctx, g->exe, out);
+}
+
 /* ---- execution ---- */
 typedef struct {
   tpu_graph_t g;
@@ -22,14 +55,15 @@ static void graph_free(void* ctx) {
   for (int i = 0; i < w->g.n; i++) free(w->g.nodes[i]);
   free(w->g.nodes);
   free(w->g.visible);
-  tpu_fusion_plan_free(w->g.plan);
+  tpu_graph_release_exe(&w->g);
   free(w);
 }
 
 static tpu_status_t graph_run(void* ctx) {
   graph_work_t* w = ctx;
   const char* failed = NULL;
-  tpu_status_t st = tpu_fusion_plan_run(&w->g, &failed);
+  const tpu_target_t* t = tpu_target_get();
+  tpu_status_t st = t->iface->graph_run(t->ctx, w->g.exe, &w->g, &failed);
   if (st) {
     char prefix[160];
     snprintf(prefix, sizeof prefix, "aten::%s (in a DeferAndFuse graph)", failed ? failed : "?");
@@ -60,12 +94,12 @@ tpu_status_t tpu_graph_enqueue(tpu_graph_t* g, tpu_stream_t* s) {
     for (int i = 0; i < g->n; i++) free(g->nodes[i]);
     free(g->nodes);
     free(g->visible);
-    tpu_fusion_plan_free(g->plan);
+    tpu_graph_release_exe(g);
     return TPU_ERR(RESOURCE_EXHAUSTED, "out of host memory queueing a graph");
   }
   w->g = *g;
   g->nodes = NULL;
-  g->plan = NULL;
+  g->exe = NULL;
   g->visible = NULL;
   return tpu_stream_enqueue_raw(s, "graph", graph_run, w, graph_free);
 }

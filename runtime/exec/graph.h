@@ -1,40 +1,33 @@
-/* A flushed trace as a graph: its kept nodes in program order, the fusion
- * plan of the host target, execution on a stream, the StableHLO printer,
- * and the repeated-sequence detector. */
+/* A flushed trace as a graph: its kept nodes in program order, the target's
+ * executable for it (tpu/target.h: graph_prepare), execution on a stream,
+ * the StableHLO printer, and the repeated-sequence detector. */
 #ifndef TPU_EXEC_GRAPH_H_
 #define TPU_EXEC_GRAPH_H_
 
 #include "exec/internal.h"
-
-typedef struct tpu_fusion_plan tpu_fusion_plan_t;
+#include "tpu/target.h"
 
 typedef struct tpu_graph {
   tpu_call_t** nodes; /* owned; pointers still placeholders until patched */
   int n;
   int device;
-  tpu_fusion_plan_t* plan; /* NULL: every node runs its library kernel */
+  void* exe; /* the target's object from graph_prepare (owned); NULL: none */
   uint32_t* visible; /* per node, bit o: output o outlives the graph (live
                         buffer or memory from before it); NULL: all (owned) */
 } tpu_graph_t;
 
-/* Chooses fused groups (targets/host/fuse.c); may leave g->plan NULL. */
-tpu_status_t tpu_graph_plan(tpu_graph_t* g) TPU_MUST_USE;
-/* True when the buffer starting at `base` is only an intermediate inside
- * fused kernels (it needs no memory). */
+/* Asks the target to prepare g (fills g->exe; nothing runs). */
+tpu_status_t tpu_graph_prepare(tpu_graph_t* g) TPU_MUST_USE;
+/* Releases g->exe (through the target) and sets it NULL. */
+void tpu_graph_release_exe(tpu_graph_t* g);
+/* The prepared graph's facts (tpu_target_iface_t's optional entries, with
+ * their meanings when the target leaves them NULL). */
 bool tpu_graph_is_internal(const tpu_graph_t* g, const void* base);
-int64_t tpu_graph_fused_nodes(const tpu_graph_t* g);
-/* Fused groups built around a row reduction (softmax, layer norm). */
-int64_t tpu_graph_reduction_groups(const tpu_graph_t* g);
-/* Fused groups of a matmul (mm/addmm) with an elementwise epilogue. */
-int64_t tpu_graph_epilogue_groups(const tpu_graph_t* g);
-/* The node at which node's work runs: its fused group's trigger, else
- * the node itself (row groups run at their last node). */
 int tpu_graph_run_position(const tpu_graph_t* g, int node);
-/* Queues the graph on s as one unit of work; takes the nodes and plan. */
+void tpu_graph_info(const tpu_graph_t* g, tpu_target_graph_info_t* out_info);
+/* Queues the graph on s as one unit of work that the target runs; takes the
+ * nodes and the executable, also when it fails. */
 tpu_status_t tpu_graph_enqueue(tpu_graph_t* g, tpu_stream_t* s) TPU_MUST_USE;
-void tpu_fusion_plan_free(tpu_fusion_plan_t* p);
-/* Runs the plan's fused kernels and library nodes in order. */
-tpu_status_t tpu_fusion_plan_run(const tpu_graph_t* g, const char** failed_op);
 
 /* Printer (stablehlo.c): the graph as a StableHLO module; parameters are the
  * memory it reads that no node wrote, results the values it leaves in

@@ -1,5 +1,5 @@
 /* Execution layer internals shared by call.c, lazy.c, trace.c, graph.c and
- * the host target's graph executor. */
+ * the targets' graph entries (exec/graph.h). */
 #ifndef TPU_EXEC_INTERNAL_H_
 #define TPU_EXEC_INTERNAL_H_
 

@@ -1,39 +1,72 @@
-/* The op table: ATen overload name -> host kernel, from the *.def inventories. */
+/* The op table: ATen overload name -> kernel, built once from the
+ * registered target's kernel inventory (tpu/target.h: ops). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../targets/host/kernels/kernels.h"
+#include "tpu/target.h"
 
-static tpu_op_t g_ops[] = {
-#define TPU_OP(name, fn, flags) {name, fn, flags},
-#include "../targets/host/kernels/ops_all.def"
-#undef TPU_OP
-};
-static const int g_nops = (int)(sizeof(g_ops) / sizeof(g_ops[0]));
-static pthread_once_t g_sorted = PTHREAD_ONCE_INIT;
+/* Sorted copy of the target's inventory; the calls' op pointers point into
+ * it, so a call's profile entry is its offset. Published once (g_table,
+ * release) after g_nops and the profile counters are set. */
+static tpu_op_t* _Atomic g_table;
+static int g_nops;
+static pthread_mutex_t g_table_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int64_t* g_prof_calls;
+static _Atomic int64_t* g_prof_ns;
 
 static int cmp_op(const void* a, const void* b) {
   return strcmp(((const tpu_op_t*)a)->name, ((const tpu_op_t*)b)->name);
 }
 
-static void sort_ops(void) { qsort(g_ops, (size_t)g_nops, sizeof(tpu_op_t), cmp_op); }
+/* The table, built at the first use after a target is registered; NULL
+ * before (no ops) or when the host runs out of memory building it. */
+static const tpu_op_t* table_slow(void) {
+  pthread_mutex_lock(&g_table_mu);
+  tpu_op_t* t = atomic_load(&g_table);
+  const tpu_target_t* target = tpu_target_get();
+  if (!t && target) {
+    int n = 0;
+    const tpu_op_t* inv = target->iface->ops(target->ctx, &n);
+    if (n < 0) n = 0;
+    t = malloc(sizeof(tpu_op_t) * (size_t)(n + 1));
+    g_prof_calls = calloc((size_t)n + TPU_PROFILE_FUSED_KINDS, sizeof(int64_t));
+    g_prof_ns = calloc((size_t)n + TPU_PROFILE_FUSED_KINDS, sizeof(int64_t));
+    if (t && g_prof_calls && g_prof_ns) {
+      if (n) memcpy(t, inv, sizeof(tpu_op_t) * (size_t)n);
+      qsort(t, (size_t)n, sizeof(tpu_op_t), cmp_op);
+      g_nops = n;
+      atomic_store_explicit(&g_table, t, memory_order_release);
+    } else {
+      free(t);
+      free((void*)g_prof_calls);
+      free((void*)g_prof_ns);
+      g_prof_calls = g_prof_ns = NULL;
+      t = NULL;
+    }
+  }
+  pthread_mutex_unlock(&g_table_mu);
+  return t;
+}
+
+static inline const tpu_op_t* table(void) {
+  const tpu_op_t* t = atomic_load_explicit(&g_table, memory_order_acquire);
+  return t ? t : table_slow();
+}
 
 const tpu_op_t* tpu_op_lookup(const char* name) {
-  pthread_once(&g_sorted, sort_ops);
+  const tpu_op_t* t = table();
+  if (!t) return NULL;
   tpu_op_t key = {name, NULL, 0};
-  return bsearch(&key, g_ops, (size_t)g_nops, sizeof(tpu_op_t), cmp_op);
+  return bsearch(&key, t, (size_t)g_nops, sizeof(tpu_op_t), cmp_op);
 }
 
-int tpu_op_count(void) {
-  pthread_once(&g_sorted, sort_ops);
-  return g_nops;
-}
+int tpu_op_count(void) { return table() ? g_nops : 0; }
 
 const char* tpu_op_name(int i) {
-  pthread_once(&g_sorted, sort_ops);
-  return (i >= 0 && i < g_nops) ? g_ops[i].name : NULL;
+  const tpu_op_t* t = table();
+  return (t && i >= 0 && i < g_nops) ? t[i].name : NULL;
 }
 
 /* The precision of the call running on this thread, for matmul-class code
@@ -44,15 +77,17 @@ tpu_precision_t tpu_kernel_precision(void) { return t_precision; }
 
 /* ---- kernel profile ---- */
 static _Atomic bool g_prof_on;
-static _Atomic int64_t g_prof_calls[sizeof(g_ops) / sizeof(g_ops[0]) + TPU_PROFILE_FUSED_KINDS];
-static _Atomic int64_t g_prof_ns[sizeof(g_ops) / sizeof(g_ops[0]) + TPU_PROFILE_FUSED_KINDS];
 static const char* const g_fused_names[TPU_PROFILE_FUSED_KINDS] = {
     "fused.elementwise", "fused.rows", "fused.matmul_epilogue"};
 static _Thread_local int t_prof_depth; /* counted runs open on this thread */
 
-void tpu_profile_enable(bool on) { atomic_store(&g_prof_on, on); }
+void tpu_profile_enable(bool on) {
+  table(); /* the counters exist from here */
+  atomic_store(&g_prof_on, on);
+}
 
 void tpu_profile_reset(void) {
+  if (!table()) return;
   for (int i = 0; i < g_nops + TPU_PROFILE_FUSED_KINDS; i++) {
     atomic_store_explicit(&g_prof_calls[i], 0, memory_order_relaxed);
     atomic_store_explicit(&g_prof_ns[i], 0, memory_order_relaxed);
@@ -60,7 +95,7 @@ void tpu_profile_reset(void) {
 }
 
 bool tpu_profile_entry(int i, const char** out_name, int64_t* out_calls, int64_t* out_ns) {
-  if (i < 0 || i >= g_nops + TPU_PROFILE_FUSED_KINDS) return false;
+  if (!table() || i < 0 || i >= g_nops + TPU_PROFILE_FUSED_KINDS) return false;
   *out_name = i < g_nops ? tpu_op_name(i) : g_fused_names[i - g_nops];
   *out_calls = atomic_load_explicit(&g_prof_calls[i], memory_order_relaxed);
   *out_ns = atomic_load_explicit(&g_prof_ns[i], memory_order_relaxed);
@@ -74,10 +109,17 @@ int64_t tpu_profile_begin(void) {
 
 void tpu_profile_end(int entry, int64_t stamp) {
   t_prof_depth--;
-  if (!stamp || entry < 0 || entry >= g_nops + TPU_PROFILE_FUSED_KINDS) return;
+  if (!stamp || !g_prof_calls || entry < 0 || entry >= g_nops + TPU_PROFILE_FUSED_KINDS) return;
   int64_t ns = tpu_now_ns() - stamp;
   atomic_fetch_add_explicit(&g_prof_calls[entry], 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&g_prof_ns[entry], ns, memory_order_relaxed);
+}
+
+/* A call's profile entry: the op's index in the sorted table (ops built
+ * elsewhere, if any, are not counted). */
+static int profile_entry_of(const tpu_op_t* op) {
+  const tpu_op_t* t = atomic_load_explicit(&g_table, memory_order_relaxed);
+  return t && op >= t && op < t + g_nops ? (int)(op - t) : -1;
 }
 
 tpu_status_t tpu_call_run(const tpu_call_t* call) {
@@ -85,10 +127,8 @@ tpu_status_t tpu_call_run(const tpu_call_t* call) {
   t_precision = call->precision;
   int64_t stamp = tpu_profile_begin();
   tpu_status_t st = call->op->fn(call);
-  /* entries follow the sorted table: the op's index (ops built elsewhere, if
-   * any, are not counted) */
-  tpu_profile_end(call->op >= g_ops && call->op < g_ops + g_nops ? (int)(call->op - g_ops) : -1,
-                  stamp);
+  if (stamp) tpu_profile_end(profile_entry_of(call->op), stamp);
+  else t_prof_depth--;
   t_precision = saved;
   return st;
 }

@@ -6,8 +6,9 @@
  *      it dropped (DEAD);
  *   2. dead-code removal, last node first: a node is kept when it writes real
  *      memory, a live placeholder, or a placeholder a kept node reads later;
- *   3. fusion planning (targets/host/fuse.c): chains of elementwise nodes
- *      become one kernel, their dead intermediates never get memory;
+ *   3. preparation by the target (tpu/target.h: graph_prepare; the host
+ *      target's fusion planner makes chains of elementwise nodes one kernel),
+ *      buffers only the target's kernels touch never get memory;
  *   4. backing in node order: live placeholders get device memory at their
  *      first use (turning their reservation into memory); dead ones a kept
  *      node still needs get graph-scoped temporaries, allocated and freed in
@@ -403,9 +404,10 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     w.node = i;
     tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
   }
-  /* 3. fusion plan: entries only fused kernels touch need no memory */
+  /* 3. the target prepares the graph: entries only its kernels touch need
+   * no memory */
   g.n = m;
-  st = tpu_graph_plan(&g);
+  st = tpu_graph_prepare(&g);
   if (st) goto failed;
   /* a fused group runs its members' work at its trigger node: their
    * buffers must be held from there to their last use */
@@ -497,9 +499,11 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
   w.phase = 4;
   for (int i = 0; i < m; i++) tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
   /* 5. queue */
-  atomic_fetch_add(&g_stats.fused, tpu_graph_fused_nodes(&g));
-  atomic_fetch_add(&g_stats.reduction_groups, tpu_graph_reduction_groups(&g));
-  atomic_fetch_add(&g_stats.epilogue_groups, tpu_graph_epilogue_groups(&g));
+  tpu_target_graph_info_t info;
+  tpu_graph_info(&g, &info);
+  atomic_fetch_add(&g_stats.fused, info.fused_nodes);
+  atomic_fetch_add(&g_stats.reduction_groups, info.reduction_groups);
+  atomic_fetch_add(&g_stats.epilogue_groups, info.epilogue_groups);
   st = tpu_graph_enqueue(&g, s); /* takes the nodes, also when it fails */
   atomic_store(&tr->length, 0);
   for (int k = 0; k < es.n; k++) tpu_lazy_release_dead(es.e[k].slot);
@@ -510,7 +514,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
   atomic_fetch_add(&tr->epoch, 1);
   return st;
 failed:
-  tpu_fusion_plan_free(g.plan);
+  tpu_graph_release_exe(&g);
   restore_trace(tr, nodes, m, cap, &es);
   free(es.e);
   free(es.index);

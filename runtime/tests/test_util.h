@@ -8,8 +8,22 @@
 
 #include "targets/host/kernels/kernels.h"
 #include "tpu/device.h"
+#include "tpu/targets.h"
 
 static int g_failures;
+
+/* Every test runs on the host target, chosen before main (as the bridge
+ * chooses when its library loads). A test of the choice itself
+ * (test_target.c) defines TT_NO_TARGET and makes it. */
+#ifndef TT_NO_TARGET
+__attribute__((constructor)) static void tt_choose_host_target(void) {
+  tpu_status_t st = tpu_targets_select("host");
+  if (st) {
+    fprintf(stderr, "test start-up: %s\n", tpu_status_message(st));
+    exit(1);
+  }
+}
+#endif
 #define CHECK(cond)                                                         \
   do {                                                                      \
     if (!(cond)) {                                                          \

@@ -12,6 +12,8 @@ extern "C" {
 #include "tpu/op.h"
 #include "tpu/trace.h"
 #include "tpu/cache.h"
+#include "tpu/target.h"
+#include "tpu/targets.h"
 }
 
 namespace torch_tpu {
@@ -27,6 +29,9 @@ inline void check(tpu_status_t st) {
   if (st) throw_status(st);
 }
 
+// The target chosen when the library loaded (TORCH_TPU_TARGET, target.cpp);
+// raises naming the value and the known targets when there is none.
+void ensure_target();
 // Runtime start-up (idempotent); raises if the environment is invalid.
 void ensure_runtime();
 

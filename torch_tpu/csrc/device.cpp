@@ -39,6 +39,7 @@ void throw_status(tpu_status_t st) {
 }
 
 void ensure_runtime() {
+  ensure_target();
   // A child forked after the runtime started: refuse, as CUDA does. Checked
   // on every call, since the child inherits the parent's "started" state.
   if (tpu_runtime_in_bad_fork()) check(tpu_runtime_init());

@@ -39,6 +39,8 @@ py::dict memory_stats(int device) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "TorchTPU native bridge";
+  ensure_target();  // an unknown TORCH_TPU_TARGET fails the import, naming it
+  m.def("target", [] { return std::string(tpu_target_name()); });
   m.def("_init", &ensure_runtime);
   m.def("is_initialized",
         [] { return tpu_runtime_is_initialized() && !tpu_runtime_in_bad_fork(); });
@@ -124,11 +126,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reload_cache_config", [] { tpu_cache_reload_config(); });
   m.def("wait_compiles", [] {
     py::gil_scoped_release no_gil;
-    tpu_fusion_wait_compiles();
+    tpu_target_wait_compiles();
   });
   m.def("pop_warnings", [] {
     py::list out;
-    for (const char* w; (w = tpu_fusion_pop_warning());) out.append(py::str(w));
+    for (const char* w; (w = tpu_target_pop_warning());) out.append(py::str(w));
     for (const char* w; (w = tpu_cache_pop_warning());) out.append(py::str(w));
     return out;
   });

@@ -1,4 +1,5 @@
-/* TorchTPU runtime: devices, device memory, streams and events (host target).
+/* TorchTPU runtime: devices, device memory, streams and events (over the
+ * registered target, tpu/target.h).
  *
  * Each virtual chip owns a capacity of device memory behind a caching
  * allocator, and streams. A stream is an in-order queue run by one worker
@@ -126,13 +127,18 @@ void tpu_event_synchronize(tpu_event_t* e);
 /* Seconds between two completed events' completion times. */
 double tpu_event_elapsed_seconds(tpu_event_t* start, tpu_event_t* end);
 
-/* ---- host copies ---- */
+/* ---- copies (through the target) ---- */
 /* Enqueues a copy of `bytes` from host memory into device memory. The source
  * is snapshotted now (the caller may reuse it on return). */
 tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src,
                                  size_t bytes) TPU_MUST_USE;
 /* Waits for s, then copies device memory to host memory. */
 tpu_status_t tpu_stream_copy_d2h(tpu_stream_t* s, void* dst, const void* src,
+                                 size_t bytes) TPU_MUST_USE;
+/* Enqueues a copy of `bytes` of device memory (src, of any device) into
+ * device memory (dst) on s, through the target (tpu/target.h). The caller
+ * orders src's writers before s (an event, or a synchronized source device). */
+tpu_status_t tpu_stream_copy_d2d(tpu_stream_t* s, void* dst, const void* src,
                                  size_t bytes) TPU_MUST_USE;
 
 #ifdef __cplusplus

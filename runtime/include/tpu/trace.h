@@ -88,10 +88,6 @@ void tpu_trace_reset_stats(void);
  * TORCH_TPU_DUMP_GRAPHS=<dir> sets it at start-up. */
 tpu_status_t tpu_trace_set_dump_dir(const char* dir) TPU_MUST_USE;
 
-/* Host fusion: waits until background compilations finish (tests and
- * benchmarks); the next one-time warning about fusion, or NULL. */
-void tpu_fusion_wait_compiles(void);
-const char* tpu_fusion_pop_warning(void);
 
 #ifdef __cplusplus
 }

@@ -52,6 +52,7 @@
 #include "base/subprocess.h"
 #include "device/internal.h"
 #include "exec/graph.h"
+#include "targets/host/fuse.h"
 #include "targets/host/fuse_headers.h"
 #include "targets/host/kernels/vecmath.h"
 #include "tpu/cache.h"
@@ -1586,9 +1587,9 @@ static int group_trigger_cmp(const void* a, const void* b) {
   return x->trigger < y->trigger ? -1 : x->trigger > y->trigger;
 }
 
-tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
+tpu_status_t tpu_fusion_plan(tpu_graph_t* gr, tpu_fusion_plan_t** out_plan) {
   pthread_once(&g_cfg_once, read_config);
-  gr->plan = NULL;
+  *out_plan = NULL;
   if (!g_enabled || gr->n < 2) return TPU_OK;
   tpu_fusion_plan_t* p = NULL;
   int* idx = malloc(sizeof(int) * (size_t)gr->n);
@@ -1648,12 +1649,11 @@ tpu_status_t tpu_graph_plan(tpu_graph_t* gr) {
         }
     }
   }
-  gr->plan = p;
+  *out_plan = p;
   return TPU_OK;
 }
 
-bool tpu_graph_is_internal(const tpu_graph_t* gr, const void* base) {
-  const tpu_fusion_plan_t* p = gr->plan;
+bool tpu_fusion_plan_is_internal(const tpu_fusion_plan_t* p, const void* base) {
   if (!p) return false;
   for (int k = 0; k < p->ngroups; k++)
     for (int b = 0; b < p->groups[k].nbufs; b++)
@@ -1661,18 +1661,14 @@ bool tpu_graph_is_internal(const tpu_graph_t* gr, const void* base) {
   return false;
 }
 
-int64_t tpu_graph_fused_nodes(const tpu_graph_t* g) { return g->plan ? g->plan->fused_nodes : 0; }
-
-int64_t tpu_graph_reduction_groups(const tpu_graph_t* g) {
-  return g->plan ? g->plan->reduction_groups : 0;
+void tpu_fusion_plan_info(const tpu_fusion_plan_t* p, tpu_target_graph_info_t* out) {
+  out->fused_nodes = p ? p->fused_nodes : 0;
+  out->reduction_groups = p ? p->reduction_groups : 0;
+  out->epilogue_groups = p ? p->epilogue_groups : 0;
 }
 
-int64_t tpu_graph_epilogue_groups(const tpu_graph_t* g) {
-  return g->plan ? g->plan->epilogue_groups : 0;
-}
-
-int tpu_graph_run_position(const tpu_graph_t* g, int node) {
-  return g->plan && g->plan->runpos ? g->plan->runpos[node] : node;
+int tpu_fusion_plan_run_position(const tpu_fusion_plan_t* p, int node) {
+  return p && p->runpos ? p->runpos[node] : node;
 }
 
 void tpu_fusion_plan_free(tpu_fusion_plan_t* p) {
@@ -1856,9 +1852,9 @@ static tpu_status_t run_flat_group(const group_t* g) {
   return TPU_OK;
 }
 
-tpu_status_t tpu_fusion_plan_run(const tpu_graph_t* gr, const char** failed_op) {
+tpu_status_t tpu_fusion_plan_run(const tpu_fusion_plan_t* p, const tpu_graph_t* gr,
+                                 const char** failed_op) {
   tpu_status_t first = TPU_OK;
-  const tpu_fusion_plan_t* p = gr->plan;
   int next = 0; /* next group */
   for (int i = 0; i < gr->n; i++) {
     const char* op = gr->nodes[i]->op->name;

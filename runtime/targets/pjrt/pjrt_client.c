@@ -107,8 +107,8 @@ static void quiet_begin(quiet_t* q) {
   q->saved = q->tmp = -1;
   if (tpu_env_bool("TORCH_TPU_PJRT_VERBOSE", false)) return;
   char path[512];
-  const char* dir = getenv("TMPDIR");
-  snprintf(path, sizeof path, "%s/torch_tpu_pjrt_log_XXXXXX", dir && *dir ? dir : "/tmp");
+  const char* dir = tpu_env_str("TMPDIR");
+  snprintf(path, sizeof path, "%s/torch_tpu_pjrt_log_XXXXXX", dir ? dir : "/tmp");
   int fd = mkstemp(path);
   if (fd < 0) return;
   unlink(path);

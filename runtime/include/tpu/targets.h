@@ -1,0 +1,37 @@
+/* TorchTPU runtime: the targets that this build contains, and the choice of
+ * one at start-up (targets layer; see tpu/target.h for the interface).
+ *
+ * The program above the runtime (the PyTorch bridge when its library loads,
+ * a C test at its start) calls tpu_targets_select_from_env() once before it
+ * uses the runtime: the target named by TORCH_TPU_TARGET (unset or empty:
+ * "host") is registered with tpu_target_set.
+ */
+#ifndef TPU_TARGETS_H_
+#define TPU_TARGETS_H_
+
+#include "tpu/target.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The target called `name`, NULL when this build has none by that name. */
+const tpu_target_t* tpu_targets_find(const char* name);
+/* The names of the targets this build has, comma-separated ("host"). */
+const char* tpu_targets_known(void);
+/* Registers the target called `name`. INVALID_ARGUMENT naming `name` and the
+ * known targets when there is none; INVALID_ARGUMENT when another target was
+ * registered before (the choice is made once). */
+tpu_status_t tpu_targets_select(const char* name) TPU_MUST_USE;
+/* tpu_targets_select(TORCH_TPU_TARGET, default "host"); the error names the
+ * variable. */
+tpu_status_t tpu_targets_select_from_env(void) TPU_MUST_USE;
+
+/* The host target: the runtime's own CPU kernels and fusion compiler over
+ * host memory (runtime/targets/host/). */
+const tpu_target_t* tpu_host_target(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_TARGETS_H_ */
