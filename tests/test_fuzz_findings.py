@@ -253,3 +253,54 @@ def test_bad_index_error_type(mode, case):
         torch.tpu.synchronize()
         del out
     assert torch.ones(2, device="tpu").sum().item() == 2.0
+
+
+# ---- issue 13 (session 8): a 0-d operand of a wider dtype is cast to the common dtype ----
+
+def _exact(fn):
+    expected = _run(fn, "cpu")
+    actual = _run(fn, "tpu")
+    torch.tpu.synchronize()
+    assert_same(actual, expected, atol=0, rtol=0)
+
+
+SCALAR_OPS = {
+    "remainder": torch.remainder, "fmod": torch.fmod, "sub": torch.sub, "add": torch.add,
+    "rsub": torch.rsub, "atan2": torch.atan2, "hypot": torch.hypot,
+    "pow": lambda a, b: torch.pow(a.abs(), b), "maximum": torch.maximum, "lt": torch.lt,
+    "eq": torch.eq, "where": lambda a, b: torch.where(a > 0, a, b),
+    # CPU's mul/div kernels read a one-element divisor's own value (not rounded) for bf16/f16
+    "mul": torch.mul, "div": torch.div, "floor_divide": torch.floor_divide,
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "add_": lambda a, b: a.clone().add_(b), "mul_": lambda a, b: a.clone().mul_(b),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SCALAR_OPS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("other", ["f64_0d", "f32_0d", "python"])
+def test_wider_scalar_operand_rounded(mode, op, dtype, other):
+    # seed 32270: f16 tensor % 0-d float64 tensor; CPU rounds the divisor to f16 first
+    x = (torch.randn(70, generator=torch.Generator().manual_seed(1)) * 40).to(dtype)
+    s = {"f64_0d": torch.tensor(-0.026367, dtype=torch.float64),
+         "f32_0d": torch.tensor(1.2345678, dtype=torch.float32), "python": 1.2345678901}[other]
+    if other == "python" and op in ("maximum", "atan2", "hypot"):
+        return  # (these take no Python number)
+    f = SCALAR_OPS[op]
+    _exact(lambda d: f(x.to(d), s.to(d) if torch.is_tensor(s) else s))
+
+
+def test_wider_int_scalar_operand_wraps(mode):
+    x = torch.tensor([7, -9, 100, 3], dtype=torch.int32)
+    s = torch.tensor(2 ** 33 + 5, dtype=torch.int64)  # int32(s) == 5, as CPU casts it
+    for f in (torch.floor_divide, torch.remainder, torch.lt, torch.eq, torch.maximum):
+        _exact(lambda d: f(x.to(d), s.to(d)))
+
+
+def test_prod_accumulates_in_output_dtype(mode):
+    # CPU's prod multiplies in the output's dtype: an f16 partial product past 65504 is inf
+    _exact(lambda d: torch.tensor([300., 300., 0.001], dtype=torch.float16, device=d).prod())
+    _exact(lambda d: torch.tensor([[1e30, 1e30, 1e-30]], dtype=torch.bfloat16, device=d).prod(1))
+    _exact(lambda d: torch.tensor([1e30, 1e30, 1e-30], dtype=torch.float32, device=d).prod())
+    _exact(lambda d: torch.tensor([1e300, 1e10, 1e-300], dtype=torch.float64, device=d).prod())
