@@ -304,3 +304,27 @@ def test_prod_accumulates_in_output_dtype(mode):
     _exact(lambda d: torch.tensor([[1e30, 1e30, 1e-30]], dtype=torch.bfloat16, device=d).prod(1))
     _exact(lambda d: torch.tensor([1e30, 1e30, 1e-30], dtype=torch.float32, device=d).prod())
     _exact(lambda d: torch.tensor([1e300, 1e10, 1e-300], dtype=torch.float64, device=d).prod())
+
+
+def test_bool_add_alpha(mode):
+    # seed 16052: CPU casts alpha to bool, so True + True * -1 is True
+    a = torch.tensor([True, False, True, False])
+    b = torch.tensor([True, True, False, False])
+    for alpha in (-1, 2, 0):
+        _exact(lambda d: a.to(d).clone().add_(b.to(d), alpha=alpha))
+        _exact(lambda d: torch.add(a.to(d), b.to(d), alpha=alpha))
+
+
+def test_roll_empty_any_dim(mode):
+    # seeds 15634, 19714: CPU returns a clone of an empty tensor before it looks at dims
+    x = torch.zeros(0, 1, 2, dtype=torch.int64)
+    same_as_cpu(lambda d: torch.roll(x.to(d), -3, 3))
+    same_as_cpu(lambda d: torch.roll(x.to(d), (1, 2), (5, -9)))
+    raises_at_op(lambda d: torch.roll(x.to(d), (1,), (0, 5)))  # shifts and dims must align
+    raises_at_op(lambda d: torch.roll(torch.zeros(3, 1, 2, device=d), 1, 5))
+
+
+def test_roll_shifts_dims_must_align(mode):
+    raises_at_op(lambda d: torch.roll(torch.zeros(3, 2, device=d), (1, 2), ()))
+    raises_at_op(lambda d: torch.roll(torch.zeros(0, 2, device=d), (1, 2), ()))
+    same_as_cpu(lambda d: torch.roll(torch.arange(6., device=d).reshape(3, 2), 1))

@@ -1197,12 +1197,31 @@ std::optional<c10::DimVector> meta_avoid_empty_select(const c10::OperatorHandle&
   return real;
 }
 
+// roll: CPU checks that shifts and dims align (the meta kernel does not), and
+// returns a clone of an empty self before any dim is looked at, where the
+// meta kernel wraps every dim. For the meta run only, the dims of an empty
+// self become 0s (fuzz seeds 15634, 19714).
+void meta_roll_empty_dims(const c10::OperatorHandle& op, torch::jit::Stack& meta) {
+  if (op.schema().name() != "aten::roll" || meta.size() < 3 || !meta[0].isTensor() ||
+      !meta[1].isIntList() || !meta[2].isIntList())
+    return;
+  const at::Tensor self = meta[0].toTensor();
+  const auto shifts = meta[1].toIntList();
+  const auto dims = meta[2].toIntList();
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  TORCH_CHECK(shifts.size() == dims.size() || (dims.empty() && shifts.size() == 1),
+              "shifts and dimensions must align. shifts: ", shifts.size(), ", dims:", dims.size());
+  if (self.numel() != 0 || self.dim() == 0) return;
+  meta[2] = c10::IValue(std::vector<int64_t>(dims.size(), 0));
+}
+
 void run_meta(const c10::OperatorHandle& op, const c10::IValue* args, size_t nargs, size_t nret,
               std::vector<OutMeta>& out) {
   torch::jit::Stack meta;
   meta.reserve(nargs);
   for (size_t i = 0; i < nargs; i++) meta.push_back(ivalue_to_meta(args[i]));
   const auto real_self_sizes = meta_avoid_empty_select(op, meta);
+  meta_roll_empty_dims(op, meta);
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   if (real_self_sizes && nret >= 1 && meta[0].isTensor())
     meta[0] = at::empty(*real_self_sizes, meta[0].toTensor().options());  // self's geometry

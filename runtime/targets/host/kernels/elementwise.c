@@ -567,7 +567,18 @@ static tpu_status_t unary(const char* op, const tpu_call_t* call, const tpu_loop
 /* ---- kernels ---- */
 #define ALPHA(i) tpu_arg_f64(c, i, 1.0)
 
-tpu_status_t tpu_k_add(const tpu_call_t* c) { return binary("add", c, &add_loops, ALPHA(2), false); }
+/* CPU casts alpha to the common dtype: for bool operands any nonzero alpha is
+ * True (True + True * -1 is True, fuzz seed 16052) */
+static double alpha_in_common_dtype(const tpu_call_t* c) {
+  tpu_tensor_t t0, t1;
+  const tpu_tensor_t* ins[2] = {scalar_arg_tensor(c, 0, &t0), scalar_arg_tensor(c, 1, &t1)};
+  double alpha = ALPHA(2);
+  return tpu_result_type(ins, 2) == TPU_BOOL ? (double)(alpha != 0) : alpha;
+}
+
+tpu_status_t tpu_k_add(const tpu_call_t* c) {
+  return binary("add", c, &add_loops, alpha_in_common_dtype(c), false);
+}
 tpu_status_t tpu_k_sub(const tpu_call_t* c) { return binary("sub", c, &sub_loops, ALPHA(2), false); }
 tpu_status_t tpu_k_rsub(const tpu_call_t* c) { return binary("rsub", c, &rsub_loops, ALPHA(2), false); }
 /* mul and the divisions read a 0-d `other` at full precision for bf16/f16
