@@ -395,7 +395,7 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
     info.internal_overlap_check = false;
   if (in_list(b, reductions) ||
       in_list(b, {"scatter", "scatter_add", "scatter_reduce", "softmax", "_softmax",
-                  "log_softmax", "_log_softmax", "masked_fill"}))
+                  "log_softmax", "_log_softmax", "masked_fill", "index_fill"}))
     info.partial_overlap_check = false;
 }
 
@@ -452,6 +452,26 @@ void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
     for (size_t j = 0; j < n && j < 64; j++)
       if (!(info.mutated_args >> j & 1)) check_one(w, args[j], k);
   };
+  // The in-place masked_fill_, index_fill_ and index_put_ skip TensorIterator's
+  // checks but make their own: the mask may not partly overlap self, an index
+  // or index_put_'s values may not overlap it at all (fuzz seeds 20671, 33399).
+  if (n >= 3 && args[0].isTensor() && (info.mutated_args & 1) &&
+      !(info.mutated_args >> (n - 1) & 1) && args[0].toTensor().numel() > 0) {
+    const at::Tensor& self = args[0].toTensor();
+    auto on_device = [](const c10::IValue& v) {
+      return v.isTensor() && v.toTensor().defined() && !v.toTensor().is_cpu();
+    };
+    if (info.family == kFamMaskedFill && on_device(args[1])) {
+      if (!args[1].toTensor().is_same(self)) at::assert_no_partial_overlap(self, args[1].toTensor());
+    } else if (info.family == kFamIndexFill && n >= 4 && on_device(args[2])) {
+      at::assert_no_overlap(self, args[2].toTensor());
+    } else if (info.family == kFamIndexPut) {
+      if (on_device(args[2])) at::assert_no_overlap(self, args[2].toTensor());
+      if (args[1].isList())
+        for (const c10::IValue& e : args[1].toList())
+          if (on_device(e)) at::assert_no_overlap(self, e.toTensor());
+    }
+  }
   for (size_t i = 0; i < n && i < 64; i++) {
     if (!(info.mutated_args >> i & 1)) continue;
     if (args[i].isTensor()) {
@@ -609,7 +629,9 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
         // CPU views self with index.numel() elements of stride 0 along dim
         // before its (then empty) loop; that view can fall outside the
         // storage of an empty self, and as_strided raises as on CPU.
-        const at::Tensor s = self.dim() == 0 ? self.unsqueeze(-1) : self;
+        // (the functional index_fill fills a clone: a fresh storage of 0 bytes)
+        const at::Tensor s0 = in_place ? self : at::empty(self.sizes(), self.options().device(at::kCPU));
+        const at::Tensor s = s0.dim() == 0 ? s0.unsqueeze(-1) : s0;
         const int64_t d = at::maybe_wrap_dim(args[1].toInt(), s.dim());
         auto sizes = s.sizes().vec();
         auto strides = s.strides().vec();
