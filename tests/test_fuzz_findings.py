@@ -390,3 +390,21 @@ def test_index_fill_inplace_empty_view_checks_index(mode):
         torch.tpu.synchronize()
     same_as_cpu(lambda d: torch.zeros(4, device=d)[1:1].index_fill_(0, L([], d), -1))
     same_as_cpu(lambda d: torch.zeros(4, 3, device=d)[1:1].index_fill_(1, L([2], d), -1))
+
+
+CHAINS = {
+    "sub": lambda x, s: ((x - s) * 2 + 1).abs(),
+    "remainder": lambda x, s: torch.remainder(x.abs() + 1, s).neg(),
+    "pow": lambda x, s: torch.pow(x.abs() + 1, s) * 3,
+    "mul": lambda x, s: (x * s + 1) * s,
+    "div": lambda x, s: (x.abs() / s - 1) / s,
+    "python_scalar": lambda x, s: ((x - 1.2345678) * 2 - 0.3).abs(),
+}
+
+
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_wider_scalar_operand_in_chains(mode, chain):
+    # the same rounding where DeferAndFuse fuses the chain into one kernel
+    x = (torch.randn(70, generator=torch.Generator().manual_seed(1)) * 40).to(torch.bfloat16)
+    s = torch.tensor(-1.2345678, dtype=torch.float64)
+    _exact(lambda d: CHAINS[chain](x.to(d), s.to(d)))
