@@ -408,3 +408,17 @@ def test_wider_scalar_operand_in_chains(mode, chain):
     x = (torch.randn(70, generator=torch.Generator().manual_seed(1)) * 40).to(torch.bfloat16)
     s = torch.tensor(-1.2345678, dtype=torch.float64)
     _exact(lambda d: CHAINS[chain](x.to(d), s.to(d)))
+
+
+def test_std_var_dims_checked_in_order_after_a_passing_call(mode):
+    # seeds 44308, 56007: the CPU probe remembered a passing (dtype, rank) signature without
+    # its dims, so a later call with a repeated dim got the meta kernel's IndexError instead of
+    # CPU's "dim 2 appears multiple times" (CPU checks duplicates before a later dim's range)
+    x = lambda d: torch.ones(1, 5, 2, 13, device=d)
+    same_as_cpu(lambda d: torch.var(x(d), (1, 2), correction=1, keepdim=True))
+    raises_at_op(lambda d: torch.var(x(d), (-2, 2, 4), correction=1, keepdim=True))
+    raises_at_op(lambda d: torch.std(x(d), (-2, 2, 4)))
+    with pytest.raises(RuntimeError, match="appears multiple times"):
+        torch.var(x("tpu"), (-2, 2, 4), correction=1)
+    with pytest.raises(IndexError):
+        torch.var(x("tpu"), (1, 4), correction=1)

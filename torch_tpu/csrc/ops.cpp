@@ -492,8 +492,9 @@ void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
 // tensor argument replaced by ones of its dtype and rank with every
 // non-empty dim of size 1 (empty dims stay empty, so CPU's no-op on empty
 // tensors is kept). Whatever it raises is raised here, at the op. A passing
-// combination (op, dtypes, ranks, empty dims, scalar kinds, flags, strings)
-// is remembered, so a signature is probed once per thread.
+// combination (op, dtypes, ranks, empty dims, scalar kinds, flags, strings,
+// ints and int lists such as dims) is remembered, so a signature is probed
+// once per thread.
 class SilentWarnings : public c10::WarningHandler {
  public:
   void process(const c10::Warning&) override {}
@@ -531,6 +532,16 @@ void probe_on_cpu(const c10::OperatorHandle& op, const OpInfo& info, const c10::
       key.push_back('s');
       key.append(v.toStringRef());
       key.push_back('\0');
+    } else if (v.isInt()) {  // dims: CPU checks a list's duplicates before a later dim's range
+      const int64_t x = v.toInt();
+      key.push_back('n');
+      put(&x, sizeof x);
+    } else if (v.isIntList()) {
+      const auto l = v.toIntList();
+      const int64_t len = (int64_t)l.size();
+      key.push_back('L');
+      put(&len, sizeof len);
+      for (int64_t x : l) put(&x, sizeof x);
     } else {
       key.push_back('.');
     }
