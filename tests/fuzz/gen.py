@@ -156,7 +156,7 @@ class Gen:
             s[i] = s[i] + 2
         return tuple(s)
 
-    def run(self, line, outs, inplace=None, exact_after=True):
+    def run(self, line, outs, inplace=None, exact_after=True, coarse=0):
         """runs the line on CPU; on success adds the outputs (name, exact) as variables"""
         try:
             with warnings.catch_warnings():
@@ -176,7 +176,7 @@ class Gen:
             t = self.ns[name]
             if not isinstance(t, torch.Tensor):
                 continue
-            tol[name] = max(low, RANK.get(t.dtype, 0))
+            tol[name] = max(low, RANK.get(t.dtype, 0), coarse)
             if t.numel() > MAX_NUMEL:
                 continue
             self.vars = [v for v in self.vars if v.name != name]
@@ -191,9 +191,11 @@ class Gen:
         line["tol"] = tol
         return True
 
-    def emit(self, op, expr, exact, dd=False):
+    def emit(self, op, expr, exact, dd=False, coarse=0):
+        """coarse: the output's tolerance is at least that of precision class RANK_DTYPES[coarse]
+        (where the op amplifies its operands' rounding beyond their own class)"""
         name = self.new()
-        return self.run({"src": f"{name} = {expr}", "op": op, "dd": dd}, [(name, exact)])
+        return self.run({"src": f"{name} = {expr}", "op": op, "dd": dd}, [(name, exact)], coarse=coarse)
 
     # ---- op builders -----------------------------------------------------------
     def op_view(self):
@@ -370,7 +372,10 @@ class Gen:
         if c == "pow":
             if ints:
                 return
-            return self.emit(c, f"torch.pow({x}.abs(), {y})" if r.random() < .7 else f"{x} ** 2", False)
+            # a rounded base near 0 raised to a power up to 3 in magnitude triples its relative
+            # rounding (|gelu(-3)| ** -3, seed 65440)
+            return self.emit(c, f"torch.pow({x}.abs(), {y})" if r.random() < .7 else f"{x} ** 2", False,
+                             coarse=0 if a.exact else 2)
         if c == "lerp":
             return self.emit(c, f"torch.lerp({x}, {y}, {r.choice([0.25, 0.5])})", False)
         if c == "scalar":
@@ -483,6 +488,9 @@ class Gen:
         else:
             dims = None
         kd = r.random() < .4
+        # a long sum of rounded values that cancel (a layer_norm output sums to 0) keeps their
+        # absolute rounding, not a relative one of its result (seed 72272)
+        coarse = 2 if c in ("sum", "mean") and k == "f" and not v.exact and t.numel() > 1000 else 0
         dt = ""
         if c in ("sum", "prod", "mean") and r.random() < .15:
             dt = f", dtype={dname(self.dtype('f'))}"
@@ -510,7 +518,7 @@ class Gen:
                 dims = tuple(range(nd))
             dstr = "" if c != "logsumexp" else f", {dims}"
             if c in ("sum", "mean", "prod") and not dt and r.random() < .5:
-                return self.emit(c, f"{x}.{c}()", v.exact and k != "f" and c != "mean")
+                return self.emit(c, f"{x}.{c}()", v.exact and k != "f" and c != "mean", coarse=coarse)
             if c in ("amax", "amin"):
                 dstr = ", dim=()"
         else:
@@ -527,7 +535,7 @@ class Gen:
         extra = f"{dt}" if c in ("sum", "prod", "mean") else ""
         if c == "prod" and isinstance(dims, tuple):
             dstr = f", {dims[0]}" if dims else ""
-        return self.emit(c, f"torch.{c}({x}{dstr}, keepdim={kd}{extra})", exact)
+        return self.emit(c, f"torch.{c}({x}{dstr}, keepdim={kd}{extra})", exact, coarse=coarse)
 
     def _index(self, n, allow_neg=False):
         """an index tensor source for a dim of size n: (src, list, out_of_range)"""
