@@ -253,3 +253,172 @@ def test_bad_index_error_type(mode, case):
         torch.tpu.synchronize()
         del out
     assert torch.ones(2, device="tpu").sum().item() == 2.0
+
+
+# ---- issue 13 (session 8): a 0-d operand of a wider dtype is cast to the common dtype ----
+
+def _exact(fn):
+    expected = _run(fn, "cpu")
+    actual = _run(fn, "tpu")
+    torch.tpu.synchronize()
+    assert_same(actual, expected, atol=0, rtol=0)
+
+
+SCALAR_OPS = {
+    "remainder": torch.remainder, "fmod": torch.fmod, "sub": torch.sub, "add": torch.add,
+    "rsub": torch.rsub, "atan2": torch.atan2, "hypot": torch.hypot,
+    "pow": lambda a, b: torch.pow(a.abs(), b), "maximum": torch.maximum, "lt": torch.lt,
+    "eq": torch.eq, "where": lambda a, b: torch.where(a > 0, a, b),
+    # CPU's mul/div kernels read a one-element divisor's own value (not rounded) for bf16/f16
+    "mul": torch.mul, "div": torch.div, "floor_divide": torch.floor_divide,
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "add_": lambda a, b: a.clone().add_(b), "mul_": lambda a, b: a.clone().mul_(b),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SCALAR_OPS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("other", ["f64_0d", "f32_0d", "python"])
+def test_wider_scalar_operand_rounded(mode, op, dtype, other):
+    # seed 32270: f16 tensor % 0-d float64 tensor; CPU rounds the divisor to f16 first
+    x = (torch.randn(70, generator=torch.Generator().manual_seed(1)) * 40).to(dtype)
+    s = {"f64_0d": torch.tensor(-0.026367, dtype=torch.float64),
+         "f32_0d": torch.tensor(1.2345678, dtype=torch.float32), "python": 1.2345678901}[other]
+    if other == "python" and op in ("maximum", "atan2", "hypot"):
+        return  # (these take no Python number)
+    f = SCALAR_OPS[op]
+    _exact(lambda d: f(x.to(d), s.to(d) if torch.is_tensor(s) else s))
+
+
+def test_wider_int_scalar_operand_wraps(mode):
+    x = torch.tensor([7, -9, 100, 3], dtype=torch.int32)
+    s = torch.tensor(2 ** 33 + 5, dtype=torch.int64)  # int32(s) == 5, as CPU casts it
+    for f in (torch.floor_divide, torch.remainder, torch.lt, torch.eq, torch.maximum):
+        _exact(lambda d: f(x.to(d), s.to(d)))
+
+
+def test_prod_accumulates_in_output_dtype(mode):
+    # CPU's prod multiplies in the output's dtype: an f16 partial product past 65504 is inf
+    _exact(lambda d: torch.tensor([300., 300., 0.001], dtype=torch.float16, device=d).prod())
+    _exact(lambda d: torch.tensor([[1e30, 1e30, 1e-30]], dtype=torch.bfloat16, device=d).prod(1))
+    _exact(lambda d: torch.tensor([1e30, 1e30, 1e-30], dtype=torch.float32, device=d).prod())
+    _exact(lambda d: torch.tensor([1e300, 1e10, 1e-300], dtype=torch.float64, device=d).prod())
+
+
+def test_bool_add_alpha(mode):
+    # seed 16052: CPU casts alpha to bool, so True + True * -1 is True
+    a = torch.tensor([True, False, True, False])
+    b = torch.tensor([True, True, False, False])
+    for alpha in (-1, 2, 0):
+        _exact(lambda d: a.to(d).clone().add_(b.to(d), alpha=alpha))
+        _exact(lambda d: torch.add(a.to(d), b.to(d), alpha=alpha))
+
+
+def test_roll_empty_any_dim(mode):
+    # seeds 15634, 19714: CPU returns a clone of an empty tensor before it looks at dims
+    x = torch.zeros(0, 1, 2, dtype=torch.int64)
+    same_as_cpu(lambda d: torch.roll(x.to(d), -3, 3))
+    same_as_cpu(lambda d: torch.roll(x.to(d), (1, 2), (5, -9)))
+    raises_at_op(lambda d: torch.roll(x.to(d), (1,), (0, 5)))  # shifts and dims must align
+    raises_at_op(lambda d: torch.roll(torch.zeros(3, 1, 2, device=d), 1, 5))
+
+
+def test_roll_shifts_dims_must_align(mode):
+    raises_at_op(lambda d: torch.roll(torch.zeros(3, 2, device=d), (1, 2), ()))
+    raises_at_op(lambda d: torch.roll(torch.zeros(0, 2, device=d), (1, 2), ()))
+    same_as_cpu(lambda d: torch.roll(torch.arange(6., device=d).reshape(3, 2), 1))
+
+
+# ---- issue 13 (session 8): CPU's own overlap checks of masked_fill_, index_fill_, index_put_ ----
+
+def _bools(d):
+    return torch.tensor([True, False, True, True, False], device=d)
+
+
+OVERLAP_ERRORS = {
+    # seed 20671: the mask is a view of self
+    "masked_fill_mask_view_of_self": lambda d: (lambda x: x.masked_fill_(x[4], -1))(_bools(d)),
+    # seed 33399: index_put_'s values (or an index) are self
+    "index_put_values_self_acc": lambda d: (lambda x: x.index_put_((L([0, 1, 2, 3, 4], d),), x,
+                                                                   accumulate=True))(torch.arange(5., device=d)),
+    "index_put_values_self": lambda d: (lambda x: x.index_put_((L([0, 1, 2, 3, 4], d),), x))(
+        torch.arange(5., device=d)),
+    "index_put_values_partial": lambda d: (lambda x: x.index_put_((L([0, 1], d),), x[2:4]))(
+        torch.arange(5., device=d)),
+    "index_put_index_view_of_self": lambda d: (lambda x: x.index_put_((x[:2],), L(1, d)))(torch.arange(5, device=d)),
+    "setitem_values_self": lambda d: (lambda x: x.__setitem__(L([0, 1, 2, 3, 4], d), x))(torch.arange(5., device=d)),
+    "index_fill_index_view_of_self": lambda d: (lambda x: x.index_fill_(0, x[:2], 3))(torch.arange(5, device=d)),
+    "index_fill_index_self": lambda d: (lambda x: x.index_fill_(0, x, 3))(torch.arange(5, device=d)),
+    # seed 20884: the functional index_fill fills a fresh clone of an empty self
+    "index_fill_fn_empty_view": lambda d: torch.zeros(4, device=d)[1:1].index_fill(0, L([0, -1, 0, 0], d), -1),
+    "index_fill_fn_empty_dim": lambda d: torch.zeros(3, 0, device=d).index_fill(1, L([9], d), -1),
+}
+
+OVERLAP_ALLOWED = {
+    "masked_fill_mask_self": lambda d: (lambda x: (x.masked_fill_(x, False), x)[1])(_bools(d)),
+    "masked_fill_fn_mask_view": lambda d: (lambda x: x.masked_fill(x[4], -1))(_bools(d)),
+    "masked_fill_value_view_of_self": lambda d: (lambda x: (x.masked_fill_(
+        torch.tensor([True] * 3 + [False] * 2, device=d), x[4]), x)[1])(torch.arange(5., device=d)),
+    "index_put_fn_values_self": lambda d: (lambda x: x.index_put((L([0, 1, 2, 3, 4], d),), x))(
+        torch.arange(5., device=d)),
+    "index_fill_value_view_of_self": lambda d: (lambda x: (x.index_fill_(0, L([1], d), x[0]), x)[1])(
+        torch.arange(5., device=d)),
+    "index_fill_fn_empty_other_dim": lambda d: torch.zeros(3, 0, device=d).index_fill(0, L([9], d), -1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OVERLAP_ERRORS))
+def test_overlap_error_at_op(mode, case):
+    raises_at_op(OVERLAP_ERRORS[case])
+
+
+@pytest.mark.parametrize("case", sorted(OVERLAP_ALLOWED))
+def test_overlap_allowed(mode, case):
+    same_as_cpu(OVERLAP_ALLOWED[case])
+
+
+def test_index_fill_inplace_empty_view_checks_index(mode):
+    # an empty view with storage behind it: CPU's restrided self has elements, so the index is
+    # checked against the size 0 (IndexError; data-dependent, may surface at the next sync)
+    def fn(d):
+        return torch.zeros(4, device=d)[1:1].index_fill_(0, L([0, -1], d), -1)
+    with pytest.raises(IndexError):
+        _run(fn, "cpu")
+    with pytest.raises(IndexError):
+        _run(fn, "tpu")
+        torch.tpu.synchronize()
+    same_as_cpu(lambda d: torch.zeros(4, device=d)[1:1].index_fill_(0, L([], d), -1))
+    same_as_cpu(lambda d: torch.zeros(4, 3, device=d)[1:1].index_fill_(1, L([2], d), -1))
+
+
+CHAINS = {
+    "sub": lambda x, s: ((x - s) * 2 + 1).abs(),
+    "remainder": lambda x, s: torch.remainder(x.abs() + 1, s).neg(),
+    "pow": lambda x, s: torch.pow(x.abs() + 1, s) * 3,
+    "mul": lambda x, s: (x * s + 1) * s,
+    "div": lambda x, s: (x.abs() / s - 1) / s,
+    "python_scalar": lambda x, s: ((x - 1.2345678) * 2 - 0.3).abs(),
+}
+
+
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_wider_scalar_operand_in_chains(mode, chain):
+    # the same rounding where DeferAndFuse fuses the chain into one kernel
+    x = (torch.randn(70, generator=torch.Generator().manual_seed(1)) * 40).to(torch.bfloat16)
+    s = torch.tensor(-1.2345678, dtype=torch.float64)
+    _exact(lambda d: CHAINS[chain](x.to(d), s.to(d)))
+
+
+def test_std_var_dims_checked_in_order_after_a_passing_call(mode):
+    # seeds 44308, 56007: the CPU probe remembered a passing (dtype, rank) signature without
+    # its dims, so a later call with a repeated dim got the meta kernel's IndexError instead of
+    # CPU's "dim 2 appears multiple times" (CPU checks duplicates before a later dim's range)
+    x = lambda d: torch.ones(1, 5, 2, 13, device=d)
+    same_as_cpu(lambda d: torch.var(x(d), (1, 2), correction=1, keepdim=True))
+    raises_at_op(lambda d: torch.var(x(d), (-2, 2, 4), correction=1, keepdim=True))
+    raises_at_op(lambda d: torch.std(x(d), (-2, 2, 4)))
+    with pytest.raises(RuntimeError, match="appears multiple times"):
+        torch.var(x("tpu"), (-2, 2, 4), correction=1)
+    with pytest.raises(IndexError):
+        torch.var(x("tpu"), (1, 4), correction=1)

@@ -394,7 +394,7 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
     info.internal_overlap_check = false;
   if (in_list(b, reductions) ||
       in_list(b, {"scatter", "scatter_add", "scatter_reduce", "softmax", "_softmax",
-                  "log_softmax", "_log_softmax", "masked_fill"}))
+                  "log_softmax", "_log_softmax", "masked_fill", "index_fill"}))
     info.partial_overlap_check = false;
 }
 
@@ -451,6 +451,26 @@ void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
     for (size_t j = 0; j < n && j < 64; j++)
       if (!(info.mutated_args >> j & 1)) check_one(w, args[j], k);
   };
+  // The in-place masked_fill_, index_fill_ and index_put_ skip TensorIterator's
+  // checks but make their own: the mask may not partly overlap self, an index
+  // or index_put_'s values may not overlap it at all (fuzz seeds 20671, 33399).
+  if (n >= 3 && args[0].isTensor() && (info.mutated_args & 1) &&
+      !(info.mutated_args >> (n - 1) & 1) && args[0].toTensor().numel() > 0) {
+    const at::Tensor& self = args[0].toTensor();
+    auto on_device = [](const c10::IValue& v) {
+      return v.isTensor() && v.toTensor().defined() && !v.toTensor().is_cpu();
+    };
+    if (info.family == kFamMaskedFill && on_device(args[1])) {
+      if (!args[1].toTensor().is_same(self)) at::assert_no_partial_overlap(self, args[1].toTensor());
+    } else if (info.family == kFamIndexFill && n >= 4 && on_device(args[2])) {
+      at::assert_no_overlap(self, args[2].toTensor());
+    } else if (info.family == kFamIndexPut) {
+      if (on_device(args[2])) at::assert_no_overlap(self, args[2].toTensor());
+      if (args[1].isList())
+        for (const c10::IValue& e : args[1].toList())
+          if (on_device(e)) at::assert_no_overlap(self, e.toTensor());
+    }
+  }
   for (size_t i = 0; i < n && i < 64; i++) {
     if (!(info.mutated_args >> i & 1)) continue;
     if (args[i].isTensor()) {
@@ -471,8 +491,9 @@ void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
 // tensor argument replaced by ones of its dtype and rank with every
 // non-empty dim of size 1 (empty dims stay empty, so CPU's no-op on empty
 // tensors is kept). Whatever it raises is raised here, at the op. A passing
-// combination (op, dtypes, ranks, empty dims, scalar kinds, flags, strings)
-// is remembered, so a signature is probed once per thread.
+// combination (op, dtypes, ranks, empty dims, scalar kinds, flags, strings,
+// ints and int lists such as dims) is remembered, so a signature is probed
+// once per thread.
 class SilentWarnings : public c10::WarningHandler {
  public:
   void process(const c10::Warning&) override {}
@@ -510,6 +531,16 @@ void probe_on_cpu(const c10::OperatorHandle& op, const OpInfo& info, const c10::
       key.push_back('s');
       key.append(v.toStringRef());
       key.push_back('\0');
+    } else if (v.isInt()) {  // dims: CPU checks a list's duplicates before a later dim's range
+      const int64_t x = v.toInt();
+      key.push_back('n');
+      put(&x, sizeof x);
+    } else if (v.isIntList()) {
+      const auto l = v.toIntList();
+      const int64_t len = (int64_t)l.size();
+      key.push_back('L');
+      put(&len, sizeof len);
+      for (int64_t x : l) put(&x, sizeof x);
     } else {
       key.push_back('.');
     }
@@ -608,7 +639,9 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
         // CPU views self with index.numel() elements of stride 0 along dim
         // before its (then empty) loop; that view can fall outside the
         // storage of an empty self, and as_strided raises as on CPU.
-        const at::Tensor s = self.dim() == 0 ? self.unsqueeze(-1) : self;
+        // (the functional index_fill fills a clone: a fresh storage of 0 bytes)
+        const at::Tensor s0 = in_place ? self : at::empty(self.sizes(), self.options().device(at::kCPU));
+        const at::Tensor s = s0.dim() == 0 ? s0.unsqueeze(-1) : s0;
         const int64_t d = at::maybe_wrap_dim(args[1].toInt(), s.dim());
         auto sizes = s.sizes().vec();
         auto strides = s.strides().vec();
@@ -1196,12 +1229,31 @@ std::optional<c10::DimVector> meta_avoid_empty_select(const c10::OperatorHandle&
   return real;
 }
 
+// roll: CPU checks that shifts and dims align (the meta kernel does not), and
+// returns a clone of an empty self before any dim is looked at, where the
+// meta kernel wraps every dim. For the meta run only, the dims of an empty
+// self become 0s (fuzz seeds 15634, 19714).
+void meta_roll_empty_dims(const c10::OperatorHandle& op, torch::jit::Stack& meta) {
+  if (op.schema().name() != "aten::roll" || meta.size() < 3 || !meta[0].isTensor() ||
+      !meta[1].isIntList() || !meta[2].isIntList())
+    return;
+  const at::Tensor self = meta[0].toTensor();
+  const auto shifts = meta[1].toIntList();
+  const auto dims = meta[2].toIntList();
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  TORCH_CHECK(shifts.size() == dims.size() || (dims.empty() && shifts.size() == 1),
+              "shifts and dimensions must align. shifts: ", shifts.size(), ", dims:", dims.size());
+  if (self.numel() != 0 || self.dim() == 0) return;
+  meta[2] = c10::IValue(std::vector<int64_t>(dims.size(), 0));
+}
+
 void run_meta(const c10::OperatorHandle& op, const c10::IValue* args, size_t nargs, size_t nret,
               std::vector<OutMeta>& out) {
   torch::jit::Stack meta;
   meta.reserve(nargs);
   for (size_t i = 0; i < nargs; i++) meta.push_back(ivalue_to_meta(args[i]));
   const auto real_self_sizes = meta_avoid_empty_select(op, meta);
+  meta_roll_empty_dims(op, meta);
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   if (real_self_sizes && nret >= 1 && meta[0].isTensor())
     meta[0] = at::empty(*real_self_sizes, meta[0].toTensor().options());  // self's geometry

@@ -469,13 +469,48 @@ static bool needs_common_rounding(tpu_dtype_t dt, tpu_dtype_t out_dt) {
   return out_dt != dt && out_dt != TPU_BOOL && dt != TPU_F32 && dt != TPU_F64 && dt != TPU_I64;
 }
 
-static tpu_status_t run(const char* op, const tpu_call_t* call, const tpu_tensor_t* const* ins,
-                        int n, const tpu_loop_set_t* loops, double s0, double s1, bool int_to_float) {
+/* PyTorch's TensorIterator casts every input to the common dtype before the
+ * kernel runs. Only a 0-d input (a wrapped number or a 0-d tensor) can have a
+ * dtype the common one does not hold (bf16 tensor % 0-d float64 tensor is
+ * computed with the divisor rounded to bf16; int32 tensor // 0-d int64 with
+ * the divisor wrapped to int32), so such an input is cast into `tmp` first.
+ * keep1: input 1 keeps its own value when the common dtype is bf16/f16 (CPU's
+ * mul and div kernels read a scalar divisor's original value as float). */
+static void round_scalar_inputs(const tpu_tensor_t** ins, int n, tpu_dtype_t target, bool keep1,
+                                tpu_tensor_t* tmp) {
+  for (int k = 0; k < n; k++) {
+    const tpu_tensor_t* t = ins[k];
+    if (t->ndim != 0 || t->dtype == target || t->dtype == TPU_BOOL) continue;
+    if (keep1 && k == 1 && (target == TPU_BF16 || target == TPU_F16)) continue;
+    tpu_tensor_make_contig(&tmp[k], tmp[k].inline_value, target, 0, NULL);
+    tpu_status_t st = tpu_copy_strided(&tmp[k], t);
+    if (st) { /* (a supported dtype's one-element copy does not fail) */
+      tpu_status_free(st);
+      continue;
+    }
+    ins[k] = &tmp[k];
+  }
+}
+
+static tpu_status_t run_ex(const char* op, const tpu_call_t* call, const tpu_tensor_t* const* ins_,
+                           int n, const tpu_loop_set_t* loops, double s0, double s1,
+                           bool int_to_float, bool keep1) {
   ew_ctx_t cx = {0};
   ctx_scalars(&cx, s0, s1);
   const tpu_tensor_t* out = &call->outs[0];
-  tpu_ctype_t ct = common_ct(ins, n, out, int_to_float);
-  tpu_dtype_t dt = tpu_result_type(ins, n);
+  tpu_ctype_t ct = common_ct(ins_, n, out, int_to_float);
+  tpu_dtype_t dt = tpu_result_type(ins_, n);
+  const tpu_tensor_t* ins[TPU_ITER_MAX_OPS];
+  tpu_tensor_t rounded[TPU_ITER_MAX_OPS];
+  if (n > TPU_ITER_MAX_OPS - 1)
+    return TPU_ERR(INTERNAL, "%s: element-wise op with %d inputs exceeds %d", op, n,
+                   TPU_ITER_MAX_OPS - 1);
+  memcpy(ins, ins_, (size_t)n * sizeof(*ins));
+  round_scalar_inputs(ins, n,
+                      int_to_float && !tpu_dtype_is_float(dt)
+                          ? (tpu_dtype_is_float(out->dtype) ? out->dtype : TPU_F32)
+                          : dt,
+                      keep1, rounded);
   if ((int_to_float && !tpu_dtype_is_float(dt)) || !needs_common_rounding(dt, out->dtype))
     return finish(op, &cx, tpu_elementwise_set(op, out, ins, n, ct, loops, &cx));
   /* compute into a temporary of the common dtype, then convert into out */
@@ -492,14 +527,23 @@ static tpu_status_t run(const char* op, const tpu_call_t* call, const tpu_tensor
   return st;
 }
 
-/* self, other (tensor or scalar) */
-static tpu_status_t binary(const char* op, const tpu_call_t* call, const tpu_loop_set_t* loops,
-                           double s0, bool int_to_float) {
+static tpu_status_t run(const char* op, const tpu_call_t* call, const tpu_tensor_t* const* ins,
+                        int n, const tpu_loop_set_t* loops, double s0, double s1, bool int_to_float) {
+  return run_ex(op, call, ins, n, loops, s0, s1, int_to_float, false);
+}
+
+/* self, other (tensor or scalar); keep1 as in round_scalar_inputs */
+static tpu_status_t binary_ex(const char* op, const tpu_call_t* call, const tpu_loop_set_t* loops,
+                              double s0, bool int_to_float, bool keep1) {
   tpu_tensor_t tmp;
   const tpu_tensor_t* ins[2] = {scalar_arg_tensor(call, 0, &tmp), NULL};
   tpu_tensor_t tmp2;
   ins[1] = scalar_arg_tensor(call, 1, &tmp2);
-  return run(op, call, ins, 2, loops, s0, 0, int_to_float);
+  return run_ex(op, call, ins, 2, loops, s0, 0, int_to_float, keep1);
+}
+static tpu_status_t binary(const char* op, const tpu_call_t* call, const tpu_loop_set_t* loops,
+                           double s0, bool int_to_float) {
+  return binary_ex(op, call, loops, s0, int_to_float, false);
 }
 
 /* PyTorch's CPU kernels of the integer-rounding divisions (div with a
@@ -523,34 +567,49 @@ static tpu_status_t unary(const char* op, const tpu_call_t* call, const tpu_loop
 /* ---- kernels ---- */
 #define ALPHA(i) tpu_arg_f64(c, i, 1.0)
 
-tpu_status_t tpu_k_add(const tpu_call_t* c) { return binary("add", c, &add_loops, ALPHA(2), false); }
+/* CPU casts alpha to the common dtype: for bool operands any nonzero alpha is
+ * True (True + True * -1 is True, fuzz seed 16052) */
+static double alpha_in_common_dtype(const tpu_call_t* c) {
+  tpu_tensor_t t0, t1;
+  const tpu_tensor_t* ins[2] = {scalar_arg_tensor(c, 0, &t0), scalar_arg_tensor(c, 1, &t1)};
+  double alpha = ALPHA(2);
+  return tpu_result_type(ins, 2) == TPU_BOOL ? (double)(alpha != 0) : alpha;
+}
+
+tpu_status_t tpu_k_add(const tpu_call_t* c) {
+  return binary("add", c, &add_loops, alpha_in_common_dtype(c), false);
+}
 tpu_status_t tpu_k_sub(const tpu_call_t* c) { return binary("sub", c, &sub_loops, ALPHA(2), false); }
 tpu_status_t tpu_k_rsub(const tpu_call_t* c) { return binary("rsub", c, &rsub_loops, ALPHA(2), false); }
-tpu_status_t tpu_k_mul(const tpu_call_t* c) { return binary("mul", c, &mul_loops, 0, false); }
+/* mul and the divisions read a 0-d `other` at full precision for bf16/f16
+ * (CPU's *_reduced_float kernels); see round_scalar_inputs */
+tpu_status_t tpu_k_mul(const tpu_call_t* c) { return binary_ex("mul", c, &mul_loops, 0, false, true); }
 
 tpu_status_t tpu_k_div(const tpu_call_t* c) {
   const char* mode = tpu_arg_str(c, 2, NULL);
-  if (!mode) return binary("div", c, &div_loops, 0, true);
+  if (!mode) return binary_ex("div", c, &div_loops, 0, true, true);
   if (!strcmp(mode, "trunc") || !strcmp(mode, "floor"))
     TPU_RETURN_IF_ERROR(check_not_bool(mode[0] == 't' ? "div_trunc_cpu" : "div_floor_cpu", c));
   if (!strcmp(mode, "trunc")) {
     tpu_dtype_t od = c->outs[0].dtype;
-    if (od == TPU_BF16 || od == TPU_F16) {
-      /* PyTorch rounds the quotient to the 16-bit type before truncating */
+    tpu_tensor_t t1;
+    if ((od == TPU_BF16 || od == TPU_F16) && tpu_tensor_numel(scalar_arg_tensor(c, 1, &t1)) != 1) {
+      /* PyTorch rounds the quotient to the 16-bit type before truncating
+       * (with a one-element divisor it truncates the float quotient) */
       TPU_RETURN_IF_ERROR(binary("div", c, &div_loops, 0, false));
       const tpu_tensor_t* q[1] = {&c->outs[0]};
       return run("div", c, q, 1, &trunc_loops, 0, 0, false);
     }
-    return binary("div", c, &div_trunc_loops, 0, false);
+    return binary_ex("div", c, &div_trunc_loops, 0, false, true);
   }
-  if (!strcmp(mode, "floor")) return binary("div", c, &div_floor_loops, 0, false);
+  if (!strcmp(mode, "floor")) return binary_ex("div", c, &div_floor_loops, 0, false, true);
   return TPU_ERR(INVALID_ARGUMENT,
                  "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '%s'",
                  mode);
 }
 tpu_status_t tpu_k_floor_divide(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(check_not_bool("div_floor_cpu", c));
-  return binary("floor_divide", c, &div_floor_loops, 0, false);
+  return binary_ex("floor_divide", c, &div_floor_loops, 0, false, true);
 }
 tpu_status_t tpu_k_remainder(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(check_not_bool("remainder_cpu", c));

@@ -890,8 +890,16 @@ tpu_status_t tpu_k_index_fill(const tpu_call_t* c) {
                    "%s: only supports a 0-dimensional value tensor, but got tensor with %d "
                    "dimension(s)",
                    op, c->args[3].v.t->ndim);
-  /* CPU fills through a restrided self: an empty self checks no index */
-  if (tpu_tensor_numel(a.self) == 0) return TPU_OK;
+  /* CPU fills through self restrided to index.numel() elements along dim:
+   * an empty self checks its indices (against size 0) only when that view
+   * has elements, i.e. when dim is self's only empty dim */
+  if (tpu_tensor_numel(a.self) == 0) {
+    int64_t rest = tpu_tensor_numel(a.index);
+    for (int d = 0; d < a.self->ndim; d++)
+      if (d != a.dim) rest *= a.self->sizes[d];
+    if (rest == 0) return TPU_OK;
+    return check_index_range(op, a.index, 0, a.dim, true);
+  }
   TPU_RETURN_IF_ERROR(check_index_range(op, a.index, a.self->sizes[a.dim], a.dim, true));
   TPU_RETURN_IF_ERROR(copy_self(a.out, a.self));
   tpu_tensor_t t_val;

@@ -591,6 +591,17 @@ TPU_VM_INLINE double sumrun_src(const char* src, tpu_dtype_t dt, int64_t n) {
   }
 }
 
+/* v rounded to float dtype dt (products accumulate in the output's dtype as
+ * CPU's prod kernel does: f16 [300, 300, 0.001] overflows to inf there) */
+TPU_VM_INLINE double round_to_dtype(tpu_dtype_t dt, double v) {
+  switch (dt) {
+    case TPU_F32: return (float)v;
+    case TPU_F16: return tpu_vm_f16_to_f32(tpu_vm_f32_to_f16((float)v));
+    case TPU_BF16: return tpu_vm_bf16_to_f32(tpu_vm_f32_to_bf16((float)v));
+    default: return v;
+  }
+}
+
 /* Consumes n values of the reduction starting at position idx0; inlined
  * into each ISA copy of reduce_block. max/min without indices keep only
  * the value (idx 0 marks it as set). */
@@ -601,7 +612,11 @@ TPU_VM_INLINE void run_f64(const plan_t* p, acc_t* a, const double* x, int64_t n
     case R_SUM: case R_MEAN: a->d[0] += sum_plain(x, n, 0); break;
     case R_NANSUM: a->d[0] += sum_notnan(x, n, 0); break;
     case R_PROD:
-      for (int64_t t = 0; t < n; t++) a->d[0] *= x[t];
+      if (p->odt[0] == TPU_F64) {
+        for (int64_t t = 0; t < n; t++) a->d[0] *= x[t];
+      } else {
+        for (int64_t t = 0; t < n; t++) a->d[0] = round_to_dtype(p->odt[0], a->d[0] * x[t]);
+      }
       break;
     case R_MAX: case R_MIN:
       if (p->nouts == 1) {
@@ -692,7 +707,7 @@ static void combine(const plan_t* p, acc_t* a, const acc_t* b) {
       a->i[0] = ADDW(a->i[0], b->i[0]);
       break;
     case R_PROD:
-      a->d[0] *= b->d[0];
+      a->d[0] = round_to_dtype(p->odt[0], a->d[0] * b->d[0]);
       a->i[0] = MULW(a->i[0], b->i[0]);
       break;
     case R_MAX: case R_ARGMAX:
