@@ -95,6 +95,7 @@ struct OpInfo {
   bool internal_overlap_check = true;  // written tensors may not self-overlap
   bool partial_overlap_check = true;   // inputs may not partly overlap outputs
   bool full_overlap_check = false;     // ... nor be the output (at::assert_no_overlap)
+  uint64_t overlap_unchecked = 0;      // bit i: argument i is read without an overlap check
   // Dtype support as CPU decides it (see probe_on_cpu): 0 none, 1 after the
   // meta kernel, 2 before the other checks (CPU checks the dtype first).
   int cpu_probe = 0;
@@ -378,11 +379,19 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
     if (!h || !h->hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) info.cpu_probe = 0;
   }
   // CPU's at::assert_no_overlap: the output may not even be an input
-  info.full_overlap_check = in_list(b, {"gather", "take", "index_select", "cat", "kthvalue"});
+  // (the scatter family, the index_* writes and put_ check self against the index and
+  // the source this way)
+  info.full_overlap_check = in_list(b, {"gather", "take", "index_select", "cat", "kthvalue",
+                                        "scatter", "scatter_add", "scatter_reduce", "index_add",
+                                        "index_copy", "index_reduce", "index_fill", "put",
+                                        "index_put", "_index_put_impl"});
+  // The fill value CPU reads with item(): index_fill_'s and masked_fill_'s value tensor.
+  if (b == "index_fill") info.overlap_unchecked = uint64_t(1) << 3;
+  if (b == "masked_fill") info.overlap_unchecked = uint64_t(1) << 2;
   // What CPU allows: reductions and matmuls do not check overlap; fill/zero,
   // triangular and threshold in place accept expanded outputs; masked_fill_,
-  // index_put_ and index_fill_ on expanded tensors only warn; scatter and
-  // softmax accept inputs that partly overlap the output.
+  // index_put_ and index_fill_ on expanded tensors only warn; softmax accepts
+  // inputs that partly overlap the output, masked_scatter_ a mask or source that does.
   static const std::initializer_list<const char*> reductions = {
       "sum", "nansum", "mean", "nanmean", "prod", "amax", "amin", "max", "min", "aminmax",
       "argmax", "argmin", "any", "all", "norm", "linalg_vector_norm", "var", "std", "var_mean",
@@ -394,8 +403,7 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
                   "tril", "triu", "threshold", "eye"}))
     info.internal_overlap_check = false;
   if (in_list(b, reductions) ||
-      in_list(b, {"scatter", "scatter_add", "scatter_reduce", "softmax", "_softmax",
-                  "log_softmax", "_log_softmax", "masked_fill"}))
+      in_list(b, {"softmax", "_softmax", "log_softmax", "_log_softmax", "masked_scatter"}))
     info.partial_overlap_check = false;
 }
 
@@ -450,7 +458,7 @@ void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
     if (info.internal_overlap_check) at::assert_no_internal_overlap(w);
     if (!info.partial_overlap_check) return;
     for (size_t j = 0; j < n && j < 64; j++)
-      if (!(info.mutated_args >> j & 1)) check_one(w, args[j], k);
+      if (!((info.mutated_args | info.overlap_unchecked) >> j & 1)) check_one(w, args[j], k);
   };
   for (size_t i = 0; i < n && i < 64; i++) {
     if (!(info.mutated_args >> i & 1)) continue;
@@ -600,6 +608,12 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
       if (n < 4 || !args[2].isTensor()) return;
       const at::Tensor& idx = args[2].toTensor();
       TORCH_CHECK_INDEX(idx.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
+      if (in_place && at::has_internal_overlap(self) == at::MemOverlap::Yes)
+        TORCH_WARN("Use of index_fill_ on expanded tensors is deprecated. Please clone() the tensor "
+                   "before performing this operation. This also applies to advanced indexing e.g. "
+                   "tensor[mask] = scalar");
+      TORCH_CHECK(!(args[3].isScalar() && args[3].toScalar().isComplex() && !self.is_complex()),
+                  "index_fill_(): Converting complex Scalar to non-complex type is not supported");
       TORCH_CHECK(idx.dim() <= 1, "Index has to be a vector/scalar");
       if (args[3].isTensor())
         TORCH_CHECK(args[3].toTensor().dim() == 0,
@@ -735,11 +749,18 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
     case kFamIndexPut: {
       // after prepare_indices: long indices, no masks
       if (n < 3 || !args[1].isList() || !args[2].isTensor()) return;
+      if (in_place && at::has_internal_overlap(self) == at::MemOverlap::Yes)
+        TORCH_WARN("Use of index_put_ on expanded tensors is deprecated. Please clone() the tensor "
+                   "before performing this operation. This also applies to advanced indexing e.g. "
+                   "tensor[indices] = tensor");
       const at::Tensor& value = args[2].toTensor();
-      TORCH_CHECK(value.scalar_type() == self.scalar_type() || (value.is_cpu() && value.dim() == 0),
-                  "Index put requires the source and destination dtypes match, got ",
-                  self.scalar_type(), " for the destination and ", value.scalar_type(),
-                  " for the source.");
+      // CPU checks the value's shape first (make_index_put_iterator), then its dtype
+      auto check_dtype = [&] {
+        TORCH_CHECK(value.scalar_type() == self.scalar_type() || (value.is_cpu() && value.dim() == 0),
+                    "Index put requires the source and destination dtypes match, got ",
+                    self.scalar_type(), " for the destination and ", value.scalar_type(),
+                    " for the source.");
+      };
       auto list = args[1].toList();
       c10::DimVector bshape;
       bool any = false, adjacent = true, ended = false;
@@ -754,7 +775,13 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
           ended = true;
         }
       }
-      if (defined.empty()) return;
+      if (defined.empty()) {
+        // CPU's index iterator needs an index tensor: it refuses the call (a shape
+        // mismatch, else an internal assert), a RuntimeError either way
+        TORCH_CHECK(at::is_expandable_to(value.sizes(), self.sizes()), "shape mismatch: value tensor of shape ",
+                    value.sizes(), " cannot be broadcast to indexing result of shape ", self.sizes());
+        TORCH_CHECK(false, "index_put_: expected at least one index tensor, got none");
+      }
       try {
         bshape = c10::DimVector(defined[0].sizes());
         for (size_t i = 1; i < defined.size(); i++) bshape = broadcast_shape(bshape, defined[i].sizes());
@@ -786,6 +813,7 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
       }
       TORCH_CHECK(at::is_expandable_to(value.sizes(), result), "shape mismatch: value tensor of shape ",
                   value.sizes(), " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(result));
+      check_dtype();
       break;
     }
     default:
