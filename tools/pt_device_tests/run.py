@@ -23,8 +23,8 @@ FILES = ["test_view_ops", "test_indexing", "test_shape_ops", "test_sort_and_sele
          "test_type_promotion", "test_tensor_creation_ops", "test_reductions",
          "test_binary_ufuncs", "test_unary_ufuncs", "test_torch", "test_nn"]
 
-# dtypes that another issue owns: complex and the wide unsigned integers
-_OOS = re.compile(r"(complex|cfloat|cdouble|chalf|uint16|uint32|uint64)")
+# dtypes that another issue owns: complex, the wide unsigned integers, float8, quantized
+_OOS = re.compile(r"(complex|cfloat|cdouble|chalf|uint16|uint32|uint64|float8|qint|quint)")
 
 
 
@@ -108,12 +108,15 @@ def parse(out, fname, device):
     return res
 
 
-_OOS_MSG = re.compile(r"(does not support dtype (Complex|ComplexFloat|ComplexDouble|ComplexHalf|UInt16|UInt32|UInt64)"
-                      r"|not (implemented|supported) for '?(Complex|UInt16|UInt32|UInt64))")
+_OOS_MSG = re.compile(r"(does not support dtype (Complex\w*|UInt16|UInt32|UInt64|Float8\w*)"
+                      r"|not (implemented|supported) for '?(Complex|UInt16|UInt32|UInt64|Float8)"
+                      r"|does not support complex scalars|aten::view_as_(real|complex)'"
+                      r"|Quantized\w*tpu|quantize_per_tensor|_empty_affine_quantized)")
 
 
 def out_of_scope(key, msg):
-    """Complex and uint16/32/64 variants: by dtype in the name, or by the failure naming one."""
+    """Complex, uint16/32/64, float8 and quantized variants: by dtype in the name, or by the
+    failure naming one (or a complex-only op such as view_as_real)."""
     return bool(_OOS.search(key) or _OOS_MSG.search(msg or ""))
 
 
@@ -149,7 +152,7 @@ def summarize(out, files, samples):
         return f"{100.0 * a / b:.1f}%" if b else "-"
 
     lines = ["| file | run on tpu | skipped on tpu | pass cpu (of those run) | pass tpu | "
-             "tpu passes among cpu passes | same, complex/uint16-64 failures left out "
+             "tpu passes among cpu passes | same, complex/uint16-64/float8/quantized failures left out "
              "(their number) | crashes | hangs |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for fname, r in rows:

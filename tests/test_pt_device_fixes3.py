@@ -1,0 +1,203 @@
+"""Regression tests, third round, for defects PyTorch's own device-generic tests found on
+tpu (scripts/pytorch_device_tests.sh): each compares with CPU, in every eager mode where the
+behaviour does not depend on the mode (the `mode` fixture of conftest.py)."""
+import warnings
+
+import pytest
+import torch
+
+import torch_tpu
+
+from util import assert_same
+
+
+def _outcome(fn, dev):
+    """(exception type or None, warning messages) of fn(dev); on tpu the stream is
+    synchronized inside, so an error that surfaced late would still be seen."""
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            out = fn(dev)
+            if dev == "tpu":
+                torch.tpu.synchronize()  # with the result alive: DeferAndFuse drops dead ops
+            del out
+            err = None
+        except Exception as e:  # noqa: BLE001 - the type is what is compared
+            err = type(e)
+    return err, sorted({str(x.message).split(".")[0] for x in w if x.category is UserWarning})
+
+
+def _same_outcome(fn):
+    cpu = _outcome(fn, "cpu")
+    tpu = _outcome(fn, "tpu")
+    assert tpu == cpu
+    torch.tpu.synchronize()  # nothing left over for a later op
+    assert torch.ones(2, device="tpu").sum().item() == 2.0
+    return cpu
+
+
+# ---- an index out of range in the data raises at the op (test_indexing
+# test_trivial_fancy_out_of_bounds, test_advancedindex): a small call that runs inline on
+# an idle stream returns its own error instead of leaving it for the next synchronization
+@pytest.mark.parametrize("eager", ["strict", "debug"])
+@pytest.mark.parametrize("case", ["getitem", "setitem", "index_select", "gather", "index_put_"])
+def test_data_dependent_index_error_at_op(eager, case):
+    def run(dev):
+        a = torch.zeros(5, device=dev)
+        ind = torch.ones(20, dtype=torch.int64, device=dev)
+        ind[-1] = 10
+        if case == "getitem":
+            return a[ind]
+        if case == "setitem":
+            a[ind] = 1.0
+            return a
+        if case == "index_select":
+            return a.index_select(0, ind)
+        if case == "gather":
+            return a.gather(0, ind)
+        return a.index_put_((ind,), torch.tensor(2.0, device=dev))
+
+    with pytest.raises(Exception) as cpu:
+        run("cpu")
+    torch.tpu.synchronize()
+    with torch_tpu.eager_mode(eager):
+        with pytest.raises(type(cpu.value), match="10"):
+            run("tpu")  # no synchronization: raised by the op itself
+        torch.tpu.synchronize()  # and nothing is left for a later one
+        x = torch.arange(4.0, device="tpu")
+        assert x[torch.tensor([3, 0], device="tpu")].tolist() == [3.0, 0.0]
+
+
+def test_data_dependent_index_error_then_device_keeps_working(mode):
+    _same_outcome(lambda d: torch.zeros(5, device=d)[torch.tensor([0, 11], device=d)])
+    x = torch.arange(6.0, device="tpu")
+    assert_same(x[torch.tensor([5, 1], device="tpu")], torch.arange(6.0)[torch.tensor([5, 1])])
+
+
+# ---- index_put_: CPU checks the value's shape before its dtype (test_indexing
+# test_boolean_assignment_value_mismatch), and refuses a call without an index tensor
+# (test_index_put_accumulate_empty)
+@pytest.mark.parametrize("value,n", [([], 4), ([1.0, 2.0, 3.0], 4), ([1.0, 2.0, 3.0], 1)])
+def test_index_put_value_shape_checked_before_dtype(mode, value, n):
+    def run(dev):
+        a = torch.arange(0, 4, device=dev)[:n]  # int64; the value is float
+        a[a > -1] = torch.tensor(value).to(dev)
+
+    with pytest.raises(RuntimeError, match="shape mismatch") as cpu:
+        run("cpu")
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        run("tpu")
+    del cpu
+
+
+def test_index_put_dtype_mismatch_still_refused(mode):
+    def run(dev):
+        a = torch.arange(0, 4, device=dev)
+        a[a > 1] = torch.tensor([1.0, 2.0]).to(dev)
+
+    assert _same_outcome(run)[0] is RuntimeError
+
+
+@pytest.mark.parametrize("accumulate", [True, False])
+@pytest.mark.parametrize("shape,value", [((), [1.0]), ((3,), [1.0, 2.0, 3.0]), ((3,), [1.0, 2.0])])
+def test_index_put_without_index_tensors_refused(mode, accumulate, shape, value):
+    def run(dev):
+        torch.rand(shape, device=dev).index_put([], torch.tensor(value, device=dev), accumulate)
+
+    assert _same_outcome(run)[0] is RuntimeError
+
+
+# ---- index_fill_ with a complex Scalar into a real tensor: CPU's RuntimeError at the op
+# (test_torch test_index_fill), not the device's "no complex scalars" NotImplementedError
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16])
+def test_index_fill_complex_scalar_refused_like_cpu(mode, dtype):
+    def run(dev):
+        x = torch.tensor([[1, 2], [4, 5]], dtype=dtype, device=dev)
+        x.index_fill_(1, torch.tensor([0], device=dev), 1 + 1j)
+
+    with pytest.raises(RuntimeError, match="Scalar"):
+        run("cpu")
+    with pytest.raises(RuntimeError, match="Scalar"):
+        run("tpu")
+
+
+def test_index_fill_real_scalar_still_works(mode):
+    for dev_x in [torch.tensor([[1, 2], [4, 5]])]:
+        expected = dev_x.clone().index_fill_(1, torch.tensor([0]), -3)
+        actual = dev_x.to("tpu").index_fill_(1, torch.tensor([0], device="tpu"), -3)
+        assert_same(actual, expected)
+
+
+# ---- memory overlap (test_torch test_*_mem_overlap): CPU's at::assert_no_overlap of self
+# against the index and the source for the scatter family, index_add_/index_copy_/
+# index_reduce_/index_fill_/put_/index_put_; masked_fill_ checks its mask for a partial
+# overlap but reads its value tensor with item(); masked_scatter_ checks neither; an
+# expanded self only warns for index_fill_/index_put_/masked_fill_
+def _arange8(d):
+    return torch.arange(8.0, device=d)
+
+
+def _idx(d):
+    return torch.tensor([2, 1, 0], device=d)
+
+
+def _all8(d):
+    return torch.arange(8, device=d)
+
+
+def _mask6(d):
+    return torch.tensor([True, False, True, True, False, True], device=d)
+
+
+OVERLAP = {
+    "scatter_src_part": lambda d: (lambda y: y.scatter_(0, _idx(d), y[1:4]))(_arange8(d)),
+    "scatter_src_self": lambda d: (lambda y: y.scatter_(0, _all8(d), y))(_arange8(d)),
+    "scatter_add_src_self": lambda d: (lambda y: y.scatter_add_(0, _all8(d), y))(_arange8(d)),
+    "scatter_reduce_src_self": lambda d: (lambda y: y.scatter_reduce_(0, _all8(d), y, "sum"))(_arange8(d)),
+    "scatter_value_index_self": lambda d: (lambda i: i.scatter_(0, i, 0))(_idx(d)),
+    "scatter_add_index_self": lambda d: (lambda i: i.scatter_add_(0, i, i.clone()))(_idx(d)),
+    "scatter_disjoint_rows": lambda d: (lambda x: x[1:].scatter_(
+        0, torch.zeros(1, 5, dtype=torch.long, device=d), x[:1]))(torch.ones(6, 5, device=d)),
+    "index_add_src_part": lambda d: (lambda y: y.index_add_(0, _idx(d), y[3:6]))(_arange8(d)),
+    "index_add_src_self": lambda d: (lambda y: y.index_add_(0, _all8(d), y))(_arange8(d)),
+    "index_add_index_self": lambda d: (lambda i: i.index_add_(0, i, i.clone()))(_idx(d)),
+    "index_add_src_is_self": lambda d: (lambda i: i.index_add_(0, i.clone(), i))(_idx(d)),
+    "index_copy_src_self": lambda d: (lambda y: y.index_copy_(0, _all8(d), y))(_arange8(d)),
+    "index_copy_index_self": lambda d: (lambda i: i.index_copy_(0, i, i.clone()))(_idx(d)),
+    "index_reduce_src_self": lambda d: (lambda y: y.index_reduce_(0, _all8(d), y, "prod"))(_arange8(d)),
+    "index_reduce_index_self": lambda d: (lambda i: i.index_reduce_(0, i, i.clone(), "prod"))(_idx(d)),
+    "index_fill_index_self": lambda d: (lambda i: i.index_fill_(0, i, 0))(_idx(d)),
+    "index_fill_value_view": lambda d: (lambda y: y.index_fill_(0, _idx(d), y[5]))(_arange8(d)),
+    "index_fill_expanded": lambda d: torch.rand(1, device=d).expand(6).index_fill_(0, _idx(d), 1.0),
+    "put_src_self": lambda d: (lambda y: y.put_(_all8(d), y))(_arange8(d)),
+    "put_src_part": lambda d: (lambda y: y.put_(_idx(d), y[3:6]))(_arange8(d)),
+    "put_index_self": lambda d: (lambda i: i.put_(i, i.clone()))(_idx(d)),
+    "put_src_is_self": lambda d: (lambda i: i.put_(i.clone(), i))(_idx(d)),
+    "index_put_value_part": lambda d: (lambda y: y.index_put_((_idx(d),), y[3:6]))(_arange8(d)),
+    "index_put_value_0d_view": lambda d: (lambda y: y.index_put_((_idx(d),), y[5]))(_arange8(d)),
+    "index_put_index_self": lambda d: (lambda i: i.index_put_((i,), i.clone()))(_idx(d)),
+    "index_put_acc_index_self": lambda d: (lambda i: i.index_put_((i,), i.clone(), accumulate=True))(_idx(d)),
+    "index_put_expanded": lambda d: torch.rand(1, device=d).expand(6).index_put_(
+        (_idx(d),), torch.rand(3, device=d)),
+    "index_put_expanded_acc": lambda d: torch.rand(1, device=d).expand(6).index_put_(
+        (_idx(d),), torch.rand(3, device=d), accumulate=True),
+    "masked_fill_mask_part": lambda d: (lambda m: m[1:].masked_fill_(m[:-1], False))(_mask6(d)),
+    "masked_fill_mask_part_tensor": lambda d: (lambda m: m[1:].masked_fill_(
+        m[:-1], torch.tensor(False, device=d)))(_mask6(d)),
+    "masked_fill_mask_self": lambda d: (lambda m: m.masked_fill_(m, False))(_mask6(d)),
+    "masked_fill_value_view": lambda d: (lambda y: y.masked_fill_(y > 3, y[0]))(_arange8(d)),
+    "masked_fill_expanded": lambda d: torch.rand(1, device=d).expand(6).masked_fill_(_mask6(d), 0.0),
+    "masked_scatter_src_part": lambda d: (lambda y: y[:6].masked_scatter_(_mask6(d), y[2:]))(_arange8(d)),
+    "masked_scatter_mask_part": lambda d: (lambda m: m[1:].masked_scatter_(m[:-1], m[:-1].clone()))(_mask6(d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OVERLAP))
+def test_overlap_checks_like_cpu(mode, case):
+    _same_outcome(OVERLAP[case])
+
+
+def test_overlap_checks_leave_results_like_cpu(mode):
+    # accepted overlaps compute what CPU computes
+    for case in ["scatter_disjoint_rows", "index_fill_value_view", "masked_fill_value_view"]:
+        assert_same(OVERLAP[case]("tpu"), OVERLAP[case]("cpu"))
