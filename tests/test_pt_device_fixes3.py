@@ -201,3 +201,49 @@ def test_overlap_checks_leave_results_like_cpu(mode):
     # accepted overlaps compute what CPU computes
     for case in ["scatter_disjoint_rows", "index_fill_value_view", "masked_fill_value_view"]:
         assert_same(OVERLAP[case]("tpu"), OVERLAP[case]("cpu"))
+
+
+# ---- rrelu_with_noise (test_nn test_nn_empty, test_nn_scalars,
+# test_leaky_relu_inplace_with_neg_slope): F.rrelu / nn.RReLU on tpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(4, 5), (), (0, 3)])
+def test_rrelu_eval_like_cpu(mode, dtype, shape):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(dtype)
+    for fn in [lambda t: torch.nn.functional.rrelu(t, 0.1, 0.3),
+               lambda t: torch.nn.functional.rrelu_(t.clone(), 0.1, 0.3),
+               lambda t: torch.nn.RReLU().eval()(t)]:
+        assert_same(fn(x.to("tpu")), fn(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_rrelu_training_noise_and_grad(mode, dtype):
+    x = torch.randn(64, generator=torch.Generator().manual_seed(4)).to(dtype)
+    xt = x.to("tpu").requires_grad_()
+    noise = torch.empty(64, dtype=dtype, device="tpu")
+    y = torch.ops.aten.rrelu_with_noise(xt, noise, 0.1, 0.3, True)
+    y.sum().backward()
+    n = noise.cpu()
+    neg = x <= 0
+    assert bool((n[~neg] == 1).all())
+    assert bool(((n[neg] >= 0.1) & (n[neg] <= 0.3)).all())
+    assert n[neg].unique().numel() > 1  # sampled per element
+    torch.testing.assert_close(y.detach().cpu(), torch.where(neg, x * n, x))
+    torch.testing.assert_close(xt.grad.cpu(), n)
+    m = torch.nn.RReLU(0.1, 0.3).train()(torch.zeros(0, device="tpu"))
+    assert m.shape == (0,) and m.device.type == "tpu"
+
+
+def test_rrelu_errors_like_cpu(mode):
+    cases = [
+        lambda d: torch.nn.functional.rrelu(torch.ones(3, dtype=torch.int64, device=d)),
+        lambda d: torch.nn.functional.rrelu(torch.ones(3, dtype=torch.int64, device=d), training=True),
+        lambda d: torch.ops.aten.rrelu_with_noise(torch.ones(3, device=d), torch.ones(2, device=d)),
+    ]
+    for fn in cases:
+        assert _same_outcome(fn)[0] is not None
+    # an in-place rrelu_ with a negative slope has no backward, as on CPU
+    for d in ["cpu", "tpu"]:
+        a = torch.tensor([-1.0, 1.0], device=d, requires_grad=True)
+        b = torch.nn.functional.rrelu_(a.clone(), -5.0, 1.0)
+        with pytest.raises(RuntimeError, match="call out-of-place version"):
+            b.backward(torch.ones(2, device=d))
