@@ -634,6 +634,9 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
       break;
     }
     case kFamPut: {
+      // CPU's put_ first: without accumulate, duplicate indices make it nondeterministic
+      if (!(n > 3 && args[3].isBool() && args[3].toBool()))
+        at::globalContext().alertNotDeterministic("put_");
       if (n < 3 || !args[1].isTensor() || !args[2].isTensor()) return;
       const at::Tensor& idx = args[1].toTensor();
       const at::Tensor& src = args[2].toTensor();
