@@ -247,3 +247,137 @@ def test_rrelu_errors_like_cpu(mode):
         b = torch.nn.functional.rrelu_(a.clone(), -5.0, 1.0)
         with pytest.raises(RuntimeError, match="call out-of-place version"):
             b.backward(torch.ones(2, device=d))
+
+
+# ---- put_ without accumulate is nondeterministic for CPU too (test_torch
+# test_nondeterministic_alert_put): it alerts under torch.use_deterministic_algorithms
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_put_deterministic_alert_like_cpu(mode, accumulate, inplace):
+    def run(dev):
+        a = torch.randn(10, device=dev)
+        fn = torch.Tensor.put_ if inplace else torch.Tensor.put
+        return fn(a, torch.tensor([0, 0], device=dev), torch.tensor([0.0, 1.0], device=dev),
+                  accumulate=accumulate)
+
+    prev = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        err = _same_outcome(run)[0]
+    finally:
+        torch.use_deterministic_algorithms(prev)
+    assert (err is RuntimeError) == (not accumulate)
+
+
+# ---- the index copied from the host just before (test_indexing test_advancedindex):
+# a small host-to-device copy onto an idle stream runs inline too, so the index op that
+# follows still finds the stream idle and raises at the op
+@pytest.mark.parametrize("how", ["to", "list"])
+def test_index_error_at_op_after_host_copy(how):
+    reference = torch.empty(10, dtype=torch.float64, device="tpu")
+    torch.tpu.synchronize()
+    with torch_tpu.eager_mode("strict"):
+        for err_idx in (10, -11):
+            with pytest.raises(IndexError, match="out of"):
+                if how == "to":
+                    reference[torch.LongTensor([err_idx]).to("tpu")]
+                else:
+                    reference[[err_idx]]
+        torch.tpu.synchronize()
+
+
+def test_small_host_copies_keep_order(mode):
+    # inline copies and queued work interleave in program order
+    x = torch.zeros(100000, device="tpu")
+    x.add_(1.0)  # large: queued
+    small = torch.arange(4.0).to("tpu")  # may run inline only once the stream is idle
+    x[:4] = small
+    expected = torch.ones(100000)
+    expected[:4] = torch.arange(4.0)
+    assert_same(x, expected)
+
+
+# ---- logcumsumexp / cummax / cummin with out= of another dtype (test_torch
+# test_logcumsumexp): CPU refuses at the op
+@pytest.mark.parametrize("op", ["logcumsumexp", "cummax", "cummin"])
+def test_scan_out_dtype_checked_like_cpu(mode, op):
+    def run(dev, out_dtype, idx_dtype=torch.int64):
+        b = torch.randn(5, 2, device=dev, dtype=torch.float64)
+        o = torch.zeros(5, 2, device=dev, dtype=out_dtype)
+        if op == "logcumsumexp":
+            return torch.logcumsumexp(b, 1, out=o)
+        i = torch.zeros(5, 2, device=dev, dtype=idx_dtype)
+        return getattr(torch, op)(b, 1, out=(o, i))
+
+    assert _same_outcome(lambda d: run(d, torch.float32))[0] is RuntimeError
+    if op != "logcumsumexp":
+        assert _same_outcome(lambda d: run(d, torch.float64, torch.int32))[0] is RuntimeError
+    b = torch.randn(5, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    o_c, o_t = torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.float64, device="tpu")
+    if op == "logcumsumexp":
+        assert_same(torch.logcumsumexp(b.to("tpu"), 1, out=o_t), torch.logcumsumexp(b, 1, out=o_c))
+
+
+# ---- a resized out= takes the meta function's strides (test_torch
+# test_strides_propagation): TensorIterator's layout of a permuted input, as on CPU
+@pytest.mark.parametrize("op", ["eq", "add", "exp", "mul", "lt"])
+@pytest.mark.parametrize("perm", [(0, 2, 1), (1, 0, 2), (2, 0, 1)])
+def test_resized_out_follows_input_layout(mode, op, perm):
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1)).permute(perm)
+    fn = getattr(torch, op)
+    args = (x,) if op == "exp" else (x, x)
+    expected = fn(*args)
+    out_c = fn(*args, out=torch.empty(0, dtype=expected.dtype))
+    out_t = fn(*[a.to("tpu") for a in args], out=torch.empty(0, dtype=expected.dtype, device="tpu"))
+    assert out_t.stride() == out_c.stride()
+    assert_same(out_t, out_c)
+    # an out= of the right shape keeps its own strides
+    keep_t = torch.empty(x.shape, dtype=expected.dtype, device="tpu")
+    keep_c = torch.empty(x.shape, dtype=expected.dtype)
+    assert_same(fn(*[a.to("tpu") for a in args], out=keep_t), fn(*args, out=keep_c))
+
+
+# ---- grid_sampler_2d's Python meta function checks less than CPU (test_torch
+# test_invalid_shapes_grid_sampler): CPU's checks and messages at the op
+@pytest.mark.parametrize("fn", ["grid_sampler", "grid_sampler_2d", "grid_sampler_3d"])
+@pytest.mark.parametrize("shapes", [((5, 5, 5, 5, 5), (1, 1, 1, 4, 4)), ((5, 5, 5, 5), (1, 1, 4, 4)),
+                                    ((2, 3, 5, 5), (2, 4, 4, 3)), ((2, 3, 5, 5), (2, 4, 2)),
+                                    ((2, 3, 0, 5), (2, 4, 4, 2)), ((2, 3, 5, 5, 5), (2, 4, 4, 4, 3))])
+def test_grid_sampler_shape_checks_like_cpu(mode, fn, shapes):
+    def run(dev):
+        inp = torch.ones(shapes[0], dtype=torch.float64, device=dev)
+        grid = torch.zeros(shapes[1], dtype=torch.float64, device=dev)
+        return getattr(torch, fn)(inp, grid, 0, 0, True)
+
+    cpu = _outcome(run, "cpu")
+    tpu = _outcome(run, "tpu")
+    assert tpu == cpu
+    if cpu[0] is None:
+        assert_same(run("tpu"), run("cpu"))
+
+
+def test_grid_sampler_dtype_mismatch_like_cpu(mode):
+    def run(dev):
+        return torch.grid_sampler_2d(torch.ones(1, 1, 3, 3, device=dev),
+                                     torch.zeros(1, 2, 2, 2, dtype=torch.float64, device=dev), 0, 0, True)
+
+    assert _same_outcome(run)[0] is RuntimeError
+
+
+# ---- Tensor.is_set_to (test_torch test_is_set_to): the same storage, offset and geometry
+def test_is_set_to_like_cpu(mode):
+    def cases(dev):
+        t1 = torch.empty(3, 4, 9, 10, device=dev)
+        t2 = torch.empty(3, 4, 9, 10, device=dev)
+        t3 = torch.tensor([], device=dev).set_(t1)
+        t4 = t3.clone().resize_(12, 90)
+        b1 = torch.tensor([True, True], device=dev)
+        b2 = torch.tensor([False], device=dev).set_(b1)
+        e1 = torch.empty([2, 5, 0], device=dev)
+        v1 = torch.empty([2, 3, 4], device=dev)
+        return [t1.is_set_to(t2), t1.is_set_to(t3), t3.is_set_to(t1), t1.is_set_to(t4),
+                torch.tensor([], device=dev).is_set_to(torch.tensor([], device=dev)),
+                b1.is_set_to(b2), e1.is_set_to(e1.view([0])), v1.is_set_to(v1.view(4, 3, 2)),
+                v1.is_set_to(v1[:]), v1[1].is_set_to(v1[0]), v1.is_set_to(v1)]
+
+    assert cases("tpu") == cases("cpu")

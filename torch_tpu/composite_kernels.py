@@ -34,6 +34,8 @@ trace):
   kernel. Training: each element <= 0 is scaled by a uniform sample from [lower, upper],
   which `noise` keeps (1 elsewhere); evaluation: leaky_relu with slope (lower + upper) / 2
   computed in double, `noise` untouched.
+* `is_set_to`: metadata only (CPU's and CUDA's kernel): the same storage, offset, sizes and
+  strides.
 """
 import torch
 
@@ -347,6 +349,12 @@ def _rrelu_with_noise_out(self, noise, lower=0.125, upper=1.0 / 3, training=Fals
     return _rrelu_with_noise_into(self, noise, lower, upper, training, generator, out)
 
 
+def _is_set_to(self, tensor):
+    return (self.untyped_storage()._cdata == tensor.untyped_storage()._cdata
+            and self.storage_offset() == tensor.storage_offset()
+            and self.shape == tensor.shape and self.stride() == tensor.stride())
+
+
 def _scalar_dtype(v):
     # the dtype of a tensor made from a Python number (as ATen's scalar_to_tensor)
     if isinstance(v, bool):
@@ -380,6 +388,7 @@ def _install():
               "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor", _isin_scalar_tensor, "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor_out", _isin_scalar_tensor_out, "PrivateUse1")
+    _lib.impl("is_set_to", _is_set_to, "PrivateUse1")
     _lib.impl("rrelu_with_noise", _rrelu_with_noise, "PrivateUse1")
     _lib.impl("rrelu_with_noise_", _rrelu_with_noise_, "PrivateUse1")
     _lib.impl("rrelu_with_noise.out", _rrelu_with_noise_out, "PrivateUse1")

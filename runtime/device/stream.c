@@ -424,10 +424,31 @@ static tpu_status_t h2d_fn(void* ctx) {
   return TPU_OK;
 }
 
+/* A small copy onto an idle stream runs on the calling thread, as a small call does
+ * (exec/call.c): nothing is pending before it, so the order is the same, and an op
+ * that follows finds the stream idle too (its data-dependent error raises at the op). */
+#define TPU_INLINE_COPY_BYTES (256u * 1024u)
+
+typedef struct {
+  void* dst;
+  const void* src;
+  size_t bytes;
+} h2d_direct_t;
+
+static tpu_status_t h2d_direct_fn(const void* ctx) {
+  const h2d_direct_t* c = ctx;
+  memcpy(c->dst, c->src, c->bytes);
+  return TPU_OK;
+}
+
 tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return TPU_OK;
   TPU_RETURN_IF_ERROR(flush_before(s));
   TPU_RETURN_IF_ERROR(tpu_device_realize(dst, s, &dst));
+  if (bytes <= TPU_INLINE_COPY_BYTES) {
+    const h2d_direct_t d = {.dst = dst, .src = src, .bytes = bytes};
+    if (tpu_stream_run_if_idle(s, "copy_h2d", h2d_direct_fn, &d)) return TPU_OK;
+  }
   h2d_t* c = malloc(sizeof(h2d_t) + bytes);
   if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "copy to tpu: cannot stage %zu bytes", bytes);
   c->dst = dst;

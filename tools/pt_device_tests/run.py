@@ -45,6 +45,8 @@ def run_file(test_dir, fname, sample, device, out, args):
     env["PT_DEVICE_TESTS_STATE"] = state
     env["PT_DEVICE_TESTS_HARD_TIMEOUT"] = str(args.timeout + 60)
     env["PT_DEVICE_TESTS_SAMPLE"] = str(sample)
+    if args.matmul_precision:
+        env["PT_DEVICE_TESTS_MATMUL_PRECISION"] = args.matmul_precision
     env["PYTHONPATH"] = os.pathsep.join(
         [HERE, args.repo, test_dir] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     # cpu: the baseline without the backend; tpu: the shim registers it itself
@@ -178,6 +180,9 @@ def main():
     ap.add_argument("--max-restarts", type=int, default=200)
     ap.add_argument("--sample", type=int, default=1, help="run a stable 1-in-N subset")
     ap.add_argument("-k", default=None, help="pytest -k expression")
+    ap.add_argument("--matmul-precision", default=None, choices=["medium", "high", "highest"],
+                    help="torch.set_float32_matmul_precision for the run (default: the "
+                         "device's own, medium on tpu)")
     ap.add_argument("--summary-only", action="store_true")
     ap.add_argument("files", nargs="*", default=None,
                     help="file names without .py; NAME:N runs a 1-in-N sample of that file")

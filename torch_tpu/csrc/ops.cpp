@@ -307,6 +307,8 @@ enum CheckFamily {
   kFamGelu,
   kFamMultinomial,
   kFamLayerNorm,
+  kFamScanOut,  // logcumsumexp / cummax / cummin with out=: CPU checks the outputs' dtypes
+  kFamGridSampler,  // grid_sampler_2d/3d: the Python meta function checks less than CPU
 };
 
 bool in_list(const std::string& s, std::initializer_list<const char*> names) {
@@ -337,6 +339,8 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
   else if (b == "gelu" || b == "gelu_backward") info.family = kFamGelu;
   else if (b == "multinomial") info.family = kFamMultinomial;
   else if (b == "native_layer_norm") info.family = kFamLayerNorm;
+  else if (in_list(b, {"logcumsumexp", "cummax", "cummin"})) info.family = kFamScanOut;
+  else if (in_list(b, {"grid_sampler_2d", "grid_sampler_3d"})) info.family = kFamGridSampler;
   else if (in_list(b, {"cauchy", "exponential", "geometric", "log_normal", "normal", "uniform",
                        "random", "bernoulli"})) {
     // only overloads whose one tensor is self (the rest scalars / generator)
@@ -740,6 +744,41 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
       (void)at::native_layer_norm(at::zeros(sizes, at::TensorOptions().dtype(self.scalar_type())),
                                   normalized, stand_in(args[2]), stand_in(args[3]),
                                   args[4].toDouble());
+      break;
+    }
+    case kFamScanOut: {
+      // check_scalar_type_device_layout_equal: values like self, cummax/cummin's indices long
+      if (in_place) return;
+      for (size_t i = 1; i < n && i < 64; i++) {
+        if (!(info.mutated_args >> i & 1) || !args[i].isTensor()) continue;
+        const at::Tensor& o = args[i].toTensor();
+        const bool indices = i == n - 1 && info.name.rfind("logcumsumexp") == std::string::npos;
+        const at::ScalarType want = indices ? at::kLong : self.scalar_type();
+        TORCH_CHECK(o.scalar_type() == want, "expected scalar_type ", want, " but found ",
+                    o.scalar_type());
+      }
+      break;
+    }
+    case kFamGridSampler: {
+      // CPU's check_grid_sampler_common, then check_grid_sampler_2d/3d
+      if (n < 2 || !args[1].isTensor()) return;
+      const at::Tensor& grid = args[1].toTensor();
+      TORCH_CHECK(self.scalar_type() == grid.scalar_type(),
+                  "grid_sampler(): expected input and grid to have same dtype, but input has ",
+                  self.dtype(), " and grid has ", grid.dtype());
+      TORCH_CHECK(self.dim() > 0 && grid.dim() > 0 && self.size(0) == grid.size(0),
+                  "grid_sampler(): expected grid and input to have same batch size, but got "
+                  "input with sizes ", self.sizes(), " and grid with sizes ", grid.sizes());
+      TORCH_CHECK(grid.size(-1) == self.dim() - 2, "grid_sampler(): expected grid to have size ",
+                  self.dim() - 2, " in last dimension, but got grid with sizes ", grid.sizes());
+      for (int64_t i = 2; i < self.dim(); i++)
+        TORCH_CHECK(self.size(i) > 0, "grid_sampler(): expected input to have non-empty spatial "
+                    "dimensions, but input has sizes ", self.sizes(), " with dimension ", i,
+                    " being empty");
+      const int64_t want = info.name.rfind("grid_sampler_2d", 0) == 0 ? 4 : 5;
+      TORCH_CHECK(self.dim() == want && self.dim() == grid.dim(), "grid_sampler(): expected ", want,
+                  "D input and grid with same number of dimensions, but got input with sizes ",
+                  self.sizes(), " and grid with sizes ", grid.sizes());
       break;
     }
     case kFamBucketize: {
@@ -1356,7 +1395,14 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     at::Tensor real;
     if (alias >= 0 && !info.return_is_view[r]) {
       real = args[alias].toTensor();
-      if (real.sizes() != c10::IntArrayRef(m.sizes)) resize_tensor(real, m.sizes, std::nullopt);
+      if (real.sizes() != c10::IntArrayRef(m.sizes)) {
+        resize_tensor(real, m.sizes, std::nullopt);
+        // a resized out= takes the meta function's strides, as structured kernels'
+        // resize_out restrides it (TensorIterator's order: a permuted input's layout)
+        if (real.strides() != c10::IntArrayRef(m.strides))
+          at::native::as_strided__symint(real, c10::fromIntArrayRefSlow(m.sizes),
+                                         c10::fromIntArrayRefSlow(m.strides));
+      }
     } else if (alias >= 0) {
       // A view op reaching the backend: same geometry as the meta result.
       real = at::native::as_strided_tensorimpl(args[alias].toTensor(), m.sizes, m.strides,
