@@ -11,7 +11,8 @@
 # $PYTORCH_TEST_CACHE (default ~/.cache/torch_tpu_pytorch_tests) and extracted there.
 # FILE is a test file name without .py (default: all eleven); FILE:N runs a stable 1-in-N
 # sample of it. Runner options (tools/pt_device_tests/run.py --help): --devices cpu,tpu,
-# --timeout SECONDS per test, -k EXPR, --sample N, --summary-only.
+# --timeout SECONDS per test, -k EXPR, --sample N, --matmul-precision P (float32 matmul
+# precision for the run; default the device's, medium on tpu), --summary-only.
 # Results go to --out (default build/pytorch_device_tests): junit XML and a log per file
 # and device, summary.md and results.json. Exit status 0 unless the runner itself fails
 # (test failures are results, not errors).

@@ -235,17 +235,30 @@ def test_debug_mode_bounds_errors_name_the_op():
 
 
 def test_strict_mode_error_surfaces_at_sync():
-    x = torch.randn(5, 3, device="tpu")
+    # a queued call (more elements than an inline run takes) returns at once; its
+    # data-dependent error comes at the next synchronization
+    x = torch.randn(20000, 3, device="tpu")
     keep = torch.arange(3.0, device="tpu")
-    y = torch.index_select(x, 0, torch.tensor([0, 11], device="tpu"))  # returns at once
+    y = torch.index_select(x, 0, torch.tensor([0, 20011], device="tpu"))  # returns at once
     assert y.shape == (2, 3)
-    with pytest.raises(IndexError, match=r"aten::index_select.*11"):
+    with pytest.raises(IndexError, match=r"aten::index_select.*20011"):
         torch.tpu.synchronize()
     # the error was consumed; the device keeps working and other tensors survive
     assert keep.cpu().tolist() == [0.0, 1.0, 2.0]
-    z = torch.index_select(x, 0, torch.tensor([12], device="tpu"))
-    with pytest.raises(IndexError, match="12"):
+    z = torch.index_select(x, 0, torch.tensor([20012], device="tpu"))
+    with pytest.raises(IndexError, match="20012"):
         z.cpu()
+    assert (x * 2).sum().item() == pytest.approx(2 * x.sum().item(), rel=1e-5)
+
+
+def test_strict_mode_inline_call_error_raises_at_op():
+    # a small call on an idle stream runs inline: its error raises at the op, as on CPU,
+    # and nothing is left for the next synchronization
+    x = torch.randn(5, 3, device="tpu")
+    torch.tpu.synchronize()
+    with pytest.raises(IndexError, match=r"aten::index_select.*11"):
+        torch.index_select(x, 0, torch.tensor([0, 11], device="tpu"))
+    torch.tpu.synchronize()
     assert (x * 2).sum().item() == pytest.approx(2 * x.sum().item(), rel=1e-5)
 
 

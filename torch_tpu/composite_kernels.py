@@ -30,6 +30,12 @@ trace):
 * `isin.Scalar_Tensor`: ATen's meta function declares a 1-d output of size 0 and its CPU and
   CUDA kernels resize it to 0-d after wrapping the scalar in a tensor; this does the same
   wrapping and calls isin.Tensor_Tensor.
+* `rrelu_with_noise` (functional, in place, out=), what `F.rrelu` / `nn.RReLU` call: CPU's
+  kernel. Training: each element <= 0 is scaled by a uniform sample from [lower, upper],
+  which `noise` keeps (1 elsewhere); evaluation: leaky_relu with slope (lower + upper) / 2
+  computed in double, `noise` untouched.
+* `is_set_to`: metadata only (CPU's and CUDA's kernel): the same storage, offset, sizes and
+  strides.
 """
 import torch
 
@@ -301,6 +307,54 @@ def _fractional_max_pool3d_backward_out(grad_output, self, kernel_size, output_s
     return grad_input.copy_(r)
 
 
+_RRELU_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _rrelu_with_noise_into(self, noise, lower, upper, training, generator, out):
+    if self.shape != noise.shape:
+        raise RuntimeError("noise tensor shape must match self tensor shape. Got self.shape = "
+                           f"{list(self.shape)} noise.shape = {list(noise.shape)}")
+    if not training:
+        slope = (float(lower) + float(upper)) / 2
+        return torch.nn.functional.leaky_relu(self, slope) if out is None else \
+            torch._C._nn.leaky_relu(self, slope, out=out)
+    if self.dtype not in _RRELU_DTYPES:
+        raise NotImplementedError(f'"rrelu_with_noise_out_cpu" not implemented for \'{_dtype_name(self.dtype)}\'')
+    r = torch.empty(self.shape, dtype=self.dtype, device=self.device).uniform_(
+        float(lower), float(upper), generator=generator)
+    neg = self <= 0
+    res = torch.where(neg, self * r, self)
+    noise.copy_(torch.where(neg, r, torch.ones_like(r)))
+    if out is None:
+        return res
+    out.resize_(res.shape)
+    return out.copy_(res)
+
+
+def _dtype_name(dtype):
+    return {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+            torch.uint8: "Byte", torch.bool: "Bool"}.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def _rrelu_with_noise(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None):
+    return _rrelu_with_noise_into(self, noise, lower, upper, training, generator, None)
+
+
+def _rrelu_with_noise_(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None):
+    return _rrelu_with_noise_into(self, noise, lower, upper, training, generator, self)
+
+
+def _rrelu_with_noise_out(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None, *,
+                          out):
+    return _rrelu_with_noise_into(self, noise, lower, upper, training, generator, out)
+
+
+def _is_set_to(self, tensor):
+    return (self.untyped_storage()._cdata == tensor.untyped_storage()._cdata
+            and self.storage_offset() == tensor.storage_offset()
+            and self.shape == tensor.shape and self.stride() == tensor.stride())
+
+
 def _scalar_dtype(v):
     # the dtype of a tensor made from a Python number (as ATen's scalar_to_tensor)
     if isinstance(v, bool):
@@ -334,3 +388,7 @@ def _install():
               "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor", _isin_scalar_tensor, "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor_out", _isin_scalar_tensor_out, "PrivateUse1")
+    _lib.impl("is_set_to", _is_set_to, "PrivateUse1")
+    _lib.impl("rrelu_with_noise", _rrelu_with_noise, "PrivateUse1")
+    _lib.impl("rrelu_with_noise_", _rrelu_with_noise_, "PrivateUse1")
+    _lib.impl("rrelu_with_noise.out", _rrelu_with_noise_out, "PrivateUse1")

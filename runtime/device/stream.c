@@ -413,12 +413,34 @@ double tpu_event_elapsed_seconds(tpu_event_t* a, tpu_event_t* b) {
 }
 
 /* ---- host copies, through the target ---- */
+/* A small copy onto an idle stream runs on the calling thread, as a small call does
+ * (exec/call.c): nothing is pending before it, so the order is the same, and an op
+ * that follows finds the stream idle too (its data-dependent error raises at the op). */
+#define TPU_INLINE_COPY_BYTES (256u * 1024u)
+
+typedef struct {
+  const tpu_target_t* t;
+  int device;
+  void* dst;
+  const void* src;
+  size_t bytes;
+} h2d_direct_t;
+
+static tpu_status_t h2d_direct_fn(const void* ctx) {
+  const h2d_direct_t* c = ctx;
+  return c->t->iface->copy_h2d(c->t->ctx, c->device, c->dst, c->src, c->bytes);
+}
+
 tpu_status_t tpu_stream_copy_h2d(tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return TPU_OK;
   TPU_RETURN_IF_ERROR(flush_before(s));
   TPU_RETURN_IF_ERROR(tpu_device_realize(dst, s, &dst));
   const tpu_target_t* t = tpu_target_get();
   if (!t) return TPU_ERR(INTERNAL, "copy to tpu: no target is registered");
+  if (bytes <= TPU_INLINE_COPY_BYTES) {
+    const h2d_direct_t d = {t, tpu_stream_device(s), dst, src, bytes};
+    if (tpu_stream_run_if_idle(s, "copy_h2d", h2d_direct_fn, &d)) return TPU_OK;
+  }
   return t->iface->copy_h2d_async(t->ctx, s, dst, src, bytes);
 }
 

@@ -157,11 +157,23 @@ typedef struct {
 
 static tpu_status_t call_work_run(tpu_work_t* w) { return tpu_call_run(&((call_work_t*)w)->call); }
 static void call_work_release(tpu_work_t* w) { free(w); }
-static tpu_status_t call_run_const(const void* call) { return tpu_call_run(call); }
+/* An inline run keeps the call's status for its submitter instead of leaving it on
+ * the stream: the op that failed raises itself, as on CPU (an index out of range in
+ * the data), and the stream carries no error for a later synchronization. */
+typedef struct {
+  const tpu_call_t* call;
+  tpu_status_t status;
+} call_inline_t;
+
+static tpu_status_t call_run_inline(const void* ctx) {
+  call_inline_t* r = (call_inline_t*)ctx;
+  r->status = tpu_call_run(r->call);
+  return TPU_OK;
+}
 
 /* Strict mode runs a small call on the submitting thread when the stream is
- * idle: the result is the same as queueing it (nothing is pending, errors
- * still surface at the next synchronization) without the hand-off cost. */
+ * idle: the result is the same as queueing it (nothing is pending) without the
+ * hand-off cost, and its error, if any, is returned by the submission. */
 #define TPU_INLINE_ELEMENTS 32768
 
 tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
@@ -179,9 +191,15 @@ tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
     free(c);
     return st;
   }
-  if (mode == TPU_MODE_STRICT && call_elements(call) <= TPU_INLINE_ELEMENTS &&
-      tpu_stream_run_if_idle(s, call->op ? call->op->name : NULL, call_run_const, call))
-    return TPU_OK;
+  if (mode == TPU_MODE_STRICT && call_elements(call) <= TPU_INLINE_ELEMENTS) {
+    call_inline_t r = {.call = call, .status = TPU_OK};
+    if (tpu_stream_run_if_idle(s, call->op ? call->op->name : NULL, call_run_inline, &r)) {
+      if (!r.status) return TPU_OK;
+      char prefix[160];
+      snprintf(prefix, sizeof prefix, "aten::%s", call->op ? call->op->name : "?");
+      return tpu_status_annotate(r.status, prefix);
+    }
+  }
   call_work_t* w = malloc(sizeof(call_work_t) + tpu_call_deep_size(call));
   if (!w) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory queueing the op",
                          call->op ? call->op->name : "op");

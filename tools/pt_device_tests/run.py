@@ -23,8 +23,8 @@ FILES = ["test_view_ops", "test_indexing", "test_shape_ops", "test_sort_and_sele
          "test_type_promotion", "test_tensor_creation_ops", "test_reductions",
          "test_binary_ufuncs", "test_unary_ufuncs", "test_torch", "test_nn"]
 
-# dtypes that another issue owns: complex and the wide unsigned integers
-_OOS = re.compile(r"(complex|cfloat|cdouble|chalf|uint16|uint32|uint64)")
+# dtypes that another issue owns: complex, the wide unsigned integers, float8, quantized
+_OOS = re.compile(r"(complex|cfloat|cdouble|chalf|uint16|uint32|uint64|float8|qint|quint)")
 
 
 
@@ -45,6 +45,8 @@ def run_file(test_dir, fname, sample, device, out, args):
     env["PT_DEVICE_TESTS_STATE"] = state
     env["PT_DEVICE_TESTS_HARD_TIMEOUT"] = str(args.timeout + 60)
     env["PT_DEVICE_TESTS_SAMPLE"] = str(sample)
+    if args.matmul_precision:
+        env["PT_DEVICE_TESTS_MATMUL_PRECISION"] = args.matmul_precision
     env["PYTHONPATH"] = os.pathsep.join(
         [HERE, args.repo, test_dir] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     # cpu: the baseline without the backend; tpu: the shim registers it itself
@@ -108,12 +110,15 @@ def parse(out, fname, device):
     return res
 
 
-_OOS_MSG = re.compile(r"(does not support dtype (Complex|ComplexFloat|ComplexDouble|ComplexHalf|UInt16|UInt32|UInt64)"
-                      r"|not (implemented|supported) for '?(Complex|UInt16|UInt32|UInt64))")
+_OOS_MSG = re.compile(r"(does not support dtype (Complex\w*|UInt16|UInt32|UInt64|Float8\w*)"
+                      r"|not (implemented|supported) for '?(Complex|UInt16|UInt32|UInt64|Float8)"
+                      r"|does not support complex scalars|aten::view_as_(real|complex)'"
+                      r"|Quantized\w*tpu|quantize_per_tensor|_empty_affine_quantized)")
 
 
 def out_of_scope(key, msg):
-    """Complex and uint16/32/64 variants: by dtype in the name, or by the failure naming one."""
+    """Complex, uint16/32/64, float8 and quantized variants: by dtype in the name, or by the
+    failure naming one (or a complex-only op such as view_as_real)."""
     return bool(_OOS.search(key) or _OOS_MSG.search(msg or ""))
 
 
@@ -149,7 +154,7 @@ def summarize(out, files, samples):
         return f"{100.0 * a / b:.1f}%" if b else "-"
 
     lines = ["| file | run on tpu | skipped on tpu | pass cpu (of those run) | pass tpu | "
-             "tpu passes among cpu passes | same, complex/uint16-64 failures left out "
+             "tpu passes among cpu passes | same, complex/uint16-64/float8/quantized failures left out "
              "(their number) | crashes | hangs |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for fname, r in rows:
@@ -175,6 +180,9 @@ def main():
     ap.add_argument("--max-restarts", type=int, default=200)
     ap.add_argument("--sample", type=int, default=1, help="run a stable 1-in-N subset")
     ap.add_argument("-k", default=None, help="pytest -k expression")
+    ap.add_argument("--matmul-precision", default=None, choices=["medium", "high", "highest"],
+                    help="torch.set_float32_matmul_precision for the run (default: the "
+                         "device's own, medium on tpu)")
     ap.add_argument("--summary-only", action="store_true")
     ap.add_argument("files", nargs="*", default=None,
                     help="file names without .py; NAME:N runs a 1-in-N sample of that file")

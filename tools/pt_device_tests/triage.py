@@ -15,7 +15,7 @@ import re
 
 # (label, pattern over the failure text); order matters: the first match wins
 CAUSES = [
-    ("out of scope: complex / uint16-64 dtype", None),
+    ("out of scope: complex / uint16-64 / float8 / quantized dtype", None),
     ("quantized tensors on tpu (Quantizedtpu / quantize_per_tensor)",
      r"Quantizedtpu|quantize_per_tensor|_empty_affine_quantized"),
     ("error raised late, by a later op (surfaced inside a comparison)",

@@ -94,6 +94,7 @@ struct OpInfo {
   bool internal_overlap_check = true;  // written tensors may not self-overlap
   bool partial_overlap_check = true;   // inputs may not partly overlap outputs
   bool full_overlap_check = false;     // ... nor be the output (at::assert_no_overlap)
+  uint64_t overlap_unchecked = 0;      // bit i: argument i is read without an overlap check
   // Dtype support as CPU decides it (see probe_on_cpu): 0 none, 1 after the
   // meta kernel, 2 before the other checks (CPU checks the dtype first).
   int cpu_probe = 0;
@@ -305,6 +306,8 @@ enum CheckFamily {
   kFamGelu,
   kFamMultinomial,
   kFamLayerNorm,
+  kFamScanOut,  // logcumsumexp / cummax / cummin with out=: CPU checks the outputs' dtypes
+  kFamGridSampler,  // grid_sampler_2d/3d: the Python meta function checks less than CPU
 };
 
 bool in_list(const std::string& s, std::initializer_list<const char*> names) {
@@ -335,6 +338,8 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
   else if (b == "gelu" || b == "gelu_backward") info.family = kFamGelu;
   else if (b == "multinomial") info.family = kFamMultinomial;
   else if (b == "native_layer_norm") info.family = kFamLayerNorm;
+  else if (in_list(b, {"logcumsumexp", "cummax", "cummin"})) info.family = kFamScanOut;
+  else if (in_list(b, {"grid_sampler_2d", "grid_sampler_3d"})) info.family = kFamGridSampler;
   else if (in_list(b, {"cauchy", "exponential", "geometric", "log_normal", "normal", "uniform",
                        "random", "bernoulli"})) {
     // only overloads whose one tensor is self (the rest scalars / generator)
@@ -377,11 +382,19 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
     if (!h || !h->hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) info.cpu_probe = 0;
   }
   // CPU's at::assert_no_overlap: the output may not even be an input
-  info.full_overlap_check = in_list(b, {"gather", "take", "index_select", "cat", "kthvalue"});
+  // (the scatter family, the index_* writes and put_ check self against the index and
+  // the source this way)
+  info.full_overlap_check = in_list(b, {"gather", "take", "index_select", "cat", "kthvalue",
+                                        "scatter", "scatter_add", "scatter_reduce", "index_add",
+                                        "index_copy", "index_reduce", "index_fill", "put",
+                                        "index_put", "_index_put_impl"});
+  // The fill value CPU reads with item(): index_fill_'s and masked_fill_'s value tensor.
+  if (b == "index_fill") info.overlap_unchecked = uint64_t(1) << 3;
+  if (b == "masked_fill") info.overlap_unchecked = uint64_t(1) << 2;
   // What CPU allows: reductions and matmuls do not check overlap; fill/zero,
   // triangular and threshold in place accept expanded outputs; masked_fill_,
-  // index_put_ and index_fill_ on expanded tensors only warn; scatter and
-  // softmax accept inputs that partly overlap the output.
+  // index_put_ and index_fill_ on expanded tensors only warn; softmax accepts
+  // inputs that partly overlap the output, masked_scatter_ a mask or source that does.
   static const std::initializer_list<const char*> reductions = {
       "sum", "nansum", "mean", "nanmean", "prod", "amax", "amin", "max", "min", "aminmax",
       "argmax", "argmin", "any", "all", "norm", "linalg_vector_norm", "var", "std", "var_mean",
@@ -393,8 +406,7 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
                   "tril", "triu", "threshold", "eye"}))
     info.internal_overlap_check = false;
   if (in_list(b, reductions) ||
-      in_list(b, {"scatter", "scatter_add", "scatter_reduce", "softmax", "_softmax",
-                  "log_softmax", "_log_softmax", "masked_fill", "index_fill"}))
+      in_list(b, {"softmax", "_softmax", "log_softmax", "_log_softmax", "masked_scatter"}))
     info.partial_overlap_check = false;
 }
 
@@ -449,7 +461,7 @@ void check_overlaps(const OpInfo& info, const c10::IValue* args, size_t n) {
     if (info.internal_overlap_check) at::assert_no_internal_overlap(w);
     if (!info.partial_overlap_check) return;
     for (size_t j = 0; j < n && j < 64; j++)
-      if (!(info.mutated_args >> j & 1)) check_one(w, args[j], k);
+      if (!((info.mutated_args | info.overlap_unchecked) >> j & 1)) check_one(w, args[j], k);
   };
   // The in-place masked_fill_, index_fill_ and index_put_ skip TensorIterator's
   // checks but make their own: the mask may not partly overlap self, an index
@@ -630,6 +642,12 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
       if (n < 4 || !args[2].isTensor()) return;
       const at::Tensor& idx = args[2].toTensor();
       TORCH_CHECK_INDEX(idx.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
+      if (in_place && at::has_internal_overlap(self) == at::MemOverlap::Yes)
+        TORCH_WARN("Use of index_fill_ on expanded tensors is deprecated. Please clone() the tensor "
+                   "before performing this operation. This also applies to advanced indexing e.g. "
+                   "tensor[mask] = scalar");
+      TORCH_CHECK(!(args[3].isScalar() && args[3].toScalar().isComplex() && !self.is_complex()),
+                  "index_fill_(): Converting complex Scalar to non-complex type is not supported");
       TORCH_CHECK(idx.dim() <= 1, "Index has to be a vector/scalar");
       if (args[3].isTensor())
         TORCH_CHECK(args[3].toTensor().dim() == 0,
@@ -652,6 +670,9 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
       break;
     }
     case kFamPut: {
+      // CPU's put_ first: without accumulate, duplicate indices make it nondeterministic
+      if (!(n > 3 && args[3].isBool() && args[3].toBool()))
+        at::globalContext().alertNotDeterministic("put_");
       if (n < 3 || !args[1].isTensor() || !args[2].isTensor()) return;
       const at::Tensor& idx = args[1].toTensor();
       const at::Tensor& src = args[2].toTensor();
@@ -757,6 +778,41 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
                                   args[4].toDouble());
       break;
     }
+    case kFamScanOut: {
+      // check_scalar_type_device_layout_equal: values like self, cummax/cummin's indices long
+      if (in_place) return;
+      for (size_t i = 1; i < n && i < 64; i++) {
+        if (!(info.mutated_args >> i & 1) || !args[i].isTensor()) continue;
+        const at::Tensor& o = args[i].toTensor();
+        const bool indices = i == n - 1 && info.name.rfind("logcumsumexp") == std::string::npos;
+        const at::ScalarType want = indices ? at::kLong : self.scalar_type();
+        TORCH_CHECK(o.scalar_type() == want, "expected scalar_type ", want, " but found ",
+                    o.scalar_type());
+      }
+      break;
+    }
+    case kFamGridSampler: {
+      // CPU's check_grid_sampler_common, then check_grid_sampler_2d/3d
+      if (n < 2 || !args[1].isTensor()) return;
+      const at::Tensor& grid = args[1].toTensor();
+      TORCH_CHECK(self.scalar_type() == grid.scalar_type(),
+                  "grid_sampler(): expected input and grid to have same dtype, but input has ",
+                  self.dtype(), " and grid has ", grid.dtype());
+      TORCH_CHECK(self.dim() > 0 && grid.dim() > 0 && self.size(0) == grid.size(0),
+                  "grid_sampler(): expected grid and input to have same batch size, but got "
+                  "input with sizes ", self.sizes(), " and grid with sizes ", grid.sizes());
+      TORCH_CHECK(grid.size(-1) == self.dim() - 2, "grid_sampler(): expected grid to have size ",
+                  self.dim() - 2, " in last dimension, but got grid with sizes ", grid.sizes());
+      for (int64_t i = 2; i < self.dim(); i++)
+        TORCH_CHECK(self.size(i) > 0, "grid_sampler(): expected input to have non-empty spatial "
+                    "dimensions, but input has sizes ", self.sizes(), " with dimension ", i,
+                    " being empty");
+      const int64_t want = info.name.rfind("grid_sampler_2d", 0) == 0 ? 4 : 5;
+      TORCH_CHECK(self.dim() == want && self.dim() == grid.dim(), "grid_sampler(): expected ", want,
+                  "D input and grid with same number of dimensions, but got input with sizes ",
+                  self.sizes(), " and grid with sizes ", grid.sizes());
+      break;
+    }
     case kFamBucketize: {
       if (!args[1].isTensor()) return;
       const at::Tensor& bounds = args[1].toTensor();
@@ -767,11 +823,18 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
     case kFamIndexPut: {
       // after prepare_indices: long indices, no masks
       if (n < 3 || !args[1].isList() || !args[2].isTensor()) return;
+      if (in_place && at::has_internal_overlap(self) == at::MemOverlap::Yes)
+        TORCH_WARN("Use of index_put_ on expanded tensors is deprecated. Please clone() the tensor "
+                   "before performing this operation. This also applies to advanced indexing e.g. "
+                   "tensor[indices] = tensor");
       const at::Tensor& value = args[2].toTensor();
-      TORCH_CHECK(value.scalar_type() == self.scalar_type() || (value.is_cpu() && value.dim() == 0),
-                  "Index put requires the source and destination dtypes match, got ",
-                  self.scalar_type(), " for the destination and ", value.scalar_type(),
-                  " for the source.");
+      // CPU checks the value's shape first (make_index_put_iterator), then its dtype
+      auto check_dtype = [&] {
+        TORCH_CHECK(value.scalar_type() == self.scalar_type() || (value.is_cpu() && value.dim() == 0),
+                    "Index put requires the source and destination dtypes match, got ",
+                    self.scalar_type(), " for the destination and ", value.scalar_type(),
+                    " for the source.");
+      };
       auto list = args[1].toList();
       c10::DimVector bshape;
       bool any = false, adjacent = true, ended = false;
@@ -786,7 +849,13 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
           ended = true;
         }
       }
-      if (defined.empty()) return;
+      if (defined.empty()) {
+        // CPU's index iterator needs an index tensor: it refuses the call (a shape
+        // mismatch, else an internal assert), a RuntimeError either way
+        TORCH_CHECK(at::is_expandable_to(value.sizes(), self.sizes()), "shape mismatch: value tensor of shape ",
+                    value.sizes(), " cannot be broadcast to indexing result of shape ", self.sizes());
+        TORCH_CHECK(false, "index_put_: expected at least one index tensor, got none");
+      }
       try {
         bshape = c10::DimVector(defined[0].sizes());
         for (size_t i = 1; i < defined.size(); i++) bshape = broadcast_shape(bshape, defined[i].sizes());
@@ -818,6 +887,7 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
       }
       TORCH_CHECK(at::is_expandable_to(value.sizes(), result), "shape mismatch: value tensor of shape ",
                   value.sizes(), " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(result));
+      check_dtype();
       break;
     }
     default:
@@ -1376,7 +1446,14 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     at::Tensor real;
     if (alias >= 0 && !info.return_is_view[r]) {
       real = args[alias].toTensor();
-      if (real.sizes() != c10::IntArrayRef(m.sizes)) resize_tensor(real, m.sizes, std::nullopt);
+      if (real.sizes() != c10::IntArrayRef(m.sizes)) {
+        resize_tensor(real, m.sizes, std::nullopt);
+        // a resized out= takes the meta function's strides, as structured kernels'
+        // resize_out restrides it (TensorIterator's order: a permuted input's layout)
+        if (real.strides() != c10::IntArrayRef(m.strides))
+          at::native::as_strided__symint(real, c10::fromIntArrayRefSlow(m.sizes),
+                                         c10::fromIntArrayRefSlow(m.strides));
+      }
     } else if (alias >= 0) {
       // A view op reaching the backend: same geometry as the meta result.
       real = at::native::as_strided_tensorimpl(args[alias].toTensor(), m.sizes, m.strides,
