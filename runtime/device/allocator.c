@@ -2,8 +2,10 @@
  *
  * Blocks are rounded up (512 B below 1 MiB, 64 KiB above) and cached by
  * exact rounded size when freed, like CUDA's caching allocator without block
- * splitting. Each block carries a header in front of the user pointer that
- * records its size and owner. The capacity bounds reserved bytes (live plus
+ * splitting. Each block has a header in host memory, out of band (the
+ * target's memory need not be host-addressable: a pjrt target hands out
+ * handle addresses), that records its address, size and owner; the sorted
+ * block registry maps an address back to its header. The capacity bounds reserved bytes (live plus
  * cached); when a request does not fit, the device's streams are drained and
  * the cache released before giving up with RESOURCE_EXHAUSTED.
  *
@@ -17,7 +19,6 @@
 #include "tpu/target.h"
 
 #define TPU_BLOCK_MAGIC 0x7470754d454d0001ull
-#define TPU_HEADER 128 /* keeps user pointers 64-byte aligned */
 
 /* A stream's queue position that a freed block waits for. */
 typedef struct tpu_fence {
@@ -29,7 +30,8 @@ typedef struct tpu_fence {
 
 typedef struct tpu_block_header {
   uint64_t magic;
-  size_t size; /* rounded size, excluding the header */
+  char* user;  /* the target's buffer (what tpu_device_malloc returns) */
+  size_t size; /* rounded size */
   int32_t device;
   int32_t live;
   struct tpu_block_header* next_free;
@@ -39,7 +41,6 @@ typedef struct tpu_block_header {
   tpu_fence_t inline_fences[TPU_INLINE_FENCES];
 } tpu_block_header_t;
 
-_Static_assert(sizeof(tpu_block_header_t) <= TPU_HEADER, "block header outgrew TPU_HEADER");
 
 struct tpu_size_bin {
   size_t size;
@@ -104,10 +105,10 @@ static bool block_ready(tpu_block_header_t* h, const tpu_stream_t* user) {
 }
 
 /* Every block the allocator holds from the system (live or cached), sorted by
- * address, so that tpu_device_of_ptr can answer for any pointer, also one
- * into the middle of a block or one that is not device memory at all,
- * without reading memory in front of it. Changed only when a block comes
- * from or goes back to the system, not on cache hits. */
+ * address, so that a free finds its header and tpu_device_of_ptr can answer
+ * for any pointer, also one into the middle of a block or one that is not
+ * device memory at all. Changed only when a block comes from or goes back
+ * to the system, not on cache hits. */
 static struct {
   pthread_mutex_t mu;
   tpu_block_header_t** v;
@@ -119,7 +120,7 @@ static size_t blocks_upper(const void* p) {
   size_t lo = 0, hi = g_blocks.n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if ((const void*)g_blocks.v[mid] <= p) lo = mid + 1;
+    if ((const void*)g_blocks.v[mid]->user <= p) lo = mid + 1;
     else hi = mid;
   }
   return lo;
@@ -137,7 +138,7 @@ static bool block_register(tpu_block_header_t* h) {
     g_blocks.v = v;
     g_blocks.cap = cap;
   }
-  size_t i = blocks_upper(h);
+  size_t i = blocks_upper(h->user);
   memmove(g_blocks.v + i + 1, g_blocks.v + i, (g_blocks.n - i) * sizeof(*g_blocks.v));
   g_blocks.v[i] = h;
   g_blocks.n++;
@@ -149,7 +150,7 @@ static bool block_register(tpu_block_header_t* h) {
  * passed). */
 static void block_return(tpu_block_header_t* h) {
   pthread_mutex_lock(&g_blocks.mu);
-  size_t i = blocks_upper(h);
+  size_t i = blocks_upper(h->user);
   if (i > 0 && g_blocks.v[i - 1] == h) {
     memmove(g_blocks.v + i - 1, g_blocks.v + i, (g_blocks.n - i) * sizeof(*g_blocks.v));
     g_blocks.n--;
@@ -157,7 +158,18 @@ static void block_return(tpu_block_header_t* h) {
   h->magic = 0;
   pthread_mutex_unlock(&g_blocks.mu);
   const tpu_target_t* t = tpu_target_get();
-  t->iface->buffer_free(t->ctx, h->device, h, h->size + TPU_HEADER);
+  t->iface->buffer_free(t->ctx, h->device, h->user, h->size);
+  free(h);
+}
+
+/* The header of the block whose buffer starts at ptr, NULL if none. */
+static tpu_block_header_t* block_find(const void* ptr) {
+  tpu_block_header_t* h = NULL;
+  pthread_mutex_lock(&g_blocks.mu);
+  size_t i = blocks_upper(ptr);
+  if (i > 0 && g_blocks.v[i - 1]->user == (const char*)ptr) h = g_blocks.v[i - 1];
+  pthread_mutex_unlock(&g_blocks.mu);
+  return h;
 }
 
 void tpu_allocator_init(tpu_allocator_t* a, size_t capacity) {
@@ -361,21 +373,25 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
                      "(TORCH_TPU_HBM_BYTES)",
                      device, bytes, alloc, a->capacity - (size_t)alloc, a->capacity);
     }
-    /* a new block from the target: the header in front of the user
-     * pointer lives in device memory (host-addressable targets only) */
+    /* a new block from the target, its header in host memory */
     void* mem = NULL;
     const tpu_target_t* t = tpu_target_get();
-    tpu_status_t st = t ? t->iface->buffer_alloc(t->ctx, device, size + TPU_HEADER, &mem)
-                        : TPU_ERR(INTERNAL, "device malloc: no target is registered");
+    h = calloc(1, sizeof(*h));
+    tpu_status_t st = !t ? TPU_ERR(INTERNAL, "device malloc: no target is registered")
+                      : !h ? TPU_ERR(RESOURCE_EXHAUSTED, "tpu:%d out of memory: no host memory "
+                                     "to track a block of %zu bytes", device, size)
+                           : t->iface->buffer_alloc(t->ctx, device, size, &mem);
     if (st) {
+      free(h);
       a->stats.num_ooms++;
       if (reserved) reservation_add(a, size);
       pthread_mutex_unlock(&a->mu);
       return st;
     }
-    h = mem;
+    h->user = mem;
     if (!block_register(h)) {
-      t->iface->buffer_free(t->ctx, device, mem, size + TPU_HEADER);
+      free(h);
+      t->iface->buffer_free(t->ctx, device, mem, size);
       a->stats.num_ooms++;
       if (reserved) reservation_add(a, size);
       pthread_mutex_unlock(&a->mu);
@@ -396,7 +412,7 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
   fences_clear(h);
   note_alloc(a, size);
   pthread_mutex_unlock(&a->mu);
-  *out_ptr = (char*)h + TPU_HEADER;
+  *out_ptr = h->user;
   return TPU_OK;
 }
 
@@ -427,10 +443,11 @@ void tpu_device_free_unused(void* ptr) { free_impl(ptr, false); }
 
 static void free_impl(void* ptr, bool may_defer) {
   if (!ptr) return;
-  tpu_block_header_t* h = (tpu_block_header_t*)((char*)ptr - TPU_HEADER);
-  tpu_device_state_t* d = tpu_device_state(h->device);
-  if (!d || h->magic != TPU_BLOCK_MAGIC || !h->live) return; /* not ours: ignore */
   if (tpu_runtime_in_bad_fork()) return; /* a parent's block: its lock may be held */
+  tpu_block_header_t* h = block_find(ptr);
+  if (!h) return; /* not ours: ignore */
+  tpu_device_state_t* d = tpu_device_state(h->device);
+  if (!d || h->magic != TPU_BLOCK_MAGIC || !h->live) return;
   tpu_allocator_t* a = &d->alloc;
   pthread_mutex_lock(&a->mu);
   h->live = 0;
@@ -484,8 +501,7 @@ int tpu_device_release_deferred_unnamed(int device,
   int k = 0;
   for (int i = 0; i < a->ndeferred; i++) {
     tpu_block_header_t* h = a->deferred[i];
-    const char* user = (const char*)h + TPU_HEADER;
-    if (named(user, user + h->size, ctx)) {
+    if (named(h->user, h->user + h->size, ctx)) {
       a->deferred[k++] = h; /* the pending trace may use it: still deferred */
       continue;
     }
@@ -546,7 +562,7 @@ int tpu_device_of_ptr(const void* ptr) {
   size_t i = blocks_upper(ptr);
   if (i > 0) {
     const tpu_block_header_t* h = g_blocks.v[i - 1];
-    const char* user = (const char*)h + TPU_HEADER;
+    const char* user = h->user;
     const char* p = ptr;
     /* inside the user part of a live block; its end only for an empty view */
     if (p >= user && p < user + (h->size ? h->size : 1) && h->live) device = h->device;
