@@ -9,6 +9,8 @@ PrivateUse1 device to "tpu", loads the C++/C runtime and registers the
 __all__ = ["supported_ops", "set_eager_mode", "get_eager_mode", "eager_mode", "materialize",
            "debug", "export_stablehlo"]
 
+import os  # noqa: E402
+
 _registered = False
 
 
@@ -22,6 +24,10 @@ def _register():
     torch.utils.rename_privateuse1_backend("tpu")
     _prefer_cpp_meta_kernels()
     _register_missing_meta_kernels()
+    if os.environ.get("TORCH_TPU_TARGET") == "pjrt" and not os.environ.get("TORCH_TPU_PJRT_PLUGIN"):
+        # the runtime loads the plugin that TORCH_TPU_PJRT_PLUGIN names: the discovered one
+        from . import pjrt_plugins
+        os.environ["TORCH_TPU_PJRT_PLUGIN"] = pjrt_plugins.find()
     from . import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
     from . import device as _device_module
 

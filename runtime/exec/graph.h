@@ -33,6 +33,20 @@ tpu_status_t tpu_graph_enqueue(tpu_graph_t* g, tpu_stream_t* s) TPU_MUST_USE;
  * memory it reads that no node wrote, results the values it leaves in
  * visible memory. */
 void tpu_graph_print(const tpu_graph_t* g, FILE* f);
+/* The graph as one function of a module a target composes (the pjrt target
+ * wraps it in a @main over its storage buffers). With func_name NULL it is
+ * tpu_graph_print. on_value reports each parameter (is_result false) and
+ * result in order, with its memory geometry: address of element 0, dtype,
+ * sizes, strides in elements. */
+typedef struct tpu_graph_print_opts {
+  const char* func_name; /* printed as "func.func private @<func_name>" */
+  void (*on_value)(void* ctx, bool is_result, int index, const void* data, tpu_dtype_t dt, int nd,
+                   const int64_t* sizes, const int64_t* strides);
+  void* ctx;
+  int* out_custom_calls; /* ops without a mapping (custom_call @aten.*) */
+  bool* out_oom;         /* the host ran out of memory printing: the text is incomplete */
+} tpu_graph_print_opts_t;
+void tpu_graph_print_func(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts_t* o);
 /* Structural checks: known ops, argument kinds, outputs that alias no
  * input they are not meant to, dtypes supported. */
 tpu_status_t tpu_graph_verify(const tpu_graph_t* g) TPU_MUST_USE;

@@ -55,11 +55,48 @@ static inline const tpu_op_t* table(void) {
   return t ? t : table_slow();
 }
 
+/* Ops the target provides outside its inventory (tpu_target_iface_t's
+ * kernel_for), interned on first lookup; never freed (the calls' op
+ * pointers point at them). Misses are remembered too (fn NULL). */
+typedef struct extra_op {
+  tpu_op_t op;
+  struct extra_op* next;
+  char name[];
+} extra_op_t;
+static extra_op_t* _Atomic g_extra;
+
+static const tpu_op_t* extra_lookup(const char* name) {
+  for (extra_op_t* e = atomic_load_explicit(&g_extra, memory_order_acquire); e; e = e->next)
+    if (strcmp(e->name, name) == 0) return e->op.fn ? &e->op : NULL;
+  const tpu_target_t* target = tpu_target_get();
+  if (!target || !target->iface->kernel_for) return NULL;
+  pthread_mutex_lock(&g_table_mu);
+  extra_op_t* e = atomic_load_explicit(&g_extra, memory_order_acquire);
+  for (; e; e = e->next)
+    if (strcmp(e->name, name) == 0) break;
+  if (!e) {
+    size_t len = strlen(name);
+    e = malloc(sizeof(*e) + len + 1);
+    if (e) {
+      memcpy(e->name, name, len + 1);
+      uint32_t flags = 0;
+      e->op.fn = target->iface->kernel_for(target->ctx, name, &flags);
+      e->op.name = e->name;
+      e->op.flags = flags;
+      e->next = atomic_load_explicit(&g_extra, memory_order_relaxed);
+      atomic_store_explicit(&g_extra, e, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_table_mu);
+  return e && e->op.fn ? &e->op : NULL;
+}
+
 const tpu_op_t* tpu_op_lookup(const char* name) {
   const tpu_op_t* t = table();
-  if (!t) return NULL;
+  if (!t || !name) return NULL;
   tpu_op_t key = {name, NULL, 0};
-  return bsearch(&key, t, (size_t)g_nops, sizeof(tpu_op_t), cmp_op);
+  const tpu_op_t* op = bsearch(&key, t, (size_t)g_nops, sizeof(tpu_op_t), cmp_op);
+  return op ? op : extra_lookup(name);
 }
 
 int tpu_op_count(void) { return table() ? g_nops : 0; }

@@ -2592,7 +2592,7 @@ static bool is_result(const val_t* v) {
   return v->written && v->visible && !v->superseded && !v->alias && numel(&v->r) > 0;
 }
 
-void tpu_graph_print(const tpu_graph_t* g, FILE* f) {
+static void print_impl(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts_t* o) {
   em_t e = {0};
   char* body = NULL;
   size_t len = 0;
@@ -2627,21 +2627,41 @@ void tpu_graph_print(const tpu_graph_t* g, FILE* f) {
   fputs(") -> ()\n", e.f);
   fclose(e.f);
 
-  fprintf(f, "// TorchTPU DeferAndFuse graph: %d nodes on tpu:%d, %d parameters, %d results%s\n", g->n, g->device, e.np,
-          nres, e.oom ? " (INCOMPLETE: out of host memory)" : "");
-  fputs("module @tpu_graph", f);
-  if (e.ncc) {
-    fputs(" attributes {tpu.custom_calls = [", f);
-    for (int i = 0; i < e.ncc; i++) fprintf(f, "%s\"%s\"", i ? ", " : "", e.cc[i]);
-    fputs("]}", f);
+  if (o) {
+    for (int i = 0; i < e.np && o->on_value; i++) {
+      const val_t* v = &e.v[e.params[i]];
+      o->on_value(o->ctx, false, i, v->data, v->r.dt, v->r.nd, v->r.sz, v->st);
+    }
+    k = 0;
+    for (int i = 0; i < e.nv && o->on_value; i++) {
+      const val_t* v = &e.v[i];
+      if (is_result(v)) o->on_value(o->ctx, true, k++, v->data, v->r.dt, v->r.nd, v->r.sz, v->st);
+    }
+    if (o->out_custom_calls) *o->out_custom_calls = e.ncc;
+    if (o->out_oom) *o->out_oom = e.oom;
   }
-  fputs(" {\n  func.func @main(", f);
+  const bool whole = !o || !o->func_name;
+  if (whole) {
+    fprintf(f, "// TorchTPU DeferAndFuse graph: %d nodes on tpu:%d, %d parameters, %d results%s\n", g->n, g->device,
+            e.np, nres, e.oom ? " (INCOMPLETE: out of host memory)" : "");
+    fputs("module @tpu_graph", f);
+    if (e.ncc) {
+      fputs(" attributes {tpu.custom_calls = [", f);
+      for (int i = 0; i < e.ncc; i++) fprintf(f, "%s\"%s\"", i ? ", " : "", e.cc[i]);
+      fputs("]}", f);
+    }
+    fputs(" {\n  func.func @main(", f);
+  } else {
+    fprintf(f, "  func.func private @%s(", o->func_name);
+  }
   for (int i = 0; i < e.np; i++) {
     const val_t* v = &e.v[e.params[i]];
     fprintf(f, "%s%%arg%d: ", i ? ", " : "", i);
     ptype(f, &v->r);
-    fputc(' ', f);
-    print_attr_value(f, v);
+    if (whole) { /* a composed function's text must not depend on addresses */
+      fputc(' ', f);
+      print_attr_value(f, v);
+    }
   }
   fputs(") -> (", f);
   k = 0;
@@ -2650,15 +2670,23 @@ void tpu_graph_print(const tpu_graph_t* g, FILE* f) {
     if (!is_result(v)) continue;
     if (k++) fputs(", ", f);
     ptype(f, &v->r);
-    fputc(' ', f);
-    print_attr_value(f, v);
+    if (whole) {
+      fputc(' ', f);
+      print_attr_value(f, v);
+    }
   }
   fputs(") {\n", f);
   if (body) fwrite(body, 1, len, f);
-  fputs("  }\n}\n", f);
+  fputs(whole ? "  }\n}\n" : "  }\n", f);
   free(body);
   free(e.v);
   free(e.params);
   for (int i = 0; i < e.ncc; i++) free(e.cc[i]);
   free(e.cc);
+}
+
+void tpu_graph_print(const tpu_graph_t* g, FILE* f) { print_impl(g, f, NULL); }
+
+void tpu_graph_print_func(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts_t* o) {
+  print_impl(g, f, o);
 }

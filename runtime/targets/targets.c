@@ -13,6 +13,7 @@ static const struct {
   target_getter_t get;
 } g_targets[] = {
     {"host", tpu_host_target},
+    {"pjrt", tpu_pjrt_target},
 };
 enum { NTARGETS = (int)(sizeof(g_targets) / sizeof(g_targets[0])) };
 

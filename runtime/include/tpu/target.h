@@ -106,6 +106,11 @@ typedef struct tpu_target_iface {
   const tpu_op_t* (*ops)(void* ctx, int* out_count);
   /* Whether the target runs the ATen overload `name` ("add.Tensor"). */
   bool (*supports_op)(void* ctx, const char* name);
+  /* Optional: a kernel for an ATen overload outside ops()'s inventory, for
+   * a target that lowers ops generically (pjrt compiles each call). NULL
+   * return: the target has none. The op table asks once per name and keeps
+   * the answer for the process. NULL entry: the inventory is all. */
+  tpu_kernel_fn_t (*kernel_for)(void* ctx, const char* name, uint32_t* out_flags);
 
   /* ---- graphs ---- */
   /* Prepares a flushed graph (its kept nodes, placeholders not yet patched)

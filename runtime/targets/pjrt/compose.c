@@ -1,0 +1,642 @@
+/* The pjrt target's programs (compose.h). */
+#include "targets/pjrt/compose.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "targets/pjrt/storage.h"
+
+typedef struct {
+  const void* data;
+  tpu_dtype_t dt;
+  int nd;
+  int64_t sz[TPU_MAX_DIMS], st[TPU_MAX_DIMS];
+} view_t;
+
+typedef struct {
+  view_t* v[2]; /* params, results */
+  int n[2], cap[2];
+  bool oom;
+} collect_t;
+
+static void on_value(void* ctx, bool is_result, int index, const void* data, tpu_dtype_t dt, int nd,
+                     const int64_t* sz, const int64_t* st) {
+  collect_t* c = ctx;
+  int k = is_result ? 1 : 0;
+  if (c->n[k] == c->cap[k]) {
+    int cap = c->cap[k] ? 2 * c->cap[k] : 8;
+    view_t* v = realloc(c->v[k], sizeof(view_t) * (size_t)cap);
+    if (!v) {
+      c->oom = true;
+      return;
+    }
+    c->v[k] = v;
+    c->cap[k] = cap;
+  }
+  view_t* v = &c->v[k][c->n[k]++];
+  v->data = data;
+  v->dt = dt;
+  v->nd = nd;
+  if (nd) {
+    memcpy(v->sz, sz, sizeof(int64_t) * (size_t)nd);
+    memcpy(v->st, st, sizeof(int64_t) * (size_t)nd);
+  }
+}
+
+/* ---- text ---- */
+typedef struct {
+  FILE* f;
+  int next;
+} wr_t;
+
+static const char* et(tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_F32: return "f32";
+    case TPU_F64: return "f64";
+    case TPU_F16: return "f16";
+    case TPU_BF16: return "bf16";
+    case TPU_I64: return "i64";
+    case TPU_I32: return "i32";
+    case TPU_I16: return "i16";
+    case TPU_I8: return "i8";
+    case TPU_U8: return "ui8";
+    case TPU_BOOL: return "i1";
+    default: return "none";
+  }
+}
+
+/* "tensor<2x3xf32>" into one of a few rotating buffers */
+static const char* ty(int nd, const int64_t* sz, tpu_dtype_t dt) {
+  static _Thread_local char bufs[4][1400];
+  static _Thread_local int which;
+  char* b = bufs[which++ & 3];
+  size_t k = (size_t)snprintf(b, 64, "tensor<");
+  for (int d = 0; d < nd && k < 1300; d++) k += (size_t)snprintf(b + k, 24, "%" PRId64 "x", sz[d]);
+  snprintf(b + k, 32, "%s>", et(dt));
+  return b;
+}
+
+static const char* ty1(int64_t n, tpu_dtype_t dt) { return ty(1, &n, dt); }
+
+/* "array<i64: a, b>" into one of a few rotating buffers */
+static const char* arr(int n, const int64_t* v) {
+  static _Thread_local char bufs[4][1400];
+  static _Thread_local int which;
+  char* b = bufs[which++ & 3];
+  size_t k = (size_t)snprintf(b, 32, n ? "array<i64: " : "array<i64");
+  for (int i = 0; i < n && k < 1300; i++) k += (size_t)snprintf(b + k, 24, "%s%" PRId64, i ? ", " : "", v[i]);
+  snprintf(b + k, 4, ">");
+  return b;
+}
+
+/* %N = "op"(operands) {attrs} : (in types) -> out type; returns N */
+static int op(wr_t* w, const char* name, const char* operands, const char* attrs, const char* in_types,
+              const char* out_type) {
+  int id = w->next++;
+  fprintf(w->f, "    %%v%d = \"%s\"(%s)%s%s%s : (%s) -> %s\n", id, name, operands, attrs ? " {" : "",
+          attrs ? attrs : "", attrs ? "}" : "", in_types, out_type);
+  return id;
+}
+
+static const char* zero_lit(tpu_dtype_t dt) {
+  if (dt == TPU_BOOL) return "false";
+  return tpu_dtype_is_float(dt) ? "0.000000e+00" : "0";
+}
+
+static int zeros(wr_t* w, int nd, const int64_t* sz, tpu_dtype_t dt) {
+  char a[96];
+  snprintf(a, sizeof a, "value = dense<%s> : %s", zero_lit(dt), ty(nd, sz, dt));
+  return op(w, "stablehlo.constant", "", a, "", ty(nd, sz, dt));
+}
+
+static int i64_const(wr_t* w, int64_t v) {
+  char a[96];
+  snprintf(a, sizeof a, "value = dense<%" PRId64 "> : tensor<i64>", v);
+  return op(w, "stablehlo.constant", "", a, "", "tensor<i64>");
+}
+
+static char* ref(char* b, int id) {
+  snprintf(b, 24, "%%v%d", id);
+  return b;
+}
+
+static int reshape(wr_t* w, int x, int nd0, const int64_t* s0, int nd1, const int64_t* s1, tpu_dtype_t dt) {
+  if (nd0 == nd1 && !memcmp(s0, s1, sizeof(int64_t) * (size_t)nd0)) return x;
+  char r[24];
+  return op(w, "stablehlo.reshape", ref(r, x), NULL, ty(nd0, s0, dt), ty(nd1, s1, dt));
+}
+
+/* x[lo:hi] of a rank-nd value, unit steps */
+static int slice(wr_t* w, int x, int nd, const int64_t* sz, const int64_t* lo, const int64_t* hi,
+                 tpu_dtype_t dt) {
+  bool same = true;
+  int64_t out[TPU_MAX_DIMS + 1], one[TPU_MAX_DIMS + 1];
+  for (int d = 0; d < nd; d++) {
+    out[d] = hi[d] - lo[d];
+    one[d] = 1;
+    if (lo[d] != 0 || hi[d] != sz[d]) same = false;
+  }
+  if (same) return x;
+  char a[4400], r[24];
+  snprintf(a, sizeof a, "start_indices = %s, limit_indices = %s, strides = %s", arr(nd, lo), arr(nd, hi),
+           arr(nd, one));
+  return op(w, "stablehlo.slice", ref(r, x), a, ty(nd, sz, dt), ty(nd, out, dt));
+}
+
+/* bytes (tensor<m*es x ui8>) -> tensor<m x dt> */
+static int from_bytes(wr_t* w, int x, int64_t m, tpu_dtype_t dt) {
+  char r[24], o[64];
+  const int64_t es = (int64_t)tpu_dtype_size(dt);
+  if (dt == TPU_U8) return x;
+  if (dt == TPU_BOOL) {
+    int z = zeros(w, 1, &m, TPU_U8);
+    snprintf(o, sizeof o, "%%v%d, %%v%d", x, z);
+    char in[160];
+    snprintf(in, sizeof in, "%s, %s", ty1(m, TPU_U8), ty1(m, TPU_U8));
+    return op(w, "stablehlo.compare", o, "comparison_direction = #stablehlo<comparison_direction NE>", in,
+              ty1(m, TPU_BOOL));
+  }
+  if (es == 1) return op(w, "stablehlo.bitcast_convert", ref(r, x), NULL, ty1(m, TPU_U8), ty1(m, dt));
+  int64_t s2[2] = {m, es}, n = m * es;
+  x = reshape(w, x, 1, &n, 2, s2, TPU_U8);
+  return op(w, "stablehlo.bitcast_convert", ref(r, x), NULL, ty(2, s2, TPU_U8), ty1(m, dt));
+}
+
+/* tensor<m x dt> -> bytes (tensor<m*es x ui8>) */
+static int to_bytes(wr_t* w, int x, int64_t m, tpu_dtype_t dt) {
+  char r[24];
+  const int64_t es = (int64_t)tpu_dtype_size(dt);
+  if (dt == TPU_U8) return x;
+  if (dt == TPU_BOOL) return op(w, "stablehlo.convert", ref(r, x), NULL, ty1(m, TPU_BOOL), ty1(m, TPU_U8));
+  if (es == 1) return op(w, "stablehlo.bitcast_convert", ref(r, x), NULL, ty1(m, dt), ty1(m, TPU_U8));
+  int64_t s2[2] = {m, es}, n = m * es;
+  x = op(w, "stablehlo.bitcast_convert", ref(r, x), NULL, ty1(m, dt), ty(2, s2, TPU_U8));
+  return reshape(w, x, 2, s2, 1, &n, TPU_U8);
+}
+
+static int dus(wr_t* w, int x, int nd, const int64_t* sz, int upd, const int64_t* usz, const int64_t* at,
+               tpu_dtype_t dt) {
+  int idx[TPU_MAX_DIMS + 1];
+  for (int d = 0; d < nd; d++) idx[d] = i64_const(w, at[d]);
+  char o[4096], in[8192];
+  size_t k = (size_t)snprintf(o, sizeof o, "%%v%d, %%v%d", x, upd);
+  size_t j = (size_t)snprintf(in, sizeof in, "%s, %s", ty(nd, sz, dt), ty(nd, usz, dt));
+  for (int d = 0; d < nd; d++) {
+    k += (size_t)snprintf(o + k, sizeof o - k, ", %%v%d", idx[d]);
+    j += (size_t)snprintf(in + j, sizeof in - j, ", tensor<i64>");
+  }
+  return op(w, "stablehlo.dynamic_update_slice", o, NULL, in, ty(nd, sz, dt));
+}
+
+/* ---- view geometry ----
+ * A view's dims of size > 1 and nonzero stride, ordered by decreasing
+ * stride, form a chain when each stride is a multiple of the next and
+ * at least the next dim's extent: the view is then the elements of a
+ * dense array of shape [n0, s0/s1, ..., s(k-2)/s(k-1), s(k-1)] (L = n0*s0
+ * elements from the view's first one) at indices [i0, i1, ..., i(k-1), 0]. */
+typedef struct {
+  int k;
+  int dim[TPU_MAX_DIMS]; /* view dims in chain order */
+  int64_t n[TPU_MAX_DIMS], s[TPU_MAX_DIMS];
+  int64_t L;     /* elements of the chain array */
+  int64_t last;  /* largest element index the view reads */
+  bool dense;    /* the chain is row-major contiguous: L = numel */
+  bool zero_stride; /* a dim of size > 1 with stride 0 (broadcast) */
+} chain_t;
+
+static bool chain_of(const view_t* v, chain_t* c) {
+  memset(c, 0, sizeof(*c));
+  for (int d = 0; d < v->nd; d++) {
+    if (v->sz[d] <= 1) continue;
+    if (v->st[d] == 0) {
+      c->zero_stride = true;
+      continue;
+    }
+    if (v->st[d] < 0) return false;
+    int i = c->k++;
+    while (i > 0 && c->s[i - 1] < v->st[d]) { /* insertion by decreasing stride, stable */
+      c->dim[i] = c->dim[i - 1];
+      c->n[i] = c->n[i - 1];
+      c->s[i] = c->s[i - 1];
+      i--;
+    }
+    c->dim[i] = d;
+    c->n[i] = v->sz[d];
+    c->s[i] = v->st[d];
+  }
+  c->last = 0;
+  for (int i = 0; i < c->k; i++) c->last += (c->n[i] - 1) * c->s[i];
+  for (int i = 0; i + 1 < c->k; i++)
+    if (c->s[i] % c->s[i + 1] != 0 || c->s[i] < c->n[i + 1] * c->s[i + 1]) return false;
+  c->L = c->k ? c->n[0] * c->s[0] : 1;
+  c->dense = c->k == 0 || c->s[c->k - 1] == 1;
+  for (int i = 0; i + 1 < c->k && c->dense; i++) c->dense = c->s[i] == c->n[i + 1] * c->s[i + 1];
+  return true;
+}
+
+static void chain_shape(const chain_t* c, int64_t* shape) { /* k + 1 dims */
+  shape[0] = c->n[0];
+  for (int i = 1; i < c->k; i++) shape[i] = c->s[i - 1] / c->s[i];
+  shape[c->k] = c->s[c->k - 1];
+}
+
+static int64_t numel_of(const view_t* v) {
+  int64_t n = 1;
+  for (int d = 0; d < v->nd; d++) n *= v->sz[d];
+  return n;
+}
+
+/* The elements [0, L) of the chain array from the view's first element:
+ * m = min(L, what the storage holds) real ones, zeros after. */
+static int chain_elements(wr_t* w, int blk, int64_t B, int64_t off, tpu_dtype_t dt, int64_t L) {
+  const int64_t es = (int64_t)tpu_dtype_size(dt);
+  int64_t m = (B - off) / es;
+  if (m > L) m = L;
+  int64_t lo = off, hi = off + m * es;
+  int x = slice(w, blk, 1, &B, &lo, &hi, TPU_U8);
+  x = from_bytes(w, x, m, dt);
+  if (m < L) {
+    char o[64], a[160], in[160];
+    int z = zeros(w, 0, NULL, dt);
+    snprintf(o, sizeof o, "%%v%d, %%v%d", x, z);
+    snprintf(a, sizeof a, "edge_padding_low = array<i64: 0>, edge_padding_high = array<i64: %" PRId64
+             ">, interior_padding = array<i64: 0>", L - m);
+    snprintf(in, sizeof in, "%s, %s", ty1(m, dt), ty(0, NULL, dt));
+    x = op(w, "stablehlo.pad", o, a, in, ty1(L, dt));
+  }
+  return x;
+}
+
+/* The value of view v read from storage value blk (tensor<B x ui8>). */
+static tpu_status_t emit_read(wr_t* w, int blk, int64_t B, int64_t off, const view_t* v, int* out) {
+  if (numel_of(v) == 0) {
+    *out = zeros(w, v->nd, v->sz, v->dt);
+    return TPU_OK;
+  }
+  chain_t c;
+  if (!chain_of(v, &c))
+    return TPU_ERR(UNIMPLEMENTED, "pjrt target: a view with overlapping or negative strides (%s) is not "
+                   "supported yet; make it contiguous first", arr(v->nd, v->st));
+  const int64_t es = (int64_t)tpu_dtype_size(v->dt);
+  if (off + (c.last + 1) * es > B)
+    return TPU_ERR(OUT_OF_RANGE, "pjrt target: a view reads past the end of its storage (%" PRId64
+                   " bytes)", B);
+  int x = chain_elements(w, blk, B, off, v->dt, c.L);
+  int64_t kept[TPU_MAX_DIMS + 1];
+  for (int i = 0; i < c.k; i++) kept[i] = c.n[i];
+  if (c.k == 0) {
+    int64_t one = 1;
+    x = reshape(w, x, 1, &one, 0, NULL, v->dt);
+  } else {
+    int64_t shape[TPU_MAX_DIMS + 1], lo[TPU_MAX_DIMS + 1] = {0}, hi[TPU_MAX_DIMS + 1];
+    chain_shape(&c, shape);
+    x = reshape(w, x, 1, &c.L, c.k + 1, shape, v->dt);
+    for (int i = 0; i < c.k; i++) hi[i] = c.n[i];
+    hi[c.k] = 1;
+    x = slice(w, x, c.k + 1, shape, lo, hi, v->dt);
+    kept[c.k] = 1;
+    x = reshape(w, x, c.k + 1, kept, c.k, kept, v->dt);
+    /* chain order -> view order */
+    int64_t perm[TPU_MAX_DIMS], tsz[TPU_MAX_DIMS], bd[TPU_MAX_DIMS];
+    int j = 0;
+    for (int d = 0; d < v->nd; d++)
+      for (int i = 0; i < c.k; i++)
+        if (c.dim[i] == d) {
+          perm[j] = i;
+          tsz[j] = c.n[i];
+          bd[j] = d;
+          j++;
+        }
+    bool ident = true;
+    for (int i = 0; i < c.k; i++) ident = ident && perm[i] == i;
+    char r[24], a[1500];
+    if (!ident) {
+      snprintf(a, sizeof a, "permutation = %s", arr(c.k, perm));
+      x = op(w, "stablehlo.transpose", ref(r, x), a, ty(c.k, kept, v->dt), ty(c.k, tsz, v->dt));
+    }
+    memcpy(kept, tsz, sizeof(int64_t) * (size_t)c.k);
+    if (c.k != v->nd) {
+      snprintf(a, sizeof a, "broadcast_dimensions = %s", arr(c.k, bd));
+      x = op(w, "stablehlo.broadcast_in_dim", ref(r, x), a, ty(c.k, kept, v->dt), ty(v->nd, v->sz, v->dt));
+    }
+    *out = x;
+    return TPU_OK;
+  }
+  if (v->nd) {
+    char r[24];
+    x = op(w, "stablehlo.broadcast_in_dim", ref(r, x), "broadcast_dimensions = array<i64>", ty(0, NULL, v->dt),
+           ty(v->nd, v->sz, v->dt));
+  }
+  *out = x;
+  return TPU_OK;
+}
+
+/* Storage value blk with value val (of view v's shape) written into view v. */
+static tpu_status_t emit_write(wr_t* w, int blk, int64_t B, int64_t off, const view_t* v, int val, int* out) {
+  *out = blk;
+  const int64_t n = numel_of(v);
+  if (n == 0) return TPU_OK;
+  chain_t c;
+  if (!chain_of(v, &c) || c.zero_stride)
+    return TPU_ERR(UNIMPLEMENTED, "pjrt target: a write into a view with overlapping, broadcast or "
+                   "negative strides (%s) is not supported", arr(v->nd, v->st));
+  const int64_t es = (int64_t)tpu_dtype_size(v->dt);
+  if (off + (c.last + 1) * es > B)
+    return TPU_ERR(OUT_OF_RANGE, "pjrt target: a view writes past the end of its storage (%" PRId64
+                   " bytes)", B);
+  char r[24], a[1500];
+  /* the value in chain order, [n0, ..., n(k-1)] */
+  int64_t vsz[TPU_MAX_DIMS], csz[TPU_MAX_DIMS + 1], perm[TPU_MAX_DIMS];
+  int j = 0;
+  for (int d = 0; d < v->nd; d++)
+    if (v->sz[d] > 1) vsz[j++] = v->sz[d];
+  int x = reshape(w, val, v->nd, v->sz, c.k, vsz, v->dt);
+  for (int i = 0; i < c.k; i++) {
+    csz[i] = c.n[i];
+    int pos = 0; /* where chain dim i sits among the kept view dims */
+    for (int d = 0; d < c.dim[i]; d++)
+      if (v->sz[d] > 1) pos++;
+    perm[i] = pos;
+  }
+  bool ident = true;
+  for (int i = 0; i < c.k; i++) ident = ident && perm[i] == i;
+  if (!ident) {
+    snprintf(a, sizeof a, "permutation = %s", arr(c.k, perm));
+    x = op(w, "stablehlo.transpose", ref(r, x), a, ty(c.k, vsz, v->dt), ty(c.k, csz, v->dt));
+  }
+  int64_t at = off;
+  if (c.dense) {
+    x = reshape(w, x, c.k, csz, 1, &n, v->dt);
+    x = to_bytes(w, x, n, v->dt);
+    int64_t nb = n * es;
+    *out = dus(w, blk, 1, &B, x, &nb, &at, TPU_U8);
+    return TPU_OK;
+  }
+  /* strided: update the chain array, then write it back */
+  int64_t shape[TPU_MAX_DIMS + 1], zero[TPU_MAX_DIMS + 1] = {0};
+  chain_shape(&c, shape);
+  int arrv = chain_elements(w, blk, B, off, v->dt, c.L);
+  arrv = reshape(w, arrv, 1, &c.L, c.k + 1, shape, v->dt);
+  csz[c.k] = 1;
+  x = reshape(w, x, c.k, csz, c.k + 1, csz, v->dt);
+  arrv = dus(w, arrv, c.k + 1, shape, x, csz, zero, v->dt);
+  arrv = reshape(w, arrv, c.k + 1, shape, 1, &c.L, v->dt);
+  int64_t m = (B - off) / es;
+  if (m > c.L) m = c.L;
+  int64_t lo = 0;
+  arrv = slice(w, arrv, 1, &c.L, &lo, &m, v->dt);
+  arrv = to_bytes(w, arrv, m, v->dt);
+  int64_t nb = m * es;
+  *out = dus(w, blk, 1, &B, arrv, &nb, &at, TPU_U8);
+  return TPU_OK;
+}
+
+/* ---- the module ---- */
+typedef struct {
+  uintptr_t base;
+  size_t bytes;
+  bool has_buf, read, arg;
+  int value; /* current SSA value of the storage, -1: none yet */
+  int arg_index;
+} slot_t;
+
+static int slot_of(slot_t* s, int* ns, const pj_block_t* b) {
+  for (int i = 0; i < *ns; i++)
+    if (s[i].base == b->base) return i;
+  s[*ns] = (slot_t){b->base, b->bytes, b->buf != NULL, false, false, -1, -1};
+  return (*ns)++;
+}
+
+void pj_program_free(pj_program_t* p) {
+  free(p->text);
+  free(p->args);
+  free(p->outs);
+  memset(p, 0, sizeof(*p));
+}
+
+tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
+  memset(out, 0, sizeof(*out));
+  collect_t c = {0};
+  int ncc = 0;
+  bool oom = false;
+  char* inner = NULL;
+  size_t inner_len = 0;
+  FILE* fi = open_memstream(&inner, &inner_len);
+  if (!fi) return TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
+  tpu_graph_print_opts_t o = {.func_name = "graph", .on_value = on_value, .ctx = &c,
+                              .out_custom_calls = &ncc, .out_oom = &oom};
+  tpu_graph_print_func(g, fi, &o);
+  fclose(fi);
+  tpu_status_t st = TPU_OK;
+  const int np = c.n[0], nr = c.n[1];
+  slot_t* slots = calloc((size_t)(np + nr) + 1, sizeof(slot_t));
+  int* pslot = calloc((size_t)np + 1, sizeof(int)); /* -1: host value */
+  int* rslot = calloc((size_t)nr + 1, sizeof(int));
+  int ns = 0;
+  if (oom || c.oom || !inner || !slots || !pslot || !rslot)
+    st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
+  if (!st && ncc > 0) {
+    const char* name = NULL;
+    for (int i = 0; i < g->n && !name; i++)
+      if (g->nodes[i]->op) name = g->nodes[i]->op->name;
+    st = TPU_ERR(UNIMPLEMENTED, "aten::%s has no lowering on the pjrt target yet (set "
+                 "TORCH_TPU_CPU_FALLBACK=1 to run unsupported ops on the CPU)",
+                 g->n == 1 && name ? name : "(an op of the graph)");
+  }
+  /* the storages */
+  for (int i = 0; i < np && !st; i++) {
+    const view_t* v = &c.v[0][i];
+    pj_block_t b;
+    if (numel_of(v) == 0) { /* reads nothing */
+      pslot[i] = -2;
+      continue;
+    }
+    if (!pj_storage_find(v->data, 1, false, &b)) {
+      if (numel_of(v) != 1)
+        st = TPU_ERR(INVALID_ARGUMENT, "pjrt target: operand %d at %p is not in device memory", i, v->data);
+      pslot[i] = -1;
+      continue;
+    }
+    pslot[i] = slot_of(slots, &ns, &b);
+    slots[pslot[i]].read = true;
+  }
+  for (int i = 0; i < nr && !st; i++) {
+    const view_t* v = &c.v[1][i];
+    pj_block_t b;
+    if (!pj_storage_find(v->data, 1, false, &b)) {
+      st = TPU_ERR(INVALID_ARGUMENT, "pjrt target: result %d at %p is not in device memory", i, v->data);
+      break;
+    }
+    rslot[i] = slot_of(slots, &ns, &b);
+  }
+  char* text = NULL;
+  size_t len = 0;
+  FILE* f = st ? NULL : open_memstream(&text, &len);
+  if (!st && !f) st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
+  int nargs = 0;
+  pj_arg_t* args = st ? NULL : calloc((size_t)(ns + np) + 1, sizeof(pj_arg_t));
+  if (!st && !args) st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
+  if (!st) {
+    /* arguments: storages read (or partly written over contents), then host values */
+    fputs("module @tpu_program {\n", f);
+    fwrite(inner, 1, inner_len, f);
+    fputs("  func.func @main(", f);
+    for (int s = 0; s < ns; s++) {
+      slot_t* sl = &slots[s];
+      sl->arg = sl->read || sl->has_buf;
+      if (!sl->arg) continue;
+      int64_t B = (int64_t)sl->bytes;
+      fprintf(f, "%s%%s%d: %s", nargs ? ", " : "", s, ty1(B, TPU_U8));
+      args[nargs++] = (pj_arg_t){.host = false, .base = sl->base, .bytes = sl->bytes};
+    }
+    for (int i = 0; i < np; i++) {
+      if (pslot[i] != -1) continue;
+      const view_t* v = &c.v[0][i];
+      fprintf(f, "%s%%h%d: %s", nargs ? ", " : "", i, ty(0, NULL, v->dt));
+      args[nargs++] = (pj_arg_t){.host = true, .data = v->data, .dtype = v->dt,
+                                 .bytes = tpu_dtype_size(v->dt)};
+    }
+    fputs(") -> (", f);
+    int nouts = 0;
+    for (int s = 0; s < ns; s++) {
+      bool written = false;
+      for (int i = 0; i < nr; i++) written = written || rslot[i] == s;
+      if (!written) continue;
+      fprintf(f, "%s%s", nouts++ ? ", " : "", ty1((int64_t)slots[s].bytes, TPU_U8));
+    }
+    fputs(") {\n", f);
+    wr_t w = {f, 0};
+    /* storage arguments as values */
+    for (int s = 0; s < ns; s++) {
+      slot_t* sl = &slots[s];
+      if (!sl->arg) continue;
+      int64_t B = (int64_t)sl->bytes;
+      char o[24];
+      snprintf(o, sizeof o, "%%s%d", s);
+      sl->value = op(&w, "stablehlo.reshape", o, NULL, ty1(B, TPU_U8), ty1(B, TPU_U8));
+    }
+    /* the views read */
+    int* pv = calloc((size_t)np + 1, sizeof(int));
+    if (!pv) st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
+    for (int i = 0; i < np && !st; i++) {
+      const view_t* v = &c.v[0][i];
+      if (pslot[i] == -2) {
+        pv[i] = zeros(&w, v->nd, v->sz, v->dt);
+        continue;
+      }
+      if (pslot[i] < 0) {
+        char o[24];
+        snprintf(o, sizeof o, "%%h%d", i);
+        int x = op(&w, "stablehlo.reshape", o, NULL, ty(0, NULL, v->dt), ty(0, NULL, v->dt));
+        if (v->nd)
+          x = op(&w, "stablehlo.broadcast_in_dim", ref(o, x), "broadcast_dimensions = array<i64>",
+                 ty(0, NULL, v->dt), ty(v->nd, v->sz, v->dt));
+        pv[i] = x;
+        continue;
+      }
+      slot_t* sl = &slots[pslot[i]];
+      st = emit_read(&w, sl->value, (int64_t)sl->bytes, (int64_t)((uintptr_t)v->data - sl->base), v, &pv[i]);
+    }
+    /* the call */
+    int callv = -1;
+    if (!st) {
+      char* ops_s = NULL;
+      size_t ol = 0;
+      FILE* fo = open_memstream(&ops_s, &ol);
+      char* ins = NULL;
+      size_t il = 0;
+      FILE* ft = open_memstream(&ins, &il);
+      char* outs_t = NULL;
+      size_t otl = 0;
+      FILE* fr = open_memstream(&outs_t, &otl);
+      if (!fo || !ft || !fr) {
+        st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
+      } else {
+        for (int i = 0; i < np; i++) {
+          const view_t* v = &c.v[0][i];
+          fprintf(fo, "%s%%v%d", i ? ", " : "", pv[i]);
+          fprintf(ft, "%s%s", i ? ", " : "", ty(v->nd, v->sz, v->dt));
+        }
+        for (int i = 0; i < nr; i++) {
+          const view_t* v = &c.v[1][i];
+          fprintf(fr, "%s%s", i ? ", " : "", ty(v->nd, v->sz, v->dt));
+        }
+      }
+      if (fo) fclose(fo);
+      if (ft) fclose(ft);
+      if (fr) fclose(fr);
+      if (!st && nr) { /* a graph without results writes nothing: no call */
+        callv = w.next++;
+        fprintf(f, "    %%v%d:%d = \"func.call\"(%s) {callee = @graph} : (%s) -> (%s)\n", callv, nr,
+                ops_s ? ops_s : "", ins ? ins : "", outs_t ? outs_t : "");
+      }
+      free(ops_s);
+      free(ins);
+      free(outs_t);
+    }
+    /* the writes */
+    for (int i = 0; i < nr && !st; i++) {
+      const view_t* v = &c.v[1][i];
+      slot_t* sl = &slots[rslot[i]];
+      const int64_t B = (int64_t)sl->bytes;
+      if (sl->value < 0) sl->value = zeros(&w, 1, &B, TPU_U8);
+      int val = w.next++;
+      fprintf(f, "    %%v%d = \"stablehlo.reshape\"(%%v%d#%d) : (%s) -> %s\n", val, callv, i,
+              ty(v->nd, v->sz, v->dt), ty(v->nd, v->sz, v->dt));
+      st = emit_write(&w, sl->value, B, (int64_t)((uintptr_t)v->data - sl->base), v, val, &sl->value);
+    }
+    free(pv);
+    if (!st) {
+      fputs("    \"func.return\"(", f);
+      int k = 0;
+      for (int s = 0; s < ns; s++) {
+        bool written = false;
+        for (int i = 0; i < nr; i++) written = written || rslot[i] == s;
+        if (written) fprintf(f, "%s%%v%d", k++ ? ", " : "", slots[s].value);
+      }
+      fputs(") : (", f);
+      k = 0;
+      for (int s = 0; s < ns; s++) {
+        bool written = false;
+        for (int i = 0; i < nr; i++) written = written || rslot[i] == s;
+        if (written) fprintf(f, "%s%s", k++ ? ", " : "", ty1((int64_t)slots[s].bytes, TPU_U8));
+      }
+      fputs(") -> ()\n  }\n}\n", f);
+    }
+    fclose(f);
+    f = NULL;
+    if (!st) {
+      out->outs = calloc((size_t)nouts + 1, sizeof(uintptr_t));
+      if (!out->outs) st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
+      int k = 0;
+      for (int s = 0; s < ns && !st; s++) {
+        bool written = false;
+        for (int i = 0; i < nr; i++) written = written || rslot[i] == s;
+        if (written) out->outs[k++] = slots[s].base;
+      }
+      out->nouts = nouts;
+    }
+  }
+  if (f) fclose(f);
+  free(inner);
+  free(slots);
+  free(pslot);
+  free(rslot);
+  free(c.v[0]);
+  free(c.v[1]);
+  if (st) {
+    free(text);
+    free(args);
+    free(out->outs);
+    memset(out, 0, sizeof(*out));
+    return st;
+  }
+  out->text = text;
+  out->len = len;
+  out->args = args;
+  out->nargs = nargs;
+  return TPU_OK;
+}

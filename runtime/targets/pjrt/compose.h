@@ -1,0 +1,46 @@
+/* The pjrt target's programs: a graph (one Strict call, or a flushed
+ * DeferAndFuse trace) as a StableHLO module over storage buffers.
+ *
+ *   func.func private @graph(views read...) -> (values written...)
+ *       the lowering layer's function (tpu_graph_print_func)
+ *   func.func @main(%s0: tensor<Bxui8>, ..., %h0: tensor<f32>, ...)
+ *       -> (tensor<Bxui8>, ...)
+ *       reads each view out of its storage (slice, bitcast_convert, pad,
+ *       reshape, slice, transpose, broadcast), calls @graph, writes each
+ *       value back into its storage (dynamic_update_slice) and returns the
+ *       storages' next contents
+ *
+ * Host values (0-d CPU tensors a call passes by address) are arguments of
+ * their own type. A storage that is written but never read and holds
+ * nothing yet starts from zeros instead of being an argument. */
+#ifndef TPU_TARGETS_PJRT_COMPOSE_H_
+#define TPU_TARGETS_PJRT_COMPOSE_H_
+
+#include <stdint.h>
+
+#include "exec/graph.h"
+
+typedef struct pj_arg {
+  bool host;          /* a host value (else a storage) */
+  uintptr_t base;     /* storage: its block's base */
+  size_t bytes;       /* storage: block bytes; host: element bytes */
+  const void* data;   /* host: the value */
+  tpu_dtype_t dtype;  /* host: its dtype */
+} pj_arg_t;
+
+typedef struct pj_program {
+  char* text; /* the module (MLIR text), NUL-terminated */
+  size_t len;
+  pj_arg_t* args; /* execution arguments in order */
+  int nargs;
+  uintptr_t* outs; /* the storage (block base) each result replaces, in order */
+  int nouts;
+} pj_program_t;
+
+/* Composes g's module. UNIMPLEMENTED naming the op when a node has no
+ * lowering (the printer's custom_call fallback); INVALID_ARGUMENT for a
+ * view the composition cannot express. */
+tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) TPU_MUST_USE;
+void pj_program_free(pj_program_t* p);
+
+#endif

@@ -1,0 +1,412 @@
+/* The pjrt target (tpu/target.h): devices of a PJRT plugin (the XLA CPU
+ * plugin, libtpu, the CUDA plugin).
+ *
+ * Plugin: TORCH_TPU_PJRT_PLUGIN names its shared library (the Python
+ * package's discovery sets it when the user did not; torch_tpu/pjrt_plugins.py),
+ * loaded once at the runtime's start-up.
+ * Memory: storages are PJRT buffers behind handle addresses (storage.h).
+ * Ops: every call is a program (compose.h): the lowering layer's function
+ * for the call, wrapped to read its views from and write its results into
+ * storage buffers. Programs are compiled once per text and kept for the
+ * process; a call whose op has no lowering fails with UNIMPLEMENTED naming
+ * it. A flushed DeferAndFuse graph is one program; when part of it has no
+ * lowering, its nodes run one by one (and the first such node fails). */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/env.h"
+#include "device/internal.h"
+#include "targets/pjrt/compose.h"
+#include "targets/pjrt/pjrt_client.h"
+#include "targets/pjrt/storage.h"
+#include "tpu/targets.h"
+
+#define PJ_MAX_DEVICES 64
+
+typedef struct {
+  uint64_t hash;
+  char* text;
+  size_t len;
+  tpu_pjrt_exe_t* exe;
+} pj_entry_t;
+
+typedef struct {
+  pthread_once_t once;
+  tpu_status_t status; /* of opening the plugin */
+  tpu_pjrt_t* client;
+  int ndevices;
+  int64_t capacity[PJ_MAX_DEVICES];
+  _Atomic int64_t in_use[PJ_MAX_DEVICES], peak[PJ_MAX_DEVICES], allocs[PJ_MAX_DEVICES],
+      frees[PJ_MAX_DEVICES];
+  /* compiled programs by text (open addressing, power-of-two capacity) */
+  pthread_mutex_t cache_mu;
+  pj_entry_t* cache;
+  size_t ncache, cache_cap;
+  _Atomic int64_t compiles, hits, runs;
+} pj_t;
+
+static pj_t g_pj = {.once = PTHREAD_ONCE_INIT, .cache_mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void pj_open(void) {
+  const char* path = tpu_env_str("TORCH_TPU_PJRT_PLUGIN");
+  if (!path || !*path) {
+    g_pj.status = TPU_ERR(INVALID_ARGUMENT,
+                          "TORCH_TPU_TARGET=pjrt needs a PJRT plugin: set TORCH_TPU_PJRT_PLUGIN to its "
+                          "shared library, or install one (pip install xla-cpu-pjrt, libtpu)");
+    return;
+  }
+  tpu_status_t st = tpu_pjrt_open(path, &g_pj.client);
+  if (st) {
+    g_pj.status = st;
+    return;
+  }
+  int n = tpu_pjrt_device_count(g_pj.client);
+  if (n < 1) {
+    g_pj.status = TPU_ERR(INVALID_ARGUMENT, "PJRT plugin %s has no addressable devices", path);
+    return;
+  }
+  if (n > PJ_MAX_DEVICES) n = PJ_MAX_DEVICES;
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  int64_t half_ram = (pages > 0 && psize > 0) ? (int64_t)pages * psize / 2 : ((int64_t)16 << 30);
+  int64_t dflt = half_ram < ((int64_t)16 << 30) ? half_ram : ((int64_t)16 << 30);
+  int64_t cap_env = tpu_env_int("TORCH_TPU_HBM_BYTES", 0);
+  for (int d = 0; d < n; d++) {
+    int64_t in_use = 0, limit = 0;
+    tpu_status_t ms = tpu_pjrt_device_memory(g_pj.client, d, &in_use, &limit);
+    tpu_status_free(ms);
+    int64_t cap = !ms && limit > 0 ? limit : dflt;
+    if (cap_env > 0 && cap_env < cap) cap = cap_env; /* a smaller budget, never a larger one */
+    g_pj.capacity[d] = cap;
+  }
+  g_pj.ndevices = n;
+}
+
+static pj_t* pj_of(void* ctx) {
+  pj_t* p = ctx;
+  pthread_once(&p->once, pj_open);
+  return p;
+}
+
+static tpu_status_t copy_status(tpu_status_t st) {
+  return tpu_status_make(tpu_status_code(st), "%s", tpu_status_message(st));
+}
+
+static tpu_status_t pj_device_count(void* ctx, int* out_count) {
+  pj_t* p = pj_of(ctx);
+  *out_count = 0;
+  if (p->status) return copy_status(p->status);
+  *out_count = p->ndevices;
+  return TPU_OK;
+}
+
+static tpu_status_t pj_device_props(void* ctx, int device, tpu_target_device_props_t* out) {
+  pj_t* p = pj_of(ctx);
+  memset(out, 0, sizeof *out);
+  if (p->status || device < 0 || device >= p->ndevices)
+    return TPU_ERR(INVALID_ARGUMENT, "pjrt target: no device %d", device);
+  out->name = tpu_pjrt_device_kind(p->client, device);
+  out->memory_bytes = p->capacity[device];
+  out->alignment = 64;
+  out->host_addressable = false;
+  return TPU_OK;
+}
+
+/* ---- buffers ---- */
+static tpu_status_t pj_buffer_alloc(void* ctx, int device, size_t bytes, void** out_ptr) {
+  pj_t* p = pj_of(ctx);
+  *out_ptr = NULL;
+  if (device < 0 || device >= p->ndevices)
+    return TPU_ERR(INVALID_ARGUMENT, "pjrt target: no device %d", device);
+  TPU_RETURN_IF_ERROR(pj_storage_alloc(p->client, device, bytes, out_ptr));
+  int64_t now = atomic_fetch_add(&p->in_use[device], (int64_t)bytes) + (int64_t)bytes;
+  int64_t peak = atomic_load(&p->peak[device]);
+  while (now > peak && !atomic_compare_exchange_weak(&p->peak[device], &peak, now)) {
+  }
+  atomic_fetch_add(&p->allocs[device], 1);
+  return TPU_OK;
+}
+
+static void pj_buffer_free(void* ctx, int device, void* ptr, size_t bytes) {
+  pj_t* p = ctx;
+  if (!ptr) return;
+  pj_storage_free(p->client, ptr);
+  if (device < 0 || device >= PJ_MAX_DEVICES) return;
+  atomic_fetch_sub(&p->in_use[device], (int64_t)bytes);
+  atomic_fetch_add(&p->frees[device], 1);
+}
+
+static void pj_memory_stats(void* ctx, int device, tpu_target_memory_stats_t* out) {
+  pj_t* p = pj_of(ctx);
+  memset(out, 0, sizeof *out);
+  if (device < 0 || device >= p->ndevices) return;
+  out->bytes_in_use = atomic_load(&p->in_use[device]);
+  out->peak_bytes_in_use = atomic_load(&p->peak[device]);
+  out->num_allocs = atomic_load(&p->allocs[device]);
+  out->num_frees = atomic_load(&p->frees[device]);
+  out->bytes_limit = p->capacity[device];
+}
+
+/* ---- copies ---- */
+static tpu_status_t pj_copy_h2d(void* ctx, int device, void* dst, const void* src, size_t bytes) {
+  return pj_storage_write(((pj_t*)ctx)->client, dst, src, bytes);
+}
+
+static tpu_status_t pj_copy_d2h(void* ctx, int device, void* dst, const void* src, size_t bytes) {
+  return pj_storage_read(((pj_t*)ctx)->client, dst, src, bytes);
+}
+
+static tpu_status_t pj_copy_d2d(void* ctx, int dst_device, void* dst, int src_device, const void* src,
+                                size_t bytes) {
+  if (bytes == 0) return TPU_OK;
+  pj_t* p = ctx;
+  unsigned char* tmp = malloc(bytes);
+  if (!tmp) return TPU_ERR(RESOURCE_EXHAUSTED, "pjrt: cannot stage %zu bytes on the host", bytes);
+  tpu_status_t st = pj_storage_read(p->client, tmp, src, bytes);
+  if (!st) st = pj_storage_write(p->client, dst, tmp, bytes);
+  free(tmp);
+  return st;
+}
+
+/* A queued copy; h2d snapshots its source into `data`. */
+typedef struct {
+  int kind; /* 0 h2d, 1 d2h, 2 d2d */
+  void* dst;
+  const void* src;
+  size_t bytes;
+  unsigned char data[];
+} pj_copy_t;
+
+static tpu_status_t pj_copy_fn(void* ctx) {
+  pj_copy_t* c = ctx;
+  if (c->kind == 0) return pj_copy_h2d(&g_pj, 0, c->dst, c->data, c->bytes);
+  if (c->kind == 1) return pj_copy_d2h(&g_pj, 0, c->dst, c->src, c->bytes);
+  return pj_copy_d2d(&g_pj, 0, c->dst, 0, c->src, c->bytes);
+}
+
+static tpu_status_t pj_enqueue_copy(tpu_stream_t* s, int kind, void* dst, const void* src, size_t bytes) {
+  static const char* const what[] = {"copy_h2d", "copy_d2h", "copy_d2d"};
+  if (bytes == 0) return TPU_OK;
+  pj_copy_t* c = malloc(sizeof(pj_copy_t) + (kind == 0 ? bytes : 0));
+  if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: cannot stage %zu bytes", what[kind], bytes);
+  c->kind = kind;
+  c->dst = dst;
+  c->src = src;
+  c->bytes = bytes;
+  if (kind == 0) memcpy(c->data, src, bytes);
+  return tpu_stream_enqueue_raw(s, what[kind], pj_copy_fn, c, free);
+}
+
+static tpu_status_t pj_copy_h2d_async(void* ctx, tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
+  return pj_enqueue_copy(s, 0, dst, src, bytes);
+}
+static tpu_status_t pj_copy_d2h_async(void* ctx, tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
+  return pj_enqueue_copy(s, 1, dst, src, bytes);
+}
+static tpu_status_t pj_copy_d2d_async(void* ctx, tpu_stream_t* s, void* dst, const void* src, size_t bytes) {
+  return pj_enqueue_copy(s, 2, dst, src, bytes);
+}
+
+/* ---- programs ---- */
+static uint64_t fnv1a(const char* s, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return h ? h : 1;
+}
+
+static tpu_pjrt_exe_t* cache_find_locked(pj_t* p, uint64_t h, const char* text, size_t len) {
+  if (!p->cache_cap) return NULL;
+  for (size_t i = h & (p->cache_cap - 1);; i = (i + 1) & (p->cache_cap - 1)) {
+    pj_entry_t* e = &p->cache[i];
+    if (!e->hash) return NULL;
+    if (e->hash == h && e->len == len && !memcmp(e->text, text, len)) return e->exe;
+  }
+}
+
+static void cache_put_locked(pj_t* p, uint64_t h, char* text, size_t len, tpu_pjrt_exe_t* exe) {
+  if (2 * (p->ncache + 1) > p->cache_cap) {
+    size_t cap = p->cache_cap ? 2 * p->cache_cap : 256;
+    pj_entry_t* v = calloc(cap, sizeof(*v));
+    if (!v) return; /* not cached: compiled again next time */
+    for (size_t i = 0; i < p->cache_cap; i++) {
+      pj_entry_t* e = &p->cache[i];
+      if (!e->hash) continue;
+      size_t j = e->hash & (cap - 1);
+      while (v[j].hash) j = (j + 1) & (cap - 1);
+      v[j] = *e;
+    }
+    free(p->cache);
+    p->cache = v;
+    p->cache_cap = cap;
+  }
+  size_t j = h & (p->cache_cap - 1);
+  while (p->cache[j].hash) j = (j + 1) & (p->cache_cap - 1);
+  p->cache[j] = (pj_entry_t){h, text, len, exe};
+  p->ncache++;
+}
+
+/* The program's executable, compiled on first use. On success the cache
+ * owns prog->text (set to NULL). */
+static tpu_status_t program_exe(pj_t* p, pj_program_t* prog, tpu_pjrt_exe_t** out) {
+  uint64_t h = fnv1a(prog->text, prog->len);
+  pthread_mutex_lock(&p->cache_mu);
+  tpu_pjrt_exe_t* e = cache_find_locked(p, h, prog->text, prog->len);
+  pthread_mutex_unlock(&p->cache_mu);
+  if (e) {
+    atomic_fetch_add(&p->hits, 1);
+    *out = e;
+    return TPU_OK;
+  }
+  if (tpu_env_int("TORCH_TPU_PJRT_DUMP", 0)) fprintf(stderr, "%s", prog->text);
+  TPU_RETURN_IF_ERROR(tpu_pjrt_compile(p->client, prog->text, prog->len, &e));
+  atomic_fetch_add(&p->compiles, 1);
+  pthread_mutex_lock(&p->cache_mu);
+  tpu_pjrt_exe_t* other = cache_find_locked(p, h, prog->text, prog->len);
+  if (other) { /* another thread compiled it meanwhile */
+    pthread_mutex_unlock(&p->cache_mu);
+    tpu_pjrt_exe_free(p->client, e);
+    *out = other;
+    return TPU_OK;
+  }
+  cache_put_locked(p, h, prog->text, prog->len, e);
+  prog->text = NULL;
+  pthread_mutex_unlock(&p->cache_mu);
+  *out = e;
+  return TPU_OK;
+}
+
+static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
+  pj_program_t prog;
+  TPU_RETURN_IF_ERROR(pj_compose(g, &prog));
+  tpu_status_t st = TPU_OK;
+  if (prog.nouts == 0) goto done; /* writes nothing */
+  tpu_pjrt_exe_t* exe = NULL;
+  st = program_exe(p, &prog, &exe);
+  if (st) goto done;
+  tpu_pjrt_buffer_t** args = calloc((size_t)prog.nargs + 1, sizeof(*args));
+  pj_buf_t** held = calloc((size_t)prog.nargs + 1, sizeof(*held));
+  bool* uploaded = calloc((size_t)prog.nargs + 1, sizeof(bool));
+  tpu_pjrt_buffer_t** outs = calloc((size_t)prog.nouts, sizeof(*outs));
+  if (!args || !held || !uploaded || !outs)
+    st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory running a program");
+  for (int i = 0; i < prog.nargs && !st; i++) {
+    const pj_arg_t* a = &prog.args[i];
+    if (a->host) {
+      st = tpu_pjrt_buffer_from_host(p->client, g->device, a->data, a->dtype, 0, NULL, &args[i]);
+      uploaded[i] = !st;
+      continue;
+    }
+    pj_block_t b;
+    if (!pj_storage_find((const void*)a->base, a->bytes, true, &b) || !b.buf) {
+      st = TPU_ERR(INTERNAL, "pjrt target: a storage of the program lost its buffer");
+      break;
+    }
+    held[i] = b.buf;
+    args[i] = b.buf->b;
+  }
+  if (!st) st = tpu_pjrt_execute(p->client, exe, g->device, args, prog.nargs, outs, prog.nouts);
+  if (!st) {
+    atomic_fetch_add(&p->runs, 1);
+    for (int i = 0; i < prog.nouts; i++) {
+      pj_buf_t* w = pj_buf_wrap(p->client, outs[i]);
+      outs[i] = NULL;
+      if (!w) {
+        st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory");
+        continue;
+      }
+      pj_storage_replace(p->client, prog.outs[i], w);
+    }
+  }
+  for (int i = 0; i < prog.nargs && args && held && uploaded; i++) {
+    if (uploaded[i]) tpu_pjrt_buffer_free(p->client, args[i]);
+    pj_buf_release(p->client, held[i]);
+  }
+  for (int i = 0; outs && i < prog.nouts; i++)
+    if (outs[i]) tpu_pjrt_buffer_free(p->client, outs[i]);
+  free(args);
+  free(held);
+  free(uploaded);
+  free(outs);
+done:
+  pj_program_free(&prog);
+  return st;
+}
+
+/* The kernel of every op: the call as a one-node graph. */
+static tpu_status_t pj_kernel(const tpu_call_t* call) {
+  tpu_call_t* node = (tpu_call_t*)call;
+  tpu_graph_t g = {.nodes = &node, .n = 1, .device = call->device};
+  return run_graph(&g_pj, &g);
+}
+
+static const tpu_op_t* pj_ops(void* ctx, int* out_count) {
+  *out_count = 0;
+  return NULL;
+}
+
+static bool pj_supports_op(void* ctx, const char* name) { return name != NULL; }
+
+static tpu_kernel_fn_t pj_kernel_for(void* ctx, const char* name, uint32_t* out_flags) {
+  *out_flags = 0;
+  return pj_supports_op(ctx, name) ? pj_kernel : NULL;
+}
+
+/* ---- graphs: composed and compiled when they run (addresses are real by
+ * then); the prepared object only marks the graph as the target's ---- */
+static char g_graph_marker;
+
+static tpu_status_t pj_graph_prepare(void* ctx, struct tpu_graph* g, void** out_exe) {
+  *out_exe = &g_graph_marker;
+  return TPU_OK;
+}
+
+static tpu_status_t pj_graph_run(void* ctx, void* exe, const struct tpu_graph* g, const char** out_failed_op) {
+  *out_failed_op = NULL;
+  tpu_status_t st = run_graph(ctx, g);
+  if (!st || tpu_status_code(st) != TPU_CODE_UNIMPLEMENTED) return st;
+  tpu_status_free(st); /* part of it has no lowering: node by node, to name the op */
+  for (int i = 0; i < g->n; i++) {
+    st = pj_kernel(g->nodes[i]);
+    if (st) {
+      *out_failed_op = g->nodes[i]->op ? g->nodes[i]->op->name : NULL;
+      return st;
+    }
+  }
+  return TPU_OK;
+}
+
+static void pj_graph_release(void* ctx, void* exe) {}
+
+static const tpu_target_iface_t g_pj_iface = {
+    .name = "pjrt",
+    .device_count = pj_device_count,
+    .device_props = pj_device_props,
+    .buffer_alloc = pj_buffer_alloc,
+    .buffer_free = pj_buffer_free,
+    .copy_h2d = pj_copy_h2d,
+    .copy_d2h = pj_copy_d2h,
+    .copy_d2d = pj_copy_d2d,
+    .copy_h2d_async = pj_copy_h2d_async,
+    .copy_d2h_async = pj_copy_d2h_async,
+    .copy_d2d_async = pj_copy_d2d_async,
+    .ops = pj_ops,
+    .supports_op = pj_supports_op,
+    .kernel_for = pj_kernel_for,
+    .graph_prepare = pj_graph_prepare,
+    .graph_run = pj_graph_run,
+    .graph_release = pj_graph_release,
+    .memory_stats = pj_memory_stats,
+};
+
+static const tpu_target_t g_pj_target = {&g_pj_iface, &g_pj};
+
+const tpu_target_t* tpu_pjrt_target(void) { return &g_pj_target; }
+
+void tpu_pjrt_target_stats(int64_t* compiles, int64_t* hits, int64_t* runs) {
+  *compiles = atomic_load(&g_pj.compiles);
+  *hits = atomic_load(&g_pj.hits);
+  *runs = atomic_load(&g_pj.runs);
+}
