@@ -113,7 +113,10 @@ def clear_compilation_cache(tier: int = None) -> None:
 
 
 def get_device_name(device: _DeviceLike = None) -> str:
-    return f"TorchTPU host chip {_index(device)}"
+    idx = _index(device)
+    if _C.target() == "host":
+        return f"TorchTPU host chip {idx}"
+    return f"TorchTPU {_C.target()} {_C.device_kind(idx)} {idx}"
 
 
 class _DeviceProperties:
@@ -122,7 +125,7 @@ class _DeviceProperties:
         self.total_memory = _C.memory_stats(idx)["capacity_bytes"]
         self.index = idx
         self.type = "tpu"
-        self.target = "host"
+        self.target = _C.target()
         self.num_threads = _C.num_threads()
 
     def __repr__(self):

@@ -41,6 +41,29 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "TorchTPU native bridge";
   ensure_target();  // an unknown TORCH_TPU_TARGET fails the import, naming it
   m.def("target", [] { return std::string(tpu_target_name()); });
+  // the target's name for device i ("host", "cpu", "TPU v5 lite", "NVIDIA H200")
+  m.def("device_kind", [](int i) {
+    const tpu_target_t* t = tpu_target_get();
+    tpu_target_device_props_t props;
+    if (!t || i < 0 || i >= tpu_device_count()) throw py::index_error("no tpu device " + std::to_string(i));
+    tpu_status_t st = t->iface->device_props(t->ctx, i, &props);
+    if (st) {
+      std::string msg = tpu_status_message(st);
+      tpu_status_free(st);
+      throw std::runtime_error(msg);
+    }
+    return std::string(props.name ? props.name : "unknown");
+  });
+  // the pjrt target's programs: compiled, cache hits, runs (zeros on other targets)
+  m.def("pjrt_stats", [] {
+    int64_t c = 0, h = 0, r = 0;
+    if (tpu_target_get() == tpu_pjrt_target()) tpu_pjrt_target_stats(&c, &h, &r);
+    py::dict d;
+    d["compiles"] = c;
+    d["cache_hits"] = h;
+    d["runs"] = r;
+    return d;
+  });
   m.def("_init", &ensure_runtime);
   m.def("is_initialized",
         [] { return tpu_runtime_is_initialized() && !tpu_runtime_in_bad_fork(); });

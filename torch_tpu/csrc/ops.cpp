@@ -1954,13 +1954,30 @@ namespace {
 // (silu_backward, mish_backward): its decomposition would give other values
 // than CPU's, and with a backend kernel registered, autograd still goes
 // through the autograd kernel.
+// The overloads the backend takes from the dispatcher: the target's op
+// table, and for a target that lowers ops generically (tpu_target_iface_t's
+// kernel_for), every overload of the host target's inventory that it takes
+// too: the ATen surface is the same on every target, so that composite
+// kernels do not decompose on one target what another runs whole.
+std::vector<std::string> runtime_op_names() {
+  std::vector<std::string> names;
+  for (int i = 0; i < tpu_op_count(); i++) names.push_back(tpu_op_name(i));
+  const tpu_target_t* t = tpu_target_get();
+  if (t && t->iface->kernel_for && t != tpu_host_target()) {
+    int n = 0;
+    const tpu_op_t* host = tpu_host_target()->iface->ops(tpu_host_target()->ctx, &n);
+    for (int i = 0; i < n; i++)
+      if (tpu_op_lookup(host[i].name)) names.push_back(host[i].name);
+  }
+  return names;
+}
+
 struct RegisterRuntimeOps {
   RegisterRuntimeOps() {
     lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
                                            c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     auto& disp = c10::Dispatcher::singleton();
-    for (int i = 0; i < tpu_op_count(); i++) {
-      std::string full = tpu_op_name(i);
+    for (const std::string& full : runtime_op_names()) {
       auto dot = full.find('.');
       std::string name = "aten::" + full.substr(0, dot);
       std::string ovl = dot == std::string::npos ? "" : full.substr(dot + 1);
@@ -2024,8 +2041,7 @@ RegisterRuntimeOps g_register_runtime_ops;
 // (runtime overloads that PyTorch decomposes before they reach a backend, or
 // that this PyTorch does not have, are not counted).
 std::vector<std::string> supported_ops() {
-  std::vector<std::string> names;
-  for (int i = 0; i < tpu_op_count(); i++) names.push_back(tpu_op_name(i));
+  std::vector<std::string> names = runtime_op_names();
 #define TPU_NAME(name, fn) names.push_back(name);
   TPU_DIRECT_OPS(TPU_NAME)
 #undef TPU_NAME

@@ -107,7 +107,7 @@ static const char* zero_lit(tpu_dtype_t dt) {
 }
 
 static int zeros(wr_t* w, int nd, const int64_t* sz, tpu_dtype_t dt) {
-  char a[96];
+  char a[1500];
   snprintf(a, sizeof a, "value = dense<%s> : %s", zero_lit(dt), ty(nd, sz, dt));
   return op(w, "stablehlo.constant", "", a, "", ty(nd, sz, dt));
 }
@@ -270,6 +270,37 @@ static int chain_elements(wr_t* w, int blk, int64_t B, int64_t off, tpu_dtype_t 
   return x;
 }
 
+/* Any view: the element index of each view position, sum of iota(d) * stride(d),
+ * as tensor<sizes x 1 x i64> for gather/scatter over the view's elements. */
+static int view_indices(wr_t* w, const view_t* v) {
+  int64_t isz[TPU_MAX_DIMS + 1];
+  memcpy(isz, v->sz, sizeof(int64_t) * (size_t)v->nd);
+  const char* t = ty(v->nd, v->sz, TPU_I64);
+  char tb[1400], a[1500], o[64];
+  snprintf(tb, sizeof tb, "%s", t);
+  int acc = -1;
+  for (int d = 0; d < v->nd; d++) {
+    if (v->sz[d] <= 1 || v->st[d] == 0) continue;
+    snprintf(a, sizeof a, "iota_dimension = %d : i64", d);
+    int io = op(w, "stablehlo.iota", "", a, "", tb);
+    snprintf(a, sizeof a, "value = dense<%" PRId64 "> : %s", v->st[d], tb);
+    int sc = op(w, "stablehlo.constant", "", a, "", tb);
+    char in[2900];
+    snprintf(in, sizeof in, "%s, %s", tb, tb);
+    snprintf(o, sizeof o, "%%v%d, %%v%d", io, sc);
+    int term = op(w, "stablehlo.multiply", o, NULL, in, tb);
+    if (acc < 0) {
+      acc = term;
+    } else {
+      snprintf(o, sizeof o, "%%v%d, %%v%d", acc, term);
+      acc = op(w, "stablehlo.add", o, NULL, in, tb);
+    }
+  }
+  if (acc < 0) acc = zeros(w, v->nd, v->sz, TPU_I64);
+  isz[v->nd] = 1;
+  return reshape(w, acc, v->nd, v->sz, v->nd + 1, isz, TPU_I64);
+}
+
 /* The value of view v read from storage value blk (tensor<B x ui8>). */
 static tpu_status_t emit_read(wr_t* w, int blk, int64_t B, int64_t off, const view_t* v, int* out) {
   if (numel_of(v) == 0) {
@@ -277,10 +308,32 @@ static tpu_status_t emit_read(wr_t* w, int blk, int64_t B, int64_t off, const vi
     return TPU_OK;
   }
   chain_t c;
-  if (!chain_of(v, &c))
-    return TPU_ERR(UNIMPLEMENTED, "pjrt target: a view with overlapping or negative strides (%s) is not "
-                   "supported yet; make it contiguous first", arr(v->nd, v->st));
+  const bool chain = chain_of(v, &c);
   const int64_t es = (int64_t)tpu_dtype_size(v->dt);
+  if (!chain) { /* any other view: gather its elements */
+    int64_t last = 0;
+    for (int d = 0; d < v->nd; d++) {
+      if (v->st[d] < 0)
+        return TPU_ERR(UNIMPLEMENTED, "pjrt target: a view with negative strides (%s)", arr(v->nd, v->st));
+      last += (v->sz[d] - 1) * v->st[d];
+    }
+    if (off + (last + 1) * es > B)
+      return TPU_ERR(OUT_OF_RANGE, "pjrt target: a view reads past the end of its storage (%" PRId64
+                     " bytes)", B);
+    int64_t m = last + 1;
+    int x = chain_elements(w, blk, B, off, v->dt, m);
+    int idx = view_indices(w, v);
+    int64_t isz[TPU_MAX_DIMS + 1];
+    memcpy(isz, v->sz, sizeof(int64_t) * (size_t)v->nd);
+    isz[v->nd] = 1;
+    char o[64], a[400], in[3000];
+    snprintf(o, sizeof o, "%%v%d, %%v%d", x, idx);
+    snprintf(a, sizeof a, "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
+             "index_vector_dim = %d>, slice_sizes = array<i64: 1>, indices_are_sorted = false", v->nd);
+    snprintf(in, sizeof in, "%s, %s", ty1(m, v->dt), ty(v->nd + 1, isz, TPU_I64));
+    *out = op(w, "stablehlo.gather", o, a, in, ty(v->nd, v->sz, v->dt));
+    return TPU_OK;
+  }
   if (off + (c.last + 1) * es > B)
     return TPU_ERR(OUT_OF_RANGE, "pjrt target: a view reads past the end of its storage (%" PRId64
                    " bytes)", B);
@@ -340,10 +393,46 @@ static tpu_status_t emit_write(wr_t* w, int blk, int64_t B, int64_t off, const v
   const int64_t n = numel_of(v);
   if (n == 0) return TPU_OK;
   chain_t c;
-  if (!chain_of(v, &c) || c.zero_stride)
-    return TPU_ERR(UNIMPLEMENTED, "pjrt target: a write into a view with overlapping, broadcast or "
-                   "negative strides (%s) is not supported", arr(v->nd, v->st));
+  const bool chain = chain_of(v, &c);
   const int64_t es = (int64_t)tpu_dtype_size(v->dt);
+  if (c.zero_stride)
+    return TPU_ERR(UNIMPLEMENTED, "pjrt target: a write into a broadcast view (strides %s) is not supported",
+                   arr(v->nd, v->st));
+  if (!chain) { /* any other view: scatter into its elements */
+    int64_t last = 0;
+    for (int d = 0; d < v->nd; d++) {
+      if (v->st[d] < 0)
+        return TPU_ERR(UNIMPLEMENTED, "pjrt target: a write into a view with negative strides (%s)",
+                       arr(v->nd, v->st));
+      last += (v->sz[d] - 1) * v->st[d];
+    }
+    if (off + (last + 1) * es > B)
+      return TPU_ERR(OUT_OF_RANGE, "pjrt target: a view writes past the end of its storage (%" PRId64
+                     " bytes)", B);
+    const int64_t m = last + 1;
+    int arrv = chain_elements(w, blk, B, off, v->dt, m);
+    int idx = view_indices(w, v);
+    int64_t isz[TPU_MAX_DIMS + 1];
+    memcpy(isz, v->sz, sizeof(int64_t) * (size_t)v->nd);
+    isz[v->nd] = 1;
+    const char* et_s = ty(0, NULL, v->dt);
+    char sc[64];
+    snprintf(sc, sizeof sc, "%s", et_s);
+    int id = w->next++;
+    fprintf(w->f,
+            "    %%v%d = \"stablehlo.scatter\"(%%v%d, %%v%d, %%v%d) ({\n"
+            "    ^bb0(%%old%d: %s, %%new%d: %s):\n"
+            "      \"stablehlo.return\"(%%new%d) : (%s) -> ()\n"
+            "    }) {scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], "
+            "scatter_dims_to_operand_dims = [0], index_vector_dim = %d>, indices_are_sorted = false, "
+            "unique_indices = false} : (%s, %s, %s) -> %s\n",
+            id, arrv, idx, val, id, sc, id, sc, id, sc, v->nd, ty1(m, v->dt), ty(v->nd + 1, isz, TPU_I64),
+            ty(v->nd, v->sz, v->dt), ty1(m, v->dt));
+    int bytes = to_bytes(w, id, m, v->dt);
+    int64_t nb = m * es, at = off;
+    *out = dus(w, blk, 1, &B, bytes, &nb, &at, TPU_U8);
+    return TPU_OK;
+  }
   if (off + (c.last + 1) * es > B)
     return TPU_ERR(OUT_OF_RANGE, "pjrt target: a view writes past the end of its storage (%" PRId64
                    " bytes)", B);
@@ -442,9 +531,9 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     const char* name = NULL;
     for (int i = 0; i < g->n && !name; i++)
       if (g->nodes[i]->op) name = g->nodes[i]->op->name;
-    st = TPU_ERR(UNIMPLEMENTED, "aten::%s has no lowering on the pjrt target yet (set "
-                 "TORCH_TPU_CPU_FALLBACK=1 to run unsupported ops on the CPU)",
-                 g->n == 1 && name ? name : "(an op of the graph)");
+    st = g->n == 1 ? TPU_ERR(UNIMPLEMENTED, "no lowering on the pjrt target yet (set "
+                             "TORCH_TPU_CPU_FALLBACK=1 to run unsupported ops on the CPU)")
+                   : TPU_ERR(UNIMPLEMENTED, "aten::%s has no lowering on the pjrt target yet", name ? name : "?");
   }
   /* the storages */
   for (int i = 0; i < np && !st; i++) {

@@ -1,0 +1,218 @@
+"""The pjrt target (TORCH_TPU_TARGET=pjrt) on the XLA CPU plugin, against PyTorch's CPU results.
+
+The target is chosen once per process, so each test runs its checks in a child process with
+TORCH_TPU_TARGET=pjrt; the child asserts and exits non-zero on the first difference."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from torch_tpu import pjrt_plugins
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cpu_plugin():
+    for p in pjrt_plugins.installed():
+        if p.kind == "cpu":
+            return p.path
+    return None
+
+
+pytestmark = pytest.mark.skipif(_cpu_plugin() is None and not os.environ.get("CI"),
+                                reason="xla-cpu-pjrt is not installed (scripts/setup.sh installs it)")
+
+PRELUDE = """
+import torch, torch_tpu
+import torch.nn.functional as F
+assert torch_tpu._C.target() == "pjrt", torch_tpu._C.target()
+
+def same(a, e, atol=0.0, rtol=0.0):
+    assert a.device.type == "tpu", a.device
+    c = a.cpu()
+    assert c.dtype == e.dtype, (c.dtype, e.dtype)
+    assert c.shape == e.shape, (c.shape, e.shape)
+    if e.numel() > 1:
+        assert a.stride() == e.stride(), (a.stride(), e.stride())
+    torch.testing.assert_close(c, e, atol=atol, rtol=rtol, equal_nan=True)
+"""
+
+
+def run_pjrt(code, env=None, expect_rc=0):
+    e = dict(os.environ, TORCH_TPU_TARGET="pjrt", PYTHONPATH=ROOT)
+    e.pop("TORCH_TPU_PJRT_PLUGIN", None)
+    e.update(env or {})
+    r = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], env=e,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == expect_rc, r.stdout + r.stderr
+    return r
+
+
+def test_devices_come_from_the_plugin():
+    r = run_pjrt("""
+        n = torch.tpu.device_count()
+        assert n == 4, n                      # the XLA CPU plugin's devices
+        assert "cpu" in torch.tpu.get_device_name(0), torch.tpu.get_device_name(0)
+        p = torch.tpu.get_device_properties(1)
+        assert p.target == "pjrt" and p.total_memory > 0, p
+        print(torch.tpu.get_device_name(3))
+    """)
+    assert "pjrt" in r.stdout
+
+
+def test_copies_views_and_in_place_through_views():
+    run_pjrt("""
+        torch.manual_seed(0)
+        x = torch.randn(5, 7)
+        a = x.to("tpu")
+        same(a, x)
+        b = torch.empty(5, 7, device="tpu")
+        b[1:3].copy_(x[1:3])
+        assert torch.equal(b.cpu()[1:3], x[1:3])
+        for f in (lambda t: t.t() + 1, lambda t: t[:, ::2] * 2, lambda t: t[1:4, 2:].exp(),
+                  lambda t: t[2], lambda t: t.unsqueeze(1).expand(5, 3, 7) - t[:, None],
+                  lambda t: t.t()[::2, 1:] @ t[:4, :3]):
+            same(f(a), f(x), atol=1e-6, rtol=1e-6)
+        v = a[1:3, 2:5]
+        w = a.t()
+        v.mul_(10.0)
+        x[1:3, 2:5].mul_(10.0)
+        same(a, x)
+        same(w.contiguous(), x.t().contiguous())
+        a.t()[::2].add_(1.0)
+        x.t()[::2].add_(1.0)
+        same(a, x)
+        o = torch.zeros(7, 5, device="tpu")
+        torch.add(a.t(), 1.0, out=o)
+        same(o, (x.t() + 1.0).contiguous())
+        for dt in (torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64,
+                   torch.int8, torch.uint8, torch.bool):
+            c = (x * 3).to(dt)
+            same(c.to("tpu"), c)
+            same(c.to("tpu")[1:, ::3].contiguous(), c[1:, ::3].contiguous())
+        s = torch.tensor(2.5)
+        same(a * s, x * s, atol=1e-6, rtol=1e-6)
+        same(a + 3, x + 3)
+        torch.testing.assert_close(a.sum().item(), x.sum().item(), atol=1e-5, rtol=1e-5)
+    """)
+
+
+def test_ops_against_cpu():
+    run_pjrt("""
+        torch.manual_seed(1)
+        x = torch.randn(6, 8)
+        y = torch.randn(8, 5)
+        a, b = x.to("tpu"), y.to("tpu")
+        torch.set_float32_matmul_precision("highest")
+        same(a @ b, x @ y, atol=1e-5, rtol=1e-5)
+        same(torch.softmax(a, -1), torch.softmax(x, -1), atol=1e-6, rtol=1e-5)
+        same(torch.log_softmax(a.t(), 1), torch.log_softmax(x.t(), 1), atol=1e-5, rtol=1e-5)
+        same(a.sum(1), x.sum(1), atol=1e-5, rtol=1e-5)
+        same(a.mean(0, keepdim=True), x.mean(0, keepdim=True), atol=1e-6, rtol=1e-5)
+        same(a.amax(1), x.amax(1))
+        same(F.gelu(a), F.gelu(x), atol=1e-6, rtol=1e-5)
+        same(torch.tanh(a), torch.tanh(x), atol=1e-6, rtol=1e-5)
+        same(torch.where(a > 0, a, a * 2), torch.where(x > 0, x, x * 2))
+        same(torch.cat([a, a * 2], 0), torch.cat([x, x * 2], 0))
+        w = torch.randn(8, 8)
+        ln = F.layer_norm(x, (8,), w[0], w[1])
+        same(F.layer_norm(a, (8,), w[0].to("tpu"), w[1].to("tpu")), ln, atol=1e-5, rtol=1e-5)
+        same(a.to(torch.bfloat16), x.to(torch.bfloat16))
+        same(a > 0.5, x > 0.5)
+    """)
+
+
+def test_autograd_step():
+    run_pjrt("""
+        torch.manual_seed(2)
+        torch.set_float32_matmul_precision("highest")
+        x = torch.randn(16, 8)
+        w0 = torch.randn(8, 4, requires_grad=True)
+        w1 = w0.detach().to("tpu").requires_grad_()
+        for w, dev in ((w0, "cpu"), (w1, "tpu")):
+            loss = torch.tanh(x.to(dev) @ w).pow(2).mean()
+            loss.backward()
+        same(w1.grad, w0.grad, atol=1e-6, rtol=1e-5)
+        with torch.no_grad():
+            w0 -= 0.1 * w0.grad
+            w1 -= 0.1 * w1.grad
+        same(w1.detach(), w0.detach(), atol=1e-6, rtol=1e-5)
+    """)
+
+
+def test_programs_are_compiled_once():
+    r = run_pjrt("""
+        a = torch.randn(16).to("tpu")
+        b = torch.randn(16).to("tpu")
+        for _ in range(3):  # compiles: a fresh output storage, then a reused one
+            c = a + b
+        torch.tpu.synchronize()
+        s0 = torch_tpu._C.pjrt_stats()
+        for _ in range(20):
+            c = a + b
+        torch.tpu.synchronize()
+        s1 = torch_tpu._C.pjrt_stats()
+        assert s1["compiles"] == s0["compiles"], (s0, s1)
+        assert s1["cache_hits"] >= s0["cache_hits"] + 20, (s0, s1)
+        assert s1["runs"] >= s0["runs"] + 20, (s0, s1)
+        same(c, a.cpu() + b.cpu())
+    """)
+
+
+def test_defer_and_fuse_graph_is_one_program():
+    run_pjrt("""
+        x = torch.randn(32, 16)
+        a = x.to("tpu")
+        torch.tpu.synchronize()
+        s0 = torch_tpu._C.pjrt_stats()
+        with torch_tpu.eager_mode("defer_and_fuse"):
+            y = ((a * 2).exp() + a.t().t()).sum(1)
+            torch_tpu.materialize()
+        torch.tpu.synchronize()
+        s1 = torch_tpu._C.pjrt_stats()
+        assert s1["runs"] - s0["runs"] == 1, (s0, s1)
+        same(y, ((x * 2).exp() + x).sum(1), atol=1e-4, rtol=1e-5)
+    """)
+
+
+def test_debug_mode():
+    run_pjrt("""
+        x = torch.randn(4, 4)
+        with torch_tpu.eager_mode("debug"):
+            same(x.to("tpu").exp() * 2, x.exp() * 2, atol=1e-6, rtol=1e-6)
+    """)
+
+
+def test_ops_without_a_lowering_raise_and_the_device_keeps_working():
+    run_pjrt("""
+        a = torch.randn(8).to("tpu")
+        try:
+            torch.special.i0e(a)
+        except NotImplementedError as e:
+            assert "pjrt" in str(e) and "i0e" in str(e), str(e)
+        else:
+            raise AssertionError("no error")
+        same(a * 2, a.cpu() * 2)
+    """)
+
+
+def test_out_of_memory_raises_and_the_device_keeps_working():
+    run_pjrt("""
+        keep = torch.ones(1024, device="tpu")
+        try:
+            torch.empty(64 << 20, dtype=torch.uint8, device="tpu")
+        except torch.OutOfMemoryError as e:
+            assert "out of memory" in str(e), str(e)
+        else:
+            raise AssertionError("no OOM")
+        same(keep + 1, torch.full((1024,), 2.0))
+    """, env={"TORCH_TPU_HBM_BYTES": str(32 << 20)})
+
+
+def test_no_plugin_is_one_clear_error():
+    r = run_pjrt("torch.zeros(1, device=\"tpu\")", env={"TORCH_TPU_PJRT_PLUGIN": "/nonexistent/plugin.so"},
+                 expect_rc=1)
+    assert "/nonexistent/plugin.so" in r.stderr, r.stderr
+    assert "Traceback" in r.stderr and "Aborted" not in r.stderr
