@@ -57,7 +57,7 @@ def test_unknown_target_fails_the_import_naming_it():
     r = run("import torch", "tpu-v9000")
     assert r.returncode == 1, r.stdout + r.stderr  # a Python exception, not a signal
     assert "Traceback" in r.stderr
-    assert "TORCH_TPU_TARGET='tpu-v9000' is not a known target (known targets: host)" in r.stderr
+    assert "TORCH_TPU_TARGET='tpu-v9000' is not a known target (known targets: host, pjrt)" in r.stderr
     assert "Failed to load the backend extension: torch_tpu" in r.stderr  # torch's autoload
 
 
@@ -73,5 +73,5 @@ else:
 """
     r = run(code, "Host", autoload=False)  # names are exact
     assert r.returncode == 0, r.stdout + r.stderr
-    assert ("ImportError: TORCH_TPU_TARGET='Host' is not a known target (known targets: host)"
+    assert ("ImportError: TORCH_TPU_TARGET='Host' is not a known target (known targets: host, pjrt)"
             in r.stdout), r.stdout
