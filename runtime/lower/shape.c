@@ -138,7 +138,7 @@ static bool lower_constant_pad_nd(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
-static bool lower_reflection_pad1d(node_t* n, const char* base, ref_t* outs) {
+static bool lower_reflect_replicate_pad(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if ((!strncmp(base, "reflection_pad", 14) || !strncmp(base, "replication_pad", 15)) && is_tensor(n, 0) &&
       c->args[1].kind == TPU_ARG_INTLIST && strcmp(base + strlen(base) - 8, "backward")) {
@@ -209,12 +209,12 @@ static const tpu_lower_entry_t k_entries[] = {
     {"lift_fresh_copy", lower_to_copy},
     {"ones", lower_zero},
     {"ones_like", lower_zero},
-    {"reflection_pad1d", lower_reflection_pad1d},
-    {"reflection_pad2d", lower_reflection_pad1d},
-    {"reflection_pad3d", lower_reflection_pad1d},
-    {"replication_pad1d", lower_reflection_pad1d},
-    {"replication_pad2d", lower_reflection_pad1d},
-    {"replication_pad3d", lower_reflection_pad1d},
+    {"reflection_pad1d", lower_reflect_replicate_pad},
+    {"reflection_pad2d", lower_reflect_replicate_pad},
+    {"reflection_pad3d", lower_reflect_replicate_pad},
+    {"replication_pad1d", lower_reflect_replicate_pad},
+    {"replication_pad2d", lower_reflect_replicate_pad},
+    {"replication_pad3d", lower_reflect_replicate_pad},
     {"roll", lower_roll},
     {"tril", lower_tril},
     {"triu", lower_tril},
