@@ -1400,7 +1400,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       return;
     }
     TORCH_CHECK_NOT_IMPLEMENTED(false, "TorchTPU: the operator 'aten::", info.name,
-                                "' is not implemented for the tpu device. Set "
+                                "' is not implemented for the tpu device (target ", tpu_target_name(), "). Set "
                                 "TORCH_TPU_CPU_FALLBACK=1 to run unsupported ops on the CPU.");
   }
   ensure_runtime();

@@ -20,6 +20,7 @@
 
 #include "base/env.h"
 #include "device/internal.h"
+#include "lower/lower.h"
 #include "targets/pjrt/compose.h"
 #include "targets/pjrt/pjrt_client.h"
 #include "targets/pjrt/storage.h"
@@ -347,7 +348,9 @@ static const tpu_op_t* pj_ops(void* ctx, int* out_count) {
   return NULL;
 }
 
-static bool pj_supports_op(void* ctx, const char* name) { return name != NULL; }
+/* The ops the lowering layer maps (a lowering may still refuse a call's
+ * arguments: the program then fails with UNIMPLEMENTED naming the op). */
+static bool pj_supports_op(void* ctx, const char* name) { return name && tpu_lower_supports(name); }
 
 static tpu_kernel_fn_t pj_kernel_for(void* ctx, const char* name, uint32_t* out_flags) {
   *out_flags = 0;

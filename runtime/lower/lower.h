@@ -1,0 +1,41 @@
+/* The lowering layer: each ATen op with a StableHLO mapping, found by name.
+ *
+ * The graph printer (tpu_graph_print, exec/graph.h) lowers each node through
+ * these tables; an op without an entry becomes stablehlo.custom_call
+ * @aten.<overload>. The entries are kept per op family (runtime/lower/:
+ * elementwise.c, shape.c, matmul.c, reduce.c, nn.c, index.c), each table
+ * sorted by name. */
+#ifndef TPU_LOWER_LOWER_H
+#define TPU_LOWER_LOWER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether an ATen op has a lowering, by its overload name ("add.Tensor",
+ * "sum.dim_IntList", "add_.Tensor") or its base name ("mm"): the entry is
+ * found by the base name, without the overload and the in-place underscore,
+ * as the printer looks it up. A lowering can still decline one call (a dtype
+ * or arity it does not map) and leave it to the custom_call fallback; this
+ * answers whether one exists. NULL answers false. */
+bool tpu_lower_supports(const char* aten_name);
+
+/* The number of lowered base names, and name i of them (0 <= i < count) in
+ * strcmp order; NULL for i out of range. The strings are static. */
+size_t tpu_lower_count(void);
+const char* tpu_lower_name(size_t i);
+
+/* Checks the tables: each sorted by strcmp and every name in one entry only.
+ * Returns 0 when they are, else the position (from 1) of the first entry out of
+ * order, in its table or in the merged list, and writes its name to *out_name
+ * when given. */
+int tpu_lower_check(const char** out_name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,160 @@
+/* Contractions: the matmul family as dot_general with the call's precision, and
+ * convolutions (plain and transposed) as stablehlo.convolution.
+ *
+ * Each function lowers the ATen ops its table names; it returns false to leave
+ * the call to the custom_call fallback (runtime/lower/stablehlo.c). The bodies
+ * read n, base and outs and the locals LOWER_LOCALS declares (lower/emit.h). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/emit.h"
+
+static bool lower_mm(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  /* matmuls */
+  if (!strcmp(base, "mm") || !strcmp(base, "bmm") || !strcmp(base, "addmm") || !strcmp(base, "baddbmm") ||
+      !strcmp(base, "mv") || !strcmp(base, "dot") || !strcmp(base, "addmv")) {
+    const bool add = base[0] == 'a' || (base[0] == 'b' && base[1] == 'a');
+    const int i0 = add ? 1 : 0;
+    /* half inputs accumulate in f32 (dot_general's result type) and round once at the end,
+     * bias included, as PyTorch does */
+    const tpu_dtype_t ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, i0), odt), b = convert(e, arg(n, i0 + 1), odt);
+    const bool batched = strstr(base, "bmm") != NULL;
+    ref_t r = dot_general(e, a, b, batched ? 1 : 0, a.nd - 1, batched ? 1 : 0, out_ref(n, ct), c->precision);
+    if (add) {
+      double beta = tpu_arg_f64(c, i0 + 2, 1.0), alpha = tpu_arg_f64(c, i0 + 3, 1.0);
+      if (alpha != 1.0) r = scalar_op(e, "stablehlo.multiply", r, alpha);
+      if (beta != 0.0) {
+        ref_t s = arg_out(n, 0, ct);
+        if (beta != 1.0) s = scalar_op(e, "stablehlo.multiply", s, beta);
+        r = binop(e, "stablehlo.add", s, r);
+      }
+    }
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_convolution(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if ((!strcmp(base, "convolution") || !strcmp(base, "_convolution")) && is_tensor(n, 0) && is_tensor(n, 1) &&
+      tpu_arg_bool(c, 6, false) && c->args[0].v.t->ndim >= 3 && c->args[0].v.t->ndim <= 5) {
+    /* transposed: a convolution of the input dilated by the stride, padded by
+     * dilation * (k - 1) - padding (+ output_padding high), with the kernel
+     * flipped and its in/out channels swapped within each group */
+    const int k = c->args[0].v.t->ndim - 2;
+    const tpu_tensor_t* wt = c->args[1].v.t; /* [Cin, Cout / g, k...] */
+    const int64_t g = tpu_arg_i64(c, 8, 1), cin = wt->sizes[0], coutg = wt->sizes[1];
+    if (g <= 0 || cin % g) return false;
+    int64_t stride[3], dil[3], one[3] = {1, 1, 1};
+    char pad[200] = "", sp[16] = "", b1[64], b2[64], b3[64];
+    size_t pl = 0;
+    for (int i = 0; i < k; i++) {
+      const tpu_arg_t *st = &c->args[3], *pd = &c->args[4], *dl = &c->args[5], *op = &c->args[7];
+      stride[i] = st->kind == TPU_ARG_INTLIST && st->n ? st->v.ilist[st->n == 1 ? 0 : i] : 1;
+      dil[i] = dl->kind == TPU_ARG_INTLIST && dl->n ? dl->v.ilist[dl->n == 1 ? 0 : i] : 1;
+      int64_t p = pd->kind == TPU_ARG_INTLIST && pd->n ? pd->v.ilist[pd->n == 1 ? 0 : i] : 0;
+      int64_t opad = op->kind == TPU_ARG_INTLIST && op->n ? op->v.ilist[op->n == 1 ? 0 : i] : 0;
+      int64_t lo = dil[i] * (wt->sizes[2 + i] - 1) - p;
+      pl += (size_t)snprintf(pad + pl, sizeof pad - pl, "%s[%" PRId64 ", %" PRId64 "]", i ? ", " : "", lo, lo + opad);
+      snprintf(sp + 3 * i, sizeof sp - 3 * (size_t)i, ", %d", i);
+    }
+    const tpu_dtype_t ct = acc_type(odt);
+    ref_t w = convert(e, arg(n, 1), odt);
+    /* [Cin, Cout/g, k..] -> [g, Cin/g, Cout/g, k..] -> [g, Cout/g, Cin/g, k..] -> [Cout, Cin/g, k..] */
+    int64_t s5[6] = {g, cin / g, coutg}, perm[6] = {0, 2, 1}, s4[5] = {g * coutg, cin / g};
+    for (int i = 0; i < k; i++) {
+      s5[3 + i] = wt->sizes[2 + i];
+      perm[3 + i] = 3 + i;
+      s4[2 + i] = wt->sizes[2 + i];
+    }
+    w = reshape(e, transpose(e, reshape(e, w, 3 + k, s5), perm), 2 + k, s4);
+    int64_t sdims[3];
+    for (int i = 0; i < k; i++) sdims[i] = 2 + i;
+    w = emit(e, "stablehlo.reverse", 1, &w, w, "dimensions = %s", i64arr(b3, sizeof b3, k, sdims));
+    ref_t in[2] = {convert(e, arg(n, 0), odt), w};
+    const char* prec = odt != TPU_F32 || c->precision == TPU_PRECISION_MEDIUM ? "DEFAULT"
+                       : c->precision == TPU_PRECISION_HIGH                   ? "HIGH"
+                                                                              : "HIGHEST";
+    char b4[64];
+    ref_t r = emit(e, "stablehlo.convolution", 2, in, out_ref(n, ct),
+                   "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f%s]x[o, i%s]->[b, f%s]>, "
+                   "feature_group_count = %" PRId64 " : i64, padding = dense<[%s]> : tensor<%dx2xi64>, "
+                   "lhs_dilation = %s, rhs_dilation = %s, window_strides = %s, "
+                   "precision_config = [#stablehlo<precision %s>, #stablehlo<precision %s>]",
+                   sp, sp, sp, g, pad, k, i64arr(b1, sizeof b1, k, stride), i64arr(b2, sizeof b2, k, dil),
+                   i64arr(b4, sizeof b4, k, one), prec, prec);
+    if (is_tensor(n, 2)) {
+      ref_t bias = convert(e, arg(n, 2), ct);
+      r = binop(e, "stablehlo.add", r, bcast_dims(e, bias, r.nd, r.sz, (int64_t[]){1}));
+    }
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_convolution_2(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if ((!strcmp(base, "convolution") || !strcmp(base, "_convolution")) && is_tensor(n, 0) && is_tensor(n, 1) &&
+      !tpu_arg_bool(c, 6, false) && c->args[0].v.t->ndim >= 3 && c->args[0].v.t->ndim <= 5) {
+    /* (input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups),
+     * channels-first, not transposed */
+    const int k = c->args[0].v.t->ndim - 2;
+    int64_t stride[3], dil[3];
+    char pad[200] = "", sp[16] = "", b1[64], b2[64];
+    size_t pl = 0;
+    for (int i = 0; i < k; i++) {
+      const tpu_arg_t* st = &c->args[3], *pd = &c->args[4], *dl = &c->args[5];
+      stride[i] = st->kind == TPU_ARG_INTLIST && st->n ? st->v.ilist[st->n == 1 ? 0 : i] : 1;
+      dil[i] = dl->kind == TPU_ARG_INTLIST && dl->n ? dl->v.ilist[dl->n == 1 ? 0 : i] : 1;
+      int64_t p = pd->kind == TPU_ARG_INTLIST && pd->n ? pd->v.ilist[pd->n == 1 ? 0 : i] : 0;
+      pl += (size_t)snprintf(pad + pl, sizeof pad - pl, "%s[%" PRId64 ", %" PRId64 "]", i ? ", " : "", p, p);
+      snprintf(sp + 3 * i, sizeof sp - 3 * (size_t)i, ", %d", i);
+    }
+    const tpu_dtype_t ct = acc_type(odt);
+    ref_t in[2] = {convert(e, arg(n, 0), odt), convert(e, arg(n, 1), odt)};
+    const char* prec = odt != TPU_F32 || c->precision == TPU_PRECISION_MEDIUM ? "DEFAULT"
+                       : c->precision == TPU_PRECISION_HIGH                   ? "HIGH"
+                                                                              : "HIGHEST";
+    ref_t r = emit(e, "stablehlo.convolution", 2, in, out_ref(n, ct),
+                   "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f%s]x[o, i%s]->[b, f%s]>, "
+                   "feature_group_count = %" PRId64 " : i64, padding = dense<[%s]> : tensor<%dx2xi64>, "
+                   "rhs_dilation = %s, window_strides = %s, "
+                   "precision_config = [#stablehlo<precision %s>, #stablehlo<precision %s>]",
+                   sp, sp, sp, tpu_arg_i64(c, 8, 1), pad, k, i64arr(b1, sizeof b1, k, dil),
+                   i64arr(b2, sizeof b2, k, stride), prec, prec);
+    if (is_tensor(n, 2)) { /* bias over the channel dim */
+      ref_t bias = convert(e, arg(n, 2), ct);
+      r = binop(e, "stablehlo.add", r, bcast_dims(e, bias, r.nd, r.sz, (int64_t[]){1}));
+    }
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  return false;
+}
+
+/* the former chain tried these in turn; the first that lowers wins */
+static bool lower_convolution_any(node_t* n, const char* base, ref_t* outs) {
+  return lower_convolution(n, base, outs) || lower_convolution_2(n, base, outs);
+}
+
+/* sorted by name (strcmp); tests/test_lower.c checks it */
+static const tpu_lower_entry_t k_entries[] = {
+    {"_convolution", lower_convolution_any},
+    {"addmm", lower_mm},
+    {"addmv", lower_mm},
+    {"baddbmm", lower_mm},
+    {"bmm", lower_mm},
+    {"convolution", lower_convolution_any},
+    {"dot", lower_mm},
+    {"mm", lower_mm},
+    {"mv", lower_mm},
+};
+
+const tpu_lower_table_t tpu_lower_matmul = {k_entries, sizeof k_entries / sizeof k_entries[0]};

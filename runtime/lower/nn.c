@@ -1,0 +1,600 @@
+/* Neural-network lowerings: softmax and its backward, layer/group/batch norm,
+ * activations with parameters, losses, pooling, upsampling and the backward ops of
+ * autograd that have a closed form.
+ *
+ * Each function lowers the ATen ops its table names; it returns false to leave
+ * the call to the custom_call fallback (runtime/lower/stablehlo.c). The bodies
+ * read n, base and outs and the locals LOWER_LOCALS declares (lower/emit.h). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/emit.h"
+
+static bool lower_softmax(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "_softmax") || !strcmp(base, "_log_softmax")) {
+    const tpu_tensor_t* x = c->args[0].v.t;
+    int64_t dim = norm_dim(tpu_arg_i64(c, 1, -1), x->ndim);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, 0), ct);
+    if (x->ndim == 0) {
+      outs[0] = convert(e, cst_like(e, ct, base[1] == 'l' ? 0 : 1, 0, NULL), odt);
+      return true;
+    }
+    ref_t m = bcast(e, reduce_keep(e, a, 1, &dim, "stablehlo.maximum", -INFINITY), a.nd, a.sz);
+    ref_t z = binop(e, "stablehlo.subtract", a, m);
+    ref_t ez = unop(e, "stablehlo.exponential", z);
+    ref_t s = bcast(e, reduce_keep(e, ez, 1, &dim, "stablehlo.add", 0), a.nd, a.sz);
+    ref_t r = base[1] == 'l' ? binop(e, "stablehlo.subtract", z, unop(e, "stablehlo.log", s))
+                             : binop(e, "stablehlo.divide", ez, s);
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_native_layer_norm(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "native_layer_norm") && c->nouts == 3) {
+    /* (input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd) */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    const int k = c->args[1].n;
+    int64_t dims[TPU_MAX_DIMS], cnt = 1;
+    for (int i = 0; i < k; i++) {
+      dims[i] = x->ndim - k + i;
+      cnt *= x->sizes[dims[i]];
+    }
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, 0), ct);
+    ref_t mean, xc;
+    ref_t var = scalar_op(e, "stablehlo.divide", centred_sum_squares(e, a, k, dims, (double)cnt, &mean, &xc),
+                          (double)cnt);
+    ref_t rstd = unop(e, "stablehlo.rsqrt", scalar_op(e, "stablehlo.add", var, tpu_arg_f64(c, 4, 1e-5)));
+    ref_t y = binop(e, "stablehlo.multiply", xc, bcast(e, rstd, a.nd, a.sz));
+    if (is_tensor(n, 2)) y = binop(e, "stablehlo.multiply", y, arg_as(n, 2, ct, a.nd, a.sz));
+    if (is_tensor(n, 3)) y = binop(e, "stablehlo.add", y, arg_as(n, 3, ct, a.nd, a.sz));
+    outs[0] = convert(e, y, odt);
+    outs[1] = convert(e, reshape(e, mean, c->outs[1].ndim, c->outs[1].sizes), c->outs[1].dtype);
+    outs[2] = convert(e, reshape(e, rstd, c->outs[2].ndim, c->outs[2].sizes), c->outs[2].dtype);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_leaky_relu(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  /* ---- activations ---- */
+  if (tpu_dtype_is_float(odt) && is_tensor(n, 0) &&
+      (!strcmp(base, "leaky_relu") || !strcmp(base, "elu") || !strcmp(base, "hardswish") ||
+       !strcmp(base, "softplus") || !strcmp(base, "mish") || !strcmp(base, "hardsigmoid") ||
+       !strcmp(base, "hardtanh") || !strcmp(base, "relu6"))) {
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = arg_out(n, 0, ct), zero = cst_like(e, ct, 0, x.nd, x.sz), y;
+    ref_t pos = compare(e, "GT", x, zero);
+    if (!strcmp(base, "leaky_relu")) {
+      y = select3(e, pos, x, scalar_op(e, "stablehlo.multiply", x, tpu_arg_f64(c, 1, 0.01)));
+    } else if (!strcmp(base, "elu")) { /* (self, alpha, scale, input_scale) */
+      double alpha = tpu_arg_f64(c, 1, 1), scale = tpu_arg_f64(c, 2, 1), in_scale = tpu_arg_f64(c, 3, 1);
+      ref_t neg = scalar_op(e, "stablehlo.multiply",
+                            unop(e, "stablehlo.exponential_minus_one", scalar_op(e, "stablehlo.multiply", x, in_scale)),
+                            alpha * scale);
+      y = select3(e, pos, scalar_op(e, "stablehlo.multiply", x, scale), neg);
+    } else if (!strcmp(base, "hardswish") || !strcmp(base, "hardsigmoid")) {
+      ref_t in3[3] = {zero, scalar_op(e, "stablehlo.add", x, 3), cst_like(e, ct, 6, x.nd, x.sz)};
+      ref_t r6 = emit(e, "stablehlo.clamp", 3, in3, x, NULL);
+      ref_t hs = scalar_op(e, "stablehlo.divide", r6, 6);
+      y = !strcmp(base, "hardswish") ? binop(e, "stablehlo.multiply", x, hs) : hs;
+    } else if (!strcmp(base, "hardtanh") || !strcmp(base, "relu6")) {
+      double lo = base[0] == 'r' ? 0 : tpu_arg_f64(c, 1, -1), hi = base[0] == 'r' ? 6 : tpu_arg_f64(c, 2, 1);
+      ref_t in3[3] = {cst_like(e, ct, lo, x.nd, x.sz), x, cst_like(e, ct, hi, x.nd, x.sz)};
+      y = emit(e, "stablehlo.clamp", 3, in3, x, NULL);
+    } else { /* softplus (self, beta, threshold) and mish = x * tanh(softplus(x)) */
+      double beta = base[0] == 's' ? tpu_arg_f64(c, 1, 1) : 1, thr = base[0] == 's' ? tpu_arg_f64(c, 2, 20) : 20;
+      ref_t bx = scalar_op(e, "stablehlo.multiply", x, beta);
+      ref_t sp = scalar_op(e, "stablehlo.divide", unop(e, "stablehlo.log_plus_one", unop(e, "stablehlo.exponential", bx)), beta);
+      sp = select3(e, compare(e, "GT", bx, cst_like(e, ct, thr, x.nd, x.sz)), x, sp);
+      y = base[0] == 's' ? sp : binop(e, "stablehlo.multiply", x, unop(e, "stablehlo.tanh", sp));
+    }
+    outs[0] = convert(e, y, odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_mse_loss(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "mse_loss") && tpu_dtype_is_float(odt)) { /* (self, target, reduction) */
+    tpu_dtype_t ct = acc_type(odt);
+    const tpu_tensor_t* x = c->args[0].v.t;
+    ref_t a = convert(e, arg(n, 0), ct), t = bcast(e, convert(e, arg(n, 1), ct), a.nd, a.sz);
+    ref_t d = binop(e, "stablehlo.subtract", a, t), sq = binop(e, "stablehlo.multiply", d, d);
+    const int64_t red = tpu_arg_i64(c, 2, 1);
+    if (red != 0) {
+      int64_t dims[TPU_MAX_DIMS];
+      int nr = red_dims(n, -1, x->ndim, dims);
+      sq = reduce(e, sq, nr, dims, "stablehlo.add", 0);
+      if (red == 1) sq = scalar_op(e, "stablehlo.divide", sq, (double)tpu_tensor_numel(x));
+    }
+    outs[0] = reshape(e, convert(e, sq, odt), o->ndim, o->sizes);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_upsample_nearest2d(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "upsample_nearest2d") && c->nouts == 1 && is_tensor(n, 0)) {
+    /* (self, output_size, scales_h?, scales_w?): source = min(floor(dst * scale), in - 1),
+     * scale = 1 / scales when given, else in / out (float32 arithmetic, as PyTorch) */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    ref_t a = arg(n, 0);
+    for (int j = 0; j < 2; j++) {
+      const int d = x->ndim - 2 + j;
+      const int64_t in = x->sizes[d], out = o->sizes[d];
+      const bool given = c->nargs > 2 + j && is_number(n, 2 + j) && tpu_arg_f64(c, 2 + j, 0) > 0;
+      const float scale = given ? (float)(1.0 / tpu_arg_f64(c, 2 + j, 1)) : (float)in / (float)out;
+      int64_t* src = malloc(sizeof(int64_t) * (size_t)(out ? out : 1));
+      if (!src) {
+        e->oom = true;
+        return false;
+      }
+      for (int64_t i = 0; i < out; i++) {
+        int64_t s0 = (int64_t)floorf((float)i * scale);
+        src[i] = s0 < in - 1 ? s0 : in - 1;
+      }
+      if (in != out || given) a = take_along(e, a, d, cst_i64_list(e, out, src));
+      free(src);
+    }
+    outs[0] = a;
+    return true;
+  }
+  return false;
+}
+
+static bool lower_native_group_norm(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "native_group_norm") && c->nouts == 3 && tpu_dtype_is_float(odt)) {
+    /* (input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean [N, G], rstd [N, G]) */
+    const int64_t N = tpu_arg_i64(c, 3, 0), C = tpu_arg_i64(c, 4, 0), HW = tpu_arg_i64(c, 5, 0),
+                  G = tpu_arg_i64(c, 6, 1);
+    if (G <= 0 || C % G || N * C * HW == 0) return false;
+    const double eps = tpu_arg_f64(c, 7, 1e-5);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct);
+    int64_t gsz[3] = {N, G, C / G * HW}, red[1] = {2};
+    ref_t xg = reshape(e, x, 3, gsz);
+    ref_t mean, xc;
+    ref_t var = scalar_op(e, "stablehlo.divide", centred_sum_squares(e, xg, 1, red, (double)gsz[2], &mean, &xc),
+                          (double)gsz[2]);
+    ref_t rstd = unop(e, "stablehlo.rsqrt", scalar_op(e, "stablehlo.add", var, eps));
+    ref_t y = binop(e, "stablehlo.multiply", xc, bcast(e, rstd, 3, gsz));
+    int64_t csz[3] = {N, C, HW}, cdim[1] = {1}, cvec[1] = {C};
+    y = reshape(e, y, 3, csz);
+    if (is_tensor(n, 1))
+      y = binop(e, "stablehlo.multiply", y, bcast_dims(e, reshape(e, convert(e, arg(n, 1), ct), 1, cvec), 3, csz, cdim));
+    if (is_tensor(n, 2))
+      y = binop(e, "stablehlo.add", y, bcast_dims(e, reshape(e, convert(e, arg(n, 2), ct), 1, cvec), 3, csz, cdim));
+    outs[0] = reshape(e, convert(e, y, odt), o->ndim, o->sizes);
+    outs[1] = reshape(e, convert(e, mean, c->outs[1].dtype), c->outs[1].ndim, c->outs[1].sizes);
+    outs[2] = reshape(e, convert(e, rstd, c->outs[2].dtype), c->outs[2].ndim, c->outs[2].sizes);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_upsample_bilinear2d(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "upsample_bilinear2d") && c->nouts == 1 && is_tensor(n, 0) && tpu_dtype_is_float(odt) &&
+      c->args[1].kind == TPU_ARG_INTLIST) {
+    /* (self, output_size, align_corners, scales_h?, scales_w?): per spatial dim, the two
+     * source rows and the weight of the second, computed in float32 like PyTorch */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    const bool corners = tpu_arg_bool(c, 2, false);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t a = convert(e, arg(n, 0), ct);
+    for (int j = 0; j < 2; j++) {
+      const int d = x->ndim - 2 + j;
+      const int64_t in = x->sizes[d], out = o->sizes[d];
+      const bool given = c->nargs > 3 + j && is_number(n, 3 + j) && tpu_arg_f64(c, 3 + j, 0) > 0;
+      float scale;
+      if (corners) scale = out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
+      else scale = given ? (float)(1.0 / tpu_arg_f64(c, 3 + j, 1)) : (float)in / (float)out;
+      int64_t* i0 = malloc(sizeof(int64_t) * 2 * (size_t)out);
+      float* lam = malloc(sizeof(float) * 2 * (size_t)out);
+      if (!i0 || !lam) {
+        free(i0);
+        free(lam);
+        e->oom = true;
+        return false;
+      }
+      int64_t* i1 = i0 + out;
+      float* lam0 = lam + out;
+      for (int64_t i = 0; i < out; i++) {
+        float src = corners ? scale * (float)i : scale * ((float)i + 0.5f) - 0.5f;
+        if (!corners && src < 0) src = 0;
+        int64_t f0 = (int64_t)src;
+        if (f0 > in - 1) f0 = in - 1;
+        i0[i] = f0;
+        i1[i] = f0 < in - 1 ? f0 + 1 : f0;
+        lam[i] = src - (float)f0;
+        lam0[i] = 1.0f - lam[i];
+      }
+      ref_t lo = take_along(e, a, d, cst_i64_list(e, out, i0));
+      ref_t hi = take_along(e, a, d, cst_i64_list(e, out, i1));
+      int64_t dd[1] = {d};
+      ref_t w1 = bcast_dims(e, convert(e, cst_f32_list(e, out, lam), ct), lo.nd, lo.sz, dd);
+      ref_t w0 = bcast_dims(e, convert(e, cst_f32_list(e, out, lam0), ct), lo.nd, lo.sz, dd);
+      a = binop(e, "stablehlo.add", binop(e, "stablehlo.multiply", w0, lo), binop(e, "stablehlo.multiply", w1, hi));
+      free(i0);
+      free(lam);
+    }
+    outs[0] = convert(e, a, odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_log_sigmoid_forward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "log_sigmoid_forward") && c->nouts == 2 && tpu_dtype_is_float(odt)) {
+    /* (self) -> (output, buffer): buffer = exp(-|x|), output = -(max(0, -x) + log1p(buffer)),
+     * what PyTorch's CPU kernel stores (its backward reads the buffer) */
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = arg_out(n, 0, ct);
+    ref_t z = unop(e, "stablehlo.exponential", unop(e, "stablehlo.negate", unop(e, "stablehlo.abs", x)));
+    ref_t m = binop(e, "stablehlo.maximum", cst_like(e, ct, 0, x.nd, x.sz), unop(e, "stablehlo.negate", x));
+    outs[0] = convert(e, unop(e, "stablehlo.negate", binop(e, "stablehlo.add", m, unop(e, "stablehlo.log_plus_one", z))), odt);
+    const tpu_tensor_t* bt = &c->outs[1];
+    outs[1] = tpu_tensor_numel(bt) == numel(&x) ? reshape(e, convert(e, z, bt->dtype), bt->ndim, bt->sizes)
+                                               : cst_like(e, bt->dtype, 0, bt->ndim, bt->sizes);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_avg_pool2d(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
+    /* (self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override) */
+    window_t w;
+    pool_window(c, 2, 1, 2, 3, -1, o, &w);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct), zero = cst(e, ct, 0), sum;
+    reduce_window_n(e, 1, &x, &zero, &w, sum_body, &sum);
+    ref_t y;
+    if (c->nargs > 6 && is_number(n, 6)) {
+      y = scalar_op(e, "stablehlo.divide", sum, tpu_arg_f64(c, 6, 1));
+    } else {
+      /* divisor per window: its cells inside the input, plus the explicit
+       * padding with count_include_pad (never ceil mode's overhang): a window
+       * sum over ones padded with ones, then with zeros */
+      const int nd = x.nd;
+      const bool incl = tpu_arg_bool(c, 5, true);
+      ref_t ones = cst_like(e, ct, 1, 2, x.sz + nd - 2);
+      window_t w2 = w;
+      int64_t lo[2], hi[2], in[2] = {0, 0};
+      for (int j = 0; j < 2; j++) {
+        int d = nd - 2 + j;
+        int64_t pad = c->args[3].n ? c->args[3].v.ilist[c->args[3].n == 1 ? 0 : j] : 0;
+        lo[j] = hi[j] = incl ? pad : 0;
+        w2.win[j] = w.win[d];
+        w2.str[j] = w.str[d];
+        w2.dil[j] = 1;
+        w2.lo[j] = w.lo[d] - lo[j];
+        w2.hi[j] = w.hi[d] - hi[j];
+      }
+      if (incl) {
+        ref_t pin[2] = {ones, cst(e, ct, 1)};
+        char bl[200], bh[200], bi[200];
+        ref_t padded = mkref(ct, 2, NULL);
+        for (int j = 0; j < 2; j++) padded.sz[j] = ones.sz[j] + lo[j] + hi[j];
+        ones = emit(e, "stablehlo.pad", 2, pin, padded,
+                    "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s",
+                    i64arr(bl, sizeof bl, 2, lo), i64arr(bh, sizeof bh, 2, hi),
+                    i64arr(bi, sizeof bi, 2, in));
+      }
+      ref_t cnt, z2 = cst(e, ct, 0);
+      reduce_window_n(e, 1, &ones, &z2, &w2, sum_body, &cnt);
+      y = binop(e, "stablehlo.divide", sum, bcast(e, cnt, sum.nd, sum.sz));
+    }
+    outs[0] = convert(e, y, odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_max_pool2d_with_indices(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "max_pool2d_with_indices") && c->nouts == 2 &&
+      (tpu_dtype_is_float(odt) || odt == TPU_I64 || odt == TPU_I32)) {
+    /* (self, kernel, stride, padding, dilation, ceil_mode) -> (out, flat index in H*W) */
+    window_t w;
+    pool_window(c, 2, 1, 2, 3, 4, o, &w);
+    ref_t x = arg(n, 0);
+    const int nd = x.nd;
+    ref_t row = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", nd - 2);
+    ref_t col = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", nd - 1);
+    ref_t idx = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", row, (double)x.sz[nd - 1]), col);
+    ref_t a[2] = {x, idx};
+    ref_t init[2] = {cst(e, x.dt, tpu_dtype_is_float(x.dt) ? -INFINITY : (double)INT64_MIN),
+                     cst(e, TPU_I64, (double)INT64_MAX)};
+    ref_t r[2];
+    reduce_window_n(e, 2, a, init, &w, max_pool_body, r);
+    outs[0] = r[0];
+    outs[1] = convert(e, r[1], c->outs[1].dtype);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_native_batch_norm(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "native_batch_norm") && c->nouts == 3 && tpu_dtype_is_float(odt)) {
+    /* (input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
+     * -> (out, save_mean, save_invstd); training updates the running stats */
+    const bool training = tpu_arg_bool(c, 5, false);
+    const double momentum = tpu_arg_f64(c, 6, 0.1), eps = tpu_arg_f64(c, 7, 1e-5);
+    const bool has_rs = is_tensor(n, 3) && is_tensor(n, 4);
+    if (!training && !has_rs) return false;
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct);
+    const int nd = x.nd;
+    int64_t dims[TPU_MAX_DIMS], nred = 0, cnt = 1, csz[1] = {nd > 1 ? x.sz[1] : 1};
+    for (int d = 0; d < nd; d++)
+      if (d != 1) {
+        dims[nred++] = d;
+        cnt *= x.sz[d];
+      }
+    int64_t chan_dim[1] = {1};
+    ref_t mean, var, xc; /* mean, var: [C] */
+    if (training) {
+      ref_t ss = centred_sum_squares(e, x, (int)nred, dims, (double)cnt, &mean, &xc);
+      mean = reshape(e, mean, 1, csz);
+      var = reshape(e, scalar_op(e, "stablehlo.divide", ss, (double)cnt), 1, csz);
+    } else {
+      mean = reshape(e, convert(e, arg(n, 3), ct), 1, csz);
+      var = reshape(e, convert(e, arg(n, 4), ct), 1, csz);
+      xc = binop(e, "stablehlo.subtract", x, bcast_dims(e, mean, nd, x.sz, chan_dim));
+    }
+    ref_t invstd = unop(e, "stablehlo.rsqrt", scalar_op(e, "stablehlo.add", var, eps));
+    ref_t y = binop(e, "stablehlo.multiply", xc, bcast_dims(e, invstd, nd, x.sz, chan_dim));
+    if (is_tensor(n, 1))
+      y = binop(e, "stablehlo.multiply", y,
+                bcast_dims(e, reshape(e, convert(e, arg(n, 1), ct), 1, csz), nd, x.sz, chan_dim));
+    if (is_tensor(n, 2))
+      y = binop(e, "stablehlo.add", y,
+                bcast_dims(e, reshape(e, convert(e, arg(n, 2), ct), 1, csz), nd, x.sz, chan_dim));
+    outs[0] = convert(e, y, odt);
+    for (int k = 1; k < 3; k++) { /* eval mode returns empty statistics, like CPU */
+      const tpu_tensor_t* t = &c->outs[k];
+      outs[k] = training && tpu_tensor_numel(t) == csz[0]
+                    ? reshape(e, convert(e, k == 1 ? mean : invstd, t->dtype), t->ndim, t->sizes)
+                    : cst_like(e, t->dtype, 0, t->ndim, t->sizes);
+    }
+    if (training && has_rs) { /* running = (1 - m) * running + m * batch (variance unbiased) */
+      for (int k = 3; k <= 4; k++) {
+        const tpu_tensor_t* rt = c->args[k].v.t;
+        ref_t cur = reshape(e, convert(e, arg(n, k), ct), 1, csz);
+        ref_t b = k == 3 ? mean : scalar_op(e, "stablehlo.multiply", var, cnt > 1 ? (double)cnt / (double)(cnt - 1) : 1.0);
+        ref_t upd = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", cur, 1.0 - momentum),
+                          scalar_op(e, "stablehlo.multiply", b, momentum));
+        write_tensor(e, rt, reshape(e, convert(e, upd, rt->dtype), rt->ndim, rt->sizes), true);
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+static bool lower_gelu_backward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "gelu_backward") && tpu_dtype_is_float(odt)) { /* (grad, self, approximate) */
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t g = gelu_grad(e, arg_out(n, 1, ct), tpu_arg_str(c, 2, "none"));
+    outs[0] = convert(e, binop(e, "stablehlo.multiply", arg_out(n, 0, ct), g), odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_tanh_backward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "tanh_backward") || !strcmp(base, "sigmoid_backward")) { /* (grad, output) */
+    ref_t g = arg_out(n, 0, odt), y = arg_out(n, 1, odt);
+    ref_t one_m = binop(e, "stablehlo.subtract", cst_like(e, odt, 1, y.nd, y.sz), base[0] == 't' ? binop(e, "stablehlo.multiply", y, y) : y);
+    ref_t d = base[0] == 't' ? one_m : binop(e, "stablehlo.multiply", y, one_m);
+    outs[0] = binop(e, "stablehlo.multiply", g, d);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_threshold_backward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "threshold_backward")) { /* (grad, self, threshold): grad where self > threshold */
+    ref_t g = arg_out(n, 0, odt);
+    tpu_dtype_t st = c->args[1].v.t->dtype;
+    ref_t x = arg_out(n, 1, st);
+    ref_t keep = compare(e, "GT", x, cst_like(e, st, tpu_arg_f64(c, 2, 0), x.nd, x.sz));
+    outs[0] = select3(e, keep, g, cst_like(e, odt, 0, g.nd, g.sz));
+    return true;
+  }
+  return false;
+}
+
+static bool lower_softmax_backward_data(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if ((!strcmp(base, "_softmax_backward_data") || !strcmp(base, "_log_softmax_backward_data")) && o->ndim > 0) {
+    /* (grad_output, output, dim, input_dtype) */
+    int64_t dim = norm_dim(tpu_arg_i64(c, 2, -1), o->ndim);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t g = arg_out(n, 0, ct), y = arg_out(n, 1, ct);
+    ref_t r;
+    if (base[1] == 's') { /* y * (g - sum(g * y)) */
+      ref_t s = bcast(e, reduce_keep(e, binop(e, "stablehlo.multiply", g, y), 1, &dim, "stablehlo.add", 0), g.nd, g.sz);
+      r = binop(e, "stablehlo.multiply", y, binop(e, "stablehlo.subtract", g, s));
+    } else { /* g - exp(y) * sum(g) */
+      ref_t s = bcast(e, reduce_keep(e, g, 1, &dim, "stablehlo.add", 0), g.nd, g.sz);
+      r = binop(e, "stablehlo.subtract", g, binop(e, "stablehlo.multiply", unop(e, "stablehlo.exponential", y), s));
+    }
+    outs[0] = convert(e, r, odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_nll_loss_forward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if ((!strcmp(base, "nll_loss_forward") || !strcmp(base, "nll_loss_backward")) && is_tensor(n, 0)) {
+    /* forward (self, target, weight?, reduction, ignore_index) -> (output, total_weight);
+     * backward (grad_output, self, target, weight?, reduction, ignore_index, total_weight) */
+    const bool bwd = base[9] == 'b';
+    const int xi = bwd ? 1 : 0;
+    const tpu_tensor_t* x = c->args[xi].v.t;
+    if (x->ndim < 1 || x->ndim > 2 || !tpu_dtype_is_float(x->dtype)) return false;
+    const int cdim = x->ndim - 1;
+    const int64_t C = x->sizes[cdim];
+    const int64_t reduction = tpu_arg_i64(c, xi + 3, 1);
+    const int64_t ignore = tpu_arg_i64(c, xi + 4, -100);
+    tpu_dtype_t ct = x->dtype;
+    ref_t tgt = arg(n, xi + 1);
+    ref_t hot = one_hot(e, tgt, C, cdim); /* x's shape */
+    ref_t valid = compare(e, "NE", tgt, cst_like(e, tgt.dt, (double)ignore, tgt.nd, tgt.sz));
+    ref_t w = convert(e, valid, ct); /* per sample: weight[target] if not ignored */
+    if (is_tensor(n, xi + 2)) {
+      ref_t wt = arg_as(n, xi + 2, ct, x->ndim, x->sizes);
+      ref_t zero = cst_like(e, ct, 0, x->ndim, x->sizes);
+      int64_t cd = cdim;
+      ref_t wsel = reduce(e, select3(e, hot, wt, zero), 1, &cd, "stablehlo.add", 0);
+      w = binop(e, "stablehlo.multiply", w, wsel);
+    }
+    int64_t all[TPU_MAX_DIMS];
+    for (int d = 0; d < tgt.nd; d++) all[d] = d;
+    ref_t total = reduce(e, w, tgt.nd, all, "stablehlo.add", 0);
+    ref_t xr = convert(e, arg(n, xi), ct);
+    if (!bwd) {
+      int64_t cd = cdim;
+      ref_t picked = reduce(e, select3(e, hot, xr, cst_like(e, ct, 0, x->ndim, x->sizes)), 1, &cd, "stablehlo.add", 0);
+      ref_t loss = unop(e, "stablehlo.negate", binop(e, "stablehlo.multiply", picked, w));
+      if (reduction != 0) {
+        loss = reduce(e, loss, tgt.nd, all, "stablehlo.add", 0);
+        if (reduction == 1) loss = binop(e, "stablehlo.divide", loss, total);
+      }
+      outs[0] = loss;
+      if (c->nouts > 1) outs[1] = total;
+      return true;
+    }
+    ref_t g = convert(e, arg(n, 0), ct);
+    if (reduction == 1) g = binop(e, "stablehlo.divide", g, convert(e, arg(n, 6), ct));
+    /* per sample factor -w * g, spread on the target class */
+    ref_t f = unop(e, "stablehlo.negate", binop(e, "stablehlo.multiply", w, bcast(e, g, w.nd, w.sz)));
+    int64_t dims[TPU_MAX_DIMS];
+    for (int d = 0, k = 0; d < x->ndim; d++)
+      if (d != cdim) dims[k++] = d;
+    ref_t fb = bcast_dims(e, f, x->ndim, x->sizes, dims);
+    outs[0] = select3(e, hot, fb, cst_like(e, ct, 0, x->ndim, x->sizes));
+    return true;
+  }
+  return false;
+}
+
+static bool lower_embedding_dense_backward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "embedding_dense_backward") && is_tensor(n, 1)) {
+    /* (grad_output [..., E], indices [...], num_weights, padding_idx, scale_grad): the
+     * one-hot of the indices, transposed, times the gradient rows */
+    const tpu_tensor_t* gt = c->args[0].v.t;
+    if (tpu_arg_bool(c, 4, false) || gt->ndim < 1) return false;
+    const int64_t V = tpu_arg_i64(c, 2, 0), E = gt->sizes[gt->ndim - 1];
+    ref_t idx = arg(n, 1);
+    int64_t nrow = numel(&idx);
+    idx = reshape(e, idx, 1, &nrow);
+    ref_t hot = one_hot(e, idx, V, 1); /* [N, V] */
+    const int64_t pad = tpu_arg_i64(c, 3, -1);
+    if (pad >= 0) {
+      ref_t keep = compare(e, "NE", idx, cst_like(e, idx.dt, (double)pad, 1, &nrow));
+      hot = binop(e, "stablehlo.and", hot, bcast_dims(e, keep, 2, hot.sz, (int64_t[]){0}));
+    }
+    ref_t g = reshape(e, arg(n, 0), 2, (int64_t[]){nrow, E});
+    ref_t h = convert(e, hot, g.dt);
+    ref_t hT = transpose(e, h, (int64_t[]){1, 0});
+    outs[0] = convert(e, dot_general(e, hT, g, 0, 1, 0, mkref(g.dt, 2, (int64_t[]){V, E}), TPU_PRECISION_HIGHEST), odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_native_layer_norm_backward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "native_layer_norm_backward") && c->nouts == 3 && is_tensor(n, 3) && is_tensor(n, 4)) {
+    /* (grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask)
+     * -> (grad_input, grad_weight, grad_bias) */
+    const tpu_tensor_t* x = c->args[1].v.t;
+    const int k = c->args[2].n;
+    int64_t nd_[TPU_MAX_DIMS], bd[TPU_MAX_DIMS], cnt = 1;
+    int nb = 0;
+    for (int d = 0; d < x->ndim; d++) {
+      if (d >= x->ndim - k) {
+        nd_[d - (x->ndim - k)] = d;
+        cnt *= x->sizes[d];
+      } else {
+        bd[nb++] = d;
+      }
+    }
+    tpu_dtype_t ct = acc_type(x->dtype);
+    ref_t g = arg_as(n, 0, ct, x->ndim, x->sizes), xr = arg_as(n, 1, ct, x->ndim, x->sizes);
+    ref_t mean = arg_as(n, 3, ct, x->ndim, x->sizes), rstd = arg_as(n, 4, ct, x->ndim, x->sizes);
+    ref_t xhat = binop(e, "stablehlo.multiply", binop(e, "stablehlo.subtract", xr, mean), rstd);
+    ref_t gx = is_tensor(n, 5) ? binop(e, "stablehlo.multiply", g, arg_as(n, 5, ct, x->ndim, x->sizes)) : g;
+    ref_t s1 = bcast(e, reduce_keep(e, gx, k, nd_, "stablehlo.add", 0), x->ndim, x->sizes);
+    ref_t s2 = bcast(e, reduce_keep(e, binop(e, "stablehlo.multiply", gx, xhat), k, nd_, "stablehlo.add", 0),
+                     x->ndim, x->sizes);
+    ref_t inner = binop(e, "stablehlo.subtract",
+                        binop(e, "stablehlo.subtract", scalar_op(e, "stablehlo.multiply", gx, (double)cnt), s1),
+                        binop(e, "stablehlo.multiply", xhat, s2));
+    ref_t gi = scalar_op(e, "stablehlo.divide", binop(e, "stablehlo.multiply", rstd, inner), (double)cnt);
+    outs[0] = c->outs[0].dtype != TPU_DTYPE_NONE ? gi : mkref(ct, 0, NULL);
+    outs[1] = reduce(e, binop(e, "stablehlo.multiply", g, xhat), nb, bd, "stablehlo.add", 0);
+    outs[2] = reduce(e, g, nb, bd, "stablehlo.add", 0);
+    return true;
+  }
+  return false;
+}
+
+/* sorted by name (strcmp); tests/test_lower.c checks it */
+static const tpu_lower_entry_t k_entries[] = {
+    {"_log_softmax", lower_softmax},
+    {"_log_softmax_backward_data", lower_softmax_backward_data},
+    {"_softmax", lower_softmax},
+    {"_softmax_backward_data", lower_softmax_backward_data},
+    {"avg_pool2d", lower_avg_pool2d},
+    {"elu", lower_leaky_relu},
+    {"embedding_dense_backward", lower_embedding_dense_backward},
+    {"gelu_backward", lower_gelu_backward},
+    {"hardsigmoid", lower_leaky_relu},
+    {"hardswish", lower_leaky_relu},
+    {"hardtanh", lower_leaky_relu},
+    {"leaky_relu", lower_leaky_relu},
+    {"log_sigmoid_forward", lower_log_sigmoid_forward},
+    {"max_pool2d_with_indices", lower_max_pool2d_with_indices},
+    {"mish", lower_leaky_relu},
+    {"mse_loss", lower_mse_loss},
+    {"native_batch_norm", lower_native_batch_norm},
+    {"native_group_norm", lower_native_group_norm},
+    {"native_layer_norm", lower_native_layer_norm},
+    {"native_layer_norm_backward", lower_native_layer_norm_backward},
+    {"nll_loss_backward", lower_nll_loss_forward},
+    {"nll_loss_forward", lower_nll_loss_forward},
+    {"relu6", lower_leaky_relu},
+    {"sigmoid_backward", lower_tanh_backward},
+    {"softplus", lower_leaky_relu},
+    {"tanh_backward", lower_tanh_backward},
+    {"threshold_backward", lower_threshold_backward},
+    {"upsample_bilinear2d", lower_upsample_bilinear2d},
+    {"upsample_nearest2d", lower_upsample_nearest2d},
+};
+
+const tpu_lower_table_t tpu_lower_nn = {k_entries, sizeof k_entries / sizeof k_entries[0]};
