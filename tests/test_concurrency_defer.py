@@ -255,6 +255,36 @@ def test_oom_at_flush_chain_keeps_earlier_tensors():
     assert "oom" in out.split() and "done" in out, out
 
 
+@pytest.mark.parametrize("fusion", ["0", "1"])
+def test_dead_intermediate_flushes_before_a_later_allocation(fusion):
+    # issue 13: x (16 MiB), t = x * 3, y = t.sin(), del t, then a 24 MiB copy. Strict peaks at
+    # x + t + y = 48 MiB, then x + y + hog = 56 MiB: it fits in 64 MiB. The trace still
+    # computes the dead t when it runs, so t keeps its reservation until then: the copy,
+    # which does not fit beside it, flushes the trace first instead of failing it later
+    out = run_ok(f"""
+    import torch, torch_tpu
+    n = {16 * MiB} // 4
+    x_c = torch.rand(n) * 2 - 1
+    hog_c = torch.arange({24 * MiB} // 4, dtype=torch.float32)
+    for mode in ("defer_and_fuse", "strict", "debug"):
+        torch.tpu.empty_cache()  # each mode starts without cached blocks
+        with torch_tpu.eager_mode(mode):
+            x = x_c.to("tpu")
+            t = x * 3
+            y = t.sin()
+            del t
+            hog = hog_c.to("tpu")
+            torch.testing.assert_close(y.cpu(), (x_c * 3).sin())
+            assert torch.equal(hog.cpu(), hog_c)
+            assert torch.equal(x.cpu(), x_c)
+            del x, y, hog
+            torch.tpu.synchronize()
+            assert torch.tpu.memory_allocated() == 0, (mode, torch.tpu.memory_allocated())
+            print(mode, "ok")
+    """, env={"TORCH_TPU_HBM_BYTES": str(64 * MiB), "TORCH_TPU_FUSION": fusion})
+    assert "strict ok" in out and "debug ok" in out and "defer_and_fuse ok" in out, out
+
+
 # ---- placeholders count against the capacity ----
 
 def test_unused_empty_counts_and_raises_at_the_op():
