@@ -422,3 +422,38 @@ def test_std_var_dims_checked_in_order_after_a_passing_call(mode):
         torch.var(x("tpu"), (-2, 2, 4), correction=1)
     with pytest.raises(IndexError):
         torch.var(x("tpu"), (1, 4), correction=1)
+
+
+# ---- seed 94460: prod whose in-order product underflows while vector lanes overflow ----
+
+def test_prod_in_order_where_cpu_lanes_mix_zero_and_inf(mode):
+    # the factors alternate between small (< 1) and large (> 1) every two elements, so the
+    # in-order product drifts to 0 while CPU's vector lanes holding only large factors reach
+    # inf: CPU's prod gives 0 * inf = NaN (explained in tests/fuzz/known.py); tpu gives the
+    # in-order product, which is CPU's cumprod's last element
+    small, large = torch.tensor([0.05, 0.1]), torch.tensor([9.0, 11.0])
+    x = torch.cat([small, large]).repeat(400)
+    expected = torch.cumprod(x, 0)[-1]
+    assert expected.item() == 0.0 and torch.isinf(x.view(-1, 8)[:, 2:4].prod()).item()
+    actual = x.to("tpu").prod()
+    assert_same(actual, expected)
+    y = torch.cat([3 * large, small]).repeat(400)  # overflows in order: +inf
+    assert torch.isinf(torch.cumprod(y, 0)[-1]).item()
+    assert_same(y.to("tpu").prod(), torch.cumprod(y, 0)[-1])
+
+
+# ---- seed 99353: log of a layer_norm over one element ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_layer_norm_of_one_element_is_zero(mode, dtype):
+    # x - mean is exactly 0 over one element: tpu gives 0 and log(0) = -inf, as CPU's float32
+    # and float64 kernels do (CPU's f16/bf16 kernel leaves an FMA's rounding residue, about
+    # 1e-5 of either sign, whose log is NaN or finite: the fuzzer no longer takes log of a
+    # rounded value near 0, tests/fuzz/gen.py)
+    x = torch.linspace(-3, 3, 6).reshape(6, 1).to(dtype)
+    expected = torch.nn.functional.layer_norm(x.float(), (1,))
+    assert (expected == 0).all()
+    out = torch.nn.functional.layer_norm(x.to("tpu"), (1,))
+    assert out.dtype == dtype
+    assert (out.cpu().float() == 0).all()
+    assert_same(torch.log(out).float(), torch.log(expected))

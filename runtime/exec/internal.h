@@ -16,7 +16,7 @@ typedef struct tpu_lazy_slot {
   void* real;    /* device memory once backed */
   bool in_trace; /* an unflushed node names it */
   bool detached; /* real memory handed to the host (tpu_lazy_detach) */
-  bool reserved; /* its bytes are reserved in the allocator (live, unbacked) */
+  bool reserved; /* its bytes are reserved in the allocator (unbacked; live or dead) */
 } tpu_lazy_slot_t;
 
 /* Slot index of a pointer inside a placeholder, -1 otherwise. */
@@ -27,6 +27,10 @@ tpu_lazy_slot_t* tpu_lazy_slot(int id);
 void* tpu_lazy_slot_base(int id);
 void tpu_lazy_lock(void);
 void tpu_lazy_unlock(void);
+/* While a flush backs its temporaries: the bytes of slot id, whose
+ * reservation (held since a dead slot was freed) is given up for the
+ * temporary the flush allocates in its place. */
+size_t tpu_lazy_take_dead(int id);
 /* After a flush: releases a dead slot, or clears in_trace of a live one. */
 void tpu_lazy_release_dead(int id);
 /* After a failed flush: gives back the memory the flush backed slot id with

@@ -96,12 +96,16 @@ void tpu_lazy_free(void* base) {
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
   if (s->state == TPU_LAZY_LIVE) {
-    if (s->reserved) { /* unbacked and dropped: nobody will need its bytes */
-      tpu_device_unreserve(s->device, s->bytes);
-      s->reserved = false;
+    if (s->in_trace && !s->detached) {
+      /* the next flush releases it. An unbacked one keeps its reservation:
+       * the pending trace still computes it (as a graph temporary), so its
+       * bytes are in use when the trace runs, as they were in Strict at the
+       * op. A later allocation that does not fit then flushes the trace
+       * instead of being admitted ahead of it (and failing it). */
+      s->state = TPU_LAZY_DEAD;
+    } else {
+      release_locked(id);
     }
-    if (s->in_trace && !s->detached) s->state = TPU_LAZY_DEAD; /* the next flush releases it */
-    else release_locked(id);
   }
   pthread_mutex_unlock(&g_mu);
 }
@@ -111,6 +115,18 @@ void tpu_lazy_release_dead(int id) {
   if (g_slots[id].state == TPU_LAZY_DEAD) release_locked(id);
   else g_slots[id].in_trace = false;
   pthread_mutex_unlock(&g_mu);
+}
+
+size_t tpu_lazy_take_dead(int id) {
+  pthread_mutex_lock(&g_mu);
+  tpu_lazy_slot_t* s = &g_slots[id];
+  size_t bytes = s->bytes;
+  if (s->state == TPU_LAZY_DEAD && s->reserved) {
+    tpu_device_unreserve(s->device, s->bytes); /* the temporary takes its place */
+    s->reserved = false;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return bytes;
 }
 
 void tpu_lazy_unrealize(int id) {

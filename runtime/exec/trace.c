@@ -459,9 +459,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
       e->realized = !st;
       continue;
     }
-    tpu_lazy_lock();
-    size_t bytes = tpu_lazy_slot(e->slot)->bytes;
-    tpu_lazy_unlock();
+    size_t bytes = tpu_lazy_take_dead(e->slot);
     st = tpu_device_malloc_on(s, bytes, &e->real); /* for the graph's stream */
     if (st && release_unnamed(&st, device, &named)) st = tpu_device_malloc_on(s, bytes, &e->real);
     if (!st) {

@@ -5,6 +5,7 @@
  * for lack of memory keeping everything for a retry. Fusion is off so that
  * the test is about the trace, not the code generator. */
 #include "test_util.h"
+#include "device/internal.h"
 #include "tpu/trace.h"
 
 #define N 16
@@ -153,10 +154,34 @@ static void test_flush_oom_keeps_trace(void) {
   submit("mul.Scalar", a1, 2, &o1); /* t1 = 3x */
   tpu_arg_t a2[2] = {ta_t(&i1), ta_d(1.0)};
   submit("add.Scalar", a2, 2, &o2); /* t2 = t1 + 1 */
-  tpu_lazy_free(t1); /* dead: its reservation goes back (4 MiB) ... */
+  tpu_lazy_free(t1); /* dead: the trace still computes it, so it stays reserved */
   void* hog = NULL;
-  CHECK_OK(tpu_device_malloc(0, (size_t)3 << 20, &hog)); /* ... and 3 MiB more: 7 MiB */
-  /* the flush needs a 2 MiB temporary for t1: 9 MiB do not fit */
+  /* a plain allocation that does not fit beside the reservations flushes
+   * the trace first, as Strict would have freed t1 by now */
+  CHECK_OK(tpu_device_malloc(0, (size_t)3 << 20, &hog)); /* 2 (x) + 2 (t2) + 3 */
+  CHECK(tpu_trace_length(0) == 0);
+  CHECK_OK(tpu_stream_synchronize(dflt()));
+  CHECK(((const float*)tpu_lazy_resolve(t2))[0] == 4.0f);
+  tpu_device_free(0, hog);
+  /* the same trace again, with 3 MiB taken past the check (a forced
+   * reservation) after t1 died */
+  tpu_lazy_free(t2);
+  tpu_device_empty_cache(0);
+  t1 = tpu_lazy_alloc(0, mib2);
+  CHECK(t1 != NULL);
+  o1 = tt_make(t1, TPU_F32, 1, n);
+  i1 = o1;
+  a1[0] = ta_t(&tx);
+  a2[0] = ta_t(&i1);
+  t2 = tpu_lazy_alloc(0, mib2);
+  CHECK(t2 != NULL);
+  o2 = tt_make(t2, TPU_F32, 1, n);
+  submit("mul.Scalar", a1, 2, &o1);
+  submit("add.Scalar", a2, 2, &o2);
+  tpu_lazy_free(t1);
+  CHECK_OK(tpu_device_reserve(0, (size_t)3 << 20, true)); /* 2 + 2 + 2 + 3 */
+  /* the flush backs t2 and a temporary for t1 (in place of its
+   * reservation) beside x and the forced 3 MiB: 9 MiB do not fit */
   tpu_status_t st = tpu_trace_flush(0);
   CHECK(st != TPU_OK);
   if (st) {
@@ -166,7 +191,7 @@ static void test_flush_oom_keeps_trace(void) {
   CHECK(tpu_trace_length(0) == 2); /* nothing lost */
   CHECK(tpu_lazy_resolve(t2) == NULL);
   CHECK(x[0] == 1.0f);
-  tpu_device_free(0, hog);
+  tpu_device_unreserve(0, (size_t)3 << 20);
   CHECK_OK(tpu_trace_flush(0)); /* the retry fits */
   CHECK(tpu_trace_length(0) == 0);
   CHECK_OK(tpu_stream_synchronize(dflt()));

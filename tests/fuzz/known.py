@@ -22,6 +22,13 @@ KNOWN = [
     ("value", "gelu", None, "tpu inf cpu nan",
      "CPU's float32 gelu gives NaN at +inf (its vectorized erf; float64 and the tanh form give "
      "inf, the limit): a CPU kernel defect, tpu keeps the limit (seed 59570)"),
+    ("value", "prod", None, "0.0 cpu nan",
+     "CPU's float prod multiplies in vector lanes: when the running product underflows to 0 in "
+     "some lanes and overflows to inf in others, combining the lanes gives 0 * inf = NaN, though "
+     "no input is NaN. tpu multiplies in order as CPU's cumprod does (its last element) and gets "
+     "0 or inf (seed 94460: the log of the product is -12699, cumprod ends at 0, checked)"),
+    ("value", "prod", None, "inf cpu nan",
+     "as the entry above, with the in-order product overflowing to +-inf"),
 ]
 
 
