@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "tpu/tensor.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -22,6 +24,10 @@ extern "C" {
  * or arity it does not map) and leave it to the custom_call fallback; this
  * answers whether one exists. NULL answers false. */
 bool tpu_lower_supports(const char* aten_name);
+
+/* The StableHLO element type of a dtype ("f32", "bf16", "ui8", "i1"),
+ * "none" for one without. */
+const char* tpu_lower_elt_type(tpu_dtype_t dt);
 
 /* The number of lowered base names, and name i of them (0 <= i < count) in
  * strcmp order; NULL for i out of range. The strings are static. */

@@ -35,13 +35,16 @@
 #include <string.h>
 
 #include "lower/emit.h"
+#include "lower/lower.h"
 
 
 
 
 
 /* ---- printing helpers ---- */
-static const char* elt_type(tpu_dtype_t dt) {
+static const char* elt_type(tpu_dtype_t dt) { return tpu_lower_elt_type(dt); }
+
+const char* tpu_lower_elt_type(tpu_dtype_t dt) {
   switch (dt) {
     case TPU_F32: return "f32";
     case TPU_F64: return "f64";

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lower/lower.h"
 #include "targets/pjrt/storage.h"
 
 typedef struct {
@@ -52,21 +53,7 @@ typedef struct {
   int next;
 } wr_t;
 
-static const char* et(tpu_dtype_t dt) {
-  switch (dt) {
-    case TPU_F32: return "f32";
-    case TPU_F64: return "f64";
-    case TPU_F16: return "f16";
-    case TPU_BF16: return "bf16";
-    case TPU_I64: return "i64";
-    case TPU_I32: return "i32";
-    case TPU_I16: return "i16";
-    case TPU_I8: return "i8";
-    case TPU_U8: return "ui8";
-    case TPU_BOOL: return "i1";
-    default: return "none";
-  }
-}
+static const char* et(tpu_dtype_t dt) { return tpu_lower_elt_type(dt); }
 
 /* "tensor<2x3xf32>" into one of a few rotating buffers */
 static const char* ty(int nd, const int64_t* sz, tpu_dtype_t dt) {

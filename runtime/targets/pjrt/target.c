@@ -20,7 +20,6 @@
 
 #include "base/env.h"
 #include "device/internal.h"
-#include "lower/lower.h"
 #include "targets/pjrt/compose.h"
 #include "targets/pjrt/pjrt_client.h"
 #include "targets/pjrt/storage.h"
@@ -348,9 +347,11 @@ static const tpu_op_t* pj_ops(void* ctx, int* out_count) {
   return NULL;
 }
 
-/* The ops the lowering layer maps (a lowering may still refuse a call's
- * arguments: the program then fails with UNIMPLEMENTED naming the op). */
-static bool pj_supports_op(void* ctx, const char* name) { return name && tpu_lower_supports(name); }
+/* Every op takes the generic kernel: view ops (which the bridge answers
+ * without running a kernel) must be in the table, and whether a call lowers
+ * can depend on its arguments; a call without a lowering fails with
+ * UNIMPLEMENTED naming the op when its program is composed. */
+static bool pj_supports_op(void* ctx, const char* name) { return name != NULL; }
 
 static tpu_kernel_fn_t pj_kernel_for(void* ctx, const char* name, uint32_t* out_flags) {
   *out_flags = 0;
