@@ -186,43 +186,82 @@ static int entry_of(entries_t* es, int slot) {
   return es->n - 1;
 }
 
+/* What the flush steps below share while visiting the tensors of a node. */
 typedef struct {
   entries_t* es;
   int node;
   bool needed, oom;
-  int phase; /* 0 collect, 1 needed-test, 2 mark reads, 3 note uses, 4 patch, 5 group uses */
 } walk_t;
 
-static void walk_tensor(void* ctx, tpu_tensor_t* t, bool write) {
+static entry_t* entry_at(walk_t* w, int slot) { return &w->es->e[w->es->index[slot] - 1]; }
+
+static void visit_nodes(tpu_call_t** nodes, int n, void (*fn)(void*, tpu_tensor_t*, bool), walk_t* w) {
+  for (int i = 0; i < n; i++) {
+    w->node = i;
+    tpu_call_visit_tensors(nodes[i], fn, w);
+  }
+}
+
+/* Collect: one entry for each placeholder slot the trace names. */
+static void collect_slot(void* ctx, tpu_tensor_t* t, bool write) {
+  (void)write;
   walk_t* w = ctx;
   int slot = tpu_lazy_slot_of(t->data);
-  if (w->phase == 1) { /* is this node needed? */
-    if (!write) return;
-    if (slot < 0) {
-      w->needed = true; /* writes memory the host can see */
-      return;
-    }
-    int k = w->es->index[slot] - 1;
-    if (k < 0 || w->es->e[k].live || w->es->e[k].observed) w->needed = true;
+  if (slot >= 0 && entry_of(w->es, slot) < 0) w->oom = true;
+}
+
+/* Needed test: a node is needed when it writes host-visible memory, a live
+ * placeholder, or one a later kept node reads. */
+static void test_needed(void* ctx, tpu_tensor_t* t, bool write) {
+  walk_t* w = ctx;
+  if (!write) return;
+  int slot = tpu_lazy_slot_of(t->data);
+  if (slot < 0) {
+    w->needed = true; /* writes memory the host can see */
     return;
   }
+  int k = w->es->index[slot] - 1;
+  if (k < 0 || w->es->e[k].live || w->es->e[k].observed) w->needed = true;
+}
+
+/* Mark reads: what a kept node reads makes its writers needed. */
+static void mark_read(void* ctx, tpu_tensor_t* t, bool write) {
+  walk_t* w = ctx;
+  int slot = tpu_lazy_slot_of(t->data);
+  if (slot >= 0 && !write) entry_at(w, slot)->observed = true;
+}
+
+/* Note uses: the first and last kept node naming each entry. */
+static void note_use(void* ctx, tpu_tensor_t* t, bool write) {
+  (void)write;
+  walk_t* w = ctx;
+  int slot = tpu_lazy_slot_of(t->data);
   if (slot < 0) return;
-  if (w->phase == 0) {
-    if (entry_of(w->es, slot) < 0) w->oom = true;
-    return;
-  }
-  entry_t* e = &w->es->e[w->es->index[slot] - 1];
-  if (w->phase == 2) {
-    if (!write) e->observed = true;
-  } else if (w->phase == 3) {
-    if (e->first < 0) e->first = w->node;
-    e->last = w->node;
-  } else if (w->phase == 5) {
-    if (e->first < 0 || w->node < e->first) e->first = w->node;
-    if (w->node > e->last) e->last = w->node;
-  } else if (w->phase == 4) {
-    if (e->real) t->data = (char*)e->real + ((char*)t->data - (char*)tpu_lazy_slot_base(slot));
-  }
+  entry_t* e = entry_at(w, slot);
+  if (e->first < 0) e->first = w->node;
+  e->last = w->node;
+}
+
+/* Group uses: widen an entry's use span to the node (w->node) where the
+ * fused group of its member runs. */
+static void note_group_use(void* ctx, tpu_tensor_t* t, bool write) {
+  (void)write;
+  walk_t* w = ctx;
+  int slot = tpu_lazy_slot_of(t->data);
+  if (slot < 0) return;
+  entry_t* e = entry_at(w, slot);
+  if (e->first < 0 || w->node < e->first) e->first = w->node;
+  if (w->node > e->last) e->last = w->node;
+}
+
+/* Patch: a placeholder address becomes the same offset in its real block. */
+static void patch_address(void* ctx, tpu_tensor_t* t, bool write) {
+  (void)write;
+  walk_t* w = ctx;
+  int slot = tpu_lazy_slot_of(t->data);
+  if (slot < 0) return;
+  entry_t* e = entry_at(w, slot);
+  if (e->real) t->data = (char*)e->real + ((char*)t->data - (char*)tpu_lazy_slot_base(slot));
 }
 
 typedef struct {
@@ -362,8 +401,8 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     st = TPU_ERR(RESOURCE_EXHAUSTED, "trace flush: out of host memory");
     goto failed;
   }
-  walk_t w = {&es, 0, false, false, 0};
-  for (int i = 0; i < n; i++) tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+  walk_t w = {&es, 0, false, false};
+  visit_nodes(nodes, n, collect_slot, &w);
   if (w.oom) {
     st = TPU_ERR(RESOURCE_EXHAUSTED, "trace flush: out of host memory");
     goto failed;
@@ -381,16 +420,14 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
   int kept = 0;
   for (int i = n - 1; i >= 0; i--) {
     w.needed = false;
-    w.phase = 1;
     bool writes = false;
     for (int o = 0; o < nodes[i]->nouts; o++) writes |= nodes[i]->outs[o].dtype != TPU_DTYPE_NONE;
     if (!writes && !nodes[i]->mutated_args) w.needed = true; /* effects we cannot see */
-    tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+    tpu_call_visit_tensors(nodes[i], test_needed, &w);
     needed[i] = w.needed;
     if (!w.needed) continue;
     kept++;
-    w.phase = 2;
-    tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+    tpu_call_visit_tensors(nodes[i], mark_read, &w);
   }
   atomic_fetch_add(&g_stats.dropped, n - kept);
   /* compact the kept nodes */
@@ -399,11 +436,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     if (needed[i]) nodes[m++] = nodes[i];
     else free(nodes[i]);
   }
-  w.phase = 3;
-  for (int i = 0; i < m; i++) {
-    w.node = i;
-    tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
-  }
+  visit_nodes(nodes, m, note_use, &w);
   /* 3. the target prepares the graph: entries only its kernels touch need
    * no memory */
   g.n = m;
@@ -414,9 +447,8 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
   for (int i = 0; i < m; i++) {
     int pos = tpu_graph_run_position(&g, i);
     if (pos == i) continue;
-    w.phase = 5;
     w.node = pos;
-    tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+    tpu_call_visit_tensors(nodes[i], note_group_use, &w);
   }
   for (int k = 0; k < es.n; k++) {
     entry_t* e = &es.e[k];
@@ -494,8 +526,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
       }
   }
   /* patch placeholders into real addresses */
-  w.phase = 4;
-  for (int i = 0; i < m; i++) tpu_call_visit_tensors(nodes[i], walk_tensor, &w);
+  visit_nodes(nodes, m, patch_address, &w);
   /* 5. queue */
   tpu_target_graph_info_t info;
   tpu_graph_info(&g, &info);
