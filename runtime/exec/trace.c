@@ -231,20 +231,10 @@ static void mark_read(void* ctx, tpu_tensor_t* t, bool write) {
   if (slot >= 0 && !write) entry_at(w, slot)->observed = true;
 }
 
-/* Note uses: the first and last kept node naming each entry. */
+/* Note uses: widen an entry's use span (first and last kept node naming it)
+ * to the node w->node. Run over the kept nodes in order, then again at the
+ * node where the fused group of each member runs. */
 static void note_use(void* ctx, tpu_tensor_t* t, bool write) {
-  (void)write;
-  walk_t* w = ctx;
-  int slot = tpu_lazy_slot_of(t->data);
-  if (slot < 0) return;
-  entry_t* e = entry_at(w, slot);
-  if (e->first < 0) e->first = w->node;
-  e->last = w->node;
-}
-
-/* Group uses: widen an entry's use span to the node (w->node) where the
- * fused group of its member runs. */
-static void note_group_use(void* ctx, tpu_tensor_t* t, bool write) {
   (void)write;
   walk_t* w = ctx;
   int slot = tpu_lazy_slot_of(t->data);
@@ -448,7 +438,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     int pos = tpu_graph_run_position(&g, i);
     if (pos == i) continue;
     w.node = pos;
-    tpu_call_visit_tensors(nodes[i], note_group_use, &w);
+    tpu_call_visit_tensors(nodes[i], note_use, &w);
   }
   for (int k = 0; k < es.n; k++) {
     entry_t* e = &es.e[k];
