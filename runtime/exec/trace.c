@@ -193,7 +193,12 @@ typedef struct {
   bool needed, oom;
 } walk_t;
 
-static entry_t* entry_at(walk_t* w, int slot) { return &w->es->e[w->es->index[slot] - 1]; }
+/* The collected entry of the placeholder slot t points into; NULL when t is
+ * real memory. */
+static entry_t* placeholder_entry(walk_t* w, const tpu_tensor_t* t) {
+  int slot = tpu_lazy_slot_of(t->data);
+  return slot < 0 ? NULL : &w->es->e[w->es->index[slot] - 1];
+}
 
 static void visit_nodes(tpu_call_t** nodes, int n, void (*fn)(void*, tpu_tensor_t*, bool), walk_t* w) {
   for (int i = 0; i < n; i++) {
@@ -226,9 +231,9 @@ static void test_needed(void* ctx, tpu_tensor_t* t, bool write) {
 
 /* Mark reads: what a kept node reads makes its writers needed. */
 static void mark_read(void* ctx, tpu_tensor_t* t, bool write) {
-  walk_t* w = ctx;
-  int slot = tpu_lazy_slot_of(t->data);
-  if (slot >= 0 && !write) entry_at(w, slot)->observed = true;
+  if (write) return;
+  entry_t* e = placeholder_entry(ctx, t);
+  if (e) e->observed = true;
 }
 
 /* Note uses: widen an entry's use span (first and last kept node naming it)
@@ -237,9 +242,8 @@ static void mark_read(void* ctx, tpu_tensor_t* t, bool write) {
 static void note_use(void* ctx, tpu_tensor_t* t, bool write) {
   (void)write;
   walk_t* w = ctx;
-  int slot = tpu_lazy_slot_of(t->data);
-  if (slot < 0) return;
-  entry_t* e = entry_at(w, slot);
+  entry_t* e = placeholder_entry(w, t);
+  if (!e) return;
   if (e->first < 0 || w->node < e->first) e->first = w->node;
   if (w->node > e->last) e->last = w->node;
 }
@@ -247,11 +251,8 @@ static void note_use(void* ctx, tpu_tensor_t* t, bool write) {
 /* Patch: a placeholder address becomes the same offset in its real block. */
 static void patch_address(void* ctx, tpu_tensor_t* t, bool write) {
   (void)write;
-  walk_t* w = ctx;
-  int slot = tpu_lazy_slot_of(t->data);
-  if (slot < 0) return;
-  entry_t* e = entry_at(w, slot);
-  if (e->real) t->data = (char*)e->real + ((char*)t->data - (char*)tpu_lazy_slot_base(slot));
+  entry_t* e = placeholder_entry(ctx, t);
+  if (e && e->real) t->data = (char*)e->real + ((char*)t->data - (char*)tpu_lazy_slot_base(e->slot));
 }
 
 typedef struct {
