@@ -155,7 +155,7 @@ def test_programs_are_compiled_once():
         torch.tpu.synchronize()
         s1 = torch_tpu._C.pjrt_stats()
         assert s1["compiles"] == s0["compiles"], (s0, s1)
-        assert s1["cache_hits"] >= s0["cache_hits"] + 20, (s0, s1)
+        assert s1["call_hits"] >= s0["call_hits"] + 20, (s0, s1)  # found without composing
         assert s1["runs"] >= s0["runs"] + 20, (s0, s1)
         same(c, a.cpu() + b.cpu())
     """)
@@ -216,3 +216,41 @@ def test_no_plugin_is_one_clear_error():
                  expect_rc=1)
     assert "/nonexistent/plugin.so" in r.stderr, r.stderr
     assert "Traceback" in r.stderr and "Aborted" not in r.stderr
+
+
+def test_call_key_tells_apart_what_the_program_depends_on():
+    # Calls found by their call key skip composing: every difference that changes the
+    # module (scalars, view offsets, aliasing, a storage without contents yet) must
+    # change the key, so alternating calls each get their own right answer.
+    run_pjrt("""
+        x = torch.arange(16, dtype=torch.float32)
+        a, b = x.to("tpu"), (x * 10).to("tpu")
+        s0 = torch_tpu._C.pjrt_stats()
+        for i in range(3):
+            same(a[0:4] - a[4:8], x[0:4] - x[4:8])    # views of one storage
+            same(a[4:8] - a[0:4], x[4:8] - x[0:4])    # the same views, swapped
+            same(a[2:6] + a[0:4], x[2:6] + x[0:4])    # another offset
+            same(a + a, x + x)                        # one storage twice
+            same(a + b, x + x * 10)                   # two storages
+            same(a * 2, x * 2)                        # Python scalars are constants
+            same(a * 3, x * 3)
+            same(a.view(4, 4).t() + 1, x.view(4, 4).t() + 1)
+            same(a.view(4, 4)[:, 1] * 1, x.view(4, 4)[:, 1] * 1)  # strided views
+            same(a.view(4, 4)[:, 2] * 1, x.view(4, 4)[:, 2] * 1)
+            same(a.view(4, 4)[1, :] * 1, x.view(4, 4)[1, :] * 1)
+            same(a + torch.tensor(2.5), x + 2.5)      # a CPU scalar operand
+            same(a + torch.tensor(-1.0), x - 1.0)
+            c = torch.empty(16, device="tpu")         # fresh storage, then a reused one
+            torch.add(a, 1, out=c)
+            same(c, x + 1)
+            c[3:5] = 7.0                              # partial write keeps the rest
+            e = x + 1
+            e[3:5] = 7.0
+            same(c, e)
+        s1 = torch_tpu._C.pjrt_stats()
+        assert s1["call_hits"] > s0["call_hits"], (s0, s1)
+        y = a.clone()
+        for k in range(5):                            # in place, a changing scalar
+            y.mul_(k + 1)
+        same(y, x * 120)
+    """)

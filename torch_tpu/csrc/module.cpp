@@ -54,13 +54,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     return std::string(props.name ? props.name : "unknown");
   });
-  // the pjrt target's programs: compiled, cache hits, runs (zeros on other targets)
+  // the pjrt target's programs: compiled, found by text, found by call key, runs (zeros elsewhere)
   m.def("pjrt_stats", [] {
-    int64_t c = 0, h = 0, r = 0;
-    if (tpu_target_get() == tpu_pjrt_target()) tpu_pjrt_target_stats(&c, &h, &r);
+    int64_t c = 0, h = 0, ch = 0, r = 0;
+    if (tpu_target_get() == tpu_pjrt_target()) tpu_pjrt_target_stats(&c, &h, &ch, &r);
     py::dict d;
     d["compiles"] = c;
     d["cache_hits"] = h;
+    d["call_hits"] = ch;
     d["runs"] = r;
     return d;
   });

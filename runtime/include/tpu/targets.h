@@ -31,9 +31,10 @@ tpu_status_t tpu_targets_select_from_env(void) TPU_MUST_USE;
  * host memory (runtime/targets/host/). */
 const tpu_target_t* tpu_host_target(void);
 /* The pjrt target: the devices of a PJRT plugin (TORCH_TPU_PJRT_PLUGIN),
- * and its program statistics (compiled programs, cache hits, runs). */
+ * and its program statistics (compiled programs, modules found by text,
+ * graphs found by call key without composing, runs). */
 const tpu_target_t* tpu_pjrt_target(void);
-void tpu_pjrt_target_stats(int64_t* compiles, int64_t* hits, int64_t* runs);
+void tpu_pjrt_target_stats(int64_t* compiles, int64_t* hits, int64_t* call_hits, int64_t* runs);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,8 @@
  * Ops: every call is a program (compose.h): the lowering layer's function
  * for the call, wrapped to read its views from and write its results into
  * storage buffers. Programs are compiled once per text and kept for the
- * process; a call whose op has no lowering fails with UNIMPLEMENTED naming
+ * process, and a graph seen before finds its executable by its call key
+ * without composing (progcache.h); a call whose op has no lowering fails with UNIMPLEMENTED naming
  * it. A flushed DeferAndFuse graph is one program; when part of it has no
  * lowering, its nodes run one by one (and the first such node fails). */
 #include <inttypes.h>
@@ -22,17 +23,11 @@
 #include "device/internal.h"
 #include "targets/pjrt/compose.h"
 #include "targets/pjrt/pjrt_client.h"
+#include "targets/pjrt/progcache.h"
 #include "targets/pjrt/storage.h"
 #include "tpu/targets.h"
 
 #define PJ_MAX_DEVICES 64
-
-typedef struct {
-  uint64_t hash;
-  char* text;
-  size_t len;
-  tpu_pjrt_exe_t* exe;
-} pj_entry_t;
 
 typedef struct {
   pthread_once_t once;
@@ -42,11 +37,11 @@ typedef struct {
   int64_t capacity[PJ_MAX_DEVICES];
   _Atomic int64_t in_use[PJ_MAX_DEVICES], peak[PJ_MAX_DEVICES], allocs[PJ_MAX_DEVICES],
       frees[PJ_MAX_DEVICES];
-  /* compiled programs by text (open addressing, power-of-two capacity) */
+  /* the program caches (progcache.h), guarded by cache_mu */
   pthread_mutex_t cache_mu;
-  pj_entry_t* cache;
-  size_t ncache, cache_cap;
-  _Atomic int64_t compiles, hits, runs;
+  pj_table_t texts; /* module text -> tpu_pjrt_exe_t* */
+  pj_table_t calls; /* call key -> pj_call_plan_t* */
+  _Atomic int64_t compiles, hits, call_hits, runs;
 } pj_t;
 
 static pj_t g_pj = {.once = PTHREAD_ONCE_INIT, .cache_mu = PTHREAD_MUTEX_INITIALIZER};
@@ -211,49 +206,11 @@ static tpu_status_t pj_copy_d2d_async(void* ctx, tpu_stream_t* s, void* dst, con
 }
 
 /* ---- programs ---- */
-static uint64_t fnv1a(const char* s, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-  return h ? h : 1;
-}
-
-static tpu_pjrt_exe_t* cache_find_locked(pj_t* p, uint64_t h, const char* text, size_t len) {
-  if (!p->cache_cap) return NULL;
-  for (size_t i = h & (p->cache_cap - 1);; i = (i + 1) & (p->cache_cap - 1)) {
-    pj_entry_t* e = &p->cache[i];
-    if (!e->hash) return NULL;
-    if (e->hash == h && e->len == len && !memcmp(e->text, text, len)) return e->exe;
-  }
-}
-
-static void cache_put_locked(pj_t* p, uint64_t h, char* text, size_t len, tpu_pjrt_exe_t* exe) {
-  if (2 * (p->ncache + 1) > p->cache_cap) {
-    size_t cap = p->cache_cap ? 2 * p->cache_cap : 256;
-    pj_entry_t* v = calloc(cap, sizeof(*v));
-    if (!v) return; /* not cached: compiled again next time */
-    for (size_t i = 0; i < p->cache_cap; i++) {
-      pj_entry_t* e = &p->cache[i];
-      if (!e->hash) continue;
-      size_t j = e->hash & (cap - 1);
-      while (v[j].hash) j = (j + 1) & (cap - 1);
-      v[j] = *e;
-    }
-    free(p->cache);
-    p->cache = v;
-    p->cache_cap = cap;
-  }
-  size_t j = h & (p->cache_cap - 1);
-  while (p->cache[j].hash) j = (j + 1) & (p->cache_cap - 1);
-  p->cache[j] = (pj_entry_t){h, text, len, exe};
-  p->ncache++;
-}
-
-/* The program's executable, compiled on first use. On success the cache
- * owns prog->text (set to NULL). */
+/* The program's executable, compiled on first use (the text table owns it). */
 static tpu_status_t program_exe(pj_t* p, pj_program_t* prog, tpu_pjrt_exe_t** out) {
-  uint64_t h = fnv1a(prog->text, prog->len);
+  uint64_t h = pj_hash(prog->text, prog->len);
   pthread_mutex_lock(&p->cache_mu);
-  tpu_pjrt_exe_t* e = cache_find_locked(p, h, prog->text, prog->len);
+  tpu_pjrt_exe_t* e = pj_table_find(&p->texts, h, prog->text, prog->len);
   pthread_mutex_unlock(&p->cache_mu);
   if (e) {
     atomic_fetch_add(&p->hits, 1);
@@ -264,74 +221,153 @@ static tpu_status_t program_exe(pj_t* p, pj_program_t* prog, tpu_pjrt_exe_t** ou
   TPU_RETURN_IF_ERROR(tpu_pjrt_compile(p->client, prog->text, prog->len, &e));
   atomic_fetch_add(&p->compiles, 1);
   pthread_mutex_lock(&p->cache_mu);
-  tpu_pjrt_exe_t* other = cache_find_locked(p, h, prog->text, prog->len);
+  tpu_pjrt_exe_t* other = pj_table_find(&p->texts, h, prog->text, prog->len);
   if (other) { /* another thread compiled it meanwhile */
     pthread_mutex_unlock(&p->cache_mu);
     tpu_pjrt_exe_free(p->client, e);
     *out = other;
     return TPU_OK;
   }
-  cache_put_locked(p, h, prog->text, prog->len, e);
-  prog->text = NULL;
-  pthread_mutex_unlock(&p->cache_mu);
+  if (pj_table_put(&p->texts, h, (unsigned char*)prog->text, prog->len, e)) {
+    prog->text = NULL; /* the table's now */
+    pthread_mutex_unlock(&p->cache_mu);
+  } else { /* not kept: the executable lives on, unnamed, for the process */
+    pthread_mutex_unlock(&p->cache_mu);
+  }
   *out = e;
   return TPU_OK;
 }
 
-static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
-  pj_program_t prog;
-  TPU_RETURN_IF_ERROR(pj_compose(g, &prog));
+/* Runs exe over the storages and host values `args`; result i replaces the
+ * buffer of the storage at outs[i]. */
+static tpu_status_t execute(pj_t* p, int device, tpu_pjrt_exe_t* exe, const pj_arg_t* a, int nargs,
+                            const uintptr_t* out_bases, int nouts) {
+  if (nouts == 0) return TPU_OK; /* writes nothing */
+  enum { SMALL = 16 };
+  tpu_pjrt_buffer_t* args_s[SMALL];
+  pj_buf_t* held_s[SMALL];
+  bool uploaded_s[SMALL];
+  tpu_pjrt_buffer_t* outs_s[SMALL];
+  const bool small = nargs <= SMALL && nouts <= SMALL;
+  tpu_pjrt_buffer_t** args = small ? args_s : calloc((size_t)nargs + 1, sizeof(*args));
+  pj_buf_t** held = small ? held_s : calloc((size_t)nargs + 1, sizeof(*held));
+  bool* uploaded = small ? uploaded_s : calloc((size_t)nargs + 1, sizeof(bool));
+  tpu_pjrt_buffer_t** outs = small ? outs_s : calloc((size_t)nouts, sizeof(*outs));
   tpu_status_t st = TPU_OK;
-  if (prog.nouts == 0) goto done; /* writes nothing */
-  tpu_pjrt_exe_t* exe = NULL;
-  st = program_exe(p, &prog, &exe);
-  if (st) goto done;
-  tpu_pjrt_buffer_t** args = calloc((size_t)prog.nargs + 1, sizeof(*args));
-  pj_buf_t** held = calloc((size_t)prog.nargs + 1, sizeof(*held));
-  bool* uploaded = calloc((size_t)prog.nargs + 1, sizeof(bool));
-  tpu_pjrt_buffer_t** outs = calloc((size_t)prog.nouts, sizeof(*outs));
-  if (!args || !held || !uploaded || !outs)
+  if (!args || !held || !uploaded || !outs) {
     st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory running a program");
-  for (int i = 0; i < prog.nargs && !st; i++) {
-    const pj_arg_t* a = &prog.args[i];
-    if (a->host) {
-      st = tpu_pjrt_buffer_from_host(p->client, g->device, a->data, a->dtype, 0, NULL, &args[i]);
+    goto done;
+  }
+  memset(held, 0, sizeof(*held) * (size_t)nargs);
+  memset(uploaded, 0, sizeof(bool) * (size_t)nargs);
+  memset(outs, 0, sizeof(*outs) * (size_t)nouts);
+  for (int i = 0; i < nargs && !st; i++) {
+    if (a[i].host) {
+      st = tpu_pjrt_buffer_from_host(p->client, device, a[i].data, a[i].dtype, 0, NULL, &args[i]);
       uploaded[i] = !st;
       continue;
     }
     pj_block_t b;
-    if (!pj_storage_find((const void*)a->base, a->bytes, true, &b) || !b.buf) {
+    if (!pj_storage_find((const void*)a[i].base, a[i].bytes, true, &b) || !b.buf) {
       st = TPU_ERR(INTERNAL, "pjrt target: a storage of the program lost its buffer");
       break;
     }
     held[i] = b.buf;
     args[i] = b.buf->b;
   }
-  if (!st) st = tpu_pjrt_execute(p->client, exe, g->device, args, prog.nargs, outs, prog.nouts);
+  if (!st) st = tpu_pjrt_execute(p->client, exe, device, args, nargs, outs, nouts);
   if (!st) {
     atomic_fetch_add(&p->runs, 1);
-    for (int i = 0; i < prog.nouts; i++) {
+    for (int i = 0; i < nouts; i++) {
       pj_buf_t* w = pj_buf_wrap(p->client, outs[i]);
       outs[i] = NULL;
       if (!w) {
         st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory");
         continue;
       }
-      pj_storage_replace(p->client, prog.outs[i], w);
+      pj_storage_replace(p->client, out_bases[i], w);
     }
   }
-  for (int i = 0; i < prog.nargs && args && held && uploaded; i++) {
+  for (int i = 0; i < nargs; i++) {
     if (uploaded[i]) tpu_pjrt_buffer_free(p->client, args[i]);
     pj_buf_release(p->client, held[i]);
   }
-  for (int i = 0; outs && i < prog.nouts; i++)
+  for (int i = 0; i < nouts; i++)
     if (outs[i]) tpu_pjrt_buffer_free(p->client, outs[i]);
-  free(args);
-  free(held);
-  free(uploaded);
-  free(outs);
 done:
+  if (!small) {
+    free(args);
+    free(held);
+    free(uploaded);
+    free(outs);
+  }
+  return st;
+}
+
+/* A keyed graph whose plan is known: bind its slots and run. */
+static tpu_status_t run_plan(pj_t* p, int device, const pj_call_plan_t* plan, const pj_call_key_t* k) {
+  enum { SMALL = 16 };
+  pj_arg_t args_s[SMALL];
+  uintptr_t outs_s[SMALL];
+  const bool small = plan->nargs <= SMALL && plan->nouts <= SMALL;
+  pj_arg_t* args = small ? args_s : calloc((size_t)plan->nargs + 1, sizeof(*args));
+  uintptr_t* outs = small ? outs_s : calloc((size_t)plan->nouts + 1, sizeof(*outs));
+  tpu_status_t st = TPU_OK;
+  if (!args || !outs) {
+    st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory running a program");
+  } else {
+    pj_call_plan_bind(plan, k, args, outs);
+    st = execute(p, device, plan->exe, args, plan->nargs, outs, plan->nouts);
+  }
+  if (!small) {
+    free(args);
+    free(outs);
+  }
+  return st;
+}
+
+/* At most this many call plans are kept (a key that never repeats, such as
+ * one holding a changing scalar, must not grow the table without bound). */
+#define PJ_MAX_CALL_PLANS 16384
+
+static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
+  pj_call_key_t key = {0};
+  const bool keyed = pj_call_key_build(g, &key);
+  if (keyed) {
+    pthread_mutex_lock(&p->cache_mu);
+    const pj_call_plan_t* plan = pj_table_find(&p->calls, key.hash, key.bytes, key.len);
+    pthread_mutex_unlock(&p->cache_mu);
+    if (plan) { /* plans live for the process: no lock needed to use one */
+      atomic_fetch_add(&p->call_hits, 1);
+      tpu_status_t st = run_plan(p, g->device, plan, &key);
+      pj_call_key_free(&key);
+      return st;
+    }
+  }
+  pj_program_t prog;
+  tpu_status_t st = pj_compose(g, &prog);
+  tpu_pjrt_exe_t* exe = NULL;
+  if (!st && prog.nouts > 0) st = program_exe(p, &prog, &exe);
+  if (!st && keyed) {
+    pthread_mutex_lock(&p->cache_mu);
+    bool room = pj_table_size(&p->calls) < PJ_MAX_CALL_PLANS &&
+                !pj_table_find(&p->calls, key.hash, key.bytes, key.len);
+    pthread_mutex_unlock(&p->cache_mu);
+    pj_call_plan_t* plan = room ? pj_call_plan_make(&key, &prog, exe) : NULL;
+    if (plan) {
+      pthread_mutex_lock(&p->cache_mu);
+      if (!pj_table_find(&p->calls, key.hash, key.bytes, key.len) &&
+          pj_table_put(&p->calls, key.hash, key.bytes, key.len, plan)) {
+        key.bytes = NULL; /* the table's now */
+        plan = NULL;
+      }
+      pthread_mutex_unlock(&p->cache_mu);
+      pj_call_plan_free(plan);
+    }
+  }
+  if (!st) st = execute(p, g->device, exe, prog.args, prog.nargs, prog.outs, prog.nouts);
   pj_program_free(&prog);
+  pj_call_key_free(&key);
   return st;
 }
 
@@ -409,8 +445,9 @@ static const tpu_target_t g_pj_target = {&g_pj_iface, &g_pj};
 
 const tpu_target_t* tpu_pjrt_target(void) { return &g_pj_target; }
 
-void tpu_pjrt_target_stats(int64_t* compiles, int64_t* hits, int64_t* runs) {
+void tpu_pjrt_target_stats(int64_t* compiles, int64_t* hits, int64_t* call_hits, int64_t* runs) {
   *compiles = atomic_load(&g_pj.compiles);
   *hits = atomic_load(&g_pj.hits);
+  *call_hits = atomic_load(&g_pj.call_hits);
   *runs = atomic_load(&g_pj.runs);
 }
