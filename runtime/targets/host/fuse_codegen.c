@@ -250,6 +250,7 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
   return true;
 }
 
+/* ---- row groups (what they are: fuse_plan.c) ---- */
 /* Buffer entry of a row group (one per address). */
 static int row_buf(group_t* g, const tpu_tensor_t* t, int kind, int64_t per, bool is_bool) {
   int bi = buf_index(g, t, kind);
@@ -286,7 +287,7 @@ static bool row_operand(group_t* g, const tpu_tensor_t* t, const tpu_tensor_t* o
   return true;
 }
 
-/* Builds a row group (what they are: fuse_plan.c); false when it cannot be formed. */
+/* Builds a row group; false when it cannot be formed. */
 static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
   const size_t nodes = (size_t)g->nnodes;
   g->bufs = calloc(8 * nodes, sizeof(gbuf_t));
