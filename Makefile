@@ -17,8 +17,9 @@ LDFLAGS ?=
 # Where the bridge is linked; scripts/sanitize.sh links a sanitized one elsewhere.
 SO ?= torch_tpu/_C.so
 RT_SRCS := $(shell find runtime -name '*.c' -not -path 'runtime/tests/*' | sort)
-# The headers that generated fused kernels #include (runtime/targets/host/fuse.c), embedded
-# in the library as text (tools/embed_headers.py) so fusion needs no source tree at run time.
+# The headers that generated fused kernels #include (runtime/targets/host/fuse_codegen.c),
+# embedded in the library as text (tools/embed_headers.py) so fusion needs no source tree at
+# run time.
 FUSE_HEADERS := $(addprefix runtime/targets/host/kernels/,vecmath.h ew_exprs.h fuse_rows.h)
 FUSE_HEADERS_C := $(BUILD)/gen/fuse_headers.c
 # Any Python 3 runs the embedder (it needs no torch).

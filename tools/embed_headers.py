@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a C file holding the texts of the headers that the fused-kernel
-generator's sources #include (runtime/targets/host/fuse.c), so a compile of a
-fused kernel needs nothing from the source tree at run time.
+generator's sources #include (runtime/targets/host/fuse_codegen.c), so a
+compile of a fused kernel needs nothing from the source tree at run time.
 
 usage: embed_headers.py OUT.c HEADER...
 

@@ -1,4 +1,4 @@
-/* The host target's fusion planner, code generator and executor (fuse.c),
+/* The host target's fusion planner, code generator and executor (fuse_*.c),
  * called by the host target's graph entries (target.c). */
 #ifndef TPU_TARGETS_HOST_FUSE_H_
 #define TPU_TARGETS_HOST_FUSE_H_

@@ -1,6 +1,6 @@
 /* The host target (tpu/target.h): virtual devices backed by host memory,
  * the kernel library of kernels/ (its inventory, ops_all.def), and the
- * fusion planner and code generator of fuse.c for graphs.
+ * fusion of fuse_*.c (planner, code generator, compiler, executor) for graphs.
  *
  * Devices: TORCH_TPU_HOST_DEVICES of them (default 1), each with a capacity
  * of TORCH_TPU_HBM_BYTES (default half the RAM, at most 16 GiB); read once,

@@ -1,6 +1,7 @@
 /* Expression macros of the elementwise kernels, shared by elementwise.c and
- * the fused kernels the host compiler generates (targets/host/fuse.c), so
- * that a fused chain computes exactly what its library kernels compute.
+ * the fused kernels the host compiler generates
+ * (targets/host/fuse_codegen.c), so that a fused chain computes exactly what
+ * its library kernels compute.
  * Expects EXP, ERF, TANH and LIT(v) (a literal in the element type). */
 #ifndef TPU_HOST_EW_EXPRS_H_
 #define TPU_HOST_EW_EXPRS_H_

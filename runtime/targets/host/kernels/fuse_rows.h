@@ -1,9 +1,9 @@
 /* Float32 row kernels of softmax, log_softmax and layer norm, shared by the
  * library (nn.c) and the C source the fusion compiler generates
- * (targets/host/fuse.c), so that a fused row gives the library's values: the
- * same run length, lane layout and summation order (runs of float lanes
- * added in double), normalization in float32. Only FMA contraction may
- * differ between the two compilations.
+ * (targets/host/fuse_codegen.c), so that a fused row gives the library's
+ * values: the same run length, lane layout and summation order (runs of
+ * float lanes added in double), normalization in float32. Only FMA
+ * contraction may differ between the two compilations.
  *
  * Needs vecmath.h. A includer may define TPU_FR_INLINE (nn.c makes these
  * always_inline so that each ISA copy of its callers gets its own). */

@@ -1,0 +1,505 @@
+/* The compiler driver of the host target's fusion: turns a group's
+ * generated source into a loaded kernel. Executables are found by a key
+ * hashing the source, the embedded headers, the compiler command and flags,
+ * the ISA and the runtime version: first in the cache's three tiers, else
+ * compiled, at once or by a background thread at low priority, in a
+ * temporary directory with a time limit. A signature memo in front skips
+ * the source and the key for groups seen before. A failing compiler turns
+ * fusion off with a one-time warning. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/env.h"
+#include "base/subprocess.h"
+#include "device/internal.h"
+#include "targets/host/fuse_headers.h"
+#include "targets/host/fuse_internal.h"
+#include "targets/host/kernels/vecmath.h"
+#include "tpu/cache.h"
+
+/* ---- compilation and the cache ---- */
+static const char* cc_flags(void) {
+  return tpu_host_isa() == TPU_ISA_AVX2
+             ? "-O3 -fPIC -shared -std=c11 -mavx2 -mfma -ffp-contract=fast -fno-math-errno "
+               "-fno-trapping-math"
+             : "-O3 -fPIC -shared -std=c11 -fno-math-errno -fno-trapping-math";
+}
+
+/* The compiler command: TORCH_TPU_CC, default "cc". */
+static const char* cc_command(void) {
+  const char* cc = tpu_env_str("TORCH_TPU_CC");
+  return cc && cc[strspn(cc, " \t")] ? cc : "cc";
+}
+
+/* Hash of the headers embedded in the library (fuse_headers.h), names and
+ * texts: the headers a kernel is compiled with are these, never files on
+ * disk, so a key names exactly what was compiled. */
+static uint64_t g_headers_hash;
+static void hash_headers(void) {
+  uint64_t h = 0x6865616465727321ull;
+  for (int i = 0; i < tpu_fuse_nheaders; i++) {
+    const tpu_fuse_header_t* e = &tpu_fuse_headers[i];
+    h = tpu_cache_hash64(e->name, strlen(e->name) + 1, h);
+    h = tpu_cache_hash64(&e->len, sizeof e->len, h);
+    h = tpu_cache_hash64(e->text, e->len, h);
+  }
+  g_headers_hash = h;
+}
+
+/* The key covers the generated source, the embedded headers, the compiler
+ * command and its flags, the ISA and the runtime version. */
+static void key_of(const char* src, char out[33]) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, hash_headers);
+  char extra[4500];
+  snprintf(extra, sizeof extra, "|%.4000s|%s|%s|%s|%016" PRIx64 "|", cc_command(), cc_flags(),
+           tpu_isa_name(tpu_host_isa()), TPU_RUNTIME_VERSION, g_headers_hash);
+  uint64_t h1 = tpu_cache_hash64(src, strlen(src), 0x7470755f66757365ull);
+  h1 = tpu_cache_hash64(extra, strlen(extra), h1);
+  uint64_t h2 = tpu_cache_hash64(src, strlen(src), 0x9e3779b97f4a7c15ull);
+  h2 = tpu_cache_hash64(extra, strlen(extra), h2);
+  snprintf(out, 33, "%016" PRIx64 "%016" PRIx64, h1, h2);
+}
+
+static pthread_mutex_t g_warn_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_warning[1024];
+static bool g_compiler_broken;
+
+static void note_compiler_failure(const char* why) {
+  pthread_mutex_lock(&g_warn_mu);
+  if (!g_compiler_broken) {
+    g_compiler_broken = true;
+    snprintf(g_warning, sizeof g_warning,
+             "TorchTPU: fused kernels are unavailable (%s); DeferAndFuse graphs run op by op "
+             "through the kernel library",
+             why);
+  }
+  pthread_mutex_unlock(&g_warn_mu);
+}
+
+const char* tpu_fusion_pop_warning(void) {
+  static __thread char copy[1024];
+  pthread_mutex_lock(&g_warn_mu);
+  bool have = g_warning[0] != 0;
+  if (have) {
+    memcpy(copy, g_warning, sizeof copy);
+    g_warning[0] = 0;
+  }
+  pthread_mutex_unlock(&g_warn_mu);
+  return have ? copy : NULL;
+}
+
+static fused_fn_t load_path(const char* key, const char* path, char* why, size_t cap) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    if (why) snprintf(why, cap, "%s", e ? e : "dlopen failed");
+    return NULL;
+  }
+  fused_fn_t fn = (fused_fn_t)dlsym(h, "tpu_fused");
+  if (!fn) {
+    if (why) snprintf(why, cap, "%.200s has no symbol tpu_fused", path);
+    dlclose(h);
+    return NULL;
+  }
+  tpu_cache_tier1_put(key, (void*)fn);
+  return fn;
+}
+
+/* A tier-2/3 entry for key, loaded; an entry that verifies but does not load
+ * (written by a broken compiler) is deleted so it is compiled again. */
+static fused_fn_t load_cached(const char* key) {
+  char path[4096];
+  int tier = 0;
+  if (!tpu_cache_find(key, path, sizeof path, &tier)) return NULL;
+  fused_fn_t fn = load_path(key, path, NULL, 0);
+  if (!fn) tpu_cache_drop(key);
+  return fn;
+}
+
+/* TORCH_TPU_COMPILE_TIMEOUT_S: the longest one compile may run (and the
+ * longest a process waits for another one's compile of the same key);
+ * 0 or less: no limit. */
+static int64_t compile_timeout_ms(void) {
+  static _Atomic int64_t cached = -2;
+  int64_t v = atomic_load(&cached);
+  if (v == -2) {
+    const double s = tpu_env_double("TORCH_TPU_COMPILE_TIMEOUT_S", 120);
+    v = s > 0 ? (int64_t)(s * 1000 + 0.5) : -1;
+    atomic_store(&cached, v);
+  }
+  return v;
+}
+
+/* The directory for temporary compile directories: $TMPDIR when it is an
+ * absolute path that leaves room for our names, else /tmp. */
+static const char* tmp_root(void) {
+  const char* t = tpu_env_str("TMPDIR");
+  return t && t[0] == '/' && strlen(t) < 3000 ? t : "/tmp";
+}
+
+#define CC_DIR_PREFIX "torch_tpu_cc_"
+
+/* Removes what a dead process left under tmp_root(): directories named
+ * torch_tpu_cc_<pid>_XXXXXX owned by us whose pid no longer runs. */
+static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+  (void)st;
+  (void)ftw;
+  if (flag == FTW_DP) rmdir(path);
+  else unlink(path);
+  return 0;
+}
+
+static void clean_stale_dirs(void) {
+  const char* root = tmp_root();
+  DIR* d = opendir(root);
+  if (!d) return;
+  struct dirent* ent;
+  while ((ent = readdir(d)) != NULL) {
+    const char* name = ent->d_name;
+    if (strncmp(name, CC_DIR_PREFIX, strlen(CC_DIR_PREFIX)) != 0) continue;
+    const char* p = name + strlen(CC_DIR_PREFIX);
+    char* end = NULL;
+    long pid = strtol(p, &end, 10);
+    if (end == p || *end != '_' || pid <= 0 || strlen(end + 1) != 6) continue;
+    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", root, name);
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+    nftw(path, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+  }
+  closedir(d);
+}
+
+/* Splits TORCH_TPU_CC (default "cc") and the flags at blanks into argv
+ * (no shell quoting: a word is a run of non-blank characters). */
+static int split_words(char* s, const char** argv, int cap) {
+  int n = 0;
+  for (char* p = s; *p;) {
+    while (*p == ' ' || *p == '\t') *p++ = 0;
+    if (!*p) break;
+    if (n == cap) return -1;
+    argv[n++] = p;
+    while (*p && *p != ' ' && *p != '\t') p++;
+  }
+  return n;
+}
+
+/* Writes len bytes of text to a new file at path. */
+static bool write_file(const char* path, const char* text, size_t len) {
+  FILE* f = fopen(path, "wb");
+  if (!f) return false;
+  bool ok = fwrite(text, 1, len, f) == len;
+  return fclose(f) == 0 && ok;
+}
+
+/* The first line of the compiler's output (for the warning). */
+static void first_line(const char* path, char* out, size_t cap) {
+  out[0] = 0;
+  FILE* f = fopen(path, "r");
+  if (!f) return;
+  if (fgets(out, (int)cap, f)) out[strcspn(out, "\r\n")] = 0;
+  fclose(f);
+}
+
+/* Compiles src under key (caller checked the tiers); NULL on failure. */
+static fused_fn_t compile_now(const char* key, const char* src) {
+  static pthread_once_t clean_once = PTHREAD_ONCE_INIT;
+  pthread_once(&clean_once, clean_stale_dirs);
+  if (g_compiler_broken) return NULL;
+  int64_t timeout = compile_timeout_ms();
+  /* A holder that died released the lock; one whose compile hangs holds it
+   * until its own timeout: wait that long, then compile without it
+   * (publishing is atomic, the lock only saves duplicate work). */
+  int lock = tpu_cache_lock_wait(key, timeout > 0 ? timeout + 1000 : -1);
+  fused_fn_t fn = NULL;
+  if ((fn = load_cached(key))) goto done; /* another process made it */
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/" CC_DIR_PREFIX "%ld_XXXXXX", tmp_root(), (long)getpid());
+  if (!mkdtemp(dir)) {
+    note_compiler_failure("cannot create a temporary directory");
+    goto done;
+  }
+  char cpath[4200], sopath[4200], errpath[4200];
+  snprintf(cpath, sizeof cpath, "%s/k.c", dir);
+  snprintf(sopath, sizeof sopath, "%s/k.so", dir);
+  snprintf(errpath, sizeof errpath, "%s/err.txt", dir);
+  /* the guard's clean-up list: the embedded headers, the source, the
+   * library, the log, then the directory */
+  enum { MAX_HDRS = 8 };
+  char hpaths[MAX_HDRS][4200];
+  const char* remove[MAX_HDRS + 5];
+  int nrm = 0;
+  if (tpu_fuse_nheaders > MAX_HDRS) {
+    note_compiler_failure("too many embedded headers");
+    rmdir(dir);
+    goto done;
+  }
+  for (int i = 0; i < tpu_fuse_nheaders; i++) {
+    snprintf(hpaths[i], sizeof hpaths[i], "%s/%s", dir, tpu_fuse_headers[i].name);
+    remove[nrm++] = hpaths[i];
+  }
+  remove[nrm++] = cpath;
+  remove[nrm++] = sopath;
+  remove[nrm++] = errpath;
+  remove[nrm++] = dir;
+  remove[nrm] = NULL;
+  for (int i = 0; i < tpu_fuse_nheaders; i++) {
+    if (!write_file(hpaths[i], tpu_fuse_headers[i].text, tpu_fuse_headers[i].len)) {
+      note_compiler_failure("cannot write the embedded headers");
+      goto cleanup;
+    }
+  }
+  FILE* f = fopen(cpath, "w");
+  if (!f) {
+    note_compiler_failure("cannot write the generated source");
+    rmdir(dir);
+    goto done;
+  }
+  bool wrote = fputs(src, f) >= 0;
+  if (fclose(f) != 0 || !wrote) {
+    note_compiler_failure("cannot write the generated source");
+    goto cleanup;
+  }
+  char words[4096];
+  snprintf(words, sizeof words, "%s %s", cc_command(), cc_flags());
+  const char* argv[96];
+  int n = split_words(words, argv, 96 - 7);
+  if (n <= 0) {
+    note_compiler_failure("TORCH_TPU_CC has too many words");
+    goto cleanup;
+  }
+  argv[n++] = "-I";
+  argv[n++] = dir; /* the embedded headers, written there above */
+  argv[n++] = "-o";
+  argv[n++] = sopath;
+  argv[n++] = cpath;
+  argv[n] = NULL;
+  int64_t t0 = tpu_now_ns();
+  tpu_subprocess_result_t res;
+  tpu_status_t st = tpu_subprocess_run(argv, errpath, timeout, remove, &res);
+  tpu_cache_note_compile(1e-9 * (double)(tpu_now_ns() - t0));
+  char why[700], line[200];
+  if (st) {
+    snprintf(why, sizeof why, "the C compiler cannot be run: %s; set TORCH_TPU_CC",
+             tpu_status_message(st));
+    tpu_status_free(st);
+    note_compiler_failure(why);
+  } else if (res.timed_out) {
+    snprintf(why, sizeof why,
+             "the C compiler '%.100s' timed out after %.1f s and was killed with its process "
+             "group; TORCH_TPU_COMPILE_TIMEOUT_S sets the limit",
+             argv[0], 1e-3 * (double)timeout);
+    note_compiler_failure(why);
+  } else if (!res.exited || res.code != 0) {
+    first_line(errpath, line, sizeof line);
+    snprintf(why, sizeof why, "the C compiler '%.100s' %s %d%s%.200s; set TORCH_TPU_CC", argv[0],
+             res.exited ? "failed with exit status" : "was killed by signal", res.code,
+             line[0] ? ": " : "", line);
+    note_compiler_failure(why);
+  } else {
+    char pub[4096], err[300] = "";
+    st = tpu_cache_publish(key, sopath, pub, sizeof pub);
+    if (!st) fn = load_path(key, pub, err, sizeof err);
+    else snprintf(err, sizeof err, "%s", tpu_status_message(st));
+    tpu_status_free(st);
+    if (!fn) {
+      tpu_cache_drop(key); /* never leave an unloadable entry for the next process */
+      snprintf(why, sizeof why, "the C compiler '%.100s' produced a library that does not load: "
+               "%.300s; set TORCH_TPU_CC", argv[0], err);
+      note_compiler_failure(why);
+    }
+  }
+cleanup:
+  nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+done:
+  if (lock >= 0) tpu_cache_unlock(lock);
+  return fn;
+}
+
+/* Background compiler: one thread, a queue of (key, source). */
+typedef struct job {
+  struct job* next;
+  char key[33];
+  char* src;
+  int64_t due_ns; /* not started before this (CLOCK_MONOTONIC) */
+} job_t;
+static pthread_mutex_t g_job_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_job_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t g_idle_cv = PTHREAD_COND_INITIALIZER;
+static job_t* g_jobs;
+static int g_busy;
+static bool g_thread_started;
+static int g_waiters; /* threads in tpu_fusion_wait_compiles: start jobs at once */
+
+/* A job starts this long after it was queued (TORCH_TPU_COMPILE_DELAY_MS):
+ * a process's first steps, which queue every compile, then run at full
+ * speed on every core, and the compiles follow at a low priority. */
+static int64_t compile_delay_ns(void) {
+  static _Atomic int64_t cached = -1;
+  int64_t v = atomic_load(&cached);
+  if (v < 0) {
+    v = tpu_env_int("TORCH_TPU_COMPILE_DELAY_MS", 1000) * 1000000;
+    if (v < 0) v = 0;
+    atomic_store(&cached, v);
+  }
+  return v;
+}
+
+static void* compiler_main(void* arg) {
+  (void)arg;
+  /* low priority (inherited by the compiler processes): the steps keep most
+   * of their cores. Not the lowest: on a machine whose cores the steps keep
+   * busy (2 cores, a training loop) nice 19 starves the compiles for good. */
+  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0) { /* best effort */
+  }
+  pthread_mutex_lock(&g_job_mu);
+  for (;;) {
+    while (!g_jobs) pthread_cond_wait(&g_job_cv, &g_job_mu);
+    int64_t wait = g_jobs->due_ns - tpu_now_ns();
+    if (wait > 0 && !g_waiters) { /* not due yet: sleep until it is (or a waiter comes) */
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      int64_t ns = until.tv_nsec + wait;
+      until.tv_sec += ns / 1000000000;
+      until.tv_nsec = ns % 1000000000;
+      pthread_cond_timedwait(&g_job_cv, &g_job_mu, &until);
+      continue;
+    }
+    job_t* j = g_jobs;
+    g_jobs = j->next;
+    g_busy++;
+    pthread_mutex_unlock(&g_job_mu);
+    if (!tpu_cache_tier1_get(j->key)) compile_now(j->key, j->src);
+    free(j->src);
+    free(j);
+    pthread_mutex_lock(&g_job_mu);
+    g_busy--;
+    if (!g_jobs && !g_busy) pthread_cond_broadcast(&g_idle_cv);
+  }
+  return NULL;
+}
+
+static bool in_flight(const char* key) {
+  for (job_t* j = g_jobs; j; j = j->next)
+    if (!strcmp(j->key, key)) return true;
+  return false;
+}
+
+static void compile_later(const char* key, const char* src) {
+  pthread_mutex_lock(&g_job_mu);
+  if (!in_flight(key)) {
+    job_t* j = calloc(1, sizeof *j);
+    char* s = strdup(src);
+    if (j && s) {
+      memcpy(j->key, key, 33);
+      j->src = s;
+      j->due_ns = tpu_now_ns() + compile_delay_ns();
+      job_t** tail = &g_jobs;
+      while (*tail) tail = &(*tail)->next;
+      *tail = j;
+      if (!g_thread_started) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, compiler_main, NULL) == 0) {
+          pthread_detach(t);
+          g_thread_started = true;
+        }
+      }
+      pthread_cond_signal(&g_job_cv);
+    } else {
+      free(j);
+      free(s);
+    }
+  }
+  pthread_mutex_unlock(&g_job_mu);
+}
+
+void tpu_fusion_wait_compiles(void) {
+  pthread_mutex_lock(&g_job_mu);
+  g_waiters++;
+  pthread_cond_signal(&g_job_cv); /* a delayed job starts now */
+  while (g_jobs || g_busy) pthread_cond_wait(&g_idle_cv, &g_job_mu);
+  g_waiters--;
+  pthread_mutex_unlock(&g_job_mu);
+}
+
+/* The executable for src: tier 1, then tiers 2/3, else compile (now or in
+ * the background); NULL when it is not available for this run. */
+static fused_fn_t executable_for(const char* src, char key[33]) {
+  key_of(src, key);
+  fused_fn_t fn = (fused_fn_t)tpu_cache_tier1_get(key);
+  if (fn) return fn;
+  if ((fn = load_cached(key))) return fn;
+  tpu_cache_note_miss();
+  if (g_compiler_broken) return NULL;
+  if (fuse_config()->async) {
+    compile_later(key, src);
+    return NULL;
+  }
+  return compile_now(key, src);
+}
+
+/* Signature -> executable memo in front of the cache (no source, no key
+ * hashing on a hit). */
+#define MEMO_SIZE 4096
+static struct {
+  uint64_t sig;
+  fused_fn_t fn;
+  char key[33];
+} g_memo[MEMO_SIZE];
+static pthread_mutex_t g_memo_mu = PTHREAD_MUTEX_INITIALIZER;
+
+fused_fn_t fuse_memo_get(uint64_t sig) {
+  fused_fn_t fn = NULL;
+  char key[33] = {0};
+  pthread_mutex_lock(&g_memo_mu);
+  for (int i = 0; i < 8; i++) {
+    size_t k = (sig + (uint64_t)i) & (MEMO_SIZE - 1);
+    if (g_memo[k].sig == sig && g_memo[k].fn) {
+      fn = g_memo[k].fn;
+      memcpy(key, g_memo[k].key, 33);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_memo_mu);
+  if (fn && !tpu_cache_tier1_get(key)) fn = NULL; /* tier 1 was cleared */
+  return fn;
+}
+
+static void memo_put(uint64_t sig, const char* key, fused_fn_t fn) {
+  pthread_mutex_lock(&g_memo_mu);
+  size_t slot = sig & (MEMO_SIZE - 1);
+  for (int i = 0; i < 8; i++) {
+    size_t k = (sig + (uint64_t)i) & (MEMO_SIZE - 1);
+    if (!g_memo[k].fn || g_memo[k].sig == sig) {
+      slot = k;
+      break;
+    }
+  }
+  g_memo[slot].sig = sig;
+  g_memo[slot].fn = fn;
+  memcpy(g_memo[slot].key, key, 33);
+  pthread_mutex_unlock(&g_memo_mu);
+}
+
+fused_fn_t fuse_executable(uint64_t sig, const char* src) {
+  char key[33];
+  fused_fn_t fn = executable_for(src, key);
+  if (fn) memo_put(sig, key, fn);
+  return fn;
+}
