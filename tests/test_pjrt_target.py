@@ -254,3 +254,36 @@ def test_call_key_tells_apart_what_the_program_depends_on():
             y.mul_(k + 1)
         same(y, x * 120)
     """)
+
+
+def test_storage_reinterpreted_through_views_of_other_dtypes():
+    # A storage keeps the element type it is first used with; views of other
+    # dtypes (same width: a bitcast; other widths and bool: through its bytes)
+    # read and write the same bytes as on the CPU.
+    run_pjrt("""
+        x = torch.randn(8, 6)
+        a = x.to("tpu")
+        same(a * 1, x * 1)                                  # the storage becomes float32
+        same(a.view(torch.int32) + 1, x.view(torch.int32) + 1)
+        same(a.view(torch.int16)[:, 3:9] * 1, x.view(torch.int16)[:, 3:9] * 1)
+        same(a.view(torch.uint8)[1] + 0, x.view(torch.uint8)[1] + 0)
+        same(a.view(torch.float64) * 1, x.view(torch.float64) * 1)
+        b, y = a.clone(), x.clone()
+        b.view(torch.int32)[2:4] = 7                        # same width write
+        y.view(torch.int32)[2:4] = 7
+        same(b, y)
+        b.view(torch.uint8)[0, 1:6] = 255                   # narrower write, unaligned
+        y.view(torch.uint8)[0, 1:6] = 255
+        same(b, y)
+        b.view(torch.int16)[5, ::3] = -2                    # strided, narrower
+        y.view(torch.int16)[5, ::3] = -2
+        same(b, y)
+        m = torch.zeros(12, dtype=torch.uint8)
+        m[::5] = 1
+        t = m.to("tpu")
+        same(t.view(torch.bool) & True, m.view(torch.bool) & True)
+        c = torch.zeros(4, dtype=torch.bfloat16, device="tpu")
+        c.view(torch.int16).fill_(16256)                    # bf16 1.0 through int16
+        same(c * 2, torch.full((4,), 2.0, dtype=torch.bfloat16))
+        same(a, x)                                          # nothing lost
+    """)

@@ -236,15 +236,62 @@ static int64_t numel_of(const view_t* v) {
   return n;
 }
 
+/* A storage's value in a program: tensor<B / size(dt) x dt>. A storage
+ * keeps the element type it is mostly used with, so that a read or write of
+ * that type (or another of the same width) is a slice or an update in
+ * elements; any other access goes through the storage's bytes. */
+typedef struct {
+  int value; /* SSA value, -1: none yet */
+  int64_t B; /* bytes */
+  tpu_dtype_t dt;
+} store_t;
+
+/* Whether dt reads and writes a storage of type sdt element by element (a
+ * same-width bitcast at most). Booleans only their own type. */
+static bool same_width(tpu_dtype_t dt, tpu_dtype_t sdt) {
+  if (dt == sdt) return true;
+  if (dt == TPU_BOOL || sdt == TPU_BOOL) return false;
+  return tpu_dtype_size(dt) == tpu_dtype_size(sdt);
+}
+
+static int bitcast(wr_t* w, int x, int64_t m, tpu_dtype_t from, tpu_dtype_t to) {
+  if (from == to) return x;
+  char r[24];
+  return op(w, "stablehlo.bitcast_convert", ref(r, x), NULL, ty1(m, from), ty1(m, to));
+}
+
+/* m elements of dt from byte `off` of the storage */
+static int elements_of(wr_t* w, const store_t* s, int64_t off, tpu_dtype_t dt, int64_t m) {
+  const int64_t es = (int64_t)tpu_dtype_size(dt), E = s->B / (int64_t)tpu_dtype_size(s->dt);
+  if (same_width(dt, s->dt) && off % es == 0) {
+    int64_t lo = off / es, hi = lo + m;
+    return bitcast(w, slice(w, s->value, 1, &E, &lo, &hi, s->dt), m, s->dt, dt);
+  }
+  int64_t B = s->B, lo = off, hi = off + m * es;
+  int x = slice(w, to_bytes(w, s->value, E, s->dt), 1, &B, &lo, &hi, TPU_U8);
+  return from_bytes(w, x, m, dt);
+}
+
+/* The storage with x (m elements of dt) written from byte `off` */
+static void put_elements(wr_t* w, store_t* s, int64_t off, tpu_dtype_t dt, int x, int64_t m) {
+  const int64_t es = (int64_t)tpu_dtype_size(dt), E = s->B / (int64_t)tpu_dtype_size(s->dt);
+  if (same_width(dt, s->dt) && off % es == 0) {
+    int64_t at = off / es;
+    s->value = dus(w, s->value, 1, &E, bitcast(w, x, m, dt, s->dt), &m, &at, s->dt);
+    return;
+  }
+  int64_t B = s->B, nb = m * es;
+  int bytes = dus(w, to_bytes(w, s->value, E, s->dt), 1, &B, to_bytes(w, x, m, dt), &nb, &off, TPU_U8);
+  s->value = from_bytes(w, bytes, E, s->dt);
+}
+
 /* The elements [0, L) of the chain array from the view's first element:
  * m = min(L, what the storage holds) real ones, zeros after. */
-static int chain_elements(wr_t* w, int blk, int64_t B, int64_t off, tpu_dtype_t dt, int64_t L) {
+static int chain_elements(wr_t* w, const store_t* s, int64_t off, tpu_dtype_t dt, int64_t L) {
   const int64_t es = (int64_t)tpu_dtype_size(dt);
-  int64_t m = (B - off) / es;
+  int64_t m = (s->B - off) / es;
   if (m > L) m = L;
-  int64_t lo = off, hi = off + m * es;
-  int x = slice(w, blk, 1, &B, &lo, &hi, TPU_U8);
-  x = from_bytes(w, x, m, dt);
+  int x = elements_of(w, s, off, dt, m);
   if (m < L) {
     char o[64], a[160], in[160];
     int z = zeros(w, 0, NULL, dt);
@@ -288,8 +335,9 @@ static int view_indices(wr_t* w, const view_t* v) {
   return reshape(w, acc, v->nd, v->sz, v->nd + 1, isz, TPU_I64);
 }
 
-/* The value of view v read from storage value blk (tensor<B x ui8>). */
-static tpu_status_t emit_read(wr_t* w, int blk, int64_t B, int64_t off, const view_t* v, int* out) {
+/* The value of view v (at byte `off` of storage s) read. */
+static tpu_status_t emit_read(wr_t* w, const store_t* s, int64_t off, const view_t* v, int* out) {
+  const int64_t B = s->B;
   if (numel_of(v) == 0) {
     *out = zeros(w, v->nd, v->sz, v->dt);
     return TPU_OK;
@@ -308,7 +356,7 @@ static tpu_status_t emit_read(wr_t* w, int blk, int64_t B, int64_t off, const vi
       return TPU_ERR(OUT_OF_RANGE, "pjrt target: a view reads past the end of its storage (%" PRId64
                      " bytes)", B);
     int64_t m = last + 1;
-    int x = chain_elements(w, blk, B, off, v->dt, m);
+    int x = chain_elements(w, s, off, v->dt, m);
     int idx = view_indices(w, v);
     int64_t isz[TPU_MAX_DIMS + 1];
     memcpy(isz, v->sz, sizeof(int64_t) * (size_t)v->nd);
@@ -324,7 +372,7 @@ static tpu_status_t emit_read(wr_t* w, int blk, int64_t B, int64_t off, const vi
   if (off + (c.last + 1) * es > B)
     return TPU_ERR(OUT_OF_RANGE, "pjrt target: a view reads past the end of its storage (%" PRId64
                    " bytes)", B);
-  int x = chain_elements(w, blk, B, off, v->dt, c.L);
+  int x = chain_elements(w, s, off, v->dt, c.L);
   int64_t kept[TPU_MAX_DIMS + 1];
   for (int i = 0; i < c.k; i++) kept[i] = c.n[i];
   if (c.k == 0) {
@@ -374,9 +422,10 @@ static tpu_status_t emit_read(wr_t* w, int blk, int64_t B, int64_t off, const vi
   return TPU_OK;
 }
 
-/* Storage value blk with value val (of view v's shape) written into view v. */
-static tpu_status_t emit_write(wr_t* w, int blk, int64_t B, int64_t off, const view_t* v, int val, int* out) {
-  *out = blk;
+/* Storage s with value val (of view v's shape) written into view v (at
+ * byte `off`). */
+static tpu_status_t emit_write(wr_t* w, store_t* s, int64_t off, const view_t* v, int val) {
+  const int64_t B = s->B;
   const int64_t n = numel_of(v);
   if (n == 0) return TPU_OK;
   chain_t c;
@@ -397,7 +446,7 @@ static tpu_status_t emit_write(wr_t* w, int blk, int64_t B, int64_t off, const v
       return TPU_ERR(OUT_OF_RANGE, "pjrt target: a view writes past the end of its storage (%" PRId64
                      " bytes)", B);
     const int64_t m = last + 1;
-    int arrv = chain_elements(w, blk, B, off, v->dt, m);
+    int arrv = chain_elements(w, s, off, v->dt, m);
     int idx = view_indices(w, v);
     int64_t isz[TPU_MAX_DIMS + 1];
     memcpy(isz, v->sz, sizeof(int64_t) * (size_t)v->nd);
@@ -415,9 +464,7 @@ static tpu_status_t emit_write(wr_t* w, int blk, int64_t B, int64_t off, const v
             "unique_indices = false} : (%s, %s, %s) -> %s\n",
             id, arrv, idx, val, id, sc, id, sc, id, sc, v->nd, ty1(m, v->dt), ty(v->nd + 1, isz, TPU_I64),
             ty(v->nd, v->sz, v->dt), ty1(m, v->dt));
-    int bytes = to_bytes(w, id, m, v->dt);
-    int64_t nb = m * es, at = off;
-    *out = dus(w, blk, 1, &B, bytes, &nb, &at, TPU_U8);
+    put_elements(w, s, off, v->dt, id, m);
     return TPU_OK;
   }
   if (off + (c.last + 1) * es > B)
@@ -443,18 +490,14 @@ static tpu_status_t emit_write(wr_t* w, int blk, int64_t B, int64_t off, const v
     snprintf(a, sizeof a, "permutation = %s", arr(c.k, perm));
     x = op(w, "stablehlo.transpose", ref(r, x), a, ty(c.k, vsz, v->dt), ty(c.k, csz, v->dt));
   }
-  int64_t at = off;
   if (c.dense) {
-    x = reshape(w, x, c.k, csz, 1, &n, v->dt);
-    x = to_bytes(w, x, n, v->dt);
-    int64_t nb = n * es;
-    *out = dus(w, blk, 1, &B, x, &nb, &at, TPU_U8);
+    put_elements(w, s, off, v->dt, reshape(w, x, c.k, csz, 1, &n, v->dt), n);
     return TPU_OK;
   }
   /* strided: update the chain array, then write it back */
   int64_t shape[TPU_MAX_DIMS + 1], zero[TPU_MAX_DIMS + 1] = {0};
   chain_shape(&c, shape);
-  int arrv = chain_elements(w, blk, B, off, v->dt, c.L);
+  int arrv = chain_elements(w, s, off, v->dt, c.L);
   arrv = reshape(w, arrv, 1, &c.L, c.k + 1, shape, v->dt);
   csz[c.k] = 1;
   x = reshape(w, x, c.k, csz, c.k + 1, csz, v->dt);
@@ -463,10 +506,7 @@ static tpu_status_t emit_write(wr_t* w, int blk, int64_t B, int64_t off, const v
   int64_t m = (B - off) / es;
   if (m > c.L) m = c.L;
   int64_t lo = 0;
-  arrv = slice(w, arrv, 1, &c.L, &lo, &m, v->dt);
-  arrv = to_bytes(w, arrv, m, v->dt);
-  int64_t nb = m * es;
-  *out = dus(w, blk, 1, &B, arrv, &nb, &at, TPU_U8);
+  put_elements(w, s, off, v->dt, slice(w, arrv, 1, &c.L, &lo, &m, v->dt), m);
   return TPU_OK;
 }
 
@@ -474,22 +514,38 @@ static tpu_status_t emit_write(wr_t* w, int blk, int64_t B, int64_t off, const v
 typedef struct {
   uintptr_t base;
   size_t bytes;
-  bool has_buf, read, arg;
-  int value; /* current SSA value of the storage, -1: none yet */
+  bool has_buf, read, arg, written;
+  bool retype;       /* its buffer is bytes and the program leaves it typed */
+  tpu_dtype_t in_dt; /* the buffer's element type (has_buf) */
+  store_t s;         /* the program's value of it */
   int arg_index;
 } slot_t;
 
 static int slot_of(slot_t* s, int* ns, const pj_block_t* b) {
   for (int i = 0; i < *ns; i++)
     if (s[i].base == b->base) return i;
-  s[*ns] = (slot_t){b->base, b->bytes, b->buf != NULL, false, false, -1, -1};
+  s[*ns] = (slot_t){.base = b->base, .bytes = b->bytes, .has_buf = b->buf != NULL,
+                    .in_dt = b->buf ? b->buf_dt : TPU_U8,
+                    .s = {.value = -1, .B = (int64_t)b->bytes, .dt = TPU_DTYPE_NONE}, .arg_index = -1};
   return (*ns)++;
 }
+
+/* The element type a storage holds in the program: its buffer's when that
+ * is typed, else that of its first access where it divides the storage
+ * (bytes for booleans, which have no same-width peer). */
+static tpu_dtype_t storage_type(const slot_t* sl, tpu_dtype_t first) {
+  if (sl->has_buf && sl->in_dt != TPU_U8) return sl->in_dt;
+  if (first == TPU_DTYPE_NONE || first == TPU_BOOL) return TPU_U8;
+  return sl->bytes % tpu_dtype_size(first) == 0 ? first : TPU_U8;
+}
+
+static int64_t elems(const slot_t* sl, tpu_dtype_t dt) { return (int64_t)(sl->bytes / tpu_dtype_size(dt)); }
 
 void pj_program_free(pj_program_t* p) {
   free(p->text);
   free(p->args);
   free(p->outs);
+  free(p->out_arg);
   memset(p, 0, sizeof(*p));
 }
 
@@ -547,6 +603,17 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
       break;
     }
     rslot[i] = slot_of(slots, &ns, &b);
+    slots[rslot[i]].written = true;
+  }
+  for (int s = 0; s < ns && !st; s++) {
+    tpu_dtype_t first = TPU_DTYPE_NONE;
+    for (int i = 0; i < np && first == TPU_DTYPE_NONE; i++)
+      if (pslot[i] == s) first = c.v[0][i].dt;
+    for (int i = 0; i < nr && first == TPU_DTYPE_NONE; i++)
+      if (rslot[i] == s) first = c.v[1][i].dt;
+    slot_t* sl = &slots[s];
+    sl->s.dt = storage_type(sl, first);
+    sl->retype = sl->has_buf && sl->s.dt != sl->in_dt;
   }
   char* text = NULL;
   size_t len = 0;
@@ -564,8 +631,8 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
       slot_t* sl = &slots[s];
       sl->arg = sl->read || sl->has_buf;
       if (!sl->arg) continue;
-      int64_t B = (int64_t)sl->bytes;
-      fprintf(f, "%s%%s%d: %s", nargs ? ", " : "", s, ty1(B, TPU_U8));
+      fprintf(f, "%s%%s%d: %s", nargs ? ", " : "", s, ty1(elems(sl, sl->in_dt), sl->in_dt));
+      sl->arg_index = nargs;
       args[nargs++] = (pj_arg_t){.host = false, .base = sl->base, .bytes = sl->bytes};
     }
     for (int i = 0; i < np; i++) {
@@ -578,10 +645,8 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     fputs(") -> (", f);
     int nouts = 0;
     for (int s = 0; s < ns; s++) {
-      bool written = false;
-      for (int i = 0; i < nr; i++) written = written || rslot[i] == s;
-      if (!written) continue;
-      fprintf(f, "%s%s", nouts++ ? ", " : "", ty1((int64_t)slots[s].bytes, TPU_U8));
+      const slot_t* sl = &slots[s];
+      if (sl->written || sl->retype) fprintf(f, "%s%s", nouts++ ? ", " : "", ty1(elems(sl, sl->s.dt), sl->s.dt));
     }
     fputs(") {\n", f);
     wr_t w = {f, 0};
@@ -589,10 +654,11 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     for (int s = 0; s < ns; s++) {
       slot_t* sl = &slots[s];
       if (!sl->arg) continue;
-      int64_t B = (int64_t)sl->bytes;
+      const int64_t E = elems(sl, sl->in_dt);
       char o[24];
       snprintf(o, sizeof o, "%%s%d", s);
-      sl->value = op(&w, "stablehlo.reshape", o, NULL, ty1(B, TPU_U8), ty1(B, TPU_U8));
+      sl->s.value = op(&w, "stablehlo.reshape", o, NULL, ty1(E, sl->in_dt), ty1(E, sl->in_dt));
+      if (sl->retype) sl->s.value = from_bytes(&w, sl->s.value, elems(sl, sl->s.dt), sl->s.dt);
     }
     /* the views read */
     int* pv = calloc((size_t)np + 1, sizeof(int));
@@ -614,7 +680,7 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
         continue;
       }
       slot_t* sl = &slots[pslot[i]];
-      st = emit_read(&w, sl->value, (int64_t)sl->bytes, (int64_t)((uintptr_t)v->data - sl->base), v, &pv[i]);
+      st = emit_read(&w, &sl->s, (int64_t)((uintptr_t)v->data - sl->base), v, &pv[i]);
     }
     /* the call */
     int callv = -1;
@@ -657,28 +723,26 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     for (int i = 0; i < nr && !st; i++) {
       const view_t* v = &c.v[1][i];
       slot_t* sl = &slots[rslot[i]];
-      const int64_t B = (int64_t)sl->bytes;
-      if (sl->value < 0) sl->value = zeros(&w, 1, &B, TPU_U8);
+      if (sl->s.value < 0) {
+        const int64_t E = elems(sl, sl->s.dt);
+        sl->s.value = zeros(&w, 1, &E, sl->s.dt);
+      }
       int val = w.next++;
       fprintf(f, "    %%v%d = \"stablehlo.reshape\"(%%v%d#%d) : (%s) -> %s\n", val, callv, i,
               ty(v->nd, v->sz, v->dt), ty(v->nd, v->sz, v->dt));
-      st = emit_write(&w, sl->value, B, (int64_t)((uintptr_t)v->data - sl->base), v, val, &sl->value);
+      st = emit_write(&w, &sl->s, (int64_t)((uintptr_t)v->data - sl->base), v, val);
     }
     free(pv);
     if (!st) {
       fputs("    \"func.return\"(", f);
       int k = 0;
-      for (int s = 0; s < ns; s++) {
-        bool written = false;
-        for (int i = 0; i < nr; i++) written = written || rslot[i] == s;
-        if (written) fprintf(f, "%s%%v%d", k++ ? ", " : "", slots[s].value);
-      }
+      for (int s = 0; s < ns; s++)
+        if (slots[s].written || slots[s].retype) fprintf(f, "%s%%v%d", k++ ? ", " : "", slots[s].s.value);
       fputs(") : (", f);
       k = 0;
       for (int s = 0; s < ns; s++) {
-        bool written = false;
-        for (int i = 0; i < nr; i++) written = written || rslot[i] == s;
-        if (written) fprintf(f, "%s%s", k++ ? ", " : "", ty1((int64_t)slots[s].bytes, TPU_U8));
+        const slot_t* sl = &slots[s];
+        if (sl->written || sl->retype) fprintf(f, "%s%s", k++ ? ", " : "", ty1(elems(sl, sl->s.dt), sl->s.dt));
       }
       fputs(") -> ()\n  }\n}\n", f);
     }
@@ -686,12 +750,15 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     f = NULL;
     if (!st) {
       out->outs = calloc((size_t)nouts + 1, sizeof(uintptr_t));
-      if (!out->outs) st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
+      out->out_arg = calloc((size_t)nouts + 1, sizeof(int));
+      if (!out->outs || !out->out_arg)
+        st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
       int k = 0;
       for (int s = 0; s < ns && !st; s++) {
-        bool written = false;
-        for (int i = 0; i < nr; i++) written = written || rslot[i] == s;
-        if (written) out->outs[k++] = slots[s].base;
+        const slot_t* sl = &slots[s];
+        if (!sl->written && !sl->retype) continue;
+        out->out_arg[k] = sl->written ? -1 : sl->arg_index;
+        out->outs[k++] = sl->base;
       }
       out->nouts = nouts;
     }
@@ -707,6 +774,7 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     free(text);
     free(args);
     free(out->outs);
+    free(out->out_arg);
     memset(out, 0, sizeof(*out));
     return st;
   }

@@ -3,12 +3,15 @@
  *
  *   func.func private @graph(views read...) -> (values written...)
  *       the lowering layer's function (tpu_graph_print_func)
- *   func.func @main(%s0: tensor<Bxui8>, ..., %h0: tensor<f32>, ...)
- *       -> (tensor<Bxui8>, ...)
+ *   func.func @main(%s0: tensor<E0xT0>, ..., %h0: tensor<f32>, ...)
+ *       -> (tensor<E0xT0>, ...)
  *       reads each view out of its storage (slice, bitcast_convert, pad,
  *       reshape, slice, transpose, broadcast), calls @graph, writes each
  *       value back into its storage (dynamic_update_slice) and returns the
  *       storages' next contents
+ *
+ * A storage is a 1-D buffer of its element type (bytes until a program
+ * first uses it, which leaves it typed: compose.c, store_t).
  *
  * Host values (0-d CPU tensors a call passes by address) are arguments of
  * their own type. A storage that is written but never read and holds
@@ -34,6 +37,9 @@ typedef struct pj_program {
   pj_arg_t* args; /* execution arguments in order */
   int nargs;
   uintptr_t* outs; /* the storage (block base) each result replaces, in order */
+  int* out_arg;    /* per result: -1, or the argument whose buffer it replaces only
+                      while that is still the storage's (a storage the program
+                      only read, left typed: nothing another writer did is lost) */
   int nouts;
 } pj_program_t;
 

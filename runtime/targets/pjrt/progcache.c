@@ -116,7 +116,7 @@ static bool put_tensor(pj_call_key_t* k, const tpu_tensor_t* t) {
     }
     put_u64(k, (uint64_t)TAG_DEVICE << 32 | (uint32_t)s);
     put_u64(k, (uint64_t)((uintptr_t)t->data - b.base));
-    put_u64(k, (uint64_t)b.bytes << 1 | (b.buf != NULL));
+    put_u64(k, (uint64_t)b.bytes << 8 | (b.buf ? (uint64_t)b.buf_dt + 1 : 0)); /* contents: none, or their type */
     return true;
   }
   int h = 0;
@@ -215,6 +215,7 @@ void pj_call_plan_free(pj_call_plan_t* p) {
   free(p->arg);
   free(p->arg_dt);
   free(p->out);
+  free(p->out_arg);
   free(p);
 }
 
@@ -227,7 +228,9 @@ pj_call_plan_t* pj_call_plan_make(const pj_call_key_t* k, const pj_program_t* pr
   p->arg = calloc((size_t)prog->nargs + 1, sizeof(*p->arg));
   p->arg_dt = calloc((size_t)prog->nargs + 1, sizeof(*p->arg_dt));
   p->out = calloc((size_t)prog->nouts + 1, sizeof(*p->out));
-  if (!p->arg || !p->arg_dt || !p->out) goto fail;
+  p->out_arg = calloc((size_t)prog->nouts + 1, sizeof(*p->out_arg));
+  if (!p->arg || !p->arg_dt || !p->out || !p->out_arg) goto fail;
+  if (prog->nouts) memcpy(p->out_arg, prog->out_arg, sizeof(int) * (size_t)prog->nouts);
   for (int i = 0; i < prog->nargs; i++) {
     const pj_arg_t* a = &prog->args[i];
     if (!a->host) {

@@ -78,6 +78,7 @@ typedef struct pj_call_plan {
   int32_t* arg;       /* per argument: >= 0 a storage slot, < 0 host slot -1-arg */
   tpu_dtype_t* arg_dt; /* host arguments: the value's dtype */
   int32_t* out;       /* per result: the storage slot it replaces */
+  int* out_arg;       /* per result: as pj_program_t.out_arg */
 } pj_call_plan_t;
 
 /* The plan of a program composed for the graph keyed by k; NULL when an

@@ -32,13 +32,14 @@ static pj_block_t* reg_find(uintptr_t p, size_t bytes) {
   return b;
 }
 
-pj_buf_t* pj_buf_wrap(tpu_pjrt_t* p, tpu_pjrt_buffer_t* b) {
+pj_buf_t* pj_buf_wrap(tpu_pjrt_t* p, tpu_pjrt_buffer_t* b, tpu_dtype_t dt) {
   pj_buf_t* w = malloc(sizeof(*w));
   if (!w) {
     tpu_pjrt_buffer_free(p, b);
     return NULL;
   }
   w->b = b;
+  w->dt = dt;
   atomic_init(&w->refs, 1);
   return w;
 }
@@ -112,18 +113,25 @@ bool pj_storage_find(const void* ptr, size_t bytes, bool ref, pj_block_t* out) {
   return b != NULL;
 }
 
-void pj_storage_replace(tpu_pjrt_t* p, uintptr_t base, pj_buf_t* nb) {
-  pj_buf_t* old = NULL;
+static bool replace(tpu_pjrt_t* p, uintptr_t base, bool any, const pj_buf_t* expected, pj_buf_t* nb) {
+  pj_buf_t* old = nb; /* the block is gone or moved on: drop the new contents */
   pthread_mutex_lock(&g_reg.mu);
   size_t i = reg_upper(base);
-  if (i > 0 && g_reg.v[i - 1]->base == base) {
-    old = g_reg.v[i - 1]->buf;
-    g_reg.v[i - 1]->buf = nb;
-  } else {
-    old = nb; /* the block is gone: drop the new contents */
+  pj_block_t* b = i > 0 && g_reg.v[i - 1]->base == base ? g_reg.v[i - 1] : NULL;
+  if (b && (any || b->buf == expected)) {
+    old = b->buf;
+    b->buf = nb;
+    b->buf_dt = nb ? nb->dt : TPU_U8;
   }
   pthread_mutex_unlock(&g_reg.mu);
   pj_buf_release(p, old);
+  return old != nb;
+}
+
+void pj_storage_replace(tpu_pjrt_t* p, uintptr_t base, pj_buf_t* nb) { replace(p, base, true, NULL, nb); }
+
+bool pj_storage_replace_if(tpu_pjrt_t* p, uintptr_t base, const pj_buf_t* expected, pj_buf_t* nb) {
+  return replace(p, base, false, expected, nb);
 }
 
 /* The block's contents in host memory (zeros when never written). */
@@ -150,12 +158,14 @@ tpu_status_t pj_storage_write(tpu_pjrt_t* p, void* dst, const void* src, size_t 
   if (!st && !whole) st = block_to_host(p, &b, tmp); /* read, modify, write */
   if (!st && !whole) memcpy(tmp + off, src, bytes);
   tpu_pjrt_buffer_t* nb = NULL;
-  int64_t dims[1] = {(int64_t)b.bytes};
-  if (!st) st = tpu_pjrt_buffer_from_host(p, b.device, whole ? src : tmp, TPU_U8, 1, dims, &nb);
+  /* the block keeps its element type (bytes when it has none yet) */
+  const tpu_dtype_t dt = b.buf && b.bytes % tpu_dtype_size(b.buf_dt) == 0 ? b.buf_dt : TPU_U8;
+  int64_t dims[1] = {(int64_t)(b.bytes / tpu_dtype_size(dt))};
+  if (!st) st = tpu_pjrt_buffer_from_host(p, b.device, whole ? src : tmp, dt, 1, dims, &nb);
   free(tmp);
   pj_buf_release(p, b.buf);
   if (st) return st;
-  pj_buf_t* w = pj_buf_wrap(p, nb);
+  pj_buf_t* w = pj_buf_wrap(p, nb, dt);
   if (!w) return TPU_ERR(RESOURCE_EXHAUSTED, "pjrt: out of host memory");
   pj_storage_replace(p, b.base, w);
   return TPU_OK;

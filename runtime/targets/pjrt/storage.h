@@ -25,6 +25,7 @@
 /* A reference-counted PJRT buffer (the block holds one reference). */
 typedef struct pj_buf {
   tpu_pjrt_buffer_t* b;
+  tpu_dtype_t dt; /* its element type: 1-D, bytes / size(dt) elements */
   _Atomic int refs;
 } pj_buf_t;
 
@@ -33,6 +34,7 @@ typedef struct pj_block {
   size_t bytes;
   int device;
   pj_buf_t* buf; /* NULL: never written, reads as zeros */
+  tpu_dtype_t buf_dt; /* buf's element type (a copy the registry keeps) */
 } pj_block_t;
 
 /* The registry of blocks, sorted by base; its mutex also guards buf. */
@@ -46,8 +48,12 @@ bool pj_storage_find(const void* ptr, size_t bytes, bool ref, pj_block_t* out);
 /* Replaces the buffer of the block at `base` by `nb` (the call gives its
  * reference to the block) and releases the old one. */
 void pj_storage_replace(tpu_pjrt_t* p, uintptr_t base, pj_buf_t* nb);
+/* The same, only while the block's buffer is still `expected` (else nb is
+ * released); true when it replaced it. */
+bool pj_storage_replace_if(tpu_pjrt_t* p, uintptr_t base, const pj_buf_t* expected, pj_buf_t* nb);
 
-pj_buf_t* pj_buf_wrap(tpu_pjrt_t* p, tpu_pjrt_buffer_t* b); /* NULL on host OOM (b is freed) */
+/* NULL on host OOM (b is freed); dt: b's element type */
+pj_buf_t* pj_buf_wrap(tpu_pjrt_t* p, tpu_pjrt_buffer_t* b, tpu_dtype_t dt);
 void pj_buf_release(tpu_pjrt_t* p, pj_buf_t* b);
 
 /* Synchronous byte copies between host memory and device memory (any range

@@ -239,9 +239,10 @@ static tpu_status_t program_exe(pj_t* p, pj_program_t* prog, tpu_pjrt_exe_t** ou
 }
 
 /* Runs exe over the storages and host values `args`; result i replaces the
- * buffer of the storage at outs[i]. */
+ * buffer of the storage at out_bases[i] (while that is still the buffer of
+ * argument out_arg[i], when that is not -1). */
 static tpu_status_t execute(pj_t* p, int device, tpu_pjrt_exe_t* exe, const pj_arg_t* a, int nargs,
-                            const uintptr_t* out_bases, int nouts) {
+                            const uintptr_t* out_bases, const int* out_arg, int nouts) {
   if (nouts == 0) return TPU_OK; /* writes nothing */
   enum { SMALL = 16 };
   tpu_pjrt_buffer_t* args_s[SMALL];
@@ -279,13 +280,14 @@ static tpu_status_t execute(pj_t* p, int device, tpu_pjrt_exe_t* exe, const pj_a
   if (!st) {
     atomic_fetch_add(&p->runs, 1);
     for (int i = 0; i < nouts; i++) {
-      pj_buf_t* w = pj_buf_wrap(p->client, outs[i]);
+      pj_buf_t* w = pj_buf_wrap(p->client, outs[i], tpu_pjrt_buffer_dtype(p->client, outs[i]));
       outs[i] = NULL;
       if (!w) {
         st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory");
         continue;
       }
-      pj_storage_replace(p->client, out_bases[i], w);
+      if (out_arg[i] >= 0) pj_storage_replace_if(p->client, out_bases[i], held[out_arg[i]], w);
+      else pj_storage_replace(p->client, out_bases[i], w);
     }
   }
   for (int i = 0; i < nargs; i++) {
@@ -317,7 +319,7 @@ static tpu_status_t run_plan(pj_t* p, int device, const pj_call_plan_t* plan, co
     st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory running a program");
   } else {
     pj_call_plan_bind(plan, k, args, outs);
-    st = execute(p, device, plan->exe, args, plan->nargs, outs, plan->nouts);
+    st = execute(p, device, plan->exe, args, plan->nargs, outs, plan->out_arg, plan->nouts);
   }
   if (!small) {
     free(args);
@@ -365,7 +367,7 @@ static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
       pj_call_plan_free(plan);
     }
   }
-  if (!st) st = execute(p, g->device, exe, prog.args, prog.nargs, prog.outs, prog.nouts);
+  if (!st) st = execute(p, g->device, exe, prog.args, prog.nargs, prog.outs, prog.out_arg, prog.nouts);
   pj_program_free(&prog);
   pj_call_key_free(&key);
   return st;
