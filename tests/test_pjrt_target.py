@@ -287,3 +287,32 @@ def test_storage_reinterpreted_through_views_of_other_dtypes():
         same(c * 2, torch.full((4,), 2.0, dtype=torch.bfloat16))
         same(a, x)                                          # nothing lost
     """)
+
+
+def test_index_put():
+    run_pjrt("""
+        x = torch.randn(6, 5, 4)
+        i = torch.tensor([0, 4, -1, 2])
+        j = torch.tensor([1, 0, 3, 3])
+        cases = [((i,), torch.randn(4, 5, 4)),                    # one index tensor
+                 ((i, j), torch.randn(4, 4)),                      # two, adjacent
+                 ((i,), torch.tensor(2.5)),                        # a broadcast value
+                 ((i[:, None], j[None, :]), torch.randn(4, 4, 4)),  # indices that broadcast
+                 ((None, j), torch.randn(6, 4, 4))]                # after a full dim
+        for acc in (False, True):
+            for idx, val in cases:
+                e = torch.ops.aten.index_put(x, list(idx), val, acc)
+                got = torch.ops.aten.index_put(x.to("tpu"), [None if t is None else t.to("tpu") for t in idx],
+                                               val.to("tpu"), acc)
+                same(got, e)
+        a, e = x.to("tpu"), x.clone()
+        a[i, j] = torch.ones(4, 4, device="tpu")                  # in place, through indexing
+        e[i, j] = torch.ones(4, 4)
+        same(a, e)
+        w = torch.randn(10, 3, requires_grad=True)
+        wt = w.detach().to("tpu").requires_grad_()
+        ids = torch.tensor([[1, 2, 1], [9, 0, 2]])
+        (F.embedding(ids.to("tpu"), wt) * 2).sum().backward()    # embedding backward accumulates
+        (F.embedding(ids, w) * 2).sum().backward()
+        same(wt.grad, w.grad)
+    """)

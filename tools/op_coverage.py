@@ -5,6 +5,12 @@ docs/op_coverage.json and prints the totals.
 
     nice .venv/bin/python tools/op_coverage.py [--samples 4] [--jobs 1] [--timeout 300]
     .venv/bin/python tools/op_coverage.py --ops add softmax   # print only, no docs
+    nice .venv/bin/python tools/op_coverage.py --target pjrt --dtypes float32 --forward-only
+
+--target runs the workers with TORCH_TPU_TARGET set (the pjrt target on the XLA CPU plugin
+writes docs/op_coverage_pjrt.{md,json}) and compares with the host target's docs/op_coverage.json:
+the share of the OpInfos passing on host that pass there too. --dtypes and --forward-only
+narrow the sweep.
 
 OpInfos run in worker subprocesses, so an op that crashes the interpreter or
 hangs past --timeout is recorded as failed and the sweep goes on.
@@ -37,8 +43,21 @@ COMMAND = "nice .venv/bin/python tools/op_coverage.py"
 
 
 # ------------------------------------------------------------------ worker side
-def run_worker(names, samples):
+def wanted(op, args):
+    """[(dtype, directions)] of the OpInfo that the sweep runs."""
+    out = []
+    for d in h.dtypes_for(op):
+        name = str(d).removeprefix("torch.")
+        if args.dtypes and name not in args.dtypes:
+            continue
+        dirs = DIRECTIONS[:1 + (h.has_backward(op, d) and not args.forward_only)]
+        out.append((d, dirs))
+    return out
+
+
+def run_worker(names, args):
     """Runs the named OpInfos; writes one JSON line per start and per result."""
+    samples = args.samples
     warnings.simplefilter("ignore")
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # an op that prints must not corrupt the protocol stream
@@ -47,7 +66,7 @@ def run_worker(names, samples):
         op = h.OPS[name]
         result = {str(d).removeprefix("torch."): {
             direction: h.run_direction(op, d, direction == "backward", samples).to_dict()
-            for direction in DIRECTIONS[:1 + h.has_backward(op, d)]} for d in h.dtypes_for(op)}
+            for direction in dirs} for d, dirs in wanted(op, args)}
         result = {"dtypes": result, **({"skip": h.SKIP[name]} if name in h.SKIP else {})}
         print(json.dumps({"done": name, "result": result}), file=proto, flush=True)
 
@@ -59,8 +78,10 @@ class Worker:
         self.current, self.started, self.started_any = None, time.monotonic(), False
         self.log = tempfile.TemporaryFile(mode="w+")
         env = {k: v for k, v in os.environ.items() if k != "TORCH_TPU_CPU_FALLBACK"}
+        env["TORCH_TPU_TARGET"] = args.target
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--samples", str(args.samples),
-               "--ops", *self.names]
+               *(["--dtypes", *args.dtypes] if args.dtypes else []),
+               *(["--forward-only"] if args.forward_only else []), "--ops", *self.names]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      env=env, cwd=ROOT)
 
@@ -70,14 +91,12 @@ class Worker:
         return lines[-1][:200] if lines else ""
 
 
-def crash_result(name, failure):
+def crash_result(name, failure, args):
     """An OpInfo whose worker crashed or hung: every direction it has fails."""
     op, fail = h.OPS[name], {"status": "fail", "detail": f"error: {failure}"}
     return {"error": failure, "dtypes": {
-        str(d).removeprefix("torch."): {
-            "forward": fail,
-            **({"backward": fail} if h.has_backward(op, d) else {})}
-        for d in h.dtypes_for(op)}}
+        str(d).removeprefix("torch."): {direction: fail for direction in dirs}
+        for d, dirs in wanted(op, args)}}
 
 
 def sweep(names, args):
@@ -103,7 +122,7 @@ def sweep(names, args):
             print(f"  worker failed to start ({failure}); retrying", flush=True)
             time.sleep(20)
         elif failure and w.current:
-            results[w.current] = crash_result(w.current, failure)
+            results[w.current] = crash_result(w.current, failure, args)
             print(f"  {w.current}: {failure}", flush=True)
             w.names.remove(w.current)
         if w.names:
@@ -174,6 +193,28 @@ def headline(results, nsupported):
     ]
 
 
+def against_host(results, target):
+    """Per swept (dtype, direction): of the OpInfos passing on host (docs/op_coverage.json),
+    how many pass on the target."""
+    try:
+        with open(os.path.join(DOCS, "op_coverage.json")) as f:
+            host = json.load(f)["ops"]
+    except (OSError, ValueError, KeyError) as e:
+        return [f"(no host results to compare with: {e})"]
+    lines = []
+    keys = sorted({k for r in results.values() for k, _ in statuses(r)},
+                  key=lambda k: (DTYPE_NAMES.index(k[0]), DIRECTIONS.index(k[1])))
+    for dtype, direction in keys:
+        on_host = [n for n in results
+                   if host.get(n, {}).get("dtypes", {}).get(dtype, {}).get(direction, {}).get("status") == "pass"]
+        both = [n for n in on_host
+                if results[n]["dtypes"].get(dtype, {}).get(direction, {}).get("status") == "pass"]
+        share = f"{100 * len(both) / len(on_host):.1f}%" if on_host else "n/a"
+        lines.append(f"{target} {direction} {dtype}: {len(both)} of the {len(on_host)} OpInfos passing on "
+                     f"host pass ({share})")
+    return lines
+
+
 def kind_of(detail):
     return detail.split(":", 1)[0]
 
@@ -215,14 +256,19 @@ def first_problem(res):
     return ""
 
 
-def render_markdown(results, nsupported, samples):
+def render_markdown(results, nsupported, samples, args):
     dtypes = DTYPE_NAMES
     floats = [str(d).removeprefix("torch.") for d in h.FLOAT_DTYPES]
     esc = lambda s: s.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    on = "" if args.target == "host" else f" (target {args.target})"
+    cmd = COMMAND + ("" if args.target == "host" else f" --target {args.target}") + \
+        (f" --dtypes {' '.join(args.dtypes)}" if args.dtypes else "") + \
+        (" --forward-only" if args.forward_only else "")
+    raw = "op_coverage" if args.target == "host" else f"op_coverage_{args.target}"
     lines = [
-        "# Op coverage: PyTorch OpInfos on tpu",
+        f"# Op coverage: PyTorch OpInfos on tpu{on}",
         "",
-        f"Generated by `{COMMAND}` (also writes `docs/op_coverage.json`, the raw per-op results);",
+        f"Generated by `{cmd}` (also writes `docs/{raw}.json`, the raw per-op results);",
         "do not edit by hand. Each OpInfo of PyTorch's `op_db` runs its first "
         f"{samples} sample inputs per dtype",
         "on CPU and on tpu (CPU fallback off) and compares values (`torch.testing.assert_close`",
@@ -285,10 +331,14 @@ def main():
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per OpInfo")
     ap.add_argument("--ops", nargs="+", help="only these OpInfos; prints, writes no docs")
+    ap.add_argument("--target", default="host", choices=("host", "pjrt"),
+                    help="the target the workers run on (TORCH_TPU_TARGET)")
+    ap.add_argument("--dtypes", nargs="+", choices=DTYPE_NAMES, help="only these dtypes")
+    ap.add_argument("--forward-only", action="store_true", help="no backward checks")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        return run_worker(args.ops, args.samples)
+        return run_worker(args.ops, args)
 
     names = args.ops or list(h.OPS)
     unknown = [n for n in names if n not in h.OPS]
@@ -299,12 +349,15 @@ def main():
     for name in names if args.ops else ():
         print(name, json.dumps(results[name]))
     print("\n".join(headline(results, nsupported)))
+    if args.target != "host":
+        print("\n".join(against_host(results, args.target)))
     if args.ops:
         return
-    with open(os.path.join(DOCS, "op_coverage.json"), "w") as f:
+    stem = "op_coverage" if args.target == "host" else f"op_coverage_{args.target}"
+    with open(os.path.join(DOCS, stem + ".json"), "w") as f:
         f.write(render_json(results, nsupported, args.samples))
-    with open(os.path.join(DOCS, "op_coverage.md"), "w") as f:
-        f.write(render_markdown(results, nsupported, args.samples))
+    with open(os.path.join(DOCS, stem + ".md"), "w") as f:
+        f.write(render_markdown(results, nsupported, args.samples, args))
 
 
 if __name__ == "__main__":

@@ -70,43 +70,63 @@ static bool lower_sort(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* Advanced indexing of x by the index tensors of list il on adjacent dims
+ * p..p+k-1 (None elsewhere): they broadcast to B (nb dims, the indexed
+ * result being x.shape[:p] + B + x.shape[p+k:], of rank rnd), and the
+ * coordinates are B + [k] (negative indices wrapped). False for index lists
+ * this does not express (boolean masks, indices not adjacent). */
+typedef struct {
+  int p, k, nb;
+  ref_t coords;
+} index_coords_t;
+
+static bool index_coords(node_t* n, const tpu_tensor_t* x, const tpu_arg_t* il, int rnd, const int64_t* rsz,
+                         index_coords_t* ic) {
+  em_t* e = n->e;
+  int p = -1, k = 0;
+  for (int i = 0; i < il->n; i++) {
+    if (il->v.tlist[i].dtype == TPU_DTYPE_NONE) continue;
+    if (p < 0) p = i;
+    else if (i != p + k) return false; /* not adjacent: B would go first */
+    if (il->v.tlist[i].dtype != TPU_I64 && il->v.tlist[i].dtype != TPU_I32) return false;
+    k++;
+  }
+  if (p < 0 || p + k > x->ndim) return false;
+  const int nb = rnd - (x->ndim - k); /* dims of B */
+  if (nb < 0 || nb > TPU_MAX_DIMS - 1) return false;
+  int64_t bsz[TPU_MAX_DIMS + 1];
+  memcpy(bsz, rsz + p, sizeof(int64_t) * (size_t)nb);
+  bsz[nb] = 1;
+  ref_t parts[TPU_MAX_DIMS];
+  for (int j = 0; j < k; j++) {
+    ref_t ix = convert(e, read_tensor(e, &il->v.tlist[p + j]), TPU_I64);
+    ix = bcast(e, ix, nb, bsz);
+    const double len = (double)x->sizes[p + j];
+    ref_t neg = compare(e, "LT", ix, cst_like(e, TPU_I64, 0, ix.nd, ix.sz));
+    ix = select3(e, neg, scalar_op(e, "stablehlo.add", ix, len), ix);
+    parts[j] = reshape(e, ix, nb + 1, bsz);
+  }
+  int64_t csz[TPU_MAX_DIMS + 1];
+  memcpy(csz, bsz, sizeof(int64_t) * (size_t)nb);
+  csz[nb] = k;
+  ic->coords = k == 1 ? parts[0]
+                      : emit(e, "stablehlo.concatenate", k, parts, mkref(TPU_I64, nb + 1, csz), "dimension = %d : i64", nb);
+  ic->p = p;
+  ic->k = k;
+  ic->nb = nb;
+  return true;
+}
+
 static bool lower_index(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "index") && !strcmp(ovl, "Tensor") && is_tensor(n, 0) &&
       c->args[1].kind == TPU_ARG_TENSORLIST) {
-    /* (self, indices): advanced indexing with index tensors on adjacent dims
-     * p..p+k-1 (None elsewhere); they broadcast to B and the result is
-     * self.shape[:p] + B + self.shape[p+k:]. Negative indices wrap. */
+    /* (self, indices): a gather of the coordinates */
     const tpu_tensor_t* x = c->args[0].v.t;
-    const tpu_arg_t* il = &c->args[1];
-    int p = -1, k = 0;
-    for (int i = 0; i < il->n; i++) {
-      if (il->v.tlist[i].dtype == TPU_DTYPE_NONE) continue;
-      if (p < 0) p = i;
-      else if (i != p + k) return false; /* not adjacent: B would go first */
-      if (il->v.tlist[i].dtype != TPU_I64 && il->v.tlist[i].dtype != TPU_I32) return false;
-      k++;
-    }
-    if (p < 0 || p + k > x->ndim) return false;
-    const int nb = o->ndim - (x->ndim - k); /* dims of B */
-    if (nb < 0 || nb > TPU_MAX_DIMS - 1) return false;
-    int64_t bsz[TPU_MAX_DIMS + 1];
-    memcpy(bsz, o->sizes + p, sizeof(int64_t) * (size_t)nb);
-    bsz[nb] = 1;
-    ref_t parts[TPU_MAX_DIMS];
-    for (int j = 0; j < k; j++) {
-      ref_t ix = convert(e, read_tensor(e, &il->v.tlist[p + j]), TPU_I64);
-      ix = bcast(e, ix, nb, bsz);
-      const double len = (double)x->sizes[p + j];
-      ref_t neg = compare(e, "LT", ix, cst_like(e, TPU_I64, 0, ix.nd, ix.sz));
-      ix = select3(e, neg, scalar_op(e, "stablehlo.add", ix, len), ix);
-      parts[j] = reshape(e, ix, nb + 1, bsz);
-    }
-    int64_t csz[TPU_MAX_DIMS + 1];
-    memcpy(csz, bsz, sizeof(int64_t) * (size_t)nb);
-    csz[nb] = k;
-    ref_t coords = k == 1 ? parts[0]
-                          : emit(e, "stablehlo.concatenate", k, parts, mkref(TPU_I64, nb + 1, csz), "dimension = %d : i64", nb);
+    index_coords_t ic;
+    if (!index_coords(n, x, &c->args[1], o->ndim, o->sizes, &ic)) return false;
+    const int p = ic.p, k = ic.k, nb = ic.nb;
+    ref_t coords = ic.coords;
     int64_t offs[TPU_MAX_DIMS], coll[TPU_MAX_DIMS], ssz[TPU_MAX_DIMS];
     int no = 0;
     for (int d = 0; d < x->ndim; d++) {
@@ -125,6 +145,39 @@ static bool lower_index(node_t* n, const char* base, ref_t* outs) {
     return true;
   }
   return false;
+}
+
+/* stablehlo.scatter of upd into operand at idx (dimension numbers dn),
+ * replacing or, with add, adding */
+static ref_t scatter(em_t* e, ref_t operand, ref_t idx, ref_t upd, bool add, const char* dn) {
+  ref_t acc = block_arg(e, operand.dt), nw = block_arg(e, operand.dt);
+  ref_t in[3] = {operand, idx, upd};
+  ref_t res = operand;
+  res.id = e->next++;
+  FILE* f = e->f;
+  fprintf(f, "    %%%d = \"stablehlo.scatter\"(", res.id);
+  plist(f, 3, in, false);
+  fputs(") ({\n    ^bb0(", f);
+  pname(f, &acc);
+  fputs(": ", f);
+  ptype(f, &acc);
+  fputs(", ", f);
+  pname(f, &nw);
+  fputs(": ", f);
+  ptype(f, &nw);
+  fputs("):\n", f);
+  ref_t v = add ? binop(e, "stablehlo.add", acc, nw) : nw;
+  fputs("      \"stablehlo.return\"(", f);
+  pname(f, &v);
+  fputs(") : (", f);
+  ptype(f, &v);
+  fprintf(f, ") -> ()\n    }) {scatter_dimension_numbers = #stablehlo.scatter<%s>, "
+             "indices_are_sorted = false, unique_indices = false} : (", dn);
+  plist(f, 3, in, true);
+  fputs(") -> ", f);
+  ptype(f, &res);
+  fputc('\n', f);
+  return res;
 }
 
 static bool lower_scatter(node_t* n, const char* base, ref_t* outs) {
@@ -150,39 +203,62 @@ static bool lower_scatter(node_t* n, const char* base, ref_t* outs) {
     } else {
       upd = cst_like(e, x->dtype, tpu_arg_f64(c, 3, 0), nd, idx.sz);
     }
-    ref_t acc = block_arg(e, x->dtype), nw = block_arg(e, x->dtype);
-    ref_t in[3] = {arg(n, 0), coords, upd};
-    ref_t res = mkref(x->dtype, nd, x->sizes);
-    res.id = e->next++;
-    FILE* f = e->f;
-    fprintf(f, "    %%%d = \"stablehlo.scatter\"(", res.id);
-    plist(f, 3, in, false);
-    fputs(") ({\n    ^bb0(", f);
-    pname(f, &acc);
-    fputs(": ", f);
-    ptype(f, &acc);
-    fputs(", ", f);
-    pname(f, &nw);
-    fputs(": ", f);
-    ptype(f, &nw);
-    fputs("):\n", f);
-    ref_t v = base[7] == '_' ? binop(e, "stablehlo.add", acc, nw) : nw;
-    fputs("      \"stablehlo.return\"(", f);
-    pname(f, &v);
-    fputs(") : (", f);
-    ptype(f, &v);
     int64_t all[TPU_MAX_DIMS];
     for (int d = 0; d < nd; d++) all[d] = d;
-    char b1[256], b2[256];
-    fprintf(f, ") -> ()\n    }) {scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [], "
-               "inserted_window_dims = [%s], scatter_dims_to_operand_dims = [%s], index_vector_dim = %d>, "
-               "indices_are_sorted = false, unique_indices = false} : (",
-            ints(b1, sizeof b1, nd, all), ints(b2, sizeof b2, nd, all), nd);
-    plist(f, 3, in, true);
-    fputs(") -> ", f);
-    ptype(f, &res);
-    fputc('\n', f);
-    outs[0] = res;
+    char b1[256], b2[256], dn[700];
+    snprintf(dn, sizeof dn, "update_window_dims = [], inserted_window_dims = [%s], scatter_dims_to_operand_dims = "
+             "[%s], index_vector_dim = %d", ints(b1, sizeof b1, nd, all), ints(b2, sizeof b2, nd, all), nd);
+    outs[0] = scatter(e, arg(n, 0), coords, upd, base[7] == '_', dn);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_index_put(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (is_tensor(n, 0) && is_tensor(n, 2) && c->args[1].kind == TPU_ARG_TENSORLIST) {
+    /* (self, indices, values, accumulate): values (broadcast to the indexed
+     * shape) go to self at the coordinates, replacing or adding */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    const tpu_arg_t* il = &c->args[1];
+    /* the indexed shape: x.shape[:p] + B + x.shape[p+k:], B the indices' broadcast */
+    int64_t bsz[TPU_MAX_DIMS] = {0}, rsz[TPU_MAX_DIMS];
+    int bnd = 0, p = -1, k = 0;
+    for (int i = 0; i < il->n; i++) {
+      const tpu_tensor_t* t = &il->v.tlist[i];
+      if (t->dtype == TPU_DTYPE_NONE) continue;
+      if (p < 0) p = i;
+      k++;
+      if (t->ndim > bnd) {
+        memmove(bsz + (t->ndim - bnd), bsz, sizeof(int64_t) * (size_t)bnd);
+        for (int d = 0; d < t->ndim - bnd; d++) bsz[d] = 1;
+        bnd = t->ndim;
+      }
+      for (int d = 0; d < t->ndim; d++) {
+        int64_t* b = &bsz[bnd - t->ndim + d];
+        if (*b == 1) *b = t->sizes[d];
+        else if (t->sizes[d] != 1 && t->sizes[d] != *b) return false;
+      }
+    }
+    if (p < 0 || x->ndim - k + bnd > TPU_MAX_DIMS) return false;
+    const int rnd = x->ndim - k + bnd;
+    memcpy(rsz, x->sizes, sizeof(int64_t) * (size_t)p);
+    memcpy(rsz + p, bsz, sizeof(int64_t) * (size_t)bnd);
+    memcpy(rsz + p + bnd, x->sizes + p + k, sizeof(int64_t) * (size_t)(x->ndim - p - k));
+    index_coords_t ic;
+    if (!index_coords(n, x, il, rnd, rsz, &ic)) return false;
+    ref_t upd = bcast(e, convert(e, arg(n, 2), x->dtype), rnd, rsz);
+    int64_t win[TPU_MAX_DIMS], ins[TPU_MAX_DIMS];
+    int nw = 0;
+    for (int d = 0; d < rnd; d++)
+      if (d < ic.p || d >= ic.p + ic.nb) win[nw++] = d;
+    for (int j = 0; j < ic.k; j++) ins[j] = ic.p + j;
+    char b1[256], b2[256], b3[256], dn[900];
+    snprintf(dn, sizeof dn, "update_window_dims = [%s], inserted_window_dims = [%s], scatter_dims_to_operand_dims "
+             "= [%s], index_vector_dim = %d", ints(b1, sizeof b1, nw, win), ints(b2, sizeof b2, ic.k, ins),
+             ints(b3, sizeof b3, ic.k, ins), ic.nb);
+    const bool accumulate = c->nargs > 3 && c->args[3].kind == TPU_ARG_BOOL && c->args[3].v.b;
+    outs[0] = scatter(e, arg(n, 0), ic.coords, upd, accumulate, dn);
     return true;
   }
   return false;
@@ -215,8 +291,10 @@ static bool lower_index_select(node_t* n, const char* base, ref_t* outs) {
 
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
+    {"_index_put_impl", lower_index_put},
     {"gather", lower_gather},
     {"index", lower_index},
+    {"index_put", lower_index_put},
     {"index_select", lower_index_select},
     {"scatter", lower_scatter},
     {"scatter_add", lower_scatter},
