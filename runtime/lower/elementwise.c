@@ -28,8 +28,10 @@ static const struct {
     {"bitwise_not", "stablehlo.not"},   {"atan", "chlo.atan"},
     {"asin", "chlo.asin"},              {"acos", "chlo.acos"},
     {"sinh", "chlo.sinh"},              {"cosh", "chlo.cosh"},
-    {"lgamma", "chlo.lgamma"},          {"digamma", "chlo.digamma"},
-    {"erfinv", "chlo.erf_inv"},
+    {"lgamma", "chlo.lgamma"},
+    {"erfinv", "chlo.erf_inv"},        {"acosh", "chlo.acosh"},
+    {"asinh", "chlo.asinh"},            {"atanh", "chlo.atanh"},
+    {"erfc", "chlo.erfc"},
 };
 
 static const struct {
@@ -39,13 +41,21 @@ static const struct {
     {"minimum", "stablehlo.minimum"},  {"pow", "stablehlo.power"},
     {"atan2", "stablehlo.atan2"},      {"fmod", "stablehlo.remainder"},
     {"bitwise_and", "stablehlo.and"},  {"bitwise_or", "stablehlo.or"},
-    {"bitwise_xor", "stablehlo.xor"},
+    {"bitwise_xor", "stablehlo.xor"},  {"nextafter", "chlo.next_after"},
+    {"special_zeta", "chlo.zeta"},
 };
 
 static const struct {
   const char *aten, *dir;
 } k_compare[] = {{"eq", "EQ"}, {"ne", "NE"}, {"lt", "LT"}, {"le", "LE"}, {"gt", "GT"}, {"ge", "GE"}};
 
+
+static ref_t like(em_t* e, ref_t x, double v) { return cst_like(e, x.dt, v, x.nd, x.sz); }
+static ref_t is_nan(em_t* e, ref_t x) { return compare(e, "NE", x, x); }
+
+static ref_t trunc_of(em_t* e, ref_t q) {
+  return select3(e, compare(e, "LT", q, like(e, q, 0)), unop(e, "stablehlo.ceil", q), unop(e, "stablehlo.floor", q));
+}
 
 static bool lower_unary(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
@@ -98,14 +108,24 @@ static bool lower_add(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_div(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "div")) {
-    const char* mode = tpu_arg_str(c, 2, NULL);
-    if (mode && tpu_dtype_is_integral(odt, true)) return false;
-    ref_t q = binop(e, "stablehlo.divide", arg_out(n, 0, odt), arg_out(n, 1, odt));
-    if (mode && !strcmp(mode, "floor")) q = unop(e, "stablehlo.floor", q);
-    else if (mode && !strcmp(mode, "trunc"))
-      q = select3(e, compare(e, "LT", q, cst_like(e, odt, 0, q.nd, q.sz)), unop(e, "stablehlo.ceil", q),
-                  unop(e, "stablehlo.floor", q));
+  if (!strcmp(base, "div") || !strcmp(base, "floor_divide")) {
+    const char* mode = base[0] == 'f' ? "floor" : tpu_arg_str(c, 2, NULL);
+    if (mode && odt == TPU_BOOL) return false;
+    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
+    ref_t q = binop(e, "stablehlo.divide", a, b); /* integers: truncated */
+    if (!tpu_dtype_is_float(odt)) {
+      if (!mode) return false; /* true division of integers is float (odt says so) */
+      if (!strcmp(mode, "floor")) { /* one less where the remainder is nonzero and the signs differ */
+        ref_t r = binop(e, "stablehlo.remainder", a, b), zero = like(e, r, 0);
+        ref_t fix = binop(e, "stablehlo.and", compare(e, "NE", r, zero),
+                          compare(e, "NE", compare(e, "LT", a, zero), compare(e, "LT", b, zero)));
+        q = select3(e, fix, binop(e, "stablehlo.subtract", q, like(e, q, 1)), q);
+      }
+    } else if (mode && !strcmp(mode, "floor")) {
+      q = unop(e, "stablehlo.floor", q);
+    } else if (mode && !strcmp(mode, "trunc")) {
+      q = trunc_of(e, q);
+    }
     outs[0] = q;
     return true;
   }
@@ -164,9 +184,7 @@ static bool lower_round(node_t* n, const char* base, ref_t* outs) {
 static bool lower_trunc(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "trunc") && tpu_dtype_is_float(odt)) {
-    ref_t q = arg_out(n, 0, odt);
-    outs[0] = select3(e, compare(e, "LT", q, cst_like(e, odt, 0, q.nd, q.sz)), unop(e, "stablehlo.ceil", q),
-                      unop(e, "stablehlo.floor", q));
+    outs[0] = trunc_of(e, arg_out(n, 0, odt));
     return true;
   }
   return false;
@@ -305,6 +323,132 @@ static bool lower_isneginf(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* ---- formulas of a few ops each ---- */
+
+/* x's sign bit (true for -0.0 and negative NaNs), as PyTorch's signbit */
+static ref_t sign_bit(em_t* e, ref_t x) {
+  if (!tpu_dtype_is_float(x.dt)) return compare(e, "LT", x, like(e, x, 0));
+  const size_t es = tpu_dtype_size(x.dt);
+  const tpu_dtype_t it = es == 8 ? TPU_I64 : es == 4 ? TPU_I32 : TPU_I16;
+  ref_t bits = emit(e, "stablehlo.bitcast_convert", 1, &x, mkref(it, x.nd, x.sz), NULL);
+  return compare(e, "LT", bits, cst_like(e, it, 0, x.nd, x.sz));
+}
+
+/* the largest finite value of a float dtype */
+static double float_max(tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_F64: return 1.7976931348623157e308;
+    case TPU_F16: return 65504.0;
+    case TPU_BF16: return 3.3895313892515355e38;
+    default: return 3.4028234663852886e38;
+  }
+}
+
+/* digamma, with PyTorch's values at zero: -inf at +0, +inf at -0 */
+static ref_t digamma(em_t* e, ref_t x) {
+  ref_t at0 = select3(e, sign_bit(e, x), like(e, x, INFINITY), like(e, x, -INFINITY));
+  return select3(e, compare(e, "EQ", x, like(e, x, 0)), at0, unop(e, "chlo.digamma", x));
+}
+
+static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0) && strcmp(base, "polygamma")) return false;
+  const bool fl = tpu_dtype_is_float(odt);
+  if (!strcmp(base, "frac") && fl) {
+    ref_t x = arg_out(n, 0, odt);
+    outs[0] = binop(e, "stablehlo.subtract", x, trunc_of(e, x));
+  } else if (!strcmp(base, "signbit")) {
+    outs[0] = c->args[0].v.t->dtype == TPU_BOOL ? cst_like(e, TPU_BOOL, 0, o->ndim, o->sizes) : sign_bit(e, arg(n, 0));
+  } else if (!strcmp(base, "sinc") && fl) { /* sin(pi x) / (pi x), 1 at 0 */
+    ref_t x = arg_out(n, 0, acc_type(odt)), px = scalar_op(e, "stablehlo.multiply", x, M_PI);
+    ref_t r = binop(e, "stablehlo.divide", unop(e, "stablehlo.sine", px), px);
+    outs[0] = convert(e, select3(e, compare(e, "EQ", x, like(e, x, 0)), like(e, x, 1), r), odt);
+  } else if (!strcmp(base, "logit") && fl) { /* log(x / (1 - x)), x clamped to [eps, 1 - eps] */
+    ref_t x = arg_out(n, 0, odt);
+    if (c->nargs > 1 && c->args[1].kind == TPU_ARG_DOUBLE) {
+      const double eps = c->args[1].v.d;
+      x = binop(e, "stablehlo.minimum", binop(e, "stablehlo.maximum", x, like(e, x, eps)), like(e, x, 1 - eps));
+    }
+    outs[0] = unop(e, "stablehlo.log", binop(e, "stablehlo.divide", x, binop(e, "stablehlo.subtract", like(e, x, 1), x)));
+  } else if (!strcmp(base, "nan_to_num")) {
+    ref_t x = arg_out(n, 0, odt);
+    if (fl) {
+      const double big = float_max(odt);
+      ref_t pinf = c->nargs > 2 && c->args[2].kind == TPU_ARG_DOUBLE ? like(e, x, c->args[2].v.d) : like(e, x, big);
+      ref_t ninf = c->nargs > 3 && c->args[3].kind == TPU_ARG_DOUBLE ? like(e, x, c->args[3].v.d) : like(e, x, -big);
+      x = select3(e, is_nan(e, x), like(e, x, tpu_arg_f64(c, 1, 0)), x);
+      x = select3(e, compare(e, "EQ", x, like(e, x, INFINITY)), pinf, x);
+      x = select3(e, compare(e, "EQ", x, like(e, x, -INFINITY)), ninf, x);
+    }
+    outs[0] = x;
+  } else if (!strcmp(base, "angle") && fl) { /* real input: 0, pi below zero, NaN kept */
+    ref_t x = arg_out(n, 0, odt);
+    outs[0] = select3(e, is_nan(e, x), x, select3(e, compare(e, "LT", x, like(e, x, 0)), like(e, x, M_PI), like(e, x, 0)));
+  } else if (!strcmp(base, "special_entr") && fl) { /* -x log x; 0 at 0, -inf below */
+    ref_t x = arg_out(n, 0, odt);
+    ref_t r = unop(e, "stablehlo.negate", binop(e, "stablehlo.multiply", x, unop(e, "stablehlo.log", x)));
+    r = select3(e, compare(e, "EQ", x, like(e, x, 0)), like(e, x, 0), r);
+    r = select3(e, compare(e, "LT", x, like(e, x, 0)), like(e, x, -INFINITY), r);
+    outs[0] = select3(e, is_nan(e, x), x, r);
+  } else if ((!strcmp(base, "xlogy") || !strcmp(base, "special_xlog1py")) && fl) {
+    /* x * log(y) (log1p), 0 where x is 0 unless y is NaN */
+    ref_t x = arg_out(n, 0, odt), y = arg_out(n, 1, odt);
+    ref_t r = binop(e, "stablehlo.multiply", x, unop(e, base[0] == 'x' ? "stablehlo.log" : "stablehlo.log_plus_one", y));
+    r = select3(e, compare(e, "EQ", x, like(e, x, 0)), like(e, x, 0), r);
+    outs[0] = select3(e, is_nan(e, y), y, r);
+  } else if (!strcmp(base, "copysign") && fl) {
+    ref_t a = unop(e, "stablehlo.abs", arg_out(n, 0, odt)), b = arg_out(n, 1, odt);
+    outs[0] = select3(e, sign_bit(e, b), unop(e, "stablehlo.negate", a), a);
+  } else if (!strcmp(base, "fmax") || !strcmp(base, "fmin")) { /* NaN only where both are */
+    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
+    ref_t m = binop(e, base[2] == 'a' ? "stablehlo.maximum" : "stablehlo.minimum", a, b);
+    if (fl) m = select3(e, is_nan(e, a), b, select3(e, is_nan(e, b), a, m));
+    outs[0] = m;
+  } else if (!strcmp(base, "hypot") && fl) {
+    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
+    outs[0] = unop(e, "stablehlo.sqrt", binop(e, "stablehlo.add", binop(e, "stablehlo.multiply", a, a),
+                                                    binop(e, "stablehlo.multiply", b, b)));
+  } else if (!strcmp(base, "heaviside")) { /* x == 0 ? v : x > 0 */
+    ref_t x = arg_out(n, 0, odt), v = arg_out(n, 1, odt);
+    outs[0] = select3(e, compare(e, "EQ", x, like(e, x, 0)), v, convert(e, compare(e, "GT", x, like(e, x, 0)), odt));
+  } else if ((!strcmp(base, "logaddexp") || !strcmp(base, "logaddexp2")) && fl) {
+    /* max + log1p(exp(-|a - b|)) (base 2 for logaddexp2); equal infinities stay */
+    const bool two = base[9] == '2';
+    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
+    ref_t d = unop(e, "stablehlo.negate", unop(e, "stablehlo.abs", binop(e, "stablehlo.subtract", a, b)));
+    ref_t t = two ? binop(e, "stablehlo.power", like(e, d, 2), d) : unop(e, "stablehlo.exponential", d);
+    t = unop(e, "stablehlo.log_plus_one", t);
+    if (two) t = scalar_op(e, "stablehlo.divide", t, M_LN2);
+    ref_t r = binop(e, "stablehlo.add", binop(e, "stablehlo.maximum", a, b), t);
+    ref_t inf_eq = binop(e, "stablehlo.and", compare(e, "EQ", a, b),
+                         compare(e, "EQ", unop(e, "stablehlo.abs", a), like(e, a, INFINITY)));
+    outs[0] = select3(e, inf_eq, a, r);
+  } else if (!strcmp(base, "polygamma") && fl && c->args[0].kind == TPU_ARG_INT && is_tensor(n, 1)) {
+    ref_t x = arg_out(n, 1, odt);
+    outs[0] = c->args[0].v.i == 0 ? digamma(e, x)
+                                  : binop(e, "chlo.polygamma", like(e, x, (double)c->args[0].v.i), x);
+  } else if (!strcmp(base, "digamma") && fl) {
+    outs[0] = digamma(e, arg_out(n, 0, odt));
+  } else if (!strcmp(base, "special_ndtri") && fl) { /* sqrt(2) erfinv(2p - 1) */
+    ref_t p = arg_out(n, 0, odt);
+    ref_t t = binop(e, "stablehlo.subtract", scalar_op(e, "stablehlo.multiply", p, 2), like(e, p, 1));
+    outs[0] = scalar_op(e, "stablehlo.multiply", unop(e, "chlo.erf_inv", t), M_SQRT2);
+  } else if (!strcmp(base, "round") && !strcmp(ovl, "decimals") && fl) {
+    /* as the CPU kernel: nearbyint(x * 10^d) / 10^d, or nearbyint(x / 10^-d) * 10^-d */
+    const int64_t d = tpu_arg_i64(c, 1, 0);
+    const double p10 = pow(10.0, (double)(d >= 0 ? d : -d));
+    ref_t x = arg_out(n, 0, odt);
+    if (d >= 0) x = scalar_op(e, "stablehlo.divide", unop(e, "stablehlo.round_nearest_even",
+                                                           scalar_op(e, "stablehlo.multiply", x, p10)), p10);
+    else x = scalar_op(e, "stablehlo.multiply", unop(e, "stablehlo.round_nearest_even",
+                                                      scalar_op(e, "stablehlo.divide", x, p10)), p10);
+    outs[0] = x;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 static bool lower_remainder(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "remainder") && tpu_dtype_is_float(odt)) { /* a - floor(a / b) * b */
@@ -330,6 +474,10 @@ static bool lower_remainder_2(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+static bool lower_round_any(node_t* n, const char* base, ref_t* outs) {
+  return lower_round(n, base, outs) || lower_formula(n, base, outs);
+}
+
 /* the former chain tried these in turn; the first that lowers wins */
 static bool lower_remainder_any(node_t* n, const char* base, ref_t* outs) {
   return lower_remainder(n, base, outs) || lower_remainder_2(n, base, outs);
@@ -339,12 +487,16 @@ static bool lower_remainder_any(node_t* n, const char* base, ref_t* outs) {
 static const tpu_lower_entry_t k_entries[] = {
     {"abs", lower_unary},
     {"acos", lower_unary},
+    {"acosh", lower_unary},
     {"add", lower_add},
     {"addcdiv", lower_addcmul},
     {"addcmul", lower_addcmul},
+    {"angle", lower_formula},
     {"asin", lower_unary},
+    {"asinh", lower_unary},
     {"atan", lower_unary},
     {"atan2", lower_binary},
+    {"atanh", lower_unary},
     {"bitwise_and", lower_binary},
     {"bitwise_not", lower_unary},
     {"bitwise_or", lower_binary},
@@ -353,21 +505,29 @@ static const tpu_lower_entry_t k_entries[] = {
     {"clamp", lower_clamp},
     {"clamp_max", lower_clamp},
     {"clamp_min", lower_clamp},
+    {"copysign", lower_formula},
     {"cos", lower_unary},
     {"cosh", lower_unary},
-    {"digamma", lower_unary},
+    {"digamma", lower_formula},
     {"div", lower_div},
     {"eq", lower_compare},
     {"erf", lower_unary},
+    {"erfc", lower_unary},
     {"erfinv", lower_unary},
     {"exp", lower_unary},
     {"exp2", lower_exp2},
     {"expm1", lower_unary},
     {"floor", lower_unary},
+    {"floor_divide", lower_div},
+    {"fmax", lower_formula},
+    {"fmin", lower_formula},
     {"fmod", lower_binary},
+    {"frac", lower_formula},
     {"ge", lower_compare},
     {"gelu", lower_gelu},
     {"gt", lower_compare},
+    {"heaviside", lower_formula},
+    {"hypot", lower_formula},
     {"isinf", lower_isneginf},
     {"isnan", lower_isnan},
     {"isneginf", lower_isneginf},
@@ -379,30 +539,42 @@ static const tpu_lower_entry_t k_entries[] = {
     {"log10", lower_log2},
     {"log1p", lower_unary},
     {"log2", lower_log2},
+    {"logaddexp", lower_formula},
+    {"logaddexp2", lower_formula},
     {"logical_and", lower_logical_and},
     {"logical_not", lower_logical_not},
     {"logical_or", lower_logical_and},
     {"logical_xor", lower_logical_and},
+    {"logit", lower_formula},
     {"lt", lower_compare},
     {"masked_fill", lower_masked_fill},
     {"maximum", lower_binary},
     {"minimum", lower_binary},
     {"mul", lower_binary},
+    {"nan_to_num", lower_formula},
     {"ne", lower_compare},
     {"neg", lower_unary},
+    {"nextafter", lower_binary},
+    {"polygamma", lower_formula},
     {"pow", lower_binary},
     {"reciprocal", lower_reciprocal},
     {"relu", lower_relu},
     {"remainder", lower_remainder_any},
-    {"round", lower_round},
+    {"round", lower_round_any},
     {"rsqrt", lower_unary},
     {"rsub", lower_add},
     {"sgn", lower_unary},
     {"sigmoid", lower_unary},
     {"sign", lower_unary},
+    {"signbit", lower_formula},
     {"silu", lower_silu},
     {"sin", lower_unary},
+    {"sinc", lower_formula},
     {"sinh", lower_unary},
+    {"special_entr", lower_formula},
+    {"special_ndtri", lower_formula},
+    {"special_xlog1py", lower_formula},
+    {"special_zeta", lower_binary},
     {"sqrt", lower_unary},
     {"square", lower_square},
     {"sub", lower_add},
@@ -410,6 +582,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"tanh", lower_unary},
     {"trunc", lower_trunc},
     {"where", lower_where},
+    {"xlogy", lower_formula},
 };
 
 const tpu_lower_table_t tpu_lower_elementwise = {k_entries, sizeof k_entries / sizeof k_entries[0]};
