@@ -148,8 +148,8 @@ static bool lower_index(node_t* n, const char* base, ref_t* outs) {
 }
 
 /* stablehlo.scatter of upd into operand at idx (dimension numbers dn),
- * replacing or, with add, adding */
-static ref_t scatter(em_t* e, ref_t operand, ref_t idx, ref_t upd, bool add, const char* dn) {
+ * combining with `combine` (a binary op; NULL: replacing) */
+static ref_t scatter(em_t* e, ref_t operand, ref_t idx, ref_t upd, const char* combine, const char* dn) {
   ref_t acc = block_arg(e, operand.dt), nw = block_arg(e, operand.dt);
   ref_t in[3] = {operand, idx, upd};
   ref_t res = operand;
@@ -166,7 +166,7 @@ static ref_t scatter(em_t* e, ref_t operand, ref_t idx, ref_t upd, bool add, con
   fputs(": ", f);
   ptype(f, &nw);
   fputs("):\n", f);
-  ref_t v = add ? binop(e, "stablehlo.add", acc, nw) : nw;
+  ref_t v = combine ? binop(e, combine, acc, nw) : nw;
   fputs("      \"stablehlo.return\"(", f);
   pname(f, &v);
   fputs(") : (", f);
@@ -180,11 +180,55 @@ static ref_t scatter(em_t* e, ref_t operand, ref_t idx, ref_t upd, bool add, con
   return res;
 }
 
+/* x with upd reduced into it at idx (dimension numbers dn) by `how` (sum or
+ * add, prod or multiply, mean, amax, amin), as scatter_reduce and
+ * index_reduce do: without include_self the positions an update reaches
+ * start from the updates alone; a mean divides by the number of values
+ * (integers: floor division). False for an unknown reduction. */
+static bool reduce_into(em_t* e, ref_t x, ref_t idx, ref_t upd, const char* how, bool include_self, const char* dn,
+                        ref_t* out) {
+  enum { SUM, PROD, MAX, MIN } kind;
+  if (!strcmp(how, "sum") || !strcmp(how, "add") || !strcmp(how, "mean")) kind = SUM;
+  else if (!strcmp(how, "prod") || !strcmp(how, "multiply")) kind = PROD;
+  else if (!strcmp(how, "amax")) kind = MAX;
+  else if (!strcmp(how, "amin")) kind = MIN;
+  else return false;
+  static const char* const k_op[] = {"stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum"};
+  const bool mean = !strcmp(how, "mean");
+  const tpu_dtype_t dt = x.dt;
+#define K(v) cst_like(e, dt, (v), x.nd, x.sz)
+  ref_t start = x, reached = x;
+  if (!include_self || mean) /* how many updates reach each position */
+    reached = scatter(e, K(0), idx, cst_like(e, dt, 1, upd.nd, upd.sz), "stablehlo.add", dn);
+  if (!include_self) { /* sum and product start from their identity, max and min from an update */
+    ref_t first = kind == SUM ? K(0) : kind == PROD ? K(1) : scatter(e, x, idx, upd, NULL, dn);
+    start = select3(e, compare(e, "NE", reached, K(0)), first, x);
+  }
+  ref_t r = scatter(e, start, idx, upd, k_op[kind], dn);
+  if (mean) {
+    ref_t cnt = include_self ? binop(e, "stablehlo.add", reached, K(1)) : binop(e, "stablehlo.maximum", reached, K(1));
+    ref_t q = binop(e, "stablehlo.divide", r, cnt);
+    if (!tpu_dtype_is_float(dt)) { /* floor division by a positive count */
+      ref_t fix = binop(e, "stablehlo.and", compare(e, "NE", binop(e, "stablehlo.remainder", r, cnt), K(0)),
+                        compare(e, "LT", r, K(0)));
+      q = select3(e, fix, binop(e, "stablehlo.subtract", q, K(1)), q);
+    }
+    r = q;
+  }
+#undef K
+  *out = r;
+  return true;
+}
+
 static bool lower_scatter(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if ((!strcmp(base, "scatter") || !strcmp(base, "scatter_add")) && is_tensor(n, 0) && is_tensor(n, 2) &&
-      c->args[0].v.t->ndim > 0 && (c->nargs < 5 || c->args[4].kind == TPU_ARG_NONE)) {
-    /* scatter(self, dim, index, src | value) / scatter_add(self, dim, index, src):
+  const bool reduce_two = !strcmp(base, "scatter_reduce") && !strcmp(ovl, "two");
+  const char* reduce = reduce_two ? tpu_arg_str(c, 4, NULL)
+                       : !strcmp(base, "scatter") && c->nargs > 4 ? tpu_arg_str(c, 4, NULL) : NULL;
+  if ((!strcmp(base, "scatter") || !strcmp(base, "scatter_add") || reduce_two) && is_tensor(n, 0) &&
+      is_tensor(n, 2) && c->args[0].v.t->ndim > 0 &&
+      (c->nargs < 5 || c->args[4].kind == TPU_ARG_NONE || reduce)) {
+    /* scatter(self, dim, index, src | value[, reduce]) / scatter_add / scatter_reduce.two:
      * element i of index (and of src) goes to self at index[i] along dim */
     const tpu_tensor_t* x = c->args[0].v.t;
     const int nd = x->ndim, dim = norm_dim(tpu_arg_i64(c, 1, 0), nd);
@@ -208,8 +252,13 @@ static bool lower_scatter(node_t* n, const char* base, ref_t* outs) {
     char b1[256], b2[256], dn[700];
     snprintf(dn, sizeof dn, "update_window_dims = [], inserted_window_dims = [%s], scatter_dims_to_operand_dims = "
              "[%s], index_vector_dim = %d", ints(b1, sizeof b1, nd, all), ints(b2, sizeof b2, nd, all), nd);
-    outs[0] = scatter(e, arg(n, 0), coords, upd, base[7] == '_', dn);
-    return true;
+    if (!reduce) {
+      outs[0] = scatter(e, arg(n, 0), coords, upd, base[7] == '_' ? "stablehlo.add" : NULL, dn);
+      return true;
+    }
+    /* scatter.reduce: "add" | "multiply"; scatter_reduce.two: sum, prod, mean, amax, amin */
+    const bool include_self = !reduce_two || !(c->nargs > 5 && c->args[5].kind == TPU_ARG_BOOL && !c->args[5].v.b);
+    return reduce_into(e, arg(n, 0), coords, upd, reduce, include_self, dn, &outs[0]);
   }
   return false;
 }
@@ -258,7 +307,109 @@ static bool lower_index_put(node_t* n, const char* base, ref_t* outs) {
              "= [%s], index_vector_dim = %d", ints(b1, sizeof b1, nw, win), ints(b2, sizeof b2, ic.k, ins),
              ints(b3, sizeof b3, ic.k, ins), ic.nb);
     const bool accumulate = c->nargs > 3 && c->args[3].kind == TPU_ARG_BOOL && c->args[3].v.b;
-    outs[0] = scatter(e, arg(n, 0), ic.coords, upd, accumulate, dn);
+    outs[0] = scatter(e, arg(n, 0), ic.coords, upd, accumulate ? "stablehlo.add" : NULL, dn);
+    return true;
+  }
+  return false;
+}
+
+/* Indices along one dim: i64 [k, 1], negative ones wrapped by len. */
+static ref_t dim_index(em_t* e, ref_t idx, int64_t len) {
+  ref_t ix = convert(e, idx, TPU_I64);
+  const int64_t k = numel(&ix);
+  ix = reshape(e, ix, 2, (int64_t[]){k, 1});
+  ref_t neg = compare(e, "LT", ix, cst_like(e, TPU_I64, 0, 2, ix.sz));
+  return select3(e, neg, scalar_op(e, "stablehlo.add", ix, (double)len), ix);
+}
+
+/* Dimension numbers of a scatter of slices along dim: the updates are x's
+ * shape with dim replaced by the k indices of a [k, 1] index. */
+static const char* slice_scatter_dn(char* dn, size_t cap, int nd, int dim) {
+  int64_t win[TPU_MAX_DIMS];
+  int nw = 0;
+  for (int d = 0; d < nd; d++)
+    if (d != dim) win[nw++] = d;
+  char b1[256];
+  snprintf(dn, cap, "update_window_dims = [%s], inserted_window_dims = [%d], scatter_dims_to_operand_dims = [%d], "
+           "index_vector_dim = 1", ints(b1, sizeof b1, nw, win), dim, dim);
+  return dn;
+}
+
+/* index_copy(self, dim, index, source), index_add(self, dim, index, source,
+ * alpha), index_reduce(self, dim, index, source, reduce, include_self),
+ * index_fill(self, dim, index, value): slices of self along dim, chosen by
+ * index, replaced, added to, reduced into or filled. A 0-d self is one slice. */
+static bool lower_index_slices(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0) || !is_tensor(n, 2)) return false;
+  const tpu_tensor_t* t = c->args[0].v.t;
+  ref_t x = arg_out(n, 0, odt);
+  const int64_t one = 1;
+  if (t->ndim == 0) x = reshape(e, x, 1, &one);
+  const int nd = x.nd, dim = norm_dim(tpu_arg_i64(c, 1, 0), t->ndim);
+  ref_t idx = dim_index(e, arg(n, 2), x.sz[dim]);
+  const int64_t k = idx.sz[0];
+  ref_t r;
+  if (!strcmp(base, "index_fill")) { /* a mask of the chosen positions along dim */
+    int64_t msz[2] = {x.sz[dim], k};
+    ref_t pos = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 2, msz), "iota_dimension = 0 : i64");
+    ref_t hit = compare(e, "EQ", pos, bcast(e, reshape(e, idx, 1, &k), 2, msz));
+    ref_t any = reduce(e, convert(e, hit, TPU_I32), 1, (int64_t[]){1}, "stablehlo.maximum", 0);
+    ref_t mask = compare(e, "NE", any, cst_like(e, TPU_I32, 0, 1, any.sz));
+    int64_t d1[1] = {dim};
+    mask = bcast_dims(e, mask, nd, x.sz, d1);
+    r = select3(e, mask, arg_as(n, 3, odt, nd, x.sz), x);
+  } else {
+    int64_t usz[TPU_MAX_DIMS];
+    memcpy(usz, x.sz, sizeof(int64_t) * (size_t)nd);
+    usz[dim] = k;
+    ref_t upd = convert(e, arg(n, 3), odt);
+    upd = numel(&upd) == 1 ? bcast(e, reshape(e, upd, 0, NULL), nd, usz) : reshape(e, upd, nd, usz);
+    char dn[600];
+    slice_scatter_dn(dn, sizeof dn, nd, dim);
+    if (!strcmp(base, "index_copy")) {
+      r = scatter(e, x, idx, upd, NULL, dn);
+    } else if (!strcmp(base, "index_add")) {
+      const double alpha = tpu_arg_f64(c, 4, 1.0);
+      if (alpha != 1.0) upd = scalar_op(e, "stablehlo.multiply", upd, alpha);
+      r = scatter(e, x, idx, upd, "stablehlo.add", dn);
+    } else if (!strcmp(base, "index_reduce")) {
+      const char* how = tpu_arg_str(c, 4, NULL);
+      const bool include_self = !(c->nargs > 5 && c->args[5].kind == TPU_ARG_BOOL && !c->args[5].v.b);
+      if (!how || !reduce_into(e, x, idx, upd, how, include_self, dn, &r)) return false;
+    } else {
+      return false;
+    }
+  }
+  outs[0] = t->ndim == 0 ? reshape(e, r, 0, NULL) : r;
+  return true;
+}
+
+/* take(self, index): self's elements in flat order at index (wrapped);
+ * put(self, index, source, accumulate): source written (added) there. */
+static bool lower_take_put(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0) || !is_tensor(n, 1)) return false;
+  const tpu_tensor_t* t = c->args[0].v.t;
+  const int64_t total = tpu_tensor_numel(t);
+  ref_t flat = reshape(e, arg(n, 0), 1, &total);
+  ref_t idx = dim_index(e, arg(n, 1), total);
+  const int64_t k = idx.sz[0];
+  if (!strcmp(base, "take")) {
+    ref_t in[2] = {flat, idx};
+    ref_t g = emit(e, "stablehlo.gather", 2, in, mkref(t->dtype, 1, &k),
+                   "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
+                   "index_vector_dim = 1>, slice_sizes = array<i64: 1>, indices_are_sorted = false");
+    outs[0] = reshape(e, g, o->ndim, o->sizes);
+    return true;
+  }
+  if (!strcmp(base, "put") && is_tensor(n, 2)) {
+    ref_t src = reshape(e, convert(e, arg(n, 2), t->dtype), 1, &k);
+    const bool acc = c->nargs > 3 && c->args[3].kind == TPU_ARG_BOOL && c->args[3].v.b;
+    char dn[300];
+    snprintf(dn, sizeof dn, "update_window_dims = [], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "
+             "index_vector_dim = 1");
+    outs[0] = reshape(e, scatter(e, flat, idx, src, acc ? "stablehlo.add" : NULL, dn), t->ndim, t->sizes);
     return true;
   }
   return false;
@@ -268,7 +419,10 @@ static bool lower_index_select(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "index_select") && is_tensor(n, 2)) {
     const tpu_tensor_t* x = c->args[0].v.t;
-    if (x->ndim == 0) return false;
+    if (x->ndim == 0) { /* index 0 (or -1) of the one element */
+      outs[0] = reshape(e, arg(n, 0), o->ndim, o->sizes);
+      return true;
+    }
     int dim = norm_dim(tpu_arg_i64(c, 1, 0), x->ndim);
     ref_t in[2] = {arg(n, 0), arg(n, 2)};
     if (in[1].nd == 0) in[1] = reshape(e, in[1], 1, (int64_t[]){1});
@@ -294,11 +448,18 @@ static const tpu_lower_entry_t k_entries[] = {
     {"_index_put_impl", lower_index_put},
     {"gather", lower_gather},
     {"index", lower_index},
+    {"index_add", lower_index_slices},
+    {"index_copy", lower_index_slices},
+    {"index_fill", lower_index_slices},
     {"index_put", lower_index_put},
+    {"index_reduce", lower_index_slices},
     {"index_select", lower_index_select},
+    {"put", lower_take_put},
     {"scatter", lower_scatter},
     {"scatter_add", lower_scatter},
+    {"scatter_reduce", lower_scatter},
     {"sort", lower_sort},
+    {"take", lower_take_put},
     {"topk", lower_sort},
 };
 
