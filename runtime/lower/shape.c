@@ -1,5 +1,6 @@
 /* Lowerings that move or make values without arithmetic on them: copies,
- * fills and constants, arange, tril/triu, flip, roll, padding, cat.
+ * fills and constants, arange, linspace/logspace, eye, tril/triu, flip, roll,
+ * padding, cat, channel_shuffle.
  *
  * Each function lowers the ATen ops its table names; it returns false to leave
  * the call to the custom_call fallback (runtime/lower/stablehlo.c). The bodies
@@ -65,6 +66,62 @@ static bool lower_arange(node_t* n, const char* base, ref_t* outs) {
     return true;
   }
   return false;
+}
+
+/* linspace(start, end, steps) and logspace(start, end, steps, base), as the
+ * CPU kernel computes them: the first half counts up from start, the second
+ * down from end; in the output's float type (double for integer outputs) */
+static bool lower_linspace(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if ((strcmp(base, "linspace") && strcmp(base, "logspace")) || o->ndim != 1) return false;
+  const int64_t steps = o->sizes[0];
+  const tpu_dtype_t ct = tpu_dtype_is_float(odt) ? odt : TPU_F64;
+  ref_t start = arg_as(n, 0, ct, 1, o->sizes), end = arg_as(n, 1, ct, 1, o->sizes);
+  ref_t i = emit(e, "stablehlo.iota", 0, NULL, mkref(ct, 1, o->sizes), "iota_dimension = 0 : i64");
+  ref_t v;
+  if (steps <= 1) {
+    v = start;
+  } else {
+    ref_t step = scalar_op(e, "stablehlo.divide", binop(e, "stablehlo.subtract", end, start), (double)(steps - 1));
+    ref_t up = binop(e, "stablehlo.add", start, binop(e, "stablehlo.multiply", step, i));
+    ref_t back = binop(e, "stablehlo.subtract", cst_like(e, ct, (double)(steps - 1), 1, o->sizes), i);
+    ref_t down = binop(e, "stablehlo.subtract", end, binop(e, "stablehlo.multiply", step, back));
+    ref_t first = compare(e, "LT", i, cst_like(e, ct, (double)(steps / 2), 1, o->sizes));
+    v = select3(e, first, up, down);
+  }
+  if (base[1] == 'o') /* logspace: base ** v */
+    v = binop(e, "stablehlo.power", cst_like(e, ct, tpu_arg_f64(c, 3, 10.0), 1, o->sizes), v);
+  outs[0] = convert(e, v, odt);
+  return true;
+}
+
+/* eye(n[, m]): ones on the diagonal */
+static bool lower_eye(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (strcmp(base, "eye") || o->ndim != 2) return false;
+  ref_t r = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 2, o->sizes), "iota_dimension = 0 : i64");
+  ref_t k = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 2, o->sizes), "iota_dimension = 1 : i64");
+  outs[0] = convert(e, compare(e, "EQ", r, k), odt);
+  return true;
+}
+
+/* channel_shuffle(self, groups): [N, g, C/g, ...] with the two group dims swapped */
+static bool lower_channel_shuffle(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (strcmp(base, "channel_shuffle") || !is_tensor(n, 0) || o->ndim < 2 || o->ndim >= TPU_MAX_DIMS) return false;
+  const int64_t g = tpu_arg_i64(c, 1, 1), C = o->sizes[1];
+  if (g <= 0 || C % g) return false;
+  int64_t sz[TPU_MAX_DIMS], perm[TPU_MAX_DIMS];
+  sz[0] = o->sizes[0];
+  sz[1] = g;
+  sz[2] = C / g;
+  for (int d = 2; d < o->ndim; d++) sz[d + 1] = o->sizes[d];
+  for (int d = 0; d <= o->ndim; d++) perm[d] = d;
+  perm[1] = 2;
+  perm[2] = 1;
+  ref_t x = transpose(e, reshape(e, arg_out(n, 0, odt), o->ndim + 1, sz), perm);
+  outs[0] = reshape(e, x, o->ndim, o->sizes);
+  return true;
 }
 
 static bool lower_tril(node_t* n, const char* base, ref_t* outs) {
@@ -199,14 +256,18 @@ static const tpu_lower_entry_t k_entries[] = {
     {"alias_copy", lower_to_copy},
     {"arange", lower_arange},
     {"cat", lower_cat},
+    {"channel_shuffle", lower_channel_shuffle},
     {"clone", lower_to_copy},
     {"constant_pad_nd", lower_constant_pad_nd},
     {"copy", lower_copy},
+    {"eye", lower_eye},
     {"fill", lower_fill},
     {"flip", lower_flip},
     {"full", lower_fill},
     {"full_like", lower_fill},
     {"lift_fresh_copy", lower_to_copy},
+    {"linspace", lower_linspace},
+    {"logspace", lower_linspace},
     {"ones", lower_zero},
     {"ones_like", lower_zero},
     {"reflection_pad1d", lower_reflect_replicate_pad},
