@@ -117,6 +117,63 @@ static bool index_coords(node_t* n, const tpu_tensor_t* x, const tpu_arg_t* il, 
   return true;
 }
 
+/* kthvalue(self, k, dim, keepdim), median(self[, dim, keepdim]),
+ * nanmedian(self[, dim, keepdim]): the element at one position of each
+ * sorted row (NaN sorts last) and its index. median gives a row with NaN
+ * its first NaN; nanmedian takes the lower median of the non-NaN values.
+ * Without dim the input is one flat row and only the value is returned. */
+static bool lower_select_k(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0) || !(tpu_dtype_is_float(odt) || odt == TPU_I64 || odt == TPU_I32)) return false;
+  const tpu_tensor_t* t = c->args[0].v.t;
+  const bool kth = base[0] == 'k', nan_aware = base[0] == 'n', with_dim = c->nouts == 2;
+  ref_t x = arg(n, 0);
+  int dim = 0;
+  if (!with_dim || t->ndim == 0) {
+    const int64_t total = numel(&x);
+    if (total == 0) return false;
+    x = reshape(e, x, 1, &total);
+  } else {
+    dim = norm_dim(tpu_arg_i64(c, kth ? 2 : 1, -1), t->ndim);
+  }
+  const int64_t len = x.sz[dim];
+  ref_t s[2];
+  sort_with_indices(e, x, dim, false, s);
+  int64_t rd[1] = {dim};
+  ref_t pos; /* the position per row, i64, x's shape without dim */
+  ref_t rzero = reduce(e, cst_like(e, TPU_I64, 0, x.nd, x.sz), 1, rd, "stablehlo.add", 0);
+  if (kth) {
+    pos = cst_like(e, TPU_I64, (double)(tpu_arg_i64(c, 1, 1) - 1), rzero.nd, rzero.sz);
+  } else {
+    ref_t nans = tpu_dtype_is_float(x.dt) ? convert(e, compare(e, "NE", x, x), TPU_I64)
+                                          : cst_like(e, TPU_I64, 0, x.nd, x.sz);
+    ref_t cnt = reduce(e, nans, 1, rd, "stablehlo.add", 0);
+    ref_t lenr = cst_like(e, TPU_I64, (double)len, rzero.nd, rzero.sz);
+    ref_t valid = binop(e, "stablehlo.subtract", lenr, cnt);
+    if (nan_aware) { /* lower median of the valid values (all NaN: the first) */
+      ref_t one = cst_like(e, TPU_I64, 1, rzero.nd, rzero.sz);
+      pos = scalar_op(e, "stablehlo.divide", binop(e, "stablehlo.subtract",
+                                                   binop(e, "stablehlo.maximum", valid, one), one), 2);
+    } else { /* a NaN wins: the first NaN of the row sits at len - count */
+      ref_t mid = cst_like(e, TPU_I64, (double)((len - 1) / 2), rzero.nd, rzero.sz);
+      pos = select3(e, compare(e, "GT", cnt, rzero), valid, mid);
+    }
+  }
+  /* pick position pos of each sorted row: one hit per row, summed */
+  ref_t at = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, x.nd, x.sz), "iota_dimension = %d : i64", dim);
+  int64_t keep[TPU_MAX_DIMS];
+  int nk = 0;
+  for (int d = 0; d < x.nd; d++)
+    if (d != dim) keep[nk++] = d;
+  ref_t hit = compare(e, "EQ", at, bcast_dims(e, pos, x.nd, x.sz, keep));
+  ref_t v = reduce(e, select3(e, hit, s[0], cst_like(e, x.dt, 0, x.nd, x.sz)), 1, rd, "stablehlo.add", 0);
+  outs[0] = v;
+  if (with_dim)
+    outs[1] = convert(e, reduce(e, select3(e, hit, s[1], cst_like(e, TPU_I64, 0, x.nd, x.sz)), 1, rd,
+                                "stablehlo.add", 0), c->outs[1].dtype);
+  return true;
+}
+
 static bool lower_index(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "index") && !strcmp(ovl, "Tensor") && is_tensor(n, 0) &&
@@ -454,6 +511,9 @@ static const tpu_lower_entry_t k_entries[] = {
     {"index_put", lower_index_put},
     {"index_reduce", lower_index_slices},
     {"index_select", lower_index_select},
+    {"kthvalue", lower_select_k},
+    {"median", lower_select_k},
+    {"nanmedian", lower_select_k},
     {"put", lower_take_put},
     {"scatter", lower_scatter},
     {"scatter_add", lower_scatter},
