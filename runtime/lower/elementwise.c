@@ -449,6 +449,57 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
   return true;
 }
 
+/* linalg_cross(a, b, dim): the cross product of 3-vectors along dim (the
+ * operands broadcast to the output's shape) */
+static bool lower_cross(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (strcmp(base, "linalg_cross") || o->ndim == 0) return false;
+  const int dim = norm_dim(tpu_arg_i64(c, 2, -1), o->ndim);
+  if (o->sizes[dim] != 3) return false;
+  ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
+  ref_t ca[3], cb[3];
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS];
+  memcpy(hi, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
+  for (int i = 0; i < 3; i++) {
+    lo[dim] = i;
+    hi[dim] = i + 1;
+    ca[i] = slice(e, a, lo, hi);
+    cb[i] = slice(e, b, lo, hi);
+  }
+  ref_t part[3];
+  for (int i = 0; i < 3; i++) { /* a[i+1] b[i+2] - a[i+2] b[i+1] */
+    const int j = (i + 1) % 3, k = (i + 2) % 3;
+    part[i] = binop(e, "stablehlo.subtract", binop(e, "stablehlo.multiply", ca[j], cb[k]),
+                    binop(e, "stablehlo.multiply", ca[k], cb[j]));
+  }
+  outs[0] = emit(e, "stablehlo.concatenate", 3, part, mkref(odt, o->ndim, o->sizes), "dimension = %d : i64", dim);
+  return true;
+}
+
+/* isin(elements, test_elements, assume_unique, invert): whether each element
+ * equals one of the test elements (the Tensor_Tensor, Tensor_Scalar and
+ * Scalar_Tensor overloads) */
+static bool lower_isin(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (strcmp(base, "isin") || (!is_tensor(n, 0) && !is_tensor(n, 1))) return false;
+  const tpu_dtype_t ct = common_type(n, 0, 1);
+  ref_t x = is_tensor(n, 0) ? convert(e, arg(n, 0), ct) : cst_like(e, ct, tpu_arg_f64(c, 0, 0), 0, NULL);
+  ref_t t = is_tensor(n, 1) ? convert(e, arg(n, 1), ct) : cst_like(e, ct, tpu_arg_f64(c, 1, 0), 0, NULL);
+  const int64_t m = numel(&t), nx = numel(&x);
+  const bool invert = tpu_arg_bool(c, 3, false);
+  if (m == 0) {
+    outs[0] = cst_like(e, TPU_BOOL, invert, o->ndim, o->sizes);
+    return true;
+  }
+  int64_t sz[2] = {nx, m};
+  ref_t xb = bcast_dims(e, reshape(e, x, 1, &nx), 2, sz, (int64_t[]){0});
+  ref_t tb = bcast_dims(e, reshape(e, t, 1, &m), 2, sz, (int64_t[]){1});
+  ref_t any = reduce(e, convert(e, compare(e, "EQ", xb, tb), TPU_I32), 1, (int64_t[]){1}, "stablehlo.maximum", 0);
+  ref_t r = compare(e, invert ? "EQ" : "NE", any, cst_like(e, TPU_I32, 0, 1, &nx));
+  outs[0] = reshape(e, r, o->ndim, o->sizes);
+  return true;
+}
+
 static bool lower_remainder(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "remainder") && tpu_dtype_is_float(odt)) { /* a - floor(a / b) * b */
@@ -528,6 +579,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"gt", lower_compare},
     {"heaviside", lower_formula},
     {"hypot", lower_formula},
+    {"isin", lower_isin},
     {"isinf", lower_isneginf},
     {"isnan", lower_isnan},
     {"isneginf", lower_isneginf},
@@ -535,6 +587,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"le", lower_compare},
     {"lerp", lower_lerp},
     {"lgamma", lower_unary},
+    {"linalg_cross", lower_cross},
     {"log", lower_unary},
     {"log10", lower_log2},
     {"log1p", lower_unary},

@@ -16,7 +16,8 @@ static bool lower_mm(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   /* matmuls */
   if (!strcmp(base, "mm") || !strcmp(base, "bmm") || !strcmp(base, "addmm") || !strcmp(base, "baddbmm") ||
-      !strcmp(base, "mv") || !strcmp(base, "dot") || !strcmp(base, "addmv")) {
+      !strcmp(base, "mv") || !strcmp(base, "dot") || !strcmp(base, "vdot") || !strcmp(base, "addmv")) {
+    /* vdot of real vectors is dot */
     const bool add = base[0] == 'a' || (base[0] == 'b' && base[1] == 'a');
     const int i0 = add ? 1 : 0;
     /* half inputs accumulate in f32 (dot_general's result type) and round once at the end,
@@ -155,6 +156,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"dot", lower_mm},
     {"mm", lower_mm},
     {"mv", lower_mm},
+    {"vdot", lower_mm},
 };
 
 const tpu_lower_table_t tpu_lower_matmul = {k_entries, sizeof k_entries / sizeof k_entries[0]};
