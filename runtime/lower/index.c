@@ -472,6 +472,134 @@ static bool lower_take_put(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* For each value, how many entries of its (sorted) row of seq come before
+ * it: those < v, or <= v with `right`. seq is 1-D (every value searches it)
+ * or has the values' leading dims (each row of values searches its own). */
+static ref_t count_before(em_t* e, ref_t seq, ref_t v, bool right, tpu_dtype_t ct) {
+  seq = convert(e, seq, ct);
+  v = convert(e, v, ct);
+  const int64_t m = seq.nd ? seq.sz[seq.nd - 1] : 1;
+  int64_t sz[TPU_MAX_DIMS], vd[TPU_MAX_DIMS], sd[TPU_MAX_DIMS];
+  const int nd = v.nd + 1;
+  memcpy(sz, v.sz, sizeof(int64_t) * (size_t)v.nd);
+  sz[v.nd] = m;
+  for (int d = 0; d < v.nd; d++) vd[d] = d;
+  ref_t vb = bcast_dims(e, v, nd, sz, vd);
+  ref_t sb;
+  if (seq.nd <= 1) {
+    sd[0] = v.nd;
+    sb = bcast_dims(e, reshape(e, seq, 1, &m), nd, sz, sd);
+  } else { /* rows: seq's leading dims are v's */
+    for (int d = 0; d < seq.nd - 1; d++) sd[d] = d;
+    sd[seq.nd - 1] = v.nd;
+    sb = bcast_dims(e, seq, nd, sz, sd);
+  }
+  ref_t before = compare(e, right ? "LE" : "LT", sb, vb);
+  int64_t last[1] = {v.nd};
+  return reduce(e, convert(e, before, TPU_I64), 1, last, "stablehlo.add", 0);
+}
+
+/* bucketize(self, boundaries, out_int32, right), searchsorted(sorted_sequence,
+ * self, out_int32, right, side, sorter) */
+static bool lower_search(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  const bool bucket = base[0] == 'b';
+  const int iseq = bucket ? 1 : 0, ival = bucket ? 0 : 1;
+  if (!is_tensor(n, iseq)) return false;
+  const tpu_tensor_t* st = c->args[iseq].v.t;
+  bool right = tpu_arg_bool(c, 3, false);
+  if (!bucket) {
+    const char* side = tpu_arg_str(c, 4, NULL);
+    if (side) right = !strcmp(side, "right");
+  }
+  ref_t seq = arg(n, iseq);
+  if (!bucket && is_tensor(n, 5)) { /* sorter: the order that sorts each row */
+    if (st->ndim != 1) return false;
+    seq = take_along(e, seq, 0, reshape(e, convert(e, arg(n, 5), TPU_I64), 2, (int64_t[]){st->sizes[0], 1}));
+  }
+  const tpu_tensor_t* tmp[2] = {st, is_tensor(n, ival) ? c->args[ival].v.t : st};
+  const tpu_dtype_t ct = tpu_result_type(tmp, 2);
+  ref_t v = is_tensor(n, ival) ? arg(n, ival) : cst_like(e, ct, tpu_arg_f64(c, ival, 0), 0, NULL);
+  if (st->ndim > 1 && st->ndim != v.nd) return false;
+  outs[0] = convert(e, count_before(e, seq, v, right, ct), odt);
+  return true;
+}
+
+/* repeat_interleave.Tensor(repeats, output_size): output j is the index i
+ * whose running total of repeats first exceeds j */
+static bool lower_repeat_interleave(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (strcmp(ovl, "Tensor") || !is_tensor(n, 0) || c->args[0].v.t->ndim != 1 || o->ndim != 1) return false;
+  ref_t total = scan_dim(e, convert(e, arg(n, 0), TPU_I64), 0, true);
+  ref_t j = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 1, o->sizes), "iota_dimension = 0 : i64");
+  outs[0] = convert(e, count_before(e, total, j, true, TPU_I64), odt);
+  return true;
+}
+
+/* The flat positions of a mask's true elements among them (0, 1, ...), and
+ * `none` where the mask is false. */
+static ref_t rank_of_true(em_t* e, ref_t mask_flat, double none) {
+  ref_t m = convert(e, mask_flat, TPU_I64);
+  ref_t pos = scalar_op(e, "stablehlo.subtract", scan_dim(e, m, 0, true), 1);
+  return select3(e, compare(e, "NE", m, cst_like(e, TPU_I64, 0, m.nd, m.sz)), pos,
+                 cst_like(e, TPU_I64, none, m.nd, m.sz));
+}
+
+/* masked_scatter(self, mask, source): the true positions of mask (broadcast
+ * to self) take source's leading elements in order */
+static bool lower_masked_scatter(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0) || !is_tensor(n, 1) || !is_tensor(n, 2)) return false;
+  const int64_t total = tpu_tensor_numel(o);
+  const int64_t ns = tpu_tensor_numel(c->args[2].v.t);
+  if (total == 0 || ns == 0) {
+    outs[0] = arg_out(n, 0, odt);
+    return true;
+  }
+  ref_t x = reshape(e, arg_out(n, 0, odt), 1, &total);
+  ref_t m = reshape(e, arg_out(n, 1, TPU_BOOL), 1, &total);
+  ref_t pos = rank_of_true(e, m, 0);
+  ref_t src = reshape(e, convert(e, arg(n, 2), odt), 1, &ns);
+  ref_t picked = take_along(e, src, 0, reshape(e, pos, 2, (int64_t[]){total, 1}));
+  outs[0] = reshape(e, select3(e, m, picked, x), o->ndim, o->sizes);
+  return true;
+}
+
+/* nonzero_static(self, size, fill_value): the coordinates of the first
+ * `size` nonzero elements in order, the rows after them fill_value */
+static bool lower_nonzero_static(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0) || o->ndim != 2) return false;
+  const tpu_tensor_t* t = c->args[0].v.t;
+  const int64_t total = tpu_tensor_numel(t), size = o->sizes[0], nd = o->sizes[1];
+  ref_t fill = cst_like(e, TPU_I64, (double)tpu_arg_i64(c, 2, -1), 2, o->sizes);
+  if (total == 0 || size == 0 || nd == 0) {
+    outs[0] = convert(e, fill, odt);
+    return true;
+  }
+  ref_t x = reshape(e, arg(n, 0), 1, &total);
+  ref_t nz = compare(e, "NE", x, cst_like(e, x.dt, 0, 1, &total));
+  ref_t pos = rank_of_true(e, nz, (double)size); /* past the end: dropped */
+  /* element i's coordinates: (i / stride_d) % size_d */
+  ref_t i = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 1, &total), "iota_dimension = 0 : i64");
+  ref_t parts[TPU_MAX_DIMS];
+  int64_t stride = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    ref_t q = scalar_op(e, "stablehlo.divide", i, (double)stride);
+    parts[d] = reshape(e, binop(e, "stablehlo.remainder", q, cst_like(e, TPU_I64, (double)t->sizes[d], 1, &total)),
+                       2, (int64_t[]){total, 1});
+    stride *= t->sizes[d];
+  }
+  ref_t coords = t->ndim == 1 ? parts[0]
+                              : emit(e, "stablehlo.concatenate", t->ndim, parts, mkref(TPU_I64, 2, (int64_t[]){total, nd}),
+                                     "dimension = 1 : i64");
+  char dn[300];
+  snprintf(dn, sizeof dn, "update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "
+           "index_vector_dim = 1");
+  outs[0] = convert(e, scatter(e, fill, reshape(e, pos, 2, (int64_t[]){total, 1}), coords, NULL, dn), odt);
+  return true;
+}
+
 static bool lower_index_select(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "index_select") && is_tensor(n, 2)) {
@@ -503,6 +631,7 @@ static bool lower_index_select(node_t* n, const char* base, ref_t* outs) {
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
     {"_index_put_impl", lower_index_put},
+    {"bucketize", lower_search},
     {"gather", lower_gather},
     {"index", lower_index},
     {"index_add", lower_index_slices},
@@ -512,12 +641,16 @@ static const tpu_lower_entry_t k_entries[] = {
     {"index_reduce", lower_index_slices},
     {"index_select", lower_index_select},
     {"kthvalue", lower_select_k},
+    {"masked_scatter", lower_masked_scatter},
     {"median", lower_select_k},
     {"nanmedian", lower_select_k},
+    {"nonzero_static", lower_nonzero_static},
     {"put", lower_take_put},
+    {"repeat_interleave", lower_repeat_interleave},
     {"scatter", lower_scatter},
     {"scatter_add", lower_scatter},
     {"scatter_reduce", lower_scatter},
+    {"searchsorted", lower_search},
     {"sort", lower_sort},
     {"take", lower_take_put},
     {"topk", lower_sort},

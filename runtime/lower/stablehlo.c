@@ -515,6 +515,21 @@ ref_t dim_coords(em_t* e, ref_t idx, int dim) {
                  : emit(e, "stablehlo.concatenate", nd, parts, mkref(TPU_I64, nd + 1, csz), "dimension = %d : i64", nd);
 }
 
+/* The inclusive running sum (or product) of a along dim: a window over
+ * everything before. */
+ref_t scan_dim(em_t* e, ref_t a, int dim, bool sum) {
+  window_t w;
+  for (int d = 0; d < a.nd; d++) {
+    w.win[d] = w.str[d] = w.dil[d] = 1;
+    w.lo[d] = w.hi[d] = 0;
+  }
+  w.win[dim] = a.sz[dim];
+  w.lo[dim] = a.sz[dim] - 1;
+  ref_t init = cst(e, a.dt, sum ? 0 : 1), r;
+  reduce_window_n(e, 1, &a, &init, &w, sum ? sum_body : prod_body, &r);
+  return r;
+}
+
 /* x rolled by `shift` along dim: its last shift slices first. */
 ref_t roll_dim(em_t* e, ref_t x, int dim, int64_t shift) {
   const int64_t len = x.sz[dim];
