@@ -1493,42 +1493,21 @@ struct RegisterRuntimeOps {
 };
 }  // namespace
 
-// The overloads registered directly (name, kernel): views, storage, copies,
-// and ops with data-dependent output shapes (kernels in ops_views.cpp,
-// ops_copy.cpp and ops_dynamic.cpp, declared in ops_internal.h).
-#define TPU_DIRECT_OPS(X) \
-  X("empty.memory_format", tpu_empty_memory_format) \
-  X("empty_strided", tpu_empty_strided) \
-  X("as_strided", tpu_as_strided) \
-  X("view", tpu_view) \
-  X("_reshape_alias", tpu_reshape_alias) \
-  X("resize_", tpu_resize_) \
-  X("set_.source_Storage_storage_offset", tpu_set_storage_offset) \
-  X("set_.source_Storage", tpu_set_storage) \
-  X("set_.source_Tensor", tpu_set_tensor) \
-  X("set_", tpu_set_empty) \
-  X("copy_", tpu_copy_) \
-  X("_copy_from", tpu_copy_from) \
-  X("_copy_from_and_resize", tpu_copy_from_and_resize) \
-  X("_local_scalar_dense", tpu_local_scalar_dense) \
-  X("nonzero", tpu_nonzero) \
-  X("nonzero.out", tpu_nonzero_out) \
-  X("masked_select", tpu_masked_select) \
-  X("masked_select.out", tpu_masked_select_out) \
-  X("record_stream", tpu_record_stream) \
-  X("_unique2", tpu_unique2) \
-  X("_unique", tpu_unique) \
-  X("equal", tpu_equal) \
-  X("unique_consecutive", tpu_unique_consecutive) \
-  X("unique_dim", tpu_unique_dim) \
-  X("bincount", tpu_bincount) \
-  X("_ctc_loss.Tensor", tpu_ctc_loss_tensor) \
-  X("_ctc_loss_backward.Tensor", tpu_ctc_loss_backward_tensor)
+namespace {
+// The overloads registered directly instead of through the fallback: views
+// and storage (ops_views.cpp), copies (ops_copy.cpp) and ops with
+// data-dependent output shapes (ops_dynamic.cpp).
+void add_direct_ops(DirectOps& ops) {
+  add_view_ops(ops);
+  add_copy_ops(ops);
+  add_dynamic_ops(ops);
+}
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-#define TPU_IMPL(name, fn) m.impl(name, fn);
-  TPU_DIRECT_OPS(TPU_IMPL)
-#undef TPU_IMPL
+  DirectOps ops;
+  ops.lib = &m;
+  add_direct_ops(ops);
 }
 
 namespace {
@@ -1542,9 +1521,9 @@ RegisterRuntimeOps g_register_runtime_ops;
 // that this PyTorch does not have, are not counted).
 std::vector<std::string> supported_ops() {
   std::vector<std::string> names = runtime_op_names();
-#define TPU_NAME(name, fn) names.push_back(name);
-  TPU_DIRECT_OPS(TPU_NAME)
-#undef TPU_NAME
+  DirectOps direct;
+  direct.names = &names;
+  add_direct_ops(direct);
   auto& disp = c10::Dispatcher::singleton();
   std::vector<std::string> out;
   for (const std::string& full : names) {

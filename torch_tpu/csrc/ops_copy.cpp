@@ -1,7 +1,7 @@
 // Copies: copy_from (declared in bridge.h), which moves data host -> device,
 // device -> host and between chips on the streams, and the directly
 // registered copy_, _copy_from and _copy_from_and_resize built on it.
-// ops.cpp's TPU_DIRECT_OPS table registers them.
+// add_copy_ops hands those kernels to ops.cpp, which registers them.
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 
@@ -71,6 +71,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   return dst;
 }
 
+namespace {
+
 at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   return copy_from(self, dst, non_blocking);
 }
@@ -109,6 +111,14 @@ at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking
 at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (dst.sizes() != self.sizes()) resize_tensor(dst, self.sizes(), std::nullopt);
   return copy_from(self, dst, false);
+}
+
+}  // namespace
+
+void add_copy_ops(DirectOps& ops) {
+  ops.add("copy_", tpu_copy_);
+  ops.add("_copy_from", tpu_copy_from);
+  ops.add("_copy_from_and_resize", tpu_copy_from_and_resize);
 }
 
 }  // namespace torch_tpu

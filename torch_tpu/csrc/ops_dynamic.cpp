@@ -4,7 +4,8 @@
 // (prepare_indices, which the boxed fallback calls for index / index_put),
 // nonzero, masked_select, the unique family, equal, bincount, _ctc_loss with
 // tensor lengths and _local_scalar_dense (item). Most are composed from other
-// device ops; ops.cpp's TPU_DIRECT_OPS table registers them.
+// device ops. add_dynamic_ops hands the kernels to ops.cpp, which registers
+// them.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/IndexingUtils.h>
@@ -90,7 +91,9 @@ int64_t count_nonzero_host(const at::Tensor& self) {
   return at::count_nonzero(self).item<int64_t>();
 }
 
-static void submit_nonzero(const at::Tensor& self, const at::Tensor& out) {
+namespace {
+
+void submit_nonzero(const at::Tensor& self, const at::Tensor& out) {
   submit_tensor_call("nonzero", {self}, out);
 }
 
@@ -146,9 +149,9 @@ at::Tensor& tpu_masked_select_out(const at::Tensor& self, const at::Tensor& mask
 // unique: data-dependent sizes, composed from device ops (sort, compare,
 // masked_select, cumsum, scatter). Groups of equal values are runs of the
 // sorted (or, for unique_consecutive, original) order.
-static std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_runs(const at::Tensor& self,
-                                                                  bool sort, bool return_inverse,
-                                                                  bool return_counts) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_runs(const at::Tensor& self, bool sort,
+                                                           bool return_inverse,
+                                                           bool return_counts) {
   at::Tensor flat = self.reshape({-1});
   const int64_t n = flat.numel();
   at::Tensor vals = flat, perm;
@@ -276,7 +279,7 @@ at::Tensor tpu_bincount(const at::Tensor& self, const std::optional<at::Tensor>&
 // depends on the largest target length, so the lengths are read to the host
 // (synchronizing when they live on the device) and the int-list overloads,
 // which run the native kernels, do the work. CPU's kernels do the same.
-static std::vector<int64_t> ctc_lengths(const at::Tensor& t, const char* what) {
+std::vector<int64_t> ctc_lengths(const at::Tensor& t, const char* what) {
   TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), what,
               " must be integral");
   at::Tensor h = t.to(at::kCPU, at::kLong).contiguous();
@@ -312,6 +315,24 @@ at::Scalar tpu_local_scalar_dense(const at::Tensor& self) {
   at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   copy_from(self, host, false);
   return host.item();
+}
+
+}  // namespace
+
+void add_dynamic_ops(DirectOps& ops) {
+  ops.add("_local_scalar_dense", tpu_local_scalar_dense);
+  ops.add("nonzero", tpu_nonzero);
+  ops.add("nonzero.out", tpu_nonzero_out);
+  ops.add("masked_select", tpu_masked_select);
+  ops.add("masked_select.out", tpu_masked_select_out);
+  ops.add("_unique2", tpu_unique2);
+  ops.add("_unique", tpu_unique);
+  ops.add("equal", tpu_equal);
+  ops.add("unique_consecutive", tpu_unique_consecutive);
+  ops.add("unique_dim", tpu_unique_dim);
+  ops.add("bincount", tpu_bincount);
+  ops.add("_ctc_loss.Tensor", tpu_ctc_loss_tensor);
+  ops.add("_ctc_loss_backward.Tensor", tpu_ctc_loss_backward_tensor);
 }
 
 }  // namespace torch_tpu

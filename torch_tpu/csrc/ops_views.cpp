@@ -1,8 +1,9 @@
-// Views and storage: the directly registered ops that make, reinterpret or
-// rebind a tensor's storage without running a runtime kernel (empty,
+// Views and storage: the directly registered ops that allocate, reinterpret
+// or rebind a tensor's storage without running a runtime kernel (empty,
 // as_strided, view, _reshape_alias, resize_, the set_ overloads,
 // record_stream), and resize_tensor, which the boxed fallback also uses to
-// grow out= arguments. ops.cpp's TPU_DIRECT_OPS table registers them.
+// grow out= arguments. add_view_ops hands the kernels to ops.cpp, which
+// registers them.
 #include <ATen/CPUFunctions.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/NativeFunctions.h>
@@ -13,14 +14,17 @@
 #include "ops_internal.h"
 
 namespace torch_tpu {
+namespace {
 
 // torch.use_deterministic_algorithms(True) with
 // torch.utils.deterministic.fill_uninitialized_memory (the default): new
 // memory is filled with NaN / the largest integer, as CPU and CUDA do.
-static bool fill_uninitialized() {
+bool fill_uninitialized() {
   auto& ctx = at::globalContext();
   return C10_UNLIKELY(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory());
 }
+
+}  // namespace
 
 // Resizes like at::native::resize_, but grows the storage through the hooks
 // (ordered after queued work) instead of an unordered host memcpy.
@@ -39,6 +43,8 @@ const at::Tensor& resize_tensor(const at::Tensor& self, c10::IntArrayRef size,
   if (fill_uninitialized()) at::native::fill_resize_deterministic_(r, (int64_t)old_nbytes);
   return r;
 }
+
+namespace {
 
 at::Tensor tpu_empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                    std::optional<c10::Layout> layout,
@@ -113,6 +119,22 @@ at::Tensor& tpu_set_empty(at::Tensor& self) {
 void tpu_record_stream(at::Tensor& self, c10::Stream s) {
   allocator();  // the allocator tracks side-stream use of the block
   static_cast<c10::DeviceAllocator*>(allocator())->recordStream(self.storage().data_ptr(), s);
+}
+
+}  // namespace
+
+void add_view_ops(DirectOps& ops) {
+  ops.add("empty.memory_format", tpu_empty_memory_format);
+  ops.add("empty_strided", tpu_empty_strided);
+  ops.add("as_strided", tpu_as_strided);
+  ops.add("view", tpu_view);
+  ops.add("_reshape_alias", tpu_reshape_alias);
+  ops.add("resize_", tpu_resize_);
+  ops.add("set_.source_Storage_storage_offset", tpu_set_storage_offset);
+  ops.add("set_.source_Storage", tpu_set_storage);
+  ops.add("set_.source_Tensor", tpu_set_tensor);
+  ops.add("set_", tpu_set_empty);
+  ops.add("record_stream", tpu_record_stream);
 }
 
 }  // namespace torch_tpu
