@@ -1,21 +1,19 @@
 // Op bridge: one boxed fallback routes every ATen op on device tpu into the
 // runtime's op table; a few ops that only manipulate metadata, move data
-// across devices or have data-dependent output shapes are registered directly.
+// across devices or have data-dependent output shapes are registered directly
+// (their kernels are in ops_views.cpp, ops_copy.cpp and ops_dynamic.cpp; the
+// registrations are here, at the end).
 //
 // The fallback asks PyTorch's meta kernel for the outputs' shapes, strides and
 // dtypes (so they match CPU exactly), allocates fresh outputs (or resizes out=
 // arguments), converts the IValue stack into a tpu_call_t and submits it to
 // the current stream.
-#include <ATen/CPUFunctions.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/NativeFunctions.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
-#include <ATen/native/IndexingUtils.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
-#include <ATen/native/ResizeCommon.h>
-#include <ATen/native/TensorFactories.h>
 #include <c10/core/impl/COW.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -26,7 +24,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "bridge.h"
+#include "ops_internal.h"
 
 extern "C" {
 }
@@ -42,32 +40,6 @@ bool cpu_fallback_enabled() {
     return v && *v && std::string(v) != "0";
   }();
   return on;
-}
-
-// torch.use_deterministic_algorithms(True) with
-// torch.utils.deterministic.fill_uninitialized_memory (the default): new
-// memory is filled with NaN / the largest integer, as CPU and CUDA do.
-bool fill_uninitialized() {
-  auto& ctx = at::globalContext();
-  return C10_UNLIKELY(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory());
-}
-
-// Resizes like at::native::resize_, but grows the storage through the hooks
-// (ordered after queued work) instead of an unordered host memcpy.
-const at::Tensor& resize_tensor(const at::Tensor& self, c10::IntArrayRef size,
-                                std::optional<c10::MemoryFormat> fmt) {
-  int64_t numel = 1;
-  for (int64_t s : size) {
-    TORCH_CHECK(s >= 0, "resize_: negative size ", s, " in ", size);
-    numel *= s;
-  }
-  const size_t old_nbytes = self.storage().nbytes();
-  const size_t need = (size_t)(numel + self.storage_offset()) * self.element_size();
-  if (numel > 0 && need > old_nbytes)
-    at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(self.storage(), need);
-  const at::Tensor& r = at::native::resize_(self, size, fmt);
-  if (fill_uninitialized()) at::native::fill_resize_deterministic_(r, (int64_t)old_nbytes);
-  return r;
 }
 
 // Per-operator facts, computed once.
@@ -291,8 +263,6 @@ void resolve_neg_args(const OpInfo& info, c10::IValue* args, size_t n) {
 // DeferAndFuse runs later, and surface at the next synchronization from an
 // unrelated op. All of them read metadata only.
 
-int64_t count_nonzero_host(const at::Tensor& self);
-
 enum CheckFamily {
   kFamNone = 0,
   kFamIndexSelect,
@@ -410,6 +380,8 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
     info.partial_overlap_check = false;
 }
 
+}  // namespace
+
 // CPU's overlap checks (at::assert_no_internal_overlap and
 // assert_no_partial_overlap, as TensorIterator makes them) on the real
 // tensors: every written tensor against itself and against every input.
@@ -422,6 +394,8 @@ void materialize_cow(const at::Tensor& t) {
   if (t.defined() && t.has_storage() && c10::impl::cow::is_cow_data_ptr(t.storage().data_ptr()))
     (void)t.mutable_data_ptr();
 }
+
+namespace {
 
 void materialize_cow_args(const OpInfo& info, const c10::IValue* args, size_t n) {
   for (size_t i = 0; i < n && i < 64; i++) {
@@ -584,20 +558,12 @@ void probe_on_cpu(const c10::OperatorHandle& op, const OpInfo& info, const c10::
   passed.insert(key);
 }
 
+}  // namespace
+
 // Broadcasts the inputs' shapes: value (true) or a RuntimeError as from
 // at::infer_size when they do not broadcast.
 c10::DimVector broadcast_shape(c10::IntArrayRef a, c10::IntArrayRef b) {
   return at::infer_size_dimvector(a, b);
-}
-
-// A mask that must broadcast to `self`: in place (write into self) it must
-// expand to self's shape, out of place self and mask broadcast together.
-void check_mask_broadcast(const at::Tensor& self, const at::Tensor& mask, bool in_place) {
-  if (in_place) {
-    (void)mask.expand(self.sizes());  // raises like expand_inplace
-  } else {
-    (void)broadcast_shape(self.sizes(), mask.sizes());
-  }
 }
 
 // CPU's AdvancedIndex (index, index_put): an indexed dim of size 0 admits no
@@ -615,6 +581,18 @@ void check_empty_indexed_dims(const at::Tensor& self, const c10::List<c10::IValu
   for (int64_t s : bshape)
     if (s == 0) return;
   TORCH_CHECK_INDEX(false, "index is out of bounds for dimension with size 0");
+}
+
+namespace {
+
+// A mask that must broadcast to `self`: in place (write into self) it must
+// expand to self's shape, out of place self and mask broadcast together.
+void check_mask_broadcast(const at::Tensor& self, const at::Tensor& mask, bool in_place) {
+  if (in_place) {
+    (void)mask.expand(self.sizes());  // raises like expand_inplace
+  } else {
+    (void)broadcast_shape(self.sizes(), mask.sizes());
+  }
 }
 
 // Family checks, in CPU's order and with CPU's messages and exception types.
@@ -930,74 +908,6 @@ bool masked_fill_expanded(const OpInfo& info, c10::IValue* args, size_t n,
   torch::jit::drop(*stack, n);
   stack->push_back(self);
   return true;
-}
-
-// Converts the arguments of an index / index_put op: boolean masks become
-// long indices (via nonzero) after CPU's checks of their shapes, CPU indices
-// move to the device.
-void prepare_indices(c10::IValue* args, c10::DeviceIndex dev, bool put) {
-  const at::Tensor& self = args[0].toTensor();
-  auto list = args[1].toList();
-  c10::List<std::optional<at::Tensor>> in;
-  int64_t used = 0;  // dims of self the indices consume
-  bool mask = false;
-  for (size_t i = 0; i < list.size(); i++) {
-    auto e = list.get(i);
-    if (!e.isTensor() || !e.toTensor().defined()) {
-      in.push_back(std::nullopt);
-      used++;
-      continue;
-    }
-    const at::Tensor& idx = e.toTensor();
-    const auto st = idx.scalar_type();
-    TORCH_CHECK_INDEX(st == at::kLong || st == at::kInt || st == at::kByte || st == at::kBool,
-                      "tensors used as indices must be long, int, byte or bool tensors");
-    const bool is_mask = st == at::kBool || st == at::kByte;
-    mask = mask || is_mask;
-    used += is_mask ? idx.dim() : 1;
-    in.push_back(idx);
-  }
-  if (put) {
-    TORCH_CHECK_INDEX(used <= self.dim(), "too many indices for tensor of dimension ", self.dim(),
-                      " (got ", used, ")");
-  } else {
-    TORCH_CHECK_INDEX(used <= self.dim(), "too many indices for tensor of dimension ", self.dim());
-  }
-  if (mask) {
-    // CPU's own conversion: checks each mask's shape against the dims it
-    // covers (IndexError) and replaces it by its nonzero coordinates.
-    std::vector<at::Tensor> ex = at::native::expandTensors(self, in, /*ensure_same_device=*/true);
-    c10::List<std::optional<at::Tensor>> out;
-    for (auto& t : ex) {
-      if (!t.defined()) out.push_back(std::nullopt);
-      else out.push_back(t.device().type() == kTpu ? t : t.to(c10::Device(kTpu, dev)));
-    }
-    args[1] = out;
-  } else {
-    c10::List<std::optional<at::Tensor>> out;
-    for (size_t i = 0; i < in.size(); i++) {
-      auto e = in.get(i);
-      if (!e.has_value()) out.push_back(std::nullopt);
-      else out.push_back(e->device().type() == kTpu ? *e : e->to(c10::Device(kTpu, dev)));
-    }
-    args[1] = out;
-  }
-  if (put) return;  // index_put: check_args, after its dtype and broadcast checks
-  // index: the empty-dim rule, once the indices broadcast (else the meta raises)
-  const auto converted = args[1].toList();
-  c10::DimVector bshape;
-  bool first = true;
-  try {
-    for (size_t i = 0; i < converted.size(); i++) {
-      const auto e = converted.get(i);
-      if (!e.isTensor() || !e.toTensor().defined()) continue;
-      bshape = first ? c10::DimVector(e.toTensor().sizes()) : broadcast_shape(bshape, e.toTensor().sizes());
-      first = false;
-    }
-  } catch (const std::exception&) {
-    return;
-  }
-  if (!first) check_empty_indexed_dims(self, converted, bshape);
 }
 
 // Storage for one call's converted arguments. Tensors live in a fixed array
@@ -1495,126 +1405,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (auto& r : results) stack->push_back(std::move(r));
 }
 
-// ---------------------------------------------------------------------------
-// Direct registrations
-
-at::Tensor tpu_empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
-                                   std::optional<c10::Layout> layout,
-                                   std::optional<c10::Device> device, std::optional<bool> pin,
-                                   std::optional<c10::MemoryFormat> memory_format) {
-  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
-              "tpu supports only strided tensors");
-  ensure_runtime();
-  const auto d = c10::device_or_default(device);
-  c10::DeviceGuard guard(d.has_index() ? d : c10::Device(kTpu, current_device()));
-  at::Tensor t = at::detail::empty_generic(size, allocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                           c10::dtype_or_default(dtype), memory_format);
-  if (fill_uninitialized()) at::native::fill_empty_deterministic_(t);
-  return t;
-}
-
-at::Tensor tpu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
-                             std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
-                             std::optional<c10::Device> device, std::optional<bool> pin) {
-  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
-              "tpu supports only strided tensors");
-  ensure_runtime();
-  const auto d = c10::device_or_default(device);
-  c10::DeviceGuard guard(d.has_index() ? d : c10::Device(kTpu, current_device()));
-  at::Tensor t = at::detail::empty_strided_generic(
-      size, stride, allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-      c10::dtype_or_default(dtype));
-  if (fill_uninitialized()) at::native::fill_empty_deterministic_(t);
-  return t;
-}
-
-at::Tensor tpu_as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
-                          c10::SymIntArrayRef stride, std::optional<c10::SymInt> offset) {
-  return at::cpu::as_strided_symint(self, size, stride, std::move(offset));
-}
-
-at::Tensor tpu_view(const at::Tensor& self, c10::SymIntArrayRef size) {
-  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
-}
-
-at::Tensor tpu_reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
-                             c10::SymIntArrayRef stride) {
-  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
-                                    C10_AS_INTARRAYREF_SLOW(stride));
-}
-
-const at::Tensor& tpu_resize_(const at::Tensor& self, c10::SymIntArrayRef size,
-                              std::optional<c10::MemoryFormat> fmt) {
-  return resize_tensor(self, C10_AS_INTARRAYREF_SLOW(size), fmt);
-}
-
-at::Tensor& tpu_set_storage_offset(at::Tensor& self, at::Storage storage, int64_t offset,
-                                   c10::IntArrayRef size, c10::IntArrayRef stride) {
-  return at::cpu::set_(self, storage, offset, size, stride);
-}
-
-at::Tensor& tpu_set_storage(at::Tensor& self, at::Storage storage) {
-  const int64_t n = (int64_t)(storage.nbytes() / self.dtype().itemsize());
-  return at::cpu::set_(self, storage, 0, {n}, {});
-}
-
-at::Tensor& tpu_set_tensor(at::Tensor& self, const at::Tensor& src) {
-  return at::native::set_tensor_(self, src);
-}
-
-at::Tensor& tpu_set_empty(at::Tensor& self) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, allocator(), true);
-  return at::cpu::set_(self, storage, 0, {0}, {});
-}
-
-at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  return copy_from(self, dst, non_blocking);
-}
-
-// copy_ as CPU's copy_impl: a copy onto itself or onto the same view does
-// nothing; a destination that overlaps itself or partly overlaps the source
-// raises; a source whose negative bit differs from the destination's is
-// copied and then negated in place (neg_ acts on the memory as stored).
-at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
-  if (self.is_same(src)) return self;
-  if (self.is_alias_of(src) && self.storage_offset() == src.storage_offset() &&
-      self.strides().equals(src.strides()) && self.sizes().equals(src.sizes()) &&
-      self.scalar_type() == src.scalar_type() && self.is_neg() == src.is_neg())
-    return self;
-  if (self.numel() > 0) {
-    at::assert_no_internal_overlap(self);
-    at::assert_no_partial_overlap(self, src);
-  }
-  // src must broadcast to self, also when self is empty (copy_from does
-  // nothing then): CPU's TensorIterator checks the shapes first
-  if (!src.sizes().equals(self.sizes())) {
-    const auto shape = at::infer_size_dimvector(self.sizes(), src.sizes());
-    TORCH_CHECK(c10::IntArrayRef(shape).equals(self.sizes()), "output with shape ", self.sizes(),
-                " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
-  }
-  materialize_cow(self);
-  copy_from(src, self, non_blocking);
-  if (self.is_neg() != src.is_neg() && self.numel() > 0) {
-    // negate the stored values: through a view without the bit
-    at::Tensor raw = self.is_neg() ? self._neg_view() : self;
-    raw.neg_();
-  }
-  return self;
-}
-
-at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  if (dst.sizes() != self.sizes()) resize_tensor(dst, self.sizes(), std::nullopt);
-  return copy_from(self, dst, false);
-}
-
-at::Scalar tpu_local_scalar_dense(const at::Tensor& self) {
-  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
-              " elements cannot be converted to Scalar");
-  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
-  copy_from(self, host, false);
-  return host.item();
-}
+}  // namespace
 
 // Submits the runtime kernel `name` with tensor arguments `args` and one
 // output on the output's device and current stream.
@@ -1645,298 +1436,6 @@ void submit_tensor_call(const char* name, std::initializer_list<at::Tensor> args
   call.device = out.device().index();
   call.precision = tpu_get_matmul_precision();
   check(tpu_stream_submit(current_stream(out.device().index()), &call));
-}
-
-// nonzero's output size depends on the data: count on the device, read the
-// count back (a synchronization), then queue the kernel that writes the indices.
-int64_t count_nonzero_host(const at::Tensor& self) {
-  if (self.numel() == 0) return 0;
-  return at::count_nonzero(self).item<int64_t>();
-}
-
-void submit_nonzero(const at::Tensor& self, const at::Tensor& out) {
-  submit_tensor_call("nonzero", {self}, out);
-}
-
-// As CPU: the result is column-major ([n, ndim] with strides (1, n)), unless
-// `out` already has the result's shape in another layout, which it keeps.
-at::Tensor& tpu_nonzero_out(const at::Tensor& self, at::Tensor& out) {
-  TORCH_CHECK(out.scalar_type() == at::kLong,
-              "nonzero: Expected out tensor to have scalar type Long but got scalar type",
-              out.scalar_type());
-  TORCH_CHECK(out.device() == self.device(), "expected self and out to be on the same device, got ",
-              self.device(), " and ", out.device());
-  c10::DeviceGuard guard(self.device());
-  const int64_t n = count_nonzero_host(self);
-  const int64_t nd = self.dim();
-  if (out.dim() == 2 && out.size(0) == n && out.size(1) == nd && !out.t().is_contiguous()) {
-    at::Tensor tmp = at::empty({nd, n}, out.options()).t();
-    submit_nonzero(self, tmp);
-    out.copy_(tmp);
-    return out;
-  }
-  resize_tensor(out, {nd, n}, std::nullopt);
-  out.as_strided_({n, nd}, {1, n});
-  submit_nonzero(self, out);
-  return out;
-}
-
-at::Tensor tpu_nonzero(const at::Tensor& self) {
-  c10::DeviceGuard guard(self.device());
-  const int64_t n = count_nonzero_host(self);
-  // CPU returns a column-major [n, ndim] result; keep that layout.
-  at::Tensor out = at::empty_strided({n, self.dim()}, {1, n}, self.options().dtype(at::kLong));
-  submit_nonzero(self, out);
-  return out;
-}
-
-at::Tensor tpu_masked_select(const at::Tensor& self, const at::Tensor& mask) {
-  TORCH_CHECK(mask.scalar_type() == at::kBool,
-              "masked_select: expected BoolTensor for mask, got ", mask.scalar_type());
-  auto shapes = at::infer_size(self.sizes(), mask.sizes());
-  return self.expand(shapes).index({mask.expand(shapes)});
-}
-
-at::Tensor& tpu_masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
-  at::assert_no_internal_overlap(out);
-  at::assert_no_overlap(out, self);
-  at::assert_no_overlap(out, mask);
-  at::Tensor r = tpu_masked_select(self, mask);
-  resize_tensor(out, r.sizes(), std::nullopt);
-  out.copy_(r);
-  return out;
-}
-
-// unique: data-dependent sizes, composed from device ops (sort, compare,
-// masked_select, cumsum, scatter). Groups of equal values are runs of the
-// sorted (or, for unique_consecutive, original) order.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_runs(const at::Tensor& self, bool sort,
-                                                           bool return_inverse,
-                                                           bool return_counts) {
-  at::Tensor flat = self.reshape({-1});
-  const int64_t n = flat.numel();
-  at::Tensor vals = flat, perm;
-  if (sort) std::tie(vals, perm) = flat.sort(/*stable=*/true, 0, false);
-  at::Tensor first = at::ones({n}, flat.options().dtype(at::kBool));
-  if (n > 1) first.slice(0, 1).copy_(vals.slice(0, 1).ne(vals.slice(0, 0, n - 1)));
-  at::Tensor uniq = vals.masked_select(first);
-  at::Tensor inverse = at::empty({0}, flat.options().dtype(at::kLong));
-  at::Tensor counts = at::empty({0}, flat.options().dtype(at::kLong));
-  if (return_inverse) {
-    at::Tensor group = first.cumsum(0, at::kLong).sub_(1);
-    inverse = sort ? at::empty({n}, group.options()).scatter_(0, perm, group) : group;
-    inverse = inverse.reshape(self.sizes());
-  }
-  if (return_counts) {
-    at::Tensor starts = at::nonzero(first).reshape({-1});
-    at::Tensor ends = at::cat({starts.slice(0, 1), at::full({1}, n, starts.options())});
-    counts = ends.sub(starts);
-  }
-  return {uniq, inverse, counts};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique2(const at::Tensor& self, bool sorted,
-                                                           bool return_inverse,
-                                                           bool return_counts) {
-  (void)sorted;  // always sorted: a valid order for sorted=False too
-  return unique_runs(self, true, return_inverse, return_counts);
-}
-
-// _unique (the older overload): _unique2 without counts
-std::tuple<at::Tensor, at::Tensor> tpu_unique(const at::Tensor& self, bool sorted,
-                                              bool return_inverse) {
-  (void)sorted;
-  auto r = unique_runs(self, true, return_inverse, false);
-  return {std::get<0>(r), std::get<1>(r)};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_consecutive(
-    const at::Tensor& self, bool return_inverse, bool return_counts, std::optional<int64_t> dim) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!dim.has_value() || self.dim() <= 1,
-                              "TorchTPU: aten::unique_consecutive with dim is not implemented");
-  return unique_runs(self, false, return_inverse, return_counts);
-}
-
-// unique_dim: the distinct slices along dim in lexicographic order (CPU's
-// order), with each slice's group (inverse) and the group sizes (counts),
-// which CPU returns whatever the flags say. Slices become rows; stable sorts
-// by the last column first, then by each earlier one, give the lexicographic
-// permutation; a row starts a group where it differs from the row before it.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_dim(const at::Tensor& self, int64_t dim,
-                                                              bool sorted, bool return_inverse,
-                                                              bool return_counts) {
-  (void)sorted;
-  (void)return_inverse;
-  (void)return_counts;
-  dim = c10::maybe_wrap_dim(dim, self.dim());
-  auto sizes = self.sizes().vec();
-  const auto zero_dims = std::count(sizes.begin(), sizes.end(), 0);
-  auto long_opts = self.options().dtype(at::kLong);
-  if (self.size(dim) == 0) {
-    TORCH_CHECK(zero_dims == 1,
-                "Number of zero sized dimensions is more than one, so unique cannot be applied ");
-    return {at::empty(sizes, self.options()), at::empty({0}, long_opts), at::empty({0}, long_opts)};
-  }
-  TORCH_CHECK(zero_dims == 0,
-              "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
-  at::Tensor moved = self.moveaxis(dim, 0);
-  auto moved_sizes = moved.sizes().vec();
-  const int64_t n = moved.size(0);
-  at::Tensor rows = moved.contiguous().view({n, -1});
-  at::Tensor perm = at::arange(n, long_opts);
-  for (int64_t k = rows.size(1) - 1; k >= 0; k--) {
-    at::Tensor key = rows.select(1, k).index_select(0, perm);
-    perm = perm.index_select(0, std::get<1>(key.sort(/*stable=*/true, 0, false)));
-  }
-  at::Tensor ordered = rows.index_select(0, perm);
-  at::Tensor first = at::ones({n}, self.options().dtype(at::kBool));
-  if (n > 1)
-    first.slice(0, 1).copy_(ordered.slice(0, 1).ne(ordered.slice(0, 0, n - 1)).any(1));
-  at::Tensor starts = at::nonzero(first).reshape({-1});
-  moved_sizes[0] = starts.numel();
-  at::Tensor output = ordered.index_select(0, starts).view(moved_sizes).moveaxis(0, dim);
-  at::Tensor group = first.cumsum(0, at::kLong).sub_(1);
-  at::Tensor inverse = at::empty({n}, long_opts).scatter_(0, perm, group);
-  at::Tensor ends = at::cat({starts.slice(0, 1), at::full({1}, n, long_opts)});
-  return {output, inverse, ends.sub(starts)};
-}
-
-// equal returns a Python bool, which the boxed path cannot produce.
-bool tpu_equal(const at::Tensor& self, const at::Tensor& other) {
-  TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
-              self.device(), " and ", other.device());
-  if (self.sizes() != other.sizes()) return false;
-  if (self.numel() == 0) return true;
-  return self.eq(other).all().item<bool>();
-}
-
-// bincount: the output length is max(self) + 1 (at least minlength), read
-// from the device first; the counting itself is an index_add on the device.
-// Weights keep float32, other weight dtypes count in float64, as on CPU.
-at::Tensor tpu_bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights,
-                        int64_t minlength) {
-  TORCH_CHECK(self.dim() == 1 && at::isIntegralType(self.scalar_type(), /*includeBool=*/false),
-              "bincount only supports 1-d non-negative integral inputs.");
-  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
-  const bool has_w = weights.has_value() && weights->defined();
-  TORCH_CHECK(!has_w || (weights->dim() == 1 && weights->numel() == self.numel()),
-              "weights should be 1-d and have the same length as input");
-  int64_t n = minlength;
-  if (self.numel() > 0) {
-    TORCH_CHECK(self.min().item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
-    n = std::max(n, self.max().item<int64_t>() + 1);
-  }
-  const auto dt = !has_w ? at::kLong : weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
-  if (self.numel() == 0) return at::zeros({n}, self.options().dtype(dt));
-  at::Tensor idx = self.to(at::kLong);
-  if (!has_w) {
-    return at::zeros({n}, self.options().dtype(at::kLong))
-        .index_add_(0, idx, at::ones({self.numel()}, self.options().dtype(at::kLong)));
-  }
-  return at::zeros({n}, weights->options().dtype(dt)).index_add_(0, idx, weights->to(dt));
-}
-
-// _ctc_loss / _ctc_loss_backward with tensor lengths: the log_alpha shape
-// depends on the largest target length, so the lengths are read to the host
-// (synchronizing when they live on the device) and the int-list overloads,
-// which run the native kernels, do the work. CPU's kernels do the same.
-std::vector<int64_t> ctc_lengths(const at::Tensor& t, const char* what) {
-  TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), what,
-              " must be integral");
-  at::Tensor h = t.to(at::kCPU, at::kLong).contiguous();
-  return std::vector<int64_t>(h.const_data_ptr<int64_t>(), h.const_data_ptr<int64_t>() + h.numel());
-}
-
-std::tuple<at::Tensor, at::Tensor> tpu_ctc_loss_tensor(const at::Tensor& log_probs,
-                                                       const at::Tensor& targets,
-                                                       const at::Tensor& input_lengths,
-                                                       const at::Tensor& target_lengths,
-                                                       int64_t blank, bool zero_infinity) {
-  auto il = ctc_lengths(input_lengths, "input_lengths");
-  auto tl = ctc_lengths(target_lengths, "target_lengths");
-  return at::_ctc_loss(log_probs, targets, il, tl, blank, zero_infinity);
-}
-
-at::Tensor tpu_ctc_loss_backward_tensor(const at::Tensor& grad, const at::Tensor& log_probs,
-                                        const at::Tensor& targets,
-                                        const at::Tensor& input_lengths,
-                                        const at::Tensor& target_lengths,
-                                        const at::Tensor& neg_log_likelihood,
-                                        const at::Tensor& log_alpha, int64_t blank,
-                                        bool zero_infinity) {
-  auto il = ctc_lengths(input_lengths, "input_lengths");
-  auto tl = ctc_lengths(target_lengths, "target_lengths");
-  return at::_ctc_loss_backward(grad, log_probs, targets, il, tl, neg_log_likelihood, log_alpha,
-                                blank, zero_infinity);
-}
-
-void tpu_record_stream(at::Tensor& self, c10::Stream s) {
-  allocator();  // the allocator tracks side-stream use of the block
-  static_cast<c10::DeviceAllocator*>(allocator())->recordStream(self.storage().data_ptr(), s);
-}
-
-}  // namespace
-
-// Host/device copies. On the host target device memory is host-addressable,
-// so device->host copies read it directly after synchronizing; host->device
-// copies go through the stream with a staging snapshot.
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
-  if (dst.numel() == 0) return dst;
-  ensure_runtime();
-  PlaceholderUse use;
-  const bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
-  at::Tensor src = self;
-  if (src.sizes() != dst.sizes()) src = src.expand(dst.sizes());
-  if (src_tpu && dst_tpu) {
-    const bool across = self.device() != dst.device();
-    // Across chips: wait for the source chip, then copy on the target's stream.
-    if (across) synchronize_device(self.device().index());
-    c10::DeviceGuard guard(dst.device());
-    submit_tensor_call("copy", {dst, src}, dst);  // copy(self, src) writes src into out
-    if (across) {
-      // ... and order later work of the source chip's current stream after
-      // the copy (as CUDA does), so an in-place write to the source cannot
-      // overtake the queued read. Freeing the source is covered by the
-      // allocator's stream-ordered fences.
-      const auto sd = self.device().index();
-      check(tpu_stream_wait_stream(current_stream(sd), current_stream(dst.device().index())));
-    }
-    return dst;
-  }
-  if (dst_tpu) {  // host -> device
-    TORCH_CHECK(src.is_cpu(), "copy_: cannot copy from ", src.device(), " to tpu");
-    c10::DeviceGuard guard(dst.device());
-    at::Tensor host = src.to(dst.scalar_type()).contiguous();
-    const size_t bytes = (size_t)host.numel() * host.element_size();
-    tpu_stream_t* s = current_stream(dst.device().index());
-    if (dst.is_non_overlapping_and_dense() && dst.is_contiguous()) {
-      check(tpu_stream_copy_h2d(s, dst.data_ptr(), host.const_data_ptr(), bytes));
-    } else {
-      at::Tensor tmp = at::empty(dst.sizes(), dst.options());
-      check(tpu_stream_copy_h2d(s, tmp.data_ptr(), host.const_data_ptr(), bytes));
-      copy_from(tmp, dst, false);
-    }
-    return dst;
-  }
-  // device -> host
-  TORCH_CHECK(src_tpu && dst.is_cpu(), "copy_: cannot copy from ", src.device(), " to ",
-              dst.device());
-  // A dense copy on the device first when src is not contiguous, then the
-  // runtime copies the bytes out (straight into dst when it has src's layout).
-  const at::Tensor dense = src.is_contiguous() ? src : src.contiguous();
-  const auto sd = src.device().index();
-  synchronize_device(sd);
-  const size_t bytes = (size_t)dense.numel() * dense.element_size();
-  const bool direct = dst.is_contiguous() && dst.scalar_type() == dense.scalar_type() &&
-                      dst.sizes() == dense.sizes();
-  at::Tensor host = direct ? dst : at::empty(dense.sizes(), dense.options().device(at::kCPU));
-  if (bytes) {
-    PlaceholderUse use;
-    check(tpu_stream_copy_d2h(current_stream(sd), host.data_ptr(), dense.const_data_ptr(), bytes));
-  }
-  if (!direct) dst.copy_(host);
-  return dst;
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -1994,41 +1493,21 @@ struct RegisterRuntimeOps {
 };
 }  // namespace
 
-// The overloads registered directly (name, kernel): views, storage, copies,
-// and ops with data-dependent output shapes.
-#define TPU_DIRECT_OPS(X) \
-  X("empty.memory_format", tpu_empty_memory_format) \
-  X("empty_strided", tpu_empty_strided) \
-  X("as_strided", tpu_as_strided) \
-  X("view", tpu_view) \
-  X("_reshape_alias", tpu_reshape_alias) \
-  X("resize_", tpu_resize_) \
-  X("set_.source_Storage_storage_offset", tpu_set_storage_offset) \
-  X("set_.source_Storage", tpu_set_storage) \
-  X("set_.source_Tensor", tpu_set_tensor) \
-  X("set_", tpu_set_empty) \
-  X("copy_", tpu_copy_) \
-  X("_copy_from", tpu_copy_from) \
-  X("_copy_from_and_resize", tpu_copy_from_and_resize) \
-  X("_local_scalar_dense", tpu_local_scalar_dense) \
-  X("nonzero", tpu_nonzero) \
-  X("nonzero.out", tpu_nonzero_out) \
-  X("masked_select", tpu_masked_select) \
-  X("masked_select.out", tpu_masked_select_out) \
-  X("record_stream", tpu_record_stream) \
-  X("_unique2", tpu_unique2) \
-  X("_unique", tpu_unique) \
-  X("equal", tpu_equal) \
-  X("unique_consecutive", tpu_unique_consecutive) \
-  X("unique_dim", tpu_unique_dim) \
-  X("bincount", tpu_bincount) \
-  X("_ctc_loss.Tensor", tpu_ctc_loss_tensor) \
-  X("_ctc_loss_backward.Tensor", tpu_ctc_loss_backward_tensor)
+namespace {
+// The overloads registered directly instead of through the fallback: views
+// and storage (ops_views.cpp), copies (ops_copy.cpp) and ops with
+// data-dependent output shapes (ops_dynamic.cpp).
+void add_direct_ops(DirectOps& ops) {
+  add_view_ops(ops);
+  add_copy_ops(ops);
+  add_dynamic_ops(ops);
+}
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-#define TPU_IMPL(name, fn) m.impl(name, fn);
-  TPU_DIRECT_OPS(TPU_IMPL)
-#undef TPU_IMPL
+  DirectOps ops;
+  ops.lib = &m;
+  add_direct_ops(ops);
 }
 
 namespace {
@@ -2042,9 +1521,9 @@ RegisterRuntimeOps g_register_runtime_ops;
 // that this PyTorch does not have, are not counted).
 std::vector<std::string> supported_ops() {
   std::vector<std::string> names = runtime_op_names();
-#define TPU_NAME(name, fn) names.push_back(name);
-  TPU_DIRECT_OPS(TPU_NAME)
-#undef TPU_NAME
+  DirectOps direct;
+  direct.names = &names;
+  add_direct_ops(direct);
   auto& disp = c10::Dispatcher::singleton();
   std::vector<std::string> out;
   for (const std::string& full : names) {
