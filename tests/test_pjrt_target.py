@@ -316,3 +316,15 @@ def test_index_put():
         (F.embedding(ids, w) * 2).sum().backward()
         same(wt.grad, w.grad)
     """)
+
+
+def test_empty_views_read_as_empty():
+    # a permuted view of an empty tensor is an empty parameter (its nonempty dims
+    # must not be taken for its memory order)
+    run_pjrt("""
+        x = torch.randn(0, 2, 3)
+        a = x.to("tpu")
+        same(a.transpose(-1, -2).tril(), x.transpose(-1, -2).tril())
+        same(a.mT.contiguous(), x.mT.contiguous())
+        same(a.sum(), x.sum())
+    """)

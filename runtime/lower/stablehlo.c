@@ -937,6 +937,7 @@ static ref_t param_for(em_t* e, const tpu_tensor_t* t) {
       p.strides[p.ndim++] = t->strides[d];
     }
   int order[TPU_MAX_DIMS], m;
+  if (tpu_tensor_numel(t) == 0) return new_param(e, t); /* nothing to put in memory order */
   if (real_dims(&p, order, &m) && is_dense(&p, order, m)) {
     bool in_order = true;
     for (int i = 1; i < m; i++) in_order &= order[i] > order[i - 1];
