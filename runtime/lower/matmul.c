@@ -1,6 +1,5 @@
-/* Contractions: the matmul family as dot_general with the call's precision,
- * convolutions (plain and transposed) as stablehlo.convolution, and Cholesky
- * factors and triangular solves.
+/* Contractions: the matmul family as dot_general with the call's precision, and
+ * convolutions (plain and transposed) as stablehlo.convolution.
  *
  * Each function lowers the ATen ops its table names; it returns false to leave
  * the call to the custom_call fallback (runtime/lower/stablehlo.c). The bodies
@@ -146,148 +145,17 @@ static bool lower_convolution_any(node_t* n, const char* base, ref_t* outs) {
   return lower_convolution(n, base, outs) || lower_convolution_2(n, base, outs);
 }
 
-/* ---- linear algebra: Cholesky factors and triangular solves ----
- * stablehlo.cholesky (of the lower triangle) and stablehlo.triangular_solve
- * over matrices in the last two dims; batch dims broadcast as in PyTorch. */
-
-static ref_t transpose_last2(em_t* e, ref_t a) {
-  int64_t perm[TPU_MAX_DIMS];
-  for (int d = 0; d < a.nd; d++) perm[d] = d;
-  perm[a.nd - 2] = a.nd - 1;
-  perm[a.nd - 1] = a.nd - 2;
-  return transpose(e, a, perm);
-}
-
-/* the lower (or upper) triangle of a, zeros elsewhere */
-static ref_t triangle(em_t* e, ref_t a, bool lower) {
-  ref_t r = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, a.nd, a.sz), "iota_dimension = %d : i64", a.nd - 2);
-  ref_t k = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, a.nd, a.sz), "iota_dimension = %d : i64", a.nd - 1);
-  return select3(e, compare(e, lower ? "GE" : "LE", r, k), a, cst_like(e, a.dt, 0, a.nd, a.sz));
-}
-
-/* L with A = L L^T from A's lower triangle (the rest of L zero) */
-static ref_t cholesky_lower(em_t* e, ref_t a) {
-  return triangle(e, emit(e, "stablehlo.cholesky", 1, &a, a, "lower = true"), true);
-}
-
-/* X with op(A) X = B (left) or X op(A) = B; A's other triangle is ignored */
-static ref_t tri_solve(em_t* e, ref_t a, ref_t b, bool left, bool lower, bool unit, bool transpose_a) {
-  ref_t in[2] = {a, b};
-  return emit(e, "stablehlo.triangular_solve", 2, in, b,
-              "left_side = %s, lower = %s, unit_diagonal = %s, transpose_a = #stablehlo<transpose %s>",
-              left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false",
-              transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE");
-}
-
-/* a and b with their batch dims (all but the last two) broadcast together */
-static bool batch_broadcast(em_t* e, ref_t* a, ref_t* b) {
-  const int nb = (a->nd > b->nd ? a->nd : b->nd) - 2;
-  if (a->nd < 2 || b->nd < 2 || nb + 2 > TPU_MAX_DIMS) return false;
-  int64_t bsz[TPU_MAX_DIMS];
-  for (int i = 0; i < nb; i++) {
-    const int ia = i - (nb - (a->nd - 2)), ib = i - (nb - (b->nd - 2));
-    const int64_t sa = ia >= 0 ? a->sz[ia] : 1, sb = ib >= 0 ? b->sz[ib] : 1;
-    if (sa != sb && sa != 1 && sb != 1) return false;
-    bsz[i] = sa == 1 ? sb : sa;
-  }
-  ref_t* v[2] = {a, b};
-  for (int j = 0; j < 2; j++) {
-    int64_t sz[TPU_MAX_DIMS];
-    memcpy(sz, bsz, sizeof(int64_t) * (size_t)nb);
-    sz[nb] = v[j]->sz[v[j]->nd - 2];
-    sz[nb + 1] = v[j]->sz[v[j]->nd - 1];
-    *v[j] = bcast(e, *v[j], nb + 2, sz);
-  }
-  return true;
-}
-
-static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
-  LOWER_LOCALS;
-  if (!is_tensor(n, 0) || !tpu_dtype_is_float(odt) || odt == TPU_BF16 || odt == TPU_F16) return false;
-  const tpu_tensor_t* t = c->args[0].v.t;
-  if (t->ndim < 2) return false;
-  if (tpu_tensor_numel(o) == 0) { /* nothing to factor or solve */
-    for (int i = 0; i < c->nouts; i++)
-      outs[i] = cst_like(e, c->outs[i].dtype, 0, c->outs[i].ndim, c->outs[i].sizes);
-    return true;
-  }
-  if (!strcmp(base, "linalg_cholesky_ex") || !strcmp(base, "cholesky")) {
-    /* (self, upper[, check_errors]) -> L (or U = L^T)[, info] */
-    ref_t l = cholesky_lower(e, arg_out(n, 0, odt));
-    outs[0] = tpu_arg_bool(c, 1, false) ? transpose_last2(e, l) : l;
-    if (c->nouts > 1) { /* info: the order of the first leading minor that is not positive definite */
-      const int64_t m = t->sizes[t->ndim - 1];
-      ref_t r = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, l.nd, l.sz), "iota_dimension = %d : i64", l.nd - 2);
-      ref_t k = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, l.nd, l.sz), "iota_dimension = %d : i64", l.nd - 1);
-      ref_t diag = compare(e, "EQ", r, k);
-      ref_t ok = binop(e, "stablehlo.and", emit(e, "stablehlo.is_finite", 1, &l, mkref(TPU_BOOL, l.nd, l.sz), NULL),
-                       compare(e, "GT", l, cst_like(e, odt, 0, l.nd, l.sz)));
-      ref_t bad = binop(e, "stablehlo.and", diag, unop(e, "stablehlo.not", ok));
-      ref_t at = select3(e, bad, r, cst_like(e, TPU_I64, (double)m, l.nd, l.sz));
-      int64_t last2[2] = {l.nd - 2, l.nd - 1};
-      ref_t first = reduce(e, at, 2, last2, "stablehlo.minimum", (double)m);
-      ref_t none = cst_like(e, TPU_I64, (double)m, first.nd, first.sz);
-      ref_t info = select3(e, compare(e, "EQ", first, none), cst_like(e, TPU_I64, 0, first.nd, first.sz),
-                           scalar_op(e, "stablehlo.add", first, 1));
-      outs[1] = convert(e, info, c->outs[1].dtype);
-    }
-    return true;
-  }
-  if (!strcmp(base, "cholesky_inverse")) { /* (L, upper): (L L^T)^-1 = L^-T L^-1 */
-    ref_t l = arg_out(n, 0, odt);
-    const bool upper = tpu_arg_bool(c, 1, false);
-    if (upper) l = transpose_last2(e, l);
-    ref_t r = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, l.nd, l.sz), "iota_dimension = %d : i64", l.nd - 2);
-    ref_t k = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, l.nd, l.sz), "iota_dimension = %d : i64", l.nd - 1);
-    ref_t eye = convert(e, compare(e, "EQ", r, k), odt);
-    ref_t linv = tri_solve(e, l, eye, true, true, false, false);
-    outs[0] = dot_general(e, transpose_last2(e, linv), linv, l.nd - 2, l.nd - 1, l.nd - 2, out_ref(n, odt),
-                          TPU_PRECISION_HIGHEST);
-    return true;
-  }
-  if (!strcmp(base, "_cholesky_solve_helper") && is_tensor(n, 1)) { /* (B, L, upper): L L^T X = B */
-    ref_t b = arg_out(n, 0, odt), l = convert(e, arg(n, 1), odt);
-    if (!batch_broadcast(e, &l, &b)) return false;
-    const bool upper = tpu_arg_bool(c, 2, false);
-    ref_t y = tri_solve(e, l, b, true, !upper, false, upper);
-    outs[0] = tri_solve(e, l, y, true, !upper, false, !upper);
-    return true;
-  }
-  if (!strcmp(base, "linalg_solve_triangular") && is_tensor(n, 1)) { /* (A, B, upper, left, unitriangular) */
-    ref_t a = convert(e, arg(n, 0), odt), b = convert(e, arg(n, 1), odt);
-    if (!batch_broadcast(e, &a, &b)) return false;
-    outs[0] = tri_solve(e, a, b, tpu_arg_bool(c, 3, true), !tpu_arg_bool(c, 2, false), tpu_arg_bool(c, 4, false), false);
-    return true;
-  }
-  if (!strcmp(base, "triangular_solve") && is_tensor(n, 1) && c->nouts == 2) {
-    /* (B, A, upper, transpose, unitriangular) -> (X, A) */
-    ref_t b = arg_out(n, 0, odt), a = convert(e, arg(n, 1), odt);
-    ref_t a0 = a;
-    if (!batch_broadcast(e, &a, &b)) return false;
-    outs[0] = tri_solve(e, a, b, true, !tpu_arg_bool(c, 2, true), tpu_arg_bool(c, 4, false), tpu_arg_bool(c, 3, false));
-    outs[1] = bcast(e, a0, c->outs[1].ndim, c->outs[1].sizes);
-    return true;
-  }
-  return false;
-}
-
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
-    {"_cholesky_solve_helper", lower_linalg},
     {"_convolution", lower_convolution_any},
     {"addmm", lower_mm},
     {"addmv", lower_mm},
     {"baddbmm", lower_mm},
     {"bmm", lower_mm},
-    {"cholesky", lower_linalg},
-    {"cholesky_inverse", lower_linalg},
     {"convolution", lower_convolution_any},
     {"dot", lower_mm},
-    {"linalg_cholesky_ex", lower_linalg},
-    {"linalg_solve_triangular", lower_linalg},
     {"mm", lower_mm},
     {"mv", lower_mm},
-    {"triangular_solve", lower_linalg},
     {"vdot", lower_mm},
 };
 

@@ -1,0 +1,430 @@
+/* Linear algebra lowerings: Cholesky factors, triangular solves, and an LU
+ * factorization with partial pivoting (unrolled over the columns, as LAPACK's
+ * getrf chooses pivots: the first largest magnitude) with what is built on
+ * it: lu_factor, lu, lu_unpack, lu_solve, solve, inv, det, slogdet.
+ *
+ * Matrices are the last two dims; batch dims broadcast as in PyTorch. Only
+ * float32 and float64 (as LAPACK). Each function lowers the ATen ops its
+ * table names; it returns false to leave the call unlowered. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/emit.h"
+
+/* an i64 iota along dim of shape (nd, sz) */
+static ref_t iota_along(em_t* e, int nd, const int64_t* sz, int dim) {
+  return emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, sz), "iota_dimension = %d : i64", dim);
+}
+
+static ref_t transpose_last2(em_t* e, ref_t a) {
+  int64_t perm[TPU_MAX_DIMS];
+  for (int d = 0; d < a.nd; d++) perm[d] = d;
+  perm[a.nd - 2] = a.nd - 1;
+  perm[a.nd - 1] = a.nd - 2;
+  return transpose(e, a, perm);
+}
+
+/* rows [lo, hi) and columns [clo, chi) of a matrix batch */
+static ref_t block(em_t* e, ref_t a, int64_t lo, int64_t hi, int64_t clo, int64_t chi) {
+  int64_t s[TPU_MAX_DIMS] = {0}, l[TPU_MAX_DIMS];
+  memcpy(l, a.sz, sizeof(int64_t) * (size_t)a.nd);
+  s[a.nd - 2] = lo;
+  l[a.nd - 2] = hi;
+  s[a.nd - 1] = clo;
+  l[a.nd - 1] = chi;
+  return slice(e, a, s, l);
+}
+
+/* a [..., p, q] broadcast to [..., m, n] along its batch dims and p -> m, q -> n (p, q 1 or equal) */
+static ref_t spread(em_t* e, ref_t a, int nd, const int64_t* sz) { return bcast(e, a, nd, sz); }
+
+/* the lower (or upper) triangle of a (k below or above the diagonal kept), zeros elsewhere */
+static ref_t triangle(em_t* e, ref_t a, bool lower, bool strict) {
+  ref_t r = iota_along(e, a.nd, a.sz, a.nd - 2), c = iota_along(e, a.nd, a.sz, a.nd - 1);
+  const char* dir = lower ? (strict ? "GT" : "GE") : (strict ? "LT" : "LE");
+  return select3(e, compare(e, dir, r, c), a, cst_like(e, a.dt, 0, a.nd, a.sz));
+}
+
+static ref_t eye_like(em_t* e, tpu_dtype_t dt, int nd, const int64_t* sz) {
+  return convert(e, compare(e, "EQ", iota_along(e, nd, sz, nd - 2), iota_along(e, nd, sz, nd - 1)), dt);
+}
+
+/* L with A = L L^T from A's lower triangle (the rest of L zero) */
+static ref_t cholesky_lower(em_t* e, ref_t a) {
+  return triangle(e, emit(e, "stablehlo.cholesky", 1, &a, a, "lower = true"), true, false);
+}
+
+/* X with op(A) X = B (left) or X op(A) = B; A's other triangle (and with
+ * unit, its diagonal) is not read */
+static ref_t tri_solve(em_t* e, ref_t a, ref_t b, bool left, bool lower, bool unit, bool transpose_a) {
+  ref_t in[2] = {a, b};
+  return emit(e, "stablehlo.triangular_solve", 2, in, b,
+              "left_side = %s, lower = %s, unit_diagonal = %s, transpose_a = #stablehlo<transpose %s>",
+              left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false",
+              transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE");
+}
+
+/* a and b with their batch dims (all but the last two) broadcast together */
+static bool batch_broadcast(em_t* e, ref_t* a, ref_t* b) {
+  const int nb = (a->nd > b->nd ? a->nd : b->nd) - 2;
+  if (a->nd < 2 || b->nd < 2 || nb + 2 > TPU_MAX_DIMS) return false;
+  int64_t bsz[TPU_MAX_DIMS];
+  for (int i = 0; i < nb; i++) {
+    const int ia = i - (nb - (a->nd - 2)), ib = i - (nb - (b->nd - 2));
+    const int64_t sa = ia >= 0 ? a->sz[ia] : 1, sb = ib >= 0 ? b->sz[ib] : 1;
+    if (sa != sb && sa != 1 && sb != 1) return false;
+    bsz[i] = sa == 1 ? sb : sa;
+  }
+  ref_t* v[2] = {a, b};
+  for (int j = 0; j < 2; j++) {
+    int64_t sz[TPU_MAX_DIMS];
+    memcpy(sz, bsz, sizeof(int64_t) * (size_t)nb);
+    sz[nb] = v[j]->sz[v[j]->nd - 2];
+    sz[nb + 1] = v[j]->sz[v[j]->nd - 1];
+    *v[j] = bcast(e, *v[j], nb + 2, sz);
+  }
+  return true;
+}
+
+/* ---- LU ---- */
+/* row p (a per-matrix i64 index, shape = x's batch dims) of x, as [..., 1, c] */
+static ref_t row_at(em_t* e, ref_t x, ref_t p) {
+  const int nd = x.nd;
+  int64_t bd[TPU_MAX_DIMS];
+  for (int d = 0; d < nd - 2; d++) bd[d] = d;
+  ref_t hit = compare(e, "EQ", iota_along(e, nd, x.sz, nd - 2), bcast_dims(e, p, nd, x.sz, bd));
+  int64_t rd[1] = {nd - 2};
+  ref_t r = reduce(e, select3(e, hit, x, cst_like(e, x.dt, 0, nd, x.sz)), 1, rd, "stablehlo.add", 0);
+  int64_t sz[TPU_MAX_DIMS];
+  memcpy(sz, x.sz, sizeof(int64_t) * (size_t)nd);
+  sz[nd - 2] = 1;
+  return reshape(e, r, nd, sz);
+}
+
+/* x with rows j and p (per matrix) swapped */
+static ref_t swap_rows(em_t* e, ref_t x, int64_t j, ref_t p) {
+  const int nd = x.nd;
+  int64_t bd[TPU_MAX_DIMS];
+  for (int d = 0; d < nd - 2; d++) bd[d] = d;
+  ref_t r = iota_along(e, nd, x.sz, nd - 2);
+  ref_t rowj = spread(e, block(e, x, j, j + 1, 0, x.sz[nd - 1]), nd, x.sz);
+  ref_t rowp = spread(e, row_at(e, x, p), nd, x.sz);
+  ref_t at_p = compare(e, "EQ", r, bcast_dims(e, p, nd, x.sz, bd));
+  ref_t at_j = compare(e, "EQ", r, cst_like(e, TPU_I64, (double)j, nd, x.sz));
+  return select3(e, at_j, rowp, select3(e, at_p, rowj, x));
+}
+
+/* pivot j (0-based i64 row, the batch dims' shape) of 1-based int pivots */
+static ref_t pivot_at(em_t* e, ref_t piv, int64_t j) {
+  int64_t s[TPU_MAX_DIMS] = {0}, l[TPU_MAX_DIMS];
+  memcpy(l, piv.sz, sizeof(int64_t) * (size_t)piv.nd);
+  s[piv.nd - 1] = j;
+  l[piv.nd - 1] = j + 1;
+  ref_t p = slice(e, convert(e, piv, TPU_I64), s, l);
+  return scalar_op(e, "stablehlo.subtract", reshape(e, p, piv.nd - 1, piv.sz), 1);
+}
+
+/* x's rows permuted as the pivots' swaps do, in order (or undone, in reverse) */
+static ref_t apply_pivots(em_t* e, ref_t x, ref_t piv, bool undo) {
+  const int64_t k = piv.sz[piv.nd - 1];
+  for (int64_t i = 0; i < k; i++) {
+    const int64_t j = undo ? k - 1 - i : i;
+    x = swap_rows(e, x, j, pivot_at(e, piv, j));
+  }
+  return x;
+}
+
+typedef struct {
+  ref_t lu;   /* L below the diagonal (unit), U on and above */
+  ref_t piv;  /* [..., k] int32, 1-based */
+  ref_t info; /* [...] int32: the first zero pivot's column + 1, else 0 */
+} lu_t;
+
+static void getrf(em_t* e, ref_t a, lu_t* out) {
+  const int nd = a.nd;
+  const int64_t m = a.sz[nd - 2], n = a.sz[nd - 1], k = m < n ? m : n;
+  int64_t csz[TPU_MAX_DIMS], bsz[TPU_MAX_DIMS];
+  memcpy(csz, a.sz, sizeof(int64_t) * (size_t)nd);
+  csz[nd - 1] = 1;
+  memcpy(bsz, a.sz, sizeof(int64_t) * (size_t)(nd - 2));
+  int64_t rd[1] = {nd - 2}, p1[TPU_MAX_DIMS];
+  memcpy(p1, bsz, sizeof(int64_t) * (size_t)(nd - 2));
+  p1[nd - 2] = 1;
+  ref_t rows = iota_along(e, nd, a.sz, nd - 2), cols = iota_along(e, nd, a.sz, nd - 1);
+  ref_t crow = iota_along(e, nd, csz, nd - 2);
+  ref_t info = cst_like(e, TPU_I32, 0, nd - 2, bsz);
+  ref_t pivs[64];
+  if (k > 64) return; /* the caller checked */
+  for (int64_t j = 0; j < k; j++) {
+    /* the pivot: the first row at or below j of largest magnitude in column j */
+    ref_t col = block(e, a, 0, m, j, j + 1);
+    ref_t mag = select3(e, compare(e, "GE", crow, cst_like(e, TPU_I64, (double)j, nd, csz)),
+                        unop(e, "stablehlo.abs", col), cst_like(e, a.dt, -1, nd, csz));
+    ref_t best = reduce(e, mag, 1, rd, "stablehlo.maximum", -INFINITY);
+    ref_t is_best = compare(e, "EQ", mag, reshape(e, best, nd, csz));
+    ref_t p = reduce(e, select3(e, is_best, crow, cst_like(e, TPU_I64, (double)m, nd, csz)), 1, rd,
+                     "stablehlo.minimum", (double)m);
+    p = reshape(e, p, nd - 2, bsz);
+    pivs[j] = reshape(e, convert(e, scalar_op(e, "stablehlo.add", p, 1), TPU_I32), nd - 1, p1);
+    a = swap_rows(e, a, j, p);
+    /* eliminate below the pivot */
+    ref_t prow = block(e, a, j, j + 1, 0, n);
+    ref_t pv = block(e, prow, 0, 1, j, j + 1);
+    ref_t zero = compare(e, "EQ", pv, cst_like(e, a.dt, 0, pv.nd, pv.sz));
+    ref_t colj = block(e, a, 0, m, j, j + 1);
+    ref_t l = select3(e, spread(e, zero, nd, csz), colj, binop(e, "stablehlo.divide", colj, spread(e, pv, nd, csz)));
+    ref_t below = compare(e, "GT", rows, cst_like(e, TPU_I64, (double)j, nd, a.sz));
+    ref_t right = compare(e, "GT", cols, cst_like(e, TPU_I64, (double)j, nd, a.sz));
+    ref_t at_j = compare(e, "EQ", cols, cst_like(e, TPU_I64, (double)j, nd, a.sz));
+    ref_t lb = spread(e, l, nd, a.sz);
+    ref_t upd = binop(e, "stablehlo.subtract", a, binop(e, "stablehlo.multiply", lb, spread(e, prow, nd, a.sz)));
+    a = select3(e, binop(e, "stablehlo.and", below, right), upd,
+                select3(e, binop(e, "stablehlo.and", below, at_j), lb, a));
+    ref_t z = reshape(e, zero, nd - 2, bsz);
+    ref_t first = binop(e, "stablehlo.and", z, compare(e, "EQ", info, cst_like(e, TPU_I32, 0, nd - 2, bsz)));
+    info = select3(e, first, cst_like(e, TPU_I32, (double)(j + 1), nd - 2, bsz), info);
+  }
+  int64_t psz[TPU_MAX_DIMS];
+  memcpy(psz, bsz, sizeof(int64_t) * (size_t)(nd - 2));
+  psz[nd - 2] = k;
+  out->piv = k == 1 ? pivs[0]
+                    : emit(e, "stablehlo.concatenate", (int)k, pivs, mkref(TPU_I32, nd - 1, psz), "dimension = %d : i64",
+                           nd - 2);
+  out->lu = a;
+  out->info = info;
+}
+
+/* The unrolled factorization's column limit (program size grows with it). */
+#define MAX_LU_COLS 64
+
+/* X with A X = B (adjoint: A^T X = B) from A's LU and pivots; B [..., n, r] */
+static ref_t lu_solve_left(em_t* e, ref_t lu, ref_t piv, ref_t b, bool adjoint) {
+  if (!adjoint) { /* A = P L U: X = U^-1 L^-1 P^T B */
+    ref_t y = tri_solve(e, lu, apply_pivots(e, b, piv, false), true, true, true, false);
+    return tri_solve(e, lu, y, true, false, false, false);
+  }
+  /* A^T = U^T L^T P^T: X = P L^-T U^-T B */
+  ref_t y = tri_solve(e, lu, b, true, false, false, true);
+  return apply_pivots(e, tri_solve(e, lu, y, true, true, true, true), piv, true);
+}
+
+/* left: A X = B, else X A = B (the transposed system); adjoint: A^T instead of A */
+static ref_t lu_solve_any(em_t* e, ref_t lu, ref_t piv, ref_t b, bool left, bool adjoint) {
+  if (left) return lu_solve_left(e, lu, piv, b, adjoint);
+  return transpose_last2(e, lu_solve_left(e, lu, piv, transpose_last2(e, b), !adjoint));
+}
+
+/* the diagonal of a square matrix batch, [..., n] */
+static ref_t diagonal(em_t* e, ref_t a) {
+  ref_t d = select3(e, compare(e, "EQ", iota_along(e, a.nd, a.sz, a.nd - 2), iota_along(e, a.nd, a.sz, a.nd - 1)), a,
+                    cst_like(e, a.dt, 0, a.nd, a.sz));
+  int64_t rd[1] = {a.nd - 1};
+  return reduce(e, d, 1, rd, "stablehlo.add", 0);
+}
+
+/* (-1)^(the pivots that swap), as a.dt, the batch dims' shape */
+static ref_t pivot_sign(em_t* e, ref_t piv, tpu_dtype_t dt) {
+  const int nd = piv.nd;
+  ref_t at = scalar_op(e, "stablehlo.add", iota_along(e, nd, piv.sz, nd - 1), 1);
+  ref_t swaps = convert(e, compare(e, "NE", convert(e, piv, TPU_I64), at), TPU_I64);
+  int64_t rd[1] = {nd - 1};
+  ref_t cnt = reduce(e, swaps, 1, rd, "stablehlo.add", 0);
+  ref_t odd = compare(e, "NE", binop(e, "stablehlo.remainder", cnt, cst_like(e, TPU_I64, 2, cnt.nd, cnt.sz)),
+                      cst_like(e, TPU_I64, 0, cnt.nd, cnt.sz));
+  return select3(e, odd, cst_like(e, dt, -1, cnt.nd, cnt.sz), cst_like(e, dt, 1, cnt.nd, cnt.sz));
+}
+
+/* P of A = P L U: the permutation the pivots make, P[perm[c], c] = 1 */
+static ref_t permutation(em_t* e, ref_t piv, int64_t m, tpu_dtype_t dt) {
+  const int nd = piv.nd + 1;
+  int64_t sz[TPU_MAX_DIMS];
+  memcpy(sz, piv.sz, sizeof(int64_t) * (size_t)(piv.nd - 1));
+  sz[nd - 2] = m;
+  sz[nd - 1] = 1;
+  /* the rows in order after the swaps: perm as an [..., m, 1] column */
+  ref_t perm = apply_pivots(e, iota_along(e, nd, sz, nd - 2), piv, false);
+  int64_t psz[TPU_MAX_DIMS];
+  memcpy(psz, sz, sizeof(int64_t) * (size_t)nd);
+  psz[nd - 1] = m;
+  /* P[r, c] = (r == perm[c]) */
+  return convert(e, compare(e, "EQ", iota_along(e, nd, psz, nd - 2), spread(e, transpose_last2(e, perm), nd, psz)), dt);
+}
+
+/* L (unit lower, m x k) and U (upper, k x n) of packed LU */
+static void unpack(em_t* e, ref_t lu, ref_t* l, ref_t* u) {
+  const int nd = lu.nd;
+  const int64_t m = lu.sz[nd - 2], n = lu.sz[nd - 1], k = m < n ? m : n;
+  ref_t lo = block(e, lu, 0, m, 0, k);
+  *l = binop(e, "stablehlo.add", triangle(e, lo, true, true), eye_like(e, lu.dt, nd, lo.sz));
+  *u = triangle(e, block(e, lu, 0, k, 0, n), false, false);
+}
+
+static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0)) return false;
+  const tpu_tensor_t* t = c->args[0].v.t;
+  const tpu_dtype_t ft = t->dtype;
+  if (t->ndim < 2 || (ft != TPU_F32 && ft != TPU_F64)) return false;
+  if (tpu_tensor_numel(o) == 0 || tpu_tensor_numel(t) == 0) { /* nothing to factor or solve */
+    for (int i = 0; i < c->nouts; i++)
+      outs[i] = cst_like(e, c->outs[i].dtype, 0, c->outs[i].ndim, c->outs[i].sizes);
+    return true;
+  }
+  const int64_t rows = t->sizes[t->ndim - 2], cols = t->sizes[t->ndim - 1];
+  const int64_t k = rows < cols ? rows : cols;
+  ref_t a = convert(e, arg(n, 0), ft);
+  if (!strcmp(base, "linalg_cholesky_ex") || !strcmp(base, "cholesky")) {
+    /* (self, upper[, check_errors]) -> L (or U = L^T)[, info] */
+    ref_t l = cholesky_lower(e, a);
+    outs[0] = tpu_arg_bool(c, 1, false) ? transpose_last2(e, l) : l;
+    if (c->nouts > 1) { /* info: the order of the first leading minor that is not positive definite */
+      ref_t d = diagonal(e, l);
+      ref_t ok = binop(e, "stablehlo.and", emit(e, "stablehlo.is_finite", 1, &d, mkref(TPU_BOOL, d.nd, d.sz), NULL),
+                       compare(e, "GT", d, cst_like(e, ft, 0, d.nd, d.sz)));
+      ref_t at = select3(e, ok, cst_like(e, TPU_I64, (double)rows, d.nd, d.sz), iota_along(e, d.nd, d.sz, d.nd - 1));
+      int64_t rd[1] = {d.nd - 1};
+      ref_t first = reduce(e, at, 1, rd, "stablehlo.minimum", (double)rows);
+      ref_t none = compare(e, "EQ", first, cst_like(e, TPU_I64, (double)rows, first.nd, first.sz));
+      outs[1] = convert(e, select3(e, none, cst_like(e, TPU_I64, 0, first.nd, first.sz),
+                                   scalar_op(e, "stablehlo.add", first, 1)), c->outs[1].dtype);
+    }
+    return true;
+  }
+  if (!strcmp(base, "cholesky_inverse")) { /* (L, upper): (L L^T)^-1 = L^-T L^-1 */
+    ref_t l = tpu_arg_bool(c, 1, false) ? transpose_last2(e, a) : a;
+    ref_t linv = tri_solve(e, l, eye_like(e, ft, l.nd, l.sz), true, true, false, false);
+    outs[0] = dot_general(e, transpose_last2(e, linv), linv, l.nd - 2, l.nd - 1, l.nd - 2, out_ref(n, ft),
+                          TPU_PRECISION_HIGHEST);
+    return true;
+  }
+  if (!strcmp(base, "_cholesky_solve_helper") && is_tensor(n, 1)) { /* (B, L, upper): L L^T X = B */
+    ref_t b = a, l = convert(e, arg(n, 1), ft);
+    if (!batch_broadcast(e, &l, &b)) return false;
+    const bool upper = tpu_arg_bool(c, 2, false);
+    outs[0] = tri_solve(e, l, tri_solve(e, l, b, true, !upper, false, upper), true, !upper, false, !upper);
+    return true;
+  }
+  if (!strcmp(base, "linalg_solve_triangular") && is_tensor(n, 1)) { /* (A, B, upper, left, unitriangular) */
+    ref_t b = convert(e, arg(n, 1), ft);
+    if (!batch_broadcast(e, &a, &b)) return false;
+    outs[0] = tri_solve(e, a, b, tpu_arg_bool(c, 3, true), !tpu_arg_bool(c, 2, false), tpu_arg_bool(c, 4, false), false);
+    return true;
+  }
+  if (!strcmp(base, "triangular_solve") && is_tensor(n, 1) && c->nouts == 2) {
+    /* (B, A, upper, transpose, unitriangular) -> (X, A) */
+    ref_t b = a, m = convert(e, arg(n, 1), ft), m0 = m;
+    if (!batch_broadcast(e, &m, &b)) return false;
+    outs[0] = tri_solve(e, m, b, true, !tpu_arg_bool(c, 2, true), tpu_arg_bool(c, 4, false), tpu_arg_bool(c, 3, false));
+    outs[1] = bcast(e, m0, c->outs[1].ndim, c->outs[1].sizes);
+    return true;
+  }
+  if (!strcmp(base, "lu_unpack") && is_tensor(n, 1)) { /* (LU, pivots, unpack_data, unpack_pivots) -> P, L, U */
+    if (k > MAX_LU_COLS) return false;
+    ref_t piv = arg(n, 1), l, u;
+    unpack(e, a, &l, &u);
+    outs[0] = permutation(e, piv, rows, ft);
+    outs[1] = l;
+    outs[2] = u;
+    return true;
+  }
+  if (!strcmp(base, "linalg_lu_solve") || !strcmp(base, "lu_solve")) {
+    /* linalg_lu_solve(LU, pivots, B, left, adjoint); lu_solve(B, LU, pivots) */
+    const bool old = base[0] == 'l' && base[1] == 'u';
+    const int ilu = old ? 1 : 0, ipiv = old ? 2 : 1, ib = old ? 0 : 2;
+    if (!is_tensor(n, ilu) || !is_tensor(n, ipiv) || !is_tensor(n, ib)) return false;
+    ref_t lu = convert(e, arg(n, ilu), ft), piv = arg(n, ipiv), b = convert(e, arg(n, ib), ft);
+    if (c->args[ilu].v.t->sizes[c->args[ilu].v.t->ndim - 1] > MAX_LU_COLS) return false;
+    if (lu.nd != b.nd) return false; /* batch broadcasting of the factors: not here */
+    outs[0] = lu_solve_any(e, lu, piv, b, old || tpu_arg_bool(c, 3, true), !old && tpu_arg_bool(c, 4, false));
+    return true;
+  }
+  if (k > MAX_LU_COLS) return false;
+  if (!strcmp(base, "linalg_lu_factor_ex") || !strcmp(base, "linalg_lu")) {
+    if (!tpu_arg_bool(c, 1, true)) return false; /* pivot=False: not on the CPU either */
+    lu_t f;
+    getrf(e, a, &f);
+    if (base[9] == 'f') { /* LU, pivots, info */
+      outs[0] = f.lu;
+      outs[1] = convert(e, f.piv, c->outs[1].dtype);
+      outs[2] = convert(e, f.info, c->outs[2].dtype);
+    } else { /* P, L, U */
+      outs[0] = permutation(e, f.piv, rows, ft);
+      unpack(e, f.lu, &outs[1], &outs[2]);
+    }
+    return true;
+  }
+  if (rows != cols) return false; /* the rest are of square matrices */
+  if (!strcmp(base, "linalg_solve_ex") && is_tensor(n, 1)) {
+    /* (A, B, left, check_errors) -> result, LU, pivots, info; B a matrix or a batch of vectors */
+    const bool left = tpu_arg_bool(c, 2, true);
+    const tpu_tensor_t* bt = c->args[1].v.t;
+    const bool vec = bt->ndim == 1 || (bt->ndim == t->ndim - 1 && !memcmp(bt->sizes, t->sizes, sizeof(int64_t) * (size_t)bt->ndim));
+    ref_t b = convert(e, arg(n, 1), ft);
+    if (vec) {
+      int64_t sz[TPU_MAX_DIMS];
+      memcpy(sz, b.sz, sizeof(int64_t) * (size_t)b.nd);
+      sz[b.nd] = 1;
+      b = reshape(e, b, b.nd + 1, sz);
+      if (!left) return false;
+    }
+    lu_t f;
+    ref_t a2 = a;
+    if (!batch_broadcast(e, &a2, &b)) return false;
+    getrf(e, a2, &f);
+    outs[0] = lu_solve_any(e, f.lu, f.piv, b, left, false);
+    outs[1] = f.lu;
+    outs[2] = convert(e, f.piv, c->outs[2].dtype);
+    outs[3] = convert(e, f.info, c->outs[3].dtype);
+    return true;
+  }
+  lu_t f;
+  getrf(e, a, &f);
+  if (!strcmp(base, "linalg_inv_ex")) { /* (A, check_errors) -> inverse, info */
+    outs[0] = lu_solve_left(e, f.lu, f.piv, eye_like(e, ft, a.nd, a.sz), false);
+    outs[1] = convert(e, f.info, c->outs[1].dtype);
+    return true;
+  }
+  if (!strcmp(base, "_linalg_det") || !strcmp(base, "_linalg_slogdet")) {
+    /* det: product of U's diagonal with the pivots' sign -> det, LU, pivots;
+     * slogdet: sign and log |det| -> sign, logabsdet, LU, pivots */
+    ref_t d = diagonal(e, f.lu);
+    int64_t rd[1] = {d.nd - 1};
+    ref_t s = pivot_sign(e, f.piv, ft);
+    int i = 0;
+    if (base[7] == 'd') {
+      outs[i++] = binop(e, "stablehlo.multiply", s, reduce(e, d, 1, rd, "stablehlo.multiply", 1));
+    } else {
+      ref_t sg = reduce(e, unop(e, "stablehlo.sign", d), 1, rd, "stablehlo.multiply", 1);
+      outs[i++] = binop(e, "stablehlo.multiply", s, sg);
+      outs[i++] = reduce(e, unop(e, "stablehlo.log", unop(e, "stablehlo.abs", d)), 1, rd, "stablehlo.add", 0);
+    }
+    outs[i++] = f.lu;
+    outs[i] = convert(e, f.piv, c->outs[i].dtype);
+    return true;
+  }
+  return false;
+}
+
+/* sorted by name (strcmp); tests/test_lower.c checks it */
+static const tpu_lower_entry_t k_entries[] = {
+    {"_cholesky_solve_helper", lower_linalg},
+    {"_linalg_det", lower_linalg},
+    {"_linalg_slogdet", lower_linalg},
+    {"cholesky", lower_linalg},
+    {"cholesky_inverse", lower_linalg},
+    {"linalg_cholesky_ex", lower_linalg},
+    {"linalg_inv_ex", lower_linalg},
+    {"linalg_lu", lower_linalg},
+    {"linalg_lu_factor_ex", lower_linalg},
+    {"linalg_lu_solve", lower_linalg},
+    {"linalg_solve_ex", lower_linalg},
+    {"linalg_solve_triangular", lower_linalg},
+    {"lu_solve", lower_linalg},
+    {"lu_unpack", lower_linalg},
+    {"triangular_solve", lower_linalg},
+};
+
+const tpu_lower_table_t tpu_lower_linalg = {k_entries, sizeof k_entries / sizeof k_entries[0]};
