@@ -164,7 +164,9 @@ static void getrf(em_t* e, ref_t a, lu_t* out) {
     ref_t mag = select3(e, compare(e, "GE", crow, cst_like(e, TPU_I64, (double)j, nd, csz)),
                         unop(e, "stablehlo.abs", col), cst_like(e, a.dt, -1, nd, csz));
     ref_t best = reduce(e, mag, 1, rd, "stablehlo.maximum", -INFINITY);
-    ref_t is_best = compare(e, "EQ", mag, reshape(e, best, nd, csz));
+    int64_t bdims[TPU_MAX_DIMS];
+    for (int d = 0; d < nd - 2; d++) bdims[d] = d;
+    ref_t is_best = compare(e, "EQ", mag, bcast_dims(e, best, nd, csz, bdims));
     ref_t p = reduce(e, select3(e, is_best, crow, cst_like(e, TPU_I64, (double)m, nd, csz)), 1, rd,
                      "stablehlo.minimum", (double)m);
     p = reshape(e, p, nd - 2, bsz);
@@ -268,6 +270,8 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
   const tpu_tensor_t* t = c->args[0].v.t;
   const tpu_dtype_t ft = t->dtype;
   if (t->ndim < 2 || (ft != TPU_F32 && ft != TPU_F64)) return false;
+  if (tpu_tensor_numel(t) == 0 && (!strcmp(base, "_linalg_det") || !strcmp(base, "_linalg_slogdet")))
+    return false; /* the determinant of an empty matrix is 1: not worth a path here */
   if (tpu_tensor_numel(o) == 0 || tpu_tensor_numel(t) == 0) { /* nothing to factor or solve */
     for (int i = 0; i < c->nouts; i++)
       outs[i] = cst_like(e, c->outs[i].dtype, 0, c->outs[i].ndim, c->outs[i].sizes);
@@ -344,6 +348,7 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
   if (k > MAX_LU_COLS) return false;
   if (!strcmp(base, "linalg_lu_factor_ex") || !strcmp(base, "linalg_lu")) {
     if (!tpu_arg_bool(c, 1, true)) return false; /* pivot=False: not on the CPU either */
+    if (rows != cols) return false; /* rectangular factors: not yet */
     lu_t f;
     getrf(e, a, &f);
     if (base[9] == 'f') { /* LU, pivots, info */
@@ -357,7 +362,7 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
     return true;
   }
   if (rows != cols) return false; /* the rest are of square matrices */
-  if (!strcmp(base, "linalg_solve_ex") && is_tensor(n, 1)) {
+  if ((!strcmp(base, "linalg_solve_ex") || !strcmp(base, "_linalg_solve_ex")) && is_tensor(n, 1)) {
     /* (A, B, left, check_errors) -> result, LU, pivots, info; B a matrix or a batch of vectors */
     const bool left = tpu_arg_bool(c, 2, true);
     const tpu_tensor_t* bt = c->args[1].v.t;
@@ -413,6 +418,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"_cholesky_solve_helper", lower_linalg},
     {"_linalg_det", lower_linalg},
     {"_linalg_slogdet", lower_linalg},
+    {"_linalg_solve_ex", lower_linalg},
     {"cholesky", lower_linalg},
     {"cholesky_inverse", lower_linalg},
     {"linalg_cholesky_ex", lower_linalg},
