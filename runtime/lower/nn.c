@@ -104,21 +104,184 @@ static bool lower_leaky_relu(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* A loss's reduction: 0 none, 1 mean over its elements, 2 sum. */
+static ref_t reduce_loss(em_t* e, ref_t l, int64_t red) {
+  if (red == 0) return l;
+  int64_t all[TPU_MAX_DIMS];
+  for (int d = 0; d < l.nd; d++) all[d] = d;
+  const double cnt = (double)numel(&l);
+  l = reduce(e, l, l.nd, all, "stablehlo.add", 0);
+  return red == 1 ? scalar_op(e, "stablehlo.divide", l, cnt) : l;
+}
+
 static bool lower_mse_loss(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "mse_loss") && tpu_dtype_is_float(odt)) { /* (self, target, reduction) */
+  if ((!strcmp(base, "mse_loss") || !strcmp(base, "smooth_l1_loss") || !strcmp(base, "huber_loss")) &&
+      tpu_dtype_is_float(odt)) {
+    /* (self, target, reduction, beta / delta) */
     tpu_dtype_t ct = acc_type(odt);
-    const tpu_tensor_t* x = c->args[0].v.t;
     ref_t a = convert(e, arg(n, 0), ct), t = bcast(e, convert(e, arg(n, 1), ct), a.nd, a.sz);
-    ref_t d = binop(e, "stablehlo.subtract", a, t), sq = binop(e, "stablehlo.multiply", d, d);
-    const int64_t red = tpu_arg_i64(c, 2, 1);
-    if (red != 0) {
-      int64_t dims[TPU_MAX_DIMS];
-      int nr = red_dims(n, -1, x->ndim, dims);
-      sq = reduce(e, sq, nr, dims, "stablehlo.add", 0);
-      if (red == 1) sq = scalar_op(e, "stablehlo.divide", sq, (double)tpu_tensor_numel(x));
+    ref_t d = binop(e, "stablehlo.subtract", a, t), l = binop(e, "stablehlo.multiply", d, d);
+    if (base[0] != 'm') {
+      /* |d| < b: 0.5 d^2 / beta (smooth_l1) or 0.5 d^2 (huber); else |d| - 0.5 beta or delta (|d| - 0.5 delta) */
+      const double b = tpu_arg_f64(c, 3, 1);
+      const bool huber = base[0] == 'h';
+      ref_t z = unop(e, "stablehlo.abs", d);
+      ref_t q = scalar_op(e, "stablehlo.multiply", l, huber ? 0.5 : (b > 0 ? 0.5 / b : 0));
+      ref_t lin = scalar_op(e, "stablehlo.subtract", z, 0.5 * b);
+      if (huber) lin = scalar_op(e, "stablehlo.multiply", lin, b);
+      l = select3(e, compare(e, "LT", z, cst_like(e, ct, b, z.nd, z.sz)), q, lin);
     }
-    outs[0] = reshape(e, convert(e, sq, odt), o->ndim, o->sizes);
+    l = reduce_loss(e, l, tpu_arg_i64(c, 2, 1));
+    outs[0] = reshape(e, convert(e, l, odt), o->ndim, o->sizes);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_binary_cross_entropy(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "binary_cross_entropy") && tpu_dtype_is_float(odt)) {
+    /* (self, target, weight?, reduction): (t - 1) * max(log(1 - x), -100) - t * max(log(x), -100) */
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct), t = bcast(e, convert(e, arg(n, 1), ct), x.nd, x.sz);
+    ref_t lo = cst_like(e, ct, -100, x.nd, x.sz);
+    ref_t lx = binop(e, "stablehlo.maximum", unop(e, "stablehlo.log", x), lo);
+    ref_t l1x = binop(e, "stablehlo.maximum",
+                      unop(e, "stablehlo.log", binop(e, "stablehlo.subtract", cst_like(e, ct, 1, x.nd, x.sz), x)), lo);
+    ref_t l = binop(e, "stablehlo.subtract", binop(e, "stablehlo.multiply", scalar_op(e, "stablehlo.subtract", t, 1), l1x),
+                    binop(e, "stablehlo.multiply", t, lx));
+    if (is_tensor(n, 2)) l = binop(e, "stablehlo.multiply", l, bcast(e, convert(e, arg(n, 2), ct), x.nd, x.sz));
+    l = reduce_loss(e, l, tpu_arg_i64(c, 3, 1));
+    outs[0] = reshape(e, convert(e, l, odt), o->ndim, o->sizes);
+    return true;
+  }
+  return false;
+}
+
+/* x's entries at the class of each row's target: x [N, C], target [N] -> [N] */
+static ref_t pick_class(em_t* e, ref_t x, ref_t hot) {
+  int64_t cd = 1;
+  return reduce(e, select3(e, hot, x, cst_like(e, x.dt, 0, x.nd, x.sz)), 1, &cd, "stablehlo.add", 0);
+}
+
+static bool lower_multi_margin_loss(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "multi_margin_loss") && tpu_dtype_is_float(odt) && is_number(n, 2) && is_number(n, 3)) {
+    /* (self [N, C] or [C], target, p, margin, weight?, reduction): per row the sum over
+     * classes j != y of max(0, margin - x[y] + x[j])^p (times weight[y]) over C */
+    const tpu_tensor_t* xt = c->args[0].v.t;
+    const double p = tpu_arg_f64(c, 2, 1), margin = tpu_arg_f64(c, 3, 1);
+    if ((p != 1 && p != 2) || xt->ndim > 2) return false;
+    const int64_t C = xt->ndim ? xt->sizes[xt->ndim - 1] : 1, N = xt->ndim == 2 ? xt->sizes[0] : 1;
+    int64_t sz[2] = {N, C};
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = reshape(e, convert(e, arg(n, 0), ct), 2, sz);
+    ref_t tgt = reshape(e, arg(n, 1), 1, &N);
+    ref_t hot = one_hot(e, tgt, C, 1);
+    ref_t xy = bcast_dims(e, pick_class(e, x, hot), 2, sz, (int64_t[]){0});
+    ref_t z = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.subtract", x, -margin), unop(e, "stablehlo.negate", xy));
+    z = binop(e, "stablehlo.maximum", z, cst_like(e, ct, 0, 2, sz));
+    if (p == 2) z = binop(e, "stablehlo.multiply", z, z);
+    z = select3(e, hot, cst_like(e, ct, 0, 2, sz), z);
+    if (is_tensor(n, 4)) {
+      ref_t w = bcast_dims(e, reshape(e, convert(e, arg(n, 4), ct), 1, &C), 2, sz, (int64_t[]){1});
+      z = binop(e, "stablehlo.multiply", z, bcast_dims(e, pick_class(e, w, hot), 2, sz, (int64_t[]){0}));
+    }
+    int64_t cd = 1;
+    ref_t l = scalar_op(e, "stablehlo.divide", reduce(e, z, 1, &cd, "stablehlo.add", 0), (double)C);
+    l = reduce_loss(e, l, tpu_arg_i64(c, 5, 1));
+    outs[0] = reshape(e, convert(e, l, odt), o->ndim, o->sizes);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_multilabel_margin_loss_forward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "multilabel_margin_loss_forward") && c->nouts == 2 && tpu_dtype_is_float(odt)) {
+    /* (self [N, C] or [C], target (same shape), reduction) -> (loss, is_target): the
+     * targets of a row are its entries before the first -1; per row the sum over
+     * targets k and non-target classes j of max(0, 1 - x[y_k] + x[j]), over C */
+    const tpu_tensor_t* xt = c->args[0].v.t;
+    if (xt->ndim > 2) return false;
+    const int64_t C = xt->ndim ? xt->sizes[xt->ndim - 1] : 1, N = xt->ndim == 2 ? xt->sizes[0] : 1;
+    int64_t sz[2] = {N, C}, sz3[3] = {N, C, C}, one = 1;
+    tpu_dtype_t ct = acc_type(xt->dtype);
+    ref_t x = reshape(e, convert(e, arg(n, 0), ct), 2, sz);
+    ref_t tgt = reshape(e, convert(e, arg(n, 1), TPU_I64), 2, sz);
+    /* valid[n, k]: k before the row's first negative target */
+    ref_t pos = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 2, sz), "iota_dimension = 1 : i64");
+    ref_t neg = compare(e, "LT", tgt, cst_like(e, TPU_I64, 0, 2, sz));
+    ref_t first = reduce_keep(e, select3(e, neg, pos, cst_like(e, TPU_I64, (double)C, 2, sz)), 1, &one,
+                              "stablehlo.minimum", (double)C);
+    ref_t valid = compare(e, "LT", pos, bcast(e, first, 2, sz));
+    /* hot[n, k, j]: target k of row n is class j (and valid) */
+    ref_t hot = binop(e, "stablehlo.and", one_hot(e, tgt, C, 2), bcast_dims(e, valid, 3, sz3, (int64_t[]){0, 1}));
+    int64_t kd = 1, jd = 2;
+    ref_t is_t = reduce(e, hot, 1, &kd, "stablehlo.or", 0); /* [N, C] */
+    ref_t xb = bcast_dims(e, x, 3, sz3, (int64_t[]){0, 2});
+    ref_t xy = reduce(e, select3(e, hot, xb, cst_like(e, ct, 0, 3, sz3)), 1, &jd, "stablehlo.add", 0); /* [N, K] */
+    ref_t z = binop(e, "stablehlo.subtract", scalar_op(e, "stablehlo.add", xb, 1),
+                    bcast_dims(e, xy, 3, sz3, (int64_t[]){0, 1}));
+    z = binop(e, "stablehlo.maximum", z, cst_like(e, ct, 0, 3, sz3));
+    ref_t use = binop(e, "stablehlo.and", bcast_dims(e, valid, 3, sz3, (int64_t[]){0, 1}),
+                      unop(e, "stablehlo.not", bcast_dims(e, is_t, 3, sz3, (int64_t[]){0, 2})));
+    z = select3(e, use, z, cst_like(e, ct, 0, 3, sz3));
+    int64_t kj[2] = {1, 2};
+    ref_t l = scalar_op(e, "stablehlo.divide", reduce(e, z, 2, kj, "stablehlo.add", 0), (double)C);
+    l = reduce_loss(e, l, tpu_arg_i64(c, 2, 1));
+    outs[0] = reshape(e, convert(e, l, odt), o->ndim, o->sizes);
+    const tpu_tensor_t* it = &c->outs[1];
+    outs[1] = reshape(e, convert(e, is_t, it->dtype), it->ndim, it->sizes);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_glu(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "glu") && tpu_dtype_is_float(odt) && o->ndim > 0) { /* (self, dim): a * sigmoid(b) */
+    const int dim = norm_dim(tpu_arg_i64(c, 1, -1), o->ndim);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct);
+    int64_t st[TPU_MAX_DIMS] = {0}, mid[TPU_MAX_DIMS], lim[TPU_MAX_DIMS];
+    for (int d = 0; d < x.nd; d++) mid[d] = lim[d] = x.sz[d];
+    mid[dim] = x.sz[dim] / 2;
+    ref_t a = slice(e, x, st, mid);
+    st[dim] = mid[dim];
+    ref_t b = slice(e, x, st, lim);
+    outs[0] = convert(e, binop(e, "stablehlo.multiply", a, unop(e, "stablehlo.logistic", b)), odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_threshold(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if ((!strcmp(base, "threshold") || !strcmp(base, "softshrink") || !strcmp(base, "hardshrink") ||
+       !strcmp(base, "_prelu_kernel")) &&
+      is_tensor(n, 0) && (tpu_dtype_is_float(odt) || base[0] == 't')) {
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = arg_out(n, 0, ct), y;
+    if (base[0] == 't') { /* (self, threshold, value): value where x <= threshold */
+      ref_t le = compare(e, "LE", x, cst_like(e, ct, tpu_arg_f64(c, 1, 0), x.nd, x.sz));
+      y = select3(e, le, cst_like(e, ct, tpu_arg_f64(c, 2, 0), x.nd, x.sz), x);
+    } else if (base[0] == '_') { /* (self, weight): x > 0 ? x : weight * x */
+      ref_t pos = compare(e, "GT", x, cst_like(e, ct, 0, x.nd, x.sz));
+      y = select3(e, pos, x, binop(e, "stablehlo.multiply", arg_out(n, 1, ct), x));
+    } else {
+      const double l = tpu_arg_f64(c, 1, 0.5);
+      ref_t hi = compare(e, "GT", x, cst_like(e, ct, l, x.nd, x.sz));
+      ref_t lo = compare(e, "LT", x, cst_like(e, ct, -l, x.nd, x.sz));
+      if (base[0] == 's') /* x - l above l, x + l below -l, else x * 0 (keeps NaN) */
+        y = select3(e, hi, scalar_op(e, "stablehlo.subtract", x, l),
+                    select3(e, lo, scalar_op(e, "stablehlo.add", x, l), scalar_op(e, "stablehlo.multiply", x, 0)));
+      else /* hardshrink: 0 inside [-l, l] */
+        y = select3(e, binop(e, "stablehlo.or", hi, lo), x,
+                    select3(e, compare(e, "NE", x, x), x, cst_like(e, ct, 0, x.nd, x.sz)));
+    }
+    outs[0] = convert(e, y, odt);
     return true;
   }
   return false;
@@ -448,14 +611,18 @@ static bool lower_softmax_backward_data(node_t* n, const char* base, ref_t* outs
 
 static bool lower_nll_loss_forward(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if ((!strcmp(base, "nll_loss_forward") || !strcmp(base, "nll_loss_backward")) && is_tensor(n, 0)) {
+  if ((!strcmp(base, "nll_loss_forward") || !strcmp(base, "nll_loss_backward") || !strcmp(base, "nll_loss2d_forward") ||
+       !strcmp(base, "nll_loss2d_backward")) &&
+      is_tensor(n, 0)) {
     /* forward (self, target, weight?, reduction, ignore_index) -> (output, total_weight);
-     * backward (grad_output, self, target, weight?, reduction, ignore_index, total_weight) */
-    const bool bwd = base[9] == 'b';
+     * backward (grad_output, self, target, weight?, reduction, ignore_index, total_weight);
+     * self [C], [N, C] or (2d) [N, C, H, W], the classes along dim 1 */
+    const bool two = base[8] == '2';
+    const bool bwd = base[two ? 11 : 9] == 'b';
     const int xi = bwd ? 1 : 0;
     const tpu_tensor_t* x = c->args[xi].v.t;
-    if (x->ndim < 1 || x->ndim > 2 || !tpu_dtype_is_float(x->dtype)) return false;
-    const int cdim = x->ndim - 1;
+    if (x->ndim < 1 || x->ndim > (two ? 4 : 2) || (two && x->ndim != 4) || !tpu_dtype_is_float(x->dtype)) return false;
+    const int cdim = x->ndim > 1 ? 1 : 0;
     const int64_t C = x->sizes[cdim];
     const int64_t reduction = tpu_arg_i64(c, xi + 3, 1);
     const int64_t ignore = tpu_arg_i64(c, xi + 4, -100);
@@ -465,9 +632,9 @@ static bool lower_nll_loss_forward(node_t* n, const char* base, ref_t* outs) {
     ref_t valid = compare(e, "NE", tgt, cst_like(e, tgt.dt, (double)ignore, tgt.nd, tgt.sz));
     ref_t w = convert(e, valid, ct); /* per sample: weight[target] if not ignored */
     if (is_tensor(n, xi + 2)) {
-      ref_t wt = arg_as(n, xi + 2, ct, x->ndim, x->sizes);
+      int64_t cd = cdim, cn = C;
+      ref_t wt = bcast_dims(e, reshape(e, convert(e, arg(n, xi + 2), ct), 1, &cn), x->ndim, x->sizes, &cd);
       ref_t zero = cst_like(e, ct, 0, x->ndim, x->sizes);
-      int64_t cd = cdim;
       ref_t wsel = reduce(e, select3(e, hot, wt, zero), 1, &cd, "stablehlo.add", 0);
       w = binop(e, "stablehlo.multiply", w, wsel);
     }
@@ -484,7 +651,8 @@ static bool lower_nll_loss_forward(node_t* n, const char* base, ref_t* outs) {
         if (reduction == 1) loss = binop(e, "stablehlo.divide", loss, total);
       }
       outs[0] = loss;
-      if (c->nouts > 1) outs[1] = total;
+      /* CPU leaves total_weight 0 for reduction none over a batch */
+      if (c->nouts > 1) outs[1] = reduction == 0 && x->ndim > 1 ? cst_like(e, ct, 0, 0, NULL) : total;
       return true;
     }
     ref_t g = convert(e, arg(n, 0), ct);
@@ -568,30 +736,42 @@ static bool lower_native_layer_norm_backward(node_t* n, const char* base, ref_t*
 static const tpu_lower_entry_t k_entries[] = {
     {"_log_softmax", lower_softmax},
     {"_log_softmax_backward_data", lower_softmax_backward_data},
+    {"_prelu_kernel", lower_threshold},
     {"_softmax", lower_softmax},
     {"_softmax_backward_data", lower_softmax_backward_data},
     {"avg_pool2d", lower_avg_pool2d},
+    {"binary_cross_entropy", lower_binary_cross_entropy},
     {"elu", lower_leaky_relu},
     {"embedding_dense_backward", lower_embedding_dense_backward},
     {"gelu_backward", lower_gelu_backward},
+    {"glu", lower_glu},
+    {"hardshrink", lower_threshold},
     {"hardsigmoid", lower_leaky_relu},
     {"hardswish", lower_leaky_relu},
     {"hardtanh", lower_leaky_relu},
+    {"huber_loss", lower_mse_loss},
     {"leaky_relu", lower_leaky_relu},
     {"log_sigmoid_forward", lower_log_sigmoid_forward},
     {"max_pool2d_with_indices", lower_max_pool2d_with_indices},
     {"mish", lower_leaky_relu},
     {"mse_loss", lower_mse_loss},
+    {"multi_margin_loss", lower_multi_margin_loss},
+    {"multilabel_margin_loss_forward", lower_multilabel_margin_loss_forward},
     {"native_batch_norm", lower_native_batch_norm},
     {"native_group_norm", lower_native_group_norm},
     {"native_layer_norm", lower_native_layer_norm},
     {"native_layer_norm_backward", lower_native_layer_norm_backward},
+    {"nll_loss2d_backward", lower_nll_loss_forward},
+    {"nll_loss2d_forward", lower_nll_loss_forward},
     {"nll_loss_backward", lower_nll_loss_forward},
     {"nll_loss_forward", lower_nll_loss_forward},
     {"relu6", lower_leaky_relu},
     {"sigmoid_backward", lower_tanh_backward},
+    {"smooth_l1_loss", lower_mse_loss},
     {"softplus", lower_leaky_relu},
+    {"softshrink", lower_threshold},
     {"tanh_backward", lower_tanh_backward},
+    {"threshold", lower_threshold},
     {"threshold_backward", lower_threshold_backward},
     {"upsample_bilinear2d", lower_upsample_bilinear2d},
     {"upsample_nearest2d", lower_upsample_nearest2d},
