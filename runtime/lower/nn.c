@@ -418,29 +418,155 @@ static bool lower_log_sigmoid_forward(node_t* n, const char* base, ref_t* outs) 
   return false;
 }
 
+/* The window of adaptive pooling over the last k dims when each input size is a
+ * multiple of the output's (window = stride = in / out); false otherwise. */
+static bool adaptive_window(const tpu_tensor_t* x, int k, const tpu_tensor_t* out, window_t* w) {
+  for (int d = 0; d < x->ndim; d++) {
+    w->win[d] = w->str[d] = w->dil[d] = 1;
+    w->lo[d] = w->hi[d] = 0;
+    if (d < x->ndim - k) continue;
+    const int64_t in = x->sizes[d], o = out->sizes[d];
+    if (o <= 0 || in % o) return false;
+    w->win[d] = w->str[d] = in / o;
+  }
+  return true;
+}
+
+/* Adaptive pooling along dim d of a (in -> out cells) for any sizes: cell i covers
+ * [floor(i in / out), ceil((i + 1) in / out)); gathers its taps into a new dim
+ * d + 1 of the widest cell's length, the taps past a cell's end repeating its
+ * last element. *valid: [out, taps], whether a tap is the cell's own; lens [out]
+ * (float32): the cells' lengths. */
+static ref_t adaptive_taps(em_t* e, ref_t a, int d, int64_t out, ref_t* valid, ref_t* lens) {
+  const int64_t in = a.sz[d];
+  int64_t taps = 0;
+  for (int64_t i = 0; i < out; i++) {
+    int64_t lo = i * in / out, hi = ((i + 1) * in + out - 1) / out;
+    if (hi - lo > taps) taps = hi - lo;
+  }
+  int64_t* idx = malloc(sizeof(int64_t) * 2 * (size_t)(out * taps));
+  float* len = malloc(sizeof(float) * (size_t)out);
+  if (!idx || !len) {
+    free(idx);
+    free(len);
+    e->oom = true;
+    return a;
+  }
+  int64_t* ok = idx + out * taps;
+  for (int64_t i = 0; i < out; i++) {
+    int64_t lo = i * in / out, hi = ((i + 1) * in + out - 1) / out;
+    len[i] = (float)(hi - lo);
+    for (int64_t j = 0; j < taps; j++) {
+      idx[i * taps + j] = lo + j < hi ? lo + j : hi - 1;
+      ok[i * taps + j] = lo + j < hi;
+    }
+  }
+  ref_t g = take_along(e, a, d, cst_i64_list(e, out * taps, idx));
+  int64_t sz[TPU_MAX_DIMS + 1], vsz[2] = {out, taps};
+  for (int k = 0, m = 0; k < a.nd; k++) {
+    if (k == d) {
+      sz[m++] = out;
+      sz[m++] = taps;
+    } else {
+      sz[m++] = a.sz[k];
+    }
+  }
+  g = reshape(e, g, a.nd + 1, sz);
+  if (valid) {
+    ref_t v = reshape(e, cst_i64_list(e, out * taps, ok), 2, vsz);
+    *valid = compare(e, "NE", v, cst_like(e, TPU_I64, 0, 2, vsz));
+  }
+  if (lens) *lens = cst_f32_list(e, out, len);
+  free(idx);
+  free(len);
+  return g;
+}
+
+/* Adaptive average (outs[0]) or max pooling (outs[0], outs[1]: the flat index
+ * over the last k dims) whatever the sizes: the taps of every spatial dim
+ * gathered (last dim first, so that the dims before keep their places), then one
+ * reduction over the tap dims: a sum of the cells' own taps over the cells'
+ * areas, or the (value, index) pair order of max pooling. */
+static void adaptive_pool(node_t* n, int k, bool mx, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!tpu_tensor_numel(o)) { /* an empty batch */
+    for (int i = 0; i < c->nouts; i++) outs[i] = cst_like(e, c->outs[i].dtype, 0, c->outs[i].ndim, c->outs[i].sizes);
+    return;
+  }
+  tpu_dtype_t ct = mx ? odt : acc_type(odt);
+  ref_t x = convert(e, arg(n, 0), ct), idx = x;
+  const int nd = x.nd, b0 = nd - k;
+  if (mx) {
+    idx = cst_like(e, TPU_I64, 0, nd, x.sz);
+    for (int d = b0; d < nd; d++) {
+      ref_t pos = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", d);
+      idx = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", idx, (double)x.sz[d]), pos);
+    }
+  }
+  ref_t valid[3], lens[3];
+  int64_t td[3];
+  for (int j = k - 1; j >= 0; j--) {
+    const int d = b0 + j;
+    x = adaptive_taps(e, x, d, o->sizes[d], &valid[j], &lens[j]);
+    if (mx) idx = adaptive_taps(e, idx, d, o->sizes[d], NULL, NULL);
+    td[j] = b0 + 2 * j + 1;
+  }
+  if (mx) {
+    ref_t pair[2] = {x, idx};
+    ref_t init[2] = {cst(e, ct, tpu_dtype_is_float(ct) ? -INFINITY : (double)INT64_MIN),
+                     cst(e, TPU_I64, 4611686018427387904.0)}, r[2];
+    reduce_pair(e, pair, init, k, td, max_pool_body, r);
+    outs[0] = r[0];
+    outs[1] = convert(e, r[1], c->outs[1].dtype);
+    return;
+  }
+  ref_t cnt = cst_like(e, ct, 1, nd, o->sizes);
+  for (int j = 0; j < k; j++) {
+    int64_t vd[2] = {td[j] - 1, td[j]}, dd = b0 + j;
+    x = select3(e, bcast_dims(e, valid[j], x.nd, x.sz, vd), x, cst_like(e, ct, 0, x.nd, x.sz));
+    cnt = binop(e, "stablehlo.multiply", cnt, bcast_dims(e, convert(e, lens[j], ct), nd, o->sizes, &dd));
+  }
+  x = reduce(e, x, k, td, "stablehlo.add", 0);
+  outs[0] = convert(e, binop(e, "stablehlo.divide", x, cnt), odt);
+}
+
 static bool lower_avg_pool2d(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
-    /* (self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override) */
+  const bool adaptive = base[0] == '_';
+  const int k = base[strlen(base) - 2] - '0';
+  if ((!strcmp(base, "avg_pool2d") || !strcmp(base, "avg_pool3d") || !strcmp(base, "_adaptive_avg_pool2d") ||
+       !strcmp(base, "_adaptive_avg_pool3d")) &&
+      tpu_dtype_is_float(odt) && c->nouts == 1 && is_tensor(n, 0)) {
+    /* (self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override);
+     * adaptive (self, output_size) */
     window_t w;
-    pool_window(c, 2, 1, 2, 3, -1, o, &w);
+    if (adaptive && !adaptive_window(c->args[0].v.t, k, o, &w)) {
+      if (tpu_tensor_numel(o) && !tpu_tensor_numel(c->args[0].v.t)) return false;
+      adaptive_pool(n, k, false, outs);
+      return true;
+    }
+    if (!adaptive) pool_window(c, k, 1, 2, 3, -1, o, &w);
     tpu_dtype_t ct = acc_type(odt);
     ref_t x = convert(e, arg(n, 0), ct), zero = cst(e, ct, 0), sum;
     reduce_window_n(e, 1, &x, &zero, &w, sum_body, &sum);
     ref_t y;
-    if (c->nargs > 6 && is_number(n, 6)) {
+    const int nd = x.nd;
+    if (adaptive) {
+      double cnt = 1;
+      for (int j = 0; j < k; j++) cnt *= (double)w.win[nd - k + j];
+      y = scalar_op(e, "stablehlo.divide", sum, cnt);
+    } else if (c->nargs > 6 && is_number(n, 6)) {
       y = scalar_op(e, "stablehlo.divide", sum, tpu_arg_f64(c, 6, 1));
     } else {
       /* divisor per window: its cells inside the input, plus the explicit
        * padding with count_include_pad (never ceil mode's overhang): a window
        * sum over ones padded with ones, then with zeros */
-      const int nd = x.nd;
       const bool incl = tpu_arg_bool(c, 5, true);
-      ref_t ones = cst_like(e, ct, 1, 2, x.sz + nd - 2);
+      ref_t ones = cst_like(e, ct, 1, k, x.sz + nd - k);
       window_t w2 = w;
-      int64_t lo[2], hi[2], in[2] = {0, 0};
-      for (int j = 0; j < 2; j++) {
-        int d = nd - 2 + j;
+      int64_t lo[3], hi[3], in[3] = {0, 0, 0};
+      for (int j = 0; j < k; j++) {
+        int d = nd - k + j;
         int64_t pad = c->args[3].n ? c->args[3].v.ilist[c->args[3].n == 1 ? 0 : j] : 0;
         lo[j] = hi[j] = incl ? pad : 0;
         w2.win[j] = w.win[d];
@@ -452,12 +578,12 @@ static bool lower_avg_pool2d(node_t* n, const char* base, ref_t* outs) {
       if (incl) {
         ref_t pin[2] = {ones, cst(e, ct, 1)};
         char bl[200], bh[200], bi[200];
-        ref_t padded = mkref(ct, 2, NULL);
-        for (int j = 0; j < 2; j++) padded.sz[j] = ones.sz[j] + lo[j] + hi[j];
+        ref_t padded = mkref(ct, k, NULL);
+        for (int j = 0; j < k; j++) padded.sz[j] = ones.sz[j] + lo[j] + hi[j];
         ones = emit(e, "stablehlo.pad", 2, pin, padded,
                     "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s",
-                    i64arr(bl, sizeof bl, 2, lo), i64arr(bh, sizeof bh, 2, hi),
-                    i64arr(bi, sizeof bi, 2, in));
+                    i64arr(bl, sizeof bl, k, lo), i64arr(bh, sizeof bh, k, hi),
+                    i64arr(bi, sizeof bi, k, in));
       }
       ref_t cnt, z2 = cst(e, ct, 0);
       reduce_window_n(e, 1, &ones, &z2, &w2, sum_body, &cnt);
@@ -471,19 +597,31 @@ static bool lower_avg_pool2d(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_max_pool2d_with_indices(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "max_pool2d_with_indices") && c->nouts == 2 &&
-      (tpu_dtype_is_float(odt) || odt == TPU_I64 || odt == TPU_I32)) {
-    /* (self, kernel, stride, padding, dilation, ceil_mode) -> (out, flat index in H*W) */
+  const bool adaptive = base[0] == 'a';
+  const int k = adaptive ? base[strlen(base) - 2] - '0' : base[8] - '0';
+  if ((!strcmp(base, "max_pool2d_with_indices") || !strcmp(base, "max_pool3d_with_indices") ||
+       !strcmp(base, "adaptive_max_pool2d") || !strcmp(base, "adaptive_max_pool3d")) &&
+      c->nouts == 2 && is_tensor(n, 0) && (tpu_dtype_is_float(odt) || odt == TPU_I64 || odt == TPU_I32)) {
+    /* (self, kernel, stride, padding, dilation, ceil_mode) or adaptive (self, output_size)
+     * -> (out, flat index over the last k dims) */
     window_t w;
-    pool_window(c, 2, 1, 2, 3, 4, o, &w);
+    if (adaptive && !adaptive_window(c->args[0].v.t, k, o, &w)) {
+      if (tpu_tensor_numel(o) && !tpu_tensor_numel(c->args[0].v.t)) return false;
+      adaptive_pool(n, k, true, outs);
+      return true;
+    }
+    if (!adaptive) pool_window(c, k, 1, 2, 3, 4, o, &w);
     ref_t x = arg(n, 0);
     const int nd = x.nd;
-    ref_t row = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", nd - 2);
-    ref_t col = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", nd - 1);
-    ref_t idx = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", row, (double)x.sz[nd - 1]), col);
+    ref_t idx = cst_like(e, TPU_I64, 0, nd, x.sz);
+    for (int d = nd - k; d < nd; d++) {
+      ref_t pos = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", d);
+      idx = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", idx, (double)x.sz[d]), pos);
+    }
     ref_t a[2] = {x, idx};
+    /* (an index init above every position: INT64_MAX does not survive a double) */
     ref_t init[2] = {cst(e, x.dt, tpu_dtype_is_float(x.dt) ? -INFINITY : (double)INT64_MIN),
-                     cst(e, TPU_I64, (double)INT64_MAX)};
+                     cst(e, TPU_I64, 4611686018427387904.0)};
     ref_t r[2];
     reduce_window_n(e, 2, a, init, &w, max_pool_body, r);
     outs[0] = r[0];
@@ -734,12 +872,17 @@ static bool lower_native_layer_norm_backward(node_t* n, const char* base, ref_t*
 
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
+    {"_adaptive_avg_pool2d", lower_avg_pool2d},
+    {"_adaptive_avg_pool3d", lower_avg_pool2d},
     {"_log_softmax", lower_softmax},
     {"_log_softmax_backward_data", lower_softmax_backward_data},
     {"_prelu_kernel", lower_threshold},
     {"_softmax", lower_softmax},
     {"_softmax_backward_data", lower_softmax_backward_data},
+    {"adaptive_max_pool2d", lower_max_pool2d_with_indices},
+    {"adaptive_max_pool3d", lower_max_pool2d_with_indices},
     {"avg_pool2d", lower_avg_pool2d},
+    {"avg_pool3d", lower_avg_pool2d},
     {"binary_cross_entropy", lower_binary_cross_entropy},
     {"elu", lower_leaky_relu},
     {"embedding_dense_backward", lower_embedding_dense_backward},
@@ -753,6 +896,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"leaky_relu", lower_leaky_relu},
     {"log_sigmoid_forward", lower_log_sigmoid_forward},
     {"max_pool2d_with_indices", lower_max_pool2d_with_indices},
+    {"max_pool3d_with_indices", lower_max_pool2d_with_indices},
     {"mish", lower_leaky_relu},
     {"mse_loss", lower_mse_loss},
     {"multi_margin_loss", lower_multi_margin_loss},
