@@ -289,26 +289,35 @@ static bool lower_threshold(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_upsample_nearest2d(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "upsample_nearest2d") && c->nouts == 1 && is_tensor(n, 0)) {
-    /* (self, output_size, scales_h?, scales_w?): source = min(floor(dst * scale), in - 1),
-     * scale = 1 / scales when given, else in / out (float32 arithmetic, as PyTorch) */
+  const bool exact = base[0] == '_';
+  const int k = base[strlen(base) - 2] - '0';
+  if ((!strcmp(base, "upsample_nearest1d") || !strcmp(base, "upsample_nearest2d") ||
+       !strcmp(base, "upsample_nearest3d") || !strcmp(base, "_upsample_nearest_exact1d") ||
+       !strcmp(base, "_upsample_nearest_exact2d") || !strcmp(base, "_upsample_nearest_exact3d")) &&
+      strcmp(ovl, "vec") && c->nouts == 1 && is_tensor(n, 0) && c->args[0].v.t->ndim >= k) {
+    /* (self, output_size, scales per dim?): per spatial dim, source = min(floor(dst * scale),
+     * in - 1) (exact: floor((dst + 0.5) * scale)), scale = 1 / scales when given, else
+     * in / out, in float32 as PyTorch; plain nearest copies when out is in or twice in */
     const tpu_tensor_t* x = c->args[0].v.t;
     ref_t a = arg(n, 0);
-    for (int j = 0; j < 2; j++) {
-      const int d = x->ndim - 2 + j;
+    for (int j = 0; j < k; j++) {
+      const int d = x->ndim - k + j;
       const int64_t in = x->sizes[d], out = o->sizes[d];
       const bool given = c->nargs > 2 + j && is_number(n, 2 + j) && tpu_arg_f64(c, 2 + j, 0) > 0;
       const float scale = given ? (float)(1.0 / tpu_arg_f64(c, 2 + j, 1)) : (float)in / (float)out;
+      if (!exact && out == in) continue;
       int64_t* src = malloc(sizeof(int64_t) * (size_t)(out ? out : 1));
       if (!src) {
         e->oom = true;
         return false;
       }
       for (int64_t i = 0; i < out; i++) {
-        int64_t s0 = (int64_t)floorf((float)i * scale);
+        int64_t s0 = exact ? (int64_t)floorf((float)(((double)i + 0.5) * scale))
+                     : out == 2 * in ? i >> 1
+                                     : (int64_t)floorf((float)i * scale);
         src[i] = s0 < in - 1 ? s0 : in - 1;
       }
-      if (in != out || given) a = take_along(e, a, d, cst_i64_list(e, out, src));
+      a = take_along(e, a, d, cst_i64_list(e, out, src));
       free(src);
     }
     outs[0] = a;
@@ -350,16 +359,19 @@ static bool lower_native_group_norm(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_upsample_bilinear2d(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "upsample_bilinear2d") && c->nouts == 1 && is_tensor(n, 0) && tpu_dtype_is_float(odt) &&
-      c->args[1].kind == TPU_ARG_INTLIST) {
-    /* (self, output_size, align_corners, scales_h?, scales_w?): per spatial dim, the two
+  const int k = base[strlen(base) - 2] - '0';
+  if ((!strcmp(base, "upsample_linear1d") || !strcmp(base, "upsample_bilinear2d") ||
+       !strcmp(base, "upsample_trilinear3d")) &&
+      c->nouts == 1 && is_tensor(n, 0) && tpu_dtype_is_float(odt) && c->args[1].kind == TPU_ARG_INTLIST &&
+      c->args[0].v.t->ndim >= k) {
+    /* (self, output_size, align_corners, scales per dim?): per spatial dim, the two
      * source rows and the weight of the second, computed in float32 like PyTorch */
     const tpu_tensor_t* x = c->args[0].v.t;
     const bool corners = tpu_arg_bool(c, 2, false);
     tpu_dtype_t ct = acc_type(odt);
     ref_t a = convert(e, arg(n, 0), ct);
-    for (int j = 0; j < 2; j++) {
-      const int d = x->ndim - 2 + j;
+    for (int j = 0; j < k; j++) {
+      const int d = x->ndim - k + j;
       const int64_t in = x->sizes[d], out = o->sizes[d];
       const bool given = c->nargs > 3 + j && is_number(n, 3 + j) && tpu_arg_f64(c, 3 + j, 0) > 0;
       float scale;
@@ -879,6 +891,9 @@ static const tpu_lower_entry_t k_entries[] = {
     {"_prelu_kernel", lower_threshold},
     {"_softmax", lower_softmax},
     {"_softmax_backward_data", lower_softmax_backward_data},
+    {"_upsample_nearest_exact1d", lower_upsample_nearest2d},
+    {"_upsample_nearest_exact2d", lower_upsample_nearest2d},
+    {"_upsample_nearest_exact3d", lower_upsample_nearest2d},
     {"adaptive_max_pool2d", lower_max_pool2d_with_indices},
     {"adaptive_max_pool3d", lower_max_pool2d_with_indices},
     {"avg_pool2d", lower_avg_pool2d},
@@ -918,7 +933,11 @@ static const tpu_lower_entry_t k_entries[] = {
     {"threshold", lower_threshold},
     {"threshold_backward", lower_threshold_backward},
     {"upsample_bilinear2d", lower_upsample_bilinear2d},
+    {"upsample_linear1d", lower_upsample_bilinear2d},
+    {"upsample_nearest1d", lower_upsample_nearest2d},
     {"upsample_nearest2d", lower_upsample_nearest2d},
+    {"upsample_nearest3d", lower_upsample_nearest2d},
+    {"upsample_trilinear3d", lower_upsample_bilinear2d},
 };
 
 const tpu_lower_table_t tpu_lower_nn = {k_entries, sizeof k_entries / sizeof k_entries[0]};
