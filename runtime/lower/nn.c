@@ -430,6 +430,78 @@ static bool lower_log_sigmoid_forward(node_t* n, const char* base, ref_t* outs) 
   return false;
 }
 
+/* a padded with v: lo[d] / hi[d] cells before / after each dim */
+static ref_t pad_edges(em_t* e, ref_t a, double v, const int64_t* lo, const int64_t* hi) {
+  ref_t pin[2] = {a, cst(e, a.dt, v)}, r = a;
+  int64_t in[TPU_MAX_DIMS] = {0};
+  for (int d = 0; d < a.nd; d++) r.sz[d] = a.sz[d] + lo[d] + hi[d];
+  r = mkref(a.dt, a.nd, r.sz);
+  char bl[600], bh[600], bi[600];
+  return emit(e, "stablehlo.pad", 2, pin, r, "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s",
+              i64arr(bl, sizeof bl, a.nd, lo), i64arr(bh, sizeof bh, a.nd, hi), i64arr(bi, sizeof bi, a.nd, in));
+}
+
+static bool lower_im2col(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "im2col") && is_tensor(n, 0) && (c->args[0].v.t->ndim == 3 || c->args[0].v.t->ndim == 4)) {
+    /* (self [N,] C, H, W, kernel, dilation, padding, stride) -> [N,] C * kh * kw, L: row
+     * (c, i, j) holds the padded input at (oh * sh + i * dh, ow * sw + j * dw) */
+    ref_t x = arg(n, 0);
+    const int nd = x.nd;
+    int64_t kk[2], dl[2], pd[2], st[2], osz[2], lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0};
+    int64_t* v[4] = {kk, dl, pd, st};
+    for (int a = 0; a < 4; a++) {
+      const tpu_arg_t* l = &c->args[1 + a];
+      if (l->kind != TPU_ARG_INTLIST || l->n < 1) return false;
+      for (int j = 0; j < 2; j++) v[a][j] = l->v.ilist[l->n == 1 ? 0 : j];
+    }
+    for (int j = 0; j < 2; j++) {
+      lo[nd - 2 + j] = hi[nd - 2 + j] = pd[j];
+      osz[j] = (x.sz[nd - 2 + j] + 2 * pd[j] - dl[j] * (kk[j] - 1) - 1) / st[j] + 1;
+      if (osz[j] <= 0) return false;
+    }
+    ref_t p = pad_edges(e, x, 0, lo, hi);
+    const int nk = (int)(kk[0] * kk[1]);
+    ref_t* parts = malloc(sizeof(ref_t) * (size_t)nk);
+    if (!parts) {
+      e->oom = true;
+      return false;
+    }
+    int64_t one[TPU_MAX_DIMS + 1];
+    for (int d = 0; d < nd - 2; d++) one[d] = x.sz[d];
+    one[nd - 2] = 1;
+    one[nd - 1] = osz[0];
+    one[nd] = osz[1];
+    for (int i = 0; i < kk[0]; i++)
+      for (int j = 0; j < kk[1]; j++) {
+        int64_t s0[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
+        for (int d = 0; d < nd; d++) {
+          lim[d] = p.sz[d];
+          str[d] = 1;
+        }
+        s0[nd - 2] = i * dl[0];
+        s0[nd - 1] = j * dl[1];
+        for (int q = 0; q < 2; q++) {
+          lim[nd - 2 + q] = s0[nd - 2 + q] + (osz[q] - 1) * st[q] + 1;
+          str[nd - 2 + q] = st[q];
+        }
+        ref_t r = mkref(x.dt, nd, x.sz);
+        r.sz[nd - 2] = osz[0];
+        r.sz[nd - 1] = osz[1];
+        char b1[600], b2[600], b3[600];
+        ref_t sl = emit(e, "stablehlo.slice", 1, &p, r, "start_indices = %s, limit_indices = %s, strides = %s",
+                        i64arr(b1, sizeof b1, nd, s0), i64arr(b2, sizeof b2, nd, lim), i64arr(b3, sizeof b3, nd, str));
+        parts[i * kk[1] + j] = reshape(e, sl, nd + 1, one);
+      }
+    one[nd - 2] = nk;
+    ref_t cat = nk == 1 ? parts[0] : emit(e, "stablehlo.concatenate", nk, parts, mkref(x.dt, nd + 1, one), "dimension = %d : i64", nd - 2);
+    free(parts);
+    outs[0] = reshape(e, cat, o->ndim, o->sizes);
+    return true;
+  }
+  return false;
+}
+
 /* The window of adaptive pooling over the last k dims when each input size is a
  * multiple of the output's (window = stride = in / out); false otherwise. */
 static bool adaptive_window(const tpu_tensor_t* x, int k, const tpu_tensor_t* out, window_t* w) {
@@ -576,7 +648,7 @@ static bool lower_avg_pool2d(node_t* n, const char* base, ref_t* outs) {
       const bool incl = tpu_arg_bool(c, 5, true);
       ref_t ones = cst_like(e, ct, 1, k, x.sz + nd - k);
       window_t w2 = w;
-      int64_t lo[3], hi[3], in[3] = {0, 0, 0};
+      int64_t lo[3], hi[3];
       for (int j = 0; j < k; j++) {
         int d = nd - k + j;
         int64_t pad = c->args[3].n ? c->args[3].v.ilist[c->args[3].n == 1 ? 0 : j] : 0;
@@ -587,16 +659,7 @@ static bool lower_avg_pool2d(node_t* n, const char* base, ref_t* outs) {
         w2.lo[j] = w.lo[d] - lo[j];
         w2.hi[j] = w.hi[d] - hi[j];
       }
-      if (incl) {
-        ref_t pin[2] = {ones, cst(e, ct, 1)};
-        char bl[200], bh[200], bi[200];
-        ref_t padded = mkref(ct, k, NULL);
-        for (int j = 0; j < k; j++) padded.sz[j] = ones.sz[j] + lo[j] + hi[j];
-        ones = emit(e, "stablehlo.pad", 2, pin, padded,
-                    "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s",
-                    i64arr(bl, sizeof bl, k, lo), i64arr(bh, sizeof bh, k, hi),
-                    i64arr(bi, sizeof bi, k, in));
-      }
+      if (incl) ones = pad_edges(e, ones, 1, lo, hi);
       ref_t cnt, z2 = cst(e, ct, 0);
       reduce_window_n(e, 1, &ones, &z2, &w2, sum_body, &cnt);
       y = binop(e, "stablehlo.divide", sum, bcast(e, cnt, sum.nd, sum.sz));
@@ -908,6 +971,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"hardswish", lower_leaky_relu},
     {"hardtanh", lower_leaky_relu},
     {"huber_loss", lower_mse_loss},
+    {"im2col", lower_im2col},
     {"leaky_relu", lower_leaky_relu},
     {"log_sigmoid_forward", lower_log_sigmoid_forward},
     {"max_pool2d_with_indices", lower_max_pool2d_with_indices},
