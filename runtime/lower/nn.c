@@ -104,14 +104,20 @@ static bool lower_leaky_relu(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
-/* A loss's reduction: 0 none, 1 mean over its elements, 2 sum. */
-static ref_t reduce_loss(em_t* e, ref_t l, int64_t red) {
-  if (red == 0) return l;
-  int64_t all[TPU_MAX_DIMS];
-  for (int d = 0; d < l.nd; d++) all[d] = d;
-  const double cnt = (double)numel(&l);
-  l = reduce(e, l, l.nd, all, "stablehlo.add", 0);
-  return red == 1 ? scalar_op(e, "stablehlo.divide", l, cnt) : l;
+/* Output 0 of a loss from its per-element values l and its reduction (argument
+ * ri: 0 none, 1 mean over the elements, 2 sum); true. */
+static bool loss_out(node_t* n, ref_t l, int ri, ref_t* outs) {
+  LOWER_LOCALS;
+  const int64_t red = tpu_arg_i64(c, ri, 1);
+  if (red != 0) {
+    int64_t all[TPU_MAX_DIMS];
+    for (int d = 0; d < l.nd; d++) all[d] = d;
+    const double cnt = (double)numel(&l);
+    l = reduce(e, l, l.nd, all, "stablehlo.add", 0);
+    if (red == 1) l = scalar_op(e, "stablehlo.divide", l, cnt);
+  }
+  outs[0] = reshape(e, convert(e, l, odt), o->ndim, o->sizes);
+  return true;
 }
 
 static bool lower_mse_loss(node_t* n, const char* base, ref_t* outs) {
@@ -132,9 +138,7 @@ static bool lower_mse_loss(node_t* n, const char* base, ref_t* outs) {
       if (huber) lin = scalar_op(e, "stablehlo.multiply", lin, b);
       l = select3(e, compare(e, "LT", z, cst_like(e, ct, b, z.nd, z.sz)), q, lin);
     }
-    l = reduce_loss(e, l, tpu_arg_i64(c, 2, 1));
-    outs[0] = reshape(e, convert(e, l, odt), o->ndim, o->sizes);
-    return true;
+    return loss_out(n, l, 2, outs);
   }
   return false;
 }
@@ -152,9 +156,7 @@ static bool lower_binary_cross_entropy(node_t* n, const char* base, ref_t* outs)
     ref_t l = binop(e, "stablehlo.subtract", binop(e, "stablehlo.multiply", scalar_op(e, "stablehlo.subtract", t, 1), l1x),
                     binop(e, "stablehlo.multiply", t, lx));
     if (is_tensor(n, 2)) l = binop(e, "stablehlo.multiply", l, bcast(e, convert(e, arg(n, 2), ct), x.nd, x.sz));
-    l = reduce_loss(e, l, tpu_arg_i64(c, 3, 1));
-    outs[0] = reshape(e, convert(e, l, odt), o->ndim, o->sizes);
-    return true;
+    return loss_out(n, l, 3, outs);
   }
   return false;
 }
@@ -190,9 +192,7 @@ static bool lower_multi_margin_loss(node_t* n, const char* base, ref_t* outs) {
     }
     int64_t cd = 1;
     ref_t l = scalar_op(e, "stablehlo.divide", reduce(e, z, 1, &cd, "stablehlo.add", 0), (double)C);
-    l = reduce_loss(e, l, tpu_arg_i64(c, 5, 1));
-    outs[0] = reshape(e, convert(e, l, odt), o->ndim, o->sizes);
-    return true;
+    return loss_out(n, l, 5, outs);
   }
   return false;
 }
@@ -230,11 +230,9 @@ static bool lower_multilabel_margin_loss_forward(node_t* n, const char* base, re
     z = select3(e, use, z, cst_like(e, ct, 0, 3, sz3));
     int64_t kj[2] = {1, 2};
     ref_t l = scalar_op(e, "stablehlo.divide", reduce(e, z, 2, kj, "stablehlo.add", 0), (double)C);
-    l = reduce_loss(e, l, tpu_arg_i64(c, 2, 1));
-    outs[0] = reshape(e, convert(e, l, odt), o->ndim, o->sizes);
     const tpu_tensor_t* it = &c->outs[1];
     outs[1] = reshape(e, convert(e, is_t, it->dtype), it->ndim, it->sizes);
-    return true;
+    return loss_out(n, l, 2, outs);
   }
   return false;
 }
