@@ -104,21 +104,182 @@ static bool lower_leaky_relu(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* Output 0 of a loss from its per-element values l and its reduction (argument
+ * ri: 0 none, 1 mean over the elements, 2 sum); true. */
+static bool loss_out(node_t* n, ref_t l, int ri, ref_t* outs) {
+  LOWER_LOCALS;
+  const int64_t red = tpu_arg_i64(c, ri, 1);
+  if (red != 0) {
+    int64_t all[TPU_MAX_DIMS];
+    for (int d = 0; d < l.nd; d++) all[d] = d;
+    const double cnt = (double)numel(&l);
+    l = reduce(e, l, l.nd, all, "stablehlo.add", 0);
+    if (red == 1) l = scalar_op(e, "stablehlo.divide", l, cnt);
+  }
+  outs[0] = reshape(e, convert(e, l, odt), o->ndim, o->sizes);
+  return true;
+}
+
 static bool lower_mse_loss(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "mse_loss") && tpu_dtype_is_float(odt)) { /* (self, target, reduction) */
+  if ((!strcmp(base, "mse_loss") || !strcmp(base, "smooth_l1_loss") || !strcmp(base, "huber_loss")) &&
+      tpu_dtype_is_float(odt)) {
+    /* (self, target, reduction, beta / delta) */
     tpu_dtype_t ct = acc_type(odt);
-    const tpu_tensor_t* x = c->args[0].v.t;
     ref_t a = convert(e, arg(n, 0), ct), t = bcast(e, convert(e, arg(n, 1), ct), a.nd, a.sz);
-    ref_t d = binop(e, "stablehlo.subtract", a, t), sq = binop(e, "stablehlo.multiply", d, d);
-    const int64_t red = tpu_arg_i64(c, 2, 1);
-    if (red != 0) {
-      int64_t dims[TPU_MAX_DIMS];
-      int nr = red_dims(n, -1, x->ndim, dims);
-      sq = reduce(e, sq, nr, dims, "stablehlo.add", 0);
-      if (red == 1) sq = scalar_op(e, "stablehlo.divide", sq, (double)tpu_tensor_numel(x));
+    ref_t d = binop(e, "stablehlo.subtract", a, t), l = binop(e, "stablehlo.multiply", d, d);
+    if (base[0] != 'm') {
+      /* |d| < b: 0.5 d^2 / beta (smooth_l1) or 0.5 d^2 (huber); else |d| - 0.5 beta or delta (|d| - 0.5 delta) */
+      const double b = tpu_arg_f64(c, 3, 1);
+      const bool huber = base[0] == 'h';
+      ref_t z = unop(e, "stablehlo.abs", d);
+      ref_t q = scalar_op(e, "stablehlo.multiply", l, huber ? 0.5 : (b > 0 ? 0.5 / b : 0));
+      ref_t lin = scalar_op(e, "stablehlo.subtract", z, 0.5 * b);
+      if (huber) lin = scalar_op(e, "stablehlo.multiply", lin, b);
+      l = select3(e, compare(e, "LT", z, cst_like(e, ct, b, z.nd, z.sz)), q, lin);
     }
-    outs[0] = reshape(e, convert(e, sq, odt), o->ndim, o->sizes);
+    return loss_out(n, l, 2, outs);
+  }
+  return false;
+}
+
+static bool lower_binary_cross_entropy(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "binary_cross_entropy") && tpu_dtype_is_float(odt)) {
+    /* (self, target, weight?, reduction): (t - 1) * max(log(1 - x), -100) - t * max(log(x), -100) */
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct), t = bcast(e, convert(e, arg(n, 1), ct), x.nd, x.sz);
+    ref_t lo = cst_like(e, ct, -100, x.nd, x.sz);
+    ref_t lx = binop(e, "stablehlo.maximum", unop(e, "stablehlo.log", x), lo);
+    ref_t l1x = binop(e, "stablehlo.maximum",
+                      unop(e, "stablehlo.log", binop(e, "stablehlo.subtract", cst_like(e, ct, 1, x.nd, x.sz), x)), lo);
+    ref_t l = binop(e, "stablehlo.subtract", binop(e, "stablehlo.multiply", scalar_op(e, "stablehlo.subtract", t, 1), l1x),
+                    binop(e, "stablehlo.multiply", t, lx));
+    if (is_tensor(n, 2)) l = binop(e, "stablehlo.multiply", l, bcast(e, convert(e, arg(n, 2), ct), x.nd, x.sz));
+    return loss_out(n, l, 3, outs);
+  }
+  return false;
+}
+
+/* x's entries at the class of each row's target: x [N, C], target [N] -> [N] */
+static ref_t pick_class(em_t* e, ref_t x, ref_t hot) {
+  int64_t cd = 1;
+  return reduce(e, select3(e, hot, x, cst_like(e, x.dt, 0, x.nd, x.sz)), 1, &cd, "stablehlo.add", 0);
+}
+
+static bool lower_multi_margin_loss(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "multi_margin_loss") && tpu_dtype_is_float(odt) && is_number(n, 2) && is_number(n, 3)) {
+    /* (self [N, C] or [C], target, p, margin, weight?, reduction): per row the sum over
+     * classes j != y of max(0, margin - x[y] + x[j])^p (times weight[y]) over C */
+    const tpu_tensor_t* xt = c->args[0].v.t;
+    const double p = tpu_arg_f64(c, 2, 1), margin = tpu_arg_f64(c, 3, 1);
+    if ((p != 1 && p != 2) || xt->ndim > 2) return false;
+    const int64_t C = xt->ndim ? xt->sizes[xt->ndim - 1] : 1, N = xt->ndim == 2 ? xt->sizes[0] : 1;
+    int64_t sz[2] = {N, C};
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = reshape(e, convert(e, arg(n, 0), ct), 2, sz);
+    ref_t tgt = reshape(e, arg(n, 1), 1, &N);
+    ref_t hot = one_hot(e, tgt, C, 1);
+    ref_t xy = bcast_dims(e, pick_class(e, x, hot), 2, sz, (int64_t[]){0});
+    ref_t z = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.subtract", x, -margin), unop(e, "stablehlo.negate", xy));
+    z = binop(e, "stablehlo.maximum", z, cst_like(e, ct, 0, 2, sz));
+    if (p == 2) z = binop(e, "stablehlo.multiply", z, z);
+    z = select3(e, hot, cst_like(e, ct, 0, 2, sz), z);
+    if (is_tensor(n, 4)) {
+      ref_t w = bcast_dims(e, reshape(e, convert(e, arg(n, 4), ct), 1, &C), 2, sz, (int64_t[]){1});
+      z = binop(e, "stablehlo.multiply", z, bcast_dims(e, pick_class(e, w, hot), 2, sz, (int64_t[]){0}));
+    }
+    int64_t cd = 1;
+    ref_t l = scalar_op(e, "stablehlo.divide", reduce(e, z, 1, &cd, "stablehlo.add", 0), (double)C);
+    return loss_out(n, l, 5, outs);
+  }
+  return false;
+}
+
+static bool lower_multilabel_margin_loss_forward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "multilabel_margin_loss_forward") && c->nouts == 2 && tpu_dtype_is_float(odt)) {
+    /* (self [N, C] or [C], target (same shape), reduction) -> (loss, is_target): the
+     * targets of a row are its entries before the first -1; per row the sum over
+     * targets k and non-target classes j of max(0, 1 - x[y_k] + x[j]), over C */
+    const tpu_tensor_t* xt = c->args[0].v.t;
+    if (xt->ndim > 2) return false;
+    const int64_t C = xt->ndim ? xt->sizes[xt->ndim - 1] : 1, N = xt->ndim == 2 ? xt->sizes[0] : 1;
+    int64_t sz[2] = {N, C}, sz3[3] = {N, C, C}, one = 1;
+    tpu_dtype_t ct = acc_type(xt->dtype);
+    ref_t x = reshape(e, convert(e, arg(n, 0), ct), 2, sz);
+    ref_t tgt = reshape(e, convert(e, arg(n, 1), TPU_I64), 2, sz);
+    /* valid[n, k]: k before the row's first negative target */
+    ref_t pos = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 2, sz), "iota_dimension = 1 : i64");
+    ref_t neg = compare(e, "LT", tgt, cst_like(e, TPU_I64, 0, 2, sz));
+    ref_t first = reduce_keep(e, select3(e, neg, pos, cst_like(e, TPU_I64, (double)C, 2, sz)), 1, &one,
+                              "stablehlo.minimum", (double)C);
+    ref_t valid = compare(e, "LT", pos, bcast(e, first, 2, sz));
+    /* hot[n, k, j]: target k of row n is class j (and valid) */
+    ref_t hot = binop(e, "stablehlo.and", one_hot(e, tgt, C, 2), bcast_dims(e, valid, 3, sz3, (int64_t[]){0, 1}));
+    int64_t kd = 1, jd = 2;
+    ref_t is_t = reduce(e, hot, 1, &kd, "stablehlo.or", 0); /* [N, C] */
+    ref_t xb = bcast_dims(e, x, 3, sz3, (int64_t[]){0, 2});
+    ref_t xy = reduce(e, select3(e, hot, xb, cst_like(e, ct, 0, 3, sz3)), 1, &jd, "stablehlo.add", 0); /* [N, K] */
+    ref_t z = binop(e, "stablehlo.subtract", scalar_op(e, "stablehlo.add", xb, 1),
+                    bcast_dims(e, xy, 3, sz3, (int64_t[]){0, 1}));
+    z = binop(e, "stablehlo.maximum", z, cst_like(e, ct, 0, 3, sz3));
+    ref_t use = binop(e, "stablehlo.and", bcast_dims(e, valid, 3, sz3, (int64_t[]){0, 1}),
+                      unop(e, "stablehlo.not", bcast_dims(e, is_t, 3, sz3, (int64_t[]){0, 2})));
+    z = select3(e, use, z, cst_like(e, ct, 0, 3, sz3));
+    int64_t kj[2] = {1, 2};
+    ref_t l = scalar_op(e, "stablehlo.divide", reduce(e, z, 2, kj, "stablehlo.add", 0), (double)C);
+    const tpu_tensor_t* it = &c->outs[1];
+    outs[1] = reshape(e, convert(e, is_t, it->dtype), it->ndim, it->sizes);
+    return loss_out(n, l, 2, outs);
+  }
+  return false;
+}
+
+static bool lower_glu(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "glu") && tpu_dtype_is_float(odt) && o->ndim > 0) { /* (self, dim): a * sigmoid(b) */
+    const int dim = norm_dim(tpu_arg_i64(c, 1, -1), o->ndim);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct);
+    int64_t st[TPU_MAX_DIMS] = {0}, mid[TPU_MAX_DIMS], lim[TPU_MAX_DIMS];
+    for (int d = 0; d < x.nd; d++) mid[d] = lim[d] = x.sz[d];
+    mid[dim] = x.sz[dim] / 2;
+    ref_t a = slice(e, x, st, mid);
+    st[dim] = mid[dim];
+    ref_t b = slice(e, x, st, lim);
+    outs[0] = convert(e, binop(e, "stablehlo.multiply", a, unop(e, "stablehlo.logistic", b)), odt);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_threshold(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if ((!strcmp(base, "threshold") || !strcmp(base, "softshrink") || !strcmp(base, "hardshrink") ||
+       !strcmp(base, "_prelu_kernel")) &&
+      is_tensor(n, 0) && (tpu_dtype_is_float(odt) || base[0] == 't')) {
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = arg_out(n, 0, ct), y;
+    if (base[0] == 't') { /* (self, threshold, value): value where x <= threshold */
+      ref_t le = compare(e, "LE", x, cst_like(e, ct, tpu_arg_f64(c, 1, 0), x.nd, x.sz));
+      y = select3(e, le, cst_like(e, ct, tpu_arg_f64(c, 2, 0), x.nd, x.sz), x);
+    } else if (base[0] == '_') { /* (self, weight): x > 0 ? x : weight * x */
+      ref_t pos = compare(e, "GT", x, cst_like(e, ct, 0, x.nd, x.sz));
+      y = select3(e, pos, x, binop(e, "stablehlo.multiply", arg_out(n, 1, ct), x));
+    } else {
+      const double l = tpu_arg_f64(c, 1, 0.5);
+      ref_t hi = compare(e, "GT", x, cst_like(e, ct, l, x.nd, x.sz));
+      ref_t lo = compare(e, "LT", x, cst_like(e, ct, -l, x.nd, x.sz));
+      if (base[0] == 's') /* x - l above l, x + l below -l, else x * 0 (keeps NaN) */
+        y = select3(e, hi, scalar_op(e, "stablehlo.subtract", x, l),
+                    select3(e, lo, scalar_op(e, "stablehlo.add", x, l), scalar_op(e, "stablehlo.multiply", x, 0)));
+      else /* hardshrink: 0 inside [-l, l] */
+        y = select3(e, binop(e, "stablehlo.or", hi, lo), x,
+                    select3(e, compare(e, "NE", x, x), x, cst_like(e, ct, 0, x.nd, x.sz)));
+    }
+    outs[0] = convert(e, y, odt);
     return true;
   }
   return false;
@@ -126,26 +287,35 @@ static bool lower_mse_loss(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_upsample_nearest2d(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "upsample_nearest2d") && c->nouts == 1 && is_tensor(n, 0)) {
-    /* (self, output_size, scales_h?, scales_w?): source = min(floor(dst * scale), in - 1),
-     * scale = 1 / scales when given, else in / out (float32 arithmetic, as PyTorch) */
+  const bool exact = base[0] == '_';
+  const int k = base[strlen(base) - 2] - '0';
+  if ((!strcmp(base, "upsample_nearest1d") || !strcmp(base, "upsample_nearest2d") ||
+       !strcmp(base, "upsample_nearest3d") || !strcmp(base, "_upsample_nearest_exact1d") ||
+       !strcmp(base, "_upsample_nearest_exact2d") || !strcmp(base, "_upsample_nearest_exact3d")) &&
+      strcmp(ovl, "vec") && c->nouts == 1 && is_tensor(n, 0) && c->args[0].v.t->ndim >= k) {
+    /* (self, output_size, scales per dim?): per spatial dim, source = min(floor(dst * scale),
+     * in - 1) (exact: floor((dst + 0.5) * scale)), scale = 1 / scales when given, else
+     * in / out, in float32 as PyTorch; plain nearest copies when out is in or twice in */
     const tpu_tensor_t* x = c->args[0].v.t;
     ref_t a = arg(n, 0);
-    for (int j = 0; j < 2; j++) {
-      const int d = x->ndim - 2 + j;
+    for (int j = 0; j < k; j++) {
+      const int d = x->ndim - k + j;
       const int64_t in = x->sizes[d], out = o->sizes[d];
       const bool given = c->nargs > 2 + j && is_number(n, 2 + j) && tpu_arg_f64(c, 2 + j, 0) > 0;
       const float scale = given ? (float)(1.0 / tpu_arg_f64(c, 2 + j, 1)) : (float)in / (float)out;
+      if (!exact && out == in) continue;
       int64_t* src = malloc(sizeof(int64_t) * (size_t)(out ? out : 1));
       if (!src) {
         e->oom = true;
         return false;
       }
       for (int64_t i = 0; i < out; i++) {
-        int64_t s0 = (int64_t)floorf((float)i * scale);
+        int64_t s0 = exact ? (int64_t)floorf((float)(((double)i + 0.5) * scale))
+                     : out == 2 * in ? i >> 1
+                                     : (int64_t)floorf((float)i * scale);
         src[i] = s0 < in - 1 ? s0 : in - 1;
       }
-      if (in != out || given) a = take_along(e, a, d, cst_i64_list(e, out, src));
+      a = take_along(e, a, d, cst_i64_list(e, out, src));
       free(src);
     }
     outs[0] = a;
@@ -187,16 +357,19 @@ static bool lower_native_group_norm(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_upsample_bilinear2d(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "upsample_bilinear2d") && c->nouts == 1 && is_tensor(n, 0) && tpu_dtype_is_float(odt) &&
-      c->args[1].kind == TPU_ARG_INTLIST) {
-    /* (self, output_size, align_corners, scales_h?, scales_w?): per spatial dim, the two
+  const int k = base[strlen(base) - 2] - '0';
+  if ((!strcmp(base, "upsample_linear1d") || !strcmp(base, "upsample_bilinear2d") ||
+       !strcmp(base, "upsample_trilinear3d")) &&
+      c->nouts == 1 && is_tensor(n, 0) && tpu_dtype_is_float(odt) && c->args[1].kind == TPU_ARG_INTLIST &&
+      c->args[0].v.t->ndim >= k) {
+    /* (self, output_size, align_corners, scales per dim?): per spatial dim, the two
      * source rows and the weight of the second, computed in float32 like PyTorch */
     const tpu_tensor_t* x = c->args[0].v.t;
     const bool corners = tpu_arg_bool(c, 2, false);
     tpu_dtype_t ct = acc_type(odt);
     ref_t a = convert(e, arg(n, 0), ct);
-    for (int j = 0; j < 2; j++) {
-      const int d = x->ndim - 2 + j;
+    for (int j = 0; j < k; j++) {
+      const int d = x->ndim - k + j;
       const int64_t in = x->sizes[d], out = o->sizes[d];
       const bool given = c->nargs > 3 + j && is_number(n, 3 + j) && tpu_arg_f64(c, 3 + j, 0) > 0;
       float scale;
@@ -255,29 +428,227 @@ static bool lower_log_sigmoid_forward(node_t* n, const char* base, ref_t* outs) 
   return false;
 }
 
+/* a padded with v: lo[d] / hi[d] cells before / after each dim */
+static ref_t pad_edges(em_t* e, ref_t a, double v, const int64_t* lo, const int64_t* hi) {
+  ref_t pin[2] = {a, cst(e, a.dt, v)}, r = a;
+  int64_t in[TPU_MAX_DIMS] = {0};
+  for (int d = 0; d < a.nd; d++) r.sz[d] = a.sz[d] + lo[d] + hi[d];
+  r = mkref(a.dt, a.nd, r.sz);
+  char bl[600], bh[600], bi[600];
+  return emit(e, "stablehlo.pad", 2, pin, r, "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s",
+              i64arr(bl, sizeof bl, a.nd, lo), i64arr(bh, sizeof bh, a.nd, hi), i64arr(bi, sizeof bi, a.nd, in));
+}
+
+static bool lower_im2col(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "im2col") && is_tensor(n, 0) && (c->args[0].v.t->ndim == 3 || c->args[0].v.t->ndim == 4)) {
+    /* (self [N,] C, H, W, kernel, dilation, padding, stride) -> [N,] C * kh * kw, L: row
+     * (c, i, j) holds the padded input at (oh * sh + i * dh, ow * sw + j * dw) */
+    ref_t x = arg(n, 0);
+    const int nd = x.nd;
+    int64_t kk[2], dl[2], pd[2], st[2], osz[2], lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0};
+    int64_t* v[4] = {kk, dl, pd, st};
+    for (int a = 0; a < 4; a++) {
+      const tpu_arg_t* l = &c->args[1 + a];
+      if (l->kind != TPU_ARG_INTLIST || l->n < 1) return false;
+      for (int j = 0; j < 2; j++) v[a][j] = l->v.ilist[l->n == 1 ? 0 : j];
+    }
+    for (int j = 0; j < 2; j++) {
+      lo[nd - 2 + j] = hi[nd - 2 + j] = pd[j];
+      osz[j] = (x.sz[nd - 2 + j] + 2 * pd[j] - dl[j] * (kk[j] - 1) - 1) / st[j] + 1;
+      if (osz[j] <= 0) return false;
+    }
+    ref_t p = pad_edges(e, x, 0, lo, hi);
+    const int nk = (int)(kk[0] * kk[1]);
+    ref_t* parts = malloc(sizeof(ref_t) * (size_t)nk);
+    if (!parts) {
+      e->oom = true;
+      return false;
+    }
+    int64_t one[TPU_MAX_DIMS + 1];
+    for (int d = 0; d < nd - 2; d++) one[d] = x.sz[d];
+    one[nd - 2] = 1;
+    one[nd - 1] = osz[0];
+    one[nd] = osz[1];
+    for (int i = 0; i < kk[0]; i++)
+      for (int j = 0; j < kk[1]; j++) {
+        int64_t s0[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
+        for (int d = 0; d < nd; d++) {
+          lim[d] = p.sz[d];
+          str[d] = 1;
+        }
+        s0[nd - 2] = i * dl[0];
+        s0[nd - 1] = j * dl[1];
+        for (int q = 0; q < 2; q++) {
+          lim[nd - 2 + q] = s0[nd - 2 + q] + (osz[q] - 1) * st[q] + 1;
+          str[nd - 2 + q] = st[q];
+        }
+        ref_t r = mkref(x.dt, nd, x.sz);
+        r.sz[nd - 2] = osz[0];
+        r.sz[nd - 1] = osz[1];
+        char b1[600], b2[600], b3[600];
+        ref_t sl = emit(e, "stablehlo.slice", 1, &p, r, "start_indices = %s, limit_indices = %s, strides = %s",
+                        i64arr(b1, sizeof b1, nd, s0), i64arr(b2, sizeof b2, nd, lim), i64arr(b3, sizeof b3, nd, str));
+        parts[i * kk[1] + j] = reshape(e, sl, nd + 1, one);
+      }
+    one[nd - 2] = nk;
+    ref_t cat = nk == 1 ? parts[0] : emit(e, "stablehlo.concatenate", nk, parts, mkref(x.dt, nd + 1, one), "dimension = %d : i64", nd - 2);
+    free(parts);
+    outs[0] = reshape(e, cat, o->ndim, o->sizes);
+    return true;
+  }
+  return false;
+}
+
+/* The window of adaptive pooling over the last k dims when each input size is a
+ * multiple of the output's (window = stride = in / out); false otherwise. */
+static bool adaptive_window(const tpu_tensor_t* x, int k, const tpu_tensor_t* out, window_t* w) {
+  for (int d = 0; d < x->ndim; d++) {
+    w->win[d] = w->str[d] = w->dil[d] = 1;
+    w->lo[d] = w->hi[d] = 0;
+    if (d < x->ndim - k) continue;
+    const int64_t in = x->sizes[d], o = out->sizes[d];
+    if (o <= 0 || in % o) return false;
+    w->win[d] = w->str[d] = in / o;
+  }
+  return true;
+}
+
+/* Adaptive pooling along dim d of a (in -> out cells) for any sizes: cell i covers
+ * [floor(i in / out), ceil((i + 1) in / out)); gathers its taps into a new dim
+ * d + 1 of the widest cell's length, the taps past a cell's end repeating its
+ * last element. *valid: [out, taps], whether a tap is the cell's own; lens [out]
+ * (float32): the cells' lengths. */
+static ref_t adaptive_taps(em_t* e, ref_t a, int d, int64_t out, ref_t* valid, ref_t* lens) {
+  const int64_t in = a.sz[d];
+  int64_t taps = 0;
+  for (int64_t i = 0; i < out; i++) {
+    int64_t lo = i * in / out, hi = ((i + 1) * in + out - 1) / out;
+    if (hi - lo > taps) taps = hi - lo;
+  }
+  int64_t* idx = malloc(sizeof(int64_t) * 2 * (size_t)(out * taps));
+  float* len = malloc(sizeof(float) * (size_t)out);
+  if (!idx || !len) {
+    free(idx);
+    free(len);
+    e->oom = true;
+    return a;
+  }
+  int64_t* ok = idx + out * taps;
+  for (int64_t i = 0; i < out; i++) {
+    int64_t lo = i * in / out, hi = ((i + 1) * in + out - 1) / out;
+    len[i] = (float)(hi - lo);
+    for (int64_t j = 0; j < taps; j++) {
+      idx[i * taps + j] = lo + j < hi ? lo + j : hi - 1;
+      ok[i * taps + j] = lo + j < hi;
+    }
+  }
+  ref_t g = take_along(e, a, d, cst_i64_list(e, out * taps, idx));
+  int64_t sz[TPU_MAX_DIMS + 1], vsz[2] = {out, taps};
+  for (int k = 0, m = 0; k < a.nd; k++) {
+    if (k == d) {
+      sz[m++] = out;
+      sz[m++] = taps;
+    } else {
+      sz[m++] = a.sz[k];
+    }
+  }
+  g = reshape(e, g, a.nd + 1, sz);
+  if (valid) {
+    ref_t v = reshape(e, cst_i64_list(e, out * taps, ok), 2, vsz);
+    *valid = compare(e, "NE", v, cst_like(e, TPU_I64, 0, 2, vsz));
+  }
+  if (lens) *lens = cst_f32_list(e, out, len);
+  free(idx);
+  free(len);
+  return g;
+}
+
+/* Adaptive average (outs[0]) or max pooling (outs[0], outs[1]: the flat index
+ * over the last k dims) whatever the sizes: the taps of every spatial dim
+ * gathered (last dim first, so that the dims before keep their places), then one
+ * reduction over the tap dims: a sum of the cells' own taps over the cells'
+ * areas, or the (value, index) pair order of max pooling. */
+static void adaptive_pool(node_t* n, int k, bool mx, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!tpu_tensor_numel(o)) { /* an empty batch */
+    for (int i = 0; i < c->nouts; i++) outs[i] = cst_like(e, c->outs[i].dtype, 0, c->outs[i].ndim, c->outs[i].sizes);
+    return;
+  }
+  tpu_dtype_t ct = mx ? odt : acc_type(odt);
+  ref_t x = convert(e, arg(n, 0), ct), idx = x;
+  const int nd = x.nd, b0 = nd - k;
+  if (mx) {
+    idx = cst_like(e, TPU_I64, 0, nd, x.sz);
+    for (int d = b0; d < nd; d++) {
+      ref_t pos = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", d);
+      idx = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", idx, (double)x.sz[d]), pos);
+    }
+  }
+  ref_t valid[3], lens[3];
+  int64_t td[3];
+  for (int j = k - 1; j >= 0; j--) {
+    const int d = b0 + j;
+    x = adaptive_taps(e, x, d, o->sizes[d], &valid[j], &lens[j]);
+    if (mx) idx = adaptive_taps(e, idx, d, o->sizes[d], NULL, NULL);
+    td[j] = b0 + 2 * j + 1;
+  }
+  if (mx) {
+    ref_t pair[2] = {x, idx};
+    ref_t init[2] = {cst(e, ct, tpu_dtype_is_float(ct) ? -INFINITY : (double)INT64_MIN),
+                     cst(e, TPU_I64, 4611686018427387904.0)}, r[2];
+    reduce_pair(e, pair, init, k, td, max_pool_body, r);
+    outs[0] = r[0];
+    outs[1] = convert(e, r[1], c->outs[1].dtype);
+    return;
+  }
+  ref_t cnt = cst_like(e, ct, 1, nd, o->sizes);
+  for (int j = 0; j < k; j++) {
+    int64_t vd[2] = {td[j] - 1, td[j]}, dd = b0 + j;
+    x = select3(e, bcast_dims(e, valid[j], x.nd, x.sz, vd), x, cst_like(e, ct, 0, x.nd, x.sz));
+    cnt = binop(e, "stablehlo.multiply", cnt, bcast_dims(e, convert(e, lens[j], ct), nd, o->sizes, &dd));
+  }
+  x = reduce(e, x, k, td, "stablehlo.add", 0);
+  outs[0] = convert(e, binop(e, "stablehlo.divide", x, cnt), odt);
+}
+
 static bool lower_avg_pool2d(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "avg_pool2d") && tpu_dtype_is_float(odt) && c->nouts == 1) {
-    /* (self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override) */
+  const bool adaptive = base[0] == '_';
+  const int k = base[strlen(base) - 2] - '0';
+  if ((!strcmp(base, "avg_pool2d") || !strcmp(base, "avg_pool3d") || !strcmp(base, "_adaptive_avg_pool2d") ||
+       !strcmp(base, "_adaptive_avg_pool3d")) &&
+      tpu_dtype_is_float(odt) && c->nouts == 1 && is_tensor(n, 0)) {
+    /* (self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override);
+     * adaptive (self, output_size) */
     window_t w;
-    pool_window(c, 2, 1, 2, 3, -1, o, &w);
+    if (adaptive && !adaptive_window(c->args[0].v.t, k, o, &w)) {
+      if (tpu_tensor_numel(o) && !tpu_tensor_numel(c->args[0].v.t)) return false;
+      adaptive_pool(n, k, false, outs);
+      return true;
+    }
+    if (!adaptive) pool_window(c, k, 1, 2, 3, -1, o, &w);
     tpu_dtype_t ct = acc_type(odt);
     ref_t x = convert(e, arg(n, 0), ct), zero = cst(e, ct, 0), sum;
     reduce_window_n(e, 1, &x, &zero, &w, sum_body, &sum);
     ref_t y;
-    if (c->nargs > 6 && is_number(n, 6)) {
+    const int nd = x.nd;
+    if (adaptive) {
+      double cnt = 1;
+      for (int j = 0; j < k; j++) cnt *= (double)w.win[nd - k + j];
+      y = scalar_op(e, "stablehlo.divide", sum, cnt);
+    } else if (c->nargs > 6 && is_number(n, 6)) {
       y = scalar_op(e, "stablehlo.divide", sum, tpu_arg_f64(c, 6, 1));
     } else {
       /* divisor per window: its cells inside the input, plus the explicit
        * padding with count_include_pad (never ceil mode's overhang): a window
        * sum over ones padded with ones, then with zeros */
-      const int nd = x.nd;
       const bool incl = tpu_arg_bool(c, 5, true);
-      ref_t ones = cst_like(e, ct, 1, 2, x.sz + nd - 2);
+      ref_t ones = cst_like(e, ct, 1, k, x.sz + nd - k);
       window_t w2 = w;
-      int64_t lo[2], hi[2], in[2] = {0, 0};
-      for (int j = 0; j < 2; j++) {
-        int d = nd - 2 + j;
+      int64_t lo[3], hi[3];
+      for (int j = 0; j < k; j++) {
+        int d = nd - k + j;
         int64_t pad = c->args[3].n ? c->args[3].v.ilist[c->args[3].n == 1 ? 0 : j] : 0;
         lo[j] = hi[j] = incl ? pad : 0;
         w2.win[j] = w.win[d];
@@ -286,16 +657,7 @@ static bool lower_avg_pool2d(node_t* n, const char* base, ref_t* outs) {
         w2.lo[j] = w.lo[d] - lo[j];
         w2.hi[j] = w.hi[d] - hi[j];
       }
-      if (incl) {
-        ref_t pin[2] = {ones, cst(e, ct, 1)};
-        char bl[200], bh[200], bi[200];
-        ref_t padded = mkref(ct, 2, NULL);
-        for (int j = 0; j < 2; j++) padded.sz[j] = ones.sz[j] + lo[j] + hi[j];
-        ones = emit(e, "stablehlo.pad", 2, pin, padded,
-                    "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s",
-                    i64arr(bl, sizeof bl, 2, lo), i64arr(bh, sizeof bh, 2, hi),
-                    i64arr(bi, sizeof bi, 2, in));
-      }
+      if (incl) ones = pad_edges(e, ones, 1, lo, hi);
       ref_t cnt, z2 = cst(e, ct, 0);
       reduce_window_n(e, 1, &ones, &z2, &w2, sum_body, &cnt);
       y = binop(e, "stablehlo.divide", sum, bcast(e, cnt, sum.nd, sum.sz));
@@ -308,19 +670,31 @@ static bool lower_avg_pool2d(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_max_pool2d_with_indices(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "max_pool2d_with_indices") && c->nouts == 2 &&
-      (tpu_dtype_is_float(odt) || odt == TPU_I64 || odt == TPU_I32)) {
-    /* (self, kernel, stride, padding, dilation, ceil_mode) -> (out, flat index in H*W) */
+  const bool adaptive = base[0] == 'a';
+  const int k = adaptive ? base[strlen(base) - 2] - '0' : base[8] - '0';
+  if ((!strcmp(base, "max_pool2d_with_indices") || !strcmp(base, "max_pool3d_with_indices") ||
+       !strcmp(base, "adaptive_max_pool2d") || !strcmp(base, "adaptive_max_pool3d")) &&
+      c->nouts == 2 && is_tensor(n, 0) && (tpu_dtype_is_float(odt) || odt == TPU_I64 || odt == TPU_I32)) {
+    /* (self, kernel, stride, padding, dilation, ceil_mode) or adaptive (self, output_size)
+     * -> (out, flat index over the last k dims) */
     window_t w;
-    pool_window(c, 2, 1, 2, 3, 4, o, &w);
+    if (adaptive && !adaptive_window(c->args[0].v.t, k, o, &w)) {
+      if (tpu_tensor_numel(o) && !tpu_tensor_numel(c->args[0].v.t)) return false;
+      adaptive_pool(n, k, true, outs);
+      return true;
+    }
+    if (!adaptive) pool_window(c, k, 1, 2, 3, 4, o, &w);
     ref_t x = arg(n, 0);
     const int nd = x.nd;
-    ref_t row = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", nd - 2);
-    ref_t col = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", nd - 1);
-    ref_t idx = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", row, (double)x.sz[nd - 1]), col);
+    ref_t idx = cst_like(e, TPU_I64, 0, nd, x.sz);
+    for (int d = nd - k; d < nd; d++) {
+      ref_t pos = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd, x.sz), "iota_dimension = %d : i64", d);
+      idx = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", idx, (double)x.sz[d]), pos);
+    }
     ref_t a[2] = {x, idx};
+    /* (an index init above every position: INT64_MAX does not survive a double) */
     ref_t init[2] = {cst(e, x.dt, tpu_dtype_is_float(x.dt) ? -INFINITY : (double)INT64_MIN),
-                     cst(e, TPU_I64, (double)INT64_MAX)};
+                     cst(e, TPU_I64, 4611686018427387904.0)};
     ref_t r[2];
     reduce_window_n(e, 2, a, init, &w, max_pool_body, r);
     outs[0] = r[0];
@@ -448,14 +822,18 @@ static bool lower_softmax_backward_data(node_t* n, const char* base, ref_t* outs
 
 static bool lower_nll_loss_forward(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if ((!strcmp(base, "nll_loss_forward") || !strcmp(base, "nll_loss_backward")) && is_tensor(n, 0)) {
+  if ((!strcmp(base, "nll_loss_forward") || !strcmp(base, "nll_loss_backward") || !strcmp(base, "nll_loss2d_forward") ||
+       !strcmp(base, "nll_loss2d_backward")) &&
+      is_tensor(n, 0)) {
     /* forward (self, target, weight?, reduction, ignore_index) -> (output, total_weight);
-     * backward (grad_output, self, target, weight?, reduction, ignore_index, total_weight) */
-    const bool bwd = base[9] == 'b';
+     * backward (grad_output, self, target, weight?, reduction, ignore_index, total_weight);
+     * self [C], [N, C] or (2d) [N, C, H, W], the classes along dim 1 */
+    const bool two = base[8] == '2';
+    const bool bwd = base[two ? 11 : 9] == 'b';
     const int xi = bwd ? 1 : 0;
     const tpu_tensor_t* x = c->args[xi].v.t;
-    if (x->ndim < 1 || x->ndim > 2 || !tpu_dtype_is_float(x->dtype)) return false;
-    const int cdim = x->ndim - 1;
+    if (x->ndim < 1 || x->ndim > (two ? 4 : 2) || (two && x->ndim != 4) || !tpu_dtype_is_float(x->dtype)) return false;
+    const int cdim = x->ndim > 1 ? 1 : 0;
     const int64_t C = x->sizes[cdim];
     const int64_t reduction = tpu_arg_i64(c, xi + 3, 1);
     const int64_t ignore = tpu_arg_i64(c, xi + 4, -100);
@@ -465,9 +843,9 @@ static bool lower_nll_loss_forward(node_t* n, const char* base, ref_t* outs) {
     ref_t valid = compare(e, "NE", tgt, cst_like(e, tgt.dt, (double)ignore, tgt.nd, tgt.sz));
     ref_t w = convert(e, valid, ct); /* per sample: weight[target] if not ignored */
     if (is_tensor(n, xi + 2)) {
-      ref_t wt = arg_as(n, xi + 2, ct, x->ndim, x->sizes);
+      int64_t cd = cdim, cn = C;
+      ref_t wt = bcast_dims(e, reshape(e, convert(e, arg(n, xi + 2), ct), 1, &cn), x->ndim, x->sizes, &cd);
       ref_t zero = cst_like(e, ct, 0, x->ndim, x->sizes);
-      int64_t cd = cdim;
       ref_t wsel = reduce(e, select3(e, hot, wt, zero), 1, &cd, "stablehlo.add", 0);
       w = binop(e, "stablehlo.multiply", w, wsel);
     }
@@ -484,7 +862,8 @@ static bool lower_nll_loss_forward(node_t* n, const char* base, ref_t* outs) {
         if (reduction == 1) loss = binop(e, "stablehlo.divide", loss, total);
       }
       outs[0] = loss;
-      if (c->nouts > 1) outs[1] = total;
+      /* CPU leaves total_weight 0 for reduction none over a batch */
+      if (c->nouts > 1) outs[1] = reduction == 0 && x->ndim > 1 ? cst_like(e, ct, 0, 0, NULL) : total;
       return true;
     }
     ref_t g = convert(e, arg(n, 0), ct);
@@ -566,35 +945,61 @@ static bool lower_native_layer_norm_backward(node_t* n, const char* base, ref_t*
 
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
+    {"_adaptive_avg_pool2d", lower_avg_pool2d},
+    {"_adaptive_avg_pool3d", lower_avg_pool2d},
     {"_log_softmax", lower_softmax},
     {"_log_softmax_backward_data", lower_softmax_backward_data},
+    {"_prelu_kernel", lower_threshold},
     {"_softmax", lower_softmax},
     {"_softmax_backward_data", lower_softmax_backward_data},
+    {"_upsample_nearest_exact1d", lower_upsample_nearest2d},
+    {"_upsample_nearest_exact2d", lower_upsample_nearest2d},
+    {"_upsample_nearest_exact3d", lower_upsample_nearest2d},
+    {"adaptive_max_pool2d", lower_max_pool2d_with_indices},
+    {"adaptive_max_pool3d", lower_max_pool2d_with_indices},
     {"avg_pool2d", lower_avg_pool2d},
+    {"avg_pool3d", lower_avg_pool2d},
+    {"binary_cross_entropy", lower_binary_cross_entropy},
     {"elu", lower_leaky_relu},
     {"embedding_dense_backward", lower_embedding_dense_backward},
     {"gelu_backward", lower_gelu_backward},
+    {"glu", lower_glu},
+    {"hardshrink", lower_threshold},
     {"hardsigmoid", lower_leaky_relu},
     {"hardswish", lower_leaky_relu},
     {"hardtanh", lower_leaky_relu},
+    {"huber_loss", lower_mse_loss},
+    {"im2col", lower_im2col},
     {"leaky_relu", lower_leaky_relu},
     {"log_sigmoid_forward", lower_log_sigmoid_forward},
     {"max_pool2d_with_indices", lower_max_pool2d_with_indices},
+    {"max_pool3d_with_indices", lower_max_pool2d_with_indices},
     {"mish", lower_leaky_relu},
     {"mse_loss", lower_mse_loss},
+    {"multi_margin_loss", lower_multi_margin_loss},
+    {"multilabel_margin_loss_forward", lower_multilabel_margin_loss_forward},
     {"native_batch_norm", lower_native_batch_norm},
     {"native_group_norm", lower_native_group_norm},
     {"native_layer_norm", lower_native_layer_norm},
     {"native_layer_norm_backward", lower_native_layer_norm_backward},
+    {"nll_loss2d_backward", lower_nll_loss_forward},
+    {"nll_loss2d_forward", lower_nll_loss_forward},
     {"nll_loss_backward", lower_nll_loss_forward},
     {"nll_loss_forward", lower_nll_loss_forward},
     {"relu6", lower_leaky_relu},
     {"sigmoid_backward", lower_tanh_backward},
+    {"smooth_l1_loss", lower_mse_loss},
     {"softplus", lower_leaky_relu},
+    {"softshrink", lower_threshold},
     {"tanh_backward", lower_tanh_backward},
+    {"threshold", lower_threshold},
     {"threshold_backward", lower_threshold_backward},
     {"upsample_bilinear2d", lower_upsample_bilinear2d},
+    {"upsample_linear1d", lower_upsample_bilinear2d},
+    {"upsample_nearest1d", lower_upsample_nearest2d},
     {"upsample_nearest2d", lower_upsample_nearest2d},
+    {"upsample_nearest3d", lower_upsample_nearest2d},
+    {"upsample_trilinear3d", lower_upsample_bilinear2d},
 };
 
 const tpu_lower_table_t tpu_lower_nn = {k_entries, sizeof k_entries / sizeof k_entries[0]};

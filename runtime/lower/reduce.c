@@ -12,10 +12,38 @@
 
 #include "lower/emit.h"
 
+/* the identity of max (mx) or min over dtype dt */
+static double extreme_init(tpu_dtype_t dt, bool mx) {
+  return tpu_dtype_is_float(dt) ? (mx ? -INFINITY : INFINITY)
+         : dt == TPU_BOOL       ? (mx ? 0 : 1)
+         : dt == TPU_U8         ? (mx ? 0 : 255)
+         : dt == TPU_I8         ? (mx ? -128 : 127)
+         : dt == TPU_I16        ? (mx ? -32768 : 32767)
+         : dt == TPU_I32        ? (mx ? -2147483648.0 : 2147483647.0)
+                                : (mx ? -9223372036854775807.0 - 1 : 9223372036854775807.0);
+}
+
+/* An index larger than any position (INT64_MAX does not survive a double). */
+#define BIG_INDEX 4611686018427387904.0
+
+/* a bitwise not where an integer minimum is wanted: it reverses the order of
+ * every integer type, so that the minimum is the not of the maximum of the
+ * nots (INT64_MAX, min's identity, is no double) */
+static bool int_min(tpu_dtype_t dt, bool mx) { return !mx && !tpu_dtype_is_float(dt) && dt != TPU_BOOL; }
+
+/* max (mx) or min of a over dims */
+static ref_t reduce_extreme(em_t* e, ref_t a, int nr, const int64_t* dims, bool mx) {
+  if (int_min(a.dt, mx))
+    return unop(e, "stablehlo.not", reduce(e, unop(e, "stablehlo.not", a), nr, dims, "stablehlo.maximum",
+                                          extreme_init(a.dt, true)));
+  return reduce(e, a, nr, dims, mx ? "stablehlo.maximum" : "stablehlo.minimum", extreme_init(a.dt, mx));
+}
+
 static bool lower_sum(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   /* reductions: (self, dim, keepdim, dtype) or (self, dtype) */
-  if (!strcmp(base, "sum") || !strcmp(base, "mean") || !strcmp(base, "amax") || !strcmp(base, "amin") ||
+  if (!strcmp(base, "sum") || !strcmp(base, "nansum") || !strcmp(base, "mean") || !strcmp(base, "amax") ||
+      !strcmp(base, "amin") ||
       !strcmp(base, "prod") || ((!strcmp(base, "max") || !strcmp(base, "min")) && c->nouts == 1 &&
                                 !is_tensor(n, 1) && c->nargs <= 2)) {
     const tpu_tensor_t* x = c->args[0].v.t;
@@ -25,25 +53,20 @@ static bool lower_sum(node_t* n, const char* base, ref_t* outs) {
                           (c->nargs > 2 && c->args[2].kind == TPU_ARG_BOOL);
     int nr = red_dims(n, has_dims ? 1 : -1, x->ndim, dims);
     tpu_dtype_t ct = odt;
-    if (!strcmp(base, "sum") || !strcmp(base, "mean") || !strcmp(base, "prod")) ct = acc_type(odt);
+    if (!strcmp(base, "sum") || !strcmp(base, "nansum") || !strcmp(base, "mean") || !strcmp(base, "prod"))
+      ct = acc_type(odt);
     ref_t a = convert(e, arg(n, 0), ct);
     ref_t r;
-    if (base[0] == 's') r = reduce(e, a, nr, dims, "stablehlo.add", 0);
+    if (base[0] == 'n' && tpu_dtype_is_float(ct)) /* nansum: NaNs count as 0 */
+      a = select3(e, compare(e, "NE", a, a), cst_like(e, ct, 0, a.nd, a.sz), a);
+    if (base[0] == 's' || base[0] == 'n') r = reduce(e, a, nr, dims, "stablehlo.add", 0);
     else if (base[0] == 'p') r = reduce(e, a, nr, dims, "stablehlo.multiply", 1);
     else if (!strcmp(base, "mean")) {
       int64_t cnt = 1;
       for (int k = 0; k < nr; k++) cnt *= x->sizes[dims[k]];
       r = scalar_op(e, "stablehlo.divide", reduce(e, a, nr, dims, "stablehlo.add", 0), (double)cnt);
     } else {
-      bool mx = !strcmp(base, "amax") || !strcmp(base, "max");
-      double init = tpu_dtype_is_float(ct) ? (mx ? -INFINITY : INFINITY)
-                    : ct == TPU_BOOL       ? (mx ? 0 : 1)
-                    : ct == TPU_U8         ? (mx ? 0 : 255)
-                    : ct == TPU_I8         ? (mx ? -128 : 127)
-                    : ct == TPU_I16        ? (mx ? -32768 : 32767)
-                    : ct == TPU_I32        ? (mx ? -2147483648.0 : 2147483647.0)
-                                           : (mx ? -9223372036854775807.0 - 1 : 9223372036854775807.0);
-      r = reduce(e, a, nr, dims, mx ? "stablehlo.maximum" : "stablehlo.minimum", init);
+      r = reduce_extreme(e, a, nr, dims, !strcmp(base, "amax") || !strcmp(base, "max"));
     }
     outs[0] = reshape(e, convert(e, r, odt), o->ndim, o->sizes);
     return true;
@@ -97,29 +120,100 @@ static bool lower_logsumexp(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* the p-norm of x over dims */
+static ref_t pnorm(em_t* e, ref_t x, double p, int nr, const int64_t* dims) {
+  ref_t a = unop(e, "stablehlo.abs", x);
+  if (isinf(p))
+    return reduce(e, a, nr, dims, p > 0 ? "stablehlo.maximum" : "stablehlo.minimum", p > 0 ? 0 : INFINITY);
+  if (p == 0)
+    return reduce(e, convert(e, compare(e, "NE", a, cst_like(e, a.dt, 0, a.nd, a.sz)), a.dt), nr, dims, "stablehlo.add", 0);
+  if (p == 1) return reduce(e, a, nr, dims, "stablehlo.add", 0);
+  if (p == 2)
+    return unop(e, "stablehlo.sqrt", reduce(e, binop(e, "stablehlo.multiply", a, a), nr, dims, "stablehlo.add", 0));
+  ref_t s = reduce(e, binop(e, "stablehlo.power", a, cst_like(e, a.dt, p, a.nd, a.sz)), nr, dims, "stablehlo.add", 0);
+  return binop(e, "stablehlo.power", s, cst_like(e, a.dt, 1.0 / p, s.nd, s.sz));
+}
+
 static bool lower_linalg_vector_norm(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "linalg_vector_norm") && tpu_dtype_is_float(odt)) {
-    /* (self, ord, dim?, keepdim, dtype?) */
+  if ((!strcmp(base, "linalg_vector_norm") ||
+       (!strcmp(base, "norm") && (!strcmp(ovl, "Scalar") || !strcmp(ovl, "ScalarOpt_dim") ||
+                                  !strcmp(ovl, "ScalarOpt_dim_dtype")))) &&
+      tpu_dtype_is_float(odt) && (base[0] == 'l' || tpu_dtype_is_float(c->args[0].v.t->dtype))) {
+    /* linalg_vector_norm (self, ord, dim?, keepdim, dtype?); norm (self, p?, dim, keepdim, dtype?) */
     const tpu_tensor_t* x = c->args[0].v.t;
     int64_t dims[TPU_MAX_DIMS];
     int nr = red_dims(n, 2, x->ndim, dims);
-    const double p = tpu_arg_f64(c, 1, 2);
     tpu_dtype_t ct = acc_type(odt);
-    ref_t a = unop(e, "stablehlo.abs", convert(e, arg(n, 0), ct)), r;
-    if (isinf(p)) {
-      r = reduce(e, a, nr, dims, p > 0 ? "stablehlo.maximum" : "stablehlo.minimum", p > 0 ? 0 : INFINITY);
-    } else if (p == 0) {
-      r = reduce(e, convert(e, compare(e, "NE", a, cst_like(e, ct, 0, a.nd, a.sz)), ct), nr, dims, "stablehlo.add", 0);
-    } else if (p == 1) {
-      r = reduce(e, a, nr, dims, "stablehlo.add", 0);
-    } else if (p == 2) {
-      r = unop(e, "stablehlo.sqrt", reduce(e, binop(e, "stablehlo.multiply", a, a), nr, dims, "stablehlo.add", 0));
-    } else {
-      ref_t s2 = reduce(e, binop(e, "stablehlo.power", a, cst_like(e, ct, p, a.nd, a.sz)), nr, dims, "stablehlo.add", 0);
-      r = binop(e, "stablehlo.power", s2, cst_like(e, ct, 1.0 / p, s2.nd, s2.sz));
-    }
+    ref_t r = pnorm(e, convert(e, arg(n, 0), ct), tpu_arg_f64(c, 1, 2), nr, dims);
     outs[0] = reshape(e, convert(e, r, odt), o->ndim, o->sizes);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_count_nonzero(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "count_nonzero") && is_tensor(n, 0)) { /* (self, dim? or dims) -> int64 */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    int64_t dims[TPU_MAX_DIMS];
+    int nr = red_dims(n, 1, x->ndim, dims);
+    ref_t a = arg(n, 0);
+    ref_t nz = convert(e, compare(e, "NE", a, cst_like(e, a.dt, 0, a.nd, a.sz)), TPU_I64);
+    outs[0] = reshape(e, convert(e, reduce(e, nz, nr, dims, "stablehlo.add", 0), odt), o->ndim, o->sizes);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_trace(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "trace") && is_tensor(n, 0) && c->args[0].v.t->ndim == 2) { /* sum of the diagonal */
+    ref_t a = convert(e, arg(n, 0), acc_type(odt));
+    ref_t row = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 2, a.sz), "iota_dimension = 0 : i64");
+    ref_t col = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 2, a.sz), "iota_dimension = 1 : i64");
+    ref_t d = select3(e, compare(e, "EQ", row, col), a, cst_like(e, a.dt, 0, 2, a.sz));
+    int64_t all[2] = {0, 1};
+    outs[0] = reshape(e, convert(e, reduce(e, d, 2, all, "stablehlo.add", 0), odt), o->ndim, o->sizes);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_aminmax(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "aminmax") && c->nouts == 2 && is_tensor(n, 0)) { /* (self, dim?, keepdim) -> (min, max) */
+    const tpu_tensor_t* x = c->args[0].v.t;
+    int64_t dims[TPU_MAX_DIMS];
+    int nr = red_dims(n, 1, x->ndim, dims);
+    ref_t a = arg(n, 0);
+    for (int k = 0; k < 2; k++)
+      outs[k] = reshape(e, reduce_extreme(e, a, nr, dims, k), c->outs[k].ndim, c->outs[k].sizes);
+    return true;
+  }
+  return false;
+}
+
+static bool lower_renorm(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!strcmp(base, "renorm") && tpu_dtype_is_float(odt) && o->ndim > 0) {
+    /* (self, p, dim, maxnorm): each slice along dim whose p-norm tops maxnorm is
+     * scaled by maxnorm / (norm + 1e-7) */
+    const int dim = norm_dim(tpu_arg_i64(c, 2, 0), o->ndim);
+    const double maxnorm = tpu_arg_f64(c, 3, 1);
+    tpu_dtype_t ct = acc_type(odt);
+    ref_t x = convert(e, arg(n, 0), ct);
+    int64_t dims[TPU_MAX_DIMS], ksz[TPU_MAX_DIMS];
+    int nr = 0;
+    for (int d = 0; d < x.nd; d++) {
+      ksz[d] = d == dim ? x.sz[d] : 1;
+      if (d != dim) dims[nr++] = d;
+    }
+    ref_t nm = reshape(e, pnorm(e, x, tpu_arg_f64(c, 1, 2), nr, dims), x.nd, ksz);
+    ref_t over = compare(e, "GT", nm, cst_like(e, ct, maxnorm, x.nd, ksz));
+    ref_t f = binop(e, "stablehlo.divide", cst_like(e, ct, maxnorm, x.nd, ksz), scalar_op(e, "stablehlo.add", nm, 1e-7));
+    f = select3(e, over, f, cst_like(e, ct, 1, x.nd, ksz));
+    outs[0] = convert(e, binop(e, "stablehlo.multiply", x, bcast(e, f, x.nd, x.sz)), odt);
     return true;
   }
   return false;
@@ -165,7 +259,7 @@ static bool lower_argmax(node_t* n, const char* base, ref_t* outs) {
     ref_t idx = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, a.nd, a.sz), "iota_dimension = %d : i64", (int)dims[0]);
     double init_v = tpu_dtype_is_float(a.dt) ? (mx ? -INFINITY : INFINITY)
                     : a.dt == TPU_BOOL ? (mx ? 0 : 1) : (mx ? -9223372036854775807.0 - 1 : 9223372036854775807.0);
-    ref_t in[2] = {a, idx}, init[2] = {cst(e, a.dt, init_v), cst(e, TPU_I64, (double)INT64_MAX)};
+    ref_t in[2] = {a, idx}, init[2] = {cst(e, a.dt, init_v), cst(e, TPU_I64, BIG_INDEX)};
     ref_t r[2];
     reduce_pair(e, in, init, 1, dims, mx ? argmax_first_body : argmin_first_body, r);
     if (c->nouts == 2) {
@@ -179,15 +273,30 @@ static bool lower_argmax(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* log(exp(a) + exp(b)), exact where both are the same infinity */
+static void logaddexp_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out) {
+  ref_t hi = binop(e, "stablehlo.maximum", acc[0], x[0]), lo = binop(e, "stablehlo.minimum", acc[0], x[0]);
+  ref_t r = binop(e, "stablehlo.add", hi,
+                  unop(e, "stablehlo.log_plus_one", unop(e, "stablehlo.exponential", binop(e, "stablehlo.subtract", lo, hi))));
+  ref_t same_inf = binop(e, "stablehlo.and", compare(e, "EQ", lo, hi),
+                         compare(e, "EQ", unop(e, "stablehlo.abs", lo), cst(e, lo.dt, INFINITY)));
+  out[0] = select3(e, same_inf, lo, r);
+}
+
 static bool lower_cumsum(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if ((!strcmp(base, "cumsum") || !strcmp(base, "cumprod")) && is_tensor(n, 0)) {
-    /* (self, dim, dtype?): a window over everything before along dim */
+  const bool lse = !strcmp(base, "logcumsumexp"), ext = !strcmp(base, "cummax") || !strcmp(base, "cummin");
+  if ((!strcmp(base, "cumsum") || !strcmp(base, "cumprod") || (lse && tpu_dtype_is_float(odt)) ||
+       (ext && c->nouts == 2)) &&
+      is_tensor(n, 0)) {
+    /* (self, dim, dtype?): a window over everything before along dim; cummax / cummin
+     * also give the index of the last extreme (the last NaN once one was seen) */
     const tpu_tensor_t* x = c->args[0].v.t;
-    tpu_dtype_t ct = tpu_dtype_is_float(odt) ? acc_type(odt) : odt;
+    tpu_dtype_t ct = tpu_dtype_is_float(odt) && !ext ? acc_type(odt) : odt;
     ref_t a = convert(e, arg(n, 0), ct);
     if (a.nd == 0) {
       outs[0] = convert(e, a, odt);
+      if (ext) outs[1] = cst_like(e, c->outs[1].dtype, 0, 0, NULL);
       return true;
     }
     const int dim = norm_dim(tpu_arg_i64(c, 1, 0), x->ndim);
@@ -198,9 +307,20 @@ static bool lower_cumsum(node_t* n, const char* base, ref_t* outs) {
     }
     w.win[dim] = a.sz[dim];
     w.lo[dim] = a.sz[dim] - 1;
+    if (ext) { /* the first-extreme pair order over negated indices picks the last */
+      const bool mx = base[4] == 'a', inv = int_min(ct, mx);
+      ref_t idx = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, a.nd, a.sz), "iota_dimension = %d : i64", dim);
+      ref_t in[2] = {inv ? unop(e, "stablehlo.not", a) : a, unop(e, "stablehlo.negate", idx)};
+      ref_t init[2] = {cst(e, ct, extreme_init(ct, mx || inv)), cst(e, TPU_I64, BIG_INDEX)}, r[2];
+      reduce_window_n(e, 2, in, init, &w, mx || inv ? argmax_first_body : argmin_first_body, r);
+      outs[0] = inv ? emit(e, "stablehlo.not", 1, &r[0], mkref(ct, a.nd, a.sz), NULL) : r[0];
+      /* (a subtraction: unop would keep r[1]'s result number) */
+      outs[1] = convert(e, binop(e, "stablehlo.subtract", cst_like(e, TPU_I64, 0, a.nd, a.sz), r[1]), c->outs[1].dtype);
+      return true;
+    }
     const bool sum = base[3] == 's';
-    ref_t init = cst(e, ct, sum ? 0 : 1), r;
-    reduce_window_n(e, 1, &a, &init, &w, sum ? sum_body : prod_body, &r);
+    ref_t init = cst(e, ct, lse ? -INFINITY : sum ? 0 : 1), r;
+    reduce_window_n(e, 1, &a, &init, &w, lse ? logaddexp_body : sum ? sum_body : prod_body, &r);
     outs[0] = convert(e, r, odt);
     return true;
   }
@@ -222,20 +342,29 @@ static const tpu_lower_entry_t k_entries[] = {
     {"all", lower_any},
     {"amax", lower_sum},
     {"amin", lower_sum},
+    {"aminmax", lower_aminmax},
     {"any", lower_any},
     {"argmax", lower_argmax},
     {"argmin", lower_argmax},
+    {"count_nonzero", lower_count_nonzero},
+    {"cummax", lower_cumsum},
+    {"cummin", lower_cumsum},
     {"cumprod", lower_cumsum},
     {"cumsum", lower_cumsum},
     {"linalg_vector_norm", lower_linalg_vector_norm},
+    {"logcumsumexp", lower_cumsum},
     {"logsumexp", lower_logsumexp},
     {"max", lower_max_any},
     {"mean", lower_sum},
     {"min", lower_min_any},
+    {"nansum", lower_sum},
+    {"norm", lower_linalg_vector_norm},
     {"prod", lower_sum},
+    {"renorm", lower_renorm},
     {"std", lower_var},
     {"std_mean", lower_var},
     {"sum", lower_sum},
+    {"trace", lower_trace},
     {"var", lower_var},
     {"var_mean", lower_var},
 };
