@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -116,6 +117,14 @@ uint64_t tpu_cache_hash64(const void* data, size_t len, uint64_t seed) {
   h *= H_P3;
   h ^= h >> 32;
   return h;
+}
+
+void tpu_cache_make_key(const void* what, size_t what_len, const char* how, char out[33]) {
+  uint64_t h1 = tpu_cache_hash64(what, what_len, 0x7470755f66757365ull);
+  h1 = tpu_cache_hash64(how, strlen(how), h1);
+  uint64_t h2 = tpu_cache_hash64(what, what_len, 0x9e3779b97f4a7c15ull);
+  h2 = tpu_cache_hash64(how, strlen(how), h2);
+  snprintf(out, 33, "%016" PRIx64 "%016" PRIx64, h1, h2);
 }
 
 bool tpu_cache_key_valid(const char* key) {
@@ -624,39 +633,109 @@ static bool copy_out(char* path, size_t cap, const char* src) {
 }
 
 /* ---- tiers 2 and 3 ---- */
-bool tpu_cache_find(const char* key, char* path, size_t cap, int* tier) {
+/* tpu_cache_find, and when keep is not NULL the verified file contents
+ * (payload and trailer; the caller frees them) in *keep, *keep_len. */
+static bool find_entry(const char* key, char* path, size_t cap, int* tier, unsigned char** keep,
+                       size_t* keep_len) {
   if (!tpu_cache_key_valid(key) || !path || cap == 0) return false;
   char dir[PATH_MAX], p[PATH_MAX];
   size_t len = 0;
-  if (tier_dir_copy(2, dir)) {
-    unsigned char* buf = load_verified(dir, key, p, &len);
-    if (buf) {
-      free(buf);
-      if (!copy_out(path, cap, p)) return false;
-      if (tier) *tier = 2;
-      pthread_mutex_lock(&g_mu);
-      g_stats.tier2_hits++;
-      pthread_mutex_unlock(&g_mu);
-      return true;
+  unsigned char* buf = NULL;
+  int found = 0;
+  if (tier_dir_copy(2, dir) && (buf = load_verified(dir, key, p, &len))) {
+    found = 2;
+  } else if (tier_dir_copy(3, dir) && (buf = load_verified(dir, key, p, &len))) {
+    found = 3;
+    /* Promote into tier 2 so the other processes of this host find it there. */
+    char dir2[PATH_MAX];
+    if (tier_dir_copy(2, dir2)) {
+      int e = write_entry(dir2, key, buf, len, NULL);
+      if (e == 0) entry_path(p, sizeof(p), dir2, key);
+      else note_store_failure(2, "copying a tier-3 entry", e);
     }
   }
-  if (!tier_dir_copy(3, dir)) return false;
-  unsigned char* buf = load_verified(dir, key, p, &len);
-  if (!buf) return false;
-  /* Promote into tier 2 so the other processes of this host find it there. */
-  char dir2[PATH_MAX];
-  if (tier_dir_copy(2, dir2)) {
-    int e = write_entry(dir2, key, buf, len, NULL);
-    if (e == 0) entry_path(p, sizeof(p), dir2, key);
-    else note_store_failure(2, "copying a tier-3 entry", e);
+  if (!found) return false;
+  if (!copy_out(path, cap, p)) {
+    free(buf);
+    return false;
   }
-  free(buf);
-  if (!copy_out(path, cap, p)) return false;
-  if (tier) *tier = 3;
+  if (keep) {
+    *keep = buf;
+    *keep_len = len;
+  } else {
+    free(buf);
+  }
+  if (tier) *tier = found;
   pthread_mutex_lock(&g_mu);
-  g_stats.tier3_hits++;
+  if (found == 2) g_stats.tier2_hits++;
+  else g_stats.tier3_hits++;
   pthread_mutex_unlock(&g_mu);
   return true;
+}
+
+bool tpu_cache_find(const char* key, char* path, size_t cap, int* tier) {
+  return find_entry(key, path, cap, tier, NULL, NULL);
+}
+
+bool tpu_cache_find_bytes(const char* key, void** data, size_t* len, int* tier) {
+  char path[PATH_MAX];
+  unsigned char* buf = NULL;
+  size_t n = 0;
+  *data = NULL;
+  *len = 0;
+  if (!find_entry(key, path, sizeof(path), tier, &buf, &n)) return false;
+  *data = buf; /* the trailer stays behind the payload, unreported */
+  *len = n - TRAILER_SIZE;
+  return true;
+}
+
+/* Writes payload (with its trailer) into tiers 2 and 3; best receives the
+ * path of the first copy written, or stays empty. */
+static void publish_payload(const char* key, const unsigned char* buf, size_t len,
+                            char best[PATH_MAX]) {
+  unsigned char trailer[TRAILER_SIZE];
+  make_trailer(trailer, key, buf, len);
+  best[0] = 0;
+  for (int t = 2; t <= 3; t++) {
+    char dir[PATH_MAX];
+    if (!tier_dir_copy(t, dir)) {
+      /* Configured but unusable (cannot create it, unsafe, noexec): a failed store. */
+      pthread_mutex_lock(&g_mu);
+      bool configured = g_tier[t].configured;
+      if (configured) g_stats.store_failures++;
+      pthread_mutex_unlock(&g_mu);
+      continue;
+    }
+    int e = write_entry(dir, key, buf, len, trailer);
+    if (e) {
+      note_store_failure(t, "writing an entry", e);
+      continue;
+    }
+    if (!best[0]) entry_path(best, PATH_MAX, dir, key);
+  }
+}
+
+tpu_status_t tpu_cache_publish_bytes(const char* key, const void* data, size_t len) {
+  if (!tpu_cache_key_valid(key))
+    return TPU_ERR(INVALID_ARGUMENT, "tpu_cache_publish_bytes: key '%.80s' is not %d..%d hex digits",
+                   key ? key : "(null)", TPU_CACHE_KEY_MIN, TPU_CACHE_KEY_MAX);
+  if (!data || len == 0)
+    return TPU_ERR(INVALID_ARGUMENT, "tpu_cache_publish_bytes: empty payload for key %s", key);
+  char best[PATH_MAX];
+  publish_payload(key, data, len, best);
+  return TPU_OK;
+}
+
+void tpu_cache_note_store_failure(const char* fmt, ...) {
+  char msg[WARN_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&g_mu);
+  g_stats.store_failures++;
+  queue_warning_locked("%s", msg);
+  pthread_mutex_unlock(&g_mu);
 }
 
 tpu_status_t tpu_cache_publish(const char* key, const char* src_path, char* path, size_t cap) {
@@ -681,27 +760,8 @@ tpu_status_t tpu_cache_publish(const char* key, const char* src_path, char* path
     free(buf);
     return TPU_ERR(INVALID_ARGUMENT, "tpu_cache_publish: %s (key %s) is empty", src_path, key);
   }
-  unsigned char trailer[TRAILER_SIZE];
-  make_trailer(trailer, key, buf, len);
-
-  char best[PATH_MAX] = {0};
-  for (int t = 2; t <= 3; t++) {
-    char dir[PATH_MAX];
-    if (!tier_dir_copy(t, dir)) {
-      /* Configured but unusable (cannot create it, unsafe, noexec): a failed store. */
-      pthread_mutex_lock(&g_mu);
-      bool configured = g_tier[t].configured;
-      if (configured) g_stats.store_failures++;
-      pthread_mutex_unlock(&g_mu);
-      continue;
-    }
-    e = write_entry(dir, key, buf, len, trailer);
-    if (e) {
-      note_store_failure(t, "writing an entry", e);
-      continue;
-    }
-    if (!best[0]) entry_path(best, sizeof(best), dir, key);
-  }
+  char best[PATH_MAX];
+  publish_payload(key, buf, len, best);
   free(buf);
   const char* out = best[0] ? best : src_path;
   if (!copy_out(path, cap, out))

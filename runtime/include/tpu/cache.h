@@ -60,6 +60,11 @@ bool tpu_cache_key_valid(const char* key);
  * it to hash their key material too. */
 uint64_t tpu_cache_hash64(const void* data, size_t len, uint64_t seed);
 
+/* A 32-digit key naming `what` (the generated program) built under `how`
+ * (everything else the executable depends on: compiler, flags, platform,
+ * versions), as two independent 64-bit hashes of both. */
+void tpu_cache_make_key(const void* what, size_t what_len, const char* how, char out[33]);
+
 /* ---- tier 1 ---- */
 /* The value stored under key, or NULL; counts a tier-1 hit when found. */
 void* tpu_cache_tier1_get(const char* key);
@@ -85,6 +90,22 @@ bool tpu_cache_find(const char* key, char* path, size_t cap, int* tier);
  * tier that cannot be written is counted and warned about, not an error. */
 tpu_status_t tpu_cache_publish(const char* key, const char* src_path, char* path,
                                size_t cap) TPU_MUST_USE;
+
+/* The same two calls for entries that are data rather than shared objects
+ * (serialized PJRT executables): tpu_cache_find_bytes returns a verified
+ * hit's payload, without the trailer, in *data (malloc()ed; the caller frees
+ * it) and its length in *len, counting the hit and promoting a tier-3 entry as
+ * tpu_cache_find does. tpu_cache_publish_bytes stores len bytes at data under
+ * key as tpu_cache_publish stores a file; it errors only for an invalid key or
+ * an empty payload. */
+bool tpu_cache_find_bytes(const char* key, void** data, size_t* len, int* tier);
+tpu_status_t tpu_cache_publish_bytes(const char* key, const void* data,
+                                     size_t len) TPU_MUST_USE;
+
+/* A store that failed before reaching the tiers (the executable could not be
+ * serialized): counted in store_failures, the message queued for
+ * tpu_cache_pop_warning(). Callers warn once per cause. */
+void tpu_cache_note_store_failure(const char* fmt, ...) TPU_PRINTF(1, 2);
 
 /* Per-key inter-process lock: flock() on "<dir>/<key>.lock" in the tier-2
  * directory, else tier 3. Blocks while another process (or another thread of

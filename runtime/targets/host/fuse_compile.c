@@ -68,11 +68,7 @@ static void key_of(const char* src, char out[33]) {
   char extra[4500];
   snprintf(extra, sizeof extra, "|%.4000s|%s|%s|%s|%016" PRIx64 "|", cc_command(), cc_flags(),
            tpu_isa_name(tpu_host_isa()), TPU_RUNTIME_VERSION, g_headers_hash);
-  uint64_t h1 = tpu_cache_hash64(src, strlen(src), 0x7470755f66757365ull);
-  h1 = tpu_cache_hash64(extra, strlen(extra), h1);
-  uint64_t h2 = tpu_cache_hash64(src, strlen(src), 0x9e3779b97f4a7c15ull);
-  h2 = tpu_cache_hash64(extra, strlen(extra), h2);
-  snprintf(out, 33, "%016" PRIx64 "%016" PRIx64, h1, h2);
+  tpu_cache_make_key(src, strlen(src), extra, out);
 }
 
 static pthread_mutex_t g_warn_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -395,6 +395,8 @@ void tpu_pjrt_buffer_free(tpu_pjrt_t* p, tpu_pjrt_buffer_t* b) {
  * of the client's devices. (XLA aborts the process on empty options.) */
 static const char k_compile_options[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01};
 
+static tpu_status_t wrap_loaded(tpu_pjrt_t* p, PJRT_LoadedExecutable* le, tpu_pjrt_exe_t** out);
+
 tpu_status_t tpu_pjrt_compile(tpu_pjrt_t* p, const char* mlir, size_t len, tpu_pjrt_exe_t** out) {
   *out = NULL;
   if (!mlir || !len) return TPU_ERR(INVALID_ARGUMENT, "pjrt compile: empty module");
@@ -409,27 +411,51 @@ tpu_status_t tpu_pjrt_compile(tpu_pjrt_t* p, const char* mlir, size_t len, tpu_p
                                 .compile_options = k_compile_options,
                                 .compile_options_size = sizeof k_compile_options};
   TPU_RETURN_IF_ERROR(take_error(p->api, p->api->PJRT_Client_Compile(&a), "pjrt compile"));
+  return wrap_loaded(p, a.executable, out);
+}
+
+const void* tpu_pjrt_compile_options(size_t* len) {
+  *len = sizeof k_compile_options;
+  return k_compile_options;
+}
+
+/* The PJRT_Executable behind a loaded one (destroy it with exe_destroy). */
+static tpu_status_t exe_of(tpu_pjrt_t* p, PJRT_LoadedExecutable* le, PJRT_Executable** out) {
+  PJRT_LoadedExecutable_GetExecutable_Args g = {
+      .struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE,
+      .loaded_executable = le};
+  *out = NULL;
+  TPU_RETURN_IF_ERROR(
+      take_error(p->api, p->api->PJRT_LoadedExecutable_GetExecutable(&g), "executable"));
+  *out = g.executable;
+  return TPU_OK;
+}
+
+static void exe_destroy(tpu_pjrt_t* p, PJRT_Executable* x) {
+  PJRT_Executable_Destroy_Args d = {.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE,
+                                    .executable = x};
+  tpu_status_free(take_error(p->api, p->api->PJRT_Executable_Destroy(&d), "destroy"));
+}
+
+/* Takes ownership of a loaded executable: *out wraps it with its output
+ * count (on failure it is destroyed). */
+static tpu_status_t wrap_loaded(tpu_pjrt_t* p, PJRT_LoadedExecutable* le, tpu_pjrt_exe_t** out) {
   tpu_pjrt_exe_t* e = calloc(1, sizeof(*e));
   if (!e) {
     PJRT_LoadedExecutable_Destroy_Args d = {
-        .struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE, .executable = a.executable};
+        .struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE, .executable = le};
     tpu_status_free(take_error(p->api, p->api->PJRT_LoadedExecutable_Destroy(&d), "destroy"));
     return TPU_ERR(RESOURCE_EXHAUSTED, "pjrt: out of host memory");
   }
-  e->exe = a.executable;
-  PJRT_LoadedExecutable_GetExecutable_Args g = {
-      .struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE,
-      .loaded_executable = e->exe};
-  tpu_status_t st =
-      take_error(p->api, p->api->PJRT_LoadedExecutable_GetExecutable(&g), "executable");
+  e->exe = le;
+  PJRT_Executable* x = NULL;
+  tpu_status_t st = exe_of(p, le, &x);
   if (!st) {
     PJRT_Executable_NumOutputs_Args n = {.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE,
-                                         .executable = g.executable};
+                                         .executable = x};
     st = take_error(p->api, p->api->PJRT_Executable_NumOutputs(&n), "output count");
     e->nouts = (int)n.num_outputs;
-    PJRT_Executable_Destroy_Args d = {.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE,
-                                      .executable = g.executable};
-    tpu_status_free(take_error(p->api, p->api->PJRT_Executable_Destroy(&d), "destroy"));
+    exe_destroy(p, x);
   }
   if (st) {
     tpu_pjrt_exe_free(p, e);
@@ -437,6 +463,53 @@ tpu_status_t tpu_pjrt_compile(tpu_pjrt_t* p, const char* mlir, size_t len, tpu_p
   }
   *out = e;
   return TPU_OK;
+}
+
+tpu_status_t tpu_pjrt_exe_serialize(tpu_pjrt_t* p, tpu_pjrt_exe_t* e, void** data, size_t* len) {
+  *data = NULL;
+  *len = 0;
+  if (!HAS(p->api, PJRT_Executable_Serialize) || !HAS(p->api, PJRT_LoadedExecutable_GetExecutable))
+    return TPU_ERR(UNIMPLEMENTED, "pjrt: the %s plugin cannot serialize executables", p->platform);
+  PJRT_Executable* x = NULL;
+  TPU_RETURN_IF_ERROR(exe_of(p, e->exe, &x));
+  PJRT_Executable_Serialize_Args a = {.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE,
+                                      .executable = x};
+  tpu_status_t st = take_error(p->api, p->api->PJRT_Executable_Serialize(&a), "pjrt serialize");
+  if (!st && (!a.serialized_bytes || a.serialized_bytes_size == 0))
+    st = TPU_ERR(INTERNAL, "pjrt serialize: the %s plugin returned no bytes", p->platform);
+  if (!st) {
+    *data = malloc(a.serialized_bytes_size);
+    if (*data) {
+      memcpy(*data, a.serialized_bytes, a.serialized_bytes_size);
+      *len = a.serialized_bytes_size;
+    } else {
+      st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt serialize: out of host memory (%zu bytes)",
+                   a.serialized_bytes_size);
+    }
+  }
+  if (a.serialized_executable && a.serialized_executable_deleter)
+    a.serialized_executable_deleter(a.serialized_executable);
+  exe_destroy(p, x);
+  return st;
+}
+
+tpu_status_t tpu_pjrt_exe_deserialize(tpu_pjrt_t* p, const void* data, size_t len,
+                                      tpu_pjrt_exe_t** out) {
+  *out = NULL;
+  if (!HAS(p->api, PJRT_Executable_DeserializeAndLoad))
+    return TPU_ERR(UNIMPLEMENTED, "pjrt: the %s plugin cannot load serialized executables",
+                   p->platform);
+  if (!data || !len) return TPU_ERR(INVALID_ARGUMENT, "pjrt deserialize: no bytes");
+  PJRT_Executable_DeserializeAndLoad_Args a = {
+      .struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE,
+      .client = p->client,
+      .serialized_executable = data,
+      .serialized_executable_size = len};
+  TPU_RETURN_IF_ERROR(
+      take_error(p->api, p->api->PJRT_Executable_DeserializeAndLoad(&a), "pjrt deserialize"));
+  if (!a.loaded_executable)
+    return TPU_ERR(INTERNAL, "pjrt deserialize: the %s plugin returned no executable", p->platform);
+  return wrap_loaded(p, a.loaded_executable, out);
 }
 
 int tpu_pjrt_exe_num_outputs(tpu_pjrt_t* p, tpu_pjrt_exe_t* e) {
@@ -522,6 +595,20 @@ tpu_dtype_t tpu_pjrt_buffer_dtype(tpu_pjrt_t* p, tpu_pjrt_buffer_t* b) { return 
 int tpu_pjrt_buffer_dims(tpu_pjrt_t* p, tpu_pjrt_buffer_t* b, int64_t* dims, int cap) { return -1; }
 void tpu_pjrt_buffer_free(tpu_pjrt_t* p, tpu_pjrt_buffer_t* b) {}
 tpu_status_t tpu_pjrt_compile(tpu_pjrt_t* p, const char* mlir, size_t len, tpu_pjrt_exe_t** out) {
+  return TPU_ERR(UNIMPLEMENTED, "pjrt: not built");
+}
+const void* tpu_pjrt_compile_options(size_t* len) {
+  *len = 0;
+  return NULL;
+}
+tpu_status_t tpu_pjrt_exe_serialize(tpu_pjrt_t* p, tpu_pjrt_exe_t* e, void** data, size_t* len) {
+  *data = NULL;
+  *len = 0;
+  return TPU_ERR(UNIMPLEMENTED, "pjrt: not built");
+}
+tpu_status_t tpu_pjrt_exe_deserialize(tpu_pjrt_t* p, const void* data, size_t len,
+                                      tpu_pjrt_exe_t** out) {
+  *out = NULL;
   return TPU_ERR(UNIMPLEMENTED, "pjrt: not built");
 }
 int tpu_pjrt_exe_num_outputs(tpu_pjrt_t* p, tpu_pjrt_exe_t* e) { return 0; }

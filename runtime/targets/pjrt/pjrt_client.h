@@ -73,6 +73,17 @@ void tpu_pjrt_buffer_free(tpu_pjrt_t* p, tpu_pjrt_buffer_t* b);
 tpu_status_t tpu_pjrt_compile(tpu_pjrt_t* p, const char* mlir, size_t len,
                               tpu_pjrt_exe_t** out) TPU_MUST_USE;
 int tpu_pjrt_exe_num_outputs(tpu_pjrt_t* p, tpu_pjrt_exe_t* e);
+/* The serialized compile options every compile uses (part of a cache key). */
+const void* tpu_pjrt_compile_options(size_t* len);
+/* The plugin's serialization of `e` (PJRT_Executable_Serialize): a malloc()ed
+ * copy in *data (the caller frees it), *len bytes. UNIMPLEMENTED when the
+ * plugin lacks the entry. Only the same plugin build can load it back. */
+tpu_status_t tpu_pjrt_exe_serialize(tpu_pjrt_t* p, tpu_pjrt_exe_t* e, void** data,
+                                    size_t* len) TPU_MUST_USE;
+/* Loads bytes from tpu_pjrt_exe_serialize (PJRT_Executable_DeserializeAndLoad);
+ * bytes the plugin rejects are an error, never an abort. */
+tpu_status_t tpu_pjrt_exe_deserialize(tpu_pjrt_t* p, const void* data, size_t len,
+                                      tpu_pjrt_exe_t** out) TPU_MUST_USE;
 void tpu_pjrt_exe_free(tpu_pjrt_t* p, tpu_pjrt_exe_t* e);
 /* Runs `e` on `device` with `nargs` argument buffers and waits until it has
  * finished; outs[0..nouts) receive new buffers (nouts must equal the

@@ -8,7 +8,8 @@
  * Ops: every call is a program (compose.h): the lowering layer's function
  * for the call, wrapped to read its views from and write its results into
  * storage buffers. Programs are compiled once per text and kept for the
- * process, and a graph seen before finds its executable by its call key
+ * process (and serialized into the compilation cache's tiers 2 and 3 for the
+ * next process, execache.h), and a graph seen before finds its executable by its call key
  * without composing (progcache.h); a call whose op has no lowering fails with UNIMPLEMENTED naming
  * it. A flushed DeferAndFuse graph is one program; when part of it has no
  * lowering, its nodes run one by one (and the first such node fails). */
@@ -22,6 +23,7 @@
 #include "base/env.h"
 #include "device/internal.h"
 #include "targets/pjrt/compose.h"
+#include "targets/pjrt/execache.h"
 #include "targets/pjrt/pjrt_client.h"
 #include "targets/pjrt/progcache.h"
 #include "targets/pjrt/storage.h"
@@ -206,7 +208,8 @@ static tpu_status_t pj_copy_d2d_async(void* ctx, tpu_stream_t* s, void* dst, con
 }
 
 /* ---- programs ---- */
-/* The program's executable, compiled on first use (the text table owns it). */
+/* The program's executable: from the text table, else from the cache's
+ * tiers 2 and 3, else compiled (execache.h); the text table owns it. */
 static tpu_status_t program_exe(pj_t* p, pj_program_t* prog, tpu_pjrt_exe_t** out) {
   uint64_t h = pj_hash(prog->text, prog->len);
   pthread_mutex_lock(&p->cache_mu);
@@ -218,8 +221,9 @@ static tpu_status_t program_exe(pj_t* p, pj_program_t* prog, tpu_pjrt_exe_t** ou
     return TPU_OK;
   }
   if (tpu_env_int("TORCH_TPU_PJRT_DUMP", 0)) fprintf(stderr, "%s", prog->text);
-  TPU_RETURN_IF_ERROR(tpu_pjrt_compile(p->client, prog->text, prog->len, &e));
-  atomic_fetch_add(&p->compiles, 1);
+  bool compiled = false;
+  TPU_RETURN_IF_ERROR(pj_exe_load_or_compile(p->client, prog->text, prog->len, &e, &compiled));
+  if (compiled) atomic_fetch_add(&p->compiles, 1);
   pthread_mutex_lock(&p->cache_mu);
   tpu_pjrt_exe_t* other = pj_table_find(&p->texts, h, prog->text, prog->len);
   if (other) { /* another thread compiled it meanwhile */
