@@ -139,6 +139,8 @@ ref_t cst_f32_list(em_t* e, int64_t n, const float* v);
 ref_t take_along(em_t* e, ref_t x, int dim, ref_t idx);
 ref_t dim_coords(em_t* e, ref_t idx, int dim);
 ref_t roll_dim(em_t* e, ref_t x, int dim, int64_t shift);
+/* the window over each element and everything before it along dim */
+void prefix_window(const ref_t* a, int dim, window_t* w);
 ref_t scan_dim(em_t* e, ref_t a, int dim, bool sum);
 void sort_with_indices(em_t* e, ref_t x, int dim, bool descending, ref_t* res);
 void pool_window(const tpu_call_t* c, int k, int ik, int is, int ip, int idl, const tpu_tensor_t* out, window_t* w);

@@ -301,12 +301,7 @@ static bool lower_cumsum(node_t* n, const char* base, ref_t* outs) {
     }
     const int dim = norm_dim(tpu_arg_i64(c, 1, 0), x->ndim);
     window_t w;
-    for (int d = 0; d < a.nd; d++) {
-      w.win[d] = w.str[d] = w.dil[d] = 1;
-      w.lo[d] = w.hi[d] = 0;
-    }
-    w.win[dim] = a.sz[dim];
-    w.lo[dim] = a.sz[dim] - 1;
+    prefix_window(&a, dim, &w);
     if (ext) { /* the first-extreme pair order over negated indices picks the last */
       const bool mx = base[4] == 'a', inv = int_min(ct, mx);
       ref_t idx = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, a.nd, a.sz), "iota_dimension = %d : i64", dim);

@@ -517,14 +517,18 @@ ref_t dim_coords(em_t* e, ref_t idx, int dim) {
 
 /* The inclusive running sum (or product) of a along dim: a window over
  * everything before. */
+void prefix_window(const ref_t* a, int dim, window_t* w) {
+  for (int d = 0; d < a->nd; d++) {
+    w->win[d] = w->str[d] = w->dil[d] = 1;
+    w->lo[d] = w->hi[d] = 0;
+  }
+  w->win[dim] = a->sz[dim];
+  w->lo[dim] = a->sz[dim] - 1;
+}
+
 ref_t scan_dim(em_t* e, ref_t a, int dim, bool sum) {
   window_t w;
-  for (int d = 0; d < a.nd; d++) {
-    w.win[d] = w.str[d] = w.dil[d] = 1;
-    w.lo[d] = w.hi[d] = 0;
-  }
-  w.win[dim] = a.sz[dim];
-  w.lo[dim] = a.sz[dim] - 1;
+  prefix_window(&a, dim, &w);
   ref_t init = cst(e, a.dt, sum ? 0 : 1), r;
   reduce_window_n(e, 1, &a, &init, &w, sum ? sum_body : prod_body, &r);
   return r;
