@@ -45,6 +45,18 @@ typedef struct tpu_graph_print_opts {
   void* ctx;
   int* out_custom_calls; /* ops without a mapping (custom_call @aten.*) */
   bool* out_oom;         /* the host ran out of memory printing: the text is incomplete */
+  /* Floating Python numbers that a lowering uses as values (TPU_ARG_DOUBLE
+   * arguments, and floating CPU scalars such as the wrapped number of
+   * `x * lr`: tpu_lower_lifts_scalar) become 0-d parameters over the call's
+   * own memory (tpu_arg_t.v.d, the tensor's data), reported through on_value
+   * like any host value, so that a learning rate that changes every step
+   * leaves the program as it is. A number a lowering reads as a constant of
+   * the program instead (through tpu_arg_f64/_i64/_bool: a branch, a
+   * literal) is reported to on_baked with the address and size of its value;
+   * a program keyed without the values of its numbers may be reused only
+   * where those values are the same. */
+  bool lift_numbers;
+  void (*on_baked)(void* ctx, const void* value, size_t bytes);
 } tpu_graph_print_opts_t;
 void tpu_graph_print_func(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts_t* o);
 /* Structural checks: known ops, argument kinds, outputs that alias no

@@ -93,13 +93,12 @@ static bool lower_add(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "add") || !strcmp(base, "sub") || !strcmp(base, "rsub")) {
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
-    double alpha = tpu_arg_f64(c, 2, 1.0);
     if (!strcmp(base, "rsub")) {
       ref_t t = a;
       a = b;
       b = t;
     }
-    if (alpha != 1.0) b = scalar_op(e, "stablehlo.multiply", b, alpha);
+    b = scale_by(n, 2, b, 1.0);
     outs[0] = binop(e, strcmp(base, "add") ? "stablehlo.subtract" : "stablehlo.add", a, b);
     return true;
   }
@@ -289,8 +288,7 @@ static bool lower_addcmul(node_t* n, const char* base, ref_t* outs) {
   if (!strcmp(base, "addcmul") || !strcmp(base, "addcdiv")) {
     ref_t t = binop(e, base[4] == 'm' ? "stablehlo.multiply" : "stablehlo.divide", arg_out(n, 1, odt),
                     arg_out(n, 2, odt));
-    double v = tpu_arg_f64(c, 3, 1.0);
-    if (v != 1.0) t = scalar_op(e, "stablehlo.multiply", t, v);
+    t = scale_by(n, 3, t, 1.0);
     outs[0] = binop(e, "stablehlo.add", arg_out(n, 0, odt), t);
     return true;
   }
@@ -366,7 +364,7 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
   } else if (!strcmp(base, "logit") && fl) { /* log(x / (1 - x)), x clamped to [eps, 1 - eps] */
     ref_t x = arg_out(n, 0, odt);
     if (c->nargs > 1 && c->args[1].kind == TPU_ARG_DOUBLE) {
-      const double eps = c->args[1].v.d;
+      const double eps = tpu_arg_f64(c, 1, 0);
       x = binop(e, "stablehlo.minimum", binop(e, "stablehlo.maximum", x, like(e, x, eps)), like(e, x, 1 - eps));
     }
     outs[0] = unop(e, "stablehlo.log", binop(e, "stablehlo.divide", x, binop(e, "stablehlo.subtract", like(e, x, 1), x)));
@@ -374,8 +372,8 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
     ref_t x = arg_out(n, 0, odt);
     if (fl) {
       const double big = float_max(odt);
-      ref_t pinf = c->nargs > 2 && c->args[2].kind == TPU_ARG_DOUBLE ? like(e, x, c->args[2].v.d) : like(e, x, big);
-      ref_t ninf = c->nargs > 3 && c->args[3].kind == TPU_ARG_DOUBLE ? like(e, x, c->args[3].v.d) : like(e, x, -big);
+      ref_t pinf = c->nargs > 2 && c->args[2].kind == TPU_ARG_DOUBLE ? like(e, x, tpu_arg_f64(c, 2, 0)) : like(e, x, big);
+      ref_t ninf = c->nargs > 3 && c->args[3].kind == TPU_ARG_DOUBLE ? like(e, x, tpu_arg_f64(c, 3, 0)) : like(e, x, -big);
       x = select3(e, is_nan(e, x), like(e, x, tpu_arg_f64(c, 1, 0)), x);
       x = select3(e, compare(e, "EQ", x, like(e, x, INFINITY)), pinf, x);
       x = select3(e, compare(e, "EQ", x, like(e, x, -INFINITY)), ninf, x);

@@ -54,6 +54,7 @@ typedef struct {
   char** cc; /* custom call targets, unique */
   int ncc, ccc;
   bool oom;
+  const struct tpu_graph_print_opts* o; /* the printer's options, or NULL */
 } em_t;
 
 #define NO_REF (-1000000000)
@@ -152,6 +153,20 @@ bool is_tensor(const node_t* n, int i);
 bool is_number(const node_t* n, int i);
 ref_t arg(node_t* n, int i);
 ref_t arg_as(node_t* n, int i, tpu_dtype_t dt, int nd, const int64_t* sz);
+/* x times number argument i (dflt when absent); a lifted number is a
+ * parameter (tpu_graph_print_opts_t.lift_numbers), else a constant, left out
+ * when it is 1 */
+ref_t scale_by(node_t* n, int i, ref_t x, double dflt);
+/* Reads of an argument's value. Lowering code reads numbers only through
+ * these (the tpu_arg_* names below are these functions here), never through
+ * tpu_arg_t.v: a floating number read this way is a constant of the program
+ * and is reported as baked (tpu_graph_print_opts_t.on_baked). */
+double lower_arg_f64(const tpu_call_t* c, int i, double dflt);
+int64_t lower_arg_i64(const tpu_call_t* c, int i, int64_t dflt);
+bool lower_arg_bool(const tpu_call_t* c, int i, bool dflt);
+#define tpu_arg_f64(c, i, dflt) lower_arg_f64((c), (i), (dflt))
+#define tpu_arg_i64(c, i, dflt) lower_arg_i64((c), (i), (dflt))
+#define tpu_arg_bool(c, i, dflt) lower_arg_bool((c), (i), (dflt))
 ref_t arg_out(node_t* n, int i, tpu_dtype_t dt);
 ref_t out_ref(const node_t* n, tpu_dtype_t dt);
 tpu_dtype_t common_type(node_t* n, int a, int b);

@@ -25,6 +25,11 @@ extern "C" {
  * answers whether one exists. NULL answers false. */
 bool tpu_lower_supports(const char* aten_name);
 
+/* Whether the printer reads CPU scalar t (a wrapped Python number, a 0-d CPU
+ * tensor) as a parameter when it lifts numbers (tpu_graph_print_opts_t.
+ * lift_numbers): the floating ones; the others are constants of the program. */
+bool tpu_lower_lifts_scalar(const tpu_tensor_t* t);
+
 /* The StableHLO element type of a dtype ("f32", "bf16", "ui8", "i1"),
  * "none" for one without. */
 const char* tpu_lower_elt_type(tpu_dtype_t dt);

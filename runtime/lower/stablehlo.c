@@ -37,6 +37,8 @@
 #include "lower/emit.h"
 #include "lower/lower.h"
 
+static bool lifting(const em_t* e); /* the printer lifts numbers (numbers as values, below) */
+
 
 
 
@@ -962,7 +964,8 @@ static bool overlaps(const val_t* v, uintptr_t lo, uintptr_t hi) { return v->lo 
 
 /* the value a tensor argument reads */
 ref_t read_tensor(em_t* e, const tpu_tensor_t* t) {
-  if (t->flags & TPU_TENSOR_CPU_SCALAR) return cst(e, t->dtype, tpu_tensor_get_f64(t, 0));
+  if ((t->flags & TPU_TENSOR_CPU_SCALAR) && !(lifting(e) && tpu_lower_lifts_scalar(t)))
+    return cst(e, t->dtype, tpu_tensor_get_f64(t, 0));
   for (int i = e->nv - 1; i >= 0; i--)
     if (!e->v[i].superseded && same_view(&e->v[i], t)) return e->v[i].r;
   uintptr_t lo, hi;
@@ -1054,10 +1057,66 @@ bool is_number(const node_t* n, int i) {
 
 ref_t arg(node_t* n, int i) { return read_tensor(n->e, n->c->args[i].v.t); }
 
+/* ---- numbers as values ---- */
+/* The printer of this thread (numbers read by value are reported to it). */
+static _Thread_local em_t* tls_em;
+
+bool tpu_lower_lifts_scalar(const tpu_tensor_t* t) {
+  return (t->flags & TPU_TENSOR_CPU_SCALAR) && tpu_dtype_is_float(t->dtype);
+}
+
+static bool lifting(const em_t* e) { return e && e->o && e->o->lift_numbers; }
+
+/* a liftable number's value read as a constant of the program */
+static void note_baked(const em_t* e, const tpu_arg_t* a) {
+  if (!lifting(e) || !e->o->on_baked) return;
+  if (a->kind == TPU_ARG_DOUBLE) e->o->on_baked(e->o->ctx, &a->v.d, sizeof a->v.d);
+  else if (a->kind == TPU_ARG_TENSOR && tpu_lower_lifts_scalar(a->v.t))
+    e->o->on_baked(e->o->ctx, a->v.t->data, tpu_dtype_size(a->v.t->dtype));
+}
+
+static void note_read(const tpu_call_t* c, int i) {
+  if (i >= 0 && i < c->nargs) note_baked(tls_em, &c->args[i]);
+}
+/* (name) calls the function, not the macro of emit.h */
+double lower_arg_f64(const tpu_call_t* c, int i, double dflt) {
+  note_read(c, i);
+  return (tpu_arg_f64)(c, i, dflt);
+}
+int64_t lower_arg_i64(const tpu_call_t* c, int i, int64_t dflt) {
+  note_read(c, i);
+  return (tpu_arg_i64)(c, i, dflt);
+}
+bool lower_arg_bool(const tpu_call_t* c, int i, bool dflt) {
+  note_read(c, i);
+  return (tpu_arg_bool)(c, i, dflt);
+}
+
+/* whether number argument i is read as a parameter */
+static bool lifted(const node_t* n, int i) {
+  return lifting(n->e) && i < n->c->nargs && n->c->args[i].kind == TPU_ARG_DOUBLE;
+}
+
+/* number argument i as a 0-d f64 parameter over the call's argument */
+static ref_t number_param(node_t* n, int i) {
+  tpu_tensor_t t;
+  memset(&t, 0, sizeof t);
+  t.data = (void*)&n->c->args[i].v.d;
+  t.dtype = TPU_F64;
+  return read_tensor(n->e, &t);
+}
+
 /* argument i (tensor or number) as dt, broadcast to (nd, sz) */
 ref_t arg_as(node_t* n, int i, tpu_dtype_t dt, int nd, const int64_t* sz) {
   if (is_tensor(n, i)) return bcast(n->e, convert(n->e, arg(n, i), dt), nd, sz);
+  if (lifted(n, i)) return bcast(n->e, convert(n->e, number_param(n, i), dt), nd, sz);
   return cst_like(n->e, dt, tpu_arg_f64(n->c, i, 0), nd, sz);
+}
+
+ref_t scale_by(node_t* n, int i, ref_t x, double dflt) {
+  if (lifted(n, i) || (lifting(n->e) && is_tensor(n, i) && tpu_lower_lifts_scalar(n->c->args[i].v.t))) return binop(n->e, "stablehlo.multiply", x, arg_as(n, i, x.dt, x.nd, x.sz));
+  const double v = tpu_arg_f64(n->c, i, dflt);
+  return v == 1.0 ? x : scalar_op(n->e, "stablehlo.multiply", x, v);
 }
 
 ref_t arg_out(node_t* n, int i, tpu_dtype_t dt) { return arg_as(n, i, dt, n->o->ndim, n->o->sizes); }
@@ -1248,6 +1307,7 @@ static void custom_call(em_t* e, const tpu_call_t* c, const results_t* res, ref_
     switch (x->kind) {
       case TPU_ARG_INT: fprintf(f, "%" PRId64 " : i64", x->v.i); break;
       case TPU_ARG_DOUBLE:
+        note_read(c, a);
         float_literal(f, TPU_F64, x->v.d);
         fputs(" : f64", f);
         break;
@@ -1347,11 +1407,15 @@ static bool is_result(const val_t* v) {
 
 static void print_impl(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts_t* o) {
   em_t e = {0};
+  e.o = o;
+  em_t* const outer = tls_em;
+  tls_em = &e;
   char* body = NULL;
   size_t len = 0;
   e.f = open_memstream(&body, &len);
   if (!e.f) {
     fprintf(f, "// TorchTPU graph: out of host memory printing %d nodes\n", g->n);
+    tls_em = outer;
     return;
   }
   for (int i = 0; i < g->n && !e.oom; i++) emit_node(&e, g, i);
@@ -1431,6 +1495,7 @@ static void print_impl(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts
   fputs(") {\n", f);
   if (body) fwrite(body, 1, len, f);
   fputs(whole ? "  }\n}\n" : "  }\n", f);
+  tls_em = outer;
   free(body);
   free(e.v);
   free(e.params);

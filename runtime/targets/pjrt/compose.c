@@ -20,8 +20,27 @@ typedef struct {
 typedef struct {
   view_t* v[2]; /* params, results */
   int n[2], cap[2];
+  pj_baked_t* baked; /* numbers the program holds as constants */
+  int nbaked, cbaked;
   bool oom;
 } collect_t;
+
+static void on_baked(void* ctx, const void* value, size_t bytes) {
+  collect_t* c = ctx;
+  for (int i = 0; i < c->nbaked; i++)
+    if (c->baked[i].data == value) return;
+  if (c->nbaked == c->cbaked) {
+    int cap = c->cbaked ? 2 * c->cbaked : 8;
+    pj_baked_t* v = realloc(c->baked, sizeof(*v) * (size_t)cap);
+    if (!v) {
+      c->oom = true;
+      return;
+    }
+    c->baked = v;
+    c->cbaked = cap;
+  }
+  c->baked[c->nbaked++] = (pj_baked_t){value, bytes};
+}
 
 static void on_value(void* ctx, bool is_result, int index, const void* data, tpu_dtype_t dt, int nd,
                      const int64_t* sz, const int64_t* st) {
@@ -546,6 +565,7 @@ void pj_program_free(pj_program_t* p) {
   free(p->args);
   free(p->outs);
   free(p->out_arg);
+  free(p->baked);
   memset(p, 0, sizeof(*p));
 }
 
@@ -559,7 +579,8 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
   FILE* fi = open_memstream(&inner, &inner_len);
   if (!fi) return TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
   tpu_graph_print_opts_t o = {.func_name = "graph", .on_value = on_value, .ctx = &c,
-                              .out_custom_calls = &ncc, .out_oom = &oom};
+                              .out_custom_calls = &ncc, .out_oom = &oom,
+                              .lift_numbers = true, .on_baked = on_baked};
   tpu_graph_print_func(g, fi, &o);
   fclose(fi);
   tpu_status_t st = TPU_OK;
@@ -775,9 +796,12 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     free(args);
     free(out->outs);
     free(out->out_arg);
+    free(c.baked);
     memset(out, 0, sizeof(*out));
     return st;
   }
+  out->baked = c.baked;
+  out->nbaked = c.nbaked;
   out->text = text;
   out->len = len;
   out->args = args;

@@ -13,8 +13,10 @@
  * A storage is a 1-D buffer of its element type (bytes until a program
  * first uses it, which leaves it typed: compose.c, store_t).
  *
- * Host values (0-d CPU tensors a call passes by address) are arguments of
- * their own type. A storage that is written but never read and holds
+ * Host values (0-d CPU tensors a call passes by address, and the floating
+ * numbers the lowering uses as values: tpu_graph_print_opts_t.lift_numbers)
+ * are arguments of their own type; the numbers it holds as constants instead
+ * are listed (baked). A storage that is written but never read and holds
  * nothing yet starts from zeros instead of being an argument. */
 #ifndef TPU_TARGETS_PJRT_COMPOSE_H_
 #define TPU_TARGETS_PJRT_COMPOSE_H_
@@ -31,6 +33,12 @@ typedef struct pj_arg {
   tpu_dtype_t dtype;  /* host: its dtype */
 } pj_arg_t;
 
+/* a number a program holds as a constant: where the call keeps it */
+typedef struct pj_baked {
+  const void* data;
+  size_t bytes; /* at most 16 */
+} pj_baked_t;
+
 typedef struct pj_program {
   char* text; /* the module (MLIR text), NUL-terminated */
   size_t len;
@@ -41,6 +49,8 @@ typedef struct pj_program {
                       while that is still the storage's (a storage the program
                       only read, left typed: nothing another writer did is lost) */
   int nouts;
+  pj_baked_t* baked; /* the numbers whose values the text holds */
+  int nbaked;
 } pj_program_t;
 
 /* Composes g's module. UNIMPLEMENTED naming the op when a node has no

@@ -1,6 +1,8 @@
 /* The pjrt target's program caches (progcache.h). */
 #include "targets/pjrt/progcache.h"
 
+#include "lower/lower.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +88,25 @@ static bool grow(void** v, int* cap, int n, size_t elt) {
 
 enum { TAG_DEVICE = 1, TAG_HOST = 2, TAG_SCALAR = 3, TAG_NONE = 4 };
 
+/* Host memory p as its slot by first appearance; false when it is distinct
+ * from a slot's address but could overlap it. */
+static bool put_host(pj_call_key_t* k, const void* p) {
+  int h = 0;
+  for (; h < k->nh && k->host[h] != p; h++) {
+    uintptr_t a = (uintptr_t)k->host[h], x = (uintptr_t)p;
+    if ((a > x ? a - x : x - a) < 16) return false; /* distinct but could overlap */
+  }
+  if (h == k->nh) {
+    if (!grow((void**)&k->host, &k->host_cap, k->nh, sizeof(*k->host))) {
+      k->oom = true;
+      return false;
+    }
+    k->host[k->nh++] = p;
+  }
+  put_u64(k, (uint64_t)TAG_HOST << 32 | (uint32_t)h);
+  return true;
+}
+
 /* The tensor's canonical form; false when the graph cannot be keyed. */
 static bool put_tensor(pj_call_key_t* k, const tpu_tensor_t* t) {
   put_u64(k, (uint64_t)(uint32_t)t->dtype << 32 | (uint32_t)t->ndim);
@@ -97,6 +118,7 @@ static bool put_tensor(pj_call_key_t* k, const tpu_tensor_t* t) {
   const int nd = t->ndim < 0 ? 0 : t->ndim > TPU_MAX_DIMS ? TPU_MAX_DIMS : t->ndim;
   put(k, t->sizes, sizeof(int64_t) * (size_t)nd);
   put(k, t->strides, sizeof(int64_t) * (size_t)nd);
+  if (tpu_lower_lifts_scalar(t)) return put_host(k, t->data); /* read, or held: as a number */
   if (t->flags & TPU_TENSOR_CPU_SCALAR) { /* embedded as a constant */
     double v = tpu_tensor_get_f64(t, 0);
     put_u64(k, TAG_SCALAR);
@@ -119,20 +141,7 @@ static bool put_tensor(pj_call_key_t* k, const tpu_tensor_t* t) {
     put_u64(k, (uint64_t)b.bytes << 8 | (b.buf ? (uint64_t)b.buf_dt + 1 : 0)); /* contents: none, or their type */
     return true;
   }
-  int h = 0;
-  for (; h < k->nh && k->host[h] != t->data; h++) {
-    uintptr_t a = (uintptr_t)k->host[h], x = (uintptr_t)t->data;
-    if ((a > x ? a - x : x - a) < 16) return false; /* distinct but could overlap */
-  }
-  if (h == k->nh) {
-    if (!grow((void**)&k->host, &k->host_cap, k->nh, sizeof(*k->host))) {
-      k->oom = true;
-      return false;
-    }
-    k->host[k->nh++] = t->data;
-  }
-  put_u64(k, (uint64_t)TAG_HOST << 32 | (uint32_t)h);
-  return true;
+  return put_host(k, t->data);
 }
 
 static bool put_call(pj_call_key_t* k, const tpu_call_t* c, uint32_t visible) {
@@ -153,8 +162,8 @@ static bool put_call(pj_call_key_t* k, const tpu_call_t* c, uint32_t visible) {
       case TPU_ARG_INT:
         put_u64(k, (uint64_t)a->v.i);
         break;
-      case TPU_ARG_DOUBLE:
-        put(k, &a->v.d, sizeof a->v.d);
+      case TPU_ARG_DOUBLE: /* its address: a program reads it, or holds it (the plan's baked values) */
+        if (!put_host(k, &a->v.d)) return false;
         break;
       case TPU_ARG_BOOL:
         put_u64(k, a->v.b);
@@ -212,6 +221,8 @@ static int slot_index(const pj_call_key_t* k, uintptr_t base) {
 
 void pj_call_plan_free(pj_call_plan_t* p) {
   if (!p) return;
+  free(p->baked_slot);
+  free(p->baked_val);
   free(p->arg);
   free(p->arg_dt);
   free(p->out);
@@ -247,6 +258,18 @@ pj_call_plan_t* pj_call_plan_make(const pj_call_key_t* k, const pj_program_t* pr
   }
   for (int i = 0; i < prog->nouts; i++)
     if ((p->out[i] = slot_index(k, prog->outs[i])) < 0) goto fail;
+  p->nbaked = prog->nbaked;
+  p->baked_slot = calloc((size_t)prog->nbaked + 1, sizeof(*p->baked_slot));
+  p->baked_val = calloc((size_t)prog->nbaked + 1, sizeof(*p->baked_val));
+  if (!p->baked_slot || !p->baked_val) goto fail;
+  for (int i = 0; i < prog->nbaked; i++) {
+    int h = 0;
+    while (h < k->nh && k->host[h] != prog->baked[i].data) h++;
+    if (h == k->nh || prog->baked[i].bytes > sizeof p->baked_val[i].v) goto fail;
+    p->baked_slot[i] = h;
+    p->baked_val[i].bytes = prog->baked[i].bytes;
+    memcpy(p->baked_val[i].v, prog->baked[i].data, prog->baked[i].bytes);
+  }
   return p;
 fail:
   pj_call_plan_free(p);
@@ -264,4 +287,11 @@ void pj_call_plan_bind(const pj_call_plan_t* p, const pj_call_key_t* k, pj_arg_t
     }
   }
   for (int i = 0; i < p->nouts; i++) outs[i] = k->slots[p->out[i]].base;
+}
+
+bool pj_call_plan_matches(const pj_call_plan_t* p, const pj_call_key_t* k) {
+  for (int i = 0; i < p->nbaked; i++)
+    if (p->baked_slot[i] >= k->nh || memcmp(k->host[p->baked_slot[i]], p->baked_val[i].v, p->baked_val[i].bytes))
+      return false;
+  return true;
 }

@@ -15,7 +15,12 @@
  * its address as (storage slot by first appearance, byte offset in the
  * storage, storage bytes, whether the storage holds a buffer yet). Memory
  * outside device memory is a host slot by first appearance; a CPU scalar is
- * its value (the printer embeds it as a constant). Two graphs with the same
+ * its value (the printer embeds it as a constant). A floating number is a
+ * host slot too (its address in the call), not its value: the printer reads
+ * the numbers an op uses as values from parameters (lift_numbers), so one
+ * program serves every learning rate; a number it held as a constant is in
+ * the plan (baked), and a plan is used only where those values are the same
+ * (pj_call_plan_matches; the key's other plans follow it, `next`). Two graphs with the same
  * key compose the same module with the same arguments up to the slots'
  * addresses, because the printer and the composer use addresses only for
  * equality, containment and overlap, which the canonical form keeps
@@ -26,6 +31,7 @@
 #ifndef TPU_TARGETS_PJRT_PROGCACHE_H_
 #define TPU_TARGETS_PJRT_PROGCACHE_H_
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,12 +85,21 @@ typedef struct pj_call_plan {
   tpu_dtype_t* arg_dt; /* host arguments: the value's dtype */
   int32_t* out;       /* per result: the storage slot it replaces */
   int* out_arg;       /* per result: as pj_program_t.out_arg */
+  int nbaked;
+  int32_t* baked_slot; /* per number the text holds: its host slot */
+  struct {
+    size_t bytes;
+    unsigned char v[16];
+  } * baked_val;       /* and its value */
+  struct pj_call_plan* _Atomic next; /* the key's next plan (other baked values) */
 } pj_call_plan_t;
 
 /* The plan of a program composed for the graph keyed by k; NULL when an
  * argument or result is not one of k's slots, or on host OOM. */
 pj_call_plan_t* pj_call_plan_make(const pj_call_key_t* k, const pj_program_t* prog, tpu_pjrt_exe_t* exe);
 void pj_call_plan_free(pj_call_plan_t* p);
+/* Whether the numbers p's program holds have the values k's graph passes. */
+bool pj_call_plan_matches(const pj_call_plan_t* p, const pj_call_key_t* k);
 /* The plan's arguments and results for the graph keyed by k (args has
  * plan->nargs entries, outs plan->nouts). */
 void pj_call_plan_bind(const pj_call_plan_t* p, const pj_call_key_t* k, pj_arg_t* args, uintptr_t* outs);

@@ -335,6 +335,9 @@ static tpu_status_t run_plan(pj_t* p, int device, const pj_call_plan_t* plan, co
 /* At most this many call plans are kept (a key that never repeats, such as
  * one holding a changing scalar, must not grow the table without bound). */
 #define PJ_MAX_CALL_PLANS 16384
+/* and this many per key (a number held as a constant that changes every call
+ * must not grow a chain without bound either) */
+#define PJ_MAX_PLANS_PER_KEY 8
 
 static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
   pj_call_key_t key = {0};
@@ -343,7 +346,9 @@ static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
     pthread_mutex_lock(&p->cache_mu);
     const pj_call_plan_t* plan = pj_table_find(&p->calls, key.hash, key.bytes, key.len);
     pthread_mutex_unlock(&p->cache_mu);
-    if (plan) { /* plans live for the process: no lock needed to use one */
+    /* plans live for the process and a chain only grows: no lock needed to use one */
+    while (plan && !pj_call_plan_matches(plan, &key)) plan = atomic_load_explicit(&plan->next, memory_order_acquire);
+    if (plan) {
       atomic_fetch_add(&p->call_hits, 1);
       tpu_status_t st = run_plan(p, g->device, plan, &key);
       pj_call_key_free(&key);
@@ -356,16 +361,25 @@ static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
   if (!st && prog.nouts > 0) st = program_exe(p, &prog, &exe);
   if (!st && keyed) {
     pthread_mutex_lock(&p->cache_mu);
-    bool room = pj_table_size(&p->calls) < PJ_MAX_CALL_PLANS &&
-                !pj_table_find(&p->calls, key.hash, key.bytes, key.len);
+    bool room = pj_table_size(&p->calls) < PJ_MAX_CALL_PLANS;
     pthread_mutex_unlock(&p->cache_mu);
     pj_call_plan_t* plan = room ? pj_call_plan_make(&key, &prog, exe) : NULL;
     if (plan) {
       pthread_mutex_lock(&p->cache_mu);
-      if (!pj_table_find(&p->calls, key.hash, key.bytes, key.len) &&
-          pj_table_put(&p->calls, key.hash, key.bytes, key.len, plan)) {
-        key.bytes = NULL; /* the table's now */
-        plan = NULL;
+      pj_call_plan_t* head = pj_table_find(&p->calls, key.hash, key.bytes, key.len);
+      if (!head) {
+        if (pj_table_put(&p->calls, key.hash, key.bytes, key.len, plan)) {
+          key.bytes = NULL; /* the table's now */
+          plan = NULL;
+        }
+      } else { /* the same key with other baked values: at the end of its chain */
+        int len = 1;
+        pj_call_plan_t* last = head;
+        for (pj_call_plan_t* x; (x = atomic_load_explicit(&last->next, memory_order_relaxed)); last = x) len++;
+        if (len < PJ_MAX_PLANS_PER_KEY && !pj_call_plan_matches(last, &key)) {
+          atomic_store_explicit(&last->next, plan, memory_order_release);
+          plan = NULL;
+        }
       }
       pthread_mutex_unlock(&p->cache_mu);
       pj_call_plan_free(plan);
