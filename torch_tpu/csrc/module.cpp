@@ -63,6 +63,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["cache_hits"] = h;
     d["call_hits"] = ch;
     d["runs"] = r;
+    d["donated"] = tpu_target_get() == tpu_pjrt_target() ? tpu_pjrt_target_donations() : 0;
     return d;
   });
   m.def("_init", &ensure_runtime);

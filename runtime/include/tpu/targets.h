@@ -35,6 +35,9 @@ const tpu_target_t* tpu_host_target(void);
  * graphs found by call key without composing, runs). */
 const tpu_target_t* tpu_pjrt_target(void);
 void tpu_pjrt_target_stats(int64_t* compiles, int64_t* hits, int64_t* call_hits, int64_t* runs);
+/* Input buffers the pjrt target's runs have donated to their results (an
+ * in-place update that reused its storage's buffer). */
+int64_t tpu_pjrt_target_donations(void);
 
 #ifdef __cplusplus
 }

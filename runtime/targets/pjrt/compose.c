@@ -565,6 +565,7 @@ void pj_program_free(pj_program_t* p) {
   free(p->args);
   free(p->outs);
   free(p->out_arg);
+  free(p->out_donor);
   free(p->baked);
   memset(p, 0, sizeof(*p));
 }
@@ -648,11 +649,16 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     fputs("module @tpu_program {\n", f);
     fwrite(inner, 1, inner_len, f);
     fputs("  func.func @main(", f);
-    for (int s = 0; s < ns; s++) {
+    for (int s = 0, k = 0; s < ns; s++) {
       slot_t* sl = &slots[s];
       sl->arg = sl->read || sl->has_buf;
+      const int res = k; /* its result's index, if it has one */
+      if (sl->written || sl->retype) k++;
       if (!sl->arg) continue;
       fprintf(f, "%s%%s%d: %s", nargs ? ", " : "", s, ty1(elems(sl, sl->in_dt), sl->in_dt));
+      /* a storage written in place may give its buffer to its next contents
+       * (the run donates it where no other reader holds it) */
+      if (sl->written && !sl->retype) fprintf(f, " {tf.aliasing_output = %d : i32}", res);
       sl->arg_index = nargs;
       args[nargs++] = (pj_arg_t){.host = false, .base = sl->base, .bytes = sl->bytes};
     }
@@ -772,13 +778,15 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     if (!st) {
       out->outs = calloc((size_t)nouts + 1, sizeof(uintptr_t));
       out->out_arg = calloc((size_t)nouts + 1, sizeof(int));
-      if (!out->outs || !out->out_arg)
+      out->out_donor = calloc((size_t)nouts + 1, sizeof(int));
+      if (!out->outs || !out->out_arg || !out->out_donor)
         st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
       int k = 0;
       for (int s = 0; s < ns && !st; s++) {
         const slot_t* sl = &slots[s];
         if (!sl->written && !sl->retype) continue;
         out->out_arg[k] = sl->written ? -1 : sl->arg_index;
+        out->out_donor[k] = sl->arg && sl->written && !sl->retype ? sl->arg_index : -1;
         out->outs[k++] = sl->base;
       }
       out->nouts = nouts;
@@ -796,6 +804,7 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     free(args);
     free(out->outs);
     free(out->out_arg);
+    free(out->out_donor);
     free(c.baked);
     memset(out, 0, sizeof(*out));
     return st;

@@ -49,6 +49,8 @@ typedef struct pj_program {
                       while that is still the storage's (a storage the program
                       only read, left typed: nothing another writer did is lost) */
   int nouts;
+  int* out_donor; /* per result: -1, or the argument (the same storage) whose buffer
+                     the program may reuse for it (tf.aliasing_output) */
   pj_baked_t* baked; /* the numbers whose values the text holds */
   int nbaked;
 } pj_program_t;

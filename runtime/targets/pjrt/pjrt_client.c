@@ -528,12 +528,20 @@ void tpu_pjrt_exe_free(tpu_pjrt_t* p, tpu_pjrt_exe_t* e) {
 tpu_status_t tpu_pjrt_execute(tpu_pjrt_t* p, tpu_pjrt_exe_t* e, int device,
                               tpu_pjrt_buffer_t* const* args, int nargs, tpu_pjrt_buffer_t** outs,
                               int nouts) {
+  return tpu_pjrt_execute_keep(p, e, device, args, nargs, outs, nouts, NULL, 0);
+}
+
+tpu_status_t tpu_pjrt_execute_keep(tpu_pjrt_t* p, tpu_pjrt_exe_t* e, int device,
+                                   tpu_pjrt_buffer_t* const* args, int nargs, tpu_pjrt_buffer_t** outs,
+                                   int nouts, const int64_t* keep, size_t nkeep) {
   TPU_RETURN_IF_ERROR(check_device(p, device));
   if (nouts != e->nouts)
     return TPU_ERR(INVALID_ARGUMENT, "pjrt execute: the executable has %d outputs, not %d",
                    e->nouts, nouts);
   for (int i = 0; i < nouts; i++) outs[i] = NULL;
-  PJRT_ExecuteOptions opts = {.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE};
+  PJRT_ExecuteOptions opts = {.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE,
+                              .non_donatable_input_indices = keep,
+                              .num_non_donatable_input_indices = nkeep};
   PJRT_Buffer* const* arg_list = (PJRT_Buffer* const*)args;
   PJRT_Buffer** out_list = (PJRT_Buffer**)outs;
   PJRT_Event* done = NULL;
@@ -616,6 +624,11 @@ void tpu_pjrt_exe_free(tpu_pjrt_t* p, tpu_pjrt_exe_t* e) {}
 tpu_status_t tpu_pjrt_execute(tpu_pjrt_t* p, tpu_pjrt_exe_t* e, int device,
                               tpu_pjrt_buffer_t* const* args, int nargs, tpu_pjrt_buffer_t** outs,
                               int nouts) {
+  return TPU_ERR(UNIMPLEMENTED, "pjrt: not built");
+}
+tpu_status_t tpu_pjrt_execute_keep(tpu_pjrt_t* p, tpu_pjrt_exe_t* e, int device,
+                                   tpu_pjrt_buffer_t* const* args, int nargs, tpu_pjrt_buffer_t** outs,
+                                   int nouts, const int64_t* keep, size_t nkeep) {
   return TPU_ERR(UNIMPLEMENTED, "pjrt: not built");
 }
 int tpu_pjrt_element_type(tpu_dtype_t dt) { return -1; }

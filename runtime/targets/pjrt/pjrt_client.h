@@ -91,6 +91,13 @@ void tpu_pjrt_exe_free(tpu_pjrt_t* p, tpu_pjrt_exe_t* e);
 tpu_status_t tpu_pjrt_execute(tpu_pjrt_t* p, tpu_pjrt_exe_t* e, int device,
                               tpu_pjrt_buffer_t* const* args, int nargs, tpu_pjrt_buffer_t** outs,
                               int nouts) TPU_MUST_USE;
+/* The same, keeping the arguments listed in keep[0..nkeep) even where the
+ * program aliases them to a result (tf.aliasing_output): every other aliased
+ * argument is donated, its buffer consumed by the run (the caller then holds
+ * a deleted buffer, to be freed as usual). */
+tpu_status_t tpu_pjrt_execute_keep(tpu_pjrt_t* p, tpu_pjrt_exe_t* e, int device,
+                                   tpu_pjrt_buffer_t* const* args, int nargs, tpu_pjrt_buffer_t** outs,
+                                   int nouts, const int64_t* keep, size_t nkeep) TPU_MUST_USE;
 
 /* The PJRT element type for a dtype (-1 when it has none). */
 int tpu_pjrt_element_type(tpu_dtype_t dt);

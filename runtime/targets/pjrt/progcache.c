@@ -227,6 +227,7 @@ void pj_call_plan_free(pj_call_plan_t* p) {
   free(p->arg_dt);
   free(p->out);
   free(p->out_arg);
+  free(p->out_donor);
   free(p);
 }
 
@@ -240,8 +241,12 @@ pj_call_plan_t* pj_call_plan_make(const pj_call_key_t* k, const pj_program_t* pr
   p->arg_dt = calloc((size_t)prog->nargs + 1, sizeof(*p->arg_dt));
   p->out = calloc((size_t)prog->nouts + 1, sizeof(*p->out));
   p->out_arg = calloc((size_t)prog->nouts + 1, sizeof(*p->out_arg));
-  if (!p->arg || !p->arg_dt || !p->out || !p->out_arg) goto fail;
-  if (prog->nouts) memcpy(p->out_arg, prog->out_arg, sizeof(int) * (size_t)prog->nouts);
+  p->out_donor = calloc((size_t)prog->nouts + 1, sizeof(*p->out_donor));
+  if (!p->arg || !p->arg_dt || !p->out || !p->out_arg || !p->out_donor) goto fail;
+  if (prog->nouts) {
+    memcpy(p->out_arg, prog->out_arg, sizeof(int) * (size_t)prog->nouts);
+    memcpy(p->out_donor, prog->out_donor, sizeof(int) * (size_t)prog->nouts);
+  }
   for (int i = 0; i < prog->nargs; i++) {
     const pj_arg_t* a = &prog->args[i];
     if (!a->host) {

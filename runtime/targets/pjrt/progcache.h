@@ -85,6 +85,7 @@ typedef struct pj_call_plan {
   tpu_dtype_t* arg_dt; /* host arguments: the value's dtype */
   int32_t* out;       /* per result: the storage slot it replaces */
   int* out_arg;       /* per result: as pj_program_t.out_arg */
+  int* out_donor;     /* per result: as pj_program_t.out_donor */
   int nbaked;
   int32_t* baked_slot; /* per number the text holds: its host slot */
   struct {

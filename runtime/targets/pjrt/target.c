@@ -44,6 +44,7 @@ typedef struct {
   pj_table_t texts; /* module text -> tpu_pjrt_exe_t* */
   pj_table_t calls; /* call key -> pj_call_plan_t* */
   _Atomic int64_t compiles, hits, call_hits, runs;
+  _Atomic int64_t donated; /* input buffers a run reused for its results */
 } pj_t;
 
 static pj_t g_pj = {.once = PTHREAD_ONCE_INIT, .cache_mu = PTHREAD_MUTEX_INITIALIZER};
@@ -246,7 +247,8 @@ static tpu_status_t program_exe(pj_t* p, pj_program_t* prog, tpu_pjrt_exe_t** ou
  * buffer of the storage at out_bases[i] (while that is still the buffer of
  * argument out_arg[i], when that is not -1). */
 static tpu_status_t execute(pj_t* p, int device, tpu_pjrt_exe_t* exe, const pj_arg_t* a, int nargs,
-                            const uintptr_t* out_bases, const int* out_arg, int nouts) {
+                            const uintptr_t* out_bases, const int* out_arg, const int* out_donor,
+                            int nouts) {
   if (nouts == 0) return TPU_OK; /* writes nothing */
   enum { SMALL = 16 };
   tpu_pjrt_buffer_t* args_s[SMALL];
@@ -280,7 +282,22 @@ static tpu_status_t execute(pj_t* p, int device, tpu_pjrt_exe_t* exe, const pj_a
     held[i] = b.buf;
     args[i] = b.buf->b;
   }
-  if (!st) st = tpu_pjrt_execute(p->client, exe, device, args, nargs, outs, nouts);
+  /* a storage updated in place gives its buffer to the result unless another
+   * reader (a program or copy of another stream) holds it too */
+  int64_t keep_s[SMALL];
+  int64_t* keep = nouts <= SMALL ? keep_s : calloc((size_t)nouts, sizeof(*keep));
+  size_t nkeep = 0;
+  int ndonated = 0;
+  if (!st && !keep) st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory running a program");
+  for (int i = 0; i < nouts && !st; i++) {
+    const int j = out_donor ? out_donor[i] : -1;
+    if (j < 0 || !held[j]) continue;
+    if (atomic_load(&held[j]->refs) > 2) keep[nkeep++] = j; /* the block's and ours, else shared */
+    else ndonated++;
+  }
+  if (!st) st = tpu_pjrt_execute_keep(p->client, exe, device, args, nargs, outs, nouts, keep, nkeep);
+  if (keep && keep != keep_s) free(keep);
+  if (!st) atomic_fetch_add(&p->donated, ndonated);
   if (!st) {
     atomic_fetch_add(&p->runs, 1);
     for (int i = 0; i < nouts; i++) {
@@ -323,7 +340,7 @@ static tpu_status_t run_plan(pj_t* p, int device, const pj_call_plan_t* plan, co
     st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory running a program");
   } else {
     pj_call_plan_bind(plan, k, args, outs);
-    st = execute(p, device, plan->exe, args, plan->nargs, outs, plan->out_arg, plan->nouts);
+    st = execute(p, device, plan->exe, args, plan->nargs, outs, plan->out_arg, plan->out_donor, plan->nouts);
   }
   if (!small) {
     free(args);
@@ -385,7 +402,7 @@ static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
       pj_call_plan_free(plan);
     }
   }
-  if (!st) st = execute(p, g->device, exe, prog.args, prog.nargs, prog.outs, prog.out_arg, prog.nouts);
+  if (!st) st = execute(p, g->device, exe, prog.args, prog.nargs, prog.outs, prog.out_arg, prog.out_donor, prog.nouts);
   pj_program_free(&prog);
   pj_call_key_free(&key);
   return st;
@@ -464,6 +481,8 @@ static const tpu_target_iface_t g_pj_iface = {
 static const tpu_target_t g_pj_target = {&g_pj_iface, &g_pj};
 
 const tpu_target_t* tpu_pjrt_target(void) { return &g_pj_target; }
+
+int64_t tpu_pjrt_target_donations(void) { return atomic_load(&g_pj.donated); }
 
 void tpu_pjrt_target_stats(int64_t* compiles, int64_t* hits, int64_t* call_hits, int64_t* runs) {
   *compiles = atomic_load(&g_pj.compiles);
