@@ -65,6 +65,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["cache_hits"] = s.hits;
     d["call_hits"] = s.call_hits;
     d["runs"] = s.runs;
+    d["compile_seconds"] = s.compile_seconds;
+    d["load_seconds"] = s.load_seconds;
     return d;
   });
   // the compilation-cache key of a pjrt module text (tests: under another platform/version)

@@ -39,6 +39,8 @@ typedef struct tpu_pjrt_target_stats {
   int64_t hits;      /* modules found in the process's own table by their text */
   int64_t call_hits; /* graphs found by their call key, without composing a module */
   int64_t runs;      /* executions */
+  double compile_seconds; /* getting the compiled modules (cache lookup, compile, store) */
+  double load_seconds;    /* getting the loaded ones (lookup, read, verify, deserialize) */
 } tpu_pjrt_target_stats_t;
 void tpu_pjrt_target_stats(tpu_pjrt_target_stats_t* out);
 /* The compilation-cache key of the module text[0..len) on this process's

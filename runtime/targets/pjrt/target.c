@@ -44,6 +44,7 @@ typedef struct {
   pj_table_t texts; /* module text -> tpu_pjrt_exe_t* */
   pj_table_t calls; /* call key -> pj_call_plan_t* */
   _Atomic int64_t compiles, loads, hits, call_hits, runs;
+  _Atomic int64_t compile_ns, load_ns; /* in pj_exe_load_or_compile, by outcome */
 } pj_t;
 
 static pj_t g_pj = {.once = PTHREAD_ONCE_INIT, .cache_mu = PTHREAD_MUTEX_INITIALIZER};
@@ -222,8 +223,10 @@ static tpu_status_t program_exe(pj_t* p, pj_program_t* prog, tpu_pjrt_exe_t** ou
   }
   if (tpu_env_int("TORCH_TPU_PJRT_DUMP", 0)) fprintf(stderr, "%s", prog->text);
   bool compiled = false;
+  const int64_t t0 = tpu_now_ns();
   TPU_RETURN_IF_ERROR(pj_exe_load_or_compile(p->client, prog->text, prog->len, &e, &compiled));
   atomic_fetch_add(compiled ? &p->compiles : &p->loads, 1);
+  atomic_fetch_add(compiled ? &p->compile_ns : &p->load_ns, tpu_now_ns() - t0);
   pthread_mutex_lock(&p->cache_mu);
   tpu_pjrt_exe_t* other = pj_table_find(&p->texts, h, prog->text, prog->len);
   if (other) { /* another thread compiled it meanwhile */
@@ -457,6 +460,8 @@ void tpu_pjrt_target_stats(tpu_pjrt_target_stats_t* out) {
   out->hits = atomic_load(&g_pj.hits);
   out->call_hits = atomic_load(&g_pj.call_hits);
   out->runs = atomic_load(&g_pj.runs);
+  out->compile_seconds = 1e-9 * (double)atomic_load(&g_pj.compile_ns);
+  out->load_seconds = 1e-9 * (double)atomic_load(&g_pj.load_ns);
 }
 
 tpu_status_t tpu_pjrt_target_cache_key(const char* text, size_t len, const char* platform,
