@@ -1,12 +1,16 @@
 /* The pjrt target's plugin client against a real PJRT plugin (the XLA CPU
  * plugin of the xla-cpu-pjrt package, or TORCH_TPU_PJRT_PLUGIN): loading and
  * its errors, devices, buffers both ways, compiling StableHLO text and
- * running it on every device, and bad input turned into errors. */
+ * running it on every device, bad input turned into errors, and executables
+ * serialized into the compilation cache's tiers 2 and 3 (execache.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "targets/pjrt/execache.h"
 #include "targets/pjrt/pjrt_client.h"
+#include "tpu/cache.h"
 
 static int g_failures;
 #define CHECK(c)                                                              \
@@ -210,6 +214,144 @@ static void test_compile_errors(tpu_pjrt_t* p) {
   tpu_pjrt_exe_free(p, e);
 }
 
+/* Runs k_add's executable on device 0 and checks its sums. */
+static void check_add_runs(tpu_pjrt_t* p, tpu_pjrt_exe_t* e) {
+  const int64_t dims[2] = {2, 3};
+  const float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {0.5f, -2, 30, 4, 5e3f, 6};
+  tpu_pjrt_buffer_t* args[2] = {NULL, NULL};
+  tpu_pjrt_buffer_t* out = NULL;
+  CHECK_OK(tpu_pjrt_buffer_from_host(p, 0, a, TPU_F32, 2, dims, &args[0]));
+  CHECK_OK(tpu_pjrt_buffer_from_host(p, 0, b, TPU_F32, 2, dims, &args[1]));
+  if (args[0] && args[1]) CHECK_OK(tpu_pjrt_execute(p, e, 0, args, 2, &out, 1));
+  float y[6] = {0};
+  if (out) CHECK_OK(tpu_pjrt_buffer_to_host(p, out, y, sizeof y));
+  for (int i = 0; i < 6; i++) CHECK(y[i] == a[i] + b[i]);
+  tpu_pjrt_buffer_free(p, out);
+  tpu_pjrt_buffer_free(p, args[0]);
+  tpu_pjrt_buffer_free(p, args[1]);
+}
+
+/* The key depends on the text and on every field of the identity. */
+static void test_exe_cache_key(tpu_pjrt_t* p) {
+  pj_exe_ident_t id;
+  pj_exe_ident_of(p, &id);
+  CHECK(id.platform && !strcmp(id.platform, tpu_pjrt_platform(p)));
+  CHECK(id.api_major >= 0 && id.api_minor >= 0);
+  char k0[33], k[33];
+  pj_exe_cache_key(&id, k_add, strlen(k_add), k0);
+  CHECK(tpu_cache_key_valid(k0));
+  pj_exe_cache_key(&id, k_add, strlen(k_add), k);
+  CHECK(!strcmp(k, k0)); /* deterministic */
+  pj_exe_cache_key(&id, k_two, strlen(k_two), k);
+  CHECK(strcmp(k, k0));
+  pj_exe_ident_t o = id;
+  o.platform = "tpu";
+  pj_exe_cache_key(&o, k_add, strlen(k_add), k);
+  CHECK(strcmp(k, k0));
+  o = id;
+  o.version = "another version";
+  pj_exe_cache_key(&o, k_add, strlen(k_add), k);
+  CHECK(strcmp(k, k0));
+  o = id;
+  o.api_minor++;
+  pj_exe_cache_key(&o, k_add, strlen(k_add), k);
+  CHECK(strcmp(k, k0));
+  o = id;
+  o.device_kind = "TPU v5 lite";
+  pj_exe_cache_key(&o, k_add, strlen(k_add), k);
+  CHECK(strcmp(k, k0));
+  o = id;
+  o.options_hash ^= 1;
+  pj_exe_cache_key(&o, k_add, strlen(k_add), k);
+  CHECK(strcmp(k, k0));
+  /* fields do not run into each other: ("a|b", "c") is not ("a", "b|c") */
+  pj_exe_ident_t x = id, y = id;
+  x.platform = "a|b";
+  x.version = "c";
+  y.platform = "a";
+  y.version = "b|c";
+  char kx[33], ky[33];
+  pj_exe_cache_key(&x, k_add, strlen(k_add), kx);
+  pj_exe_cache_key(&y, k_add, strlen(k_add), ky);
+  CHECK(strcmp(kx, ky));
+}
+
+/* Tier 2 in a fresh directory (tier 3 off): the first request compiles and
+ * stores, the next loads the stored executable (which runs), a corrupted
+ * entry is counted and compiled again, and with both tiers off every request
+ * compiles. */
+static void test_exe_cache_tiers(tpu_pjrt_t* p) {
+  char dir[] = "/tmp/tpu_test_pjrt_cacheXXXXXX";
+  if (!mkdtemp(dir)) {
+    fprintf(stderr, "test_pjrt: mkdtemp failed\n");
+    g_failures++;
+    return;
+  }
+  setenv("TORCH_TPU_TIER2_COMPILATION_CACHE", dir, 1);
+  setenv("TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT", "disabled", 1);
+  tpu_cache_reload_config();
+  tpu_cache_reset_stats();
+  CHECK(tpu_cache_dir(2) && !strcmp(tpu_cache_dir(2), dir));
+  CHECK(!tpu_cache_dir(3));
+  tpu_pjrt_exe_t* e = NULL;
+  bool compiled = false;
+  CHECK_OK(pj_exe_load_or_compile(p, k_add, strlen(k_add), &e, &compiled));
+  CHECK(e && compiled);
+  if (e) check_add_runs(p, e);
+  tpu_pjrt_exe_free(p, e);
+  e = NULL;
+  CHECK_OK(pj_exe_load_or_compile(p, k_add, strlen(k_add), &e, &compiled));
+  CHECK(e && !compiled);
+  if (e) check_add_runs(p, e);
+  tpu_pjrt_exe_free(p, e);
+  tpu_cache_stats_t s;
+  tpu_cache_get_stats(&s);
+  CHECK(s.compiles == 1 && s.tier2_hits == 1 && s.corrupt_entries == 0);
+  /* flip a byte in the middle of the entry: detected, compiled again */
+  pj_exe_ident_t id;
+  pj_exe_ident_of(p, &id);
+  char key[33], path[512];
+  pj_exe_cache_key(&id, k_add, strlen(k_add), key);
+  snprintf(path, sizeof path, "%s/%s.so", dir, key);
+  FILE* f = fopen(path, "r+b");
+  CHECK(f != NULL);
+  if (f) {
+    CHECK(fseek(f, 0, SEEK_END) == 0);
+    const long n = ftell(f);
+    CHECK(n > 64);
+    CHECK(fseek(f, n / 2, SEEK_SET) == 0);
+    const int c = fgetc(f);
+    CHECK(fseek(f, n / 2, SEEK_SET) == 0);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+  }
+  e = NULL;
+  CHECK_OK(pj_exe_load_or_compile(p, k_add, strlen(k_add), &e, &compiled));
+  CHECK(e && compiled);
+  if (e) check_add_runs(p, e);
+  tpu_pjrt_exe_free(p, e);
+  tpu_cache_get_stats(&s);
+  CHECK(s.compiles == 2 && s.corrupt_entries == 1);
+  CHECK(access(path, R_OK) == 0); /* stored again */
+  /* both tiers off: every request compiles */
+  setenv("TORCH_TPU_TIER2_COMPILATION_CACHE", "disabled", 1);
+  tpu_cache_reload_config();
+  for (int i = 0; i < 2; i++) {
+    e = NULL;
+    CHECK_OK(pj_exe_load_or_compile(p, k_add, strlen(k_add), &e, &compiled));
+    CHECK(e && compiled);
+    tpu_pjrt_exe_free(p, e);
+  }
+  tpu_cache_get_stats(&s);
+  CHECK(s.compiles == 4);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/%s.lock", dir, key);
+  unlink(path);
+  rmdir(dir);
+  while (tpu_cache_pop_warning()) {
+  }
+}
+
 int main(void) {
   if (!tpu_pjrt_available()) {
     tpu_pjrt_t* p = NULL;
@@ -233,6 +375,8 @@ int main(void) {
   test_buffers(p);
   test_compile_and_run(p);
   test_compile_errors(p);
+  test_exe_cache_key(p);
+  test_exe_cache_tiers(p);
   tpu_pjrt_close(p);
   if (g_failures) {
     fprintf(stderr, "test_pjrt: %d failure(s)\n", g_failures);

@@ -54,18 +54,41 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     return std::string(props.name ? props.name : "unknown");
   });
-  // the pjrt target's programs: compiled, found by text, found by call key, runs (zeros elsewhere)
+  // the pjrt target's programs: compiled, loaded from the cache's tiers 2/3, found by text,
+  // found by call key, runs (zeros elsewhere)
   m.def("pjrt_stats", [] {
-    int64_t c = 0, h = 0, ch = 0, r = 0;
-    if (tpu_target_get() == tpu_pjrt_target()) tpu_pjrt_target_stats(&c, &h, &ch, &r);
+    tpu_pjrt_target_stats_t s = {};
+    if (tpu_target_get() == tpu_pjrt_target()) tpu_pjrt_target_stats(&s);
     py::dict d;
-    d["compiles"] = c;
-    d["cache_hits"] = h;
-    d["call_hits"] = ch;
-    d["runs"] = r;
-    d["donated"] = tpu_target_get() == tpu_pjrt_target() ? tpu_pjrt_target_donations() : 0;
+    d["compiles"] = s.compiles;
+    d["cache_loads"] = s.loads;
+    d["cache_hits"] = s.hits;
+    d["call_hits"] = s.call_hits;
+    d["runs"] = s.runs;
+    d["donated"] = s.donated;
+    d["compile_seconds"] = s.compile_seconds;
+    d["load_seconds"] = s.load_seconds;
     return d;
   });
+  // the compilation-cache key of a pjrt module text (tests: under another platform/version)
+  m.def(
+      "_pjrt_cache_key",
+      [](const std::string& text, std::optional<std::string> platform,
+         std::optional<std::string> version) {
+        if (tpu_target_get() != tpu_pjrt_target())
+          throw std::runtime_error("_pjrt_cache_key: the target is not pjrt");
+        char key[33];
+        tpu_status_t st = tpu_pjrt_target_cache_key(text.data(), text.size(),
+                                                    platform ? platform->c_str() : nullptr,
+                                                    version ? version->c_str() : nullptr, key);
+        if (st) {
+          std::string msg = tpu_status_message(st);
+          tpu_status_free(st);
+          throw std::runtime_error(msg);
+        }
+        return std::string(key);
+      },
+      py::arg("text"), py::arg("platform") = py::none(), py::arg("version") = py::none());
   m.def("_init", &ensure_runtime);
   m.def("is_initialized",
         [] { return tpu_runtime_is_initialized() && !tpu_runtime_in_bad_fork(); });

@@ -30,14 +30,25 @@ tpu_status_t tpu_targets_select_from_env(void) TPU_MUST_USE;
 /* The host target: the runtime's own CPU kernels and fusion compiler over
  * host memory (runtime/targets/host/). */
 const tpu_target_t* tpu_host_target(void);
-/* The pjrt target: the devices of a PJRT plugin (TORCH_TPU_PJRT_PLUGIN),
- * and its program statistics (compiled programs, modules found by text,
- * graphs found by call key without composing, runs). */
+/* The pjrt target: the devices of a PJRT plugin (TORCH_TPU_PJRT_PLUGIN). */
 const tpu_target_t* tpu_pjrt_target(void);
-void tpu_pjrt_target_stats(int64_t* compiles, int64_t* hits, int64_t* call_hits, int64_t* runs);
-/* Input buffers the pjrt target's runs have donated to their results (an
- * in-place update that reused its storage's buffer). */
-int64_t tpu_pjrt_target_donations(void);
+/* Its program statistics, counted since the process started. */
+typedef struct tpu_pjrt_target_stats {
+  int64_t compiles;  /* modules compiled by the plugin */
+  int64_t loads;     /* modules whose executable came from the cache's tier 2 or 3 */
+  int64_t hits;      /* modules found in the process's own table by their text */
+  int64_t call_hits; /* graphs found by their call key, without composing a module */
+  int64_t runs;      /* executions */
+  int64_t donated;   /* input buffers runs gave to their results (in-place updates) */
+  double compile_seconds; /* getting the compiled modules (cache lookup, compile, store) */
+  double load_seconds;    /* getting the loaded ones (lookup, read, verify, deserialize) */
+} tpu_pjrt_target_stats_t;
+void tpu_pjrt_target_stats(tpu_pjrt_target_stats_t* out);
+/* The compilation-cache key of the module text[0..len) on this process's
+ * plugin, or (tests) under another platform name or version where those are
+ * not NULL. Errors when the plugin did not open. */
+tpu_status_t tpu_pjrt_target_cache_key(const char* text, size_t len, const char* platform,
+                                       const char* version, char key[33]) TPU_MUST_USE;
 
 #ifdef __cplusplus
 }

@@ -12,30 +12,54 @@
 #include "tpu/cache.h"
 #include "tpu/parallel.h"
 
-/* What an executable depends on besides its module text. The target has one
- * client per process, so this is computed once. */
-static pthread_once_t g_ident_once = PTHREAD_ONCE_INIT;
-static tpu_pjrt_t* g_ident_client;
-static char g_ident[1024];
-
-static void make_ident(void) {
-  tpu_pjrt_t* c = g_ident_client;
-  int major = -1, minor = -1;
-  tpu_pjrt_api_version(c, &major, &minor);
+void pj_exe_ident_of(tpu_pjrt_t* c, pj_exe_ident_t* out) {
+  memset(out, 0, sizeof *out);
+  out->api_major = out->api_minor = -1;
+  tpu_pjrt_api_version(c, &out->api_major, &out->api_minor);
   size_t olen = 0;
   const void* opts = tpu_pjrt_compile_options(&olen);
-  const char* kind = tpu_pjrt_device_count(c) > 0 ? tpu_pjrt_device_kind(c, 0) : NULL;
-  const char* platform = tpu_pjrt_platform(c);
-  const char* version = tpu_pjrt_platform_version(c);
-  snprintf(g_ident, sizeof g_ident, "|pjrt|%.200s|%.400s|%d.%d|%.200s|%016" PRIx64 "|%s|",
-           platform ? platform : "", version ? version : "", major, minor, kind ? kind : "",
-           tpu_cache_hash64(opts, olen, 0), TPU_RUNTIME_VERSION);
+  out->options_hash = tpu_cache_hash64(opts, olen, 0);
+  out->device_kind = tpu_pjrt_device_count(c) > 0 ? tpu_pjrt_device_kind(c, 0) : NULL;
+  out->platform = tpu_pjrt_platform(c);
+  out->version = tpu_pjrt_platform_version(c);
 }
+
+/* The key material besides the text: a field's length precedes it, so no
+ * two identities print the same (a version ending in '|' cannot pass for
+ * another platform); strings longer than the buffer allows are hashed. */
+static void ident_text(const pj_exe_ident_t* id, char* out, size_t cap) {
+  const char* f[3] = {id->platform ? id->platform : "", id->version ? id->version : "",
+                      id->device_kind ? id->device_kind : ""};
+  char h[3][17];
+  for (int i = 0; i < 3; i++) {
+    const size_t n = strlen(f[i]);
+    if (n > 200) {
+      snprintf(h[i], sizeof h[i], "%016" PRIx64, tpu_cache_hash64(f[i], n, n));
+      f[i] = h[i];
+    }
+  }
+  snprintf(out, cap, "|pjrt|%zu:%s|%zu:%s|%d.%d|%zu:%s|%016" PRIx64 "|%s|", strlen(f[0]), f[0],
+           strlen(f[1]), f[1], id->api_major, id->api_minor, strlen(f[2]), f[2], id->options_hash,
+           TPU_RUNTIME_VERSION);
+}
+
+void pj_exe_cache_key(const pj_exe_ident_t* id, const char* text, size_t len, char key[33]) {
+  char how[768];
+  ident_text(id, how, sizeof how);
+  tpu_cache_make_key(text, len, how, key);
+}
+
+/* The target has one client per process: its identity is computed once. */
+static pthread_once_t g_ident_once = PTHREAD_ONCE_INIT;
+static tpu_pjrt_t* g_ident_client;
+static pj_exe_ident_t g_ident;
+
+static void make_ident(void) { pj_exe_ident_of(g_ident_client, &g_ident); }
 
 static void key_of(tpu_pjrt_t* c, const char* text, size_t len, char key[33]) {
   g_ident_client = c;
   pthread_once(&g_ident_once, make_ident);
-  tpu_cache_make_key(text, len, g_ident, key);
+  pj_exe_cache_key(&g_ident, text, len, key);
 }
 
 /* The entry under key, loaded; NULL on a miss. An entry that verifies but

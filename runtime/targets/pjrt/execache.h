@@ -18,9 +18,26 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "targets/pjrt/pjrt_client.h"
 #include "tpu/status.h"
+
+/* Everything besides the module text that the key of an executable holds. */
+typedef struct pj_exe_ident {
+  const char* platform; /* the plugin's platform name ("cpu", "tpu", "cuda") */
+  const char* version;  /* the plugin's platform version */
+  int api_major, api_minor; /* its PJRT C API version */
+  const char* device_kind;  /* the kind of its first device */
+  uint64_t options_hash;    /* of the serialized compile options */
+} pj_exe_ident_t;
+
+/* The identity of client's executables (its strings are the client's). */
+void pj_exe_ident_of(tpu_pjrt_t* client, pj_exe_ident_t* out);
+
+/* The cache key (32 hex digits) of module text[0..len) compiled under id,
+ * with the runtime version; a NULL string of id counts as "". */
+void pj_exe_cache_key(const pj_exe_ident_t* id, const char* text, size_t len, char key[33]);
 
 /* The executable of the module text[0..len): loaded from tier 2 or 3, else
  * compiled (and stored); *compiled tells which. Errors are the compiler's. */

@@ -43,7 +43,8 @@ typedef struct {
   pthread_mutex_t cache_mu;
   pj_table_t texts; /* module text -> tpu_pjrt_exe_t* */
   pj_table_t calls; /* call key -> pj_call_plan_t* */
-  _Atomic int64_t compiles, hits, call_hits, runs;
+  _Atomic int64_t compiles, loads, hits, call_hits, runs;
+  _Atomic int64_t compile_ns, load_ns; /* in pj_exe_load_or_compile, by outcome */
   _Atomic int64_t donated; /* input buffers a run reused for its results */
 } pj_t;
 
@@ -223,8 +224,10 @@ static tpu_status_t program_exe(pj_t* p, pj_program_t* prog, tpu_pjrt_exe_t** ou
   }
   if (tpu_env_int("TORCH_TPU_PJRT_DUMP", 0)) fprintf(stderr, "%s", prog->text);
   bool compiled = false;
+  const int64_t t0 = tpu_now_ns();
   TPU_RETURN_IF_ERROR(pj_exe_load_or_compile(p->client, prog->text, prog->len, &e, &compiled));
-  if (compiled) atomic_fetch_add(&p->compiles, 1);
+  atomic_fetch_add(compiled ? &p->compiles : &p->loads, 1);
+  atomic_fetch_add(compiled ? &p->compile_ns : &p->load_ns, tpu_now_ns() - t0);
   pthread_mutex_lock(&p->cache_mu);
   tpu_pjrt_exe_t* other = pj_table_find(&p->texts, h, prog->text, prog->len);
   if (other) { /* another thread compiled it meanwhile */
@@ -482,11 +485,26 @@ static const tpu_target_t g_pj_target = {&g_pj_iface, &g_pj};
 
 const tpu_target_t* tpu_pjrt_target(void) { return &g_pj_target; }
 
-int64_t tpu_pjrt_target_donations(void) { return atomic_load(&g_pj.donated); }
+void tpu_pjrt_target_stats(tpu_pjrt_target_stats_t* out) {
+  out->compiles = atomic_load(&g_pj.compiles);
+  out->loads = atomic_load(&g_pj.loads);
+  out->hits = atomic_load(&g_pj.hits);
+  out->call_hits = atomic_load(&g_pj.call_hits);
+  out->runs = atomic_load(&g_pj.runs);
+  out->donated = atomic_load(&g_pj.donated);
+  out->compile_seconds = 1e-9 * (double)atomic_load(&g_pj.compile_ns);
+  out->load_seconds = 1e-9 * (double)atomic_load(&g_pj.load_ns);
+}
 
-void tpu_pjrt_target_stats(int64_t* compiles, int64_t* hits, int64_t* call_hits, int64_t* runs) {
-  *compiles = atomic_load(&g_pj.compiles);
-  *hits = atomic_load(&g_pj.hits);
-  *call_hits = atomic_load(&g_pj.call_hits);
-  *runs = atomic_load(&g_pj.runs);
+tpu_status_t tpu_pjrt_target_cache_key(const char* text, size_t len, const char* platform,
+                                       const char* version, char key[33]) {
+  key[0] = 0;
+  pj_t* p = pj_of(&g_pj);
+  if (p->status) return copy_status(p->status);
+  pj_exe_ident_t id;
+  pj_exe_ident_of(p->client, &id);
+  if (platform) id.platform = platform;
+  if (version) id.version = version;
+  pj_exe_cache_key(&id, text, len, key);
+  return TPU_OK;
 }
