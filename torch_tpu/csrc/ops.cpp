@@ -1301,9 +1301,15 @@ const std::vector<OutMeta>& output_meta(const c10::OperatorHandle& op, const OpI
   return cache.emplace(std::move(key), scratch).first->second;
 }
 
+// whether the selected target runs op `name` (the pjrt target: it has a lowering)
+bool target_supports(const std::string& name) {
+  const tpu_target_t* t = tpu_target_get();
+  return !t || t->iface->supports_op(t->ctx, name.c_str());
+}
+
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpInfo& info = op_info(op);
-  if (!info.rt) {
+  if (!info.rt || (cpu_fallback_enabled() && !target_supports(info.name))) {
     if (cpu_fallback_enabled()) {
       warn_cpu_fallback(info.name);
       at::native::cpu_fallback(op, stack);

@@ -22,6 +22,7 @@
 
 #include "base/env.h"
 #include "device/internal.h"
+#include "lower/lower.h"
 #include "targets/pjrt/compose.h"
 #include "targets/pjrt/execache.h"
 #include "targets/pjrt/pjrt_client.h"
@@ -427,11 +428,16 @@ static const tpu_op_t* pj_ops(void* ctx, int* out_count) {
  * without running a kernel) must be in the table, and whether a call lowers
  * can depend on its arguments; a call without a lowering fails with
  * UNIMPLEMENTED naming the op when its program is composed. */
-static bool pj_supports_op(void* ctx, const char* name) { return name != NULL; }
+/* an op this target can run: one with a lowering (a lowering may still
+ * decline a call, a dtype it does not map: that call fails when it runs) */
+static bool pj_supports_op(void* ctx, const char* name) { return tpu_lower_supports(name); }
 
+/* Every op gets the generic kernel, lowered or not, so that composite kernels
+ * decompose as on the host and a call without a lowering fails when its
+ * program is composed, naming the op. */
 static tpu_kernel_fn_t pj_kernel_for(void* ctx, const char* name, uint32_t* out_flags) {
   *out_flags = 0;
-  return pj_supports_op(ctx, name) ? pj_kernel : NULL;
+  return name ? pj_kernel : NULL;
 }
 
 /* ---- graphs: composed and compiled when they run (addresses are real by
