@@ -13,42 +13,33 @@
 
 #include "lower/emit.h"
 
-static const struct {
-  const char *aten, *hlo;
-} k_unary[] = {
-    {"neg", "stablehlo.negate"},        {"exp", "stablehlo.exponential"},
-    {"log", "stablehlo.log"},           {"tanh", "stablehlo.tanh"},
-    {"sqrt", "stablehlo.sqrt"},         {"rsqrt", "stablehlo.rsqrt"},
-    {"abs", "stablehlo.abs"},           {"sigmoid", "stablehlo.logistic"},
-    {"sin", "stablehlo.sine"},          {"cos", "stablehlo.cosine"},
-    {"tan", "stablehlo.tan"},           {"floor", "stablehlo.floor"},
-    {"ceil", "stablehlo.ceil"},         {"sign", "stablehlo.sign"},
-    {"sgn", "stablehlo.sign"},          {"log1p", "stablehlo.log_plus_one"},
-    {"expm1", "stablehlo.exponential_minus_one"}, {"erf", "chlo.erf"},
-    {"bitwise_not", "stablehlo.not"},   {"atan", "chlo.atan"},
-    {"asin", "chlo.asin"},              {"acos", "chlo.acos"},
-    {"sinh", "chlo.sinh"},              {"cosh", "chlo.cosh"},
-    {"lgamma", "chlo.lgamma"},
-    {"erfinv", "chlo.erf_inv"},        {"acosh", "chlo.acosh"},
-    {"asinh", "chlo.asinh"},            {"atanh", "chlo.atanh"},
-    {"erfc", "chlo.erfc"},
+/* The ops one StableHLO op lowers: the recipes of the element-wise inventory
+ * (tpu/ew_ops.def, the rows the host kernels and fusion are built from), and a
+ * few ops whose host kernels are not inventory rows. Indexed by op id. */
+enum { R_NONE = 0, R_UNARY, R_BINARY, R_COMPARE };
+typedef struct {
+  int kind;
+  const char* op; /* the stablehlo/chlo op, or the comparison direction */
+} recipe_t;
+#define RECIPE_NOHLO(NAME, OP)
+#define RECIPE_UNARY(NAME, OP) [TPU_OPID_##NAME] = {R_UNARY, OP},
+#define RECIPE_BINARY(NAME, OP) [TPU_OPID_##NAME] = {R_BINARY, OP},
+#define RECIPE_COMPARE(NAME, OP) [TPU_OPID_##NAME] = {R_COMPARE, OP},
+static const recipe_t k_recipes[TPU_OPID_COUNT] = {
+#define TPU_EW(NAME, KIND, K, SCALARS, HLO, HLO_OP, FEXPR, IEXPR) RECIPE_##HLO(NAME, HLO_OP)
+#include "tpu/ew_ops.def"
+#undef TPU_EW
+    [TPU_OPID_sgn] = {R_UNARY, "stablehlo.sign"},
+    [TPU_OPID_erfinv] = {R_UNARY, "chlo.erf_inv"},
+    [TPU_OPID_nextafter] = {R_BINARY, "chlo.next_after"},
+    [TPU_OPID_special_zeta] = {R_BINARY, "chlo.zeta"},
 };
 
-static const struct {
-  const char *aten, *hlo;
-} k_binary[] = {
-    {"mul", "stablehlo.multiply"},     {"maximum", "stablehlo.maximum"},
-    {"minimum", "stablehlo.minimum"},  {"pow", "stablehlo.power"},
-    {"atan2", "stablehlo.atan2"},      {"fmod", "stablehlo.remainder"},
-    {"bitwise_and", "stablehlo.and"},  {"bitwise_or", "stablehlo.or"},
-    {"bitwise_xor", "stablehlo.xor"},  {"nextafter", "chlo.next_after"},
-    {"special_zeta", "chlo.zeta"},
-};
-
-static const struct {
-  const char *aten, *dir;
-} k_compare[] = {{"eq", "EQ"}, {"ne", "NE"}, {"lt", "LT"}, {"le", "LE"}, {"gt", "GT"}, {"ge", "GE"}};
-
+/* the recipe of n's op when it is of the kind asked for, else NULL */
+static const recipe_t* recipe_of(const node_t* n, int kind) {
+  const tpu_op_id_t id = n->c->op->id;
+  return id > TPU_OPID_NONE && id < TPU_OPID_COUNT && k_recipes[id].kind == kind ? &k_recipes[id] : NULL;
+}
 
 static ref_t like(em_t* e, ref_t x, double v) { return cst_like(e, x.dt, v, x.nd, x.sz); }
 static ref_t is_nan(em_t* e, ref_t x) { return compare(e, "NE", x, x); }
@@ -59,34 +50,27 @@ static ref_t trunc_of(em_t* e, ref_t q) {
 
 static bool lower_unary(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  for (size_t i = 0; i < sizeof k_unary / sizeof k_unary[0]; i++)
-    if (!strcmp(base, k_unary[i].aten) && is_tensor(n, 0)) {
-      outs[0] = unop(e, k_unary[i].hlo, arg_out(n, 0, odt));
-      return true;
-    }
-  return false;
+  const recipe_t* r = recipe_of(n, R_UNARY);
+  if (!r || !is_tensor(n, 0)) return false;
+  outs[0] = unop(e, r->op, arg_out(n, 0, odt));
+  return true;
 }
 
 static bool lower_binary(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  for (size_t i = 0; i < sizeof k_binary / sizeof k_binary[0]; i++)
-    if (!strcmp(base, k_binary[i].aten) && (is_tensor(n, 0) || is_number(n, 0)) &&
-        (is_tensor(n, 1) || is_number(n, 1))) {
-      outs[0] = binop(e, k_binary[i].hlo, arg_out(n, 0, odt), arg_out(n, 1, odt));
-      return true;
-    }
-  return false;
+  const recipe_t* r = recipe_of(n, R_BINARY);
+  if (!r || !(is_tensor(n, 0) || is_number(n, 0)) || !(is_tensor(n, 1) || is_number(n, 1))) return false;
+  outs[0] = binop(e, r->op, arg_out(n, 0, odt), arg_out(n, 1, odt));
+  return true;
 }
 
 static bool lower_compare(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  for (size_t i = 0; i < sizeof k_compare / sizeof k_compare[0]; i++)
-    if (!strcmp(base, k_compare[i].aten)) {
-      tpu_dtype_t ct = common_type(n, 0, 1);
-      outs[0] = compare(e, k_compare[i].dir, arg_out(n, 0, ct), arg_out(n, 1, ct));
-      return true;
-    }
-  return false;
+  const recipe_t* r = recipe_of(n, R_COMPARE);
+  if (!r) return false;
+  tpu_dtype_t ct = common_type(n, 0, 1);
+  outs[0] = compare(e, r->op, arg_out(n, 0, ct), arg_out(n, 1, ct));
+  return true;
 }
 
 static bool lower_add(node_t* n, const char* base, ref_t* outs) {
