@@ -46,33 +46,24 @@ typedef struct {
   bool rows_only;
   const char* overloads[MAX_OVERLOADS];
 } fuse_family_t;
+/* family FAM runs inventory row ROW for the overloads listed */
+#define FUSE_AS(FAM, ROW, ...) [TPU_OPID_##FAM] = {FEW_##ROW, -1, false, {__VA_ARGS__}}
+/* FAM's functional overload, of the row named after it */
+#define FUSE(FAM) FUSE_AS(FAM, FAM, #FAM)
 static const fuse_family_t k_families[TPU_OPID_COUNT] = {
-    [TPU_OPID_add] = {FEW_add, -1, false, {"add.Tensor", "add_.Tensor", "add.Scalar", "add_.Scalar"}},
-    [TPU_OPID_sub] = {FEW_sub, -1, false, {"sub.Tensor", "sub_.Tensor"}},
-    [TPU_OPID_mul] = {FEW_mul, -1, false, {"mul.Tensor", "mul_.Tensor", "mul.Scalar", "mul_.Scalar"}},
-    [TPU_OPID_div] = {FEW_div, -1, false, {"div.Tensor", "div_.Tensor", "div.Scalar", "div_.Scalar"}},
-    [TPU_OPID_neg] = {FEW_neg, -1, false, {"neg"}},
-    [TPU_OPID_exp] = {FEW_exp, -1, false, {"exp"}},
-    [TPU_OPID_log] = {FEW_log, -1, false, {"log"}},
-    [TPU_OPID_tanh] = {FEW_tanh, -1, false, {"tanh"}},
-    [TPU_OPID_sigmoid] = {FEW_sigmoid, -1, false, {"sigmoid"}},
-    [TPU_OPID_relu] = {FEW_relu, -1, false, {"relu", "relu_"}},
-    [TPU_OPID_sqrt] = {FEW_sqrt, -1, false, {"sqrt"}},
-    [TPU_OPID_rsqrt] = {FEW_rsqrt, -1, false, {"rsqrt"}},
-    [TPU_OPID_reciprocal] = {FEW_reciprocal, -1, false, {"reciprocal"}},
-    [TPU_OPID_abs] = {FEW_abs, -1, false, {"abs"}},
-    [TPU_OPID_erf] = {FEW_erf, -1, false, {"erf"}},
-    [TPU_OPID_silu] = {FEW_silu, -1, false, {"silu"}},
-    [TPU_OPID_square] = {FEW_square, -1, false, {"square"}},
-    [TPU_OPID_threshold_backward] = {FEW_threshold_backward, -1, false, {"threshold_backward"}},
-    [TPU_OPID_tanh_backward] = {FEW_tanh_backward, -1, false, {"tanh_backward"}},
-    [TPU_OPID_sigmoid_backward] = {FEW_sigmoid_backward, -1, false, {"sigmoid_backward"}},
-    [TPU_OPID_silu_backward] = {FEW_silu_backward, -1, false, {"silu_backward"}},
-    [TPU_OPID_addcmul] = {FEW_addcmul, -1, false, {"addcmul", "addcmul_"}},
-    [TPU_OPID_addcdiv] = {FEW_addcdiv, -1, false, {"addcdiv", "addcdiv_"}},
-    [TPU_OPID_lerp] = {FEW_lerp_s, -1, false, {"lerp_.Scalar"}},
-    [TPU_OPID_gelu] = {FEW_gelu, -1, false, {"gelu"}},
-    [TPU_OPID_gelu_backward] = {FEW_gelu_backward, -1, false, {"gelu_backward"}},
+    FUSE_AS(add, add, "add.Tensor", "add_.Tensor", "add.Scalar", "add_.Scalar"),
+    FUSE_AS(sub, sub, "sub.Tensor", "sub_.Tensor"),
+    FUSE_AS(mul, mul, "mul.Tensor", "mul_.Tensor", "mul.Scalar", "mul_.Scalar"),
+    FUSE_AS(div, div, "div.Tensor", "div_.Tensor", "div.Scalar", "div_.Scalar"),
+    FUSE(neg), FUSE(exp), FUSE(log), FUSE(tanh), FUSE(sigmoid), FUSE(sqrt), FUSE(rsqrt),
+    FUSE(reciprocal), FUSE(abs), FUSE(erf), FUSE(silu), FUSE(square),
+    FUSE_AS(relu, relu, "relu", "relu_"),
+    FUSE(threshold_backward), FUSE(tanh_backward), FUSE(sigmoid_backward), FUSE(silu_backward),
+    FUSE_AS(addcmul, addcmul, "addcmul", "addcmul_"),
+    FUSE_AS(addcdiv, addcdiv, "addcdiv", "addcdiv_"),
+    FUSE_AS(lerp, lerp_s, "lerp_.Scalar"),
+    FUSE(gelu), FUSE(gelu_backward), /* the row by approximation: family_op */
+    /* row groups only: a bool operand (masked_fill's mask b, where's condition a) */
     [TPU_OPID_masked_fill] = {FEW_masked_fill, 1, true, {"masked_fill.Scalar", "masked_fill_.Scalar"}},
     [TPU_OPID_where] = {FEW_where, 0, true, {"where.self"}},
 };
