@@ -106,9 +106,14 @@ ubsan:
 defs:
 	@for s in $(SPECS); do $(PYTHON) tools/gen_op_defs.py $$s $${s%.spec}.def || exit 1; done
 	@$(MAKE) --no-print-directory opids
-# Regenerate only the op ids (no torch needed): after a lowering table names a new family.
+# Regenerate only the op ids (no torch needed). The build also does it when a lowering
+# table or an inventory changed (the file is rewritten only when its rows change, so
+# nothing recompiles for an edit that names no new family).
+OPIDS := runtime/include/tpu/op_ids.def
 opids:
 	@$(EMBED_PY) tools/gen_op_ids.py
+$(OPIDS): tools/gen_op_ids.py $(wildcard runtime/lower/*.c) $(wildcard runtime/targets/host/kernels/*.def)
+	@$(EMBED_PY) tools/gen_op_ids.py >/dev/null
 
 clean:
 	rm -rf $(BUILD) torch_tpu/_C.so build-sanc build-asan build-ubsan build-san
