@@ -49,7 +49,7 @@ BR_OBJS := $(BR_SRCS:%.cpp=$(BUILD)/%.o)
 LDFLAGS_BRIDGE := -shared -L$(TORCH_DIR)/lib -Wl,-rpath,$(TORCH_DIR)/lib '-Wl,-rpath,$$ORIGIN/../torch/lib' \
   -lc10 -ltorch -ltorch_cpu -ltorch_python -pthread -lm -ldl
 
-.PHONY: all runtime bridge ctest defs clean san asan ubsan
+.PHONY: all runtime bridge ctest defs opids clean san asan ubsan
 all: bridge
 runtime: $(BUILD)/libtpurt.a
 bridge: $(SO)
@@ -101,9 +101,19 @@ ubsan:
 	@UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(MAKE) --no-print-directory BUILD=build-ubsan CFLAGS="$(SAN_UBSAN)" ctest
 
-# Regenerate the op inventories from their specs (needs torch in $(PYTHON)).
+# Regenerate the op inventories from their specs (needs torch in $(PYTHON)), then the op
+# ids (tpu/op_ids.def) from the inventories and the lowering tables.
 defs:
 	@for s in $(SPECS); do $(PYTHON) tools/gen_op_defs.py $$s $${s%.spec}.def || exit 1; done
+	@$(MAKE) --no-print-directory opids
+# Regenerate only the op ids (no torch needed). The build also does it when a lowering
+# table or an inventory changed (the file is rewritten only when its rows change, so
+# nothing recompiles for an edit that names no new family).
+OPIDS := runtime/include/tpu/op_ids.def
+opids:
+	@$(EMBED_PY) tools/gen_op_ids.py
+$(OPIDS): tools/gen_op_ids.py $(wildcard runtime/lower/*.c) $(wildcard runtime/targets/host/kernels/*.def)
+	@$(EMBED_PY) tools/gen_op_ids.py >/dev/null
 
 clean:
 	rm -rf $(BUILD) torch_tpu/_C.so build-sanc build-asan build-ubsan build-san

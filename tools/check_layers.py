@@ -33,8 +33,12 @@ RANK = {"base": 0, "device": 1, "exec": 2, "ir": 2, "lower": 2, "cache": 3, "tar
 # describes calls (types every layer shares); the op table functions it also declares are
 # exec's, and the symbol check keeps lower layers from calling them. target.h is the target
 # interface (types) and the registered target (device/target.c); targets.h lists the
-# targets of the build and chooses one (runtime/targets/targets.c).
+# targets of the build and chooses one (runtime/targets/targets.c). op_ids.def (the op
+# families, included by op.h) and ew_ops.def (the element-wise inventory: names, arity,
+# expressions, lowering recipes; read by the host kernels, the fusion planner and the
+# lowering) are X-macro lists that include nothing.
 PUBLIC = {"status.h": "base", "tensor.h": "base", "op.h": "base", "parallel.h": "base",
+          "op_ids.def": "base", "ew_ops.def": "base",
           "device.h": "device", "target.h": "device", "trace.h": "exec", "cache.h": "cache",
           "targets.h": "targets"}
 

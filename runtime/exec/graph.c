@@ -162,9 +162,14 @@ tpu_status_t tpu_graph_verify(const tpu_graph_t* g) {
 }
 
 /* ---- repeated sequences ---- */
-static uint32_t name_hash(const char* s) {
-  uint32_t h = 2166136261u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+/* An overload's key: its op is unique in the op table (tpu_op_lookup interns
+ * every overload), so its address names it; no string is hashed per op. */
+static uint32_t op_key(const tpu_op_t* op) {
+  uint64_t x = (uint64_t)(uintptr_t)op;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  const uint32_t h = (uint32_t)x ^ (uint32_t)(x >> 32);
   return h ? h : 1;
 }
 
@@ -183,9 +188,9 @@ static bool distinct_at_least(const uint32_t* h, int n, int k) {
   return m >= k;
 }
 
-bool tpu_repeat_observe(tpu_repeat_t* r, const char* op) {
+bool tpu_repeat_observe(tpu_repeat_t* r, const tpu_op_t* op) {
   if (r->n >= TPU_REPEAT_HIST / 2) return false; /* the upper half keeps the block */
-  r->hist[r->n++] = name_hash(op);
+  r->hist[r->n++] = op_key(op);
   const int n = r->n;
   if (r->period) { /* a known block: cut when one more has been traced */
     if (n == r->period) {

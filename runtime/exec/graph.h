@@ -66,17 +66,17 @@ void tpu_graph_init_dump_from_env(void);
 /* True while graphs are dumped (the flush then records tpu_graph_t.visible). */
 bool tpu_graph_dumping(void);
 
-/* Repeated op sequences: the detector watches op names; when the last W ops
+/* Repeated op sequences: the detector watches the ops (overloads); when the last W ops
  * equal the W before them (a repeating block such as a transformer layer)
  * it asks for a flush at the boundary, so one executable serves every
  * repetition. */
 #define TPU_REPEAT_HIST 4096
 typedef struct tpu_repeat {
-  uint32_t hist[TPU_REPEAT_HIST]; /* op name hashes since the last flush */
+  uint32_t hist[TPU_REPEAT_HIST]; /* op keys since the last flush */
   int n;
   int period; /* detected block length, 0 if none */
 } tpu_repeat_t;
-bool tpu_repeat_observe(tpu_repeat_t* r, const char* op);
+bool tpu_repeat_observe(tpu_repeat_t* r, const tpu_op_t* op);
 void tpu_repeat_reset_window(tpu_repeat_t* r);
 
 #endif

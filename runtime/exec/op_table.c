@@ -16,6 +16,48 @@ static pthread_mutex_t g_table_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int64_t* g_prof_calls;
 static _Atomic int64_t* g_prof_ns;
 
+/* ---- op ids ---- */
+static const char* const k_id_names[TPU_OPID_COUNT] = {
+    NULL,
+#define TPU_OPID(name) #name,
+#include "tpu/op_ids.def"
+#undef TPU_OPID
+};
+
+const char* tpu_op_id_name(tpu_op_id_t id) {
+  return id > TPU_OPID_NONE && id < TPU_OPID_COUNT ? k_id_names[id] : NULL;
+}
+
+tpu_op_id_t tpu_op_id_lookup(const char* base) {
+  if (!base) return TPU_OPID_NONE;
+  int lo = 1, hi = TPU_OPID_COUNT; /* the names are sorted (tools/gen_op_ids.py) */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    int r = strcmp(base, k_id_names[mid]);
+    if (!r) return (tpu_op_id_t)mid;
+    if (r < 0) hi = mid;
+    else lo = mid + 1;
+  }
+  return TPU_OPID_NONE;
+}
+
+void tpu_op_base_name(const char* op, char* out, size_t cap) {
+  if (!cap) return;
+  size_t len = strcspn(op, ".");
+  if (len >= cap) len = cap - 1;
+  memcpy(out, op, len);
+  out[len] = 0;
+  if (len > 1 && out[len - 1] == '_' && out[0] != '_') out[len - 1] = 0;
+  else if (len > 2 && out[len - 1] == '_' && out[0] == '_') out[len - 1] = 0;
+}
+
+tpu_op_id_t tpu_op_id_of(const char* overload) {
+  if (!overload) return TPU_OPID_NONE;
+  char base[128];
+  tpu_op_base_name(overload, base, sizeof base);
+  return tpu_op_id_lookup(base);
+}
+
 static int cmp_op(const void* a, const void* b) {
   return strcmp(((const tpu_op_t*)a)->name, ((const tpu_op_t*)b)->name);
 }
@@ -36,6 +78,7 @@ static const tpu_op_t* table_slow(void) {
     if (t && g_prof_calls && g_prof_ns) {
       if (n) memcpy(t, inv, sizeof(tpu_op_t) * (size_t)n);
       qsort(t, (size_t)n, sizeof(tpu_op_t), cmp_op);
+      for (int i = 0; i < n; i++) t[i].id = tpu_op_id_of(t[i].name);
       g_nops = n;
       atomic_store_explicit(&g_table, t, memory_order_release);
     } else {
@@ -83,6 +126,7 @@ static const tpu_op_t* extra_lookup(const char* name) {
       e->op.fn = target->iface->kernel_for(target->ctx, name, &flags);
       e->op.name = e->name;
       e->op.flags = flags;
+      e->op.id = tpu_op_id_of(e->name);
       e->next = atomic_load_explicit(&g_extra, memory_order_relaxed);
       atomic_store_explicit(&g_extra, e, memory_order_release);
     }
@@ -94,7 +138,7 @@ static const tpu_op_t* extra_lookup(const char* name) {
 const tpu_op_t* tpu_op_lookup(const char* name) {
   const tpu_op_t* t = table();
   if (!t || !name) return NULL;
-  tpu_op_t key = {name, NULL, 0};
+  tpu_op_t key = {name, NULL, 0, TPU_OPID_NONE};
   const tpu_op_t* op = bsearch(&key, t, (size_t)g_nops, sizeof(tpu_op_t), cmp_op);
   return op ? op : extra_lookup(name);
 }

@@ -144,7 +144,7 @@ tpu_status_t tpu_trace_append(tpu_stream_t* s, const tpu_call_t* call) {
   tr->stream = s;
   atomic_store(&tr->length, tr->n);
   const bool whole = atomic_load(&g_whole_graph) > 0;
-  const bool cut = !whole && g_repeat_on && tpu_repeat_observe(&tr->repeat, c->op->name);
+  const bool cut = !whole && g_repeat_on && tpu_repeat_observe(&tr->repeat, c->op);
   const bool full = !whole && tr->n >= g_max_nodes;
   atomic_fetch_add(&g_stats.nodes, 1);
   if (cut) atomic_fetch_add(&g_stats.repeat_cuts, 1);

@@ -13,42 +13,36 @@
 
 #include "lower/emit.h"
 
-static const struct {
-  const char *aten, *hlo;
-} k_unary[] = {
-    {"neg", "stablehlo.negate"},        {"exp", "stablehlo.exponential"},
-    {"log", "stablehlo.log"},           {"tanh", "stablehlo.tanh"},
-    {"sqrt", "stablehlo.sqrt"},         {"rsqrt", "stablehlo.rsqrt"},
-    {"abs", "stablehlo.abs"},           {"sigmoid", "stablehlo.logistic"},
-    {"sin", "stablehlo.sine"},          {"cos", "stablehlo.cosine"},
-    {"tan", "stablehlo.tan"},           {"floor", "stablehlo.floor"},
-    {"ceil", "stablehlo.ceil"},         {"sign", "stablehlo.sign"},
-    {"sgn", "stablehlo.sign"},          {"log1p", "stablehlo.log_plus_one"},
-    {"expm1", "stablehlo.exponential_minus_one"}, {"erf", "chlo.erf"},
-    {"bitwise_not", "stablehlo.not"},   {"atan", "chlo.atan"},
-    {"asin", "chlo.asin"},              {"acos", "chlo.acos"},
-    {"sinh", "chlo.sinh"},              {"cosh", "chlo.cosh"},
-    {"lgamma", "chlo.lgamma"},
-    {"erfinv", "chlo.erf_inv"},        {"acosh", "chlo.acosh"},
-    {"asinh", "chlo.asinh"},            {"atanh", "chlo.atanh"},
-    {"erfc", "chlo.erfc"},
+/* The ops one StableHLO op lowers: the recipes of the element-wise inventory
+ * (tpu/ew_ops.def, the rows the host kernels and fusion are built from), and a
+ * few ops whose host kernels are not inventory rows. Indexed by op id. */
+enum { R_NONE = 0, R_UNARY, R_BINARY, R_COMPARE };
+typedef struct {
+  int kind;
+  const char* op; /* the stablehlo/chlo op, or the comparison direction */
+} recipe_t;
+#define RECIPE_NOHLO(NAME, OP)
+#define RECIPE_UNARY(NAME, OP) [TPU_OPID_##NAME] = {R_UNARY, OP},
+#define RECIPE_BINARY(NAME, OP) [TPU_OPID_##NAME] = {R_BINARY, OP},
+#define RECIPE_COMPARE(NAME, OP) [TPU_OPID_##NAME] = {R_COMPARE, OP},
+static const recipe_t k_recipes[TPU_OPID_COUNT] = {
+#define TPU_EW(NAME, KIND, K, SCALARS, HLO, HLO_OP, FEXPR, IEXPR) RECIPE_##HLO(NAME, HLO_OP)
+#include "tpu/ew_ops.def"
+#undef TPU_EW
+    [TPU_OPID_sgn] = {R_UNARY, "stablehlo.sign"},
+    [TPU_OPID_erfinv] = {R_UNARY, "chlo.erf_inv"},
+    [TPU_OPID_nextafter] = {R_BINARY, "chlo.next_after"},
+    [TPU_OPID_special_zeta] = {R_BINARY, "chlo.zeta"},
 };
 
-static const struct {
-  const char *aten, *hlo;
-} k_binary[] = {
-    {"mul", "stablehlo.multiply"},     {"maximum", "stablehlo.maximum"},
-    {"minimum", "stablehlo.minimum"},  {"pow", "stablehlo.power"},
-    {"atan2", "stablehlo.atan2"},      {"fmod", "stablehlo.remainder"},
-    {"bitwise_and", "stablehlo.and"},  {"bitwise_or", "stablehlo.or"},
-    {"bitwise_xor", "stablehlo.xor"},  {"nextafter", "chlo.next_after"},
-    {"special_zeta", "chlo.zeta"},
-};
+/* whether the node n being lowered is of family NAME (its op id) */
+#define IS_OP(NAME) (n->c->op->id == TPU_OPID_##NAME)
 
-static const struct {
-  const char *aten, *dir;
-} k_compare[] = {{"eq", "EQ"}, {"ne", "NE"}, {"lt", "LT"}, {"le", "LE"}, {"gt", "GT"}, {"ge", "GE"}};
-
+/* the recipe of n's op when it is of the kind asked for, else NULL */
+static const recipe_t* recipe_of(const node_t* n, int kind) {
+  const tpu_op_id_t id = n->c->op->id;
+  return id > TPU_OPID_NONE && id < TPU_OPID_COUNT && k_recipes[id].kind == kind ? &k_recipes[id] : NULL;
+}
 
 static ref_t like(em_t* e, ref_t x, double v) { return cst_like(e, x.dt, v, x.nd, x.sz); }
 static ref_t is_nan(em_t* e, ref_t x) { return compare(e, "NE", x, x); }
@@ -59,47 +53,40 @@ static ref_t trunc_of(em_t* e, ref_t q) {
 
 static bool lower_unary(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  for (size_t i = 0; i < sizeof k_unary / sizeof k_unary[0]; i++)
-    if (!strcmp(base, k_unary[i].aten) && is_tensor(n, 0)) {
-      outs[0] = unop(e, k_unary[i].hlo, arg_out(n, 0, odt));
-      return true;
-    }
-  return false;
+  const recipe_t* r = recipe_of(n, R_UNARY);
+  if (!r || !is_tensor(n, 0)) return false;
+  outs[0] = unop(e, r->op, arg_out(n, 0, odt));
+  return true;
 }
 
 static bool lower_binary(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  for (size_t i = 0; i < sizeof k_binary / sizeof k_binary[0]; i++)
-    if (!strcmp(base, k_binary[i].aten) && (is_tensor(n, 0) || is_number(n, 0)) &&
-        (is_tensor(n, 1) || is_number(n, 1))) {
-      outs[0] = binop(e, k_binary[i].hlo, arg_out(n, 0, odt), arg_out(n, 1, odt));
-      return true;
-    }
-  return false;
+  const recipe_t* r = recipe_of(n, R_BINARY);
+  if (!r || !(is_tensor(n, 0) || is_number(n, 0)) || !(is_tensor(n, 1) || is_number(n, 1))) return false;
+  outs[0] = binop(e, r->op, arg_out(n, 0, odt), arg_out(n, 1, odt));
+  return true;
 }
 
 static bool lower_compare(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  for (size_t i = 0; i < sizeof k_compare / sizeof k_compare[0]; i++)
-    if (!strcmp(base, k_compare[i].aten)) {
-      tpu_dtype_t ct = common_type(n, 0, 1);
-      outs[0] = compare(e, k_compare[i].dir, arg_out(n, 0, ct), arg_out(n, 1, ct));
-      return true;
-    }
-  return false;
+  const recipe_t* r = recipe_of(n, R_COMPARE);
+  if (!r) return false;
+  tpu_dtype_t ct = common_type(n, 0, 1);
+  outs[0] = compare(e, r->op, arg_out(n, 0, ct), arg_out(n, 1, ct));
+  return true;
 }
 
 static bool lower_add(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "add") || !strcmp(base, "sub") || !strcmp(base, "rsub")) {
+  if (IS_OP(add) || IS_OP(sub) || IS_OP(rsub)) {
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
-    if (!strcmp(base, "rsub")) {
+    if (IS_OP(rsub)) {
       ref_t t = a;
       a = b;
       b = t;
     }
     b = scale_by(n, 2, b, 1.0);
-    outs[0] = binop(e, strcmp(base, "add") ? "stablehlo.subtract" : "stablehlo.add", a, b);
+    outs[0] = binop(e, !IS_OP(add) ? "stablehlo.subtract" : "stablehlo.add", a, b);
     return true;
   }
   return false;
@@ -107,8 +94,8 @@ static bool lower_add(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_div(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "div") || !strcmp(base, "floor_divide")) {
-    const char* mode = base[0] == 'f' ? "floor" : tpu_arg_str(c, 2, NULL);
+  if (IS_OP(div) || IS_OP(floor_divide)) {
+    const char* mode = IS_OP(floor_divide) ? "floor" : tpu_arg_str(c, 2, NULL);
     if (mode && odt == TPU_BOOL) return false;
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
     ref_t q = binop(e, "stablehlo.divide", a, b); /* integers: truncated */
@@ -133,7 +120,7 @@ static bool lower_div(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_reciprocal(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "reciprocal")) {
+  if (IS_OP(reciprocal)) {
     ref_t x = arg_out(n, 0, odt);
     outs[0] = binop(e, "stablehlo.divide", cst_like(e, odt, 1, x.nd, x.sz), x);
     return true;
@@ -143,7 +130,7 @@ static bool lower_reciprocal(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_square(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "square")) {
+  if (IS_OP(square)) {
     ref_t x = arg_out(n, 0, odt);
     outs[0] = binop(e, "stablehlo.multiply", x, x);
     return true;
@@ -153,9 +140,9 @@ static bool lower_square(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_log2(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "log2") || !strcmp(base, "log10")) {
+  if (IS_OP(log2) || IS_OP(log10)) {
     ref_t x = unop(e, "stablehlo.log", arg_out(n, 0, odt));
-    outs[0] = scalar_op(e, "stablehlo.divide", x, log(!strcmp(base, "log2") ? 2.0 : 10.0));
+    outs[0] = scalar_op(e, "stablehlo.divide", x, log(IS_OP(log2) ? 2.0 : 10.0));
     return true;
   }
   return false;
@@ -163,7 +150,7 @@ static bool lower_log2(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_exp2(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "exp2")) {
+  if (IS_OP(exp2)) {
     ref_t x = arg_out(n, 0, odt);
     outs[0] = binop(e, "stablehlo.power", cst_like(e, odt, 2, x.nd, x.sz), x);
     return true;
@@ -173,7 +160,7 @@ static bool lower_exp2(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_round(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "round") && strncmp(ovl, "decimals", 8) && tpu_dtype_is_float(odt)) {
+  if (IS_OP(round) && strncmp(ovl, "decimals", 8) && tpu_dtype_is_float(odt)) {
     outs[0] = unop(e, "stablehlo.round_nearest_even", arg_out(n, 0, odt));
     return true;
   }
@@ -182,7 +169,7 @@ static bool lower_round(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_trunc(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "trunc") && tpu_dtype_is_float(odt)) {
+  if (IS_OP(trunc) && tpu_dtype_is_float(odt)) {
     outs[0] = trunc_of(e, arg_out(n, 0, odt));
     return true;
   }
@@ -191,7 +178,7 @@ static bool lower_trunc(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_relu(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "relu")) {
+  if (IS_OP(relu)) {
     ref_t x = arg_out(n, 0, odt);
     outs[0] = binop(e, "stablehlo.maximum", x, cst_like(e, odt, 0, x.nd, x.sz));
     return true;
@@ -201,7 +188,7 @@ static bool lower_relu(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_silu(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "silu")) {
+  if (IS_OP(silu)) {
     ref_t x = arg_out(n, 0, odt);
     outs[0] = binop(e, "stablehlo.multiply", x, unop(e, "stablehlo.logistic", x));
     return true;
@@ -211,7 +198,7 @@ static bool lower_silu(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_gelu(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "gelu") && tpu_dtype_is_float(odt)) {
+  if (IS_OP(gelu) && tpu_dtype_is_float(odt)) {
     ref_t x = arg_out(n, 0, acc_type(odt));
     outs[0] = convert(e, gelu(e, x, tpu_arg_str(c, 1, "none")), odt);
     return true;
@@ -221,7 +208,7 @@ static bool lower_gelu(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_isnan(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "isnan")) {
+  if (IS_OP(isnan)) {
     ref_t x = arg(n, 0);
     outs[0] = compare(e, "NE", x, x);
     return true;
@@ -231,7 +218,7 @@ static bool lower_isnan(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_logical_not(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "logical_not") && is_tensor(n, 0)) {
+  if (IS_OP(logical_not) && is_tensor(n, 0)) {
     outs[0] = unop(e, "stablehlo.not", compare(e, "NE", arg(n, 0), cst_like(e, n->c->args[0].v.t->dtype, 0, n->c->args[0].v.t->ndim, n->c->args[0].v.t->sizes)));
     return true;
   }
@@ -240,9 +227,9 @@ static bool lower_logical_not(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_logical_and(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "logical_and") || !strcmp(base, "logical_or") || !strcmp(base, "logical_xor")) {
+  if (IS_OP(logical_and) || IS_OP(logical_or) || IS_OP(logical_xor)) {
     ref_t a = arg_out(n, 0, TPU_BOOL), b = arg_out(n, 1, TPU_BOOL);
-    outs[0] = binop(e, base[8] == 'a' ? "stablehlo.and" : base[8] == 'o' ? "stablehlo.or" : "stablehlo.xor", a, b);
+    outs[0] = binop(e, IS_OP(logical_and) ? "stablehlo.and" : IS_OP(logical_or) ? "stablehlo.or" : "stablehlo.xor", a, b);
     return true;
   }
   return false;
@@ -250,7 +237,7 @@ static bool lower_logical_and(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_where(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "where") && is_tensor(n, 0)) {
+  if (IS_OP(where) && is_tensor(n, 0)) {
     ref_t p = arg_out(n, 0, TPU_BOOL);
     outs[0] = select3(e, p, arg_out(n, 1, odt), arg_out(n, 2, odt));
     return true;
@@ -260,7 +247,7 @@ static bool lower_where(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_masked_fill(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "masked_fill")) {
+  if (IS_OP(masked_fill)) {
     ref_t p = arg_out(n, 1, TPU_BOOL);
     outs[0] = select3(e, p, arg_out(n, 2, odt), arg_out(n, 0, odt));
     return true;
@@ -270,11 +257,11 @@ static bool lower_masked_fill(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_clamp(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "clamp") || !strcmp(base, "clamp_min") || !strcmp(base, "clamp_max")) {
+  if (IS_OP(clamp) || IS_OP(clamp_min) || IS_OP(clamp_max)) {
     ref_t x = arg_out(n, 0, odt);
-    bool has_min = strcmp(base, "clamp_max") && !tpu_arg_is_none(c, 1);
-    int imax = !strcmp(base, "clamp_max") ? 1 : 2;
-    bool has_max = strcmp(base, "clamp_min") && !tpu_arg_is_none(c, imax);
+    bool has_min = !IS_OP(clamp_max) && !tpu_arg_is_none(c, 1);
+    int imax = IS_OP(clamp_max) ? 1 : 2;
+    bool has_max = !IS_OP(clamp_min) && !tpu_arg_is_none(c, imax);
     if (has_min) x = binop(e, "stablehlo.maximum", x, arg_out(n, 1, odt));
     if (has_max) x = binop(e, "stablehlo.minimum", x, arg_out(n, imax, odt));
     outs[0] = x;
@@ -285,8 +272,8 @@ static bool lower_clamp(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_addcmul(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "addcmul") || !strcmp(base, "addcdiv")) {
-    ref_t t = binop(e, base[4] == 'm' ? "stablehlo.multiply" : "stablehlo.divide", arg_out(n, 1, odt),
+  if (IS_OP(addcmul) || IS_OP(addcdiv)) {
+    ref_t t = binop(e, IS_OP(addcmul) ? "stablehlo.multiply" : "stablehlo.divide", arg_out(n, 1, odt),
                     arg_out(n, 2, odt));
     t = scale_by(n, 3, t, 1.0);
     outs[0] = binop(e, "stablehlo.add", arg_out(n, 0, odt), t);
@@ -297,7 +284,7 @@ static bool lower_addcmul(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_lerp(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "lerp")) { /* self + weight * (end - self) */
+  if (IS_OP(lerp)) { /* self + weight * (end - self) */
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt), w = arg_out(n, 2, odt);
     outs[0] = binop(e, "stablehlo.add", a, binop(e, "stablehlo.multiply", w, binop(e, "stablehlo.subtract", b, a)));
     return true;
@@ -307,15 +294,15 @@ static bool lower_lerp(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_isneginf(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if ((!strcmp(base, "isneginf") || !strcmp(base, "isposinf") || !strcmp(base, "isinf")) && is_tensor(n, 0)) {
+  if ((IS_OP(isneginf) || IS_OP(isposinf) || IS_OP(isinf)) && is_tensor(n, 0)) {
     const tpu_tensor_t* x = c->args[0].v.t;
     if (!tpu_dtype_is_float(x->dtype)) {
       outs[0] = cst_like(e, TPU_BOOL, 0, o->ndim, o->sizes);
       return true;
     }
     ref_t a = arg(n, 0);
-    ref_t v = base[2] == 'i' ? unop(e, "stablehlo.abs", a) : a;
-    outs[0] = compare(e, "EQ", v, cst_like(e, a.dt, base[2] == 'n' ? -INFINITY : INFINITY, a.nd, a.sz));
+    ref_t v = IS_OP(isinf) ? unop(e, "stablehlo.abs", a) : a;
+    outs[0] = compare(e, "EQ", v, cst_like(e, a.dt, IS_OP(isneginf) ? -INFINITY : INFINITY, a.nd, a.sz));
     return true;
   }
   return false;
@@ -350,25 +337,25 @@ static ref_t digamma(em_t* e, ref_t x) {
 
 static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!is_tensor(n, 0) && strcmp(base, "polygamma")) return false;
+  if (!is_tensor(n, 0) && !IS_OP(polygamma)) return false;
   const bool fl = tpu_dtype_is_float(odt);
-  if (!strcmp(base, "frac") && fl) {
+  if (IS_OP(frac) && fl) {
     ref_t x = arg_out(n, 0, odt);
     outs[0] = binop(e, "stablehlo.subtract", x, trunc_of(e, x));
-  } else if (!strcmp(base, "signbit")) {
+  } else if (IS_OP(signbit)) {
     outs[0] = c->args[0].v.t->dtype == TPU_BOOL ? cst_like(e, TPU_BOOL, 0, o->ndim, o->sizes) : sign_bit(e, arg(n, 0));
-  } else if (!strcmp(base, "sinc") && fl) { /* sin(pi x) / (pi x), 1 at 0 */
+  } else if (IS_OP(sinc) && fl) { /* sin(pi x) / (pi x), 1 at 0 */
     ref_t x = arg_out(n, 0, acc_type(odt)), px = scalar_op(e, "stablehlo.multiply", x, M_PI);
     ref_t r = binop(e, "stablehlo.divide", unop(e, "stablehlo.sine", px), px);
     outs[0] = convert(e, select3(e, compare(e, "EQ", x, like(e, x, 0)), like(e, x, 1), r), odt);
-  } else if (!strcmp(base, "logit") && fl) { /* log(x / (1 - x)), x clamped to [eps, 1 - eps] */
+  } else if (IS_OP(logit) && fl) { /* log(x / (1 - x)), x clamped to [eps, 1 - eps] */
     ref_t x = arg_out(n, 0, odt);
     if (c->nargs > 1 && c->args[1].kind == TPU_ARG_DOUBLE) {
       const double eps = tpu_arg_f64(c, 1, 0);
       x = binop(e, "stablehlo.minimum", binop(e, "stablehlo.maximum", x, like(e, x, eps)), like(e, x, 1 - eps));
     }
     outs[0] = unop(e, "stablehlo.log", binop(e, "stablehlo.divide", x, binop(e, "stablehlo.subtract", like(e, x, 1), x)));
-  } else if (!strcmp(base, "nan_to_num")) {
+  } else if (IS_OP(nan_to_num)) {
     ref_t x = arg_out(n, 0, odt);
     if (fl) {
       const double big = float_max(odt);
@@ -379,39 +366,39 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
       x = select3(e, compare(e, "EQ", x, like(e, x, -INFINITY)), ninf, x);
     }
     outs[0] = x;
-  } else if (!strcmp(base, "angle") && fl) { /* real input: 0, pi below zero, NaN kept */
+  } else if (IS_OP(angle) && fl) { /* real input: 0, pi below zero, NaN kept */
     ref_t x = arg_out(n, 0, odt);
     outs[0] = select3(e, is_nan(e, x), x, select3(e, compare(e, "LT", x, like(e, x, 0)), like(e, x, M_PI), like(e, x, 0)));
-  } else if (!strcmp(base, "special_entr") && fl) { /* -x log x; 0 at 0, -inf below */
+  } else if (IS_OP(special_entr) && fl) { /* -x log x; 0 at 0, -inf below */
     ref_t x = arg_out(n, 0, odt);
     ref_t r = unop(e, "stablehlo.negate", binop(e, "stablehlo.multiply", x, unop(e, "stablehlo.log", x)));
     r = select3(e, compare(e, "EQ", x, like(e, x, 0)), like(e, x, 0), r);
     r = select3(e, compare(e, "LT", x, like(e, x, 0)), like(e, x, -INFINITY), r);
     outs[0] = select3(e, is_nan(e, x), x, r);
-  } else if ((!strcmp(base, "xlogy") || !strcmp(base, "special_xlog1py")) && fl) {
+  } else if ((IS_OP(xlogy) || IS_OP(special_xlog1py)) && fl) {
     /* x * log(y) (log1p), 0 where x is 0 unless y is NaN */
     ref_t x = arg_out(n, 0, odt), y = arg_out(n, 1, odt);
-    ref_t r = binop(e, "stablehlo.multiply", x, unop(e, base[0] == 'x' ? "stablehlo.log" : "stablehlo.log_plus_one", y));
+    ref_t r = binop(e, "stablehlo.multiply", x, unop(e, IS_OP(xlogy) ? "stablehlo.log" : "stablehlo.log_plus_one", y));
     r = select3(e, compare(e, "EQ", x, like(e, x, 0)), like(e, x, 0), r);
     outs[0] = select3(e, is_nan(e, y), y, r);
-  } else if (!strcmp(base, "copysign") && fl) {
+  } else if (IS_OP(copysign) && fl) {
     ref_t a = unop(e, "stablehlo.abs", arg_out(n, 0, odt)), b = arg_out(n, 1, odt);
     outs[0] = select3(e, sign_bit(e, b), unop(e, "stablehlo.negate", a), a);
-  } else if (!strcmp(base, "fmax") || !strcmp(base, "fmin")) { /* NaN only where both are */
+  } else if (IS_OP(fmax) || IS_OP(fmin)) { /* NaN only where both are */
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
-    ref_t m = binop(e, base[2] == 'a' ? "stablehlo.maximum" : "stablehlo.minimum", a, b);
+    ref_t m = binop(e, IS_OP(fmax) ? "stablehlo.maximum" : "stablehlo.minimum", a, b);
     if (fl) m = select3(e, is_nan(e, a), b, select3(e, is_nan(e, b), a, m));
     outs[0] = m;
-  } else if (!strcmp(base, "hypot") && fl) {
+  } else if (IS_OP(hypot) && fl) {
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
     outs[0] = unop(e, "stablehlo.sqrt", binop(e, "stablehlo.add", binop(e, "stablehlo.multiply", a, a),
                                                     binop(e, "stablehlo.multiply", b, b)));
-  } else if (!strcmp(base, "heaviside")) { /* x == 0 ? v : x > 0 */
+  } else if (IS_OP(heaviside)) { /* x == 0 ? v : x > 0 */
     ref_t x = arg_out(n, 0, odt), v = arg_out(n, 1, odt);
     outs[0] = select3(e, compare(e, "EQ", x, like(e, x, 0)), v, convert(e, compare(e, "GT", x, like(e, x, 0)), odt));
-  } else if ((!strcmp(base, "logaddexp") || !strcmp(base, "logaddexp2")) && fl) {
+  } else if ((IS_OP(logaddexp) || IS_OP(logaddexp2)) && fl) {
     /* max + log1p(exp(-|a - b|)) (base 2 for logaddexp2); equal infinities stay */
-    const bool two = base[9] == '2';
+    const bool two = IS_OP(logaddexp2);
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
     ref_t d = unop(e, "stablehlo.negate", unop(e, "stablehlo.abs", binop(e, "stablehlo.subtract", a, b)));
     ref_t t = two ? binop(e, "stablehlo.power", like(e, d, 2), d) : unop(e, "stablehlo.exponential", d);
@@ -421,17 +408,17 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
     ref_t inf_eq = binop(e, "stablehlo.and", compare(e, "EQ", a, b),
                          compare(e, "EQ", unop(e, "stablehlo.abs", a), like(e, a, INFINITY)));
     outs[0] = select3(e, inf_eq, a, r);
-  } else if (!strcmp(base, "polygamma") && fl && c->args[0].kind == TPU_ARG_INT && is_tensor(n, 1)) {
+  } else if (IS_OP(polygamma) && fl && c->args[0].kind == TPU_ARG_INT && is_tensor(n, 1)) {
     ref_t x = arg_out(n, 1, odt);
     outs[0] = c->args[0].v.i == 0 ? digamma(e, x)
                                   : binop(e, "chlo.polygamma", like(e, x, (double)c->args[0].v.i), x);
-  } else if (!strcmp(base, "digamma") && fl) {
+  } else if (IS_OP(digamma) && fl) {
     outs[0] = digamma(e, arg_out(n, 0, odt));
-  } else if (!strcmp(base, "special_ndtri") && fl) { /* sqrt(2) erfinv(2p - 1) */
+  } else if (IS_OP(special_ndtri) && fl) { /* sqrt(2) erfinv(2p - 1) */
     ref_t p = arg_out(n, 0, odt);
     ref_t t = binop(e, "stablehlo.subtract", scalar_op(e, "stablehlo.multiply", p, 2), like(e, p, 1));
     outs[0] = scalar_op(e, "stablehlo.multiply", unop(e, "chlo.erf_inv", t), M_SQRT2);
-  } else if (!strcmp(base, "round") && !strcmp(ovl, "decimals") && fl) {
+  } else if (IS_OP(round) && !strcmp(ovl, "decimals") && fl) {
     /* as the CPU kernel: nearbyint(x * 10^d) / 10^d, or nearbyint(x / 10^-d) * 10^-d */
     const int64_t d = tpu_arg_i64(c, 1, 0);
     const double p10 = pow(10.0, (double)(d >= 0 ? d : -d));
@@ -451,7 +438,7 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
  * operands broadcast to the output's shape) */
 static bool lower_cross(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (strcmp(base, "linalg_cross") || o->ndim == 0) return false;
+  if (!IS_OP(linalg_cross) || o->ndim == 0) return false;
   const int dim = norm_dim(tpu_arg_i64(c, 2, -1), o->ndim);
   if (o->sizes[dim] != 3) return false;
   ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
@@ -479,7 +466,7 @@ static bool lower_cross(node_t* n, const char* base, ref_t* outs) {
  * Scalar_Tensor overloads) */
 static bool lower_isin(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (strcmp(base, "isin") || (!is_tensor(n, 0) && !is_tensor(n, 1))) return false;
+  if (!IS_OP(isin) || (!is_tensor(n, 0) && !is_tensor(n, 1))) return false;
   const tpu_dtype_t ct = common_type(n, 0, 1);
   ref_t x = is_tensor(n, 0) ? convert(e, arg(n, 0), ct) : cst_like(e, ct, tpu_arg_f64(c, 0, 0), 0, NULL);
   ref_t t = is_tensor(n, 1) ? convert(e, arg(n, 1), ct) : cst_like(e, ct, tpu_arg_f64(c, 1, 0), 0, NULL);
@@ -500,7 +487,7 @@ static bool lower_isin(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_remainder(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "remainder") && tpu_dtype_is_float(odt)) { /* a - floor(a / b) * b */
+  if (IS_OP(remainder) && tpu_dtype_is_float(odt)) { /* a - floor(a / b) * b */
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
     ref_t q = unop(e, "stablehlo.floor", binop(e, "stablehlo.divide", a, b));
     outs[0] = binop(e, "stablehlo.subtract", a, binop(e, "stablehlo.multiply", q, b));
@@ -511,7 +498,7 @@ static bool lower_remainder(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_remainder_2(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "remainder") && (odt == TPU_I64 || odt == TPU_I32 || odt == TPU_I16 || odt == TPU_I8)) {
+  if (IS_OP(remainder) && (odt == TPU_I64 || odt == TPU_I32 || odt == TPU_I16 || odt == TPU_I8)) {
     /* the truncated remainder, moved to the divisor's sign (Python's %) */
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
     ref_t r = binop(e, "stablehlo.remainder", a, b), zero = cst_like(e, odt, 0, r.nd, r.sz);

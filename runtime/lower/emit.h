@@ -105,7 +105,9 @@ typedef struct {
 extern const tpu_lower_table_t tpu_lower_elementwise, tpu_lower_shape, tpu_lower_matmul,
     tpu_lower_reduce, tpu_lower_nn, tpu_lower_index, tpu_lower_linalg;
 
-/* The entry for a base name, or NULL (a binary search of each family's table). */
+/* The entry for an op id, or NULL; the tables' names are resolved to ids once. */
+const tpu_lower_entry_t* tpu_lower_find_id(tpu_op_id_t id);
+/* The entry for a base name ("add"), or NULL: tpu_lower_find_id of its id. */
 const tpu_lower_entry_t* tpu_lower_find(const char* base);
 
 /* ---- the emitter core (lower/stablehlo.c) ---- */

@@ -1,6 +1,8 @@
-/* The lowering tables: one per op family, each sorted by name, searched in
- * turn by binary search; the merged list (for tpu_lower_name and the check) is
- * walked by merging them. */
+/* The lowering tables: one per op family, each sorted by name. Their names are
+ * resolved to op ids once (tpu/op.h), into an array indexed by id that the
+ * printer dispatches through; the merged list (for tpu_lower_name and the
+ * check) is walked by merging the tables. */
+#include <pthread.h>
 #include <string.h>
 
 #include "lower/emit.h"
@@ -11,26 +13,32 @@ static const tpu_lower_table_t* const k_tables[] = {
 };
 #define NTABLES (sizeof k_tables / sizeof k_tables[0])
 
-const tpu_lower_entry_t* tpu_lower_find(const char* base) {
-  for (size_t t = 0; t < NTABLES; t++) {
-    const tpu_lower_entry_t* v = k_tables[t]->entries;
-    size_t lo = 0, hi = k_tables[t]->n;
-    while (lo < hi) {
-      size_t mid = lo + (hi - lo) / 2;
-      int r = strcmp(base, v[mid].name);
-      if (!r) return &v[mid];
-      if (r < 0) hi = mid;
-      else lo = mid + 1;
+/* entry by op id, built once; an entry whose name has no id is left out (and
+ * makes tpu_lower_check fail) */
+static const tpu_lower_entry_t* g_by_id[TPU_OPID_COUNT];
+static pthread_once_t g_by_id_once = PTHREAD_ONCE_INIT;
+
+static void build_by_id(void) {
+  for (size_t t = 0; t < NTABLES; t++)
+    for (size_t k = 0; k < k_tables[t]->n; k++) {
+      const tpu_op_id_t id = tpu_op_id_lookup(k_tables[t]->entries[k].name);
+      if (id != TPU_OPID_NONE && !g_by_id[id]) g_by_id[id] = &k_tables[t]->entries[k];
     }
-  }
-  return NULL;
+}
+
+const tpu_lower_entry_t* tpu_lower_find_id(tpu_op_id_t id) {
+  if (id <= TPU_OPID_NONE || id >= TPU_OPID_COUNT) return NULL;
+  pthread_once(&g_by_id_once, build_by_id);
+  return g_by_id[id];
+}
+
+const tpu_lower_entry_t* tpu_lower_find(const char* base) {
+  return tpu_lower_find_id(tpu_op_id_lookup(base));
 }
 
 bool tpu_lower_supports(const char* aten_name) {
   if (!aten_name) return false;
-  char base[128];
-  base_name(aten_name, base, sizeof base);
-  return tpu_lower_find(base) != NULL;
+  return tpu_lower_find_id(tpu_op_id_of(aten_name)) != NULL;
 }
 
 /* The next entry of the merged walk: the least head among the tables. */
@@ -69,7 +77,7 @@ int tpu_lower_check(const char** out_name) {
   size_t pos[NTABLES] = {0};
   const tpu_lower_entry_t *prev = NULL, *x;
   for (int k = 1; (x = merged_next(pos)); k++) {
-    if (prev && strcmp(prev->name, x->name) >= 0) {
+    if ((prev && strcmp(prev->name, x->name) >= 0) || tpu_lower_find_id(tpu_op_id_lookup(x->name)) != x) {
       if (out_name) *out_name = x->name;
       return k;
     }

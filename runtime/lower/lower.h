@@ -1,4 +1,4 @@
-/* The lowering layer: each ATen op with a StableHLO mapping, found by name.
+/* The lowering layer: each ATen op with a StableHLO mapping, found by op id.
  *
  * The graph printer (tpu_graph_print, exec/graph.h) lowers each node through
  * these tables; an op without an entry becomes stablehlo.custom_call
@@ -39,10 +39,11 @@ const char* tpu_lower_elt_type(tpu_dtype_t dt);
 size_t tpu_lower_count(void);
 const char* tpu_lower_name(size_t i);
 
-/* Checks the tables: each sorted by strcmp and every name in one entry only.
- * Returns 0 when they are, else the position (from 1) of the first entry out of
- * order, in its table or in the merged list, and writes its name to *out_name
- * when given. */
+/* Checks the tables: each sorted by strcmp, every name in one entry only, and
+ * every name an op family with an id (tpu/op_ids.def; a new family needs
+ * `make opids`). Returns 0 when they are, else the position (from 1) of the
+ * first entry that is not, in its table or in the merged list, and writes its
+ * name to *out_name when given. */
 int tpu_lower_check(const char** out_name);
 
 #ifdef __cplusplus

@@ -1228,19 +1228,12 @@ ref_t one_hot(em_t* e, ref_t target, int64_t n, int axis) {
  * the custom_call fallback. */
 static bool emit_op(node_t* n, const char* base, ref_t* outs) {
   if (!n->o) return false;
-  const tpu_lower_entry_t* l = tpu_lower_find(base);
+  const tpu_lower_entry_t* l = tpu_lower_find_id(n->c->op->id);
   return l && l->fn(n, base, outs);
 }
 
 /* base name of an overload: "add_.Tensor" -> "add" */
-void base_name(const char* op, char* out, size_t cap) {
-  size_t len = strcspn(op, ".");
-  if (len >= cap) len = cap - 1;
-  memcpy(out, op, len);
-  out[len] = 0;
-  if (len > 1 && out[len - 1] == '_' && out[0] != '_') out[len - 1] = 0;
-  else if (len > 2 && out[len - 1] == '_' && out[0] == '_' && strcmp(out, "_to_copy")) out[len - 1] = 0;
-}
+void base_name(const char* op, char* out, size_t cap) { tpu_op_base_name(op, out, cap); }
 
 static bool is_inplace(const char* op) {
   size_t len = strcspn(op, ".");

@@ -5,11 +5,42 @@
 
 #include "lower/lower.h"
 #include "test_util.h"
+#include "tpu/op.h"
+
+/* op ids: dense, sorted by family name, each name found again; overload names
+ * map to their family */
+static void test_op_ids(void) {
+  CHECK(TPU_OPID_COUNT > 300);
+  CHECK(tpu_op_id_name(TPU_OPID_NONE) == NULL);
+  CHECK(tpu_op_id_name(TPU_OPID_COUNT) == NULL);
+  for (int i = 1; i < TPU_OPID_COUNT; i++) {
+    const char* name = tpu_op_id_name((tpu_op_id_t)i);
+    CHECK(name != NULL);
+    CHECK(tpu_op_id_lookup(name) == (tpu_op_id_t)i);
+    if (i > 1) CHECK(strcmp(tpu_op_id_name((tpu_op_id_t)(i - 1)), name) < 0);
+  }
+  CHECK(!strcmp(tpu_op_id_name(TPU_OPID_add), "add"));
+  CHECK(tpu_op_id_of("add.Tensor") == TPU_OPID_add);
+  CHECK(tpu_op_id_of("add_.Tensor") == TPU_OPID_add);
+  CHECK(tpu_op_id_of("add.out") == TPU_OPID_add);
+  CHECK(tpu_op_id_of("_softmax") == TPU_OPID__softmax);
+  CHECK(tpu_op_id_of("relu_") == TPU_OPID_relu);
+  CHECK(tpu_op_id_of("not_an_op") == TPU_OPID_NONE);
+  CHECK(tpu_op_id_lookup("") == TPU_OPID_NONE);
+  CHECK(tpu_op_id_lookup(NULL) == TPU_OPID_NONE);
+  char b[8];
+  tpu_op_base_name("native_layer_norm.out", b, sizeof b);
+  CHECK(!strcmp(b, "native"));
+}
 
 int main(void) {
+  test_op_ids();
+  /* sorted, unique, and every name a family with an op id (tools/gen_op_ids.py) */
   const char* bad = NULL;
   int pos = tpu_lower_check(&bad);
-  if (pos) fprintf(stderr, "lowering tables out of order at %d: %s\n", pos, bad ? bad : "?");
+  if (pos)
+    fprintf(stderr, "lowering tables out of order, or a name without an op id (make opids), at %d: %s\n",
+            pos, bad ? bad : "?");
   CHECK(pos == 0);
 
   /* the listing: count names, strictly increasing, each one supported */

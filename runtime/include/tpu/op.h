@@ -75,10 +75,36 @@ enum {
   TPU_OP_RANDOM = 1u << 0, /* consumes the device generator: seed + offset */
 };
 
+/* Op ids: one dense id per op family, the ATen base name shared by an op's
+ * overloads ("add" for add.Tensor, add_.Tensor and add.out; see
+ * tpu_op_base_name). The families are generated (tools/gen_op_ids.py, run by
+ * `make defs`) from the kernel inventories and the lowering tables into
+ * tpu/op_ids.def, one TPU_OPID(family) row each, sorted by name; the runtime,
+ * the fusion planner, the profiler and the lowering compare ids, not names. */
+typedef enum tpu_op_id {
+  TPU_OPID_NONE = 0, /* a family outside the generated list */
+#define TPU_OPID(name) TPU_OPID_##name,
+#include "tpu/op_ids.def"
+#undef TPU_OPID
+  TPU_OPID_COUNT
+} tpu_op_id_t;
+
+/* The family name of an id ("add"), NULL for TPU_OPID_NONE and ids out of range. */
+const char* tpu_op_id_name(tpu_op_id_t id);
+/* The id of a family name ("add"), TPU_OPID_NONE when it has none; NULL answers NONE. */
+tpu_op_id_t tpu_op_id_lookup(const char* base);
+/* The family (base name) of an ATen overload name: the name before the '.',
+ * without a trailing in-place '_' ("add_.Tensor" -> "add", "__lshift__" ->
+ * "__lshift_"), truncated to cap - 1 characters. */
+void tpu_op_base_name(const char* overload, char* out, size_t cap);
+/* tpu_op_id_lookup of tpu_op_base_name(overload). */
+tpu_op_id_t tpu_op_id_of(const char* overload);
+
 typedef struct tpu_op {
   const char* name; /* ATen overload name: "add.Tensor", "add_.Tensor", "sum" */
   tpu_kernel_fn_t fn;
   uint32_t flags;
+  tpu_op_id_t id; /* its family; set by the op table (exec/op_table.c), not the inventories */
 } tpu_op_t;
 
 /* Finds the kernel for an ATen overload name; NULL when the runtime does not

@@ -153,6 +153,11 @@ static bool build_group(tpu_graph_t* gr, group_t* g, bool emit) {
     for (int k = 0; k < 3; k++) {
       snprintf(names[k], sizeof names[k], "0");
       if (f->t[k] < 0) continue;
+      if (fuse_operand_is_number(c, f->t[k])) { /* a Scalar overload's operand */
+        snprintf(names[k], sizeof names[k], "s[%d]", g->nscalars);
+        g->scalars[g->nscalars++] = (float)tpu_arg_f64(c, f->t[k], 0);
+        continue;
+      }
       tpu_tensor_t* t = c->args[f->t[k]].v.t;
       if (t->flags & TPU_TENSOR_CPU_SCALAR) {
         snprintf(names[k], sizeof names[k], "s[%d]", g->nscalars);
@@ -357,6 +362,11 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
     for (int k = 0; k < 3 && ok; k++) {
       snprintf(names[k], sizeof names[k], "0");
       if (f->t[k] < 0) continue;
+      if (k != bop && fuse_operand_is_number(c, f->t[k])) { /* a Scalar overload's operand */
+        snprintf(names[k], sizeof names[k], "s[%d]", g->nscalars);
+        g->scalars[g->nscalars++] = (float)tpu_arg_f64(c, f->t[k], 0);
+        continue;
+      }
       tpu_tensor_t* t = c->args[f->t[k]].v.t;
       if ((t->flags & TPU_TENSOR_CPU_SCALAR) && k != bop) {
         snprintf(names[k], sizeof names[k], "s[%d]", g->nscalars);

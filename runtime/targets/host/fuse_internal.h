@@ -65,10 +65,11 @@ typedef void (*fused_fn_t)(const float* const* in, float* const* out, const floa
 typedef int (*rows_fn_t)(const void* const* in, void* const* out, const float* s, int64_t r0,
                          int64_t r1, int64_t len, const int64_t* per);
 
-/* a fusible op (fuse_plan.c's tables) */
+/* a fusible op: a row of the element-wise inventory (tpu/ew_ops.def, as
+ * fuse_plan.c reads it) */
 typedef struct {
-  const char* name;
-  const char* expr; /* over a, b, c (tensor inputs) and s0, s1 (scalars) */
+  const char* name; /* the inventory row */
+  const char* expr; /* over a, b, c (tensor or number operands) and s0, s1 (scalars) */
   int8_t t[3];      /* argument index of a, b, c (-1: none) */
   int8_t s[2];      /* argument index of s0, s1 (-1: none) */
   float sdef[2];    /* defaults when the argument is absent */
@@ -145,6 +146,9 @@ static inline bool fuse_is_scalar_tensor(const tpu_tensor_t* t) {
 /* ---- fuse_plan.c: what fuses ---- */
 /* The fusible op of c, NULL if none. */
 const fop_t* fuse_find_op(const tpu_call_t* c);
+/* Whether schema argument `arg` of c is a number (a Scalar overload's
+ * operand, add.Scalar's other): the generated kernel takes it as a scalar. */
+bool fuse_operand_is_number(const tpu_call_t* c, int arg);
 /* The same for the elementwise nodes of row groups, which also take masks;
  * *bool_operand: the index (0..2) of the bool operand, -1 if none. */
 const fop_t* fuse_find_row_op(const tpu_call_t* c, int* bool_operand);

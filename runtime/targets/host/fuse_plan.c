@@ -12,74 +12,108 @@
 #include "base/env.h"
 #include "targets/host/fuse_internal.h"
 
-/* ---- fusible ops ---- */
-#define T1 {0, -1, -1}
-#define T2 {0, 1, -1}
-#define T3 {0, 1, 2}
-#define S0 {-1, -1}
-static const fop_t k_ops[] = {
-    {"add.Tensor", "a + s0 * b", T2, {2, -1}, {1, 0}},
-    {"add_.Tensor", "a + s0 * b", T2, {2, -1}, {1, 0}},
-    {"sub.Tensor", "a - s0 * b", T2, {2, -1}, {1, 0}},
-    {"sub_.Tensor", "a - s0 * b", T2, {2, -1}, {1, 0}},
-    {"mul.Tensor", "a * b", T2, S0, {0, 0}},
-    {"mul_.Tensor", "a * b", T2, S0, {0, 0}},
-    {"div.Tensor", "a / b", T2, S0, {0, 0}},
-    {"div_.Tensor", "a / b", T2, S0, {0, 0}},
-    {"add.Scalar", "a + s1 * s0", T1, {1, 2}, {0, 1}},
-    {"add_.Scalar", "a + s1 * s0", T1, {1, 2}, {0, 1}},
-    {"mul.Scalar", "a * s0", T1, {1, -1}, {0, 0}},
-    {"mul_.Scalar", "a * s0", T1, {1, -1}, {0, 0}},
-    {"div.Scalar", "a / s0", T1, {1, -1}, {0, 0}},
-    {"div_.Scalar", "a / s0", T1, {1, -1}, {0, 0}},
-    {"neg", "-a", T1, S0, {0, 0}},
-    {"exp", "EXP(a)", T1, S0, {0, 0}},
-    {"log", "LOG(a)", T1, S0, {0, 0}},
-    {"tanh", "TANH(a)", T1, S0, {0, 0}},
-    {"sigmoid", "SIGMOID(a)", T1, S0, {0, 0}},
-    {"relu", "a < 0 ? 0 : a", T1, S0, {0, 0}},
-    {"relu_", "a < 0 ? 0 : a", T1, S0, {0, 0}},
-    {"sqrt", "sqrt(a)", T1, S0, {0, 0}},
-    {"rsqrt", "1 / sqrt(a)", T1, S0, {0, 0}},
-    {"reciprocal", "1 / a", T1, S0, {0, 0}},
-    {"abs", "fabs(a)", T1, S0, {0, 0}},
-    {"erf", "ERF(a)", T1, S0, {0, 0}},
-    {"silu", "SILU(a)", T1, S0, {0, 0}},
-    {"square", "a * a", T1, S0, {0, 0}},
-    {"threshold_backward", "b <= s0 ? 0 : a", T2, {2, -1}, {0, 0}},
-    {"tanh_backward", "a * (1 - b * b)", T2, S0, {0, 0}},
-    {"sigmoid_backward", "a * (1 - b) * b", T2, S0, {0, 0}},
-    {"silu_backward", "a * SIGMOID(b) * (1 + b * (1 - SIGMOID(b)))", T2, S0, {0, 0}},
-    {"addcmul_", "a + s0 * b * c", T3, {3, -1}, {1, 0}},
-    {"addcmul", "a + s0 * b * c", T3, {3, -1}, {1, 0}},
-    {"addcdiv_", "a + s0 * (b / c)", T3, {3, -1}, {1, 0}},
-    {"addcdiv", "a + s0 * (b / c)", T3, {3, -1}, {1, 0}},
-    {"lerp_.Scalar", "(fabs(s0) < 0.5) ? a + s0 * (b - a) : b - (b - a) * (1 - s0)", T2, {2, -1},
-     {0, 0}},
+/* ---- fusible ops ----
+ * Every row of the element-wise inventory (tpu/ew_ops.def) as a fusible op:
+ * its float expression stringized from the macro argument the library kernel
+ * is compiled from, its operands (a, b, c: schema arguments 0, 1, 2) and its
+ * scalars. */
+enum {
+  FEW_NONE = 0,
+#define TPU_EW(NAME, KIND, K, SCALARS, HLO, HLO_OP, FEXPR, IEXPR) FEW_##NAME,
+#include "tpu/ew_ops.def"
+#undef TPU_EW
+  FEW_COUNT
 };
-static const fop_t k_gelu[2] = {{"gelu", "GELU(a)", T1, S0, {0, 0}},
-                                {"gelu", "GELU_TANH(a)", T1, S0, {0, 0}}};
-static const fop_t k_gelu_bw[2] = {
-    {"gelu_backward",
-     "a * (LIT(0.5) * (1 + ERF(b * LIT(M_SQRT1_2_))) + b * LIT(M_2_SQRTPI_ * M_SQRT1_2_ * 0.5) * "
-     "EXP(LIT(-0.5) * b * b))",
-     T2, S0, {0, 0}},
-    {"gelu_backward",
-     "a * (LIT(0.5) * (1 + GELU_TANH_INNER(b)) + LIT(0.5) * b * (1 - GELU_TANH_INNER(b) * "
-     "GELU_TANH_INNER(b)) * LIT(KBETA_) * (1 + 3 * LIT(KKAPPA_) * b * b))",
-     T2, S0, {0, 0}}};
+#define FOP_SCALARS_(arg0, dflt0, arg1, dflt1) {arg0, arg1}, {dflt0, dflt1}
+#define FOP_OPERANDS_(K) {(K) > 0 ? 0 : -1, (K) > 1 ? 1 : -1, (K) > 2 ? 2 : -1}
+static const fop_t k_ew[FEW_COUNT] = {
+#define TPU_EW(NAME, KIND, K, SCALARS, HLO, HLO_OP, FEXPR, IEXPR) \
+  [FEW_##NAME] = {#NAME, #FEXPR, FOP_OPERANDS_(K), FOP_SCALARS_ SCALARS},
+#include "tpu/ew_ops.def"
+#undef TPU_EW
+};
+
+/* The overloads that fuse, by op family: the inventory row their library
+ * kernel runs and the overloads themselves (resolved to the op table's ops
+ * once). A Scalar overload's number operand (add.Scalar's other) is a scalar
+ * of the generated kernel. ROWS_ONLY: only row groups take it (a bool
+ * operand, bool_operand). gelu and gelu_backward pick their row by the
+ * approximation (fuse_find_op). */
+enum { MAX_OVERLOADS = 4 };
+typedef struct {
+  int row; /* FEW_* */
+  int8_t bool_operand; /* row groups: the bool operand (a, b, c), -1 none */
+  bool rows_only;
+  const char* overloads[MAX_OVERLOADS];
+} fuse_family_t;
+/* family FAM runs inventory row ROW for the overloads listed */
+#define FUSE_AS(FAM, ROW, ...) [TPU_OPID_##FAM] = {FEW_##ROW, -1, false, {__VA_ARGS__}}
+/* FAM's functional overload, of the row named after it */
+#define FUSE(FAM) FUSE_AS(FAM, FAM, #FAM)
+static const fuse_family_t k_families[TPU_OPID_COUNT] = {
+    FUSE_AS(add, add, "add.Tensor", "add_.Tensor", "add.Scalar", "add_.Scalar"),
+    FUSE_AS(sub, sub, "sub.Tensor", "sub_.Tensor"),
+    FUSE_AS(mul, mul, "mul.Tensor", "mul_.Tensor", "mul.Scalar", "mul_.Scalar"),
+    FUSE_AS(div, div, "div.Tensor", "div_.Tensor", "div.Scalar", "div_.Scalar"),
+    FUSE(neg), FUSE(exp), FUSE(log), FUSE(tanh), FUSE(sigmoid), FUSE(sqrt), FUSE(rsqrt),
+    FUSE(reciprocal), FUSE(abs), FUSE(erf), FUSE(silu), FUSE(square),
+    FUSE_AS(relu, relu, "relu", "relu_"),
+    FUSE(threshold_backward), FUSE(tanh_backward), FUSE(sigmoid_backward), FUSE(silu_backward),
+    FUSE_AS(addcmul, addcmul, "addcmul", "addcmul_"),
+    FUSE_AS(addcdiv, addcdiv, "addcdiv", "addcdiv_"),
+    FUSE_AS(lerp, lerp_s, "lerp_.Scalar"),
+    FUSE(gelu), FUSE(gelu_backward), /* the row by approximation: family_op */
+    /* row groups only: a bool operand (masked_fill's mask b, where's condition a) */
+    [TPU_OPID_masked_fill] = {FEW_masked_fill, 1, true, {"masked_fill.Scalar", "masked_fill_.Scalar"}},
+    [TPU_OPID_where] = {FEW_where, 0, true, {"where.self"}},
+};
+
+/* k_families' overloads as ops of the table, and the planner's other ops */
+static const tpu_op_t* g_family_ops[TPU_OPID_COUNT][MAX_OVERLOADS];
+static const tpu_op_t *g_softmax, *g_log_softmax, *g_layer_norm, *g_mm, *g_addmm;
+static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
+
+static void resolve_ops(void) {
+  for (int id = 1; id < TPU_OPID_COUNT; id++)
+    for (int k = 0; k < MAX_OVERLOADS && k_families[id].overloads[k]; k++)
+      g_family_ops[id][k] = tpu_op_lookup(k_families[id].overloads[k]);
+  g_softmax = tpu_op_lookup("_softmax");
+  g_log_softmax = tpu_op_lookup("_log_softmax");
+  g_layer_norm = tpu_op_lookup("native_layer_norm");
+  g_mm = tpu_op_lookup("mm");
+  g_addmm = tpu_op_lookup("addmm");
+}
+
+/* c's family entry when its overload is one that fuses, else NULL */
+static const fuse_family_t* family_of(const tpu_call_t* c) {
+  const tpu_op_id_t id = c->op->id;
+  if (id <= TPU_OPID_NONE || id >= TPU_OPID_COUNT || !k_families[id].row) return NULL;
+  pthread_once(&g_ops_once, resolve_ops);
+  for (int k = 0; k < MAX_OVERLOADS; k++)
+    if (g_family_ops[id][k] == c->op) return &k_families[id];
+  return NULL;
+}
+
+/* the fusible op of a call of a family that fuses: gelu's approximation
+ * picks the row */
+static const fop_t* family_op(const tpu_call_t* c, const fuse_family_t* fam) {
+  if (c->op->id == TPU_OPID_gelu)
+    return &k_ew[!strcmp(tpu_arg_str(c, 1, "none"), "tanh") ? FEW_gelu_tanh : FEW_gelu];
+  if (c->op->id == TPU_OPID_gelu_backward)
+    return &k_ew[!strcmp(tpu_arg_str(c, 2, "none"), "tanh") ? FEW_gelu_tanh_backward
+                                                             : FEW_gelu_backward];
+  return &k_ew[fam->row];
+}
 
 const fop_t* fuse_find_op(const tpu_call_t* c) {
-  const char* n = c->op->name;
-  if (!strcmp(n, "gelu") || !strcmp(n, "gelu_backward")) {
-    int ai = !strcmp(n, "gelu") ? 1 : 2;
-    const char* ap = tpu_arg_str(c, ai, "none");
-    int k = !strcmp(ap, "tanh") ? 1 : 0;
-    return !strcmp(n, "gelu") ? &k_gelu[k] : &k_gelu_bw[k];
-  }
-  for (size_t i = 0; i < sizeof k_ops / sizeof k_ops[0]; i++)
-    if (!strcmp(k_ops[i].name, n)) return &k_ops[i];
-  return NULL;
+  const fuse_family_t* fam = family_of(c);
+  return fam && !fam->rows_only ? family_op(c, fam) : NULL;
+}
+
+bool fuse_operand_is_number(const tpu_call_t* c, int arg) {
+  if (arg < 0 || arg >= c->nargs) return false;
+  const tpu_arg_kind_t k = c->args[arg].kind;
+  return k == TPU_ARG_INT || k == TPU_ARG_DOUBLE || k == TPU_ARG_BOOL;
 }
 
 static fuse_config_t g_cfg = {.enabled = true, .async = true, .rows = true, .epilogues = true};
@@ -110,7 +144,7 @@ static bool fusible(const tpu_call_t* c, int64_t* n) {
   int64_t on = tpu_tensor_numel(o);
   if (on < 1 || (*n >= 0 && on != *n)) return false;
   for (int k = 0; k < 3; k++) {
-    if (f->t[k] < 0) continue;
+    if (f->t[k] < 0 || fuse_operand_is_number(c, f->t[k])) continue;
     const tpu_tensor_t* t = tpu_arg_tensor(c, f->t[k]);
     if (t && (t->flags & TPU_TENSOR_CPU_SCALAR) && t->dtype != TPU_BOOL) continue;
     if (!t || t->dtype != TPU_F32) return false;
@@ -139,23 +173,11 @@ static bool fusible(const tpu_call_t* c, int64_t* n) {
  * or broadcast over leading dims (an attention mask [T, T] against
  * scores [B, H, T, T], a bias [L]): row r reads row r % per of such a
  * buffer. */
-static const fop_t k_masked_fill = {"masked_fill.Scalar", "b ? s0 : a", T2, {2, -1}, {0, 0}};
-static const fop_t k_masked_fill_ = {"masked_fill_.Scalar", "b ? s0 : a", T2, {2, -1}, {0, 0}};
-static const fop_t k_where = {"where.self", "a ? b : c", T3, S0, {0, 0}};
-
 /* elementwise ops of row groups: the flat ones plus masks */
 const fop_t* fuse_find_row_op(const tpu_call_t* c, int* bool_operand) {
-  const char* n = c->op->name;
-  *bool_operand = -1;
-  if (!strcmp(n, "masked_fill.Scalar") || !strcmp(n, "masked_fill_.Scalar")) {
-    *bool_operand = 1;
-    return n[11] == '_' ? &k_masked_fill_ : &k_masked_fill;
-  }
-  if (!strcmp(n, "where.self")) {
-    *bool_operand = 0;
-    return &k_where;
-  }
-  return fuse_find_op(c);
+  const fuse_family_t* fam = family_of(c);
+  *bool_operand = fam ? fam->bool_operand : -1;
+  return fam ? family_op(c, fam) : NULL;
 }
 
 static bool flat_f32(const tpu_tensor_t* t) {
@@ -165,17 +187,20 @@ static bool flat_f32(const tpu_tensor_t* t) {
 /* The row reduction kind of c with its rows and row length, RED_NONE if
  * it is not one the row groups take. */
 int fuse_row_reduction(const tpu_call_t* c, int64_t* R, int64_t* L) {
-  const char* n = c->op->name;
+  const tpu_op_id_t id = c->op->id;
+  if (id != TPU_OPID__softmax && id != TPU_OPID__log_softmax && id != TPU_OPID_native_layer_norm)
+    return RED_NONE;
+  pthread_once(&g_ops_once, resolve_ops);
   const tpu_tensor_t* x = tpu_arg_tensor(c, 0);
   if (!flat_f32(x) || c->nouts < 1 || !flat_f32(&c->outs[0])) return RED_NONE;
   const int64_t len = x->sizes[x->ndim - 1], numel = tpu_tensor_numel(x);
   if (len < 1 || tpu_tensor_numel(&c->outs[0]) != numel) return RED_NONE;
   int kind = RED_NONE;
-  if (!strcmp(n, "_softmax") || !strcmp(n, "_log_softmax")) {
+  if (c->op == g_softmax || c->op == g_log_softmax) {
     int64_t d = tpu_arg_i64(c, 1, -1);
     if ((d != -1 && d != x->ndim - 1) || tpu_arg_bool(c, 2, false)) return RED_NONE;
-    kind = n[1] == 'l' ? RED_LOG_SOFTMAX : RED_SOFTMAX;
-  } else if (!strcmp(n, "native_layer_norm")) {
+    kind = c->op == g_log_softmax ? RED_LOG_SOFTMAX : RED_SOFTMAX;
+  } else if (c->op == g_layer_norm) {
     if (c->nargs < 5 || c->args[1].kind != TPU_ARG_INTLIST || c->args[1].n != 1 ||
         c->args[1].v.ilist[0] != len || c->nouts != 3)
       return RED_NONE;
@@ -230,7 +255,7 @@ static bool row_elementwise(const tpu_call_t* c, int64_t R, int64_t L) {
   const tpu_tensor_t* o = &c->outs[0];
   if (!flat_f32(o) || tpu_tensor_numel(o) != R * L) return false;
   for (int k = 0; k < 3; k++) {
-    if (f->t[k] < 0) continue;
+    if (f->t[k] < 0 || (k != bop && fuse_operand_is_number(c, f->t[k]))) continue;
     const tpu_tensor_t* t = tpu_arg_tensor(c, f->t[k]);
     if (!t) return false;
     if (k == bop) {
@@ -486,10 +511,11 @@ static void plan_rows(tpu_graph_t* gr, tpu_fusion_plan_t** pp, bool* taken, int*
  * on each block right after it, while the block is in cache. A product
  * that nothing else needs goes to a scratch block and never gets memory. */
 static bool mm_node(const tpu_call_t* c, int64_t* M, int64_t* N) {
-  const char* n = c->op->name;
+  if (c->op->id != TPU_OPID_mm && c->op->id != TPU_OPID_addmm) return false;
+  pthread_once(&g_ops_once, resolve_ops);
   int a1;
-  if (!strcmp(n, "mm")) a1 = 0;
-  else if (!strcmp(n, "addmm")) a1 = 1;
+  if (c->op == g_mm) a1 = 0;
+  else if (c->op == g_addmm) a1 = 1;
   else return false;
   const tpu_tensor_t* o = &c->outs[0];
   const tpu_tensor_t* x = tpu_arg_tensor(c, a1);

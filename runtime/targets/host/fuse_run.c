@@ -74,7 +74,7 @@ done:
 /* The product in blocks of rows, each followed by the epilogue on it. */
 static tpu_status_t run_mm_group(const group_t* g) {
   const tpu_call_t* mm = g->mm;
-  const bool add = mm->op->name[0] == 'a';
+  const bool add = mm->op->id == TPU_OPID_addmm;
   const int a1 = add ? 1 : 0;
   const int64_t M = g->rows, N = g->len;
   int64_t rb = ((int64_t)1 << 16) / N; /* rows per block: about 256 KiB of product */

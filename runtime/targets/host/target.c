@@ -196,7 +196,7 @@ static tpu_status_t host_copy_d2d_async(void* ctx, tpu_stream_t* s, void* dst, c
 
 /* ---- ops: the kernel library's inventory ---- */
 static const tpu_op_t g_host_ops[] = {
-#define TPU_OP(name, fn, flags) {name, fn, flags},
+#define TPU_OP(name, fn, flags) {name, fn, flags, TPU_OPID_NONE}, /* id: set by the op table */
 #include "targets/host/kernels/ops_all.def"
 #undef TPU_OP
 };

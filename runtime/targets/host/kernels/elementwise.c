@@ -277,143 +277,40 @@ static inline int64_t isign(int64_t a) { return (a > 0) - (a < 0); }
 #define NANPROP_MIN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : ((a) < (b) ? (a) : (b)))
 #include "ew_exprs.h" /* SIGMOID, GELU, ...: shared with generated fused kernels */
 
-/* binary arithmetic: s0 = alpha */
-OP_FI(2, add, a + s0 * b, UADD(a, UMUL(s0, b)))
-OP_FI(2, sub, a - s0 * b, USUB(a, UMUL(s0, b)))
-OP_FI(2, rsub, b - s0 * a, USUB(b, UMUL(s0, a)))
-OP_FI(2, mul, a * b, UMUL(a, b))
-OP_FI(2, div, a / b, idiv_trunc(cx, a, b))
-OP_FI(2, div_trunc, trunc(a / b), idiv_trunc(cx, a, b))
-OP_FI(2, div_floor, floor_div_d((double)a, (double)b), idiv_floor(cx, a, b))
-OP_FI(2, remainder, fmod_floor((double)a, (double)b), imod_floor(cx, a, b))
-OP_FI(2, fmod, fmod(a, b), imod_trunc(cx, a, b))
-OP_FI(2, pow, pow(a, b), ipow(a, b))
-OP_FI(2, maximum, NANPROP_MAX(a, b), (a > b ? a : b))
-OP_FI(2, minimum, NANPROP_MIN(a, b), (a < b ? a : b))
-OP_FI(2, fmax, fmax(a, b), (a > b ? a : b))
-OP_FI(2, fmin, fmin(a, b), (a < b ? a : b))
-OP_F(2, atan2, atan2(a, b))
-OP_F(2, hypot, hypot(a, b))
-OP_F(2, xlogy, (b != b) ? b : (a == 0 ? 0 : a * LOG(b)))
-OP_F(2, copysign, copysign(a, b))
-/* comparisons (compute in the common type, store as bool) */
-OP_FI(2, eq, a == b, a == b)
-OP_FI(2, ne, a != b, a != b)
-OP_FI(2, lt, a < b, a < b)
-OP_FI(2, le, a <= b, a <= b)
-OP_FI(2, gt, a > b, a > b)
-OP_FI(2, ge, a >= b, a >= b)
-OP_FI(2, logical_and, (a != 0) && (b != 0), (a != 0) && (b != 0))
-OP_FI(2, logical_or, (a != 0) || (b != 0), (a != 0) || (b != 0))
-OP_FI(2, logical_xor, (a != 0) != (b != 0), (a != 0) != (b != 0))
-OP_FI(1, logical_not, a == 0, a == 0)
-OP_I(2, bitwise_and, a & b)
-OP_I(2, bitwise_or, a | b)
-OP_I(2, bitwise_xor, a ^ b)
-OP_I(1, bitwise_not, ~a)
-OP_I(1, bool_not, !a)
-OP_I(2, lshift, (b < 0 || b >= 64) ? 0 : (int64_t)((uint64_t)a << b))
-OP_I(2, rshift, (b < 0 || b >= 64) ? (a < 0 ? -1 : 0) : (a >> b))
-/* unary math */
-OP_FI(1, neg, -a, USUB(0, a))
-OP_FI(1, abs, fabs(a), (a < 0 ? USUB(0, a) : a))
-OP_FI(1, sign, (a > 0) - (a < 0), isign(a))
-OP_FI(1, square, a * a, UMUL(a, a))
-OP_F(1, exp, EXP(a))
-OP_F(1, exp2, exp2(a))
-OP_F(1, expm1, expm1(a))
-OP_F(1, log, LOG(a))
-OP_F(1, log2, log2(a))
-OP_F(1, log10, log10(a))
-OP_F(1, log1p, log1p(a))
-OP_F(1, sqrt, sqrt(a))
-OP_F(1, rsqrt, 1 / sqrt(a))
-OP_F(1, reciprocal, 1 / a)
-OP_F(1, sin, sin(a))
-/* the argument of a real number: pi for negatives, 0 otherwise, NaN kept */
-OP_F(1, angle, a != a ? a : (a < 0 ? LIT(3.14159265358979323846) : LIT(0)))
-OP_F(1, cos, cos(a))
-OP_F(1, tan, tan(a))
-OP_F(1, asin, asin(a))
-OP_F(1, acos, acos(a))
-OP_F(1, atan, atan(a))
-OP_F(1, sinh, sinh(a))
-OP_F(1, cosh, cosh(a))
-OP_F(1, tanh, TANH(a))
-OP_F(1, asinh, asinh(a))
-OP_F(1, acosh, acosh(a))
-OP_F(1, atanh, atanh(a))
-OP_F(1, erf, ERF(a))
-OP_F(1, erfc, erfc(a))
-OP_F(1, lgamma, lgamma(a))
-OP_F(1, sigmoid, SIGMOID(a))
-OP_F(1, logit, LOG(a / (1 - a)))
-OP_FI(1, floor, floor(a), a)
-OP_FI(1, ceil, ceil(a), a)
-OP_FI(1, round, nearbyint(a), a)
-OP_FI(1, trunc, trunc(a), a)
-OP_F(1, frac, a - trunc(a))
-OP_F(1, round_dec, nearbyint(a * s0) / s0)
-OP_F(1, round_negdec, nearbyint(a / s0) * s0)
-OP_F(1, isnan, a != a)
-OP_F(1, isinf, isinf(a) ? 1 : 0)
-OP_F(1, isposinf, (isinf(a) && a > 0) ? 1 : 0)
-OP_F(1, isneginf, (isinf(a) && a < 0) ? 1 : 0)
-OP_F(1, isfinite, isfinite(a) ? 1 : 0)
-OP_F(1, nan_to_num, (a != a) ? s0 : (isinf(a) ? (a > 0 ? s1 : -s1) : a))
-/* activations */
-OP_FI(1, relu, a < 0 ? 0 : a, a < 0 ? 0 : a) /* keeps NaN and -0.0 like PyTorch */
-OP_F(1, silu, SILU(a))
-OP_F(1, gelu, GELU(a))
-OP_F(1, gelu_tanh, GELU_TANH(a))
-OP_F(1, leaky_relu, a > 0 ? a : a * s0)
-OP_F(1, softplus, (a * s0 > s1) ? a : log1p(exp(a * s0)) / s0)
-OP_F(1, elu, a > 0 ? a : s0 * (EXP(a) - 1))
-OP_FI(1, hardtanh, a < s0 ? s0 : (a > s1 ? s1 : a), a < s0 ? s0 : (a > s1 ? s1 : a))
-OP_F(1, hardsigmoid, a <= -3 ? 0 : (a >= 3 ? 1 : a / 6 + 0.5))
-OP_F(1, hardswish, a <= -3 ? 0 : (a >= 3 ? a : a * (a + 3) / 6))
-OP_F(1, mish, a * tanh(log1p(exp(a))))
-/* clamp with scalar bounds: s0 = min, s1 = max (has flags in ctx) */
-OP_FI(1, clamp_both, MIN_KEEP(MAX_KEEP(a, s0), s1), MIN_KEEP(MAX_KEEP(a, s0), s1))
-OP_FI(1, clamp_lo, MAX_KEEP(a, s0), MAX_KEEP(a, s0))
-OP_FI(1, clamp_hi, MIN_KEEP(a, s1), MIN_KEEP(a, s1))
-/* tensor clamp: b = min, c = max */
-OP_FI(3, clamp_t, NANPROP_MIN(NANPROP_MAX(a, b), c), ((a < b ? b : a) > c ? c : (a < b ? b : a)))
-OP_FI(2, clamp_tlo, NANPROP_MAX(a, b), (a < b ? b : a))
-OP_FI(2, clamp_thi, NANPROP_MIN(a, b), (a > b ? b : a))
-/* selection: a = condition */
-OP_FI(3, where, a != 0 ? b : c, a != 0 ? b : c)
-/* masked fill: a = self, b = mask, c = value */
-OP_FI(3, masked_fill, b != 0 ? c : a, b != 0 ? c : a)
-OP_FI(0, fill, s0, s0) /* no inputs: tpu_k_fill passes none */
-/* lerp: a + weight * (b - a) */
-OP_F(2, lerp_s, (fabs(s0) < 0.5) ? a + s0 * (b - a) : b - (b - a) * (1 - s0))
-OP_F(3, lerp_t, (fabs(c) < 0.5) ? a + c * (b - a) : b - (b - a) * (1 - c))
-OP_FI(3, addcmul, a + s0 * b * c, UADD(a, UMUL(s0, UMUL(b, c))))
-OP_F(3, addcdiv, a + s0 * (b / c))
-/* backward formulas: a = grad, b = saved tensor */
-OP_FI(2, threshold_backward, b <= s0 ? 0 : a, b <= s0 ? 0 : a)
-OP_FI(2, threshold, a <= s0 ? s1 : a, a <= s0 ? s1 : a)
-OP_F(2, sigmoid_backward, a * (1 - b) * b)
-OP_F(2, tanh_backward, a * (1 - b * b))
-OP_F(2, silu_backward, a * SIGMOID(b) * (1 + b * (1 - SIGMOID(b))))
-OP_F(2, gelu_backward,
-     a * (LIT(0.5) * (1 + ERF(b * LIT(M_SQRT1_2_))) +
-          b * LIT(M_2_SQRTPI_ * M_SQRT1_2_ * 0.5) * EXP(LIT(-0.5) * b * b)))
-OP_F(2, gelu_tanh_backward,
-     a * (LIT(0.5) * (1 + GELU_TANH_INNER(b)) +
-          LIT(0.5) * b * (1 - GELU_TANH_INNER(b) * GELU_TANH_INNER(b)) * LIT(KBETA_) *
-              (1 + 3 * LIT(KKAPPA_) * b * b)))
-OP_F(2, leaky_relu_backward, b > 0 ? a : a * s0)
-OP_FI(2, hardtanh_backward, (b <= s0 || b >= s1) ? 0 : a, (b <= s0 || b >= s1) ? 0 : a)
-OP_F(2, softplus_backward, (b * s0 > s1) ? a : a * SIGMOID(b * s0))
-OP_F(2, hardsigmoid_backward, (b > -3 && b < 3) ? a / 6 : 0)
-OP_F(2, hardswish_backward, b < -3 ? 0 : (b <= 3 ? a * ((b / 3) + 0.5) : a))
-OP_F(2, mish_backward,
-     a * (tanh(log1p(exp(b))) + b * SIGMOID(b) * (1 - tanh(log1p(exp(b))) * tanh(log1p(exp(b))))))
-OP_F(2, logit_backward, (b < 0 || b > 1) ? NAN : a / (b * (1 - b)))
-/* with eps: no gradient where the forward clamped to [eps, 1 - eps] */
-OP_F(2, logit_backward_eps, (b < s0 || b > s1) ? 0 : a / (b * (1 - b)))
+/* The loop sets, one per row of the element-wise inventory (tpu/ew_ops.def,
+ * which the fusion planner and the StableHLO lowering read too): NAME_loops. */
+#define EW_ROW_FI(K, NAME, FEXPR, IEXPR) OP_FI(K, NAME, FEXPR, IEXPR)
+#define EW_ROW_F(K, NAME, FEXPR, IEXPR) OP_F(K, NAME, FEXPR)
+#define EW_ROW_I(K, NAME, FEXPR, IEXPR) OP_I(K, NAME, IEXPR)
+#define TPU_EW(NAME, KIND, K, SCALARS, HLO, HLO_OP, FEXPR, IEXPR) EW_ROW_##KIND(K, NAME, FEXPR, IEXPR)
+#include "tpu/ew_ops.def"
+#undef TPU_EW
+
+/* the inventory's rows and where their scalars s0, s1 come from */
+enum {
+#define TPU_EW(NAME, KIND, K, SCALARS, HLO, HLO_OP, FEXPR, IEXPR) EW_##NAME,
+#include "tpu/ew_ops.def"
+#undef TPU_EW
+  EW_COUNT
+};
+typedef struct {
+  int8_t arg[2]; /* schema argument of s0, s1; -1: none */
+  double dflt[2];
+} ew_scalars_t;
+#define EW_SCALARS_(arg0, dflt0, arg1, dflt1) {{arg0, arg1}, {dflt0, dflt1}}
+static const ew_scalars_t k_scalars[EW_COUNT] = {
+#define TPU_EW(NAME, KIND, K, SCALARS, HLO, HLO_OP, FEXPR, IEXPR) [EW_##NAME] = EW_SCALARS_ SCALARS,
+#include "tpu/ew_ops.def"
+#undef TPU_EW
+};
+/* scalar k (0: s0, 1: s1) of inventory row `row` as call c passes it */
+static double ew_scalar(const tpu_call_t* c, int row, int k) {
+  const ew_scalars_t* s = &k_scalars[row];
+  return s->arg[k] < 0 ? s->dflt[k] : tpu_arg_f64(c, s->arg[k], s->dflt[k]);
+}
+/* s0, s1 of row NAME for the call `c` in scope */
+#define S0_OF(NAME) ew_scalar(c, EW_##NAME, 0)
+#define S01_OF(NAME) ew_scalar(c, EW_##NAME, 0), ew_scalar(c, EW_##NAME, 1)
 
 /* ---- helpers for kernels ---- */
 static const tpu_tensor_t* scalar_arg_tensor(const tpu_call_t* call, int i, tpu_tensor_t* tmp) {
@@ -565,22 +462,21 @@ static tpu_status_t unary(const char* op, const tpu_call_t* call, const tpu_loop
 }
 
 /* ---- kernels ---- */
-#define ALPHA(i) tpu_arg_f64(c, i, 1.0)
 
 /* CPU casts alpha to the common dtype: for bool operands any nonzero alpha is
  * True (True + True * -1 is True, fuzz seed 16052) */
 static double alpha_in_common_dtype(const tpu_call_t* c) {
   tpu_tensor_t t0, t1;
   const tpu_tensor_t* ins[2] = {scalar_arg_tensor(c, 0, &t0), scalar_arg_tensor(c, 1, &t1)};
-  double alpha = ALPHA(2);
+  double alpha = S0_OF(add);
   return tpu_result_type(ins, 2) == TPU_BOOL ? (double)(alpha != 0) : alpha;
 }
 
 tpu_status_t tpu_k_add(const tpu_call_t* c) {
   return binary("add", c, &add_loops, alpha_in_common_dtype(c), false);
 }
-tpu_status_t tpu_k_sub(const tpu_call_t* c) { return binary("sub", c, &sub_loops, ALPHA(2), false); }
-tpu_status_t tpu_k_rsub(const tpu_call_t* c) { return binary("rsub", c, &rsub_loops, ALPHA(2), false); }
+tpu_status_t tpu_k_sub(const tpu_call_t* c) { return binary("sub", c, &sub_loops, S0_OF(sub), false); }
+tpu_status_t tpu_k_rsub(const tpu_call_t* c) { return binary("rsub", c, &rsub_loops, S0_OF(rsub), false); }
 /* mul and the divisions read a 0-d `other` at full precision for bf16/f16
  * (CPU's *_reduced_float kernels); see round_scalar_inputs */
 tpu_status_t tpu_k_mul(const tpu_call_t* c) { return binary_ex("mul", c, &mul_loops, 0, false, true); }
@@ -775,7 +671,7 @@ static tpu_status_t grad2(const char* op, const tpu_call_t* c, const tpu_loop_se
   return run(op, c, ins, 2, l, s0, s1, false);
 }
 tpu_status_t tpu_k_threshold_backward(const tpu_call_t* c) {
-  return grad2("threshold_backward", c, &threshold_backward_loops, tpu_arg_f64(c, 2, 0), 0);
+  return grad2("threshold_backward", c, &threshold_backward_loops, S01_OF(threshold_backward));
 }
 tpu_status_t tpu_k_sigmoid_backward(const tpu_call_t* c) { return grad2("sigmoid_backward", c, &sigmoid_backward_loops, 0, 0); }
 tpu_status_t tpu_k_tanh_backward(const tpu_call_t* c) { return grad2("tanh_backward", c, &tanh_backward_loops, 0, 0); }
@@ -790,33 +686,33 @@ tpu_status_t tpu_k_logit_backward(const tpu_call_t* c) {
   return grad2("logit_backward", c, &logit_backward_eps_loops, eps, 1 - eps);
 }
 tpu_status_t tpu_k_leaky_relu_backward(const tpu_call_t* c) {
-  return grad2("leaky_relu_backward", c, &leaky_relu_backward_loops, tpu_arg_f64(c, 2, 0.01), 0);
+  return grad2("leaky_relu_backward", c, &leaky_relu_backward_loops, S01_OF(leaky_relu_backward));
 }
 tpu_status_t tpu_k_hardtanh_backward(const tpu_call_t* c) {
-  return grad2("hardtanh_backward", c, &hardtanh_backward_loops, tpu_arg_f64(c, 2, -1), tpu_arg_f64(c, 3, 1));
+  return grad2("hardtanh_backward", c, &hardtanh_backward_loops, S01_OF(hardtanh_backward));
 }
 tpu_status_t tpu_k_softplus_backward(const tpu_call_t* c) {
-  return grad2("softplus_backward", c, &softplus_backward_loops, tpu_arg_f64(c, 2, 1), tpu_arg_f64(c, 3, 20));
+  return grad2("softplus_backward", c, &softplus_backward_loops, S01_OF(softplus_backward));
 }
 tpu_status_t tpu_k_threshold(const tpu_call_t* c) {
   const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
-  return run("threshold", c, ins, 1, &threshold_loops, tpu_arg_f64(c, 1, 0), tpu_arg_f64(c, 2, 0), false);
+  return run("threshold", c, ins, 1, &threshold_loops, S01_OF(threshold), false);
 }
 tpu_status_t tpu_k_leaky_relu(const tpu_call_t* c) {
   const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
-  return run("leaky_relu", c, ins, 1, &leaky_relu_loops, tpu_arg_f64(c, 1, 0.01), 0, false);
+  return run("leaky_relu", c, ins, 1, &leaky_relu_loops, S01_OF(leaky_relu), false);
 }
 tpu_status_t tpu_k_hardtanh(const tpu_call_t* c) {
   const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
-  return run("hardtanh", c, ins, 1, &hardtanh_loops, tpu_arg_f64(c, 1, -1), tpu_arg_f64(c, 2, 1), false);
+  return run("hardtanh", c, ins, 1, &hardtanh_loops, S01_OF(hardtanh), false);
 }
 tpu_status_t tpu_k_softplus(const tpu_call_t* c) {
   const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
-  return run("softplus", c, ins, 1, &softplus_loops, tpu_arg_f64(c, 1, 1), tpu_arg_f64(c, 2, 20), false);
+  return run("softplus", c, ins, 1, &softplus_loops, S01_OF(softplus), false);
 }
 tpu_status_t tpu_k_elu(const tpu_call_t* c) {
   /* elu(self, alpha, scale, input_scale); other scales: misc.c */
-  double alpha = tpu_arg_f64(c, 1, 1), scale = tpu_arg_f64(c, 2, 1), iscale = tpu_arg_f64(c, 3, 1);
+  double alpha = S0_OF(elu), scale = tpu_arg_f64(c, 2, 1), iscale = tpu_arg_f64(c, 3, 1);
   if (scale != 1 || iscale != 1) return tpu_elu_scaled(c);
   const tpu_tensor_t* ins[1] = {tpu_arg_tensor(c, 0)};
   return run("elu", c, ins, 1, &elu_loops, alpha, 0, false);
@@ -934,12 +830,12 @@ tpu_status_t tpu_k_lerp(const tpu_call_t* c) {
     return run("lerp", c, ins, 3, &lerp_t_loops, 0, 0, false);
   }
   const tpu_tensor_t* ins[2] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1)};
-  return run("lerp", c, ins, 2, &lerp_s_loops, tpu_arg_f64(c, 2, 0), 0, false);
+  return run("lerp", c, ins, 2, &lerp_s_loops, S01_OF(lerp_s), false);
 }
 
 tpu_status_t tpu_k_addcmul(const tpu_call_t* c) {
   const tpu_tensor_t* ins[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2)};
-  return run("addcmul", c, ins, 3, &addcmul_loops, tpu_arg_f64(c, 3, 1), 0, false);
+  return run("addcmul", c, ins, 3, &addcmul_loops, S01_OF(addcmul), false);
 }
 
 tpu_status_t tpu_k_addcdiv(const tpu_call_t* c) {
@@ -948,7 +844,7 @@ tpu_status_t tpu_k_addcdiv(const tpu_call_t* c) {
     return TPU_ERR(INVALID_ARGUMENT,
                    "Integer division with addcdiv is no longer supported, and in a future release "
                    "addcdiv will perform a true division of tensor1 and tensor2.");
-  return run("addcdiv", c, ins, 3, &addcdiv_loops, tpu_arg_f64(c, 3, 1), 0, false);
+  return run("addcdiv", c, ins, 3, &addcdiv_loops, S01_OF(addcdiv), false);
 }
 
 tpu_status_t tpu_k_copy_(const tpu_call_t* c) {
