@@ -1,6 +1,6 @@
 /* The lowering layer's internal interface: the emitter core (lower/stablehlo.c)
  * that the per-family lowering files (lower/elementwise.c, reduce.c, matmul.c,
- * nn.c, shape.c, index.c, linalg.c) build their StableHLO from.
+ * nn.c, shape.c, index.c, linalg.c, special.c) build their StableHLO from.
  *
  * A lowering function receives the call as a node_t, the op's base name ("add"
  * for add_.Tensor, see base_name) and outs, which it fills by output index. It
@@ -102,7 +102,7 @@ typedef struct {
 } tpu_lower_table_t;
 
 extern const tpu_lower_table_t tpu_lower_elementwise, tpu_lower_shape, tpu_lower_matmul,
-    tpu_lower_reduce, tpu_lower_nn, tpu_lower_index, tpu_lower_linalg;
+    tpu_lower_reduce, tpu_lower_nn, tpu_lower_index, tpu_lower_linalg, tpu_lower_special;
 
 /* The entry for a base name, or NULL (a binary search of each family's table). */
 const tpu_lower_entry_t* tpu_lower_find(const char* base);

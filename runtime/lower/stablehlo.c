@@ -116,6 +116,7 @@ static bool same_shape(const ref_t* a, int nd, const int64_t* sz) {
 /* %N = "op"(ins) {attrs} : (types) -> result */
 ref_t emit(em_t* e, const char* op, int n, const ref_t* in, ref_t res, const char* fmt, ...) {
   res.id = e->next++;
+  res.sub = -1; /* a single result, whatever the template (a multi-result input) was */
   fprintf(e->f, "    %%%d = \"%s\"(", res.id, op);
   for (int i = 0; i < n; i++) {
     if (i) fputs(", ", e->f);
@@ -174,6 +175,7 @@ ref_t cst(em_t* e, tpu_dtype_t dt, double v) {
   fprintf(e->f, "    %%%d = \"stablehlo.constant\"() {value = dense<", r.id);
   if (dt == TPU_BOOL) fputs(v != 0 ? "true" : "false", e->f);
   else if (tpu_dtype_is_float(dt)) float_literal(e->f, dt, v);
+  else if (v >= 9223372036854775807.0) fprintf(e->f, "%" PRId64, INT64_MAX); /* (int64_t)2^63 overflows */
   else fprintf(e->f, "%" PRId64, (int64_t)v);
   return end_constant(e, r, ">");
 }
