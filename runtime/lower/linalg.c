@@ -164,8 +164,9 @@ static void getrf(em_t* e, ref_t a, lu_t* out) {
     ref_t mag = select3(e, compare(e, "GE", crow, cst_like(e, TPU_I64, (double)j, nd, csz)),
                         unop(e, "stablehlo.abs", col), cst_like(e, a.dt, -1, nd, csz));
     ref_t best = reduce(e, mag, 1, rd, "stablehlo.maximum", -INFINITY);
-    int64_t bdims[TPU_MAX_DIMS];
+    int64_t bdims[TPU_MAX_DIMS]; /* best: [batch..., 1], the column's dim last */
     for (int d = 0; d < nd - 2; d++) bdims[d] = d;
+    bdims[nd - 2] = nd - 1;
     ref_t is_best = compare(e, "EQ", mag, bcast_dims(e, best, nd, csz, bdims));
     ref_t p = reduce(e, select3(e, is_best, crow, cst_like(e, TPU_I64, (double)m, nd, csz)), 1, rd,
                      "stablehlo.minimum", (double)m);
@@ -270,8 +271,12 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
   const tpu_tensor_t* t = c->args[0].v.t;
   const tpu_dtype_t ft = t->dtype;
   if (t->ndim < 2 || (ft != TPU_F32 && ft != TPU_F64)) return false;
-  if (tpu_tensor_numel(t) == 0 && (!strcmp(base, "_linalg_det") || !strcmp(base, "_linalg_slogdet")))
-    return false; /* the determinant of an empty matrix is 1: not worth a path here */
+  if (tpu_tensor_numel(t) == 0 && (!strcmp(base, "_linalg_det") || !strcmp(base, "_linalg_slogdet"))) {
+    /* 0 x 0 matrices: det 1 (sign 1, log|det| 0); LU and pivots are empty */
+    for (int i = 0; i < c->nouts; i++)
+      outs[i] = cst_like(e, c->outs[i].dtype, i == 0 ? 1 : 0, c->outs[i].ndim, c->outs[i].sizes);
+    return true;
+  }
   if (tpu_tensor_numel(o) == 0 || tpu_tensor_numel(t) == 0) { /* nothing to factor or solve */
     for (int i = 0; i < c->nouts; i++)
       outs[i] = cst_like(e, c->outs[i].dtype, 0, c->outs[i].ndim, c->outs[i].sizes);
@@ -348,10 +353,9 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
   if (k > MAX_LU_COLS) return false;
   if (!strcmp(base, "linalg_lu_factor_ex") || !strcmp(base, "linalg_lu")) {
     if (!tpu_arg_bool(c, 1, true)) return false; /* pivot=False: not on the CPU either */
-    if (rows != cols) return false; /* rectangular factors: not yet */
     lu_t f;
     getrf(e, a, &f);
-    if (base[9] == 'f') { /* LU, pivots, info */
+    if (base[9] == '_') { /* linalg_lu_factor_ex: LU, pivots, info */
       outs[0] = f.lu;
       outs[1] = convert(e, f.piv, c->outs[1].dtype);
       outs[2] = convert(e, f.info, c->outs[2].dtype);
