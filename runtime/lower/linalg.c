@@ -274,7 +274,8 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
   if (tpu_tensor_numel(t) == 0 && (!strcmp(base, "_linalg_det") || !strcmp(base, "_linalg_slogdet"))) {
     /* 0 x 0 matrices: det 1 (sign 1, log|det| 0); LU and pivots are empty */
     for (int i = 0; i < c->nouts; i++)
-      outs[i] = cst_like(e, c->outs[i].dtype, i == 0 ? 1 : 0, c->outs[i].ndim, c->outs[i].sizes);
+      if (c->outs[i].dtype != TPU_DTYPE_NONE)
+        outs[i] = cst_like(e, c->outs[i].dtype, i == 0 ? 1 : 0, c->outs[i].ndim, c->outs[i].sizes);
     return true;
   }
   if (tpu_tensor_numel(o) == 0 || tpu_tensor_numel(t) == 0) { /* nothing to factor or solve */
@@ -403,7 +404,7 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
     int64_t rd[1] = {d.nd - 1};
     ref_t s = pivot_sign(e, f.piv, ft);
     int i = 0;
-    if (base[7] == 'd') {
+    if (base[8] == 'd') { /* _linalg_det */
       outs[i++] = binop(e, "stablehlo.multiply", s, reduce(e, d, 1, rd, "stablehlo.multiply", 1));
     } else {
       ref_t sg = reduce(e, unop(e, "stablehlo.sign", d), 1, rd, "stablehlo.multiply", 1);
@@ -411,7 +412,7 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
       outs[i++] = reduce(e, unop(e, "stablehlo.log", unop(e, "stablehlo.abs", d)), 1, rd, "stablehlo.add", 0);
     }
     outs[i++] = f.lu;
-    outs[i] = convert(e, f.piv, c->outs[i].dtype);
+    if (i < c->nouts && c->outs[i].dtype != TPU_DTYPE_NONE) outs[i] = convert(e, f.piv, c->outs[i].dtype);
     return true;
   }
   return false;
