@@ -360,3 +360,36 @@ def test_special_functions():
         for k in range(5):
             same(torch.polygamma(k, p.to("tpu")), torch.polygamma(k, p), atol=1e-5, rtol=1.3e-6)
     """)
+
+
+def test_nonzero_and_linalg_factors():
+    # nonzero (its output size is counted before it is queued) and what builds on it;
+    # LU of rectangular and batched matrices; det / slogdet of 0 x 0 matrices
+    run_pjrt("""
+        torch.manual_seed(4)
+        torch.set_float32_matmul_precision("highest")
+        x = torch.randn(4, 5, 3)
+        x[x.abs() < 0.7] = 0
+        same(torch.nonzero(x.to("tpu")), torch.nonzero(x))
+        same(torch.argwhere(x[1].to("tpu")), torch.argwhere(x[1]))
+        same(torch.nonzero(torch.zeros(3, 2).to("tpu")), torch.nonzero(torch.zeros(3, 2)))
+        same(x.to("tpu")[x.to("tpu") > 0], x[x > 0])
+        same(torch.masked_select(x.to("tpu"), x.to("tpu") < 0), torch.masked_select(x, x < 0))
+        for shp in [(3, 5), (5, 3), (2, 4, 6), (2, 6, 4), (3, 3, 3), (1, 4), (4, 1)]:
+            a = torch.randn(*shp)
+            lu, piv = torch.linalg.lu_factor(a)
+            g = torch.linalg.lu_factor(a.to("tpu"))
+            same(g[0], lu, atol=1e-5, rtol=1e-5)
+            same(g[1], piv)
+            for t, e in zip(torch.linalg.lu(a.to("tpu")), torch.linalg.lu(a)):
+                same(t, e, atol=1e-5, rtol=1e-5)
+        a = torch.randn(3, 4, 4)
+        same(torch.linalg.det(a.to("tpu")), torch.linalg.det(a), atol=1e-5, rtol=1e-5)
+        for t, e in zip(torch.linalg.slogdet(a.to("tpu")), torch.linalg.slogdet(a)):
+            same(t, e, atol=1e-5, rtol=1e-5)
+        for shp in [(0, 0), (2, 0, 0)]:
+            z = torch.randn(*shp)
+            same(torch.linalg.det(z.to("tpu")), torch.linalg.det(z))
+            for t, e in zip(torch.linalg.slogdet(z.to("tpu")), torch.linalg.slogdet(z)):
+                same(t, e)
+    """)

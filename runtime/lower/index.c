@@ -644,6 +644,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"masked_scatter", lower_masked_scatter},
     {"median", lower_select_k},
     {"nanmedian", lower_select_k},
+    {"nonzero", lower_nonzero_static}, /* its output size, the count, is known when it is queued */
     {"nonzero_static", lower_nonzero_static},
     {"put", lower_take_put},
     {"repeat_interleave", lower_repeat_interleave},
