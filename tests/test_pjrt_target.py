@@ -393,3 +393,17 @@ def test_nonzero_and_linalg_factors():
             for t, e in zip(torch.linalg.slogdet(z.to("tpu")), torch.linalg.slogdet(z)):
                 same(t, e)
     """)
+
+
+def test_max_unpool():
+    run_pjrt("""
+        torch.manual_seed(5)
+        for dims, pool, unpool in ((2, F.max_pool2d, F.max_unpool2d), (3, F.max_pool3d, F.max_unpool3d)):
+            x = torch.randn(2, 3, *([6] * dims))
+            v, i = pool(x, 2, stride=2, return_indices=True)
+            same(unpool(v.to("tpu"), i.to("tpu"), 2, stride=2), unpool(v, i, 2, stride=2))
+            same(unpool(v[0].to("tpu"), i[0].to("tpu"), 2, stride=2, output_size=[7] * dims),
+                 unpool(v[0], i[0], 2, stride=2, output_size=[7] * dims))
+        v, i = F.max_pool1d(torch.randn(2, 9), 3, return_indices=True)
+        same(F.max_unpool1d(v.to("tpu"), i.to("tpu"), 3), F.max_unpool1d(v, i, 3))
+    """)
