@@ -407,3 +407,34 @@ def test_max_unpool():
         v, i = F.max_pool1d(torch.randn(2, 9), 3, return_indices=True)
         same(F.max_unpool1d(v.to("tpu"), i.to("tpu"), 3), F.max_unpool1d(v, i, 3))
     """)
+
+
+def test_batch_norm_variants_and_dropout_backward():
+    run_pjrt("""
+        torch.manual_seed(6)
+        x, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3)
+        A = torch.ops.aten
+        for training in (True, False):
+            rm, rv = torch.randn(3), torch.rand(3) + 0.5
+            rm_t, rv_t = rm.to("tpu"), rv.to("tpu")
+            e = A._native_batch_norm_legit(x, w, b, rm, rv, training, 0.1, 1e-5)
+            g = A._native_batch_norm_legit(x.to("tpu"), w.to("tpu"), b.to("tpu"), rm_t, rv_t, training, 0.1, 1e-5)
+            for t, r in zip(g, e):
+                same(t, r, atol=1e-5, rtol=1e-5)
+            same(rm_t, rm, atol=1e-6, rtol=1e-5)
+            same(rv_t, rv, atol=1e-6, rtol=1e-5)
+        e = A._native_batch_norm_legit(x, w, b, True, 0.1, 1e-5)       # no_stats
+        g = A._native_batch_norm_legit(x.to("tpu"), w.to("tpu"), b.to("tpu"), True, 0.1, 1e-5)
+        for t, r in zip(g, e):
+            same(t, r, atol=1e-5, rtol=1e-5)
+        rm, rv = torch.randn(3), torch.rand(3) + 0.5
+        rm_t, rv_t = rm.to("tpu"), rv.to("tpu")
+        e = A._batch_norm_with_update(x, w, b, rm, rv, 0.2, 1e-5)
+        g = A._batch_norm_with_update(x.to("tpu"), w.to("tpu"), b.to("tpu"), rm_t, rv_t, 0.2, 1e-5)
+        for t, r in zip(g[:3], e[:3]):
+            same(t, r, atol=1e-5, rtol=1e-5)
+        assert g[3].numel() == e[3].numel() == 0
+        same(rv_t, rv, atol=1e-6, rtol=1e-5)
+        m = torch.rand(4, 3, 5) > 0.5
+        same(A.native_dropout_backward(x.to("tpu"), m.to("tpu"), 2.0), A.native_dropout_backward(x, m, 2.0))
+    """)

@@ -704,14 +704,32 @@ static bool lower_max_pool2d_with_indices(node_t* n, const char* base, ref_t* ou
   return false;
 }
 
+/* native_dropout_backward(grad_output, mask, scale) = grad_output * mask * scale */
+static bool lower_dropout_backward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  if (!is_tensor(n, 0) || !is_tensor(n, 1) || !tpu_dtype_is_float(odt)) return false;
+  ref_t g = arg_out(n, 0, odt), m = arg_out(n, 1, odt);
+  outs[0] = scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.multiply", g, m), tpu_arg_f64(c, 2, 1.0));
+  return true;
+}
+
 static bool lower_native_batch_norm(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "native_batch_norm") && c->nouts == 3 && tpu_dtype_is_float(odt)) {
-    /* (input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
-     * -> (out, save_mean, save_invstd); training updates the running stats */
-    const bool training = tpu_arg_bool(c, 5, false);
-    const double momentum = tpu_arg_f64(c, 6, 0.1), eps = tpu_arg_f64(c, 7, 1e-5);
-    const bool has_rs = is_tensor(n, 3) && is_tensor(n, 4);
+  /* native_batch_norm and _native_batch_norm_legit: (input, weight?, bias?,
+   * running_mean?, running_var?, training, momentum, eps); _native_batch_norm_legit.no_stats:
+   * (input, weight?, bias?, training, momentum, eps); _batch_norm_with_update: (input,
+   * weight?, bias?, running_mean, running_var, momentum, eps), training, with a fourth
+   * (empty) reserve output. -> (out, save_mean, save_invstd[, reserve]); training updates
+   * the running stats */
+  const bool legit = !strcmp(base, "_native_batch_norm_legit"), upd4 = !strcmp(base, "_batch_norm_with_update");
+  if ((!strcmp(base, "native_batch_norm") || legit || upd4) && c->nouts == 3 + upd4 && tpu_dtype_is_float(odt)) {
+    const bool no_stats = legit && c->nargs == 6 && c->args[3].kind == TPU_ARG_BOOL;
+    const int it = no_stats ? 3 : 5; /* where training (or for upd4, momentum) is */
+    const bool training = upd4 || tpu_arg_bool(c, it, false);
+    const double momentum = tpu_arg_f64(c, upd4 ? 5 : it + 1, 0.1), eps = tpu_arg_f64(c, upd4 ? 6 : it + 2, 1e-5);
+    const bool has_rs = !no_stats && is_tensor(n, 3) && is_tensor(n, 4);
+    if (upd4) outs[3] = cst_like(e, c->outs[3].dtype, 0, c->outs[3].ndim, c->outs[3].sizes);
     if (!training && !has_rs) return false;
     tpu_dtype_t ct = acc_type(odt);
     ref_t x = convert(e, arg(n, 0), ct);
@@ -947,8 +965,10 @@ static bool lower_native_layer_norm_backward(node_t* n, const char* base, ref_t*
 static const tpu_lower_entry_t k_entries[] = {
     {"_adaptive_avg_pool2d", lower_avg_pool2d},
     {"_adaptive_avg_pool3d", lower_avg_pool2d},
+    {"_batch_norm_with_update", lower_native_batch_norm},
     {"_log_softmax", lower_softmax},
     {"_log_softmax_backward_data", lower_softmax_backward_data},
+    {"_native_batch_norm_legit", lower_native_batch_norm},
     {"_prelu_kernel", lower_threshold},
     {"_softmax", lower_softmax},
     {"_softmax_backward_data", lower_softmax_backward_data},
@@ -979,6 +999,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"multi_margin_loss", lower_multi_margin_loss},
     {"multilabel_margin_loss_forward", lower_multilabel_margin_loss_forward},
     {"native_batch_norm", lower_native_batch_norm},
+    {"native_dropout_backward", lower_dropout_backward},
     {"native_group_norm", lower_native_group_norm},
     {"native_layer_norm", lower_native_layer_norm},
     {"native_layer_norm_backward", lower_native_layer_norm_backward},
