@@ -438,3 +438,31 @@ def test_batch_norm_variants_and_dropout_backward():
         m = torch.rand(4, 3, 5) > 0.5
         same(A.native_dropout_backward(x.to("tpu"), m.to("tpu"), 2.0), A.native_dropout_backward(x, m, 2.0))
     """)
+
+
+def test_svd_and_eigh_by_jacobi():
+    # one-sided (SVD) and cyclic (eigh) Jacobi sweeps in a stablehlo.while; vectors up to sign
+    run_pjrt("""
+        torch.manual_seed(7)
+        torch.set_float32_matmul_precision("highest")
+        for shp in [(5, 5), (5, 3), (3, 5), (2, 4, 4), (1, 1)]:
+            a = torch.randn(*shp)
+            U, S, Vh = torch.linalg.svd(a, full_matrices=False)
+            u, s, vh = torch.linalg.svd(a.to("tpu"), full_matrices=False)
+            same(s, S, atol=1e-5, rtol=1e-5)
+            same(u.abs(), U.abs(), atol=1e-5, rtol=1e-5)
+            same(vh.abs(), Vh.abs(), atol=1e-5, rtol=1e-5)
+            same(torch.linalg.svdvals(a.to("tpu")), S, atol=1e-5, rtol=1e-5)
+            same(torch.linalg.pinv(a.to("tpu")), torch.linalg.pinv(a), atol=1e-4, rtol=1e-4)
+        r2 = torch.randn(5, 2) @ torch.randn(2, 5)                  # rank 2
+        same(torch.linalg.pinv(r2.to("tpu")), torch.linalg.pinv(r2), atol=1e-4, rtol=1e-4)
+        same(torch.linalg.matrix_rank(r2.to("tpu")), torch.linalg.matrix_rank(r2))
+        for shp in [(5, 5), (3, 4, 4)]:
+            a = torch.randn(*shp)
+            for uplo in "LU":
+                w, v = torch.linalg.eigh(a, UPLO=uplo)
+                gw, gv = torch.linalg.eigh(a.to("tpu"), UPLO=uplo)
+                same(gw, w, atol=1e-5, rtol=1e-5)
+                same(gv.abs(), v.abs(), atol=1e-5, rtol=1e-5)
+                same(torch.linalg.eigvalsh(a.to("tpu"), UPLO=uplo), w, atol=1e-5, rtol=1e-5)
+    """)

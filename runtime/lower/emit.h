@@ -143,6 +143,16 @@ ref_t roll_dim(em_t* e, ref_t x, int dim, int64_t shift);
 void prefix_window(const ref_t* a, int dim, window_t* w);
 ref_t scan_dim(em_t* e, ref_t a, int dim, bool sum);
 void sort_with_indices(em_t* e, ref_t x, int dim, bool descending, ref_t* res);
+/* stablehlo.while over n carried values (vals: the initial values on entry,
+ * the loop's results on return; at most 12): `cond` prints the condition's
+ * ops from the current values and returns a tensor<i1>, `body` prints one step
+ * and fills next[]. Everything the regions read is carried (no implicit
+ * capture). */
+typedef ref_t (*loop_cond_t)(em_t* e, const ref_t* cur, void* ctx);
+typedef void (*loop_body_t)(em_t* e, const ref_t* cur, ref_t* next, void* ctx);
+void while_loop(em_t* e, int n, ref_t* vals, loop_cond_t cond, loop_body_t body, void* ctx);
+/* whether any element of a boolean tensor is true (a scalar i1) */
+ref_t any_of(em_t* e, ref_t b);
 void pool_window(const tpu_call_t* c, int k, int ik, int is, int ip, int idl, const tpu_tensor_t* out, window_t* w);
 ref_t centred_sum_squares(em_t* e, ref_t a, int nr, const int64_t* dims, double cnt, ref_t* mean, ref_t* xc);
 ref_t dot_general(em_t* e, ref_t a, ref_t b, int nbatch, int ca, int cb, ref_t res, tpu_precision_t p);

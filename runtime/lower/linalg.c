@@ -265,6 +265,239 @@ static void unpack(em_t* e, ref_t lu, ref_t* l, ref_t* u) {
   *u = triangle(e, block(e, lu, 0, k, 0, n), false, false);
 }
 
+/* ---- Jacobi rotations (float64) ---- */
+/* The largest matrix the unrolled sweeps take (n (n - 1) / 2 rotations each). */
+#define MAX_JACOBI 24
+
+/* x [..., r, n] with columns p, q replaced by c x_p - s x_q and s x_p + c x_q
+ * (c, s: [..., 1, 1]) */
+static ref_t rotate_cols(em_t* e, ref_t x, int64_t p, int64_t q, ref_t c, ref_t s) {
+  const int nd = x.nd;
+  const int64_t r = x.sz[nd - 2];
+  ref_t xp = block(e, x, 0, r, p, p + 1), xq = block(e, x, 0, r, q, q + 1);
+  ref_t cb = spread(e, c, nd, xp.sz), sb = spread(e, s, nd, xp.sz);
+  ref_t np = binop(e, "stablehlo.subtract", binop(e, "stablehlo.multiply", cb, xp), binop(e, "stablehlo.multiply", sb, xq));
+  ref_t nq = binop(e, "stablehlo.add", binop(e, "stablehlo.multiply", sb, xp), binop(e, "stablehlo.multiply", cb, xq));
+  ref_t col = iota_along(e, nd, x.sz, nd - 1);
+  ref_t at_p = compare(e, "EQ", col, cst_like(e, TPU_I64, (double)p, nd, x.sz));
+  ref_t at_q = compare(e, "EQ", col, cst_like(e, TPU_I64, (double)q, nd, x.sz));
+  return select3(e, at_p, spread(e, np, nd, x.sz), select3(e, at_q, spread(e, nq, nd, x.sz), x));
+}
+
+/* the rotation (c, s) with t = sign(z) / (|z| + sqrt(1 + z^2)), c = 1 / sqrt(1 + t^2),
+ * s = c t; none (c = 1, s = 0) where `skip` */
+static void rotation(em_t* e, ref_t z, ref_t skip, ref_t* c, ref_t* s) {
+  ref_t one = cst_like(e, z.dt, 1, z.nd, z.sz);
+  ref_t sg = select3(e, compare(e, "GE", z, cst_like(e, z.dt, 0, z.nd, z.sz)), one, unop(e, "stablehlo.negate", one));
+  ref_t t = binop(e, "stablehlo.divide", sg,
+                  binop(e, "stablehlo.add", unop(e, "stablehlo.abs", z),
+                        unop(e, "stablehlo.sqrt", binop(e, "stablehlo.add", one, binop(e, "stablehlo.multiply", z, z)))));
+  ref_t cc = unop(e, "stablehlo.rsqrt", binop(e, "stablehlo.add", one, binop(e, "stablehlo.multiply", t, t)));
+  *c = select3(e, skip, one, cc);
+  *s = select3(e, skip, cst_like(e, z.dt, 0, z.nd, z.sz), binop(e, "stablehlo.multiply", cc, t));
+}
+
+/* sum over the rows of a [..., r, 1] column pair product: [..., 1, 1] */
+static ref_t col_dot(em_t* e, ref_t a, ref_t b) {
+  int64_t rd[1] = {a.nd - 2};
+  return reduce_keep(e, binop(e, "stablehlo.multiply", a, b), 1, rd, "stablehlo.add", 0);
+}
+
+/* one-sided Jacobi sweeps on W [..., m, n] (m >= n), V [..., n, n]; carried:
+ * sweep (i64), rotated (i1), W, V */
+static ref_t svd_cond(em_t* e, const ref_t* v, void* ctx) {
+  (void)ctx;
+  return binop(e, "stablehlo.and", compare(e, "LT", v[0], cst(e, TPU_I64, 80)), v[1]);
+}
+static void svd_body(em_t* e, const ref_t* v, ref_t* nx, void* ctx) {
+  (void)ctx;
+  ref_t w = v[2], vv = v[3];
+  const int nd = w.nd;
+  const int64_t m = w.sz[nd - 2], n = w.sz[nd - 1];
+  ref_t any = cst(e, TPU_BOOL, 0);
+  for (int64_t p = 0; p + 1 < n; p++)
+    for (int64_t q = p + 1; q < n; q++) {
+      ref_t wp = block(e, w, 0, m, p, p + 1), wq = block(e, w, 0, m, q, q + 1);
+      ref_t al = col_dot(e, wp, wp), be = col_dot(e, wq, wq), ga = col_dot(e, wp, wq);
+      ref_t lim = scalar_op(e, "stablehlo.multiply", unop(e, "stablehlo.sqrt", binop(e, "stablehlo.multiply", al, be)),
+                            4 * 2.220446049250313e-16);
+      ref_t skip = compare(e, "LE", unop(e, "stablehlo.abs", ga), lim); /* gamma == 0 included */
+      ref_t gs = select3(e, skip, cst_like(e, ga.dt, 1, ga.nd, ga.sz), ga);
+      ref_t z = binop(e, "stablehlo.divide", binop(e, "stablehlo.subtract", be, al), scalar_op(e, "stablehlo.multiply", gs, 2));
+      ref_t c, s;
+      rotation(e, z, skip, &c, &s);
+      w = rotate_cols(e, w, p, q, c, s);
+      vv = rotate_cols(e, vv, p, q, c, s);
+      any = binop(e, "stablehlo.or", any, any_of(e, unop(e, "stablehlo.not", skip)));
+    }
+  nx[0] = binop(e, "stablehlo.add", v[0], cst(e, TPU_I64, 1));
+  nx[1] = any;
+  nx[2] = w;
+  nx[3] = vv;
+}
+
+/* cyclic two-sided Jacobi on a symmetric A [..., n, n] with V; carried:
+ * sweep (i64), A, V */
+static ref_t offdiag_ratio_big(em_t* e, ref_t a) {
+  const int nd = a.nd;
+  ref_t sq = binop(e, "stablehlo.multiply", a, a);
+  ref_t offm = select3(e, compare(e, "NE", iota_along(e, nd, a.sz, nd - 2), iota_along(e, nd, a.sz, nd - 1)), sq,
+                       cst_like(e, a.dt, 0, nd, a.sz));
+  int64_t rd[2] = {nd - 2, nd - 1};
+  ref_t off = reduce(e, offm, 2, rd, "stablehlo.add", 0), tot = reduce(e, sq, 2, rd, "stablehlo.add", 0);
+  const double eps = 2.220446049250313e-16;
+  ref_t big = binop(e, "stablehlo.and", compare(e, "GT", off, scalar_op(e, "stablehlo.multiply", tot, eps * eps * 1e-2)),
+                    compare(e, "NE", off, cst_like(e, off.dt, 0, off.nd, off.sz)));
+  return any_of(e, big);
+}
+static ref_t eigh_cond(em_t* e, const ref_t* v, void* ctx) {
+  (void)ctx;
+  return binop(e, "stablehlo.and", compare(e, "LT", v[0], cst(e, TPU_I64, 100)), offdiag_ratio_big(e, v[1]));
+}
+static void eigh_body(em_t* e, const ref_t* v, ref_t* nx, void* ctx) {
+  (void)ctx;
+  ref_t a = v[1], vv = v[2];
+  const int64_t n = a.sz[a.nd - 1];
+  for (int64_t p = 0; p + 1 < n; p++)
+    for (int64_t q = p + 1; q < n; q++) {
+      ref_t apq = block(e, a, p, p + 1, q, q + 1), app = block(e, a, p, p + 1, p, p + 1), aqq = block(e, a, q, q + 1, q, q + 1);
+      ref_t skip = compare(e, "EQ", apq, cst_like(e, apq.dt, 0, apq.nd, apq.sz));
+      ref_t as = select3(e, skip, cst_like(e, apq.dt, 1, apq.nd, apq.sz), apq);
+      ref_t th = binop(e, "stablehlo.divide", binop(e, "stablehlo.subtract", aqq, app), scalar_op(e, "stablehlo.multiply", as, 2));
+      ref_t c, s;
+      rotation(e, th, skip, &c, &s);
+      a = rotate_cols(e, a, p, q, c, s);
+      a = transpose_last2(e, rotate_cols(e, transpose_last2(e, a), p, q, c, s)); /* the rows */
+      vv = rotate_cols(e, vv, p, q, c, s);
+    }
+  nx[0] = binop(e, "stablehlo.add", v[0], cst(e, TPU_I64, 1));
+  nx[1] = a;
+  nx[2] = vv;
+}
+
+/* x [..., r, n] with its columns in the order idx [..., n] names (x[..., :, idx[j]]) */
+static ref_t permute_cols(em_t* e, ref_t x, ref_t idx) {
+  const int nd = x.nd;
+  const int64_t n = x.sz[nd - 1];
+  int64_t psz[TPU_MAX_DIMS], bd[TPU_MAX_DIMS];
+  memcpy(psz, x.sz, sizeof(int64_t) * (size_t)nd);
+  psz[nd - 2] = n;
+  for (int d = 0; d < nd - 2; d++) bd[d] = d;
+  bd[nd - 2] = nd - 1;
+  /* P[..., i, j] = (idx[j] == i) */
+  ref_t pm = convert(e, compare(e, "EQ", iota_along(e, nd, psz, nd - 2), bcast_dims(e, idx, nd, psz, bd)), x.dt);
+  return dot_general(e, x, pm, nd - 2, nd - 1, nd - 2, x, TPU_PRECISION_HIGHEST);
+}
+
+/* each column of v (and of w alike) signed so that its entry of largest
+ * magnitude is positive (the first such entry) */
+static void sign_columns(em_t* e, ref_t* v, ref_t* w) {
+  const int nd = v->nd;
+  int64_t rd[1] = {nd - 2};
+  ref_t av = unop(e, "stablehlo.abs", *v);
+  ref_t mx = reduce_keep(e, av, 1, rd, "stablehlo.maximum", -INFINITY);
+  ref_t rows = iota_along(e, nd, v->sz, nd - 2);
+  ref_t first = reduce_keep(e, select3(e, compare(e, "EQ", av, spread(e, mx, nd, v->sz)), rows,
+                                       cst_like(e, TPU_I64, (double)v->sz[nd - 2], nd, v->sz)),
+                            1, rd, "stablehlo.minimum", (double)v->sz[nd - 2]);
+  ref_t pick = reduce_keep(e, select3(e, compare(e, "EQ", rows, spread(e, first, nd, v->sz)), *v,
+                                      cst_like(e, v->dt, 0, nd, v->sz)),
+                           1, rd, "stablehlo.add", 0);
+  ref_t sg = select3(e, compare(e, "LT", pick, cst_like(e, pick.dt, 0, pick.nd, pick.sz)),
+                     cst_like(e, pick.dt, -1, pick.nd, pick.sz), cst_like(e, pick.dt, 1, pick.nd, pick.sz));
+  *v = binop(e, "stablehlo.multiply", *v, spread(e, sg, nd, v->sz));
+  if (w) *w = binop(e, "stablehlo.multiply", *w, spread(e, sg, w->nd, w->sz));
+}
+
+/* A [..., m, n], m >= n, float64: U [..., m, n] (columns of zero singular
+ * values left zero), S [..., n] descending, V [..., n, n] */
+static void jacobi_svd(em_t* e, ref_t a, ref_t* u, ref_t* sv, ref_t* v) {
+  const int nd = a.nd;
+  const int64_t m = a.sz[nd - 2], n = a.sz[nd - 1];
+  int64_t vsz[TPU_MAX_DIMS];
+  memcpy(vsz, a.sz, sizeof(int64_t) * (size_t)nd);
+  vsz[nd - 2] = n;
+  ref_t st[4] = {cst(e, TPU_I64, 0), cst(e, TPU_BOOL, 1), a, eye_like(e, a.dt, nd, vsz)};
+  while_loop(e, 4, st, svd_cond, svd_body, NULL);
+  ref_t w = st[2], vv = st[3];
+  int64_t rd[1] = {nd - 2};
+  ref_t nrm = unop(e, "stablehlo.sqrt", reduce(e, binop(e, "stablehlo.multiply", w, w), 1, rd, "stablehlo.add", 0));
+  ref_t srt[2];
+  sort_with_indices(e, nrm, nd - 2, true, srt);
+  w = permute_cols(e, w, srt[1]);
+  vv = permute_cols(e, vv, srt[1]);
+  sign_columns(e, &vv, &w);
+  ref_t s = srt[0];
+  /* tiny: s[0] eps max(m, n) */
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS];
+  memcpy(hi, s.sz, sizeof(int64_t) * (size_t)s.nd);
+  hi[s.nd - 1] = 1;
+  ref_t s0 = slice(e, s, lo, hi);
+  ref_t tiny = scalar_op(e, "stablehlo.multiply", s0, 2.220446049250313e-16 * (double)(m > n ? m : n));
+  ref_t ok = compare(e, "GT", s, spread(e, tiny, s.nd, s.sz));
+  int64_t sd[TPU_MAX_DIMS];
+  for (int d = 0; d < nd - 2; d++) sd[d] = d;
+  sd[nd - 2] = nd - 1;
+  ref_t sdiv = select3(e, ok, s, cst_like(e, s.dt, 1, s.nd, s.sz));
+  ref_t uu = binop(e, "stablehlo.divide", w, bcast_dims(e, sdiv, nd, w.sz, sd));
+  *u = select3(e, bcast_dims(e, ok, nd, w.sz, sd), uu, cst_like(e, w.dt, 0, nd, w.sz));
+  *sv = s;
+  *v = vv;
+}
+
+/* _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh) */
+static bool lower_svd(node_t* n, ref_t a, tpu_dtype_t ft, ref_t* outs) {
+  em_t* e = n->e;
+  const tpu_call_t* c = n->c;
+  const int nd = a.nd;
+  const int64_t m = a.sz[nd - 2], nn = a.sz[nd - 1], k = m < nn ? m : nn;
+  const bool full = tpu_arg_bool(c, 1, true), uv = tpu_arg_bool(c, 2, true);
+  if (k > MAX_JACOBI || c->nouts != 3) return false;
+  if (uv && full && m != nn) return false; /* the completed bases: not here */
+  const bool wide = m < nn;
+  ref_t x = convert(e, wide ? transpose_last2(e, a) : a, TPU_F64), u, s, v;
+  jacobi_svd(e, x, &u, &s, &v);
+  /* A = U S V^T; for the wide A, A^T = U' S V'^T: U = V', Vh = U'^T */
+  ref_t uo = wide ? v : u, vh = wide ? transpose_last2(e, u) : transpose_last2(e, v);
+  outs[1] = convert(e, s, c->outs[1].dtype);
+  if (uv) {
+    outs[0] = convert(e, uo, c->outs[0].dtype);
+    outs[2] = convert(e, vh, c->outs[2].dtype);
+  } else {
+    for (int i = 0; i < 3; i += 2) outs[i] = cst_like(e, c->outs[i].dtype, 0, c->outs[i].ndim, c->outs[i].sizes);
+  }
+  (void)ft;
+  return true;
+}
+
+/* _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues ascending, eigenvectors) */
+static bool lower_eigh(node_t* n, ref_t a, ref_t* outs) {
+  em_t* e = n->e;
+  const tpu_call_t* c = n->c;
+  const int nd = a.nd;
+  const int64_t nn = a.sz[nd - 1];
+  if (nn != a.sz[nd - 2] || nn > MAX_JACOBI || c->nouts != 2) return false;
+  const char* uplo = tpu_arg_str(c, 1, "L");
+  const bool lower = !uplo || uplo[0] != 'U';
+  ref_t x = convert(e, a, TPU_F64);
+  /* the symmetric matrix of the triangle read */
+  ref_t t = triangle(e, x, lower, false), ts = triangle(e, x, lower, true);
+  ref_t sym = binop(e, "stablehlo.add", t, transpose_last2(e, ts));
+  ref_t st[3] = {cst(e, TPU_I64, 0), sym, eye_like(e, TPU_F64, nd, a.sz)};
+  while_loop(e, 3, st, eigh_cond, eigh_body, NULL);
+  ref_t w = diagonal(e, st[1]), srt[2];
+  sort_with_indices(e, w, nd - 2, false, srt);
+  outs[0] = convert(e, srt[0], c->outs[0].dtype);
+  if (tpu_arg_bool(c, 2, true) && tpu_tensor_numel(&c->outs[1])) {
+    ref_t v = permute_cols(e, st[2], srt[1]);
+    sign_columns(e, &v, NULL);
+    outs[1] = convert(e, v, c->outs[1].dtype);
+  } else {
+    outs[1] = cst_like(e, c->outs[1].dtype, 0, c->outs[1].ndim, c->outs[1].sizes);
+  }
+  return true;
+}
+
 static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!is_tensor(n, 0)) return false;
@@ -277,6 +510,10 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
       if (c->outs[i].dtype != TPU_DTYPE_NONE)
         outs[i] = cst_like(e, c->outs[i].dtype, i == 0 ? 1 : 0, c->outs[i].ndim, c->outs[i].sizes);
     return true;
+  }
+  if ((!strcmp(base, "_linalg_svd") || !strcmp(base, "_linalg_eigh")) && tpu_tensor_numel(t) > 0) {
+    ref_t a = convert(e, arg(n, 0), ft); /* (their first output may be empty: U, V not wanted) */
+    return base[8] == 's' ? lower_svd(n, a, ft, outs) : lower_eigh(n, a, outs);
   }
   if (tpu_tensor_numel(o) == 0 || tpu_tensor_numel(t) == 0) { /* nothing to factor or solve */
     for (int i = 0; i < c->nouts; i++)
@@ -422,8 +659,10 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
 static const tpu_lower_entry_t k_entries[] = {
     {"_cholesky_solve_helper", lower_linalg},
     {"_linalg_det", lower_linalg},
+    {"_linalg_eigh", lower_linalg},
     {"_linalg_slogdet", lower_linalg},
     {"_linalg_solve_ex", lower_linalg},
+    {"_linalg_svd", lower_linalg},
     {"cholesky", lower_linalg},
     {"cholesky_inverse", lower_linalg},
     {"linalg_cholesky_ex", lower_linalg},

@@ -44,64 +44,6 @@ static ref_t horner(em_t* e, ref_t q, const double* c, int n) {
   return s;
 }
 
-/* ---- stablehlo.while ----
- * The loop carries n values; `cond` prints the condition's ops from the
- * current values and returns a tensor<i1>; `body` prints the step and fills
- * next[]. Everything the regions read is carried (no implicit capture). */
-typedef ref_t (*loop_cond_t)(em_t* e, const ref_t* cur, void* ctx);
-typedef void (*loop_body_t)(em_t* e, const ref_t* cur, ref_t* next, void* ctx);
-
-static void region_args(em_t* e, int n, const ref_t* init, ref_t* args) {
-  for (int i = 0; i < n; i++) {
-    args[i] = block_arg(e, init[i].dt);
-    args[i].nd = init[i].nd;
-    memcpy(args[i].sz, init[i].sz, sizeof init[i].sz);
-    if (i) fputs(", ", e->f);
-    pname(e->f, &args[i]);
-    fputs(": ", e->f);
-    ptype(e->f, &args[i]);
-  }
-}
-
-#define LOOP_MAX 12
-static void while_loop(em_t* e, int n, ref_t* vals, loop_cond_t cond, loop_body_t body, void* ctx) {
-  FILE* f = e->f;
-  ref_t args[LOOP_MAX], next[LOOP_MAX];
-  const int id = e->next++;
-  fprintf(f, "    %%%d:%d = \"stablehlo.while\"(", id, n);
-  plist(f, n, vals, false);
-  fputs(") ({\n    ^bb0(", f);
-  region_args(e, n, vals, args);
-  fputs("):\n", f);
-  ref_t c = cond(e, args, ctx);
-  fputs("      \"stablehlo.return\"(", f);
-  pname(f, &c);
-  fputs(") : (tensor<i1>) -> ()\n    }, {\n    ^bb0(", f);
-  region_args(e, n, vals, args);
-  fputs("):\n", f);
-  body(e, args, next, ctx);
-  fputs("      \"stablehlo.return\"(", f);
-  plist(f, n, next, false);
-  fputs(") : (", f);
-  plist(f, n, next, true);
-  fputs(") -> ()\n    }) : (", f);
-  plist(f, n, vals, true);
-  fputs(") -> (", f);
-  plist(f, n, vals, true);
-  fputs(")\n", f);
-  for (int i = 0; i < n; i++) {
-    vals[i].id = id;
-    vals[i].sub = i;
-  }
-}
-
-/* any element of a boolean tensor */
-static ref_t any_of(em_t* e, ref_t b) {
-  int64_t dims[TPU_MAX_DIMS];
-  for (int d = 0; d < b.nd; d++) dims[d] = d;
-  return reduce(e, b, b.nd, dims, "stablehlo.or", 0);
-}
-
 /* ---- orthogonal polynomials ----
  * The degree as PyTorch reads it: truncated toward zero, and a value with no
  * int64 equivalent (nan, inf, huge) counts as negative. */

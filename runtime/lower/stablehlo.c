@@ -605,6 +605,58 @@ void sort_with_indices(em_t* e, ref_t x, int dim, bool descending, ref_t* res) {
   }
 }
 
+/* ---- stablehlo.while (declared in lower/emit.h) ---- */
+static void region_args(em_t* e, int n, const ref_t* init, ref_t* args) {
+  for (int i = 0; i < n; i++) {
+    args[i] = block_arg(e, init[i].dt);
+    args[i].nd = init[i].nd;
+    memcpy(args[i].sz, init[i].sz, sizeof init[i].sz);
+    if (i) fputs(", ", e->f);
+    pname(e->f, &args[i]);
+    fputs(": ", e->f);
+    ptype(e->f, &args[i]);
+  }
+}
+
+#define LOOP_MAX 12
+void while_loop(em_t* e, int n, ref_t* vals, loop_cond_t cond, loop_body_t body, void* ctx) {
+  FILE* f = e->f;
+  ref_t args[LOOP_MAX], next[LOOP_MAX];
+  const int id = e->next++;
+  fprintf(f, "    %%%d:%d = \"stablehlo.while\"(", id, n);
+  plist(f, n, vals, false);
+  fputs(") ({\n    ^bb0(", f);
+  region_args(e, n, vals, args);
+  fputs("):\n", f);
+  ref_t c = cond(e, args, ctx);
+  fputs("      \"stablehlo.return\"(", f);
+  pname(f, &c);
+  fputs(") : (tensor<i1>) -> ()\n    }, {\n    ^bb0(", f);
+  region_args(e, n, vals, args);
+  fputs("):\n", f);
+  body(e, args, next, ctx);
+  fputs("      \"stablehlo.return\"(", f);
+  plist(f, n, next, false);
+  fputs(") : (", f);
+  plist(f, n, next, true);
+  fputs(") -> ()\n    }) : (", f);
+  plist(f, n, vals, true);
+  fputs(") -> (", f);
+  plist(f, n, vals, true);
+  fputs(")\n", f);
+  for (int i = 0; i < n; i++) {
+    vals[i].id = id;
+    vals[i].sub = i;
+  }
+}
+
+/* any element of a boolean tensor */
+ref_t any_of(em_t* e, ref_t b) {
+  int64_t dims[TPU_MAX_DIMS];
+  for (int d = 0; d < b.nd; d++) dims[d] = d;
+  return reduce(e, b, b.nd, dims, "stablehlo.or", 0);
+}
+
 /* The pooling window of a [.., H, W]-like input from PyTorch's arguments:
  * kernel (args[ik]), stride (args[is], empty = kernel), padding, dilation
  * (ids < 0: none) over the last k dims, plus ceil mode's extra high padding
