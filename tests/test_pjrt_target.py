@@ -466,3 +466,27 @@ def test_svd_and_eigh_by_jacobi():
                 same(gv.abs(), v.abs(), atol=1e-5, rtol=1e-5)
                 same(torch.linalg.eigvalsh(a.to("tpu"), UPLO=uplo), w, atol=1e-5, rtol=1e-5)
     """)
+
+
+def test_householder_qr():
+    # geqrf's reflectors unrolled over the columns (LAPACK's signs), Q from them
+    run_pjrt("""
+        torch.manual_seed(8)
+        for shp in [(5, 5), (5, 2), (2, 5), (3, 4, 3), (5, 0)]:
+            a = torch.randn(*shp)
+            for mode in ("reduced", "complete", "r"):
+                for t, e in zip(torch.linalg.qr(a.to("tpu"), mode=mode), torch.linalg.qr(a, mode=mode)):
+                    same(t, e, atol=1e-5, rtol=1e-5)
+            if 0 in shp or shp[-2] < shp[-1]:
+                continue
+            g, tau = torch.geqrf(a)
+            same(torch.linalg.householder_product(g.to("tpu"), tau.to("tpu")),
+                 torch.linalg.householder_product(g, tau), atol=1e-5, rtol=1e-5)
+            m = shp[-2]
+            cl, cr = torch.randn(*shp[:-2], m, 3), torch.randn(*shp[:-2], 3, m)
+            for tr in (False, True):
+                same(torch.ormqr(g.to("tpu"), tau.to("tpu"), cl.to("tpu"), True, tr),
+                     torch.ormqr(g, tau, cl, True, tr), atol=1e-5, rtol=1e-5)
+                same(torch.ormqr(g.to("tpu"), tau.to("tpu"), cr.to("tpu"), False, tr),
+                     torch.ormqr(g, tau, cr, False, tr), atol=1e-5, rtol=1e-5)
+    """)

@@ -265,6 +265,152 @@ static void unpack(em_t* e, ref_t lu, ref_t* l, ref_t* u) {
   *u = triangle(e, block(e, lu, 0, k, 0, n), false, false);
 }
 
+/* ---- Householder QR (float64, LAPACK's geqrf layout and signs) ---- */
+/* reflector j of the packed a [..., m, n]: v [..., m, 1], 1 at row j, a's column j below */
+static ref_t reflector(em_t* e, ref_t a, int64_t j) {
+  const int nd = a.nd;
+  const int64_t m = a.sz[nd - 2];
+  ref_t col = block(e, a, 0, m, j, j + 1), r = iota_along(e, nd, col.sz, nd - 2);
+  ref_t jj = cst_like(e, TPU_I64, (double)j, nd, col.sz);
+  return select3(e, compare(e, "EQ", r, jj), cst_like(e, a.dt, 1, nd, col.sz),
+                 select3(e, compare(e, "GT", r, jj), col, cst_like(e, a.dt, 0, nd, col.sz)));
+}
+
+/* (I - tau v v^T) y for y [..., m, c], tau [..., 1, 1] */
+static ref_t reflect(em_t* e, ref_t v, ref_t tau, ref_t y) {
+  int64_t rd[1] = {y.nd - 2};
+  ref_t s = reduce_keep(e, binop(e, "stablehlo.multiply", spread(e, v, y.nd, y.sz), y), 1, rd, "stablehlo.add", 0);
+  ref_t ts = binop(e, "stablehlo.multiply", spread(e, tau, s.nd, s.sz), s);
+  return binop(e, "stablehlo.subtract", y, binop(e, "stablehlo.multiply", spread(e, v, y.nd, y.sz), spread(e, ts, y.nd, y.sz)));
+}
+
+/* tau j of [..., k] as [..., 1, 1] */
+static ref_t tau_at(em_t* e, ref_t tau, int64_t j) {
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS], sz[TPU_MAX_DIMS];
+  memcpy(hi, tau.sz, sizeof(int64_t) * (size_t)tau.nd);
+  lo[tau.nd - 1] = j;
+  hi[tau.nd - 1] = j + 1;
+  memcpy(sz, tau.sz, sizeof(int64_t) * (size_t)tau.nd);
+  sz[tau.nd - 1] = 1;
+  sz[tau.nd] = 1;
+  return reshape(e, slice(e, tau, lo, hi), tau.nd + 1, sz);
+}
+
+/* a [..., m, n] -> packed R and reflectors, tau [..., min(m, n)] */
+static void geqrf(em_t* e, ref_t a, ref_t* out_a, ref_t* out_tau) {
+  const int nd = a.nd;
+  const int64_t m = a.sz[nd - 2], n = a.sz[nd - 1], k = m < n ? m : n;
+  ref_t taus[MAX_LU_COLS];
+  int64_t rd[1] = {nd - 2};
+  ref_t rows = iota_along(e, nd, a.sz, nd - 2), cols = iota_along(e, nd, a.sz, nd - 1);
+  for (int64_t j = 0; j < k; j++) {
+    ref_t col = block(e, a, 0, m, j, j + 1), alpha = block(e, a, j, j + 1, j, j + 1);
+    ref_t cr = iota_along(e, nd, col.sz, nd - 2);
+    ref_t below = compare(e, "GT", cr, cst_like(e, TPU_I64, (double)j, nd, col.sz));
+    ref_t xb = select3(e, below, col, cst_like(e, a.dt, 0, nd, col.sz));
+    ref_t xn2 = reduce_keep(e, binop(e, "stablehlo.multiply", xb, xb), 1, rd, "stablehlo.add", 0);
+    ref_t none = compare(e, "EQ", xn2, cst_like(e, a.dt, 0, xn2.nd, xn2.sz));
+    ref_t h = unop(e, "stablehlo.sqrt", binop(e, "stablehlo.add", binop(e, "stablehlo.multiply", alpha, alpha), xn2));
+    ref_t beta = select3(e, compare(e, "LT", alpha, cst_like(e, a.dt, 0, alpha.nd, alpha.sz)), h, unop(e, "stablehlo.negate", h));
+    ref_t bs = select3(e, none, cst_like(e, a.dt, 1, beta.nd, beta.sz), beta);
+    ref_t tau = select3(e, none, cst_like(e, a.dt, 0, beta.nd, beta.sz),
+                        binop(e, "stablehlo.divide", binop(e, "stablehlo.subtract", beta, alpha), bs));
+    ref_t den = select3(e, none, cst_like(e, a.dt, 1, beta.nd, beta.sz), binop(e, "stablehlo.subtract", alpha, beta));
+    ref_t vcol = select3(e, below, binop(e, "stablehlo.divide", col, spread(e, den, nd, col.sz)), col);
+    /* column j: beta on the diagonal (alpha where nothing reflects), v below */
+    vcol = select3(e, compare(e, "EQ", cr, cst_like(e, TPU_I64, (double)j, nd, col.sz)),
+                   spread(e, select3(e, none, alpha, beta), nd, col.sz), vcol);
+    ref_t at_j = compare(e, "EQ", cols, cst_like(e, TPU_I64, (double)j, nd, a.sz));
+    a = select3(e, at_j, spread(e, vcol, nd, a.sz), a);
+    /* the trailing columns: (I - tau v v^T) A */
+    ref_t v = reflector(e, a, j);
+    ref_t upd = reflect(e, v, tau, a);
+    ref_t right = compare(e, "GT", cols, cst_like(e, TPU_I64, (double)j, nd, a.sz));
+    a = select3(e, right, upd, a);
+    (void)rows;
+    int64_t tsz[TPU_MAX_DIMS];
+    memcpy(tsz, a.sz, sizeof(int64_t) * (size_t)(nd - 2));
+    tsz[nd - 2] = 1;
+    taus[j] = reshape(e, tau, nd - 1, tsz);
+  }
+  int64_t tsz[TPU_MAX_DIMS];
+  memcpy(tsz, a.sz, sizeof(int64_t) * (size_t)(nd - 2));
+  tsz[nd - 2] = k;
+  *out_tau = k == 1 ? taus[0]
+                    : emit(e, "stablehlo.concatenate", (int)k, taus, mkref(a.dt, nd - 1, tsz), "dimension = %d : i64", nd - 2);
+  *out_a = a;
+}
+
+/* H_first ... applied to y from the left, reflectors j = from, from + step, ... (k of them) */
+static ref_t apply_reflectors(em_t* e, ref_t a, ref_t tau, ref_t y, bool reverse) {
+  const int64_t k = tau.sz[tau.nd - 1];
+  for (int64_t i = 0; i < k; i++) {
+    const int64_t j = reverse ? k - 1 - i : i;
+    y = reflect(e, reflector(e, a, j), tau_at(e, tau, j), y);
+  }
+  return y;
+}
+
+/* Q's first c columns (H_1 ... H_k I[:, :c]) */
+static ref_t q_columns(em_t* e, ref_t a, ref_t tau, int64_t c) {
+  int64_t sz[TPU_MAX_DIMS];
+  memcpy(sz, a.sz, sizeof(int64_t) * (size_t)a.nd);
+  sz[a.nd - 1] = c;
+  return apply_reflectors(e, a, tau, eye_like(e, a.dt, a.nd, sz), true);
+}
+
+/* linalg_qr(A, mode) -> (Q, R); linalg_householder_product(A, tau);
+ * ormqr(A, tau, C, left, transpose) */
+static bool lower_householder(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0)) return false;
+  const tpu_tensor_t* t = c->args[0].v.t;
+  if (t->ndim < 2 || (t->dtype != TPU_F32 && t->dtype != TPU_F64) || c->nouts < 1) return false;
+  const int64_t m = t->sizes[t->ndim - 2], nn = t->sizes[t->ndim - 1], k = m < nn ? m : nn;
+  if (k > MAX_LU_COLS) return false;
+  if (tpu_tensor_numel(t) == 0) { /* Q is the identity's columns, R and the rest empty or zero */
+    for (int i = 0; i < c->nouts; i++) {
+      const tpu_tensor_t* r = &c->outs[i];
+      if (r->dtype == TPU_DTYPE_NONE) continue;
+      outs[i] = r->ndim >= 2 && i == 0 && strcmp(base, "ormqr") ? eye_like(e, r->dtype, r->ndim, r->sizes)
+                                                                 : cst_like(e, r->dtype, 0, r->ndim, r->sizes);
+    }
+    return true;
+  }
+  ref_t a = convert(e, arg(n, 0), TPU_F64);
+  if (!strcmp(base, "linalg_qr")) {
+    const char* mode = tpu_arg_str(c, 1, "reduced");
+    const bool complete = mode && !strcmp(mode, "complete"), ronly = mode && !strcmp(mode, "r");
+    ref_t packed, tau;
+    geqrf(e, a, &packed, &tau);
+    const int64_t rr = complete ? m : k;
+    outs[1] = convert(e, triangle(e, block(e, packed, 0, rr, 0, nn), false, false), c->outs[1].dtype);
+    outs[0] = ronly ? cst_like(e, c->outs[0].dtype, 0, c->outs[0].ndim, c->outs[0].sizes)
+                    : convert(e, q_columns(e, packed, tau, rr), odt);
+    return true;
+  }
+  if (!is_tensor(n, 1)) return false;
+  ref_t tau = convert(e, arg(n, 1), TPU_F64);
+  if (tau.nd != a.nd - 1 || tau.sz[tau.nd - 1] > nn) return false;
+  if (!strcmp(base, "linalg_householder_product")) {
+    outs[0] = convert(e, q_columns(e, a, tau, nn), odt);
+    return true;
+  }
+  if (!strcmp(base, "ormqr") && is_tensor(n, 2)) {
+    const bool left = tpu_arg_bool(c, 3, true), tr = tpu_arg_bool(c, 4, false);
+    ref_t y = convert(e, arg(n, 2), TPU_F64);
+    if (y.nd != a.nd) return false;
+    /* Q C = H_1 .. H_k C; Q^T C = H_k .. H_1 C; C Q = (Q^T C^T)^T; C Q^T = (Q C^T)^T */
+    if (left) {
+      outs[0] = convert(e, apply_reflectors(e, a, tau, y, !tr), odt);
+    } else {
+      outs[0] = convert(e, transpose_last2(e, apply_reflectors(e, a, tau, transpose_last2(e, y), tr)), odt);
+    }
+    return true;
+  }
+  return false;
+}
+
 /* ---- Jacobi rotations (float64) ---- */
 /* The largest matrix the unrolled sweeps take (n (n - 1) / 2 rotations each). */
 #define MAX_JACOBI 24
@@ -666,14 +812,17 @@ static const tpu_lower_entry_t k_entries[] = {
     {"cholesky", lower_linalg},
     {"cholesky_inverse", lower_linalg},
     {"linalg_cholesky_ex", lower_linalg},
+    {"linalg_householder_product", lower_householder},
     {"linalg_inv_ex", lower_linalg},
     {"linalg_lu", lower_linalg},
     {"linalg_lu_factor_ex", lower_linalg},
     {"linalg_lu_solve", lower_linalg},
+    {"linalg_qr", lower_householder},
     {"linalg_solve_ex", lower_linalg},
     {"linalg_solve_triangular", lower_linalg},
     {"lu_solve", lower_linalg},
     {"lu_unpack", lower_linalg},
+    {"ormqr", lower_householder},
     {"triangular_solve", lower_linalg},
 };
 
