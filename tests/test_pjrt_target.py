@@ -490,3 +490,29 @@ def test_householder_qr():
                 same(torch.ormqr(g.to("tpu"), tau.to("tpu"), cr.to("tpu"), False, tr),
                      torch.ormqr(g, tau, cr, False, tr), atol=1e-5, rtol=1e-5)
     """)
+
+
+def test_histc_frexp_segment_reduce_and_distances():
+    run_pjrt("""
+        torch.manual_seed(9)
+        x = torch.randn(40) * 3
+        for bins, lo, hi in ((10, -2, 2), (7, 0, 0), (1, 0, 10), (5, -9, 9)):
+            same(torch.histc(x.to("tpu"), bins, lo, hi), torch.histc(x, bins, lo, hi))
+        same(torch.histc(torch.full((4,), 2.0).to("tpu"), 4), torch.histc(torch.full((4,), 2.0), 4))
+        f = torch.cat([x, torch.tensor([0., -0., 1e-40, -3e-39, float("inf"), float("nan"), 0.5, 1.0])])
+        for t, e in zip(torch.frexp(f.to("tpu")), torch.frexp(f)):
+            same(t, e)
+        d = torch.randn(6, 3)
+        for how in ("max", "min", "sum", "mean", "prod"):
+            for init in ({}, {"initial": 0.5}):
+                L = torch.tensor([2, 0, 3, 1])
+                same(torch.segment_reduce(d.to("tpu"), how, lengths=L.to("tpu"), **init),
+                     torch.segment_reduce(d, how, lengths=L, **init), atol=1e-6, rtol=1e-6)
+                O = torch.tensor([0, 2, 2, 5, 6])
+                same(torch.segment_reduce(d.to("tpu"), how, offsets=O.to("tpu"), **init),
+                     torch.segment_reduce(d, how, offsets=O, **init), atol=1e-6, rtol=1e-6)
+        a, b = torch.randn(2, 5, 3), torch.randn(2, 4, 3)
+        for p in (0.0, 1.0, 2.0, 3.5, float("inf")):
+            same(torch.cdist(a.to("tpu"), b.to("tpu"), p), torch.cdist(a, b, p), atol=1e-5, rtol=1e-5)
+            same(F.pdist(a[0].to("tpu"), p), F.pdist(a[0], p), atol=1e-5, rtol=1e-5)
+    """)

@@ -2,7 +2,7 @@
  * polynomials (Chebyshev T/U/V/W and their shifted forms, Hermite H/He,
  * Laguerre, Legendre), the modified Bessel functions I0/I1 (plain and
  * exponentially scaled), K0/K1 (plain and scaled), the Bessel functions
- * J0/J1/Y0/Y1, spherical j0, erfcx and log_ndtr.
+ * J0/J1/Y0/Y1, spherical j0, erfcx, log_ndtr, polygamma and frexp.
  *
  * They follow the host kernels (runtime/targets/host/kernels/special.c and
  * specfun.c): the polynomials run their recurrences in the element type (a
@@ -511,6 +511,35 @@ static bool lower_polygamma(node_t* n, const char* base, ref_t* outs) {
   return true;
 }
 
+/* frexp(x) -> (mantissa in [0.5, 1) with x's sign, exponent int) from the
+ * float32 bits alone (XLA's CPU code flushes subnormals in arithmetic):
+ * exponent field f > 0: f - 126; subnormals, the highest set bit p of the
+ * fraction: p - 148, the fraction shifted up to the implicit bit; 0, inf,
+ * nan: (x, 0) */
+static ref_t i32k(em_t* e, ref_t like_, int64_t v) { return cst_like(e, TPU_I32, (double)v, like_.nd, like_.sz); }
+static bool lower_frexp(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  if (!is_tensor(n, 0) || odt != TPU_F32 || c->nouts != 2 || c->outs[1].dtype == TPU_DTYPE_NONE) return false;
+  ref_t x = arg_out(n, 0, TPU_F32);
+  ref_t bits = emit(e, "stablehlo.bitcast_convert", 1, &x, mkref(TPU_I32, x.nd, x.sz), NULL);
+  ref_t field = binop(e, "stablehlo.and", binop(e, "stablehlo.shift_right_logical", bits, i32k(e, x, 23)), i32k(e, x, 255));
+  ref_t frac = binop(e, "stablehlo.and", bits, i32k(e, x, 0x7FFFFF));
+  ref_t sign = binop(e, "stablehlo.and", bits, i32k(e, x, INT32_MIN));
+  ref_t lz = un(e, "stablehlo.count_leading_zeros", frac);
+  ref_t sub = compare(e, "EQ", field, i32k(e, x, 0));
+  ref_t ex = sel(e, sub, binop(e, "stablehlo.subtract", i32k(e, x, -117), lz), binop(e, "stablehlo.subtract", field, i32k(e, x, 126)));
+  ref_t up = binop(e, "stablehlo.and", binop(e, "stablehlo.shift_left", frac, binop(e, "stablehlo.subtract", lz, i32k(e, x, 8))),
+                   i32k(e, x, 0x7FFFFF));
+  ref_t mfrac = sel(e, sub, up, frac);
+  ref_t mbits = binop(e, "stablehlo.or", binop(e, "stablehlo.or", sign, i32k(e, x, 126 << 23)), mfrac);
+  ref_t mant = emit(e, "stablehlo.bitcast_convert", 1, &mbits, mkref(TPU_F32, x.nd, x.sz), NULL);
+  ref_t special = bor(e, band(e, sub, compare(e, "EQ", frac, i32k(e, x, 0))), compare(e, "EQ", field, i32k(e, x, 255)));
+  outs[0] = sel(e, special, x, mant);
+  outs[1] = convert(e, sel(e, special, i32k(e, x, 0), ex), c->outs[1].dtype);
+  return true;
+}
+
 static bool lower_in_f64(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if ((odt != TPU_F32 && odt != TPU_F64) || !is_tensor(n, 0)) return false;
@@ -537,6 +566,7 @@ static bool lower_in_f64(node_t* n, const char* base, ref_t* outs) {
 
 /* ---- table ---- */
 static const tpu_lower_entry_t k_entries[] = {
+    {"frexp", lower_frexp},
     {"i0", lower_in_f64},
     {"polygamma", lower_polygamma},
     {"special_bessel_j0", lower_in_f64},
