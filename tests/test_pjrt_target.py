@@ -516,3 +516,17 @@ def test_histc_frexp_segment_reduce_and_distances():
             same(torch.cdist(a.to("tpu"), b.to("tpu"), p), torch.cdist(a, b, p), atol=1e-5, rtol=1e-5)
             same(F.pdist(a[0].to("tpu"), p), F.pdist(a[0], p), atol=1e-5, rtol=1e-5)
     """)
+
+
+def test_grid_sample_2d():
+    run_pjrt("""
+        torch.manual_seed(10)
+        x = torch.randn(2, 3, 5, 7)
+        g = torch.rand(2, 4, 6, 2) * 2.4 - 1.2                      # some corners outside
+        for mode in ("bilinear", "nearest"):
+            for pad in ("zeros", "border"):
+                for align in (False, True):
+                    kw = dict(mode=mode, padding_mode=pad, align_corners=align)
+                    same(F.grid_sample(x.to("tpu"), g.to("tpu"), **kw), F.grid_sample(x, g, **kw),
+                         atol=1e-5, rtol=1e-5)
+    """)

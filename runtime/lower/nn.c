@@ -704,6 +704,84 @@ static bool lower_max_pool2d_with_indices(node_t* n, const char* base, ref_t* ou
   return false;
 }
 
+/* grid_sampler_2d(input [N, C, H, W], grid [N, Ho, Wo, 2], interpolation,
+ * padding, align_corners) for bilinear (0) and nearest (1) interpolation with
+ * zeros (0) or border (1) padding, in the element type as CPU computes it:
+ * the corners are gathered from input as [N, H*W, C] rows; a corner outside
+ * the image counts as 0. */
+static ref_t gs_gather(em_t* e, ref_t rows, ref_t ix, ref_t iy, ref_t w, int64_t H, int64_t W) {
+  /* ix, iy, w: [N, P, 1] (float); rows [N, H*W, C] -> w * rows[n, iy*W + ix] (0 outside) */
+  const tpu_dtype_t dt = rows.dt;
+  ref_t inside = binop(e, "stablehlo.and",
+                       binop(e, "stablehlo.and", compare(e, "GE", ix, cst_like(e, dt, 0, ix.nd, ix.sz)),
+                             compare(e, "LE", ix, cst_like(e, dt, (double)(W - 1), ix.nd, ix.sz))),
+                       binop(e, "stablehlo.and", compare(e, "GE", iy, cst_like(e, dt, 0, iy.nd, iy.sz)),
+                             compare(e, "LE", iy, cst_like(e, dt, (double)(H - 1), iy.nd, iy.sz))));
+  ref_t cx = emit(e, "stablehlo.clamp", 3, (ref_t[]){cst_like(e, dt, 0, ix.nd, ix.sz), ix, cst_like(e, dt, (double)(W - 1), ix.nd, ix.sz)}, ix, NULL);
+  ref_t cy = emit(e, "stablehlo.clamp", 3, (ref_t[]){cst_like(e, dt, 0, iy.nd, iy.sz), iy, cst_like(e, dt, (double)(H - 1), iy.nd, iy.sz)}, iy, NULL);
+  ref_t flat = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", convert(e, cy, TPU_I64), (double)W), convert(e, cx, TPU_I64));
+  ref_t nidx = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 3, flat.sz), "iota_dimension = 0 : i64");
+  int64_t isz[3] = {flat.sz[0], flat.sz[1], 2};
+  ref_t parts[2] = {nidx, flat};
+  ref_t idx = emit(e, "stablehlo.concatenate", 2, parts, mkref(TPU_I64, 3, isz), "dimension = 2 : i64");
+  const int64_t C = rows.sz[2];
+  int64_t gsz[3] = {flat.sz[0], flat.sz[1], C};
+  ref_t in[2] = {rows, idx};
+  ref_t g = emit(e, "stablehlo.gather", 2, in, mkref(dt, 3, gsz),
+                 "dimension_numbers = #stablehlo.gather<offset_dims = [2], collapsed_slice_dims = [0, 1], "
+                 "start_index_map = [0, 1], index_vector_dim = 2>, slice_sizes = array<i64: 1, 1, %" PRId64 ">, "
+                 "indices_are_sorted = false", C);
+  ref_t wm = select3(e, inside, w, cst_like(e, dt, 0, w.nd, w.sz));
+  return binop(e, "stablehlo.multiply", g, bcast(e, wm, 3, gsz));
+}
+
+static bool lower_grid_sampler_2d(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  if (!is_tensor(n, 0) || !is_tensor(n, 1) || (odt != TPU_F32 && odt != TPU_F64)) return false;
+  const tpu_tensor_t* x = c->args[0].v.t;
+  const tpu_tensor_t* gt = c->args[1].v.t;
+  const int64_t mode = tpu_arg_i64(c, 2, 0), pad = tpu_arg_i64(c, 3, 0);
+  const bool align = tpu_arg_bool(c, 4, false);
+  if (x->ndim != 4 || gt->ndim != 4 || gt->sizes[3] != 2 || mode > 1 || pad > 1 || o->ndim != 4) return false;
+  const int64_t N = x->sizes[0], C = x->sizes[1], H = x->sizes[2], W = x->sizes[3], Ho = gt->sizes[1], Wo = gt->sizes[2];
+  if (tpu_tensor_numel(o) == 0 || H == 0 || W == 0) {
+    outs[0] = cst_like(e, odt, 0, 4, o->sizes);
+    return true;
+  }
+  const int64_t P = Ho * Wo;
+  ref_t rows = reshape(e, transpose(e, convert(e, arg(n, 0), odt), (int64_t[]){0, 2, 3, 1}), 3, (int64_t[]){N, H * W, C});
+  ref_t g = reshape(e, convert(e, arg(n, 1), odt), 3, (int64_t[]){N, P, 2});
+  ref_t gx = slice(e, g, (int64_t[]){0, 0, 0}, (int64_t[]){N, P, 1});
+  ref_t gy = slice(e, g, (int64_t[]){0, 0, 1}, (int64_t[]){N, P, 2});
+  ref_t crd[2] = {gx, gy};
+  const int64_t size[2] = {W, H};
+  for (int k = 0; k < 2; k++) { /* unnormalize, then clip for border padding */
+    ref_t v = crd[k];
+    if (align) v = scalar_op(e, "stablehlo.multiply", scalar_op(e, "stablehlo.divide", scalar_op(e, "stablehlo.add", v, 1), 2), (double)(size[k] - 1));
+    else v = scalar_op(e, "stablehlo.divide", scalar_op(e, "stablehlo.subtract", scalar_op(e, "stablehlo.multiply", scalar_op(e, "stablehlo.add", v, 1), (double)size[k]), 1), 2);
+    if (pad == 1)
+      v = emit(e, "stablehlo.clamp", 3, (ref_t[]){cst_like(e, odt, 0, v.nd, v.sz), v, cst_like(e, odt, (double)(size[k] - 1), v.nd, v.sz)}, v, NULL);
+    crd[k] = v;
+  }
+  ref_t ix = crd[0], iy = crd[1], r;
+  if (mode == 1) { /* nearest: round half to even */
+    r = gs_gather(e, rows, unop(e, "stablehlo.round_nearest_even", ix), unop(e, "stablehlo.round_nearest_even", iy),
+                  cst_like(e, odt, 1, ix.nd, ix.sz), H, W);
+  } else {
+    ref_t x0 = unop(e, "stablehlo.floor", ix), y0 = unop(e, "stablehlo.floor", iy);
+    ref_t x1 = scalar_op(e, "stablehlo.add", x0, 1), y1 = scalar_op(e, "stablehlo.add", y0, 1);
+    ref_t dxr = binop(e, "stablehlo.subtract", x1, ix), dxl = binop(e, "stablehlo.subtract", ix, x0);
+    ref_t dyb = binop(e, "stablehlo.subtract", y1, iy), dyt = binop(e, "stablehlo.subtract", iy, y0);
+    r = gs_gather(e, rows, x0, y0, binop(e, "stablehlo.multiply", dxr, dyb), H, W);
+    r = binop(e, "stablehlo.add", r, gs_gather(e, rows, x1, y0, binop(e, "stablehlo.multiply", dxl, dyb), H, W));
+    r = binop(e, "stablehlo.add", r, gs_gather(e, rows, x0, y1, binop(e, "stablehlo.multiply", dxr, dyt), H, W));
+    r = binop(e, "stablehlo.add", r, gs_gather(e, rows, x1, y1, binop(e, "stablehlo.multiply", dxl, dyt), H, W));
+  }
+  outs[0] = transpose(e, reshape(e, r, 4, (int64_t[]){N, Ho, Wo, C}), (int64_t[]){0, 3, 1, 2});
+  return true;
+}
+
 /* native_dropout_backward(grad_output, mask, scale) = grad_output * mask * scale */
 static bool lower_dropout_backward(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
@@ -984,6 +1062,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"embedding_dense_backward", lower_embedding_dense_backward},
     {"gelu_backward", lower_gelu_backward},
     {"glu", lower_glu},
+    {"grid_sampler_2d", lower_grid_sampler_2d},
     {"hardshrink", lower_threshold},
     {"hardsigmoid", lower_leaky_relu},
     {"hardswish", lower_leaky_relu},
