@@ -530,3 +530,20 @@ def test_grid_sample_2d():
                     same(F.grid_sample(x.to("tpu"), g.to("tpu"), **kw), F.grid_sample(x, g, **kw),
                          atol=1e-5, rtol=1e-5)
     """)
+
+
+def test_mode():
+    run_pjrt("""
+        torch.manual_seed(11)
+        # (no NaN: CPU's mode of NaNs depends on their order, [nan, 5] -> nan but [5, nan] -> 5)
+        x = torch.randint(0, 4, (3, 5, 7)).float()                  # ties: the smallest, last index
+        for dim in (0, 1, -1):
+            for keep in (False, True):
+                for t, e in zip(torch.mode(x.to("tpu"), dim, keep), torch.mode(x, dim, keep)):
+                    same(t, e)
+        i = torch.randint(-2, 3, (4, 9))
+        for t, e in zip(torch.mode(i.to("tpu")), torch.mode(i)):
+            same(t, e)
+        for t, e in zip(torch.mode(torch.tensor(2.5).to("tpu")), torch.mode(torch.tensor(2.5))):
+            same(t, e)
+    """)

@@ -491,6 +491,59 @@ static bool lower_cdist(node_t* n, const char* base, ref_t* outs) {
   return true;
 }
 
+/* mode(self, dim, keepdim) -> (values, indices), as the host kernel: the
+ * smallest of the most frequent values along dim, with the last index it
+ * occurs at; NaNs never equal each other (each counts once), so a NaN is the
+ * mode only of all-NaN slices (the first one). Counts by pairwise compares
+ * ([..., n, n]). */
+static bool lower_mode(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  if (!is_tensor(n, 0) || c->nouts != 2) return false;
+  const tpu_tensor_t* t = c->args[0].v.t;
+  if (!tpu_dtype_is_float(t->dtype) && t->dtype != TPU_I64 && t->dtype != TPU_I32) return false;
+  if (t->ndim == 0 || tpu_tensor_numel(t) == 0) {
+    if (tpu_tensor_numel(t) == 0 && t->ndim) return false; /* the kernel's error */
+    outs[0] = arg(n, 0);
+    outs[1] = cst_like(e, c->outs[1].dtype, 0, 0, NULL);
+    return true;
+  }
+  const int nd = t->ndim, dim = norm_dim(tpu_arg_i64(c, 1, -1), nd);
+  const int64_t len = t->sizes[dim];
+  if (len > 4096) return false; /* the pairwise counts grow as len^2 */
+  int64_t perm[TPU_MAX_DIMS];
+  for (int d = 0, k = 0; d < nd; d++)
+    if (d != dim) perm[k++] = d;
+  perm[nd - 1] = dim;
+  ref_t x = transpose(e, arg(n, 0), perm); /* [..., len] */
+  int64_t sz[TPU_MAX_DIMS + 1], di[TPU_MAX_DIMS], dj[TPU_MAX_DIMS];
+  for (int d = 0; d < nd - 1; d++) sz[d] = x.sz[d], di[d] = dj[d] = d;
+  sz[nd - 1] = sz[nd] = len;
+  di[nd - 1] = nd - 1;
+  dj[nd - 1] = nd;
+  ref_t xi = bcast_dims(e, x, nd + 1, sz, di), xj = bcast_dims(e, x, nd + 1, sz, dj);
+  int64_t last[1] = {nd}, red[1] = {nd - 1};
+  ref_t cnt = reduce(e, convert(e, compare(e, "EQ", xi, xj), TPU_I64), 1, last, "stablehlo.add", 0);
+  const bool fl = tpu_dtype_is_float(x.dt);
+  ref_t nan = fl ? compare(e, "NE", x, x) : cst_like(e, TPU_BOOL, 0, x.nd, x.sz);
+  if (fl) cnt = binop(e, "stablehlo.add", cnt, convert(e, nan, TPU_I64));
+  ref_t mc = reduce_keep(e, cnt, 1, red, "stablehlo.maximum", 0);
+  ref_t real = binop(e, "stablehlo.and", compare(e, "EQ", cnt, bcast(e, mc, x.nd, x.sz)), unop(e, "stablehlo.not", nan));
+  const double top = fl ? INFINITY : (x.dt == TPU_I64 ? 9.2233720368547758e18 : 2147483647.0);
+  ref_t vmin = reduce_keep(e, select3(e, real, x, cst_like(e, x.dt, top, x.nd, x.sz)), 1, red, "stablehlo.minimum", top);
+  ref_t anyreal = reduce_keep(e, real, 1, red, "stablehlo.or", 0);
+  ref_t pos = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, x.nd, x.sz), "iota_dimension = %d : i64", nd - 1);
+  ref_t hit = binop(e, "stablehlo.and", compare(e, "EQ", x, bcast(e, vmin, x.nd, x.sz)), unop(e, "stablehlo.not", nan));
+  ref_t lastpos = reduce_keep(e, select3(e, hit, pos, cst_like(e, TPU_I64, -1, x.nd, x.sz)), 1, red, "stablehlo.maximum", -1);
+  ref_t firstnan = reduce_keep(e, select3(e, nan, pos, cst_like(e, TPU_I64, (double)len, x.nd, x.sz)), 1, red,
+                               "stablehlo.minimum", (double)len);
+  ref_t idx = select3(e, anyreal, lastpos, firstnan);
+  ref_t val = fl ? select3(e, anyreal, vmin, cst_like(e, x.dt, NAN, vmin.nd, vmin.sz)) : vmin;
+  outs[0] = convert(e, val, odt);
+  outs[1] = convert(e, idx, c->outs[1].dtype);
+  return true;
+}
+
 /* the former chain tried these in turn; the first that lowers wins */
 static bool lower_max_any(node_t* n, const char* base, ref_t* outs) {
   return lower_sum(n, base, outs) || lower_argmax(n, base, outs);
@@ -524,6 +577,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"max", lower_max_any},
     {"mean", lower_sum},
     {"min", lower_min_any},
+    {"mode", lower_mode},
     {"nansum", lower_sum},
     {"norm", lower_linalg_vector_norm},
     {"prod", lower_sum},
