@@ -547,3 +547,21 @@ def test_mode():
         for t, e in zip(torch.mode(torch.tensor(2.5).to("tpu")), torch.mode(torch.tensor(2.5))):
             same(t, e)
     """)
+
+
+def test_matrix_exp_and_max_pool_backward():
+    run_pjrt("""
+        torch.manual_seed(12)
+        torch.set_float32_matmul_precision("highest")
+        for a in (torch.randn(5, 5), torch.randn(3, 4, 4) * 3, torch.zeros(2, 2), torch.randn(1, 1)):
+            same(torch.linalg.matrix_exp(a.to("tpu")), torch.linalg.matrix_exp(a), atol=1e-5, rtol=1e-5)
+        A = torch.ops.aten
+        x = torch.randn(2, 3, 7, 8)
+        for k, s in ((3, 2), (2, 2), (3, 1)):                        # overlapping windows share argmaxes
+            v, i = F.max_pool2d(x, k, s, return_indices=True)
+            g = torch.randn_like(v)
+            e = A.max_pool2d_with_indices_backward(g, x, [k, k], [s, s], [0, 0], [1, 1], False, i)
+            t = A.max_pool2d_with_indices_backward(g.to("tpu"), x.to("tpu"), [k, k], [s, s], [0, 0], [1, 1],
+                                                   False, i.to("tpu"))
+            same(t, e, atol=1e-6, rtol=1e-6)
+    """)

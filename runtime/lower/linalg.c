@@ -265,6 +265,47 @@ static void unpack(em_t* e, ref_t lu, ref_t* l, ref_t* u) {
   *u = triangle(e, block(e, lu, 0, k, 0, n), false, false);
 }
 
+/* ---- matrix exponential (float64) ----
+ * Scaling and squaring: B = A / 2^s with s = max(0, ceil(log2 |A|_1)) per
+ * matrix so that |B|_1 <= 1, exp(B) by its Taylor series to degree 18
+ * (remainder below 1/19! ~ 8e-18), then s squarings in a while loop (each
+ * matrix squares while the count is below its own s). */
+static ref_t mexp_cond(em_t* e, const ref_t* v, void* ctx) {
+  (void)ctx;
+  return any_of(e, compare(e, "LT", bcast(e, v[0], v[2].nd, v[2].sz), v[2]));
+}
+static void mexp_body(em_t* e, const ref_t* v, ref_t* nx, void* ctx) {
+  (void)ctx;
+  ref_t x = v[1];
+  const int nd = x.nd;
+  ref_t sq = dot_general(e, x, x, nd - 2, nd - 1, nd - 2, x, TPU_PRECISION_HIGHEST);
+  ref_t live = compare(e, "LT", bcast(e, v[0], v[2].nd, v[2].sz), v[2]); /* [..., 1, 1] */
+  nx[0] = binop(e, "stablehlo.add", v[0], cst(e, TPU_F64, 1));
+  nx[1] = select3(e, spread(e, live, nd, x.sz), sq, x);
+  nx[2] = v[2];
+}
+
+static ref_t matrix_exp(em_t* e, ref_t a) {
+  const int nd = a.nd;
+  int64_t rd[1] = {nd - 2}, cd[1] = {nd - 1};
+  /* the 1-norm: the largest column sum of magnitudes, [..., 1, 1] */
+  ref_t cs = reduce_keep(e, unop(e, "stablehlo.abs", a), 1, rd, "stablehlo.add", 0);
+  ref_t nrm = reduce_keep(e, cs, 1, cd, "stablehlo.maximum", 0);
+  ref_t s = unop(e, "stablehlo.ceil", binop(e, "stablehlo.divide", unop(e, "stablehlo.log", nrm),
+                                             cst_like(e, TPU_F64, M_LN2, nrm.nd, nrm.sz)));
+  s = binop(e, "stablehlo.maximum", s, cst_like(e, TPU_F64, 0, s.nd, s.sz)); /* log(0) = -inf: 0 */
+  s = binop(e, "stablehlo.minimum", s, cst_like(e, TPU_F64, 1100, s.nd, s.sz)); /* inf / nan norms end */
+  s = select3(e, compare(e, "NE", s, s), cst_like(e, TPU_F64, 0, s.nd, s.sz), s);
+  ref_t b = binop(e, "stablehlo.divide", a, spread(e, binop(e, "stablehlo.power", cst_like(e, TPU_F64, 2, s.nd, s.sz), s), nd, a.sz));
+  ref_t eye = eye_like(e, TPU_F64, nd, a.sz), r = eye;
+  for (int k = 18; k >= 1; k--) /* I + B/k (I + B/(k+1) (...)) */
+    r = binop(e, "stablehlo.add", eye,
+              scalar_op(e, "stablehlo.divide", dot_general(e, b, r, nd - 2, nd - 1, nd - 2, a, TPU_PRECISION_HIGHEST), (double)k));
+  ref_t v[3] = {cst(e, TPU_F64, 0), r, s};
+  while_loop(e, 3, v, mexp_cond, mexp_body, NULL);
+  return v[1];
+}
+
 /* ---- Householder QR (float64, LAPACK's geqrf layout and signs) ---- */
 /* reflector j of the packed a [..., m, n]: v [..., m, 1], 1 at row j, a's column j below */
 static ref_t reflector(em_t* e, ref_t a, int64_t j) {
@@ -657,6 +698,12 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
         outs[i] = cst_like(e, c->outs[i].dtype, i == 0 ? 1 : 0, c->outs[i].ndim, c->outs[i].sizes);
     return true;
   }
+  if (!strcmp(base, "linalg_matrix_exp")) {
+    if (t->sizes[t->ndim - 1] != t->sizes[t->ndim - 2]) return false;
+    outs[0] = tpu_tensor_numel(t) ? convert(e, matrix_exp(e, convert(e, arg(n, 0), TPU_F64)), odt)
+                                  : cst_like(e, odt, 0, o->ndim, o->sizes);
+    return true;
+  }
   if ((!strcmp(base, "_linalg_svd") || !strcmp(base, "_linalg_eigh")) && tpu_tensor_numel(t) > 0) {
     ref_t a = convert(e, arg(n, 0), ft); /* (their first output may be empty: U, V not wanted) */
     return base[8] == 's' ? lower_svd(n, a, ft, outs) : lower_eigh(n, a, outs);
@@ -817,6 +864,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"linalg_lu", lower_linalg},
     {"linalg_lu_factor_ex", lower_linalg},
     {"linalg_lu_solve", lower_linalg},
+    {"linalg_matrix_exp", lower_linalg},
     {"linalg_qr", lower_householder},
     {"linalg_solve_ex", lower_linalg},
     {"linalg_solve_triangular", lower_linalg},
