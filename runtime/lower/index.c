@@ -1,5 +1,6 @@
 /* Indexing lowerings: gather, index.Tensor, scatter/scatter_add, index_select,
- * and sort/topk (a sort that carries the indices).
+ * sort/topk (a sort that carries the indices), nonzero, and max_unpool / max
+ * pooling's backward (scatters into zero planes).
  *
  * Each function lowers the ATen ops its table names; it returns false to leave
  * the call to the custom_call fallback (runtime/lower/stablehlo.c). The bodies

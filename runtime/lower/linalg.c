@@ -1,7 +1,11 @@
 /* Linear algebra lowerings: Cholesky factors, triangular solves, and an LU
  * factorization with partial pivoting (unrolled over the columns, as LAPACK's
  * getrf chooses pivots: the first largest magnitude) with what is built on
- * it: lu_factor, lu, lu_unpack, lu_solve, solve, inv, det, slogdet.
+ * it: lu_factor, lu, lu_unpack, lu_solve, solve, inv, det, slogdet; Householder
+ * QR (geqrf unrolled over the columns) with householder_product and ormqr;
+ * Jacobi SVD and symmetric eigendecomposition (sweeps in a stablehlo.while);
+ * the matrix exponential (scaling and squaring). QR, SVD, eigh and exp run in
+ * float64, as the host kernels.
  *
  * Matrices are the last two dims; batch dims broadcast as in PyTorch. Only
  * float32 and float64 (as LAPACK). Each function lowers the ATen ops its

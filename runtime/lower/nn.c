@@ -1,6 +1,6 @@
 /* Neural-network lowerings: softmax and its backward, layer/group/batch norm,
  * activations with parameters, losses, pooling, upsampling and the backward ops of
- * autograd that have a closed form.
+ * autograd that have a closed form, and grid_sampler_2d.
  *
  * Each function lowers the ATen ops its table names; it returns false to leave
  * the call to the custom_call fallback (runtime/lower/stablehlo.c). The bodies

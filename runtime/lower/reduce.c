@@ -1,5 +1,6 @@
 /* Reductions: sum/mean/amax/amin/prod/max/min over dims, var/std, logsumexp,
- * vector norms, any/all, argmax/argmin, and the scans cumsum/cumprod.
+ * vector norms, any/all, argmax/argmin, the scans cumsum/cumprod, histc, mode,
+ * segment_reduce and the pairwise distances cdist/pdist.
  *
  * Each function lowers the ATen ops its table names; it returns false to leave
  * the call to the custom_call fallback (runtime/lower/stablehlo.c). The bodies

@@ -23,7 +23,8 @@
  * Each ATen op with a mapping expands into StableHLO ops (softmax, layer norm
  * and gelu into their arithmetic; matmuls into dot_general with the call's
  * precision); the mappings live in the per-family files of this layer
- * (lower/elementwise.c, shape.c, matmul.c, reduce.c, nn.c, index.c), found
+ * (lower/elementwise.c, shape.c, matmul.c, reduce.c, nn.c, index.c, linalg.c,
+ * special.c), found
  * through lower/lower.c, and build their ops with the helpers this file
  * exports through lower/emit.h. Anything else becomes stablehlo.custom_call @aten.<name> with
  * the right types, and is listed in the module's tpu.custom_calls. */
