@@ -189,9 +189,9 @@ def test_ops_without_a_lowering_raise_and_the_device_keeps_working():
     run_pjrt("""
         a = torch.randn(8).to("tpu")
         try:
-            torch.special.i0e(a)
+            torch.special.airy_ai(a)
         except NotImplementedError as e:
-            assert "pjrt" in str(e) and "i0e" in str(e), str(e)
+            assert "pjrt" in str(e) and "airy_ai" in str(e), str(e)
         else:
             raise AssertionError("no error")
         same(a * 2, a.cpu() * 2)
@@ -327,4 +327,241 @@ def test_empty_views_read_as_empty():
         same(a.transpose(-1, -2).tril(), x.transpose(-1, -2).tril())
         same(a.mT.contiguous(), x.mT.contiguous())
         same(a.sum(), x.sum())
+    """)
+
+
+def test_special_functions():
+    # the lowerings of runtime/lower/special.c against PyTorch's CPU values: the
+    # polynomials' while loops (each element stops at its own degree), the Bessel
+    # functions' series / asymptotic branches, and the special values
+    run_pjrt("""
+        S = torch.special
+        torch.manual_seed(3)
+        x = torch.cat([torch.randn(40) * 5, torch.tensor([0., -0., 1., -1., 0.5, 30.5, -31., 100., 1e-3,
+                                                          17.5, 16.9, 1e-8, float("inf"), float("-inf"),
+                                                          float("nan")])])
+        for f in (S.i0, S.i0e, S.i1, S.i1e, S.modified_bessel_i0, S.modified_bessel_i1, S.bessel_j0,
+                  S.bessel_j1, S.bessel_y0, S.bessel_y1, S.modified_bessel_k0, S.modified_bessel_k1,
+                  S.scaled_modified_bessel_k0, S.scaled_modified_bessel_k1, S.spherical_bessel_j0,
+                  S.log_ndtr):
+            same(f(x.to("tpu")), f(x), atol=1e-5, rtol=1.3e-6)
+        # erfcx: against float64 (PyTorch's float32 kernel rounds exp(x^2) below -6)
+        same(S.erfcx(x.to("tpu")), S.erfcx(x.double()).float(), atol=1e-5, rtol=1.3e-6)
+        y = torch.cat([torch.linspace(-1.2, 1.2, 13), torch.tensor([1., -1., 0.])])[:, None]
+        n = torch.tensor([0., 1., 2., 3., 5., 7., 9., 12., -1., 4.3, float("nan")])[None, :]
+        for f in (S.chebyshev_polynomial_t, S.chebyshev_polynomial_u, S.chebyshev_polynomial_v,
+                  S.chebyshev_polynomial_w, S.shifted_chebyshev_polynomial_t,
+                  S.shifted_chebyshev_polynomial_u, S.shifted_chebyshev_polynomial_v,
+                  S.shifted_chebyshev_polynomial_w, S.hermite_polynomial_h, S.hermite_polynomial_he,
+                  S.laguerre_polynomial_l, S.legendre_polynomial_p):
+            same(f(y.to("tpu"), n.to("tpu")), f(y, n), atol=1e-5, rtol=1.3e-6)
+            same(f(y.to("tpu"), 3), f(y, 3), atol=1e-5, rtol=1.3e-6)
+        p = torch.cat([torch.randn(30) * 5, torch.tensor([-2., -1.5, 0., -0., 0.25, 3., 12.])])
+        for k in range(5):
+            same(torch.polygamma(k, p.to("tpu")), torch.polygamma(k, p), atol=1e-5, rtol=1.3e-6)
+    """)
+
+
+def test_nonzero_and_linalg_factors():
+    # nonzero (its output size is counted before it is queued) and what builds on it;
+    # LU of rectangular and batched matrices; det / slogdet of 0 x 0 matrices
+    run_pjrt("""
+        torch.manual_seed(4)
+        torch.set_float32_matmul_precision("highest")
+        x = torch.randn(4, 5, 3)
+        x[x.abs() < 0.7] = 0
+        same(torch.nonzero(x.to("tpu")), torch.nonzero(x))
+        same(torch.argwhere(x[1].to("tpu")), torch.argwhere(x[1]))
+        same(torch.nonzero(torch.zeros(3, 2).to("tpu")), torch.nonzero(torch.zeros(3, 2)))
+        same(x.to("tpu")[x.to("tpu") > 0], x[x > 0])
+        same(torch.masked_select(x.to("tpu"), x.to("tpu") < 0), torch.masked_select(x, x < 0))
+        for shp in [(3, 5), (5, 3), (2, 4, 6), (2, 6, 4), (3, 3, 3), (1, 4), (4, 1)]:
+            a = torch.randn(*shp)
+            lu, piv = torch.linalg.lu_factor(a)
+            g = torch.linalg.lu_factor(a.to("tpu"))
+            same(g[0], lu, atol=1e-5, rtol=1e-5)
+            same(g[1], piv)
+            for t, e in zip(torch.linalg.lu(a.to("tpu")), torch.linalg.lu(a)):
+                same(t, e, atol=1e-5, rtol=1e-5)
+        a = torch.randn(3, 4, 4)
+        same(torch.linalg.det(a.to("tpu")), torch.linalg.det(a), atol=1e-5, rtol=1e-5)
+        for t, e in zip(torch.linalg.slogdet(a.to("tpu")), torch.linalg.slogdet(a)):
+            same(t, e, atol=1e-5, rtol=1e-5)
+        for shp in [(0, 0), (2, 0, 0)]:
+            z = torch.randn(*shp)
+            same(torch.linalg.det(z.to("tpu")), torch.linalg.det(z))
+            for t, e in zip(torch.linalg.slogdet(z.to("tpu")), torch.linalg.slogdet(z)):
+                same(t, e)
+    """)
+
+
+def test_max_unpool():
+    run_pjrt("""
+        torch.manual_seed(5)
+        for dims, pool, unpool in ((2, F.max_pool2d, F.max_unpool2d), (3, F.max_pool3d, F.max_unpool3d)):
+            x = torch.randn(2, 3, *([6] * dims))
+            v, i = pool(x, 2, stride=2, return_indices=True)
+            same(unpool(v.to("tpu"), i.to("tpu"), 2, stride=2), unpool(v, i, 2, stride=2))
+            same(unpool(v[0].to("tpu"), i[0].to("tpu"), 2, stride=2, output_size=[7] * dims),
+                 unpool(v[0], i[0], 2, stride=2, output_size=[7] * dims))
+        v, i = F.max_pool1d(torch.randn(2, 9), 3, return_indices=True)
+        same(F.max_unpool1d(v.to("tpu"), i.to("tpu"), 3), F.max_unpool1d(v, i, 3))
+    """)
+
+
+def test_batch_norm_variants_and_dropout_backward():
+    run_pjrt("""
+        torch.manual_seed(6)
+        x, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3)
+        A = torch.ops.aten
+        for training in (True, False):
+            rm, rv = torch.randn(3), torch.rand(3) + 0.5
+            rm_t, rv_t = rm.to("tpu"), rv.to("tpu")
+            e = A._native_batch_norm_legit(x, w, b, rm, rv, training, 0.1, 1e-5)
+            g = A._native_batch_norm_legit(x.to("tpu"), w.to("tpu"), b.to("tpu"), rm_t, rv_t, training, 0.1, 1e-5)
+            for t, r in zip(g, e):
+                same(t, r, atol=1e-5, rtol=1e-5)
+            same(rm_t, rm, atol=1e-6, rtol=1e-5)
+            same(rv_t, rv, atol=1e-6, rtol=1e-5)
+        e = A._native_batch_norm_legit(x, w, b, True, 0.1, 1e-5)       # no_stats
+        g = A._native_batch_norm_legit(x.to("tpu"), w.to("tpu"), b.to("tpu"), True, 0.1, 1e-5)
+        for t, r in zip(g, e):
+            same(t, r, atol=1e-5, rtol=1e-5)
+        rm, rv = torch.randn(3), torch.rand(3) + 0.5
+        rm_t, rv_t = rm.to("tpu"), rv.to("tpu")
+        e = A._batch_norm_with_update(x, w, b, rm, rv, 0.2, 1e-5)
+        g = A._batch_norm_with_update(x.to("tpu"), w.to("tpu"), b.to("tpu"), rm_t, rv_t, 0.2, 1e-5)
+        for t, r in zip(g[:3], e[:3]):
+            same(t, r, atol=1e-5, rtol=1e-5)
+        assert g[3].numel() == e[3].numel() == 0
+        same(rv_t, rv, atol=1e-6, rtol=1e-5)
+        m = torch.rand(4, 3, 5) > 0.5
+        same(A.native_dropout_backward(x.to("tpu"), m.to("tpu"), 2.0), A.native_dropout_backward(x, m, 2.0))
+    """)
+
+
+def test_svd_and_eigh_by_jacobi():
+    # one-sided (SVD) and cyclic (eigh) Jacobi sweeps in a stablehlo.while; vectors up to sign
+    run_pjrt("""
+        torch.manual_seed(7)
+        torch.set_float32_matmul_precision("highest")
+        for shp in [(5, 5), (5, 3), (3, 5), (2, 4, 4), (1, 1)]:
+            a = torch.randn(*shp)
+            U, S, Vh = torch.linalg.svd(a, full_matrices=False)
+            u, s, vh = torch.linalg.svd(a.to("tpu"), full_matrices=False)
+            same(s, S, atol=1e-5, rtol=1e-5)
+            same(u.abs(), U.abs(), atol=1e-5, rtol=1e-5)
+            same(vh.abs(), Vh.abs(), atol=1e-5, rtol=1e-5)
+            same(torch.linalg.svdvals(a.to("tpu")), S, atol=1e-5, rtol=1e-5)
+            same(torch.linalg.pinv(a.to("tpu")), torch.linalg.pinv(a), atol=1e-4, rtol=1e-4)
+        r2 = torch.randn(5, 2) @ torch.randn(2, 5)                  # rank 2
+        same(torch.linalg.pinv(r2.to("tpu")), torch.linalg.pinv(r2), atol=1e-4, rtol=1e-4)
+        same(torch.linalg.matrix_rank(r2.to("tpu")), torch.linalg.matrix_rank(r2))
+        for shp in [(5, 5), (3, 4, 4)]:
+            a = torch.randn(*shp)
+            for uplo in "LU":
+                w, v = torch.linalg.eigh(a, UPLO=uplo)
+                gw, gv = torch.linalg.eigh(a.to("tpu"), UPLO=uplo)
+                same(gw, w, atol=1e-5, rtol=1e-5)
+                same(gv.abs(), v.abs(), atol=1e-5, rtol=1e-5)
+                same(torch.linalg.eigvalsh(a.to("tpu"), UPLO=uplo), w, atol=1e-5, rtol=1e-5)
+    """)
+
+
+def test_householder_qr():
+    # geqrf's reflectors unrolled over the columns (LAPACK's signs), Q from them
+    run_pjrt("""
+        torch.manual_seed(8)
+        for shp in [(5, 5), (5, 2), (2, 5), (3, 4, 3), (5, 0)]:
+            a = torch.randn(*shp)
+            for mode in ("reduced", "complete", "r"):
+                for t, e in zip(torch.linalg.qr(a.to("tpu"), mode=mode), torch.linalg.qr(a, mode=mode)):
+                    same(t, e, atol=1e-5, rtol=1e-5)
+            if 0 in shp or shp[-2] < shp[-1]:
+                continue
+            g, tau = torch.geqrf(a)
+            same(torch.linalg.householder_product(g.to("tpu"), tau.to("tpu")),
+                 torch.linalg.householder_product(g, tau), atol=1e-5, rtol=1e-5)
+            m = shp[-2]
+            cl, cr = torch.randn(*shp[:-2], m, 3), torch.randn(*shp[:-2], 3, m)
+            for tr in (False, True):
+                same(torch.ormqr(g.to("tpu"), tau.to("tpu"), cl.to("tpu"), True, tr),
+                     torch.ormqr(g, tau, cl, True, tr), atol=1e-5, rtol=1e-5)
+                same(torch.ormqr(g.to("tpu"), tau.to("tpu"), cr.to("tpu"), False, tr),
+                     torch.ormqr(g, tau, cr, False, tr), atol=1e-5, rtol=1e-5)
+    """)
+
+
+def test_histc_frexp_segment_reduce_and_distances():
+    run_pjrt("""
+        torch.manual_seed(9)
+        x = torch.randn(40) * 3
+        for bins, lo, hi in ((10, -2, 2), (7, 0, 0), (1, 0, 10), (5, -9, 9)):
+            same(torch.histc(x.to("tpu"), bins, lo, hi), torch.histc(x, bins, lo, hi))
+        same(torch.histc(torch.full((4,), 2.0).to("tpu"), 4), torch.histc(torch.full((4,), 2.0), 4))
+        f = torch.cat([x, torch.tensor([0., -0., 1e-40, -3e-39, float("inf"), float("nan"), 0.5, 1.0])])
+        for t, e in zip(torch.frexp(f.to("tpu")), torch.frexp(f)):
+            same(t, e)
+        d = torch.randn(6, 3)
+        for how in ("max", "min", "sum", "mean", "prod"):
+            for init in ({}, {"initial": 0.5}):
+                L = torch.tensor([2, 0, 3, 1])
+                same(torch.segment_reduce(d.to("tpu"), how, lengths=L.to("tpu"), **init),
+                     torch.segment_reduce(d, how, lengths=L, **init), atol=1e-6, rtol=1e-6)
+                O = torch.tensor([0, 2, 2, 5, 6])
+                same(torch.segment_reduce(d.to("tpu"), how, offsets=O.to("tpu"), **init),
+                     torch.segment_reduce(d, how, offsets=O, **init), atol=1e-6, rtol=1e-6)
+        a, b = torch.randn(2, 5, 3), torch.randn(2, 4, 3)
+        for p in (0.0, 1.0, 2.0, 3.5, float("inf")):
+            same(torch.cdist(a.to("tpu"), b.to("tpu"), p), torch.cdist(a, b, p), atol=1e-5, rtol=1e-5)
+            same(F.pdist(a[0].to("tpu"), p), F.pdist(a[0], p), atol=1e-5, rtol=1e-5)
+    """)
+
+
+def test_grid_sample_2d():
+    run_pjrt("""
+        torch.manual_seed(10)
+        x = torch.randn(2, 3, 5, 7)
+        g = torch.rand(2, 4, 6, 2) * 2.4 - 1.2                      # some corners outside
+        for mode in ("bilinear", "nearest"):
+            for pad in ("zeros", "border"):
+                for align in (False, True):
+                    kw = dict(mode=mode, padding_mode=pad, align_corners=align)
+                    same(F.grid_sample(x.to("tpu"), g.to("tpu"), **kw), F.grid_sample(x, g, **kw),
+                         atol=1e-5, rtol=1e-5)
+    """)
+
+
+def test_mode():
+    run_pjrt("""
+        torch.manual_seed(11)
+        # (no NaN: CPU's mode of NaNs depends on their order, [nan, 5] -> nan but [5, nan] -> 5)
+        x = torch.randint(0, 4, (3, 5, 7)).float()                  # ties: the smallest, last index
+        for dim in (0, 1, -1):
+            for keep in (False, True):
+                for t, e in zip(torch.mode(x.to("tpu"), dim, keep), torch.mode(x, dim, keep)):
+                    same(t, e)
+        i = torch.randint(-2, 3, (4, 9))
+        for t, e in zip(torch.mode(i.to("tpu")), torch.mode(i)):
+            same(t, e)
+        for t, e in zip(torch.mode(torch.tensor(2.5).to("tpu")), torch.mode(torch.tensor(2.5))):
+            same(t, e)
+    """)
+
+
+def test_matrix_exp_and_max_pool_backward():
+    run_pjrt("""
+        torch.manual_seed(12)
+        torch.set_float32_matmul_precision("highest")
+        for a in (torch.randn(5, 5), torch.randn(3, 4, 4) * 3, torch.zeros(2, 2), torch.randn(1, 1)):
+            same(torch.linalg.matrix_exp(a.to("tpu")), torch.linalg.matrix_exp(a), atol=1e-5, rtol=1e-5)
+        A = torch.ops.aten
+        x = torch.randn(2, 3, 7, 8)
+        for k, s in ((3, 2), (2, 2), (3, 1)):                        # overlapping windows share argmaxes
+            v, i = F.max_pool2d(x, k, s, return_indices=True)
+            g = torch.randn_like(v)
+            e = A.max_pool2d_with_indices_backward(g, x, [k, k], [s, s], [0, 0], [1, 1], False, i)
+            t = A.max_pool2d_with_indices_backward(g.to("tpu"), x.to("tpu"), [k, k], [s, s], [0, 0], [1, 1],
+                                                   False, i.to("tpu"))
+            same(t, e, atol=1e-6, rtol=1e-6)
     """)

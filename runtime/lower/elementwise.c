@@ -593,7 +593,6 @@ static const tpu_lower_entry_t k_entries[] = {
     {"ne", lower_compare},
     {"neg", lower_unary},
     {"nextafter", lower_binary},
-    {"polygamma", lower_formula},
     {"pow", lower_binary},
     {"reciprocal", lower_reciprocal},
     {"relu", lower_relu},

@@ -1,6 +1,6 @@
 /* The lowering layer's internal interface: the emitter core (lower/stablehlo.c)
  * that the per-family lowering files (lower/elementwise.c, reduce.c, matmul.c,
- * nn.c, shape.c, index.c, linalg.c) build their StableHLO from.
+ * nn.c, shape.c, index.c, linalg.c, special.c) build their StableHLO from.
  *
  * A lowering function receives the call as a node_t, the op's base name ("add"
  * for add_.Tensor, see base_name) and outs, which it fills by output index. It
@@ -103,7 +103,7 @@ typedef struct {
 } tpu_lower_table_t;
 
 extern const tpu_lower_table_t tpu_lower_elementwise, tpu_lower_shape, tpu_lower_matmul,
-    tpu_lower_reduce, tpu_lower_nn, tpu_lower_index, tpu_lower_linalg;
+    tpu_lower_reduce, tpu_lower_nn, tpu_lower_index, tpu_lower_linalg, tpu_lower_special;
 
 /* The entry for an op id, or NULL; the tables' names are resolved to ids once. */
 const tpu_lower_entry_t* tpu_lower_find_id(tpu_op_id_t id);
@@ -146,6 +146,16 @@ ref_t roll_dim(em_t* e, ref_t x, int dim, int64_t shift);
 void prefix_window(const ref_t* a, int dim, window_t* w);
 ref_t scan_dim(em_t* e, ref_t a, int dim, bool sum);
 void sort_with_indices(em_t* e, ref_t x, int dim, bool descending, ref_t* res);
+/* stablehlo.while over n carried values (vals: the initial values on entry,
+ * the loop's results on return; at most 12): `cond` prints the condition's
+ * ops from the current values and returns a tensor<i1>, `body` prints one step
+ * and fills next[]. Everything the regions read is carried (no implicit
+ * capture). */
+typedef ref_t (*loop_cond_t)(em_t* e, const ref_t* cur, void* ctx);
+typedef void (*loop_body_t)(em_t* e, const ref_t* cur, ref_t* next, void* ctx);
+void while_loop(em_t* e, int n, ref_t* vals, loop_cond_t cond, loop_body_t body, void* ctx);
+/* whether any element of a boolean tensor is true (a scalar i1) */
+ref_t any_of(em_t* e, ref_t b);
 void pool_window(const tpu_call_t* c, int k, int ik, int is, int ip, int idl, const tpu_tensor_t* out, window_t* w);
 ref_t centred_sum_squares(em_t* e, ref_t a, int nr, const int64_t* dims, double cnt, ref_t* mean, ref_t* xc);
 ref_t dot_general(em_t* e, ref_t a, ref_t b, int nbatch, int ca, int cb, ref_t res, tpu_precision_t p);

@@ -1,5 +1,6 @@
 /* Indexing lowerings: gather, index.Tensor, scatter/scatter_add, index_select,
- * and sort/topk (a sort that carries the indices).
+ * sort/topk (a sort that carries the indices), nonzero, and max_unpool / max
+ * pooling's backward (scatters into zero planes).
  *
  * Each function lowers the ATen ops its table names; it returns false to leave
  * the call to the custom_call fallback (runtime/lower/stablehlo.c). The bodies
@@ -600,6 +601,47 @@ static bool lower_nonzero_static(node_t* n, const char* base, ref_t* outs) {
   return true;
 }
 
+/* max_unpool2d(self, indices, output_size) / max_unpool3d(self, indices,
+ * output_size, stride, padding): each plane of the output is zero but at
+ * the flat positions its indices name, which take self's values */
+/* max_pool2d/3d_with_indices_backward(grad_output, self, kernel, stride,
+ * padding, dilation, ceil_mode, indices): the same scatter of grad_output
+ * into zero planes of self's shape, adding where windows share an argmax */
+static bool lower_max_unpool(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  const bool bwd = strstr(base, "_backward") != NULL;
+  const int iidx = bwd ? 7 : 1;
+  if (!is_tensor(n, 0) || !is_tensor(n, iidx)) return false;
+  const int k = bwd ? base[8] - '0' : base[strlen(base) - 2] - '0';
+  const tpu_tensor_t* x = c->args[0].v.t;
+  if ((k != 2 && k != 3) || x->ndim < k || o->ndim != x->ndim) return false;
+  int64_t sin = 1, sout = 1;
+  for (int d = x->ndim - k; d < x->ndim; d++) {
+    sin *= x->sizes[d];
+    sout *= o->sizes[d];
+  }
+  const int64_t total = tpu_tensor_numel(x), nout = tpu_tensor_numel(o);
+  ref_t zero = cst_like(e, odt, 0, 1, &nout);
+  if (total == 0 || nout == 0) {
+    outs[0] = reshape(e, zero, o->ndim, o->sizes);
+    return true;
+  }
+  ref_t v = reshape(e, convert(e, arg(n, 0), odt), 1, &total);
+  ref_t idx = reshape(e, convert(e, arg(n, iidx), TPU_I64), 1, &total);
+  ref_t i = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 1, &total), "iota_dimension = 0 : i64");
+  ref_t plane = scalar_op(e, "stablehlo.divide", i, (double)sin);
+  ref_t at = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", plane, (double)sout), idx);
+  /* an index outside its plane is dropped (PyTorch raises), not written into the next one */
+  ref_t bad = binop(e, "stablehlo.or", compare(e, "LT", idx, cst_like(e, TPU_I64, 0, 1, &total)),
+                    compare(e, "GE", idx, cst_like(e, TPU_I64, (double)sout, 1, &total)));
+  at = select3(e, bad, cst_like(e, TPU_I64, (double)nout, 1, &total), at);
+  outs[0] = reshape(e, scatter(e, zero, reshape(e, at, 2, (int64_t[]){total, 1}), v, bwd ? "stablehlo.add" : NULL,
+                               "update_window_dims = [], inserted_window_dims = [0], "
+                               "scatter_dims_to_operand_dims = [0], index_vector_dim = 1"),
+                    o->ndim, o->sizes);
+  return true;
+}
+
 static bool lower_index_select(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "index_select") && is_tensor(n, 2)) {
@@ -642,8 +684,13 @@ static const tpu_lower_entry_t k_entries[] = {
     {"index_select", lower_index_select},
     {"kthvalue", lower_select_k},
     {"masked_scatter", lower_masked_scatter},
+    {"max_pool2d_with_indices_backward", lower_max_unpool},
+    {"max_pool3d_with_indices_backward", lower_max_unpool},
+    {"max_unpool2d", lower_max_unpool},
+    {"max_unpool3d", lower_max_unpool},
     {"median", lower_select_k},
     {"nanmedian", lower_select_k},
+    {"nonzero", lower_nonzero_static}, /* its output size, the count, is known when it is queued */
     {"nonzero_static", lower_nonzero_static},
     {"put", lower_take_put},
     {"repeat_interleave", lower_repeat_interleave},

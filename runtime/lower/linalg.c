@@ -1,7 +1,11 @@
 /* Linear algebra lowerings: Cholesky factors, triangular solves, and an LU
  * factorization with partial pivoting (unrolled over the columns, as LAPACK's
  * getrf chooses pivots: the first largest magnitude) with what is built on
- * it: lu_factor, lu, lu_unpack, lu_solve, solve, inv, det, slogdet.
+ * it: lu_factor, lu, lu_unpack, lu_solve, solve, inv, det, slogdet; Householder
+ * QR (geqrf unrolled over the columns) with householder_product and ormqr;
+ * Jacobi SVD and symmetric eigendecomposition (sweeps in a stablehlo.while);
+ * the matrix exponential (scaling and squaring). QR, SVD, eigh and exp run in
+ * float64, as the host kernels.
  *
  * Matrices are the last two dims; batch dims broadcast as in PyTorch. Only
  * float32 and float64 (as LAPACK). Each function lowers the ATen ops its
@@ -164,8 +168,9 @@ static void getrf(em_t* e, ref_t a, lu_t* out) {
     ref_t mag = select3(e, compare(e, "GE", crow, cst_like(e, TPU_I64, (double)j, nd, csz)),
                         unop(e, "stablehlo.abs", col), cst_like(e, a.dt, -1, nd, csz));
     ref_t best = reduce(e, mag, 1, rd, "stablehlo.maximum", -INFINITY);
-    int64_t bdims[TPU_MAX_DIMS];
+    int64_t bdims[TPU_MAX_DIMS]; /* best: [batch..., 1], the column's dim last */
     for (int d = 0; d < nd - 2; d++) bdims[d] = d;
+    bdims[nd - 2] = nd - 1;
     ref_t is_best = compare(e, "EQ", mag, bcast_dims(e, best, nd, csz, bdims));
     ref_t p = reduce(e, select3(e, is_best, crow, cst_like(e, TPU_I64, (double)m, nd, csz)), 1, rd,
                      "stablehlo.minimum", (double)m);
@@ -264,14 +269,449 @@ static void unpack(em_t* e, ref_t lu, ref_t* l, ref_t* u) {
   *u = triangle(e, block(e, lu, 0, k, 0, n), false, false);
 }
 
+/* ---- matrix exponential (float64) ----
+ * Scaling and squaring: B = A / 2^s with s = max(0, ceil(log2 |A|_1)) per
+ * matrix so that |B|_1 <= 1, exp(B) by its Taylor series to degree 18
+ * (remainder below 1/19! ~ 8e-18), then s squarings in a while loop (each
+ * matrix squares while the count is below its own s). */
+static ref_t mexp_cond(em_t* e, const ref_t* v, void* ctx) {
+  (void)ctx;
+  return any_of(e, compare(e, "LT", bcast(e, v[0], v[2].nd, v[2].sz), v[2]));
+}
+static void mexp_body(em_t* e, const ref_t* v, ref_t* nx, void* ctx) {
+  (void)ctx;
+  ref_t x = v[1];
+  const int nd = x.nd;
+  ref_t sq = dot_general(e, x, x, nd - 2, nd - 1, nd - 2, x, TPU_PRECISION_HIGHEST);
+  ref_t live = compare(e, "LT", bcast(e, v[0], v[2].nd, v[2].sz), v[2]); /* [..., 1, 1] */
+  nx[0] = binop(e, "stablehlo.add", v[0], cst(e, TPU_F64, 1));
+  nx[1] = select3(e, spread(e, live, nd, x.sz), sq, x);
+  nx[2] = v[2];
+}
+
+static ref_t matrix_exp(em_t* e, ref_t a) {
+  const int nd = a.nd;
+  int64_t rd[1] = {nd - 2}, cd[1] = {nd - 1};
+  /* the 1-norm: the largest column sum of magnitudes, [..., 1, 1] */
+  ref_t cs = reduce_keep(e, unop(e, "stablehlo.abs", a), 1, rd, "stablehlo.add", 0);
+  ref_t nrm = reduce_keep(e, cs, 1, cd, "stablehlo.maximum", 0);
+  ref_t s = unop(e, "stablehlo.ceil", binop(e, "stablehlo.divide", unop(e, "stablehlo.log", nrm),
+                                             cst_like(e, TPU_F64, M_LN2, nrm.nd, nrm.sz)));
+  s = binop(e, "stablehlo.maximum", s, cst_like(e, TPU_F64, 0, s.nd, s.sz)); /* log(0) = -inf: 0 */
+  s = binop(e, "stablehlo.minimum", s, cst_like(e, TPU_F64, 1100, s.nd, s.sz)); /* inf / nan norms end */
+  s = select3(e, compare(e, "NE", s, s), cst_like(e, TPU_F64, 0, s.nd, s.sz), s);
+  ref_t b = binop(e, "stablehlo.divide", a, spread(e, binop(e, "stablehlo.power", cst_like(e, TPU_F64, 2, s.nd, s.sz), s), nd, a.sz));
+  ref_t eye = eye_like(e, TPU_F64, nd, a.sz), r = eye;
+  for (int k = 18; k >= 1; k--) /* I + B/k (I + B/(k+1) (...)) */
+    r = binop(e, "stablehlo.add", eye,
+              scalar_op(e, "stablehlo.divide", dot_general(e, b, r, nd - 2, nd - 1, nd - 2, a, TPU_PRECISION_HIGHEST), (double)k));
+  ref_t v[3] = {cst(e, TPU_F64, 0), r, s};
+  while_loop(e, 3, v, mexp_cond, mexp_body, NULL);
+  return v[1];
+}
+
+/* ---- Householder QR (float64, LAPACK's geqrf layout and signs) ---- */
+/* reflector j of the packed a [..., m, n]: v [..., m, 1], 1 at row j, a's column j below */
+static ref_t reflector(em_t* e, ref_t a, int64_t j) {
+  const int nd = a.nd;
+  const int64_t m = a.sz[nd - 2];
+  ref_t col = block(e, a, 0, m, j, j + 1), r = iota_along(e, nd, col.sz, nd - 2);
+  ref_t jj = cst_like(e, TPU_I64, (double)j, nd, col.sz);
+  return select3(e, compare(e, "EQ", r, jj), cst_like(e, a.dt, 1, nd, col.sz),
+                 select3(e, compare(e, "GT", r, jj), col, cst_like(e, a.dt, 0, nd, col.sz)));
+}
+
+/* (I - tau v v^T) y for y [..., m, c], tau [..., 1, 1] */
+static ref_t reflect(em_t* e, ref_t v, ref_t tau, ref_t y) {
+  int64_t rd[1] = {y.nd - 2};
+  ref_t s = reduce_keep(e, binop(e, "stablehlo.multiply", spread(e, v, y.nd, y.sz), y), 1, rd, "stablehlo.add", 0);
+  ref_t ts = binop(e, "stablehlo.multiply", spread(e, tau, s.nd, s.sz), s);
+  return binop(e, "stablehlo.subtract", y, binop(e, "stablehlo.multiply", spread(e, v, y.nd, y.sz), spread(e, ts, y.nd, y.sz)));
+}
+
+/* tau j of [..., k] as [..., 1, 1] */
+static ref_t tau_at(em_t* e, ref_t tau, int64_t j) {
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS], sz[TPU_MAX_DIMS];
+  memcpy(hi, tau.sz, sizeof(int64_t) * (size_t)tau.nd);
+  lo[tau.nd - 1] = j;
+  hi[tau.nd - 1] = j + 1;
+  memcpy(sz, tau.sz, sizeof(int64_t) * (size_t)tau.nd);
+  sz[tau.nd - 1] = 1;
+  sz[tau.nd] = 1;
+  return reshape(e, slice(e, tau, lo, hi), tau.nd + 1, sz);
+}
+
+/* a [..., m, n] -> packed R and reflectors, tau [..., min(m, n)] */
+static void geqrf(em_t* e, ref_t a, ref_t* out_a, ref_t* out_tau) {
+  const int nd = a.nd;
+  const int64_t m = a.sz[nd - 2], n = a.sz[nd - 1], k = m < n ? m : n;
+  ref_t taus[MAX_LU_COLS];
+  int64_t rd[1] = {nd - 2};
+  ref_t rows = iota_along(e, nd, a.sz, nd - 2), cols = iota_along(e, nd, a.sz, nd - 1);
+  for (int64_t j = 0; j < k; j++) {
+    ref_t col = block(e, a, 0, m, j, j + 1), alpha = block(e, a, j, j + 1, j, j + 1);
+    ref_t cr = iota_along(e, nd, col.sz, nd - 2);
+    ref_t below = compare(e, "GT", cr, cst_like(e, TPU_I64, (double)j, nd, col.sz));
+    ref_t xb = select3(e, below, col, cst_like(e, a.dt, 0, nd, col.sz));
+    ref_t xn2 = reduce_keep(e, binop(e, "stablehlo.multiply", xb, xb), 1, rd, "stablehlo.add", 0);
+    ref_t none = compare(e, "EQ", xn2, cst_like(e, a.dt, 0, xn2.nd, xn2.sz));
+    ref_t h = unop(e, "stablehlo.sqrt", binop(e, "stablehlo.add", binop(e, "stablehlo.multiply", alpha, alpha), xn2));
+    ref_t beta = select3(e, compare(e, "LT", alpha, cst_like(e, a.dt, 0, alpha.nd, alpha.sz)), h, unop(e, "stablehlo.negate", h));
+    ref_t bs = select3(e, none, cst_like(e, a.dt, 1, beta.nd, beta.sz), beta);
+    ref_t tau = select3(e, none, cst_like(e, a.dt, 0, beta.nd, beta.sz),
+                        binop(e, "stablehlo.divide", binop(e, "stablehlo.subtract", beta, alpha), bs));
+    ref_t den = select3(e, none, cst_like(e, a.dt, 1, beta.nd, beta.sz), binop(e, "stablehlo.subtract", alpha, beta));
+    ref_t vcol = select3(e, below, binop(e, "stablehlo.divide", col, spread(e, den, nd, col.sz)), col);
+    /* column j: beta on the diagonal (alpha where nothing reflects), v below */
+    vcol = select3(e, compare(e, "EQ", cr, cst_like(e, TPU_I64, (double)j, nd, col.sz)),
+                   spread(e, select3(e, none, alpha, beta), nd, col.sz), vcol);
+    ref_t at_j = compare(e, "EQ", cols, cst_like(e, TPU_I64, (double)j, nd, a.sz));
+    a = select3(e, at_j, spread(e, vcol, nd, a.sz), a);
+    /* the trailing columns: (I - tau v v^T) A */
+    ref_t v = reflector(e, a, j);
+    ref_t upd = reflect(e, v, tau, a);
+    ref_t right = compare(e, "GT", cols, cst_like(e, TPU_I64, (double)j, nd, a.sz));
+    a = select3(e, right, upd, a);
+    (void)rows;
+    int64_t tsz[TPU_MAX_DIMS];
+    memcpy(tsz, a.sz, sizeof(int64_t) * (size_t)(nd - 2));
+    tsz[nd - 2] = 1;
+    taus[j] = reshape(e, tau, nd - 1, tsz);
+  }
+  int64_t tsz[TPU_MAX_DIMS];
+  memcpy(tsz, a.sz, sizeof(int64_t) * (size_t)(nd - 2));
+  tsz[nd - 2] = k;
+  *out_tau = k == 1 ? taus[0]
+                    : emit(e, "stablehlo.concatenate", (int)k, taus, mkref(a.dt, nd - 1, tsz), "dimension = %d : i64", nd - 2);
+  *out_a = a;
+}
+
+/* H_first ... applied to y from the left, reflectors j = from, from + step, ... (k of them) */
+static ref_t apply_reflectors(em_t* e, ref_t a, ref_t tau, ref_t y, bool reverse) {
+  const int64_t k = tau.sz[tau.nd - 1];
+  for (int64_t i = 0; i < k; i++) {
+    const int64_t j = reverse ? k - 1 - i : i;
+    y = reflect(e, reflector(e, a, j), tau_at(e, tau, j), y);
+  }
+  return y;
+}
+
+/* Q's first c columns (H_1 ... H_k I[:, :c]) */
+static ref_t q_columns(em_t* e, ref_t a, ref_t tau, int64_t c) {
+  int64_t sz[TPU_MAX_DIMS];
+  memcpy(sz, a.sz, sizeof(int64_t) * (size_t)a.nd);
+  sz[a.nd - 1] = c;
+  return apply_reflectors(e, a, tau, eye_like(e, a.dt, a.nd, sz), true);
+}
+
+/* linalg_qr(A, mode) -> (Q, R); linalg_householder_product(A, tau);
+ * ormqr(A, tau, C, left, transpose) */
+static bool lower_householder(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0)) return false;
+  const tpu_tensor_t* t = c->args[0].v.t;
+  if (t->ndim < 2 || (t->dtype != TPU_F32 && t->dtype != TPU_F64) || c->nouts < 1) return false;
+  const int64_t m = t->sizes[t->ndim - 2], nn = t->sizes[t->ndim - 1], k = m < nn ? m : nn;
+  if (k > MAX_LU_COLS) return false;
+  if (tpu_tensor_numel(t) == 0) { /* Q is the identity's columns, R and the rest empty or zero */
+    for (int i = 0; i < c->nouts; i++) {
+      const tpu_tensor_t* r = &c->outs[i];
+      if (r->dtype == TPU_DTYPE_NONE) continue;
+      outs[i] = r->ndim >= 2 && i == 0 && strcmp(base, "ormqr") ? eye_like(e, r->dtype, r->ndim, r->sizes)
+                                                                 : cst_like(e, r->dtype, 0, r->ndim, r->sizes);
+    }
+    return true;
+  }
+  ref_t a = convert(e, arg(n, 0), TPU_F64);
+  if (!strcmp(base, "linalg_qr")) {
+    const char* mode = tpu_arg_str(c, 1, "reduced");
+    const bool complete = mode && !strcmp(mode, "complete"), ronly = mode && !strcmp(mode, "r");
+    ref_t packed, tau;
+    geqrf(e, a, &packed, &tau);
+    const int64_t rr = complete ? m : k;
+    outs[1] = convert(e, triangle(e, block(e, packed, 0, rr, 0, nn), false, false), c->outs[1].dtype);
+    outs[0] = ronly ? cst_like(e, c->outs[0].dtype, 0, c->outs[0].ndim, c->outs[0].sizes)
+                    : convert(e, q_columns(e, packed, tau, rr), odt);
+    return true;
+  }
+  if (!is_tensor(n, 1)) return false;
+  ref_t tau = convert(e, arg(n, 1), TPU_F64);
+  if (tau.nd != a.nd - 1 || tau.sz[tau.nd - 1] > nn) return false;
+  if (!strcmp(base, "linalg_householder_product")) {
+    outs[0] = convert(e, q_columns(e, a, tau, nn), odt);
+    return true;
+  }
+  if (!strcmp(base, "ormqr") && is_tensor(n, 2)) {
+    const bool left = tpu_arg_bool(c, 3, true), tr = tpu_arg_bool(c, 4, false);
+    ref_t y = convert(e, arg(n, 2), TPU_F64);
+    if (y.nd != a.nd) return false;
+    /* Q C = H_1 .. H_k C; Q^T C = H_k .. H_1 C; C Q = (Q^T C^T)^T; C Q^T = (Q C^T)^T */
+    if (left) {
+      outs[0] = convert(e, apply_reflectors(e, a, tau, y, !tr), odt);
+    } else {
+      outs[0] = convert(e, transpose_last2(e, apply_reflectors(e, a, tau, transpose_last2(e, y), tr)), odt);
+    }
+    return true;
+  }
+  return false;
+}
+
+/* ---- Jacobi rotations (float64) ---- */
+/* The largest matrix the unrolled sweeps take (n (n - 1) / 2 rotations each). */
+#define MAX_JACOBI 24
+
+/* x [..., r, n] with columns p, q replaced by c x_p - s x_q and s x_p + c x_q
+ * (c, s: [..., 1, 1]) */
+static ref_t rotate_cols(em_t* e, ref_t x, int64_t p, int64_t q, ref_t c, ref_t s) {
+  const int nd = x.nd;
+  const int64_t r = x.sz[nd - 2];
+  ref_t xp = block(e, x, 0, r, p, p + 1), xq = block(e, x, 0, r, q, q + 1);
+  ref_t cb = spread(e, c, nd, xp.sz), sb = spread(e, s, nd, xp.sz);
+  ref_t np = binop(e, "stablehlo.subtract", binop(e, "stablehlo.multiply", cb, xp), binop(e, "stablehlo.multiply", sb, xq));
+  ref_t nq = binop(e, "stablehlo.add", binop(e, "stablehlo.multiply", sb, xp), binop(e, "stablehlo.multiply", cb, xq));
+  ref_t col = iota_along(e, nd, x.sz, nd - 1);
+  ref_t at_p = compare(e, "EQ", col, cst_like(e, TPU_I64, (double)p, nd, x.sz));
+  ref_t at_q = compare(e, "EQ", col, cst_like(e, TPU_I64, (double)q, nd, x.sz));
+  return select3(e, at_p, spread(e, np, nd, x.sz), select3(e, at_q, spread(e, nq, nd, x.sz), x));
+}
+
+/* the rotation (c, s) with t = sign(z) / (|z| + sqrt(1 + z^2)), c = 1 / sqrt(1 + t^2),
+ * s = c t; none (c = 1, s = 0) where `skip` */
+static void rotation(em_t* e, ref_t z, ref_t skip, ref_t* c, ref_t* s) {
+  ref_t one = cst_like(e, z.dt, 1, z.nd, z.sz);
+  ref_t sg = select3(e, compare(e, "GE", z, cst_like(e, z.dt, 0, z.nd, z.sz)), one, unop(e, "stablehlo.negate", one));
+  ref_t t = binop(e, "stablehlo.divide", sg,
+                  binop(e, "stablehlo.add", unop(e, "stablehlo.abs", z),
+                        unop(e, "stablehlo.sqrt", binop(e, "stablehlo.add", one, binop(e, "stablehlo.multiply", z, z)))));
+  ref_t cc = unop(e, "stablehlo.rsqrt", binop(e, "stablehlo.add", one, binop(e, "stablehlo.multiply", t, t)));
+  *c = select3(e, skip, one, cc);
+  *s = select3(e, skip, cst_like(e, z.dt, 0, z.nd, z.sz), binop(e, "stablehlo.multiply", cc, t));
+}
+
+/* sum over the rows of a [..., r, 1] column pair product: [..., 1, 1] */
+static ref_t col_dot(em_t* e, ref_t a, ref_t b) {
+  int64_t rd[1] = {a.nd - 2};
+  return reduce_keep(e, binop(e, "stablehlo.multiply", a, b), 1, rd, "stablehlo.add", 0);
+}
+
+/* one-sided Jacobi sweeps on W [..., m, n] (m >= n), V [..., n, n]; carried:
+ * sweep (i64), rotated (i1), W, V */
+static ref_t svd_cond(em_t* e, const ref_t* v, void* ctx) {
+  (void)ctx;
+  return binop(e, "stablehlo.and", compare(e, "LT", v[0], cst(e, TPU_I64, 80)), v[1]);
+}
+static void svd_body(em_t* e, const ref_t* v, ref_t* nx, void* ctx) {
+  (void)ctx;
+  ref_t w = v[2], vv = v[3];
+  const int nd = w.nd;
+  const int64_t m = w.sz[nd - 2], n = w.sz[nd - 1];
+  ref_t any = cst(e, TPU_BOOL, 0);
+  for (int64_t p = 0; p + 1 < n; p++)
+    for (int64_t q = p + 1; q < n; q++) {
+      ref_t wp = block(e, w, 0, m, p, p + 1), wq = block(e, w, 0, m, q, q + 1);
+      ref_t al = col_dot(e, wp, wp), be = col_dot(e, wq, wq), ga = col_dot(e, wp, wq);
+      ref_t lim = scalar_op(e, "stablehlo.multiply", unop(e, "stablehlo.sqrt", binop(e, "stablehlo.multiply", al, be)),
+                            4 * 2.220446049250313e-16);
+      ref_t skip = compare(e, "LE", unop(e, "stablehlo.abs", ga), lim); /* gamma == 0 included */
+      ref_t gs = select3(e, skip, cst_like(e, ga.dt, 1, ga.nd, ga.sz), ga);
+      ref_t z = binop(e, "stablehlo.divide", binop(e, "stablehlo.subtract", be, al), scalar_op(e, "stablehlo.multiply", gs, 2));
+      ref_t c, s;
+      rotation(e, z, skip, &c, &s);
+      w = rotate_cols(e, w, p, q, c, s);
+      vv = rotate_cols(e, vv, p, q, c, s);
+      any = binop(e, "stablehlo.or", any, any_of(e, unop(e, "stablehlo.not", skip)));
+    }
+  nx[0] = binop(e, "stablehlo.add", v[0], cst(e, TPU_I64, 1));
+  nx[1] = any;
+  nx[2] = w;
+  nx[3] = vv;
+}
+
+/* cyclic two-sided Jacobi on a symmetric A [..., n, n] with V; carried:
+ * sweep (i64), A, V */
+static ref_t offdiag_ratio_big(em_t* e, ref_t a) {
+  const int nd = a.nd;
+  ref_t sq = binop(e, "stablehlo.multiply", a, a);
+  ref_t offm = select3(e, compare(e, "NE", iota_along(e, nd, a.sz, nd - 2), iota_along(e, nd, a.sz, nd - 1)), sq,
+                       cst_like(e, a.dt, 0, nd, a.sz));
+  int64_t rd[2] = {nd - 2, nd - 1};
+  ref_t off = reduce(e, offm, 2, rd, "stablehlo.add", 0), tot = reduce(e, sq, 2, rd, "stablehlo.add", 0);
+  const double eps = 2.220446049250313e-16;
+  ref_t big = binop(e, "stablehlo.and", compare(e, "GT", off, scalar_op(e, "stablehlo.multiply", tot, eps * eps * 1e-2)),
+                    compare(e, "NE", off, cst_like(e, off.dt, 0, off.nd, off.sz)));
+  return any_of(e, big);
+}
+static ref_t eigh_cond(em_t* e, const ref_t* v, void* ctx) {
+  (void)ctx;
+  return binop(e, "stablehlo.and", compare(e, "LT", v[0], cst(e, TPU_I64, 100)), offdiag_ratio_big(e, v[1]));
+}
+static void eigh_body(em_t* e, const ref_t* v, ref_t* nx, void* ctx) {
+  (void)ctx;
+  ref_t a = v[1], vv = v[2];
+  const int64_t n = a.sz[a.nd - 1];
+  for (int64_t p = 0; p + 1 < n; p++)
+    for (int64_t q = p + 1; q < n; q++) {
+      ref_t apq = block(e, a, p, p + 1, q, q + 1), app = block(e, a, p, p + 1, p, p + 1), aqq = block(e, a, q, q + 1, q, q + 1);
+      ref_t skip = compare(e, "EQ", apq, cst_like(e, apq.dt, 0, apq.nd, apq.sz));
+      ref_t as = select3(e, skip, cst_like(e, apq.dt, 1, apq.nd, apq.sz), apq);
+      ref_t th = binop(e, "stablehlo.divide", binop(e, "stablehlo.subtract", aqq, app), scalar_op(e, "stablehlo.multiply", as, 2));
+      ref_t c, s;
+      rotation(e, th, skip, &c, &s);
+      a = rotate_cols(e, a, p, q, c, s);
+      a = transpose_last2(e, rotate_cols(e, transpose_last2(e, a), p, q, c, s)); /* the rows */
+      vv = rotate_cols(e, vv, p, q, c, s);
+    }
+  nx[0] = binop(e, "stablehlo.add", v[0], cst(e, TPU_I64, 1));
+  nx[1] = a;
+  nx[2] = vv;
+}
+
+/* x [..., r, n] with its columns in the order idx [..., n] names (x[..., :, idx[j]]) */
+static ref_t permute_cols(em_t* e, ref_t x, ref_t idx) {
+  const int nd = x.nd;
+  const int64_t n = x.sz[nd - 1];
+  int64_t psz[TPU_MAX_DIMS], bd[TPU_MAX_DIMS];
+  memcpy(psz, x.sz, sizeof(int64_t) * (size_t)nd);
+  psz[nd - 2] = n;
+  for (int d = 0; d < nd - 2; d++) bd[d] = d;
+  bd[nd - 2] = nd - 1;
+  /* P[..., i, j] = (idx[j] == i) */
+  ref_t pm = convert(e, compare(e, "EQ", iota_along(e, nd, psz, nd - 2), bcast_dims(e, idx, nd, psz, bd)), x.dt);
+  return dot_general(e, x, pm, nd - 2, nd - 1, nd - 2, x, TPU_PRECISION_HIGHEST);
+}
+
+/* each column of v (and of w alike) signed so that its entry of largest
+ * magnitude is positive (the first such entry) */
+static void sign_columns(em_t* e, ref_t* v, ref_t* w) {
+  const int nd = v->nd;
+  int64_t rd[1] = {nd - 2};
+  ref_t av = unop(e, "stablehlo.abs", *v);
+  ref_t mx = reduce_keep(e, av, 1, rd, "stablehlo.maximum", -INFINITY);
+  ref_t rows = iota_along(e, nd, v->sz, nd - 2);
+  ref_t first = reduce_keep(e, select3(e, compare(e, "EQ", av, spread(e, mx, nd, v->sz)), rows,
+                                       cst_like(e, TPU_I64, (double)v->sz[nd - 2], nd, v->sz)),
+                            1, rd, "stablehlo.minimum", (double)v->sz[nd - 2]);
+  ref_t pick = reduce_keep(e, select3(e, compare(e, "EQ", rows, spread(e, first, nd, v->sz)), *v,
+                                      cst_like(e, v->dt, 0, nd, v->sz)),
+                           1, rd, "stablehlo.add", 0);
+  ref_t sg = select3(e, compare(e, "LT", pick, cst_like(e, pick.dt, 0, pick.nd, pick.sz)),
+                     cst_like(e, pick.dt, -1, pick.nd, pick.sz), cst_like(e, pick.dt, 1, pick.nd, pick.sz));
+  *v = binop(e, "stablehlo.multiply", *v, spread(e, sg, nd, v->sz));
+  if (w) *w = binop(e, "stablehlo.multiply", *w, spread(e, sg, w->nd, w->sz));
+}
+
+/* A [..., m, n], m >= n, float64: U [..., m, n] (columns of zero singular
+ * values left zero), S [..., n] descending, V [..., n, n] */
+static void jacobi_svd(em_t* e, ref_t a, ref_t* u, ref_t* sv, ref_t* v) {
+  const int nd = a.nd;
+  const int64_t m = a.sz[nd - 2], n = a.sz[nd - 1];
+  int64_t vsz[TPU_MAX_DIMS];
+  memcpy(vsz, a.sz, sizeof(int64_t) * (size_t)nd);
+  vsz[nd - 2] = n;
+  ref_t st[4] = {cst(e, TPU_I64, 0), cst(e, TPU_BOOL, 1), a, eye_like(e, a.dt, nd, vsz)};
+  while_loop(e, 4, st, svd_cond, svd_body, NULL);
+  ref_t w = st[2], vv = st[3];
+  int64_t rd[1] = {nd - 2};
+  ref_t nrm = unop(e, "stablehlo.sqrt", reduce(e, binop(e, "stablehlo.multiply", w, w), 1, rd, "stablehlo.add", 0));
+  ref_t srt[2];
+  sort_with_indices(e, nrm, nd - 2, true, srt);
+  w = permute_cols(e, w, srt[1]);
+  vv = permute_cols(e, vv, srt[1]);
+  sign_columns(e, &vv, &w);
+  ref_t s = srt[0];
+  /* tiny: s[0] eps max(m, n) */
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS];
+  memcpy(hi, s.sz, sizeof(int64_t) * (size_t)s.nd);
+  hi[s.nd - 1] = 1;
+  ref_t s0 = slice(e, s, lo, hi);
+  ref_t tiny = scalar_op(e, "stablehlo.multiply", s0, 2.220446049250313e-16 * (double)(m > n ? m : n));
+  ref_t ok = compare(e, "GT", s, spread(e, tiny, s.nd, s.sz));
+  int64_t sd[TPU_MAX_DIMS];
+  for (int d = 0; d < nd - 2; d++) sd[d] = d;
+  sd[nd - 2] = nd - 1;
+  ref_t sdiv = select3(e, ok, s, cst_like(e, s.dt, 1, s.nd, s.sz));
+  ref_t uu = binop(e, "stablehlo.divide", w, bcast_dims(e, sdiv, nd, w.sz, sd));
+  *u = select3(e, bcast_dims(e, ok, nd, w.sz, sd), uu, cst_like(e, w.dt, 0, nd, w.sz));
+  *sv = s;
+  *v = vv;
+}
+
+/* _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh) */
+static bool lower_svd(node_t* n, ref_t a, tpu_dtype_t ft, ref_t* outs) {
+  em_t* e = n->e;
+  const tpu_call_t* c = n->c;
+  const int nd = a.nd;
+  const int64_t m = a.sz[nd - 2], nn = a.sz[nd - 1], k = m < nn ? m : nn;
+  const bool full = tpu_arg_bool(c, 1, true), uv = tpu_arg_bool(c, 2, true);
+  if (k > MAX_JACOBI || c->nouts != 3) return false;
+  if (uv && full && m != nn) return false; /* the completed bases: not here */
+  const bool wide = m < nn;
+  ref_t x = convert(e, wide ? transpose_last2(e, a) : a, TPU_F64), u, s, v;
+  jacobi_svd(e, x, &u, &s, &v);
+  /* A = U S V^T; for the wide A, A^T = U' S V'^T: U = V', Vh = U'^T */
+  ref_t uo = wide ? v : u, vh = wide ? transpose_last2(e, u) : transpose_last2(e, v);
+  outs[1] = convert(e, s, c->outs[1].dtype);
+  if (uv) {
+    outs[0] = convert(e, uo, c->outs[0].dtype);
+    outs[2] = convert(e, vh, c->outs[2].dtype);
+  } else {
+    for (int i = 0; i < 3; i += 2) outs[i] = cst_like(e, c->outs[i].dtype, 0, c->outs[i].ndim, c->outs[i].sizes);
+  }
+  (void)ft;
+  return true;
+}
+
+/* _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues ascending, eigenvectors) */
+static bool lower_eigh(node_t* n, ref_t a, ref_t* outs) {
+  em_t* e = n->e;
+  const tpu_call_t* c = n->c;
+  const int nd = a.nd;
+  const int64_t nn = a.sz[nd - 1];
+  if (nn != a.sz[nd - 2] || nn > MAX_JACOBI || c->nouts != 2) return false;
+  const char* uplo = tpu_arg_str(c, 1, "L");
+  const bool lower = !uplo || uplo[0] != 'U';
+  ref_t x = convert(e, a, TPU_F64);
+  /* the symmetric matrix of the triangle read */
+  ref_t t = triangle(e, x, lower, false), ts = triangle(e, x, lower, true);
+  ref_t sym = binop(e, "stablehlo.add", t, transpose_last2(e, ts));
+  ref_t st[3] = {cst(e, TPU_I64, 0), sym, eye_like(e, TPU_F64, nd, a.sz)};
+  while_loop(e, 3, st, eigh_cond, eigh_body, NULL);
+  ref_t w = diagonal(e, st[1]), srt[2];
+  sort_with_indices(e, w, nd - 2, false, srt);
+  outs[0] = convert(e, srt[0], c->outs[0].dtype);
+  if (tpu_arg_bool(c, 2, true) && tpu_tensor_numel(&c->outs[1])) {
+    ref_t v = permute_cols(e, st[2], srt[1]);
+    sign_columns(e, &v, NULL);
+    outs[1] = convert(e, v, c->outs[1].dtype);
+  } else {
+    outs[1] = cst_like(e, c->outs[1].dtype, 0, c->outs[1].ndim, c->outs[1].sizes);
+  }
+  return true;
+}
+
 static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!is_tensor(n, 0)) return false;
   const tpu_tensor_t* t = c->args[0].v.t;
   const tpu_dtype_t ft = t->dtype;
   if (t->ndim < 2 || (ft != TPU_F32 && ft != TPU_F64)) return false;
-  if (tpu_tensor_numel(t) == 0 && (!strcmp(base, "_linalg_det") || !strcmp(base, "_linalg_slogdet")))
-    return false; /* the determinant of an empty matrix is 1: not worth a path here */
+  if (tpu_tensor_numel(t) == 0 && (!strcmp(base, "_linalg_det") || !strcmp(base, "_linalg_slogdet"))) {
+    /* 0 x 0 matrices: det 1 (sign 1, log|det| 0); LU and pivots are empty */
+    for (int i = 0; i < c->nouts; i++)
+      if (c->outs[i].dtype != TPU_DTYPE_NONE)
+        outs[i] = cst_like(e, c->outs[i].dtype, i == 0 ? 1 : 0, c->outs[i].ndim, c->outs[i].sizes);
+    return true;
+  }
+  if (!strcmp(base, "linalg_matrix_exp")) {
+    if (t->sizes[t->ndim - 1] != t->sizes[t->ndim - 2]) return false;
+    outs[0] = tpu_tensor_numel(t) ? convert(e, matrix_exp(e, convert(e, arg(n, 0), TPU_F64)), odt)
+                                  : cst_like(e, odt, 0, o->ndim, o->sizes);
+    return true;
+  }
+  if ((!strcmp(base, "_linalg_svd") || !strcmp(base, "_linalg_eigh")) && tpu_tensor_numel(t) > 0) {
+    ref_t a = convert(e, arg(n, 0), ft); /* (their first output may be empty: U, V not wanted) */
+    return base[8] == 's' ? lower_svd(n, a, ft, outs) : lower_eigh(n, a, outs);
+  }
   if (tpu_tensor_numel(o) == 0 || tpu_tensor_numel(t) == 0) { /* nothing to factor or solve */
     for (int i = 0; i < c->nouts; i++)
       outs[i] = cst_like(e, c->outs[i].dtype, 0, c->outs[i].ndim, c->outs[i].sizes);
@@ -348,10 +788,9 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
   if (k > MAX_LU_COLS) return false;
   if (!strcmp(base, "linalg_lu_factor_ex") || !strcmp(base, "linalg_lu")) {
     if (!tpu_arg_bool(c, 1, true)) return false; /* pivot=False: not on the CPU either */
-    if (rows != cols) return false; /* rectangular factors: not yet */
     lu_t f;
     getrf(e, a, &f);
-    if (base[9] == 'f') { /* LU, pivots, info */
+    if (base[9] == '_') { /* linalg_lu_factor_ex: LU, pivots, info */
       outs[0] = f.lu;
       outs[1] = convert(e, f.piv, c->outs[1].dtype);
       outs[2] = convert(e, f.info, c->outs[2].dtype);
@@ -399,7 +838,7 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
     int64_t rd[1] = {d.nd - 1};
     ref_t s = pivot_sign(e, f.piv, ft);
     int i = 0;
-    if (base[7] == 'd') {
+    if (base[8] == 'd') { /* _linalg_det */
       outs[i++] = binop(e, "stablehlo.multiply", s, reduce(e, d, 1, rd, "stablehlo.multiply", 1));
     } else {
       ref_t sg = reduce(e, unop(e, "stablehlo.sign", d), 1, rd, "stablehlo.multiply", 1);
@@ -407,7 +846,7 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
       outs[i++] = reduce(e, unop(e, "stablehlo.log", unop(e, "stablehlo.abs", d)), 1, rd, "stablehlo.add", 0);
     }
     outs[i++] = f.lu;
-    outs[i] = convert(e, f.piv, c->outs[i].dtype);
+    if (i < c->nouts && c->outs[i].dtype != TPU_DTYPE_NONE) outs[i] = convert(e, f.piv, c->outs[i].dtype);
     return true;
   }
   return false;
@@ -417,19 +856,25 @@ static bool lower_linalg(node_t* n, const char* base, ref_t* outs) {
 static const tpu_lower_entry_t k_entries[] = {
     {"_cholesky_solve_helper", lower_linalg},
     {"_linalg_det", lower_linalg},
+    {"_linalg_eigh", lower_linalg},
     {"_linalg_slogdet", lower_linalg},
     {"_linalg_solve_ex", lower_linalg},
+    {"_linalg_svd", lower_linalg},
     {"cholesky", lower_linalg},
     {"cholesky_inverse", lower_linalg},
     {"linalg_cholesky_ex", lower_linalg},
+    {"linalg_householder_product", lower_householder},
     {"linalg_inv_ex", lower_linalg},
     {"linalg_lu", lower_linalg},
     {"linalg_lu_factor_ex", lower_linalg},
     {"linalg_lu_solve", lower_linalg},
+    {"linalg_matrix_exp", lower_linalg},
+    {"linalg_qr", lower_householder},
     {"linalg_solve_ex", lower_linalg},
     {"linalg_solve_triangular", lower_linalg},
     {"lu_solve", lower_linalg},
     {"lu_unpack", lower_linalg},
+    {"ormqr", lower_householder},
     {"triangular_solve", lower_linalg},
 };
 

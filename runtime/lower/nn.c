@@ -1,6 +1,6 @@
 /* Neural-network lowerings: softmax and its backward, layer/group/batch norm,
  * activations with parameters, losses, pooling, upsampling and the backward ops of
- * autograd that have a closed form.
+ * autograd that have a closed form, and grid_sampler_2d.
  *
  * Each function lowers the ATen ops its table names; it returns false to leave
  * the call to the custom_call fallback (runtime/lower/stablehlo.c). The bodies
@@ -704,14 +704,110 @@ static bool lower_max_pool2d_with_indices(node_t* n, const char* base, ref_t* ou
   return false;
 }
 
+/* grid_sampler_2d(input [N, C, H, W], grid [N, Ho, Wo, 2], interpolation,
+ * padding, align_corners) for bilinear (0) and nearest (1) interpolation with
+ * zeros (0) or border (1) padding, in the element type as CPU computes it:
+ * the corners are gathered from input as [N, H*W, C] rows; a corner outside
+ * the image counts as 0. */
+static ref_t gs_gather(em_t* e, ref_t rows, ref_t ix, ref_t iy, ref_t w, int64_t H, int64_t W) {
+  /* ix, iy, w: [N, P, 1] (float); rows [N, H*W, C] -> w * rows[n, iy*W + ix] (0 outside) */
+  const tpu_dtype_t dt = rows.dt;
+  ref_t inside = binop(e, "stablehlo.and",
+                       binop(e, "stablehlo.and", compare(e, "GE", ix, cst_like(e, dt, 0, ix.nd, ix.sz)),
+                             compare(e, "LE", ix, cst_like(e, dt, (double)(W - 1), ix.nd, ix.sz))),
+                       binop(e, "stablehlo.and", compare(e, "GE", iy, cst_like(e, dt, 0, iy.nd, iy.sz)),
+                             compare(e, "LE", iy, cst_like(e, dt, (double)(H - 1), iy.nd, iy.sz))));
+  ref_t cx = emit(e, "stablehlo.clamp", 3, (ref_t[]){cst_like(e, dt, 0, ix.nd, ix.sz), ix, cst_like(e, dt, (double)(W - 1), ix.nd, ix.sz)}, ix, NULL);
+  ref_t cy = emit(e, "stablehlo.clamp", 3, (ref_t[]){cst_like(e, dt, 0, iy.nd, iy.sz), iy, cst_like(e, dt, (double)(H - 1), iy.nd, iy.sz)}, iy, NULL);
+  ref_t flat = binop(e, "stablehlo.add", scalar_op(e, "stablehlo.multiply", convert(e, cy, TPU_I64), (double)W), convert(e, cx, TPU_I64));
+  ref_t nidx = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 3, flat.sz), "iota_dimension = 0 : i64");
+  int64_t isz[3] = {flat.sz[0], flat.sz[1], 2};
+  ref_t parts[2] = {nidx, flat};
+  ref_t idx = emit(e, "stablehlo.concatenate", 2, parts, mkref(TPU_I64, 3, isz), "dimension = 2 : i64");
+  const int64_t C = rows.sz[2];
+  int64_t gsz[3] = {flat.sz[0], flat.sz[1], C};
+  ref_t in[2] = {rows, idx};
+  ref_t g = emit(e, "stablehlo.gather", 2, in, mkref(dt, 3, gsz),
+                 "dimension_numbers = #stablehlo.gather<offset_dims = [2], collapsed_slice_dims = [0, 1], "
+                 "start_index_map = [0, 1], index_vector_dim = 2>, slice_sizes = array<i64: 1, 1, %" PRId64 ">, "
+                 "indices_are_sorted = false", C);
+  ref_t wm = select3(e, inside, w, cst_like(e, dt, 0, w.nd, w.sz));
+  return binop(e, "stablehlo.multiply", g, bcast(e, wm, 3, gsz));
+}
+
+static bool lower_grid_sampler_2d(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  if (!is_tensor(n, 0) || !is_tensor(n, 1) || (odt != TPU_F32 && odt != TPU_F64)) return false;
+  const tpu_tensor_t* x = c->args[0].v.t;
+  const tpu_tensor_t* gt = c->args[1].v.t;
+  const int64_t mode = tpu_arg_i64(c, 2, 0), pad = tpu_arg_i64(c, 3, 0);
+  const bool align = tpu_arg_bool(c, 4, false);
+  if (x->ndim != 4 || gt->ndim != 4 || gt->sizes[3] != 2 || mode > 1 || pad > 1 || o->ndim != 4) return false;
+  const int64_t N = x->sizes[0], C = x->sizes[1], H = x->sizes[2], W = x->sizes[3], Ho = gt->sizes[1], Wo = gt->sizes[2];
+  if (tpu_tensor_numel(o) == 0 || H == 0 || W == 0) {
+    outs[0] = cst_like(e, odt, 0, 4, o->sizes);
+    return true;
+  }
+  const int64_t P = Ho * Wo;
+  ref_t rows = reshape(e, transpose(e, convert(e, arg(n, 0), odt), (int64_t[]){0, 2, 3, 1}), 3, (int64_t[]){N, H * W, C});
+  ref_t g = reshape(e, convert(e, arg(n, 1), odt), 3, (int64_t[]){N, P, 2});
+  ref_t gx = slice(e, g, (int64_t[]){0, 0, 0}, (int64_t[]){N, P, 1});
+  ref_t gy = slice(e, g, (int64_t[]){0, 0, 1}, (int64_t[]){N, P, 2});
+  ref_t crd[2] = {gx, gy};
+  const int64_t size[2] = {W, H};
+  for (int k = 0; k < 2; k++) { /* unnormalize, then clip for border padding */
+    ref_t v = crd[k];
+    if (align) v = scalar_op(e, "stablehlo.multiply", scalar_op(e, "stablehlo.divide", scalar_op(e, "stablehlo.add", v, 1), 2), (double)(size[k] - 1));
+    else v = scalar_op(e, "stablehlo.divide", scalar_op(e, "stablehlo.subtract", scalar_op(e, "stablehlo.multiply", scalar_op(e, "stablehlo.add", v, 1), (double)size[k]), 1), 2);
+    if (pad == 1)
+      v = emit(e, "stablehlo.clamp", 3, (ref_t[]){cst_like(e, odt, 0, v.nd, v.sz), v, cst_like(e, odt, (double)(size[k] - 1), v.nd, v.sz)}, v, NULL);
+    crd[k] = v;
+  }
+  ref_t ix = crd[0], iy = crd[1], r;
+  if (mode == 1) { /* nearest: round half to even */
+    r = gs_gather(e, rows, unop(e, "stablehlo.round_nearest_even", ix), unop(e, "stablehlo.round_nearest_even", iy),
+                  cst_like(e, odt, 1, ix.nd, ix.sz), H, W);
+  } else {
+    ref_t x0 = unop(e, "stablehlo.floor", ix), y0 = unop(e, "stablehlo.floor", iy);
+    ref_t x1 = scalar_op(e, "stablehlo.add", x0, 1), y1 = scalar_op(e, "stablehlo.add", y0, 1);
+    ref_t dxr = binop(e, "stablehlo.subtract", x1, ix), dxl = binop(e, "stablehlo.subtract", ix, x0);
+    ref_t dyb = binop(e, "stablehlo.subtract", y1, iy), dyt = binop(e, "stablehlo.subtract", iy, y0);
+    r = gs_gather(e, rows, x0, y0, binop(e, "stablehlo.multiply", dxr, dyb), H, W);
+    r = binop(e, "stablehlo.add", r, gs_gather(e, rows, x1, y0, binop(e, "stablehlo.multiply", dxl, dyb), H, W));
+    r = binop(e, "stablehlo.add", r, gs_gather(e, rows, x0, y1, binop(e, "stablehlo.multiply", dxr, dyt), H, W));
+    r = binop(e, "stablehlo.add", r, gs_gather(e, rows, x1, y1, binop(e, "stablehlo.multiply", dxl, dyt), H, W));
+  }
+  outs[0] = transpose(e, reshape(e, r, 4, (int64_t[]){N, Ho, Wo, C}), (int64_t[]){0, 3, 1, 2});
+  return true;
+}
+
+/* native_dropout_backward(grad_output, mask, scale) = grad_output * mask * scale */
+static bool lower_dropout_backward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  if (!is_tensor(n, 0) || !is_tensor(n, 1) || !tpu_dtype_is_float(odt)) return false;
+  ref_t g = arg_out(n, 0, odt), m = arg_out(n, 1, odt);
+  outs[0] = scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.multiply", g, m), tpu_arg_f64(c, 2, 1.0));
+  return true;
+}
+
 static bool lower_native_batch_norm(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!strcmp(base, "native_batch_norm") && c->nouts == 3 && tpu_dtype_is_float(odt)) {
-    /* (input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
-     * -> (out, save_mean, save_invstd); training updates the running stats */
-    const bool training = tpu_arg_bool(c, 5, false);
-    const double momentum = tpu_arg_f64(c, 6, 0.1), eps = tpu_arg_f64(c, 7, 1e-5);
-    const bool has_rs = is_tensor(n, 3) && is_tensor(n, 4);
+  /* native_batch_norm and _native_batch_norm_legit: (input, weight?, bias?,
+   * running_mean?, running_var?, training, momentum, eps); _native_batch_norm_legit.no_stats:
+   * (input, weight?, bias?, training, momentum, eps); _batch_norm_with_update: (input,
+   * weight?, bias?, running_mean, running_var, momentum, eps), training, with a fourth
+   * (empty) reserve output. -> (out, save_mean, save_invstd[, reserve]); training updates
+   * the running stats */
+  const bool legit = !strcmp(base, "_native_batch_norm_legit"), upd4 = !strcmp(base, "_batch_norm_with_update");
+  if ((!strcmp(base, "native_batch_norm") || legit || upd4) && c->nouts == 3 + upd4 && tpu_dtype_is_float(odt)) {
+    const bool no_stats = legit && c->nargs == 6 && c->args[3].kind == TPU_ARG_BOOL;
+    const int it = no_stats ? 3 : 5; /* where training (or for upd4, momentum) is */
+    const bool training = upd4 || tpu_arg_bool(c, it, false);
+    const double momentum = tpu_arg_f64(c, upd4 ? 5 : it + 1, 0.1), eps = tpu_arg_f64(c, upd4 ? 6 : it + 2, 1e-5);
+    const bool has_rs = !no_stats && is_tensor(n, 3) && is_tensor(n, 4);
+    if (upd4) outs[3] = cst_like(e, c->outs[3].dtype, 0, c->outs[3].ndim, c->outs[3].sizes);
     if (!training && !has_rs) return false;
     tpu_dtype_t ct = acc_type(odt);
     ref_t x = convert(e, arg(n, 0), ct);
@@ -947,8 +1043,10 @@ static bool lower_native_layer_norm_backward(node_t* n, const char* base, ref_t*
 static const tpu_lower_entry_t k_entries[] = {
     {"_adaptive_avg_pool2d", lower_avg_pool2d},
     {"_adaptive_avg_pool3d", lower_avg_pool2d},
+    {"_batch_norm_with_update", lower_native_batch_norm},
     {"_log_softmax", lower_softmax},
     {"_log_softmax_backward_data", lower_softmax_backward_data},
+    {"_native_batch_norm_legit", lower_native_batch_norm},
     {"_prelu_kernel", lower_threshold},
     {"_softmax", lower_softmax},
     {"_softmax_backward_data", lower_softmax_backward_data},
@@ -964,6 +1062,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"embedding_dense_backward", lower_embedding_dense_backward},
     {"gelu_backward", lower_gelu_backward},
     {"glu", lower_glu},
+    {"grid_sampler_2d", lower_grid_sampler_2d},
     {"hardshrink", lower_threshold},
     {"hardsigmoid", lower_leaky_relu},
     {"hardswish", lower_leaky_relu},
@@ -979,6 +1078,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"multi_margin_loss", lower_multi_margin_loss},
     {"multilabel_margin_loss_forward", lower_multilabel_margin_loss_forward},
     {"native_batch_norm", lower_native_batch_norm},
+    {"native_dropout_backward", lower_dropout_backward},
     {"native_group_norm", lower_native_group_norm},
     {"native_layer_norm", lower_native_layer_norm},
     {"native_layer_norm_backward", lower_native_layer_norm_backward},

@@ -1,5 +1,6 @@
 /* Reductions: sum/mean/amax/amin/prod/max/min over dims, var/std, logsumexp,
- * vector norms, any/all, argmax/argmin, and the scans cumsum/cumprod.
+ * vector norms, any/all, argmax/argmin, the scans cumsum/cumprod, histc, mode,
+ * segment_reduce and the pairwise distances cdist/pdist.
  *
  * Each function lowers the ATen ops its table names; it returns false to leave
  * the call to the custom_call fallback (runtime/lower/stablehlo.c). The bodies
@@ -322,6 +323,228 @@ static bool lower_cumsum(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* histc(self, bins, min, max): counts of the elements in [min, max] per
+ * equal-width bin, the last bin closed; min == max takes the data's range
+ * (widened by 1 each way when that is one value). The bin is
+ * trunc((x - min) * bins / (max - min)) with each step rounded to the element
+ * type, as CPU computes it. */
+static bool lower_histc(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  if (!is_tensor(n, 0) || !tpu_dtype_is_float(odt) || o->ndim != 1) return false;
+  const tpu_tensor_t* t = c->args[0].v.t;
+  const int64_t nb = o->sizes[0], total = tpu_tensor_numel(t);
+  const double lo0 = tpu_arg_f64(c, 2, 0), hi0 = tpu_arg_f64(c, 3, 0);
+  if (nb <= 0 || t->dtype != odt || !(lo0 <= hi0) || isinf(lo0) || isinf(hi0)) return false; /* the kernel's errors */
+  if (total == 0) {
+    outs[0] = cst_like(e, odt, 0, 1, &nb);
+    return true;
+  }
+  ref_t x = reshape(e, arg(n, 0), 1, &total);
+  ref_t lo = cst(e, odt, lo0), hi = cst(e, odt, hi0);
+  if (lo0 == hi0) { /* the data's range */
+    int64_t d0[1] = {0};
+    lo = reduce(e, x, 1, d0, "stablehlo.minimum", INFINITY);
+    hi = reduce(e, x, 1, d0, "stablehlo.maximum", -INFINITY);
+    ref_t same = compare(e, "EQ", lo, hi);
+    lo = select3(e, same, binop(e, "stablehlo.subtract", lo, cst(e, odt, 1)), lo);
+    hi = select3(e, same, binop(e, "stablehlo.add", hi, cst(e, odt, 1)), hi);
+  }
+  ref_t lob = bcast(e, lo, 1, &total), hib = bcast(e, hi, 1, &total);
+  ref_t in = binop(e, "stablehlo.and", compare(e, "GE", x, lob), compare(e, "LE", x, hib));
+  ref_t width = binop(e, "stablehlo.subtract", hi, lo);
+  ref_t scaled = scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.subtract", x, lob), (double)nb);
+  ref_t q = binop(e, "stablehlo.divide", scaled, bcast(e, width, 1, &total));
+  q = select3(e, in, q, cst_like(e, odt, 0, 1, &total)); /* no conversion of out-of-range values */
+  ref_t pos = convert(e, unop(e, "stablehlo.floor", q), TPU_I64);
+  pos = binop(e, "stablehlo.minimum", pos, cst_like(e, TPU_I64, (double)(nb - 1), 1, &total));
+  pos = binop(e, "stablehlo.maximum", pos, cst_like(e, TPU_I64, 0, 1, &total));
+  const int64_t hsz[2] = {total, nb};
+  ref_t bins = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 2, hsz), "iota_dimension = 1 : i64");
+  int64_t d0[1] = {0};
+  ref_t hit = binop(e, "stablehlo.and", compare(e, "EQ", bins, bcast_dims(e, pos, 2, hsz, d0)),
+                    bcast_dims(e, in, 2, hsz, d0));
+  outs[0] = reduce(e, convert(e, hit, odt), 1, d0, "stablehlo.add", 0);
+  return true;
+}
+
+/* segment_reduce(data, reduce, lengths?, indices?, offsets?, axis, unsafe,
+ * initial?) along axis 0 with 1-D lengths or offsets: segment s covers
+ * [start_s, end_s); an initial value takes part as one more element (mean:
+ * (initial + sum) / length, the initial alone where the segment is empty) */
+static bool lower_segment_reduce(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  if (!is_tensor(n, 0) || !tpu_dtype_is_float(odt) || c->nargs < 8) return false;
+  const char* how = tpu_arg_str(c, 1, NULL);
+  const bool by_len = is_tensor(n, 2), by_off = !by_len && is_tensor(n, 4);
+  if (!how || (!by_len && !by_off) || is_tensor(n, 3) || tpu_arg_i64(c, 5, 0) != 0) return false;
+  const tpu_tensor_t* x = c->args[0].v.t;
+  const tpu_tensor_t* ls = c->args[by_len ? 2 : 4].v.t;
+  if (x->ndim < 1 || ls->ndim != 1 || o->ndim != x->ndim) return false;
+  const int nd = x->ndim;
+  const int64_t N = x->sizes[0], S = o->sizes[0];
+  const bool mx = !strcmp(how, "max"), mn = !strcmp(how, "min"), sm = !strcmp(how, "sum"), mean = !strcmp(how, "mean"),
+             pr = !strcmp(how, "prod");
+  if (!(mx || mn || sm || mean || pr)) return false;
+  const bool has_init = is_number(n, 7);
+  const double init = tpu_arg_f64(c, 7, 0);
+  if (tpu_tensor_numel(o) == 0) {
+    outs[0] = cst_like(e, odt, 0, o->ndim, o->sizes);
+    return true;
+  }
+  /* starts and ends, [S] int64 */
+  ref_t lv = convert(e, arg(n, by_len ? 2 : 4), TPU_I64), st, en;
+  if (by_len) {
+    en = scan_dim(e, lv, 0, true);
+    st = binop(e, "stablehlo.subtract", en, lv);
+  } else {
+    int64_t lo[1] = {0}, hi[1] = {S};
+    st = slice(e, lv, lo, hi);
+    lo[0] = 1;
+    hi[0] = S + 1;
+    en = slice(e, lv, lo, hi);
+  }
+  /* [S, N, rest...] */
+  int64_t sz[TPU_MAX_DIMS + 1], d0[1] = {0};
+  sz[0] = S;
+  for (int d = 0; d < nd; d++) sz[d + 1] = x->sizes[d];
+  ref_t pos = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, nd + 1, sz), "iota_dimension = 1 : i64");
+  ref_t in = binop(e, "stablehlo.and", compare(e, "GE", pos, bcast_dims(e, st, nd + 1, sz, d0)),
+                   compare(e, "LT", pos, bcast_dims(e, en, nd + 1, sz, d0)));
+  int64_t xd[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) xd[d] = d + 1;
+  ref_t xb = bcast_dims(e, convert(e, arg(n, 0), odt), nd + 1, sz, xd);
+  const double id = mx ? -INFINITY : mn ? INFINITY : pr ? 1 : 0;
+  const char* op = mx ? "stablehlo.maximum" : mn ? "stablehlo.minimum" : pr ? "stablehlo.multiply" : "stablehlo.add";
+  int64_t r1[1] = {1};
+  ref_t r = reduce(e, select3(e, in, xb, cst_like(e, odt, id, nd + 1, sz)), 1, r1, op, id);
+  if (has_init) r = binop(e, op, r, cst_like(e, odt, init, r.nd, r.sz));
+  if (mean) {
+    ref_t len = convert(e, reshape(e, binop(e, "stablehlo.subtract", en, st), 1, &S), odt);
+    ref_t lb = bcast_dims(e, len, r.nd, r.sz, d0);
+    ref_t q = binop(e, "stablehlo.divide", r, lb);
+    r = has_init ? select3(e, compare(e, "EQ", lb, cst_like(e, odt, 0, r.nd, r.sz)), cst_like(e, odt, init, r.nd, r.sz), q) : q;
+  }
+  (void)N;
+  outs[0] = r;
+  return true;
+}
+
+/* p-norm distances between the rows of x1 [..., P, M] and x2 [..., R, M]
+ * (equal batch dims): [..., P, R], from the differences directly */
+static ref_t pair_distances(em_t* e, ref_t x1, ref_t x2, double p) {
+  const int nd = x1.nd;
+  int64_t sz[TPU_MAX_DIMS], d1[TPU_MAX_DIMS], d2[TPU_MAX_DIMS];
+  for (int d = 0; d < nd - 2; d++) sz[d] = x1.sz[d], d1[d] = d2[d] = d;
+  sz[nd - 2] = x1.sz[nd - 2];
+  sz[nd - 1] = x2.sz[nd - 2];
+  sz[nd] = x1.sz[nd - 1];
+  d1[nd - 2] = nd - 2, d1[nd - 1] = nd;
+  d2[nd - 2] = nd - 1, d2[nd - 1] = nd;
+  ref_t a = unop(e, "stablehlo.abs", binop(e, "stablehlo.subtract", bcast_dims(e, x1, nd + 1, sz, d1),
+                                            bcast_dims(e, x2, nd + 1, sz, d2)));
+  int64_t rd[1] = {nd};
+  if (p == 0) return reduce(e, convert(e, compare(e, "NE", a, cst_like(e, a.dt, 0, a.nd, a.sz)), a.dt), 1, rd, "stablehlo.add", 0);
+  if (isinf(p)) return reduce(e, a, 1, rd, "stablehlo.maximum", 0);
+  if (p == 1) return reduce(e, a, 1, rd, "stablehlo.add", 0);
+  if (p == 2) return unop(e, "stablehlo.sqrt", reduce(e, binop(e, "stablehlo.multiply", a, a), 1, rd, "stablehlo.add", 0));
+  ref_t s = reduce(e, binop(e, "stablehlo.power", a, cst_like(e, a.dt, p, a.nd, a.sz)), 1, rd, "stablehlo.add", 0);
+  return binop(e, "stablehlo.power", s, cst_like(e, s.dt, 1.0 / p, s.nd, s.sz));
+}
+
+/* _cdist_forward(x1, x2, p, compute_mode); _pdist_forward(self, p): the
+ * upper triangle (i < j) of the rows' distances, row by row */
+static bool lower_cdist(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0) || !tpu_dtype_is_float(odt)) return false;
+  const tpu_tensor_t* a = c->args[0].v.t;
+  if (a->ndim < 2 || tpu_tensor_numel(o) == 0) {
+    if (a->ndim < 2) return false;
+    outs[0] = cst_like(e, odt, 0, o->ndim, o->sizes);
+    return true;
+  }
+  if (!strcmp(base, "_pdist_forward")) {
+    if (a->ndim != 2) return false;
+    const double p = tpu_arg_f64(c, 1, 2);
+    if (p < 0) return false;
+    ref_t x = convert(e, arg(n, 0), odt);
+    const int64_t nr = a->sizes[0], nn = nr * nr, np = o->sizes[0];
+    ref_t d = reshape(e, pair_distances(e, x, x, p), 1, &nn);
+    int64_t* idx = malloc(sizeof(int64_t) * (size_t)(np ? np : 1));
+    if (!idx) return false;
+    int64_t k = 0;
+    for (int64_t i = 0; i < nr; i++)
+      for (int64_t j = i + 1; j < nr && k < np; j++) idx[k++] = i * nr + j;
+    ref_t at = cst_i64_list(e, k, idx);
+    free(idx);
+    outs[0] = take_along(e, d, 0, at);
+    return true;
+  }
+  if (!is_tensor(n, 1)) return false;
+  const tpu_tensor_t* b = c->args[1].v.t;
+  if (b->ndim != a->ndim || memcmp(a->sizes, b->sizes, sizeof(int64_t) * (size_t)(a->ndim - 2)) ||
+      a->sizes[a->ndim - 1] != b->sizes[b->ndim - 1])
+    return false;
+  const double p = tpu_arg_f64(c, 2, 2);
+  if (p < 0) return false;
+  outs[0] = pair_distances(e, convert(e, arg(n, 0), odt), convert(e, arg(n, 1), odt), p);
+  return true;
+}
+
+/* mode(self, dim, keepdim) -> (values, indices), as the host kernel: the
+ * smallest of the most frequent values along dim, with the last index it
+ * occurs at; NaNs never equal each other (each counts once), so a NaN is the
+ * mode only of all-NaN slices (the first one). Counts by pairwise compares
+ * ([..., n, n]). */
+static bool lower_mode(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  if (!is_tensor(n, 0) || c->nouts != 2) return false;
+  const tpu_tensor_t* t = c->args[0].v.t;
+  if (!tpu_dtype_is_float(t->dtype) && t->dtype != TPU_I64 && t->dtype != TPU_I32) return false;
+  if (t->ndim == 0 || tpu_tensor_numel(t) == 0) {
+    if (tpu_tensor_numel(t) == 0 && t->ndim) return false; /* the kernel's error */
+    outs[0] = arg(n, 0);
+    outs[1] = cst_like(e, c->outs[1].dtype, 0, 0, NULL);
+    return true;
+  }
+  const int nd = t->ndim, dim = norm_dim(tpu_arg_i64(c, 1, -1), nd);
+  const int64_t len = t->sizes[dim];
+  if (len > 4096) return false; /* the pairwise counts grow as len^2 */
+  int64_t perm[TPU_MAX_DIMS];
+  for (int d = 0, k = 0; d < nd; d++)
+    if (d != dim) perm[k++] = d;
+  perm[nd - 1] = dim;
+  ref_t x = transpose(e, arg(n, 0), perm); /* [..., len] */
+  int64_t sz[TPU_MAX_DIMS + 1], di[TPU_MAX_DIMS], dj[TPU_MAX_DIMS];
+  for (int d = 0; d < nd - 1; d++) sz[d] = x.sz[d], di[d] = dj[d] = d;
+  sz[nd - 1] = sz[nd] = len;
+  di[nd - 1] = nd - 1;
+  dj[nd - 1] = nd;
+  ref_t xi = bcast_dims(e, x, nd + 1, sz, di), xj = bcast_dims(e, x, nd + 1, sz, dj);
+  int64_t last[1] = {nd}, red[1] = {nd - 1};
+  ref_t cnt = reduce(e, convert(e, compare(e, "EQ", xi, xj), TPU_I64), 1, last, "stablehlo.add", 0);
+  const bool fl = tpu_dtype_is_float(x.dt);
+  ref_t nan = fl ? compare(e, "NE", x, x) : cst_like(e, TPU_BOOL, 0, x.nd, x.sz);
+  if (fl) cnt = binop(e, "stablehlo.add", cnt, convert(e, nan, TPU_I64));
+  ref_t mc = reduce_keep(e, cnt, 1, red, "stablehlo.maximum", 0);
+  ref_t real = binop(e, "stablehlo.and", compare(e, "EQ", cnt, bcast(e, mc, x.nd, x.sz)), unop(e, "stablehlo.not", nan));
+  const double top = fl ? INFINITY : (x.dt == TPU_I64 ? 9.2233720368547758e18 : 2147483647.0);
+  ref_t vmin = reduce_keep(e, select3(e, real, x, cst_like(e, x.dt, top, x.nd, x.sz)), 1, red, "stablehlo.minimum", top);
+  ref_t anyreal = reduce_keep(e, real, 1, red, "stablehlo.or", 0);
+  ref_t pos = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, x.nd, x.sz), "iota_dimension = %d : i64", nd - 1);
+  ref_t hit = binop(e, "stablehlo.and", compare(e, "EQ", x, bcast(e, vmin, x.nd, x.sz)), unop(e, "stablehlo.not", nan));
+  ref_t lastpos = reduce_keep(e, select3(e, hit, pos, cst_like(e, TPU_I64, -1, x.nd, x.sz)), 1, red, "stablehlo.maximum", -1);
+  ref_t firstnan = reduce_keep(e, select3(e, nan, pos, cst_like(e, TPU_I64, (double)len, x.nd, x.sz)), 1, red,
+                               "stablehlo.minimum", (double)len);
+  ref_t idx = select3(e, anyreal, lastpos, firstnan);
+  ref_t val = fl ? select3(e, anyreal, vmin, cst_like(e, x.dt, NAN, vmin.nd, vmin.sz)) : vmin;
+  outs[0] = convert(e, val, odt);
+  outs[1] = convert(e, idx, c->outs[1].dtype);
+  return true;
+}
+
 /* the former chain tried these in turn; the first that lowers wins */
 static bool lower_max_any(node_t* n, const char* base, ref_t* outs) {
   return lower_sum(n, base, outs) || lower_argmax(n, base, outs);
@@ -334,6 +557,8 @@ static bool lower_min_any(node_t* n, const char* base, ref_t* outs) {
 
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
+    {"_cdist_forward", lower_cdist},
+    {"_pdist_forward", lower_cdist},
     {"all", lower_any},
     {"amax", lower_sum},
     {"amin", lower_sum},
@@ -346,16 +571,19 @@ static const tpu_lower_entry_t k_entries[] = {
     {"cummin", lower_cumsum},
     {"cumprod", lower_cumsum},
     {"cumsum", lower_cumsum},
+    {"histc", lower_histc},
     {"linalg_vector_norm", lower_linalg_vector_norm},
     {"logcumsumexp", lower_cumsum},
     {"logsumexp", lower_logsumexp},
     {"max", lower_max_any},
     {"mean", lower_sum},
     {"min", lower_min_any},
+    {"mode", lower_mode},
     {"nansum", lower_sum},
     {"norm", lower_linalg_vector_norm},
     {"prod", lower_sum},
     {"renorm", lower_renorm},
+    {"segment_reduce", lower_segment_reduce},
     {"std", lower_var},
     {"std_mean", lower_var},
     {"sum", lower_sum},

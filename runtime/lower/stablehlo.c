@@ -23,7 +23,8 @@
  * Each ATen op with a mapping expands into StableHLO ops (softmax, layer norm
  * and gelu into their arithmetic; matmuls into dot_general with the call's
  * precision); the mappings live in the per-family files of this layer
- * (lower/elementwise.c, shape.c, matmul.c, reduce.c, nn.c, index.c), found
+ * (lower/elementwise.c, shape.c, matmul.c, reduce.c, nn.c, index.c, linalg.c,
+ * special.c), found
  * through lower/lower.c, and build their ops with the helpers this file
  * exports through lower/emit.h. Anything else becomes stablehlo.custom_call @aten.<name> with
  * the right types, and is listed in the module's tpu.custom_calls. */
@@ -118,6 +119,7 @@ static bool same_shape(const ref_t* a, int nd, const int64_t* sz) {
 /* %N = "op"(ins) {attrs} : (types) -> result */
 ref_t emit(em_t* e, const char* op, int n, const ref_t* in, ref_t res, const char* fmt, ...) {
   res.id = e->next++;
+  res.sub = -1; /* a single result, whatever the template (a multi-result input) was */
   fprintf(e->f, "    %%%d = \"%s\"(", res.id, op);
   for (int i = 0; i < n; i++) {
     if (i) fputs(", ", e->f);
@@ -176,6 +178,7 @@ ref_t cst(em_t* e, tpu_dtype_t dt, double v) {
   fprintf(e->f, "    %%%d = \"stablehlo.constant\"() {value = dense<", r.id);
   if (dt == TPU_BOOL) fputs(v != 0 ? "true" : "false", e->f);
   else if (tpu_dtype_is_float(dt)) float_literal(e->f, dt, v);
+  else if (v >= 9223372036854775807.0) fprintf(e->f, "%" PRId64, INT64_MAX); /* (int64_t)2^63 overflows */
   else fprintf(e->f, "%" PRId64, (int64_t)v);
   return end_constant(e, r, ">");
 }
@@ -603,6 +606,58 @@ void sort_with_indices(em_t* e, ref_t x, int dim, bool descending, ref_t* res) {
     res[i].id = id;
     res[i].sub = i;
   }
+}
+
+/* ---- stablehlo.while (declared in lower/emit.h) ---- */
+static void region_args(em_t* e, int n, const ref_t* init, ref_t* args) {
+  for (int i = 0; i < n; i++) {
+    args[i] = block_arg(e, init[i].dt);
+    args[i].nd = init[i].nd;
+    memcpy(args[i].sz, init[i].sz, sizeof init[i].sz);
+    if (i) fputs(", ", e->f);
+    pname(e->f, &args[i]);
+    fputs(": ", e->f);
+    ptype(e->f, &args[i]);
+  }
+}
+
+#define LOOP_MAX 12
+void while_loop(em_t* e, int n, ref_t* vals, loop_cond_t cond, loop_body_t body, void* ctx) {
+  FILE* f = e->f;
+  ref_t args[LOOP_MAX], next[LOOP_MAX];
+  const int id = e->next++;
+  fprintf(f, "    %%%d:%d = \"stablehlo.while\"(", id, n);
+  plist(f, n, vals, false);
+  fputs(") ({\n    ^bb0(", f);
+  region_args(e, n, vals, args);
+  fputs("):\n", f);
+  ref_t c = cond(e, args, ctx);
+  fputs("      \"stablehlo.return\"(", f);
+  pname(f, &c);
+  fputs(") : (tensor<i1>) -> ()\n    }, {\n    ^bb0(", f);
+  region_args(e, n, vals, args);
+  fputs("):\n", f);
+  body(e, args, next, ctx);
+  fputs("      \"stablehlo.return\"(", f);
+  plist(f, n, next, false);
+  fputs(") : (", f);
+  plist(f, n, next, true);
+  fputs(") -> ()\n    }) : (", f);
+  plist(f, n, vals, true);
+  fputs(") -> (", f);
+  plist(f, n, vals, true);
+  fputs(")\n", f);
+  for (int i = 0; i < n; i++) {
+    vals[i].id = id;
+    vals[i].sub = i;
+  }
+}
+
+/* any element of a boolean tensor */
+ref_t any_of(em_t* e, ref_t b) {
+  int64_t dims[TPU_MAX_DIMS];
+  for (int d = 0; d < b.nd; d++) dims[d] = d;
+  return reduce(e, b, b.nd, dims, "stablehlo.or", 0);
 }
 
 /* The pooling window of a [.., H, W]-like input from PyTorch's arguments:
