@@ -337,7 +337,7 @@ static ref_t digamma(em_t* e, ref_t x) {
 
 static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (!is_tensor(n, 0) && !IS_OP(polygamma)) return false;
+  if (!is_tensor(n, 0)) return false;
   const bool fl = tpu_dtype_is_float(odt);
   if (IS_OP(frac) && fl) {
     ref_t x = arg_out(n, 0, odt);
@@ -408,10 +408,6 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
     ref_t inf_eq = binop(e, "stablehlo.and", compare(e, "EQ", a, b),
                          compare(e, "EQ", unop(e, "stablehlo.abs", a), like(e, a, INFINITY)));
     outs[0] = select3(e, inf_eq, a, r);
-  } else if (IS_OP(polygamma) && fl && c->args[0].kind == TPU_ARG_INT && is_tensor(n, 1)) {
-    ref_t x = arg_out(n, 1, odt);
-    outs[0] = c->args[0].v.i == 0 ? digamma(e, x)
-                                  : binop(e, "chlo.polygamma", like(e, x, (double)c->args[0].v.i), x);
   } else if (IS_OP(digamma) && fl) {
     outs[0] = digamma(e, arg_out(n, 0, odt));
   } else if (IS_OP(special_ndtri) && fl) { /* sqrt(2) erfinv(2p - 1) */
