@@ -103,7 +103,7 @@ typedef struct {
 } tpu_lower_table_t;
 
 extern const tpu_lower_table_t tpu_lower_elementwise, tpu_lower_shape, tpu_lower_matmul,
-    tpu_lower_reduce, tpu_lower_nn, tpu_lower_index, tpu_lower_linalg;
+    tpu_lower_reduce, tpu_lower_nn, tpu_lower_index, tpu_lower_linalg, tpu_lower_random;
 
 /* The entry for a base name, or NULL (a binary search of each family's table). */
 const tpu_lower_entry_t* tpu_lower_find(const char* base);
