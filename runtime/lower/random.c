@@ -309,3 +309,12 @@ static const tpu_lower_entry_t k_entries[] = {
 };
 
 const tpu_lower_table_t tpu_lower_random = {k_entries, sizeof k_entries / sizeof k_entries[0]};
+
+bool tpu_lower_is_random(const char* aten_name) {
+  if (!aten_name) return false;
+  char base[128];
+  base_name(aten_name, base, sizeof base);
+  for (size_t i = 0; i < sizeof k_entries / sizeof k_entries[0]; i++)
+    if (!strcmp(base, k_entries[i].name)) return true;
+  return false;
+}

@@ -22,6 +22,7 @@
 
 #include "base/env.h"
 #include "device/internal.h"
+#include "lower/lower.h"
 #include "targets/pjrt/compose.h"
 #include "targets/pjrt/execache.h"
 #include "targets/pjrt/pjrt_client.h"
@@ -410,7 +411,7 @@ static const tpu_op_t* pj_ops(void* ctx, int* out_count) {
 static bool pj_supports_op(void* ctx, const char* name) { return name != NULL; }
 
 static tpu_kernel_fn_t pj_kernel_for(void* ctx, const char* name, uint32_t* out_flags) {
-  *out_flags = 0;
+  *out_flags = tpu_lower_is_random(name) ? TPU_OP_RANDOM : 0; /* the call gets a seed and an offset */
   return pj_supports_op(ctx, name) ? pj_kernel : NULL;
 }
 
