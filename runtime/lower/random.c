@@ -1,5 +1,6 @@
 /* Random-number lowerings: uniform, normal, log_normal, cauchy, exponential,
- * geometric, bernoulli, random_ and native_dropout.
+ * geometric, bernoulli, random_ and native_dropout (and its backward, which
+ * reads the mask and draws nothing).
  *
  * They follow the counter contract of base/philox.h exactly as the host's
  * kernels (targets/host/kernels/random.c) do, so a seed gives the same numbers
@@ -295,6 +296,18 @@ static bool lower_native_dropout(node_t* n, const char* base, ref_t* outs) {
   return true;
 }
 
+/* native_dropout_backward(grad_output, mask, scale) = grad * mask * scale in
+ * the output's compute type (not random: the mask holds the draws) */
+static bool lower_native_dropout_backward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  if (!tpu_dtype_is_float(odt) || !is_tensor(n, 0) || !is_tensor(n, 1)) return false;
+  const tpu_dtype_t ct = odt == TPU_F64 ? TPU_F64 : TPU_F32;
+  ref_t y = mul(e, mul(e, arg_out(n, 0, ct), arg_out(n, 1, ct)), arg_out(n, 2, ct));
+  outs[0] = convert(e, y, odt);
+  return true;
+}
+
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
     {"bernoulli", lower_bernoulli},
@@ -303,6 +316,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"geometric", lower_dist},
     {"log_normal", lower_dist},
     {"native_dropout", lower_native_dropout},
+    {"native_dropout_backward", lower_native_dropout_backward},
     {"normal", lower_dist},
     {"random", lower_random},
     {"uniform", lower_dist},
@@ -315,6 +329,6 @@ bool tpu_lower_is_random(const char* aten_name) {
   char base[128];
   base_name(aten_name, base, sizeof base);
   for (size_t i = 0; i < sizeof k_entries / sizeof k_entries[0]; i++)
-    if (!strcmp(base, k_entries[i].name)) return true;
+    if (!strcmp(base, k_entries[i].name)) return k_entries[i].fn != lower_native_dropout_backward;
   return false;
 }
