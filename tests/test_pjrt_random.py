@@ -64,6 +64,10 @@ put("native_dropout", 33, lambda: torch.native_dropout(x, 0.25, True))
 put("native_dropout_eval", 34, lambda: torch.native_dropout(x, 0.25, False))
 put("dropout", 35, lambda: F.dropout(x, 0.4, training=True))
 put("dropout_f64", 36, lambda: F.dropout(x.double(), 0.5, training=True))
+put("rand_bf16", 37, lambda: torch.rand(300, dtype=torch.bfloat16, device=tpu))
+put("randn_f16", 38, lambda: torch.randn(300, dtype=torch.float16, device=tpu))
+put("dropout_bf16", 39, lambda: F.dropout(x.bfloat16(), 0.3, training=True))
+put("empty", 40, lambda: torch.rand(0, 3, device=tpu))
 torch.save(out, OUT)
 """
 
