@@ -68,10 +68,13 @@ put("rand_bf16", 37, lambda: torch.rand(300, dtype=torch.bfloat16, device=tpu))
 put("randn_f16", 38, lambda: torch.randn(300, dtype=torch.float16, device=tpu))
 put("dropout_bf16", 39, lambda: F.dropout(x.bfloat16(), 0.3, training=True))
 put("empty", 40, lambda: torch.rand(0, 3, device=tpu))
+put("randperm", 41, lambda: torch.randperm(10, device=tpu))
+put("randperm_1000", 42, lambda: torch.randperm(1000, dtype=torch.int32, device=tpu))
+put("randperm_1", 43, lambda: torch.randperm(1, device=tpu))
 torch.save(out, OUT)
 """
 
-EXACT = ("bernoulli", "random", "randint", "geometric", "native_dropout#1")
+EXACT = ("bernoulli", "random", "randint", "randperm", "geometric", "native_dropout#1")
 
 
 def _child(target, code, path, env=None):
@@ -102,6 +105,8 @@ def test_same_seed_same_numbers_as_the_host_target(tmp_path):
     # the draws are random-looking: not constant, in range, and a fresh seed per entry
     assert host["rand"].min() >= 0 and host["rand"].max() < 1 and host["rand"].std() > 0.1
     assert abs(float(host["randn_f64"].mean())) < 1.0 and host["randn_f64"].std() > 0.5
+    assert torch.equal(host["randperm_1000"].sort().values, torch.arange(1000, dtype=torch.int32))
+    assert not torch.equal(host["randperm_1000"], torch.arange(1000, dtype=torch.int32))
     m = host["native_dropout#1"]
     assert m.dtype == torch.bool and 0 < int(m.sum()) < m.numel()
     assert torch.equal(host["native_dropout_eval"], torch.randn(7, 9, generator=torch.Generator().manual_seed(0)))

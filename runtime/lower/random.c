@@ -1,6 +1,6 @@
 /* Random-number lowerings: uniform, normal, log_normal, cauchy, exponential,
- * geometric, bernoulli, random_ and native_dropout (and its backward, which
- * reads the mask and draws nothing).
+ * geometric, bernoulli, random_, randperm and native_dropout (and its
+ * backward, which reads the mask and draws nothing).
  *
  * They follow the counter contract of base/philox.h exactly as the host's
  * kernels (targets/host/kernels/random.c) do, so a seed gives the same numbers
@@ -296,6 +296,93 @@ static bool lower_native_dropout(node_t* n, const char* base, ref_t* outs) {
   return true;
 }
 
+/* ---- randperm ---- */
+static void print_block_args(FILE* f, int n, const ref_t* a) {
+  fputs("    ^bb0(", f);
+  for (int i = 0; i < n; i++) {
+    if (i) fputs(", ", f);
+    pname(f, &a[i]);
+    fputs(": ", f);
+    ptype(f, &a[i]);
+  }
+  fputs("):\n", f);
+}
+
+static void print_return(FILE* f, int n, const ref_t* a) {
+  fputs("      \"stablehlo.return\"(", f);
+  plist(f, n, a, false);
+  fputs(") : (", f);
+  plist(f, n, a, true);
+  fputs(") -> ()\n", f);
+}
+
+/* element i of 1-d x as a 0-d value (i a 0-d i64) */
+static ref_t elem_at(em_t* e, ref_t x, ref_t i) {
+  ref_t in[2] = {x, i};
+  int64_t one = 1;
+  ref_t r = emit(e, "stablehlo.dynamic_slice", 2, in, mkref(x.dt, 1, &one), "slice_sizes = array<i64: 1>");
+  return reshape(e, r, 0, NULL);
+}
+
+/* x with element i replaced by 0-d v */
+static ref_t put_at(em_t* e, ref_t x, ref_t v, ref_t i) {
+  int64_t one = 1;
+  ref_t in[3] = {x, reshape(e, v, 1, &one), i};
+  return emit(e, "stablehlo.dynamic_update_slice", 3, in, x, NULL);
+}
+
+/* randperm.out(n, out) / randperm.generator_out(n, generator, out): the
+ * host's Fisher-Yates, i from n-1 down to 1 swapping position i with
+ * k_i = bits(block i) % (i + 1), as a stablehlo.while over (i, perm, k). */
+static bool lower_randperm(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  (void)base;
+  const int64_t len = tpu_arg_i64(c, 0, 0);
+  if (len < 0 || o->ndim != 1 || o->sizes[0] != len || !tpu_dtype_is_supported(odt)) return false;
+  ref_t perm = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 1, &len), "iota_dimension = 0 : i64");
+  if (len <= 1) {
+    outs[0] = convert(e, perm, odt);
+    return true;
+  }
+  ref_t w[4];
+  philox(n, 1, &len, w);
+  ref_t span = scalar_op(e, "stablehlo.add", emit(e, "stablehlo.iota", 0, NULL, mkref(DT_U64, 1, &len), "iota_dimension = 0 : i64"), 1);
+  ref_t k = convert(e, binop(e, "stablehlo.remainder", bits64(e, w[0], w[1]), span), TPU_I64);
+  ref_t init[3] = {cst(e, TPU_I64, (double)(len - 1)), perm, k};
+  FILE* f = e->f;
+  ref_t ca[3], ba[3];
+  for (int r = 0; r < 3; r++) {
+    ca[r] = block_arg(e, TPU_I64);
+    ba[r] = block_arg(e, TPU_I64);
+    ca[r].nd = ba[r].nd = init[r].nd;
+    memcpy(ca[r].sz, init[r].sz, sizeof ca[r].sz);
+    memcpy(ba[r].sz, init[r].sz, sizeof ba[r].sz);
+  }
+  const int id = e->next++;
+  fprintf(f, "    %%%d:3 = \"stablehlo.while\"(", id);
+  plist(f, 3, init, false);
+  fputs(") ({\n", f);
+  print_block_args(f, 3, ca);
+  ref_t more = compare(e, "GT", ca[0], cst(e, TPU_I64, 0));
+  print_return(f, 1, &more);
+  fputs("    }, {\n", f);
+  print_block_args(f, 3, ba);
+  ref_t i = ba[0], ki = elem_at(e, ba[2], ba[0]);
+  ref_t pi = elem_at(e, ba[1], i), pk = elem_at(e, ba[1], ki);
+  ref_t next[3] = {scalar_op(e, "stablehlo.subtract", i, 1), put_at(e, put_at(e, ba[1], pk, i), pi, ki), ba[2]};
+  print_return(f, 3, next);
+  fputs("    }) : (", f);
+  plist(f, 3, init, true);
+  fputs(") -> (", f);
+  plist(f, 3, init, true);
+  fputs(")\n", f);
+  ref_t res = init[1];
+  res.id = id;
+  res.sub = 1;
+  outs[0] = convert(e, res, odt);
+  return true;
+}
+
 /* native_dropout_backward(grad_output, mask, scale) = grad * mask * scale in
  * the output's compute type (not random: the mask holds the draws) */
 static bool lower_native_dropout_backward(node_t* n, const char* base, ref_t* outs) {
@@ -319,6 +406,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"native_dropout_backward", lower_native_dropout_backward},
     {"normal", lower_dist},
     {"random", lower_random},
+    {"randperm", lower_randperm},
     {"uniform", lower_dist},
 };
 

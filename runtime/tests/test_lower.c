@@ -44,7 +44,8 @@ int main(void) {
   /* the random ops a target flags TPU_OP_RANDOM; dropout's backward draws nothing */
   const char* random[] = {"uniform_", "uniform.out", "normal_", "normal.float_float_out", "log_normal_",
                           "cauchy_", "exponential_", "geometric_", "bernoulli", "bernoulli_.Tensor",
-                          "random_", "random_.to", "random.from_out", "native_dropout"};
+                          "random_", "random_.to", "random.from_out", "native_dropout", "randperm.out",
+                          "randperm.generator_out"};
   for (size_t i = 0; i < sizeof random / sizeof random[0]; i++) {
     if (!tpu_lower_is_random(random[i])) fprintf(stderr, "not flagged random: %s\n", random[i]);
     CHECK(tpu_lower_is_random(random[i]));
