@@ -180,4 +180,26 @@ def test_repeated_random_calls_reuse_one_program():
         assert len(seen) == 20
         assert s1["compiles"] == s0["compiles"], (s0, s1)
         assert s1["call_hits"] - s0["call_hits"] >= 20, (s0, s1)
+        # a traced training step with dropout: after the first steps every flushed graph
+        # finds its program by its call key (nothing composed, nothing compiled)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+                                    torch.nn.Linear(32, 4)).to("tpu")
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        xb, yb = torch.randn(16, 8).to("tpu"), torch.randn(16, 4).to("tpu")
+        losses = set()
+        with torch_tpu.eager_mode("defer_and_fuse"):
+            for step in range(8):
+                if step == 4:
+                    s0 = stats()
+                loss = (model(xb) - yb).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                torch_tpu.materialize()
+                losses.add(float(loss))
+        s1 = stats()
+        assert len(losses) == 8
+        assert s1["compiles"] == s0["compiles"], (s0, s1)
+        assert s1["runs"] - s0["runs"] == s1["call_hits"] - s0["call_hits"] > 0, (s0, s1)
     """)
