@@ -114,7 +114,8 @@ static ref_t u01_open(em_t* e, ref_t hi, ref_t lo) {
 
 /* Box-Muller on the four words */
 static ref_t std_normal(em_t* e, const ref_t* w) {
-  ref_t r = unop(e, "stablehlo.sqrt", scalar_op(e, "stablehlo.multiply", unop(e, "stablehlo.log", u01_open(e, w[0], w[1])), -2.0));
+  ref_t lg = unop(e, "stablehlo.log", u01_open(e, w[0], w[1]));
+  ref_t r = unop(e, "stablehlo.sqrt", scalar_op(e, "stablehlo.multiply", lg, -2.0));
   ref_t a = unop(e, "stablehlo.cosine", scalar_op(e, "stablehlo.multiply", u01(e, w[2], w[3]), TWO_PI));
   return binop(e, "stablehlo.multiply", r, a);
 }
@@ -159,18 +160,21 @@ static bool lower_dist(node_t* n, const char* base, ref_t* outs) {
   } else if (!strcmp(base, "cauchy")) {
     ref_t median = param(n, 1, 0.0), sigma = param(n, 2, 1.0);
     philox(n, nd, sz, w);
-    ref_t t = scalar_op(e, "stablehlo.multiply", scalar_op(e, "stablehlo.subtract", u01_open(e, w[0], w[1]), 0.5), PI);
+    ref_t t = scalar_op(e, "stablehlo.subtract", u01_open(e, w[0], w[1]), 0.5);
+    t = scalar_op(e, "stablehlo.multiply", t, PI);
     ref_t tan = binop(e, "stablehlo.divide", unop(e, "stablehlo.sine", t), unop(e, "stablehlo.cosine", t));
     v = add(e, median, mul(e, sigma, tan));
   } else if (!strcmp(base, "exponential")) {
     ref_t lambd = param(n, 1, 1.0);
     philox(n, nd, sz, w);
-    v = binop(e, "stablehlo.divide", unop(e, "stablehlo.negate", unop(e, "stablehlo.log", u01_open(e, w[0], w[1]))), lambd);
+    ref_t lg = unop(e, "stablehlo.log", u01_open(e, w[0], w[1]));
+    v = binop(e, "stablehlo.divide", unop(e, "stablehlo.negate", lg), lambd);
   } else { /* geometric: ceil(log(u) / log1p(-p)), log1p(-p) as the host computes it */
     const double p = tpu_arg_f64(c, 1, 0.5);
     if (!(p > 0 && p < 1)) return false;
     philox(n, nd, sz, w);
-    v = unop(e, "stablehlo.ceil", scalar_op(e, "stablehlo.divide", unop(e, "stablehlo.log", u01_open(e, w[0], w[1])), log1p(-p)));
+    ref_t lg = unop(e, "stablehlo.log", u01_open(e, w[0], w[1]));
+    v = unop(e, "stablehlo.ceil", scalar_op(e, "stablehlo.divide", lg, log1p(-p)));
   }
   outs[0] = convert(e, v, odt);
   return true;
@@ -346,7 +350,8 @@ static bool lower_randperm(node_t* n, const char* base, ref_t* outs) {
   }
   ref_t w[4];
   philox(n, 1, &len, w);
-  ref_t span = scalar_op(e, "stablehlo.add", emit(e, "stablehlo.iota", 0, NULL, mkref(DT_U64, 1, &len), "iota_dimension = 0 : i64"), 1);
+  ref_t span = emit(e, "stablehlo.iota", 0, NULL, mkref(DT_U64, 1, &len), "iota_dimension = 0 : i64");
+  span = scalar_op(e, "stablehlo.add", span, 1); /* i + 1 */
   ref_t k = convert(e, binop(e, "stablehlo.remainder", bits64(e, w[0], w[1]), span), TPU_I64);
   ref_t init[3] = {cst(e, TPU_I64, (double)(len - 1)), perm, k};
   FILE* f = e->f;
@@ -369,7 +374,8 @@ static bool lower_randperm(node_t* n, const char* base, ref_t* outs) {
   print_block_args(f, 3, ba);
   ref_t i = ba[0], ki = elem_at(e, ba[2], ba[0]);
   ref_t pi = elem_at(e, ba[1], i), pk = elem_at(e, ba[1], ki);
-  ref_t next[3] = {scalar_op(e, "stablehlo.subtract", i, 1), put_at(e, put_at(e, ba[1], pk, i), pi, ki), ba[2]};
+  ref_t swapped = put_at(e, put_at(e, ba[1], pk, i), pi, ki);
+  ref_t next[3] = {scalar_op(e, "stablehlo.subtract", i, 1), swapped, ba[2]};
   print_return(f, 3, next);
   fputs("    }) : (", f);
   plist(f, 3, init, true);
