@@ -573,3 +573,23 @@ def test_scatter_scatter_add_one_hot():
         exported = check(fn, fn, *args)
         assert '"stablehlo.scatter"' in exported
     check(lambda i: F.one_hot(i, 5), lambda i: F.one_hot(i, 5), torch.randint(0, 5, (7,)))
+
+
+def test_random_ops_export_with_their_seeds_as_constants():
+    # the exported program draws what the host target draws for the same seed (Philox in
+    # StableHLO, runtime/lower/random.c); exported, the seed and offset are constants
+    f = lambda x: (F.dropout(x, 0.3, training=True) + torch.rand_like(x),
+                   torch.randn(3, 4, device=x.device, dtype=torch.float64),
+                   torch.randint(-4, 9, (6,), device=x.device))
+    x = torch.randn(4, 5).to("tpu")
+    torch.manual_seed(5)
+    exported = torch_tpu.export_stablehlo(f, x)
+    assert exported.custom_calls == [], exported.custom_calls
+    assert "tensor<ui64>" in exported and '"stablehlo.iota"' in exported
+    results = run_on_jax_cpu(exported)
+    torch.manual_seed(5)
+    want = f(x)
+    assert len(exported.outputs) == len(want)
+    for w, k in zip(want, exported.outputs):
+        np.testing.assert_array_equal(results[k].reshape(w.shape), w.cpu().numpy())
+    assert not torch.equal(want[0].cpu(), f(x)[0].cpu())  # the next draw differs

@@ -103,7 +103,8 @@ typedef struct {
 } tpu_lower_table_t;
 
 extern const tpu_lower_table_t tpu_lower_elementwise, tpu_lower_shape, tpu_lower_matmul,
-    tpu_lower_reduce, tpu_lower_nn, tpu_lower_index, tpu_lower_linalg, tpu_lower_special;
+    tpu_lower_reduce, tpu_lower_nn, tpu_lower_index, tpu_lower_linalg, tpu_lower_special,
+    tpu_lower_random;
 
 /* The entry for an op id, or NULL; the tables' names are resolved to ids once. */
 const tpu_lower_entry_t* tpu_lower_find_id(tpu_op_id_t id);

@@ -25,6 +25,11 @@ extern "C" {
  * answers whether one exists. NULL answers false. */
 bool tpu_lower_supports(const char* aten_name);
 
+/* Whether an ATen op (overload or base name) is one of the random ops that
+ * lower/random.c lowers: the target flags it TPU_OP_RANDOM so that its call
+ * carries a seed and an offset (base/philox.h). NULL answers false. */
+bool tpu_lower_is_random(const char* aten_name);
+
 /* Whether the printer reads CPU scalar t (a wrapped Python number, a 0-d CPU
  * tensor) as a parameter when it lifts numbers (tpu_graph_print_opts_t.
  * lift_numbers): the floating ones; the others are constants of the program. */

@@ -48,7 +48,9 @@ static bool lifting(const em_t* e); /* the printer lifts numbers (numbers as val
 static const char* elt_type(tpu_dtype_t dt) { return tpu_lower_elt_type(dt); }
 
 const char* tpu_lower_elt_type(tpu_dtype_t dt) {
-  switch (dt) {
+  switch ((int)dt) {
+    case 28: return "ui32"; /* lower/random.c's word types (PyTorch's uint32/uint64 codes) */
+    case 29: return "ui64";
     case TPU_F32: return "f32";
     case TPU_F64: return "f64";
     case TPU_F16: return "f16";

@@ -57,7 +57,9 @@ int main(void) {
   /* overload names, in-place forms and base names */
   const char* known[] = {"add.Tensor", "add_.Tensor", "mm", "mm.out", "sum.dim_IntList", "sum",
                          "_softmax", "convolution", "_convolution", "native_layer_norm",
-                         "index.Tensor", "reflection_pad2d", "_to_copy", "neg", "eq.Scalar"};
+                         "index.Tensor", "reflection_pad2d", "_to_copy", "neg", "eq.Scalar",
+                         "uniform_", "normal.Tensor_Tensor", "bernoulli_.float", "random_.from",
+                         "native_dropout", "native_dropout_backward", "geometric_", "cauchy_"};
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
     if (!tpu_lower_supports(known[i])) fprintf(stderr, "no lowering for %s\n", known[i]);
     CHECK(tpu_lower_supports(known[i]));
@@ -70,6 +72,18 @@ int main(void) {
     CHECK(!tpu_lower_supports(unknown[i]));
   }
   CHECK(!tpu_lower_supports(NULL));
+  /* the random ops a target flags TPU_OP_RANDOM; dropout's backward draws nothing */
+  const char* random[] = {"uniform_", "uniform.out", "normal_", "normal.float_float_out", "log_normal_",
+                          "cauchy_", "exponential_", "geometric_", "bernoulli", "bernoulli_.Tensor",
+                          "random_", "random_.to", "random.from_out", "native_dropout", "randperm.out",
+                          "randperm.generator_out"};
+  for (size_t i = 0; i < sizeof random / sizeof random[0]; i++) {
+    if (!tpu_lower_is_random(random[i])) fprintf(stderr, "not flagged random: %s\n", random[i]);
+    CHECK(tpu_lower_is_random(random[i]));
+  }
+  const char* not_random[] = {"native_dropout_backward", "add.Tensor", "randperm_x", "rand", ""};
+  for (size_t i = 0; i < sizeof not_random / sizeof not_random[0]; i++) CHECK(!tpu_lower_is_random(not_random[i]));
+  CHECK(!tpu_lower_is_random(NULL));
   printf("test_lower: %zu lowered names, ok\n", n);
   return 0;
 }

@@ -89,12 +89,13 @@ static bool grow(void** v, int* cap, int n, size_t elt) {
 enum { TAG_DEVICE = 1, TAG_HOST = 2, TAG_SCALAR = 3, TAG_NONE = 4 };
 
 /* Host memory p as its slot by first appearance; false when it is distinct
- * from a slot's address but could overlap it. */
+ * from a slot's address but could overlap it (host values are 0-d, at most
+ * 8 bytes: the composer takes no other host memory). */
 static bool put_host(pj_call_key_t* k, const void* p) {
   int h = 0;
   for (; h < k->nh && k->host[h] != p; h++) {
     uintptr_t a = (uintptr_t)k->host[h], x = (uintptr_t)p;
-    if ((a > x ? a - x : x - a) < 16) return false; /* distinct but could overlap */
+    if ((a > x ? a - x : x - a) < 8) return false; /* distinct but could overlap */
   }
   if (h == k->nh) {
     if (!grow((void**)&k->host, &k->host_cap, k->nh, sizeof(*k->host))) {
@@ -145,8 +146,11 @@ static bool put_tensor(pj_call_key_t* k, const tpu_tensor_t* t) {
 }
 
 static bool put_call(pj_call_key_t* k, const tpu_call_t* c, uint32_t visible) {
-  if (!c->op || (c->op->flags & TPU_OP_RANDOM)) return false;
+  if (!c->op) return false;
   put_u64(k, (uint64_t)(uintptr_t)c->op);
+  /* a random op's seed and offset: parameters of its program (lower/random.c) */
+  if ((c->op->flags & TPU_OP_RANDOM) && !(put_host(k, &c->rng_seed) && put_host(k, &c->rng_offset)))
+    return false;
   put_u64(k, (uint64_t)(uint32_t)c->nargs << 32 | (uint32_t)c->nouts);
   put_u64(k, (uint64_t)c->precision << 40 | (uint64_t)c->debug_checks << 32 | visible);
   put_u64(k, c->mutated_args);

@@ -24,9 +24,11 @@
  * key compose the same module with the same arguments up to the slots'
  * addresses, because the printer and the composer use addresses only for
  * equality, containment and overlap, which the canonical form keeps
- * (distinct storages never overlap; distinct host addresses closer than 16
- * bytes could, so such a graph is not keyed). Graphs with random ops are
- * not keyed either: their seeds make every key new.
+ * (distinct storages never overlap; distinct host addresses closer than 8
+ * bytes could, host values being 0-d, so such a graph is not keyed). A
+ * random op's rng_seed and rng_offset are host slots too: the printer reads
+ * them from parameters (lower/random.c), so repeated random calls share one
+ * program.
  */
 #ifndef TPU_TARGETS_PJRT_PROGCACHE_H_
 #define TPU_TARGETS_PJRT_PROGCACHE_H_
@@ -71,7 +73,7 @@ typedef struct pj_call_key {
 } pj_call_key_t;
 
 /* Builds g's key into k (zeroed by the caller). False when the graph is not
- * keyed (random ops, host addresses that could overlap, host OOM); k is
+ * keyed (host addresses that could overlap, host OOM); k is
  * to be freed either way. */
 bool pj_call_key_build(const tpu_graph_t* g, pj_call_key_t* k);
 void pj_call_key_free(pj_call_key_t* k);

@@ -436,7 +436,7 @@ static bool pj_supports_op(void* ctx, const char* name) { return tpu_lower_suppo
  * decompose as on the host and a call without a lowering fails when its
  * program is composed, naming the op. */
 static tpu_kernel_fn_t pj_kernel_for(void* ctx, const char* name, uint32_t* out_flags) {
-  *out_flags = 0;
+  *out_flags = tpu_lower_is_random(name) ? TPU_OP_RANDOM : 0; /* the call gets a seed and an offset */
   return name ? pj_kernel : NULL;
 }
 
