@@ -782,16 +782,6 @@ static bool lower_grid_sampler_2d(node_t* n, const char* base, ref_t* outs) {
   return true;
 }
 
-/* native_dropout_backward(grad_output, mask, scale) = grad_output * mask * scale */
-static bool lower_dropout_backward(node_t* n, const char* base, ref_t* outs) {
-  LOWER_LOCALS;
-  (void)base;
-  if (!is_tensor(n, 0) || !is_tensor(n, 1) || !tpu_dtype_is_float(odt)) return false;
-  ref_t g = arg_out(n, 0, odt), m = arg_out(n, 1, odt);
-  outs[0] = scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.multiply", g, m), tpu_arg_f64(c, 2, 1.0));
-  return true;
-}
-
 static bool lower_native_batch_norm(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   /* native_batch_norm and _native_batch_norm_legit: (input, weight?, bias?,
@@ -1078,7 +1068,6 @@ static const tpu_lower_entry_t k_entries[] = {
     {"multi_margin_loss", lower_multi_margin_loss},
     {"multilabel_margin_loss_forward", lower_multilabel_margin_loss_forward},
     {"native_batch_norm", lower_native_batch_norm},
-    {"native_dropout_backward", lower_dropout_backward},
     {"native_group_norm", lower_native_group_norm},
     {"native_layer_norm", lower_native_layer_norm},
     {"native_layer_norm_backward", lower_native_layer_norm_backward},
