@@ -13,20 +13,11 @@ import sys
 
 import pytest
 
-from torch_tpu import pjrt_plugins
+from tests.test_pjrt_target import pytestmark  # noqa: F401  (the skip mark)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _cpu_plugin():
-    for p in pjrt_plugins.installed():
-        if p.kind == "cpu":
-            return p.path
-    return None
-
-
-pytestmark = pytest.mark.skipif(_cpu_plugin() is None and not os.environ.get("CI"),
-                                reason="xla-cpu-pjrt is not installed (scripts/setup.sh installs it)")
 
 WORKLOAD = r"""
 import json

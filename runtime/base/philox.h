@@ -13,7 +13,10 @@
 #ifndef TPU_PHILOX_H_
 #define TPU_PHILOX_H_
 
+#include <math.h>
 #include <stdint.h>
+
+#include "tpu/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,6 +66,39 @@ static inline tpu_philox_block_t tpu_philox_element(uint64_t seed, uint64_t offs
  * by which the bridge advances the generator's offset after the call. */
 static inline uint64_t tpu_random_counters_used(int64_t numel) {
   return numel > 0 ? (uint64_t)numel : 0;
+}
+
+/* random_: the values dt can hold, as doubles (floats: lowest .. max) */
+static inline void tpu_random_dtype_bounds(tpu_dtype_t dt, double* lo, double* hi) {
+  switch (dt) {
+    case TPU_BOOL: *lo = 0; *hi = 1; break;
+    case TPU_U8: *lo = 0; *hi = 255; break;
+    case TPU_I8: *lo = -128; *hi = 127; break;
+    case TPU_I16: *lo = -32768; *hi = 32767; break;
+    case TPU_I32: *lo = -2147483648.0; *hi = 2147483647.0; break;
+    case TPU_I64: *lo = -0x1p63; *hi = 0x1p63; break;
+    case TPU_F16: *lo = -65504; *hi = 65504; break;
+    case TPU_BF16: *lo = -0x1.fep127; *hi = 0x1.fep127; break;
+    case TPU_F32: *lo = -0x1.fffffep127; *hi = 0x1.fffffep127; break;
+    default: *lo = -INFINITY; *hi = INFINITY; break;
+  }
+}
+
+/* random_ without `to`: the largest value it draws, 2^digits for floats (every
+ * integer up to it is exact), the dtype's maximum for integers */
+static inline int64_t tpu_random_default_to_inc(tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_BOOL: return 1;
+    case TPU_U8: return 255;
+    case TPU_I8: return 127;
+    case TPU_I16: return 32767;
+    case TPU_I32: return 2147483647;
+    case TPU_I64: return INT64_MAX;
+    case TPU_F64: return (int64_t)1 << 53;
+    case TPU_F32: return (int64_t)1 << 24;
+    case TPU_F16: return (int64_t)1 << 11;
+    default: return (int64_t)1 << 8; /* bfloat16 */
+  }
 }
 
 #ifdef __cplusplus

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/philox.h"
 #include "lower/emit.h"
 
 #define DT_U32 ((tpu_dtype_t)28)
@@ -203,37 +204,6 @@ static bool lower_bernoulli(node_t* n, const char* base, ref_t* outs) {
 }
 
 /* ---- random_ ---- */
-static void dtype_bounds(tpu_dtype_t dt, double* lo, double* hi) {
-  switch (dt) {
-    case TPU_BOOL: *lo = 0; *hi = 1; break;
-    case TPU_U8: *lo = 0; *hi = 255; break;
-    case TPU_I8: *lo = -128; *hi = 127; break;
-    case TPU_I16: *lo = -32768; *hi = 32767; break;
-    case TPU_I32: *lo = -2147483648.0; *hi = 2147483647.0; break;
-    case TPU_I64: *lo = -0x1p63; *hi = 0x1p63; break;
-    case TPU_F16: *lo = -65504; *hi = 65504; break;
-    case TPU_BF16: *lo = -0x1.fep127; *hi = 0x1.fep127; break;
-    case TPU_F32: *lo = -0x1.fffffep127; *hi = 0x1.fffffep127; break;
-    default: *lo = -INFINITY; *hi = INFINITY; break;
-  }
-}
-
-/* the largest value random_ draws without `to`: 2^digits for floats, the
- * dtype's maximum for integers */
-static int64_t default_to_inc(tpu_dtype_t dt) {
-  switch (dt) {
-    case TPU_BOOL: return 1;
-    case TPU_U8: return 255;
-    case TPU_I8: return 127;
-    case TPU_I16: return 32767;
-    case TPU_I32: return 2147483647;
-    case TPU_I64: return INT64_MAX;
-    case TPU_F64: return (int64_t)1 << 53;
-    case TPU_F32: return (int64_t)1 << 24;
-    case TPU_F16: return (int64_t)1 << 11;
-    default: return (int64_t)1 << 8; /* bfloat16 */
-  }
-}
 
 /* random / random.out / random_: [0, default]; random.from (to None:
  * [from, default], else [from, to)); random.to: [0, to) */
@@ -241,7 +211,7 @@ static bool lower_random(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   (void)base;
   if (!tpu_dtype_is_supported(odt)) return false;
-  int64_t from = 0, to_inc = default_to_inc(odt);
+  int64_t from = 0, to_inc = tpu_random_default_to_inc(odt);
   if (!strcmp(ovl, "from") || !strcmp(ovl, "from_out")) {
     from = tpu_arg_i64(c, 1, 0);
     if (!(c->nargs <= 2 || c->args[2].kind == TPU_ARG_NONE)) {
@@ -257,7 +227,7 @@ static bool lower_random(node_t* n, const char* base, ref_t* outs) {
     return false;
   }
   double lo, hi;
-  dtype_bounds(odt, &lo, &hi);
+  tpu_random_dtype_bounds(odt, &lo, &hi);
   if ((double)from < lo || (double)from > hi || (double)to_inc < lo || (double)to_inc > hi || from > to_inc)
     return false;
   const uint64_t range = (uint64_t)to_inc - (uint64_t)from + 1; /* 0 stands for 2^64 */

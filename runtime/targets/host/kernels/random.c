@@ -297,44 +297,6 @@ static void random_elem(rng_job_t* j, const uint32_t* w, char* const* p) {
 }
 
 /* Significand bits of float dtypes (std::numeric_limits::digits). */
-static int float_digits(tpu_dtype_t dt) {
-  switch (dt) {
-    case TPU_F64: return 53;
-    case TPU_F32: return 24;
-    case TPU_F16: return 11;
-    default: return 8; /* bfloat16 */
-  }
-}
-
-/* The values dt can hold, as doubles (floats: lowest .. max). */
-static void dtype_bounds(tpu_dtype_t dt, double* lo, double* hi) {
-  switch (dt) {
-    case TPU_BOOL: *lo = 0; *hi = 1; break;
-    case TPU_U8: *lo = 0; *hi = 255; break;
-    case TPU_I8: *lo = -128; *hi = 127; break;
-    case TPU_I16: *lo = -32768; *hi = 32767; break;
-    case TPU_I32: *lo = -2147483648.0; *hi = 2147483647.0; break;
-    case TPU_I64: *lo = -0x1p63; *hi = 0x1p63; break;
-    case TPU_F16: *lo = -65504; *hi = 65504; break;
-    case TPU_BF16: *lo = -0x1.fep127; *hi = 0x1.fep127; break;
-    case TPU_F32: *lo = -0x1.fffffep127; *hi = 0x1.fffffep127; break;
-    default: *lo = -INFINITY; *hi = INFINITY; break;
-  }
-}
-
-/* Largest value random_ draws without an explicit `to`: 2^digits for
- * floats, the dtype's maximum for integers. */
-static int64_t default_to_inc(tpu_dtype_t dt) {
-  switch (dt) {
-    case TPU_BOOL: return 1;
-    case TPU_U8: return 255;
-    case TPU_I8: return 127;
-    case TPU_I16: return 32767;
-    case TPU_I32: return 2147483647;
-    case TPU_I64: return INT64_MAX;
-    default: return (int64_t)1 << float_digits(dt);
-  }
-}
 
 /* Draws from [from, to_inc] (inclusive); from == INT64_MIN with to_inc ==
  * INT64_MAX covers all 64 bits. */
@@ -343,7 +305,7 @@ static tpu_status_t random_range(const tpu_call_t* c, int64_t from, int64_t to_i
   if (!tpu_dtype_is_supported(out->dtype))
     return TPU_ERR(UNIMPLEMENTED, "random_: dtype %d is not supported on tpu", (int)out->dtype);
   double lo, hi;
-  dtype_bounds(out->dtype, &lo, &hi);
+  tpu_random_dtype_bounds(out->dtype, &lo, &hi);
   if ((double)from < lo || (double)from > hi)
     return TPU_ERR(INVALID_ARGUMENT, "random_: from is out of bounds for %s (from=%lld)",
                    tpu_dtype_name(out->dtype), (long long)from);
@@ -361,7 +323,7 @@ static tpu_status_t random_range(const tpu_call_t* c, int64_t from, int64_t to_i
 /* random(self) / random_ / random.out: [0, 2^digits] for floats, [0, max]
  * for integers. */
 tpu_status_t tpu_k_random(const tpu_call_t* c) {
-  return random_range(c, 0, default_to_inc(c->outs[0].dtype));
+  return random_range(c, 0, tpu_random_default_to_inc(c->outs[0].dtype));
 }
 
 /* random.from(self, from, to?) and forms: [from, to), or [from, default]
@@ -369,7 +331,7 @@ tpu_status_t tpu_k_random(const tpu_call_t* c) {
 tpu_status_t tpu_k_random_from(const tpu_call_t* c) {
   int64_t from = tpu_arg_i64(c, 1, 0);
   if (tpu_arg_is_none(c, 2)) {
-    int64_t to_inc = default_to_inc(c->outs[0].dtype);
+    int64_t to_inc = tpu_random_default_to_inc(c->outs[0].dtype);
     if (from > to_inc)
       return TPU_ERR(INVALID_ARGUMENT,
                      "random_ expects 'from' casted to dtype to be less than or equal to 'to_inc' "
