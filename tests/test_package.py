@@ -76,10 +76,12 @@ def test_wheel_from_clean_clone_works_elsewhere(tmp_path):
                TORCH_TPU_BUILD_JOBS=os.environ.get("TORCH_TPU_BUILD_JOBS", "2"))
     env.pop("PYTHONPATH", None)
     dist = tmp_path / "dist"
-    try:
-        import build  # noqa: F401
+    # python -m build when pypa's build is installed (not the checkout's build/ folder, which
+    # would import as a namespace package), else pip wheel
+    import importlib.util
+    if importlib.util.find_spec("build.__main__") is not None:
         cmd = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist)]
-    except ImportError:
+    else:
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
                "-w", str(dist), "."]
     subprocess.run(cmd, cwd=src, env=env, check=True, stdout=subprocess.DEVNULL)
