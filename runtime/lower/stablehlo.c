@@ -1149,9 +1149,11 @@ bool lower_arg_bool(const tpu_call_t* c, int i, bool dflt) {
   return (tpu_arg_bool)(c, i, dflt);
 }
 
-/* whether number argument i is read as a parameter */
+/* whether argument i (a floating number, or a floating CPU scalar) is read as a parameter */
 static bool lifted(const node_t* n, int i) {
-  return lifting(n->e) && i < n->c->nargs && n->c->args[i].kind == TPU_ARG_DOUBLE;
+  if (!lifting(n->e) || i >= n->c->nargs) return false;
+  const tpu_arg_t* a = &n->c->args[i];
+  return a->kind == TPU_ARG_DOUBLE || (a->kind == TPU_ARG_TENSOR && tpu_lower_lifts_scalar(a->v.t));
 }
 
 /* number argument i as a 0-d f64 parameter over the call's argument */
@@ -1166,12 +1168,12 @@ static ref_t number_param(node_t* n, int i) {
 /* argument i (tensor or number) as dt, broadcast to (nd, sz) */
 ref_t arg_as(node_t* n, int i, tpu_dtype_t dt, int nd, const int64_t* sz) {
   if (is_tensor(n, i)) return bcast(n->e, convert(n->e, arg(n, i), dt), nd, sz);
-  if (lifted(n, i)) return bcast(n->e, convert(n->e, number_param(n, i), dt), nd, sz);
+  if (lifted(n, i)) return bcast(n->e, convert(n->e, number_param(n, i), dt), nd, sz); /* a number */
   return cst_like(n->e, dt, tpu_arg_f64(n->c, i, 0), nd, sz);
 }
 
 ref_t scale_by(node_t* n, int i, ref_t x, double dflt) {
-  if (lifted(n, i) || (lifting(n->e) && is_tensor(n, i) && tpu_lower_lifts_scalar(n->c->args[i].v.t))) return binop(n->e, "stablehlo.multiply", x, arg_as(n, i, x.dt, x.nd, x.sz));
+  if (lifted(n, i)) return binop(n->e, "stablehlo.multiply", x, arg_as(n, i, x.dt, x.nd, x.sz));
   const double v = tpu_arg_f64(n->c, i, dflt);
   return v == 1.0 ? x : scalar_op(n->e, "stablehlo.multiply", x, v);
 }

@@ -217,6 +217,13 @@ void pj_call_key_free(pj_call_key_t* k) {
 }
 
 /* ---- call plans ---- */
+/* the host slot of address p in k, or -1 */
+static int host_index(const pj_call_key_t* k, const void* p) {
+  for (int h = 0; h < k->nh; h++)
+    if (k->host[h] == p) return h;
+  return -1;
+}
+
 static int slot_index(const pj_call_key_t* k, uintptr_t base) {
   for (int s = 0; s < k->ns; s++)
     if (k->slots[s].base == base) return s;
@@ -259,9 +266,8 @@ pj_call_plan_t* pj_call_plan_make(const pj_call_key_t* k, const pj_program_t* pr
       p->arg[i] = s;
       continue;
     }
-    int h = 0;
-    while (h < k->nh && k->host[h] != a->data) h++;
-    if (h == k->nh) goto fail;
+    const int h = host_index(k, a->data);
+    if (h < 0) goto fail;
     p->arg[i] = -1 - h;
     p->arg_dt[i] = a->dtype;
   }
@@ -272,9 +278,8 @@ pj_call_plan_t* pj_call_plan_make(const pj_call_key_t* k, const pj_program_t* pr
   p->baked_val = calloc((size_t)prog->nbaked + 1, sizeof(*p->baked_val));
   if (!p->baked_slot || !p->baked_val) goto fail;
   for (int i = 0; i < prog->nbaked; i++) {
-    int h = 0;
-    while (h < k->nh && k->host[h] != prog->baked[i].data) h++;
-    if (h == k->nh || prog->baked[i].bytes > sizeof p->baked_val[i].v) goto fail;
+    const int h = host_index(k, prog->baked[i].data);
+    if (h < 0 || prog->baked[i].bytes > sizeof p->baked_val[i].v) goto fail;
     p->baked_slot[i] = h;
     p->baked_val[i].bytes = prog->baked[i].bytes;
     memcpy(p->baked_val[i].v, prog->baked[i].data, prog->baked[i].bytes);

@@ -395,9 +395,13 @@ static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
         }
       } else { /* the same key with other baked values: at the end of its chain */
         int len = 1;
+        bool known = pj_call_plan_matches(head, &key); /* another thread added it meanwhile */
         pj_call_plan_t* last = head;
-        for (pj_call_plan_t* x; (x = atomic_load_explicit(&last->next, memory_order_relaxed)); last = x) len++;
-        if (len < PJ_MAX_PLANS_PER_KEY && !pj_call_plan_matches(last, &key)) {
+        for (pj_call_plan_t* x; (x = atomic_load_explicit(&last->next, memory_order_relaxed)); last = x) {
+          len++;
+          known |= pj_call_plan_matches(x, &key);
+        }
+        if (len < PJ_MAX_PLANS_PER_KEY && !known) {
           atomic_store_explicit(&last->next, plan, memory_order_release);
           plan = NULL;
         }
@@ -424,17 +428,14 @@ static const tpu_op_t* pj_ops(void* ctx, int* out_count) {
   return NULL;
 }
 
-/* Every op takes the generic kernel: view ops (which the bridge answers
- * without running a kernel) must be in the table, and whether a call lowers
- * can depend on its arguments; a call without a lowering fails with
- * UNIMPLEMENTED naming the op when its program is composed. */
-/* an op this target can run: one with a lowering (a lowering may still
- * decline a call, a dtype it does not map: that call fails when it runs) */
+/* An op this target can run: one with a lowering (a lowering may still
+ * decline a call, a dtype it does not map: that call fails when it runs). */
 static bool pj_supports_op(void* ctx, const char* name) { return tpu_lower_supports(name); }
 
-/* Every op gets the generic kernel, lowered or not, so that composite kernels
- * decompose as on the host and a call without a lowering fails when its
- * program is composed, naming the op. */
+/* Every op takes the generic kernel, lowered or not: view ops (which the
+ * bridge answers without running a kernel) must be in the table, composite
+ * kernels decompose as on the host, and a call without a lowering fails with
+ * UNIMPLEMENTED naming the op when its program is composed. */
 static tpu_kernel_fn_t pj_kernel_for(void* ctx, const char* name, uint32_t* out_flags) {
   *out_flags = tpu_lower_is_random(name) ? TPU_OP_RANDOM : 0; /* the call gets a seed and an offset */
   return name ? pj_kernel : NULL;
