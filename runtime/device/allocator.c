@@ -35,6 +35,9 @@ typedef struct tpu_block_header {
   int32_t device;
   int32_t live;
   struct tpu_block_header* next_free;
+  int32_t held; /* freed by a flush whose graph is not queued yet */
+  const tpu_stream_t* held_for; /* while held: the graph's stream */
+  pthread_t held_by;            /* while held: the flushing thread */
   int32_t nfences; /* fences still to pass before reuse on another stream */
   int32_t fence_cap;
   tpu_fence_t* fences; /* inline_fences or a malloc'd array */
@@ -92,6 +95,8 @@ static void block_fence(tpu_block_header_t* h) {
 /* Whether h may serve work on stream `user` (NULL: any stream); drops the
  * fences that have passed. */
 static bool block_ready(tpu_block_header_t* h, const tpu_stream_t* user) {
+  if (h->held && !(user == h->held_for && pthread_equal(h->held_by, pthread_self())))
+    return false;
   bool ready = true;
   int k = 0;
   for (int i = 0; i < h->nfences; i++) {
@@ -189,6 +194,18 @@ static tpu_size_bin_t** bin_slot(tpu_allocator_t* a, size_t size) {
   return &a->bins[(h >> 20) & 1023];
 }
 
+/* Takes h off the allocator's held list (it serves the flush that held it
+ * again). */
+static void held_remove(tpu_allocator_t* a, tpu_block_header_t* h) {
+  for (int i = 0; i < a->nheld; i++)
+    if (a->held[i] == h) {
+      a->held[i] = a->held[--a->nheld];
+      break;
+    }
+  h->held = 0;
+  h->held_for = NULL;
+}
+
 /* Blocks of a bin looked at for one request: the newest first, which are
  * usually fenced only on the requesting stream itself. */
 #define TPU_READY_SCAN 16
@@ -201,6 +218,7 @@ static tpu_block_header_t* cache_pop(tpu_allocator_t* a, size_t size, const tpu_
       tpu_block_header_t* h = *link;
       if (block_ready(h, user)) {
         *link = h->next_free;
+        if (h->held) held_remove(a, h);
         return h;
       }
       link = &h->next_free;
@@ -210,37 +228,49 @@ static tpu_block_header_t* cache_pop(tpu_allocator_t* a, size_t size, const tpu_
   return NULL;
 }
 
-static void cache_push(tpu_allocator_t* a, tpu_block_header_t* h) {
-  tpu_size_bin_t** slot = bin_slot(a, h->size);
+/* The bin of blocks of exactly `size` bytes, created if missing; NULL when
+ * there is no host memory for it. */
+static tpu_size_bin_t* bin_get(tpu_allocator_t* a, size_t size) {
+  tpu_size_bin_t** slot = bin_slot(a, size);
   tpu_size_bin_t* b = *slot;
-  while (b && b->size != h->size) b = b->next;
-  if (!b) {
-    b = calloc(1, sizeof(*b));
-    if (!b) { /* cannot cache: release to the system after its fences */
-      a->stats.reserved_bytes -= (int64_t)h->size;
-      a->stats.num_device_free++;
-      for (int i = 0; i < h->nfences; i++)
-        tpu_stream_wait_reached(h->fences[i].stream, h->fences[i].target);
-      fences_clear(h);
-      block_return(h);
-      return;
-    }
-    b->size = h->size;
+  while (b && b->size != size) b = b->next;
+  if (!b && (b = calloc(1, sizeof(*b)))) {
+    b->size = size;
     b->next = *slot;
     *slot = b;
+  }
+  return b;
+}
+
+static void cache_push(tpu_allocator_t* a, tpu_block_header_t* h) {
+  tpu_size_bin_t* b = bin_get(a, h->size);
+  if (!b) { /* cannot cache: release to the system after its fences */
+    a->stats.reserved_bytes -= (int64_t)h->size;
+    a->stats.num_device_free++;
+    for (int i = 0; i < h->nfences; i++)
+      tpu_stream_wait_reached(h->fences[i].stream, h->fences[i].target);
+    fences_clear(h);
+    block_return(h);
+    return;
   }
   h->next_free = b->head;
   b->head = h;
 }
 
-/* Takes every cached block out of the bins (under a->mu). */
+/* Takes every cached block out of the bins (under a->mu), except held ones:
+ * a graph not queued yet still names their memory. */
 static tpu_block_header_t* cache_take_all_locked(tpu_allocator_t* a) {
   tpu_block_header_t* list = NULL;
   for (int i = 0; i < 1024; i++) {
     for (tpu_size_bin_t* b = a->bins[i]; b; b = b->next) {
-      while (b->head) {
-        tpu_block_header_t* h = b->head;
-        b->head = h->next_free;
+      tpu_block_header_t** link = &b->head;
+      while (*link) {
+        tpu_block_header_t* h = *link;
+        if (h->held) {
+          link = &h->next_free;
+          continue;
+        }
+        *link = h->next_free;
         a->stats.reserved_bytes -= (int64_t)h->size;
         a->stats.num_device_free++;
         h->next_free = list;
@@ -441,13 +471,15 @@ void tpu_device_free(int device, void* ptr) {
 
 void tpu_device_free_unused(void* ptr) { free_impl(ptr, false); }
 
-static void free_impl(void* ptr, bool may_defer) {
-  if (!ptr) return;
-  if (tpu_runtime_in_bad_fork()) return; /* a parent's block: its lock may be held */
+/* The live block ptr starts, marked free and counted, with its allocator's
+ * mu held; NULL (nothing locked) when ptr is not a live block of ours. */
+static tpu_block_header_t* free_begin(void* ptr, tpu_allocator_t** out_a) {
+  if (!ptr) return NULL;
+  if (tpu_runtime_in_bad_fork()) return NULL; /* a parent's block: its lock may be held */
   tpu_block_header_t* h = block_find(ptr);
-  if (!h) return; /* not ours: ignore */
+  if (!h) return NULL; /* not ours: ignore */
   tpu_device_state_t* d = tpu_device_state(h->device);
-  if (!d || h->magic != TPU_BLOCK_MAGIC || !h->live) return;
+  if (!d || h->magic != TPU_BLOCK_MAGIC || !h->live) return NULL;
   tpu_allocator_t* a = &d->alloc;
   pthread_mutex_lock(&a->mu);
   h->live = 0;
@@ -455,24 +487,87 @@ static void free_impl(void* ptr, bool may_defer) {
   a->stats.active_allocations--;
   a->stats.total_freed_bytes += (int64_t)h->size;
   a->stats.num_frees++;
-  if (may_defer && tpu_device_pending_work(h->device) > 0) {
-    if (a->ndeferred == a->deferred_cap) {
-      int cap = a->deferred_cap ? 2 * a->deferred_cap : 64;
-      void** p = realloc(a->deferred, sizeof(void*) * (size_t)cap);
-      if (p) {
-        a->deferred = p;
-        a->deferred_cap = cap;
-      }
-    }
-    if (a->ndeferred < a->deferred_cap) {
-      a->deferred[a->ndeferred++] = h;
-      pthread_mutex_unlock(&a->mu);
-      return;
-    }
-    /* no room to defer: the pending trace is flushed before reuse below */
+  *out_a = a;
+  return h;
+}
+
+/* Appends to a->deferred; false when there is no host memory for it. */
+static bool defer_push(tpu_allocator_t* a, tpu_block_header_t* h) {
+  if (a->ndeferred == a->deferred_cap) {
+    int cap = a->deferred_cap ? 2 * a->deferred_cap : 64;
+    void** p = realloc(a->deferred, sizeof(void*) * (size_t)cap);
+    if (!p) return false;
+    a->deferred = p;
+    a->deferred_cap = cap;
   }
+  a->deferred[a->ndeferred++] = h;
+  return true;
+}
+
+static void free_impl(void* ptr, bool may_defer) {
+  tpu_allocator_t* a = NULL;
+  tpu_block_header_t* h = free_begin(ptr, &a);
+  if (!h) return;
+  if (may_defer && tpu_device_pending_work(h->device) > 0 && defer_push(a, h)) {
+    pthread_mutex_unlock(&a->mu);
+    return;
+  }
+  /* (no room to defer: the pending trace is flushed before reuse below) */
   block_fence(h);
   cache_push(a, h);
+  pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_device_free_held(void* ptr, tpu_stream_t* s) {
+  tpu_allocator_t* a = NULL;
+  tpu_block_header_t* h = free_begin(ptr, &a);
+  if (!h) return;
+  bool room = bin_get(a, h->size) != NULL;
+  if (room && a->nheld == a->held_cap) {
+    int cap = a->held_cap ? 2 * a->held_cap : 64;
+    tpu_block_header_t** v = realloc(a->held, sizeof(*v) * (size_t)cap);
+    if (v) {
+      a->held = v;
+      a->held_cap = cap;
+    } else {
+      room = false;
+    }
+  }
+  if (!room) {
+    /* no host memory to hold it: defer it past the queued graph instead, or
+     * (no memory for that either) keep it out of use for good */
+    if (!defer_push(a, h)) h->live = 1;
+    pthread_mutex_unlock(&a->mu);
+    return;
+  }
+  block_fence(h); /* work queued before the flush */
+  h->held = 1;
+  h->held_for = s;
+  h->held_by = pthread_self();
+  a->held[a->nheld++] = h;
+  cache_push(a, h);
+  pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_device_release_held(int device) {
+  tpu_device_state_t* d = tpu_device_state(device);
+  if (!d) return;
+  tpu_allocator_t* a = &d->alloc;
+  pthread_mutex_lock(&a->mu);
+  int k = 0;
+  for (int i = 0; i < a->nheld; i++) {
+    tpu_block_header_t* h = a->held[i];
+    if (!pthread_equal(h->held_by, pthread_self())) {
+      a->held[k++] = h;
+      continue;
+    }
+    tpu_stream_t* s = (tpu_stream_t*)h->held_for;
+    const uint64_t target = tpu_stream_submitted_count(s);
+    if (!tpu_stream_reached(s, target)) fence_add(h, s, target);
+    h->held = 0;
+    h->held_for = NULL;
+  }
+  a->nheld = k;
   pthread_mutex_unlock(&a->mu);
 }
 

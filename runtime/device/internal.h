@@ -20,6 +20,10 @@ typedef struct tpu_allocator {
    * cache after the trace is queued, since its nodes may still read them. */
   void** deferred;
   int ndeferred, deferred_cap;
+  /* Temporaries a flush freed before its graph is queued (see
+   * tpu_device_free_held). */
+  struct tpu_block_header** held;
+  int nheld, held_cap;
 } tpu_allocator_t;
 
 /* Streams of a device: id 0 is the default stream; ids 1..TPU_STREAM_POOL
@@ -46,6 +50,17 @@ void tpu_device_release_deferred(int device);
  * temporaries, backing undone after a failed flush): straight to the cache,
  * never deferred. */
 void tpu_device_free_unused(void* ptr);
+/* Frees a flush's temporary whose last use is in the graph being built, not
+ * queued yet. Until tpu_device_release_held, only this thread's allocations
+ * for stream `s` (the same flush: later temporaries, later placeholders) may
+ * reuse the block; any other allocation, on s or elsewhere, would run before
+ * the graph that still writes the block. Not released to the target by an
+ * out-of-memory drain or empty_cache meanwhile. */
+void tpu_device_free_held(void* ptr, tpu_stream_t* s);
+/* Ends the calling thread's holds on `device`: each held block is fenced on
+ * its stream's work queued so far (the graph, once it is queued) and may
+ * serve any stream after that. */
+void tpu_device_release_held(int device);
 /* Placeholder reservations (DeferAndFuse): `bytes` counted as allocated and
  * against the capacity without memory behind them, so that allocations
  * beyond the capacity fail at the op as in Strict and the memory statistics

@@ -466,12 +466,13 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
   for (int q = 0; q < nev && !st; q++) {
     entry_t* e = &es.e[ev[q].entry];
     if (ev[q].is_free) {
-      /* graph-scoped: a later temporary may reuse the block. Not when the
-       * graph is printed: the printer names values by their memory, so a
-       * reused block would read as an update of the dead value; the free is
-       * deferred until the graph is queued. */
+      /* graph-scoped: a later temporary of this flush may reuse the block,
+       * nothing else until the graph is queued (tpu_device_free_held). Not
+       * when the graph is printed: the printer names values by their
+       * memory, so a reused block would read as an update of the dead
+       * value; the free is deferred until the graph is queued. */
       if (dumping) tpu_device_free(device, e->real);
-      else tpu_device_free_unused(e->real);
+      else tpu_device_free_held(e->real, s);
       e->freed = true;
       continue;
     }
@@ -530,10 +531,12 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
   free(es.e);
   free(es.index);
   free(needed);
+  tpu_device_release_held(device);     /* fenced behind the graph now queued */
   tpu_device_release_deferred(device); /* queued after the graph: safe to reuse */
   atomic_fetch_add(&tr->epoch, 1);
   return st;
 failed:
+  tpu_device_release_held(device); /* nothing was queued: no work names them */
   tpu_graph_release_exe(&g);
   restore_trace(tr, nodes, m, cap, &es);
   free(es.e);

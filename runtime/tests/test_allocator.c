@@ -1,10 +1,12 @@
 /* The caching allocator: capacity, out-of-memory recovery, statistics, the
- * owner of a pointer, and stream-ordered reuse across a failed request.
+ * owner of a pointer, stream-ordered reuse across a failed request, and a
+ * flush's held temporaries.
  * Runs with a small capacity (TORCH_TPU_HBM_BYTES set before start-up). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
+#include "device/internal.h"
 #include "test_util.h"
 
 #define MIB ((size_t)1 << 20)
@@ -167,6 +169,70 @@ static void test_oom_waits_for_queued_reader(void) {
   tpu_device_free(0, q);
 }
 
+/* A flush frees a temporary before its graph is queued
+ * (tpu_device_free_held): only the same flush (this thread, the graph's
+ * stream) may take the block again; another stream, or another thread on
+ * the graph's stream, must not get it before the graph has run, since the
+ * graph still writes it. An out-of-memory drain keeps it. Once released,
+ * the block is fenced behind what the graph's stream has queued. */
+typedef struct {
+  tpu_stream_t* s;
+  void* got;
+} other_alloc_t;
+static void* alloc_from_thread(void* arg) {
+  other_alloc_t* o = arg;
+  tpu_status_t st = tpu_device_malloc_on(o->s, 64 * 1024, &o->got);
+  CHECK(st == NULL);
+  tpu_status_free(st);
+  return NULL;
+}
+
+static void test_held_temporary_serves_only_its_flush(void) {
+  tpu_device_empty_cache(0);
+  int64_t ia = 0, ib = 0;
+  CHECK_OK(tpu_stream_create(0, &ia));
+  CHECK_OK(tpu_stream_create(0, &ib));
+  tpu_stream_t* ga = tpu_stream_get(0, ia); /* the graph's stream */
+  tpu_stream_t* gb = tpu_stream_get(0, ib);
+  CHECK(ga != gb);
+  void* p = NULL;
+  CHECK_OK(tpu_device_malloc_on(ga, 64 * 1024, &p));
+  tpu_device_free_held(p, ga);
+  void* q = NULL;
+  CHECK_OK(tpu_device_malloc_on(gb, 64 * 1024, &q));
+  CHECK(q != p); /* another stream */
+  other_alloc_t o = {ga, NULL};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, alloc_from_thread, &o) == 0);
+  pthread_join(t, NULL);
+  CHECK(o.got != NULL && o.got != p); /* another thread on the graph's stream */
+  void* r = NULL;
+  CHECK_OK(tpu_device_malloc_on(ga, 64 * 1024, &r));
+  CHECK(r == p); /* the flush itself: a later temporary */
+  tpu_device_free_held(r, ga);
+  tpu_device_free(0, q);
+  tpu_device_free(0, o.got);
+  tpu_device_empty_cache(0);
+  CHECK(stats().reserved_bytes == 64 * 1024); /* a drain keeps it */
+  /* the graph: work on ga that a gate holds back */
+  atomic_store(&g_gate, 0);
+  float one = 1.0f;
+  gated_read_t g = {&one, 0};
+  CHECK_OK(tpu_stream_enqueue(ga, "gated_read", gated_read, &g, NULL));
+  tpu_device_release_held(0);
+  CHECK_OK(tpu_device_malloc_on(gb, 64 * 1024, &q));
+  CHECK(q != p); /* fenced behind the gated work */
+  atomic_store(&g_gate, 1);
+  CHECK_OK(tpu_stream_synchronize(ga));
+  void* u = NULL;
+  CHECK_OK(tpu_device_malloc_on(gb, 64 * 1024, &u));
+  CHECK(u == p); /* the fence has passed */
+  tpu_device_free(0, u);
+  tpu_device_free(0, q);
+  tpu_device_empty_cache(0);
+  CHECK(stats().reserved_bytes == 0);
+}
+
 int main(void) {
   setenv("TORCH_TPU_HBM_BYTES", "8388608", 1);
   CHECK_OK(tpu_runtime_init());
@@ -175,5 +241,6 @@ int main(void) {
   test_stats_and_peaks();
   test_owner_of_pointer();
   test_oom_waits_for_queued_reader();
+  test_held_temporary_serves_only_its_flush();
   TEST_MAIN_END();
 }
