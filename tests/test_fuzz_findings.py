@@ -457,3 +457,22 @@ def test_layer_norm_of_one_element_is_zero(mode, dtype):
     assert out.dtype == dtype
     assert (out.cpu().float() == 0).all()
     assert_same(torch.log(out).float(), torch.log(expected))
+
+
+# ---- seed 190251: the functional index_fill keeps self's memory format ----
+
+@pytest.mark.parametrize("value", [2, "tensor"])
+def test_index_fill_of_a_strided_view_keeps_its_layout(mode, value):
+    # CPU fills a clone in self's memory format: a diagonal view with strides (1, 20)
+    # gives (1, 4), so a later .view((12, -1)) of an element-wise result raises on CPU
+    x = torch.randn(3, 4, 4)
+
+    def fn(d):
+        t = x.to(d).diagonal(-1, -2, -3)
+        v = torch.tensor(-1.5, device=d) if value == "tensor" else value
+        return t.index_fill(1, torch.tensor([0, 2], device=d), v)
+
+    out = same_as_cpu(fn)
+    assert out.stride() == (1, 4)
+    t9 = torch.randn(3, dtype=torch.bfloat16)
+    raises_at_op(lambda d: torch.sub(fn(d), t9.to(d)).view((12, -1)))

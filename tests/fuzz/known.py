@@ -29,6 +29,15 @@ KNOWN = [
      "0 or inf (seed 94460: the log of the product is -12699, cumprod ends at 0, checked)"),
     ("value", "prod", None, "inf cpu nan",
      "as the entry above, with the in-order product overflowing to +-inf"),
+    ("value", None, None, "[cpu on tpu's inputs: the same]",
+     "the op is right: CPU's op run on tpu's inputs to that line gives tpu's value, and those "
+     "inputs matched CPU's within tolerance; the op amplifies an earlier last-ulp difference "
+     "(cos of an L1 norm near 4e4, seed 135027; a float16 cumsum crossing 65504, seed 180847; "
+     "checked by the worker, tests/fuzz/worker.py explain_value)"),
+    ("value", None, None, "[tpu agrees with cpu in float64]",
+     "tpu's value is CPU's op computed in float64 (on CPU's inputs, cast back) and CPU's own "
+     "float kernel is further off: a float32 L1 vector_norm over 38458 elements, CPU 69431 or "
+     "69405 (by thread count), float64 and tpu 69412.39 (seed 161525; checked by the worker)"),
 ]
 
 

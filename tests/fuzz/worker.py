@@ -8,6 +8,7 @@ the backend is seen as the worker dying or not answering.
 """
 import json
 import os
+import re
 import sys
 import traceback
 
@@ -145,17 +146,93 @@ def check_eager(lines, ops, dd, mode, tol=None):
     if not mism and not any(c is not None and d for c, d in zip(cerr, dd)):
         # (after a data-dependent error the failing op's partial writes are unspecified)
         mism = compare_outputs(tpu, cpu, _ops_of(lines, ops), tol=tol)
+        mism = _explain_all(mism, lines, tpu, cpu, mode, tol)
     return mism, sum(e is not None for e in cerr)
+
+
+AMPLIFIED = "[cpu on tpu's inputs: the same]"
+F64_SAME = "[tpu agrees with cpu in float64]"
+
+
+def _snapshot(lines, upto, dev, mode=None):
+    """the program's tensors (as cpu copies) after lines[:upto] on dev, and the namespace"""
+    import contextlib
+    import torch_tpu
+    ns = _base_ns(dev)
+    ctx = torch_tpu.eager_mode(mode) if dev != "cpu" else contextlib.nullcontext()
+    with ctx:
+        for src in lines[:upto]:
+            try:
+                exec(src, ns)
+            except Exception:  # noqa: BLE001 - the first run compared the errors
+                pass
+        snap = {n: v.detach().cpu().clone() for n, v in ns.items() if isinstance(v, torch.Tensor)}
+    return snap, ns
+
+
+def _run_line_on_cpu(src, tensors, k, f64=False):
+    """line src run on cpu with the given tensors bound to their names; k's value or None"""
+    ns = _base_ns("cpu")
+    for n, v in tensors.items():
+        ns[n] = v.double() if f64 and v.is_floating_point() else v.clone()
+    try:
+        exec(src, ns)
+    except Exception:  # noqa: BLE001
+        return None
+    v = ns.get(k)
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def explain_value(lines, k, actual, expected, mode, low=0):
+    """why tpu's value `actual` of variable k may differ from CPU's `expected` without a tpu
+    defect, as a tag for tests/fuzz/known.py, or "". Only for a float variable that no later
+    line mentions, at the last line L that assigns it:
+    - AMPLIFIED: CPU's op run on tpu's inputs to L (a re-run of lines[:L] in the same eager
+      mode; in strict for a compiled program), which matched CPU's within tolerance, gives
+      tpu's value: the op is right and amplifies an earlier rounding difference (cos of a
+      large sum, a cumsum crossing float16's overflow);
+    - F64_SAME: CPU's op in float64 on CPU's own inputs agrees with tpu and not with CPU's
+      result: CPU's own float kernel rounds more (a float32 L1 norm accumulated in lanes)."""
+    if not expected.is_floating_point() or expected.dtype == torch.float64:
+        return ""
+    L = max((i for i, src in enumerate(lines) if k in _assigned(src)), default=None)
+    if L is None or any(re.search(rf"\b{k}\b", src) for src in lines[L + 1:]):
+        return ""
+    tsnap, _ = _snapshot(lines, L, "tpu", "strict" if mode == "compile" else mode)
+    r = _run_line_on_cpu(lines[L], tsnap, k)
+    if r is not None and r.dtype == actual.dtype and compare_tensor(actual, r, low=low) is None:
+        return " " + AMPLIFIED
+    csnap, _ = _snapshot(lines, L, "cpu")
+    r = _run_line_on_cpu(lines[L], csnap, k, f64=True)
+    if r is not None and r.shape == actual.shape:
+        r = r.to(actual.dtype)
+        if compare_tensor(actual, r, low=low) is None and compare_tensor(expected, r, low=low):
+            return " " + F64_SAME
+    return ""
+
+
+def _assigned(src):
+    """the names a line assigns (`a, b = ...`)"""
+    lhs = src.split("=")[0] if "=" in src.split("(")[0] else ""
+    return [n for n in lhs.replace(" ", "").split(",") if n.isidentifier()]
+
+
+def _explain_all(mism, lines, tpu, cpu, mode, tol):
+    for m in mism:
+        if m["kind"] != "value":
+            continue
+        k = m["detail"].split(":")[0]
+        if k in tpu and k in cpu:
+            m["detail"] += explain_value(lines, k, tpu[k], cpu[k], mode, (tol or {}).get(k, 0))
+    return mism
 
 
 def _ops_of(lines, ops):
     """variable name -> op of the last line assigning it"""
     m = {}
     for src, op in zip(lines, ops):
-        lhs = src.split("=")[0] if "=" in src.split("(")[0] else ""
-        for n in lhs.replace(" ", "").split(","):
-            if n.isidentifier():
-                m[n] = op
+        for n in _assigned(src):
+            m[n] = op
     return m
 
 
@@ -221,6 +298,8 @@ def check_compile(lines, ops, tol=None):
             if ref is not None and k in ref and k in cpu and \
                     compare_tensor(ref[k], cpu[k], 2.0, (tol or {}).get(k, 0)) is not None:
                 m["detail"] += f" {AOT_SAME}"
+            elif AOT_SAME not in m["detail"]:
+                _explain_all([m], lines, tpu, cpu, "compile", tol)
     return mism, 0
 
 

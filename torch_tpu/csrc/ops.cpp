@@ -1255,8 +1255,10 @@ void run_meta(const c10::OperatorHandle& op, const c10::IValue* args, size_t nar
 }
 
 // Where a meta kernel's outputs differ from the CPU kernel's, follow CPU:
-// batch norm in evaluation mode returns empty save_mean/save_invstd, and
-// layer norm returns mean/rstd in the input's dtype.
+// batch norm in evaluation mode returns empty save_mean/save_invstd, layer
+// norm returns mean/rstd in the input's dtype, and the functional index_fill
+// fills a clone in self's memory format (the meta function's result is
+// contiguous).
 void match_cpu_outputs(const OpInfo& info, const c10::IValue* args, size_t nargs,
                        std::vector<OutMeta>& out) {
   const bool batch_norm = info.name == "native_batch_norm" || info.name == "_native_batch_norm_legit";
@@ -1265,6 +1267,10 @@ void match_cpu_outputs(const OpInfo& info, const c10::IValue* args, size_t nargs
       out[r].sizes.assign({0});
       out[r].strides.assign({1});
     }
+  } else if ((info.name == "index_fill.int_Tensor" || info.name == "index_fill.int_Scalar") &&
+             !out.empty() && out[0].defined && args[0].isTensor()) {
+    const at::Tensor like = at::empty_like(to_meta(args[0].toTensor()));
+    out[0].strides.assign(like.strides().begin(), like.strides().end());
   } else if (info.name == "native_layer_norm" && out.size() >= 3 && args[0].isTensor()) {
     out[1].dtype = out[2].dtype = args[0].toTensor().scalar_type();
   } else if ((info.name == "multi_margin_loss" || info.name == "multilabel_margin_loss_forward") &&
