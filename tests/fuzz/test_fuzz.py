@@ -55,3 +55,31 @@ def test_pool_reports_crash_and_hang(monkeypatch):
     assert [m["kind"] for m in crash] == ["crash"]
     assert [m["kind"] for m in hang] == ["hang"]
     assert ok == []
+
+
+def test_explain_value_only_vouches_for_right_ops():
+    """a value difference counts as explained only when CPU's op on tpu's inputs (or in float64)
+    gives tpu's value, and only for a variable no later line touches"""
+    import torch
+    import torch_tpu  # noqa: F401
+    from tests.fuzz.worker import AMPLIFIED, F64_SAME, _snapshot, explain_value
+    lines = ["t1 = mk(835745951, (3, 3, 4444), torch.float32, dev)",
+             "t5 = torch.linalg.vector_norm(t1, 1, keepdim=True)",
+             "t16 = torch.cos(t5)"]
+    cpu, _ = _snapshot(lines, 3, "cpu")
+    tpu, _ = _snapshot(lines, 3, "tpu", "strict")
+    right = torch.cos(tpu["t5"])  # what a right cos gives on tpu's input
+    assert AMPLIFIED in explain_value(lines, "t16", right, cpu["t16"], "strict")
+    wrong = right + 0.25
+    assert explain_value(lines, "t16", wrong, cpu["t16"], "strict") == ""
+    assert explain_value(lines + ["t17 = t16 * 2"], "t16", right, cpu["t16"], "strict") == ""
+    # tpu's value is the float64 result and CPU's is further off (on this input CPU's float32
+    # op on tpu's inputs may already be close enough: either tag vouches)
+    f64 = torch.linalg.vector_norm(cpu["t1"].double(), 1, keepdim=True).float()
+    assert explain_value(lines[:2], "t5", f64, f64 * (1 + 1e-3), "strict").strip() in (AMPLIFIED, F64_SAME)
+    assert explain_value(lines[:2], "t5", f64 * (1 + 1e-3), f64, "strict") == ""
+    # a float32 sum that cancels: CPU's float32 result 0, float64's 1
+    lines = ["t1 = torch.tensor([1e8, 1.0, -1e8], device=dev)", "t5 = t1.sum()"]
+    one, zero = torch.tensor(1.0), torch.tensor(0.0)
+    assert F64_SAME in explain_value(lines, "t5", one, zero, "strict")
+    assert explain_value(lines, "t5", torch.tensor(2.0), zero, "strict") == ""
