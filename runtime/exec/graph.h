@@ -57,6 +57,14 @@ typedef struct tpu_graph_print_opts {
    * where those values are the same. */
   bool lift_numbers;
   void (*on_baked)(void* ctx, const void* value, size_t bytes);
+  /* Device-side checks of data-dependent errors (an index out of range):
+   * when set, the lowerings that can fail on their data compute whether
+   * they do, and the function gets one more result, last: a tensor<i32>
+   * that is 0 when every check passed, else k + 1 for the first check k
+   * that failed, in the order of the on_check calls. Each reports the node,
+   * the dimension (-1: a flat index, as take/put's), its size, and whether
+   * CPU raises IndexError (else RuntimeError). */
+  void (*on_check)(void* ctx, int node, int dim, int64_t size, bool index_error);
 } tpu_graph_print_opts_t;
 void tpu_graph_print_func(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts_t* o);
 /* Structural checks: known ops, argument kinds, outputs that alias no

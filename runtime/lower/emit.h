@@ -55,6 +55,9 @@ typedef struct {
   int ncc, ccc;
   bool oom;
   const struct tpu_graph_print_opts* o; /* the printer's options, or NULL */
+  int node;   /* the node being lowered */
+  ref_t* chk; /* the range checks' failure flags (scalar i1), see check_range */
+  int nchk, cchk;
 } em_t;
 
 #define NO_REF (-1000000000)
@@ -157,6 +160,12 @@ typedef void (*loop_body_t)(em_t* e, const ref_t* cur, ref_t* next, void* ctx);
 void while_loop(em_t* e, int n, ref_t* vals, loop_cond_t cond, loop_body_t body, void* ctx);
 /* whether any element of a boolean tensor is true (a scalar i1) */
 ref_t any_of(em_t* e, ref_t b);
+/* A device-side check that every value of the index tensor idx lies in
+ * [lo, size) (when the printer's options ask for checks: on_check); the node
+ * being lowered fails with CPU's message for `dim` (-1: a flat index) and
+ * size, as IndexError or RuntimeError. Call it at the top level of a
+ * lowering, not inside a region. */
+void check_range(em_t* e, ref_t idx, int64_t lo, int64_t size, int dim, bool index_error);
 void pool_window(const tpu_call_t* c, int k, int ik, int is, int ip, int idl, const tpu_tensor_t* out, window_t* w);
 ref_t centred_sum_squares(em_t* e, ref_t a, int nr, const int64_t* dims, double cnt, ref_t* mean, ref_t* xc);
 ref_t dot_general(em_t* e, ref_t a, ref_t b, int nbatch, int ca, int cb, ref_t res, tpu_precision_t p);

@@ -20,6 +20,7 @@ static bool lower_gather(node_t* n, const char* base, ref_t* outs) {
     const tpu_tensor_t* x = c->args[0].v.t;
     const int nd = x->ndim, dim = norm_dim(tpu_arg_i64(c, 1, 0), nd);
     ref_t idx = convert(e, arg(n, 2), TPU_I64);
+    check_range(e, idx, 0, x->sizes[dim], dim, false);
     ref_t coords = dim_coords(e, idx, dim);
     int64_t all[TPU_MAX_DIMS], ones[TPU_MAX_DIMS];
     for (int d = 0; d < nd; d++) {
@@ -101,6 +102,7 @@ static bool index_coords(node_t* n, const tpu_tensor_t* x, const tpu_arg_t* il, 
   ref_t parts[TPU_MAX_DIMS];
   for (int j = 0; j < k; j++) {
     ref_t ix = convert(e, read_tensor(e, &il->v.tlist[p + j]), TPU_I64);
+    check_range(e, ix, -x->sizes[p + j], x->sizes[p + j], p + j, true);
     ix = bcast(e, ix, nb, bsz);
     const double len = (double)x->sizes[p + j];
     ref_t neg = compare(e, "LT", ix, cst_like(e, TPU_I64, 0, ix.nd, ix.sz));
@@ -292,6 +294,7 @@ static bool lower_scatter(node_t* n, const char* base, ref_t* outs) {
     const int nd = x->ndim, dim = norm_dim(tpu_arg_i64(c, 1, 0), nd);
     if (c->args[2].v.t->ndim != nd) return false;
     ref_t idx = convert(e, arg(n, 2), TPU_I64);
+    check_range(e, idx, 0, x->sizes[dim], dim, false);
     if (numel(&idx) == 0) {
       outs[0] = arg(n, 0);
       return true;
@@ -405,6 +408,10 @@ static bool lower_index_slices(node_t* n, const char* base, ref_t* outs) {
   const int64_t one = 1;
   if (t->ndim == 0) x = reshape(e, x, 1, &one);
   const int nd = x.nd, dim = norm_dim(tpu_arg_i64(c, 1, 0), t->ndim);
+  /* CPU's ranges: index_fill wraps negative indices, the others refuse them;
+   * index_add raises RuntimeError, the others IndexError */
+  const bool fill = !strcmp(base, "index_fill");
+  check_range(e, arg(n, 2), fill ? -x.sz[dim] : 0, x.sz[dim], dim, strcmp(base, "index_add") != 0);
   ref_t idx = dim_index(e, arg(n, 2), x.sz[dim]);
   const int64_t k = idx.sz[0];
   ref_t r;
@@ -451,6 +458,7 @@ static bool lower_take_put(node_t* n, const char* base, ref_t* outs) {
   const tpu_tensor_t* t = c->args[0].v.t;
   const int64_t total = tpu_tensor_numel(t);
   ref_t flat = reshape(e, arg(n, 0), 1, &total);
+  check_range(e, arg(n, 1), -total, total, -1, true);
   ref_t idx = dim_index(e, arg(n, 1), total);
   const int64_t k = idx.sz[0];
   if (!strcmp(base, "take")) {
@@ -652,6 +660,7 @@ static bool lower_index_select(node_t* n, const char* base, ref_t* outs) {
     }
     int dim = norm_dim(tpu_arg_i64(c, 1, 0), x->ndim);
     ref_t in[2] = {arg(n, 0), arg(n, 2)};
+    check_range(e, in[1], 0, x->sizes[dim], dim, true);
     if (in[1].nd == 0) in[1] = reshape(e, in[1], 1, (int64_t[]){1});
     int64_t offs[TPU_MAX_DIMS], ssz[TPU_MAX_DIMS];
     int no = 0;

@@ -1451,6 +1451,33 @@ static void print_attr_value(FILE* f, const val_t* v) {
   fputc('}', f);
 }
 
+void check_range(em_t* e, ref_t idx, int64_t lo, int64_t size, int dim, bool index_error) {
+  if (!e->o || !e->o->on_check || numel(&idx) == 0) return;
+  if (e->nchk == e->cchk) {
+    int cap = e->cchk ? 2 * e->cchk : 8;
+    ref_t* v = realloc(e->chk, sizeof(*v) * (size_t)cap);
+    if (!v) {
+      e->oom = true;
+      return;
+    }
+    e->chk = v;
+    e->cchk = cap;
+  }
+  ref_t i = idx.dt == TPU_I64 ? idx : convert(e, idx, TPU_I64);
+  ref_t below = compare(e, "LT", i, cst_like(e, TPU_I64, (double)lo, i.nd, i.sz));
+  ref_t above = compare(e, "GE", i, cst_like(e, TPU_I64, (double)size, i.nd, i.sz));
+  e->chk[e->nchk++] = any_of(e, binop(e, "stablehlo.or", below, above));
+  e->o->on_check(e->o->ctx, e->node, dim, size, index_error);
+}
+
+/* The checks' verdict (tpu_graph_print_opts_t.on_check): 0, or 1 + the first
+ * check that failed. */
+static ref_t check_code(em_t* e) {
+  ref_t code = cst(e, TPU_I32, 0);
+  for (int k = e->nchk - 1; k >= 0; k--) code = select3(e, e->chk[k], cst(e, TPU_I32, k + 1), code);
+  return code;
+}
+
 /* A result of the function: the last value written to memory visible after
  * the graph (a zero-element value carries nothing and has no address). */
 static bool is_result(const val_t* v) {
@@ -1470,8 +1497,13 @@ static void print_impl(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts
     tls_em = outer;
     return;
   }
-  for (int i = 0; i < g->n && !e.oom; i++) emit_node(&e, g, i);
-  /* results: the last values written to visible memory */
+  for (int i = 0; i < g->n && !e.oom; i++) {
+    e.node = i;
+    emit_node(&e, g, i);
+  }
+  /* results: the last values written to visible memory, then the checks' code */
+  const bool checked = e.nchk > 0;
+  ref_t code = checked ? check_code(&e) : (ref_t){0};
   int nres = 0;
   for (int i = 0; i < e.nv; i++) {
     const val_t* v = &e.v[i];
@@ -1485,6 +1517,10 @@ static void print_impl(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts
     if (k++) fputs(", ", e.f);
     pname(e.f, &v->r);
   }
+  if (checked) {
+    if (k++) fputs(", ", e.f);
+    pname(e.f, &code);
+  }
   fputs(") : (", e.f);
   k = 0;
   for (int i = 0; i < e.nv; i++) {
@@ -1492,6 +1528,10 @@ static void print_impl(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts
     if (!is_result(v)) continue;
     if (k++) fputs(", ", e.f);
     ptype(e.f, &v->r);
+  }
+  if (checked) {
+    if (k++) fputs(", ", e.f);
+    ptype(e.f, &code);
   }
   fputs(") -> ()\n", e.f);
   fclose(e.f);
@@ -1544,6 +1584,10 @@ static void print_impl(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts
       print_attr_value(f, v);
     }
   }
+  if (checked) {
+    if (k++) fputs(", ", f);
+    ptype(f, &code);
+  }
   fputs(") {\n", f);
   if (body) fwrite(body, 1, len, f);
   fputs(whole ? "  }\n}\n" : "  }\n", f);
@@ -1551,6 +1595,7 @@ static void print_impl(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts
   free(body);
   free(e.v);
   free(e.params);
+  free(e.chk);
   for (int i = 0; i < e.ncc; i++) free(e.cc[i]);
   free(e.cc);
 }

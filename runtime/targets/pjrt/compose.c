@@ -22,8 +22,25 @@ typedef struct {
   int n[2], cap[2];
   pj_baked_t* baked; /* numbers the program holds as constants */
   int nbaked, cbaked;
+  pj_check_t* checks; /* the device-side checks, in the code's order */
+  int nchecks, cchecks;
   bool oom;
 } collect_t;
+
+static void on_check(void* ctx, int node, int dim, int64_t size, bool index_error) {
+  collect_t* c = ctx;
+  if (c->nchecks == c->cchecks) {
+    int cap = c->cchecks ? 2 * c->cchecks : 8;
+    pj_check_t* v = realloc(c->checks, sizeof(*v) * (size_t)cap);
+    if (!v) {
+      c->oom = true;
+      return;
+    }
+    c->checks = v;
+    c->cchecks = cap;
+  }
+  c->checks[c->nchecks++] = (pj_check_t){node, dim, size, index_error};
+}
 
 static void on_baked(void* ctx, const void* value, size_t bytes) {
   collect_t* c = ctx;
@@ -567,6 +584,7 @@ void pj_program_free(pj_program_t* p) {
   free(p->out_arg);
   free(p->out_donor);
   free(p->baked);
+  free(p->checks);
   memset(p, 0, sizeof(*p));
 }
 
@@ -581,11 +599,12 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
   if (!fi) return TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory composing a program");
   tpu_graph_print_opts_t o = {.func_name = "graph", .on_value = on_value, .ctx = &c,
                               .out_custom_calls = &ncc, .out_oom = &oom,
-                              .lift_numbers = true, .on_baked = on_baked};
+                              .lift_numbers = true, .on_baked = on_baked, .on_check = on_check};
   tpu_graph_print_func(g, fi, &o);
   fclose(fi);
   tpu_status_t st = TPU_OK;
   const int np = c.n[0], nr = c.n[1];
+  const bool checked = c.nchecks > 0; /* @graph's last result: the checks' code */
   slot_t* slots = calloc((size_t)(np + nr) + 1, sizeof(slot_t));
   int* pslot = calloc((size_t)np + 1, sizeof(int)); /* -1: host value */
   int* rslot = calloc((size_t)nr + 1, sizeof(int));
@@ -675,6 +694,7 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
       const slot_t* sl = &slots[s];
       if (sl->written || sl->retype) fprintf(f, "%s%s", nouts++ ? ", " : "", ty1(elems(sl, sl->s.dt), sl->s.dt));
     }
+    if (checked) fprintf(f, "%stensor<i32>", nouts ? ", " : "");
     fputs(") {\n", f);
     wr_t w = {f, 0};
     /* storage arguments as values */
@@ -733,13 +753,14 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
           const view_t* v = &c.v[1][i];
           fprintf(fr, "%s%s", i ? ", " : "", ty(v->nd, v->sz, v->dt));
         }
+        if (checked) fprintf(fr, "%stensor<i32>", nr ? ", " : "");
       }
       if (fo) fclose(fo);
       if (ft) fclose(ft);
       if (fr) fclose(fr);
-      if (!st && nr) { /* a graph without results writes nothing: no call */
+      if (!st && (nr || checked)) { /* a graph without results writes nothing: no call */
         callv = w.next++;
-        fprintf(f, "    %%v%d:%d = \"func.call\"(%s) {callee = @graph} : (%s) -> (%s)\n", callv, nr,
+        fprintf(f, "    %%v%d:%d = \"func.call\"(%s) {callee = @graph} : (%s) -> (%s)\n", callv, nr + checked,
                 ops_s ? ops_s : "", ins ? ins : "", outs_t ? outs_t : "");
       }
       free(ops_s);
@@ -765,12 +786,14 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
       int k = 0;
       for (int s = 0; s < ns; s++)
         if (slots[s].written || slots[s].retype) fprintf(f, "%s%%v%d", k++ ? ", " : "", slots[s].s.value);
+      if (checked) fprintf(f, "%s%%v%d#%d", k++ ? ", " : "", callv, nr);
       fputs(") : (", f);
       k = 0;
       for (int s = 0; s < ns; s++) {
         const slot_t* sl = &slots[s];
         if (sl->written || sl->retype) fprintf(f, "%s%s", k++ ? ", " : "", ty1(elems(sl, sl->s.dt), sl->s.dt));
       }
+      if (checked) fprintf(f, "%stensor<i32>", k++ ? ", " : "");
       fputs(") -> ()\n  }\n}\n", f);
     }
     fclose(f);
@@ -806,11 +829,14 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     free(out->out_arg);
     free(out->out_donor);
     free(c.baked);
+    free(c.checks);
     memset(out, 0, sizeof(*out));
     return st;
   }
   out->baked = c.baked;
   out->nbaked = c.nbaked;
+  out->checks = c.checks;
+  out->nchecks = c.nchecks;
   out->text = text;
   out->len = len;
   out->args = args;

@@ -39,6 +39,14 @@ typedef struct pj_baked {
   size_t bytes; /* at most 16 */
 } pj_baked_t;
 
+/* A device-side check of the program (tpu_graph_print_opts_t.on_check): a
+ * range check of node `node`'s indices along `dim` (-1: flat) of `size`. */
+typedef struct pj_check {
+  int node, dim;
+  int64_t size;
+  bool index_error; /* IndexError, else RuntimeError */
+} pj_check_t;
+
 typedef struct pj_program {
   char* text; /* the module (MLIR text), NUL-terminated */
   size_t len;
@@ -53,6 +61,10 @@ typedef struct pj_program {
                      the program may reuse for it (tf.aliasing_output) */
   pj_baked_t* baked; /* the numbers whose values the text holds */
   int nbaked;
+  /* when nchecks > 0 the executable has one more result after the nouts
+   * storages: a tensor<i32>, 0 or 1 + the check that failed */
+  pj_check_t* checks;
+  int nchecks;
 } pj_program_t;
 
 /* Composes g's module. UNIMPLEMENTED naming the op when a node has no

@@ -239,6 +239,7 @@ void pj_call_plan_free(pj_call_plan_t* p) {
   free(p->out);
   free(p->out_arg);
   free(p->out_donor);
+  free(p->checks);
   free(p);
 }
 
@@ -273,6 +274,12 @@ pj_call_plan_t* pj_call_plan_make(const pj_call_key_t* k, const pj_program_t* pr
   }
   for (int i = 0; i < prog->nouts; i++)
     if ((p->out[i] = slot_index(k, prog->outs[i])) < 0) goto fail;
+  if (prog->nchecks) {
+    p->checks = malloc(sizeof(*p->checks) * (size_t)prog->nchecks);
+    if (!p->checks) goto fail;
+    memcpy(p->checks, prog->checks, sizeof(*p->checks) * (size_t)prog->nchecks);
+    p->nchecks = prog->nchecks;
+  }
   p->nbaked = prog->nbaked;
   p->baked_slot = calloc((size_t)prog->nbaked + 1, sizeof(*p->baked_slot));
   p->baked_val = calloc((size_t)prog->nbaked + 1, sizeof(*p->baked_val));

@@ -94,6 +94,8 @@ typedef struct pj_call_plan {
     size_t bytes;
     unsigned char v[16];
   } * baked_val;       /* and its value */
+  pj_check_t* checks; /* as pj_program_t.checks */
+  int nchecks;
   struct pj_call_plan* _Atomic next; /* the key's next plan (other baked values) */
 } pj_call_plan_t;
 

@@ -247,23 +247,45 @@ static tpu_status_t program_exe(pj_t* p, pj_program_t* prog, tpu_pjrt_exe_t** ou
   return TPU_OK;
 }
 
+/* The error of a program whose device-side check `code` (1 + the check)
+ * failed, naming the op as the host kernel does; CPU's exception type. */
+static tpu_status_t check_failed(const tpu_graph_t* g, const pj_check_t* checks, int nchecks, int32_t code) {
+  if (code < 1 || code > nchecks) return TPU_ERR(INTERNAL, "pjrt target: a program reported check %d of %d",
+                                                 (int)code, nchecks);
+  const pj_check_t* k = &checks[code - 1];
+  const char* name = k->node >= 0 && k->node < g->n && g->nodes[k->node]->op ? g->nodes[k->node]->op->name : "?";
+  char base[96];
+  snprintf(base, sizeof base, "%s", name);
+  char* dot = strchr(base, '.');
+  if (dot) *dot = 0;
+  const tpu_status_code_t sc = k->index_error ? TPU_CODE_OUT_OF_RANGE : TPU_CODE_INVALID_ARGUMENT;
+  if (k->dim < 0)
+    return tpu_status_make(sc, "%s(): out of range: an index is outside a tensor of %lld elements "
+                           "(checked on the device)", base, (long long)k->size);
+  return tpu_status_make(sc, "%s(): an index is out of bounds for dimension %d with size %lld "
+                         "(checked on the device)", base, k->dim, (long long)k->size);
+}
+
 /* Runs exe over the storages and host values `args`; result i replaces the
  * buffer of the storage at out_bases[i] (while that is still the buffer of
- * argument out_arg[i], when that is not -1). */
+ * argument out_arg[i], when that is not -1). With `checked`, the executable's
+ * last result (after the nouts) is its checks' code, read into *code. */
 static tpu_status_t execute(pj_t* p, int device, tpu_pjrt_exe_t* exe, const pj_arg_t* a, int nargs,
                             const uintptr_t* out_bases, const int* out_arg, const int* out_donor,
-                            int nouts) {
-  if (nouts == 0) return TPU_OK; /* writes nothing */
+                            int nouts, bool checked, int32_t* code) {
+  *code = 0;
+  if (nouts == 0 && !checked) return TPU_OK; /* writes nothing */
+  const int nres = nouts + checked;
   enum { SMALL = 16 };
   tpu_pjrt_buffer_t* args_s[SMALL];
   pj_buf_t* held_s[SMALL];
   bool uploaded_s[SMALL];
   tpu_pjrt_buffer_t* outs_s[SMALL];
-  const bool small = nargs <= SMALL && nouts <= SMALL;
+  const bool small = nargs <= SMALL && nres <= SMALL;
   tpu_pjrt_buffer_t** args = small ? args_s : calloc((size_t)nargs + 1, sizeof(*args));
   pj_buf_t** held = small ? held_s : calloc((size_t)nargs + 1, sizeof(*held));
   bool* uploaded = small ? uploaded_s : calloc((size_t)nargs + 1, sizeof(bool));
-  tpu_pjrt_buffer_t** outs = small ? outs_s : calloc((size_t)nouts, sizeof(*outs));
+  tpu_pjrt_buffer_t** outs = small ? outs_s : calloc((size_t)nres, sizeof(*outs));
   tpu_status_t st = TPU_OK;
   if (!args || !held || !uploaded || !outs) {
     st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory running a program");
@@ -271,7 +293,7 @@ static tpu_status_t execute(pj_t* p, int device, tpu_pjrt_exe_t* exe, const pj_a
   }
   memset(held, 0, sizeof(*held) * (size_t)nargs);
   memset(uploaded, 0, sizeof(bool) * (size_t)nargs);
-  memset(outs, 0, sizeof(*outs) * (size_t)nouts);
+  memset(outs, 0, sizeof(*outs) * (size_t)nres);
   for (int i = 0; i < nargs && !st; i++) {
     if (a[i].host) {
       st = tpu_pjrt_buffer_from_host(p->client, device, a[i].data, a[i].dtype, 0, NULL, &args[i]);
@@ -299,7 +321,8 @@ static tpu_status_t execute(pj_t* p, int device, tpu_pjrt_exe_t* exe, const pj_a
     if (atomic_load(&held[j]->refs) > 2) keep[nkeep++] = j; /* the block's and ours, else shared */
     else ndonated++;
   }
-  if (!st) st = tpu_pjrt_execute_keep(p->client, exe, device, args, nargs, outs, nouts, keep, nkeep);
+  if (!st) st = tpu_pjrt_execute_keep(p->client, exe, device, args, nargs, outs, nres, keep, nkeep);
+  if (!st && checked) st = tpu_pjrt_buffer_to_host(p->client, outs[nouts], code, sizeof *code);
   if (keep && keep != keep_s) free(keep);
   if (!st) atomic_fetch_add(&p->donated, ndonated);
   if (!st) {
@@ -319,7 +342,7 @@ static tpu_status_t execute(pj_t* p, int device, tpu_pjrt_exe_t* exe, const pj_a
     if (uploaded[i]) tpu_pjrt_buffer_free(p->client, args[i]);
     pj_buf_release(p->client, held[i]);
   }
-  for (int i = 0; i < nouts; i++)
+  for (int i = 0; i < nres; i++)
     if (outs[i]) tpu_pjrt_buffer_free(p->client, outs[i]);
 done:
   if (!small) {
@@ -332,7 +355,8 @@ done:
 }
 
 /* A keyed graph whose plan is known: bind its slots and run. */
-static tpu_status_t run_plan(pj_t* p, int device, const pj_call_plan_t* plan, const pj_call_key_t* k) {
+static tpu_status_t run_plan(pj_t* p, const tpu_graph_t* g, const pj_call_plan_t* plan, const pj_call_key_t* k) {
+  const int device = g->device;
   enum { SMALL = 16 };
   pj_arg_t args_s[SMALL];
   uintptr_t outs_s[SMALL];
@@ -344,7 +368,10 @@ static tpu_status_t run_plan(pj_t* p, int device, const pj_call_plan_t* plan, co
     st = TPU_ERR(RESOURCE_EXHAUSTED, "pjrt target: out of host memory running a program");
   } else {
     pj_call_plan_bind(plan, k, args, outs);
-    st = execute(p, device, plan->exe, args, plan->nargs, outs, plan->out_arg, plan->out_donor, plan->nouts);
+    int32_t code = 0;
+    st = execute(p, device, plan->exe, args, plan->nargs, outs, plan->out_arg, plan->out_donor, plan->nouts,
+                 plan->nchecks > 0, &code);
+    if (!st && code) st = check_failed(g, plan->checks, plan->nchecks, code);
   }
   if (!small) {
     free(args);
@@ -371,7 +398,7 @@ static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
     while (plan && !pj_call_plan_matches(plan, &key)) plan = atomic_load_explicit(&plan->next, memory_order_acquire);
     if (plan) {
       atomic_fetch_add(&p->call_hits, 1);
-      tpu_status_t st = run_plan(p, g->device, plan, &key);
+      tpu_status_t st = run_plan(p, g, plan, &key);
       pj_call_key_free(&key);
       return st;
     }
@@ -379,7 +406,7 @@ static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
   pj_program_t prog;
   tpu_status_t st = pj_compose(g, &prog);
   tpu_pjrt_exe_t* exe = NULL;
-  if (!st && prog.nouts > 0) st = program_exe(p, &prog, &exe);
+  if (!st && (prog.nouts > 0 || prog.nchecks > 0)) st = program_exe(p, &prog, &exe);
   if (!st && keyed) {
     pthread_mutex_lock(&p->cache_mu);
     bool room = pj_table_size(&p->calls) < PJ_MAX_CALL_PLANS;
@@ -410,7 +437,10 @@ static tpu_status_t run_graph(pj_t* p, const tpu_graph_t* g) {
       pj_call_plan_free(plan);
     }
   }
-  if (!st) st = execute(p, g->device, exe, prog.args, prog.nargs, prog.outs, prog.out_arg, prog.out_donor, prog.nouts);
+  int32_t code = 0;
+  if (!st) st = execute(p, g->device, exe, prog.args, prog.nargs, prog.outs, prog.out_arg, prog.out_donor,
+                        prog.nouts, prog.nchecks > 0, &code);
+  if (!st && code) st = check_failed(g, prog.checks, prog.nchecks, code);
   pj_program_free(&prog);
   pj_call_key_free(&key);
   return st;
