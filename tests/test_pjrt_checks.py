@@ -1,5 +1,5 @@
-"""Data-dependent errors on the pjrt target: XLA clamps an index that is out of range, so each
-indexing lowering also computes, on the device, whether its indices lie in CPU's range; a program
+"""Data-dependent errors on the pjrt target: XLA clamps an index that is out of range (and bernoulli
+takes any probability), so each indexing lowering (and bernoulli's) also computes, on the device, whether its indices lie in CPU's range; a program
 that fails a check raises CPU's exception type at the next synchronization (as a host kernel's
 error does), naming the op, and the device keeps working. In Debug mode it raises at the op."""
 from tests.test_pjrt_target import pytestmark, run_pjrt  # noqa: F401  (the skip mark)
@@ -31,6 +31,9 @@ def cases(dev):
         "index_put": lambda: x.index_put((t(4),), torch.tensor(1.0, device=dev)),
         "put": lambda: x.put(t(12), torch.tensor([1.0], device=dev)),
         "embedding": lambda: torch.nn.functional.embedding(t(4), x),
+        "bernoulli": lambda: torch.bernoulli(torch.tensor([0.5, 2.0], device=dev)),
+        "bernoulli_nan": lambda: torch.empty(2, device=dev).bernoulli_(torch.tensor([0.5, float("nan")], device=dev)),
+        "bernoulli_in_range": lambda: torch.bernoulli(torch.tensor([0.0, 1.0], device=dev)),
     }
 
 def outcome(f, dev):
@@ -53,8 +56,8 @@ def test_out_of_range_indices_raise_cpu_exception_types():
             if ce[0] == "ok":
                 assert torch.equal(ce[1], te[1]), (name, ce, te)
             else:
-                op = name.split("_negative")[0].replace("embedding", "index_select")
-                assert op + "()" in te[1] and "out" in te[1], (name, te)
+                op = name.split("_negative")[0].split("_nan")[0].replace("embedding", "index_select")
+                assert op + "()" in te[1] and ("out" in te[1] or "[0, 1]" in te[1]), (name, te)
             same(torch.ones(3, device="tpu") * 2, torch.ones(3) * 2)  # the device keeps working
     """)
 

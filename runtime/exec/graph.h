@@ -62,10 +62,18 @@ typedef struct tpu_graph_print_opts {
    * they do, and the function gets one more result, last: a tensor<i32>
    * that is 0 when every check passed, else k + 1 for the first check k
    * that failed, in the order of the on_check calls. Each reports the node,
-   * the dimension (-1: a flat index, as take/put's), its size, and whether
-   * CPU raises IndexError (else RuntimeError). */
-  void (*on_check)(void* ctx, int node, int dim, int64_t size, bool index_error);
+   * what it checks (tpu_check_kind_t) and, for an index, the dimension (-1:
+   * a flat index, as take/put's) and its size. */
+  void (*on_check)(void* ctx, int node, int kind, int dim, int64_t size);
 } tpu_graph_print_opts_t;
+
+/* What a device-side check (tpu_graph_print_opts_t.on_check) checks, and so
+ * the error CPU raises when it fails. */
+typedef enum {
+  TPU_CHECK_INDEX = 0, /* an index in range: IndexError */
+  TPU_CHECK_INDEX_RT,  /* the same where CPU raises RuntimeError (gather, scatter, index_add) */
+  TPU_CHECK_PROB,      /* probabilities in [0, 1] (bernoulli): RuntimeError */
+} tpu_check_kind_t;
 void tpu_graph_print_func(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts_t* o);
 /* Structural checks: known ops, argument kinds, outputs that alias no
  * input they are not meant to, dtypes supported. */

@@ -166,6 +166,8 @@ ref_t any_of(em_t* e, ref_t b);
  * size, as IndexError or RuntimeError. Call it at the top level of a
  * lowering, not inside a region. */
 void check_range(em_t* e, ref_t idx, int64_t lo, int64_t size, int dim, bool index_error);
+/* The same for probabilities: every value of p in [0, 1] (NaN fails). */
+void check_prob(em_t* e, ref_t p);
 void pool_window(const tpu_call_t* c, int k, int ik, int is, int ip, int idl, const tpu_tensor_t* out, window_t* w);
 ref_t centred_sum_squares(em_t* e, ref_t a, int nr, const int64_t* dims, double cnt, ref_t* mean, ref_t* xc);
 ref_t dot_general(em_t* e, ref_t a, ref_t b, int nbatch, int ca, int cb, ref_t res, tpu_precision_t p);

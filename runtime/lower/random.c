@@ -197,6 +197,8 @@ static bool lower_bernoulli(node_t* n, const char* base, ref_t* outs) {
     if (!is_tensor(n, 1) && !is_number(n, 1)) return false;
     prob = arg_out(n, 1, TPU_F64);
   }
+  /* CPU checks a tensor of probabilities on its values (a number, at the op) */
+  if (self_probs || is_tensor(n, 1)) check_prob(e, prob);
   ref_t w[4];
   philox(n, o->ndim, o->sizes, w);
   outs[0] = convert(e, compare(e, "LT", u01(e, w[0], w[1]), prob), odt);

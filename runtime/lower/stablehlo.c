@@ -1451,23 +1451,37 @@ static void print_attr_value(FILE* f, const val_t* v) {
   fputc('}', f);
 }
 
-void check_range(em_t* e, ref_t idx, int64_t lo, int64_t size, int dim, bool index_error) {
-  if (!e->o || !e->o->on_check || numel(&idx) == 0) return;
+/* Whether the printer is asked for checks; makes room for one more. */
+static bool check_room(em_t* e) {
+  if (!e->o || !e->o->on_check) return false;
   if (e->nchk == e->cchk) {
     int cap = e->cchk ? 2 * e->cchk : 8;
     ref_t* v = realloc(e->chk, sizeof(*v) * (size_t)cap);
     if (!v) {
       e->oom = true;
-      return;
+      return false;
     }
     e->chk = v;
     e->cchk = cap;
   }
+  return true;
+}
+
+void check_range(em_t* e, ref_t idx, int64_t lo, int64_t size, int dim, bool index_error) {
+  if (numel(&idx) == 0 || !check_room(e)) return;
   ref_t i = idx.dt == TPU_I64 ? idx : convert(e, idx, TPU_I64);
   ref_t below = compare(e, "LT", i, cst_like(e, TPU_I64, (double)lo, i.nd, i.sz));
   ref_t above = compare(e, "GE", i, cst_like(e, TPU_I64, (double)size, i.nd, i.sz));
   e->chk[e->nchk++] = any_of(e, binop(e, "stablehlo.or", below, above));
-  e->o->on_check(e->o->ctx, e->node, dim, size, index_error);
+  e->o->on_check(e->o->ctx, e->node, index_error ? TPU_CHECK_INDEX : TPU_CHECK_INDEX_RT, dim, size);
+}
+
+void check_prob(em_t* e, ref_t p) {
+  if (numel(&p) == 0 || !check_room(e)) return;
+  ref_t ok = binop(e, "stablehlo.and", compare(e, "GE", p, cst_like(e, p.dt, 0, p.nd, p.sz)),
+                   compare(e, "LE", p, cst_like(e, p.dt, 1, p.nd, p.sz)));
+  e->chk[e->nchk++] = any_of(e, unop(e, "stablehlo.not", ok));
+  e->o->on_check(e->o->ctx, e->node, TPU_CHECK_PROB, -1, 0);
 }
 
 /* The checks' verdict (tpu_graph_print_opts_t.on_check): 0, or 1 + the first

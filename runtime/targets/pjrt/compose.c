@@ -27,7 +27,7 @@ typedef struct {
   bool oom;
 } collect_t;
 
-static void on_check(void* ctx, int node, int dim, int64_t size, bool index_error) {
+static void on_check(void* ctx, int node, int kind, int dim, int64_t size) {
   collect_t* c = ctx;
   if (c->nchecks == c->cchecks) {
     int cap = c->cchecks ? 2 * c->cchecks : 8;
@@ -39,7 +39,7 @@ static void on_check(void* ctx, int node, int dim, int64_t size, bool index_erro
     c->checks = v;
     c->cchecks = cap;
   }
-  c->checks[c->nchecks++] = (pj_check_t){node, dim, size, index_error};
+  c->checks[c->nchecks++] = (pj_check_t){node, kind, dim, size};
 }
 
 static void on_baked(void* ctx, const void* value, size_t bytes) {

@@ -39,12 +39,12 @@ typedef struct pj_baked {
   size_t bytes; /* at most 16 */
 } pj_baked_t;
 
-/* A device-side check of the program (tpu_graph_print_opts_t.on_check): a
- * range check of node `node`'s indices along `dim` (-1: flat) of `size`. */
+/* A device-side check of the program (tpu_graph_print_opts_t.on_check) of
+ * node `node`: a tpu_check_kind_t; for an index, along `dim` (-1: flat) of
+ * `size`. */
 typedef struct pj_check {
-  int node, dim;
+  int node, kind, dim;
   int64_t size;
-  bool index_error; /* IndexError, else RuntimeError */
 } pj_check_t;
 
 typedef struct pj_program {

@@ -258,7 +258,9 @@ static tpu_status_t check_failed(const tpu_graph_t* g, const pj_check_t* checks,
   snprintf(base, sizeof base, "%s", name);
   char* dot = strchr(base, '.');
   if (dot) *dot = 0;
-  const tpu_status_code_t sc = k->index_error ? TPU_CODE_OUT_OF_RANGE : TPU_CODE_INVALID_ARGUMENT;
+  const tpu_status_code_t sc = k->kind == TPU_CHECK_INDEX ? TPU_CODE_OUT_OF_RANGE : TPU_CODE_INVALID_ARGUMENT;
+  if (k->kind == TPU_CHECK_PROB)
+    return tpu_status_make(sc, "%s(): expected all probabilities to be in [0, 1] (checked on the device)", base);
   if (k->dim < 0)
     return tpu_status_make(sc, "%s(): out of range: an index is outside a tensor of %lld elements "
                            "(checked on the device)", base, (long long)k->size);
