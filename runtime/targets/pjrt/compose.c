@@ -27,52 +27,42 @@ typedef struct {
   bool oom;
 } collect_t;
 
+/* Room for one more element in the array *pv of n elements of `elt` bytes
+ * (capacity *cap, doubled when full); false (c->oom set) without memory. */
+static bool grow(collect_t* c, void* pv, int n, int* cap, size_t elt) {
+  if (n < *cap) return true;
+  void* v; /* the array pointer, read and written as bytes (pv points to a T*) */
+  memcpy(&v, pv, sizeof v);
+  int ncap = *cap ? 2 * *cap : 8;
+  void* nv = realloc(v, elt * (size_t)ncap);
+  if (!nv) {
+    c->oom = true;
+    return false;
+  }
+  memcpy(pv, &nv, sizeof nv);
+  *cap = ncap;
+  return true;
+}
+
 static void on_check(void* ctx, int node, int kind, int dim, int64_t size) {
   collect_t* c = ctx;
-  if (c->nchecks == c->cchecks) {
-    int cap = c->cchecks ? 2 * c->cchecks : 8;
-    pj_check_t* v = realloc(c->checks, sizeof(*v) * (size_t)cap);
-    if (!v) {
-      c->oom = true;
-      return;
-    }
-    c->checks = v;
-    c->cchecks = cap;
-  }
-  c->checks[c->nchecks++] = (pj_check_t){node, kind, dim, size};
+  if (grow(c, &c->checks, c->nchecks, &c->cchecks, sizeof(pj_check_t)))
+    c->checks[c->nchecks++] = (pj_check_t){node, kind, dim, size};
 }
 
 static void on_baked(void* ctx, const void* value, size_t bytes) {
   collect_t* c = ctx;
   for (int i = 0; i < c->nbaked; i++)
     if (c->baked[i].data == value) return;
-  if (c->nbaked == c->cbaked) {
-    int cap = c->cbaked ? 2 * c->cbaked : 8;
-    pj_baked_t* v = realloc(c->baked, sizeof(*v) * (size_t)cap);
-    if (!v) {
-      c->oom = true;
-      return;
-    }
-    c->baked = v;
-    c->cbaked = cap;
-  }
-  c->baked[c->nbaked++] = (pj_baked_t){value, bytes};
+  if (grow(c, &c->baked, c->nbaked, &c->cbaked, sizeof(pj_baked_t)))
+    c->baked[c->nbaked++] = (pj_baked_t){value, bytes};
 }
 
 static void on_value(void* ctx, bool is_result, int index, const void* data, tpu_dtype_t dt, int nd,
                      const int64_t* sz, const int64_t* st) {
   collect_t* c = ctx;
   int k = is_result ? 1 : 0;
-  if (c->n[k] == c->cap[k]) {
-    int cap = c->cap[k] ? 2 * c->cap[k] : 8;
-    view_t* v = realloc(c->v[k], sizeof(view_t) * (size_t)cap);
-    if (!v) {
-      c->oom = true;
-      return;
-    }
-    c->v[k] = v;
-    c->cap[k] = cap;
-  }
+  if (!grow(c, &c->v[k], c->n[k], &c->cap[k], sizeof(view_t))) return;
   view_t* v = &c->v[k][c->n[k]++];
   v->data = data;
   v->dt = dt;
