@@ -302,8 +302,25 @@ def test_prod_accumulates_in_output_dtype(mode):
     # CPU's prod multiplies in the output's dtype: an f16 partial product past 65504 is inf
     _exact(lambda d: torch.tensor([300., 300., 0.001], dtype=torch.float16, device=d).prod())
     _exact(lambda d: torch.tensor([[1e30, 1e30, 1e-30]], dtype=torch.bfloat16, device=d).prod(1))
-    _exact(lambda d: torch.tensor([1e30, 1e30, 1e-30], dtype=torch.float32, device=d).prod())
     _exact(lambda d: torch.tensor([1e300, 1e10, 1e-300], dtype=torch.float64, device=d).prod())
+
+
+def test_float32_prod_is_the_exact_product_rounded_once(mode):
+    # seed 231743: a float32 product runs in double and is rounded once. A running float32
+    # product overflows where the exact product is finite: 4444 factors in [-2, 2] with a
+    # finite product pass 3.4e38 on the way (CPU's vector lanes, holding shorter runs, did
+    # not; its scalar loop over three elements does: [1e30, 1e30, 1e-30] is inf on CPU)
+    x = torch.tensor([1e30, 1e30, 1e-30])
+    assert torch.isinf(x.prod())
+    assert_same(x.to("tpu").prod(), x.double().prod().float())
+    # 200 factors of 2, then 150 of 0.5: the running product passes 2^128, the exact one is 2^50
+    f = torch.cat([torch.full((200, 3), 2.0), torch.full((150, 3), 0.5)])
+    # (CPU's answer depends on its loop: inf where it multiplies in order, 2^50 in its lanes)
+    exact = torch.full((3,), 2.0 ** 50)
+    assert torch.isinf(torch.cumprod(f, 0)).any() and (f.double().prod(0) == exact.double()).all()
+    assert_same(f.to("tpu").prod(0), exact)
+    assert_same(f.t().to("tpu").prod(1), exact)
+    assert_same(f[:, 0].to("tpu").prod(), exact[0])
 
 
 def test_bool_add_alpha(mode):

@@ -591,11 +591,15 @@ TPU_VM_INLINE double sumrun_src(const char* src, tpu_dtype_t dt, int64_t n) {
   }
 }
 
-/* v rounded to float dtype dt (products accumulate in the output's dtype as
- * CPU's prod kernel does: f16 [300, 300, 0.001] overflows to inf there) */
+/* v rounded to a half dtype dt, as a product's running value: float16 and
+ * bfloat16 products accumulate in the output's dtype as CPU's prod kernel
+ * does (f16 [300, 300, 0.001] overflows to inf there). A float32 product
+ * runs in double and is rounded once: a running float32 product overflows
+ * where the exact one is finite (4444 factors in [-2, 2] whose product is
+ * 4.6e28 reach 3.4e38 on the way; CPU's vector lanes, which hold shorter
+ * runs, do not), fuzz seed 231743. */
 TPU_VM_INLINE double round_to_dtype(tpu_dtype_t dt, double v) {
   switch (dt) {
-    case TPU_F32: return (float)v;
     case TPU_F16: return tpu_vm_f16_to_f32(tpu_vm_f32_to_f16((float)v));
     case TPU_BF16: return tpu_vm_bf16_to_f32(tpu_vm_f32_to_bf16((float)v));
     default: return v;
@@ -612,7 +616,7 @@ TPU_VM_INLINE void run_f64(const plan_t* p, acc_t* a, const double* x, int64_t n
     case R_SUM: case R_MEAN: a->d[0] += sum_plain(x, n, 0); break;
     case R_NANSUM: a->d[0] += sum_notnan(x, n, 0); break;
     case R_PROD:
-      if (p->odt[0] == TPU_F64) {
+      if (p->odt[0] == TPU_F64 || p->odt[0] == TPU_F32) {
         for (int64_t t = 0; t < n; t++) a->d[0] *= x[t];
       } else {
         for (int64_t t = 0; t < n; t++) a->d[0] = round_to_dtype(p->odt[0], a->d[0] * x[t]);
