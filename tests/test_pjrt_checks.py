@@ -2,6 +2,8 @@
 takes any probability), so each indexing lowering (and bernoulli's) also computes, on the device, whether its indices lie in CPU's range; a program
 that fails a check raises CPU's exception type at the next synchronization (as a host kernel's
 error does), naming the op, and the device keeps working. In Debug mode it raises at the op."""
+import textwrap
+
 from tests.test_pjrt_target import pytestmark, run_pjrt  # noqa: F401  (the skip mark)
 
 CASES = """
@@ -47,8 +49,14 @@ def outcome(f, dev):
 """
 
 
+def with_cases(body):
+    """the body after the cases' definitions (each dedented on its own: the cases are
+    top-level code, so a body left indented would run inside outcome() and never at all)"""
+    return CASES + textwrap.dedent(body)
+
+
 def test_out_of_range_indices_raise_cpu_exception_types():
-    run_pjrt(CASES + """
+    run_pjrt(with_cases("""
         cpu, tpu = cases("cpu"), cases("tpu")
         for name in cpu:
             ce, te = outcome(cpu[name], "cpu"), outcome(tpu[name], "tpu")
@@ -56,14 +64,15 @@ def test_out_of_range_indices_raise_cpu_exception_types():
             if ce[0] == "ok":
                 assert torch.equal(ce[1], te[1]), (name, ce, te)
             else:
-                op = name.split("_negative")[0].split("_nan")[0].replace("embedding", "index_select")
+                op = {"embedding": "index_select", "bernoulli_nan": "bernoulli_"}.get(
+                    name, name.split("_negative")[0])
                 assert op + "()" in te[1] and ("out" in te[1] or "[0, 1]" in te[1]), (name, te)
             same(torch.ones(3, device="tpu") * 2, torch.ones(3) * 2)  # the device keeps working
-    """)
+    """))
 
 
 def test_a_failed_check_in_a_fused_graph_names_its_op_and_loses_nothing():
-    run_pjrt(CASES + """
+    run_pjrt(with_cases("""
         torch_tpu.set_eager_mode("defer_and_fuse")
         keep = torch.arange(6.0).to("tpu") * 3
         x = torch.randn(5, 4).to("tpu")
@@ -76,11 +85,11 @@ def test_a_failed_check_in_a_fused_graph_names_its_op_and_loses_nothing():
         same(keep, torch.arange(6.0) * 3)  # an earlier live tensor keeps its value
         same((x * 2).exp().index_select(0, torch.tensor([1, 3]).to("tpu")), (x.cpu() * 2).exp()[[1, 3]],
              atol=1e-6, rtol=1e-6)
-    """)
+    """))
 
 
 def test_debug_mode_raises_at_the_op():
-    run_pjrt(CASES + """
+    run_pjrt(with_cases("""
         torch_tpu.set_eager_mode("debug")
         x = torch.arange(4.0).to("tpu")
         try:
@@ -89,4 +98,4 @@ def test_debug_mode_raises_at_the_op():
         except RuntimeError as e:
             assert "gather()" in str(e), str(e)
         same(x.gather(0, torch.tensor([3]).to("tpu")), torch.tensor([3.0]))
-    """)
+    """))
