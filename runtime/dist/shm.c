@@ -1,0 +1,747 @@
+/* The shared-memory collective transport of a host (tpu/dist.h).
+ *
+ * Segment layout: a header page, one 128-byte control block per rank, then
+ * (page-aligned) size + 1 slots of slot_bytes: rank i's staging slot i and
+ * the result slot. Every step of a collective ends with post (the rank's
+ * phase counter += 1, release) and wait_all (every rank's phase >= ours,
+ * acquire): all ranks run the same steps, so the counters agree. A slot is
+ * written only after a wait that proves every reader of its previous
+ * contents has passed the step that read it.
+ *
+ * The descriptor of a collective (kind, dtype, count, root, op) is written
+ * into one of two per-rank copies chosen by the collective's sequence number,
+ * before the first step: a rank that finishes collective k can write k + 1's
+ * while a slower one still reads k's, and it cannot reach k + 2 before the
+ * slower one has posted k + 1.
+ */
+#include "tpu/dist.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/env.h"
+
+#define DIST_MAGIC 0x3174736964757074ull /* "tpudist1" */
+#define DIST_PREFIX "tpu_dist."
+#define HDR_BYTES 4096
+#define CTL_BYTES 128
+#define DEFAULT_SLOT (4u << 20)
+#define DEFAULT_TIMEOUT_MS 600000
+
+enum coll_kind {
+  K_BARRIER = 1, K_ALL_REDUCE, K_REDUCE, K_BROADCAST, K_ALL_GATHER, K_GATHER, K_SCATTER,
+  K_REDUCE_SCATTER, K_ALL_TO_ALL,
+};
+static const char* const kind_names[] = {
+    "?", "barrier", "all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter",
+    "reduce_scatter", "all_to_all"};
+
+typedef struct desc {
+  uint64_t seq;
+  int32_t kind, dtype, root, op;
+  int64_t count;
+} desc_t;
+
+typedef struct ctl {
+  _Atomic uint64_t phase;
+  _Atomic int32_t pid;
+  int32_t pad_;
+  desc_t desc[2];
+} ctl_t;
+_Static_assert(sizeof(ctl_t) <= CTL_BYTES, "control block");
+
+typedef struct hdr {
+  _Atomic uint64_t magic;
+  int32_t size;
+  int32_t pad_;
+  uint64_t slot_bytes;
+  _Atomic int32_t attached;
+  _Atomic int32_t aborted;
+  char why[512];
+} hdr_t;
+_Static_assert(sizeof(hdr_t) <= HDR_BYTES, "header");
+
+struct tpu_dist_comm {
+  char name[96];
+  int rank, size;
+  size_t slot_bytes, map_bytes;
+  int64_t timeout_ms;
+  unsigned char* base;
+  hdr_t* hdr;
+  uint64_t phase; /* this rank's phase (the value last posted) */
+  uint64_t seq;   /* collectives begun */
+  uint64_t done;  /* collectives completed */
+  const char* what; /* the collective in progress, for messages */
+};
+
+static ctl_t* ctl_of(tpu_dist_comm_t* c, int r) {
+  return (ctl_t*)(c->base + HDR_BYTES + (size_t)r * CTL_BYTES);
+}
+static size_t data_offset(int size) {
+  size_t off = HDR_BYTES + (size_t)size * CTL_BYTES;
+  return (off + 4095) & ~(size_t)4095;
+}
+static unsigned char* slot_of(tpu_dist_comm_t* c, int r) { /* r == size: the result slot */
+  return c->base + data_offset(c->size) + (size_t)r * c->slot_bytes;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool pid_gone(int pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+
+void tpu_dist_make_name(char* out, size_t out_size) {
+  static _Atomic unsigned counter;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  unsigned r = (unsigned)ts.tv_nsec ^ ((unsigned)ts.tv_sec << 7) ^ ((unsigned)getpid() << 13);
+  snprintf(out, out_size, "/" DIST_PREFIX "%d.%u.%08x", (int)getpid(),
+           atomic_fetch_add(&counter, 1), r);
+}
+
+/* Removes segments of this kind whose creator (the pid in the name) is gone:
+ * what a creator that died between creation and the last attach leaves. */
+static void remove_stale_segments(void) {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  struct dirent* e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, DIST_PREFIX, strlen(DIST_PREFIX))) continue;
+    int pid = atoi(e->d_name + strlen(DIST_PREFIX));
+    if (pid_gone(pid)) {
+      char path[300];
+      snprintf(path, sizeof path, "/%s", e->d_name);
+      shm_unlink(path);
+    }
+  }
+  closedir(d);
+}
+
+void tpu_dist_comm_abort(tpu_dist_comm_t* c, const char* why) {
+  if (!c || !c->hdr) return;
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&c->hdr->aborted, &expected, 1 + c->rank)) {
+    snprintf(c->hdr->why, sizeof c->hdr->why, "%s", why ? why : "aborted");
+  }
+}
+
+static tpu_status_t aborted_status(tpu_dist_comm_t* c) {
+  int by = atomic_load(&c->hdr->aborted) - 1;
+  return TPU_ERR(INTERNAL, "tpu_dist %s (rank %d of %d): the group failed earlier (rank %d: %s)",
+                 c->what, c->rank, c->size, by, c->hdr->why);
+}
+
+static void post(tpu_dist_comm_t* c) {
+  c->phase++;
+  atomic_store_explicit(&ctl_of(c, c->rank)->phase, c->phase, memory_order_release);
+}
+
+/* Waits until every rank has posted this rank's phase. */
+static tpu_status_t wait_all(tpu_dist_comm_t* c) {
+  const uint64_t want = c->phase;
+  int64_t start = -1;
+  for (int i = 0; i < c->size; i++) {
+    ctl_t* k = ctl_of(c, i);
+    unsigned spins = 0;
+    while (atomic_load_explicit(&k->phase, memory_order_acquire) < want) {
+      if (atomic_load_explicit(&c->hdr->aborted, memory_order_relaxed)) return aborted_status(c);
+      spins++;
+      if (spins < 256) continue;
+      if (spins < 2048) {
+        sched_yield();
+        continue;
+      }
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+      if ((spins & 63) != 0) continue;
+      const int64_t t = now_ms();
+      if (start < 0) start = t;
+      int pid = atomic_load(&k->pid);
+      if (pid_gone(pid)) {
+        char why[256];
+        snprintf(why, sizeof why, "rank %d (pid %d) exited during %s", i, pid, c->what);
+        tpu_dist_comm_abort(c, why);
+        return TPU_ERR(INTERNAL, "tpu_dist %s (rank %d of %d): rank %d (pid %d) exited", c->what,
+                       c->rank, c->size, i, pid);
+      }
+      if (t - start > c->timeout_ms) {
+        char why[256];
+        snprintf(why, sizeof why, "rank %d timed out after %lld ms in %s waiting for rank %d",
+                 c->rank, (long long)c->timeout_ms, c->what, i);
+        tpu_dist_comm_abort(c, why);
+        return TPU_ERR(INTERNAL,
+                       "tpu_dist %s (rank %d of %d): timed out after %lld ms waiting for rank %d",
+                       c->what, c->rank, c->size, (long long)c->timeout_ms, i);
+      }
+    }
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t step(tpu_dist_comm_t* c) {
+  post(c);
+  return wait_all(c);
+}
+
+tpu_status_t tpu_dist_comm_create(const char* name, int rank, int size,
+                                  const tpu_dist_options_t* opts, tpu_dist_comm_t** out_comm) {
+  *out_comm = NULL;
+  if (size < 1 || rank < 0 || rank >= size)
+    return TPU_ERR(INVALID_ARGUMENT, "tpu_dist: rank %d is not in a group of %d", rank, size);
+  if (!name || name[0] != '/' || strlen(name) >= 96)
+    return TPU_ERR(INVALID_ARGUMENT, "tpu_dist: bad segment name '%s'", name ? name : "(null)");
+  size_t slot = opts && opts->slot_bytes ? opts->slot_bytes : 0;
+  if (!slot) {
+    int64_t v = tpu_env_int("TORCH_TPU_DIST_SLOT_BYTES", DEFAULT_SLOT);
+    slot = v >= 4096 ? (size_t)v : DEFAULT_SLOT;
+  }
+  slot = (slot + 4095) & ~(size_t)4095;
+  if (slot < 4096 * (size_t)size) slot = 4096 * (size_t)size; /* room for a piece per rank */
+  int64_t timeout = opts && opts->timeout_ms > 0 ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
+
+  tpu_dist_comm_t* c = calloc(1, sizeof *c);
+  if (!c) return TPU_ERR(RESOURCE_EXHAUSTED, "tpu_dist: out of host memory");
+  snprintf(c->name, sizeof c->name, "%s", name);
+  c->rank = rank;
+  c->size = size;
+  c->slot_bytes = slot;
+  c->timeout_ms = timeout;
+  c->what = "init";
+  c->map_bytes = data_offset(size) + (size_t)(size + 1) * slot;
+  tpu_status_t st = TPU_OK;
+  int fd = -1;
+  const int64_t start = now_ms();
+  if (rank == 0) {
+    remove_stale_segments();
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      st = TPU_ERR(INTERNAL, "tpu_dist: cannot create shared memory segment %s: %s", name,
+                   strerror(errno));
+      goto error;
+    }
+    if (ftruncate(fd, (off_t)c->map_bytes) != 0) {
+      st = TPU_ERR(RESOURCE_EXHAUSTED,
+                   "tpu_dist: cannot size shared memory segment %s to %zu bytes: %s", name,
+                   c->map_bytes, strerror(errno));
+      goto error;
+    }
+  } else {
+    for (;;) {
+      fd = shm_open(name, O_RDWR, 0600);
+      if (fd >= 0) {
+        struct stat sb;
+        if (fstat(fd, &sb) == 0 && (size_t)sb.st_size >= c->map_bytes) break;
+        close(fd);
+        fd = -1;
+      }
+      if (now_ms() - start > timeout) {
+        st = TPU_ERR(INTERNAL,
+                     "tpu_dist init (rank %d of %d): shared memory segment %s did not appear "
+                     "within %lld ms (rank 0 on another host, or it failed)",
+                     rank, size, name, (long long)timeout);
+        goto error;
+      }
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  c->base = mmap(NULL, c->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  fd = -1;
+  if (c->base == MAP_FAILED) {
+    c->base = NULL;
+    st = TPU_ERR(RESOURCE_EXHAUSTED, "tpu_dist: cannot map %zu bytes of segment %s: %s",
+                 c->map_bytes, name, strerror(errno));
+    goto error;
+  }
+  c->hdr = (hdr_t*)c->base;
+  if (rank == 0) {
+    c->hdr->size = size;
+    c->hdr->slot_bytes = slot;
+    atomic_store(&c->hdr->magic, DIST_MAGIC);
+  } else {
+    while (atomic_load(&c->hdr->magic) != DIST_MAGIC) {
+      if (now_ms() - start > timeout) {
+        st = TPU_ERR(INTERNAL, "tpu_dist init (rank %d of %d): segment %s never initialized",
+                     rank, size, name);
+        goto error;
+      }
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+    if (c->hdr->size != size || c->hdr->slot_bytes != slot) {
+      st = TPU_ERR(INVALID_ARGUMENT,
+                   "tpu_dist init (rank %d): ranks disagree on the group: rank 0 has size %d and "
+                   "%llu slot bytes, rank %d has size %d and %zu",
+                   rank, c->hdr->size, (unsigned long long)c->hdr->slot_bytes, rank, size, slot);
+      goto error;
+    }
+  }
+  atomic_store(&ctl_of(c, rank)->pid, (int32_t)getpid());
+  atomic_fetch_add(&c->hdr->attached, 1);
+  while (atomic_load(&c->hdr->attached) < size) {
+    if (now_ms() - start > timeout) {
+      st = TPU_ERR(INTERNAL, "tpu_dist init (rank %d of %d): only %d ranks attached within %lld ms",
+                   rank, size, atomic_load(&c->hdr->attached), (long long)timeout);
+      goto error;
+    }
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+  if (rank == 0) shm_unlink(name); /* every rank has it mapped: nothing can leak now */
+  *out_comm = c;
+  return TPU_OK;
+
+error:
+  if (fd >= 0) close(fd);
+  if (rank == 0 && c->base == NULL) shm_unlink(name);
+  if (c->base) {
+    if (rank == 0) shm_unlink(name);
+    munmap(c->base, c->map_bytes);
+  }
+  free(c);
+  return st;
+}
+
+void tpu_dist_comm_destroy(tpu_dist_comm_t* c) {
+  if (!c) return;
+  if (c->base) munmap(c->base, c->map_bytes);
+  free(c);
+}
+
+int tpu_dist_comm_rank(const tpu_dist_comm_t* c) { return c->rank; }
+int tpu_dist_comm_size(const tpu_dist_comm_t* c) { return c->size; }
+void tpu_dist_comm_set_timeout(tpu_dist_comm_t* c, int64_t timeout_ms) {
+  if (timeout_ms > 0) c->timeout_ms = timeout_ms;
+}
+uint64_t tpu_dist_comm_count(const tpu_dist_comm_t* c) { return c->done; }
+
+const char* tpu_dist_redop_name(tpu_dist_redop_t op) {
+  static const char* const names[] = {"SUM", "PRODUCT", "MIN", "MAX", "BAND",
+                                      "BOR", "BXOR", "AVG", "PREMUL_SUM"};
+  return (unsigned)op < sizeof names / sizeof names[0] ? names[op] : "?";
+}
+
+bool tpu_dist_redop_supported(tpu_dist_redop_t op, tpu_dtype_t dt) {
+  if (!tpu_dtype_size(dt)) return false;
+  const bool fl = tpu_dtype_is_float(dt);
+  switch (op) {
+    case TPU_DIST_SUM: case TPU_DIST_PRODUCT: case TPU_DIST_MIN: case TPU_DIST_MAX: return true;
+    case TPU_DIST_BAND: case TPU_DIST_BOR: case TPU_DIST_BXOR: return !fl;
+    case TPU_DIST_AVG: return dt != TPU_BOOL;
+    case TPU_DIST_PREMUL_SUM: return fl;
+  }
+  return false;
+}
+
+/* ---- the reduction kernel ------------------------------------------------ */
+
+#define RBLK 512
+
+#define DEF_REDUCE_FLOAT(NAME, T, ACC, LOAD, STORE)                                         \
+  static void NAME(void* dst_, const void* const* srcs, int n, int64_t count, int op,       \
+                   ACC factor, int avg) {                                                   \
+    T* dst = (T*)dst_;                                                                      \
+    ACC acc[RBLK];                                                                          \
+    for (int64_t b = 0; b < count; b += RBLK) {                                             \
+      const int64_t m = count - b < RBLK ? count - b : RBLK;                                \
+      const T* s0 = (const T*)srcs[0] + b;                                                  \
+      if (op == TPU_DIST_PREMUL_SUM)                                                        \
+        for (int64_t k = 0; k < m; k++) acc[k] = factor * LOAD(s0[k]);                      \
+      else                                                                                  \
+        for (int64_t k = 0; k < m; k++) acc[k] = LOAD(s0[k]);                               \
+      for (int i = 1; i < n; i++) {                                                         \
+        const T* s = (const T*)srcs[i] + b;                                                 \
+        switch (op) {                                                                       \
+          case TPU_DIST_SUM: case TPU_DIST_AVG:                                             \
+            for (int64_t k = 0; k < m; k++) acc[k] += LOAD(s[k]);                           \
+            break;                                                                          \
+          case TPU_DIST_PREMUL_SUM:                                                         \
+            for (int64_t k = 0; k < m; k++) acc[k] += factor * LOAD(s[k]);                  \
+            break;                                                                          \
+          case TPU_DIST_PRODUCT:                                                            \
+            for (int64_t k = 0; k < m; k++) acc[k] *= LOAD(s[k]);                           \
+            break;                                                                          \
+          case TPU_DIST_MIN: /* NaN wins, as torch.minimum */                               \
+            for (int64_t k = 0; k < m; k++) {                                               \
+              const ACC v = LOAD(s[k]);                                                     \
+              acc[k] = (v < acc[k] || v != v) ? v : acc[k];                                 \
+            }                                                                               \
+            break;                                                                          \
+          case TPU_DIST_MAX:                                                                \
+            for (int64_t k = 0; k < m; k++) {                                               \
+              const ACC v = LOAD(s[k]);                                                     \
+              acc[k] = (v > acc[k] || v != v) ? v : acc[k];                                 \
+            }                                                                               \
+            break;                                                                          \
+        }                                                                                   \
+      }                                                                                     \
+      if (op == TPU_DIST_AVG)                                                               \
+        for (int64_t k = 0; k < m; k++) acc[k] /= (ACC)avg;                                 \
+      for (int64_t k = 0; k < m; k++) dst[b + k] = STORE(acc[k]);                           \
+    }                                                                                       \
+  }
+
+#define ID(x) (x)
+DEF_REDUCE_FLOAT(reduce_f32, float, float, ID, ID)
+DEF_REDUCE_FLOAT(reduce_f64, double, double, ID, ID)
+DEF_REDUCE_FLOAT(reduce_bf16, uint16_t, float, tpu_bf16_to_f32, tpu_f32_to_bf16)
+DEF_REDUCE_FLOAT(reduce_f16, uint16_t, float, tpu_f16_to_f32, tpu_f32_to_f16)
+
+/* Integers: sums and products wrap (unsigned arithmetic, as on CUDA), AVG
+ * divides the exact sum (exact in 64 bits for the narrower types). */
+#define DEF_REDUCE_INT(NAME, T, SIGNED)                                                     \
+  static void NAME(void* dst_, const void* const* srcs, int n, int64_t count, int op,       \
+                   int avg) {                                                               \
+    T* dst = (T*)dst_;                                                                      \
+    uint64_t acc[RBLK];                                                                     \
+    for (int64_t b = 0; b < count; b += RBLK) {                                             \
+      const int64_t m = count - b < RBLK ? count - b : RBLK;                                \
+      const T* s0 = (const T*)srcs[0] + b;                                                  \
+      for (int64_t k = 0; k < m; k++) acc[k] = SIGNED ? (uint64_t)(int64_t)s0[k] : (uint64_t)s0[k]; \
+      for (int i = 1; i < n; i++) {                                                         \
+        const T* s = (const T*)srcs[i] + b;                                                 \
+        for (int64_t k = 0; k < m; k++) {                                                   \
+          const uint64_t v = SIGNED ? (uint64_t)(int64_t)s[k] : (uint64_t)s[k];             \
+          switch (op) {                                                                     \
+            case TPU_DIST_SUM: case TPU_DIST_AVG: acc[k] += v; break;                       \
+            case TPU_DIST_PRODUCT: acc[k] *= v; break;                                      \
+            case TPU_DIST_MIN:                                                              \
+              if (SIGNED ? (int64_t)v < (int64_t)acc[k] : v < acc[k]) acc[k] = v;           \
+              break;                                                                        \
+            case TPU_DIST_MAX:                                                              \
+              if (SIGNED ? (int64_t)v > (int64_t)acc[k] : v > acc[k]) acc[k] = v;           \
+              break;                                                                        \
+            case TPU_DIST_BAND: acc[k] &= v; break;                                         \
+            case TPU_DIST_BOR: acc[k] |= v; break;                                          \
+            case TPU_DIST_BXOR: acc[k] ^= v; break;                                         \
+          }                                                                                 \
+        }                                                                                   \
+      }                                                                                     \
+      if (op == TPU_DIST_AVG)                                                               \
+        for (int64_t k = 0; k < m; k++)                                                     \
+          acc[k] = SIGNED ? (uint64_t)((int64_t)acc[k] / avg) : acc[k] / (uint64_t)avg;     \
+      for (int64_t k = 0; k < m; k++) dst[b + k] = (T)acc[k];                               \
+    }                                                                                       \
+  }
+
+DEF_REDUCE_INT(reduce_u8, uint8_t, 0)
+DEF_REDUCE_INT(reduce_i8, int8_t, 1)
+DEF_REDUCE_INT(reduce_i16, int16_t, 1)
+DEF_REDUCE_INT(reduce_i32, int32_t, 1)
+DEF_REDUCE_INT(reduce_i64, int64_t, 1)
+
+tpu_status_t tpu_dist_reduce_block(void* dst, const void* const* srcs, int n, int64_t count,
+                                   tpu_dtype_t dt, tpu_dist_redop_t op, double factor,
+                                   int avg_divisor) {
+  if (!tpu_dist_redop_supported(op, dt))
+    return TPU_ERR(INVALID_ARGUMENT, "tpu_dist: reduce op %s is not supported for %s",
+                   tpu_dist_redop_name(op), tpu_dtype_name(dt));
+  if (n < 1 || count <= 0) return TPU_OK;
+  if (avg_divisor < 1) avg_divisor = n;
+  switch (dt) {
+    case TPU_F32: reduce_f32(dst, srcs, n, count, op, (float)factor, avg_divisor); break;
+    case TPU_F64: reduce_f64(dst, srcs, n, count, op, factor, avg_divisor); break;
+    case TPU_BF16: reduce_bf16(dst, srcs, n, count, op, (float)factor, avg_divisor); break;
+    case TPU_F16: reduce_f16(dst, srcs, n, count, op, (float)factor, avg_divisor); break;
+    case TPU_U8: reduce_u8(dst, srcs, n, count, op, avg_divisor); break;
+    case TPU_I8: reduce_i8(dst, srcs, n, count, op, avg_divisor); break;
+    case TPU_I16: reduce_i16(dst, srcs, n, count, op, avg_divisor); break;
+    case TPU_I32: reduce_i32(dst, srcs, n, count, op, avg_divisor); break;
+    case TPU_I64: reduce_i64(dst, srcs, n, count, op, avg_divisor); break;
+    case TPU_BOOL: {
+      /* 0/1 bytes: a sum or a maximum is "any", a product or a minimum "all" */
+      int o = op == TPU_DIST_SUM ? TPU_DIST_MAX : op == TPU_DIST_PRODUCT ? TPU_DIST_MIN : (int)op;
+      reduce_u8(dst, srcs, n, count, o, avg_divisor);
+      break;
+    }
+    default:
+      return TPU_ERR(UNIMPLEMENTED, "tpu_dist: dtype %s", tpu_dtype_name(dt));
+  }
+  return TPU_OK;
+}
+
+/* ---- collectives ----------------------------------------------------------- */
+
+/* Publishes this rank's descriptor, waits for all, and compares. `any_count`:
+ * counts may differ (all_to_all; compared pairwise later). */
+static tpu_status_t begin(tpu_dist_comm_t* c, int kind, tpu_dtype_t dt, int64_t count, int root,
+                          int op, bool any_count) {
+  c->what = kind_names[kind];
+  if (atomic_load(&c->hdr->aborted)) return aborted_status(c);
+  const uint64_t seq = ++c->seq;
+  desc_t* mine = &ctl_of(c, c->rank)->desc[seq & 1];
+  mine->seq = seq;
+  mine->kind = kind;
+  mine->dtype = (int32_t)dt;
+  mine->root = root;
+  mine->op = op;
+  mine->count = count;
+  TPU_RETURN_IF_ERROR(step(c));
+  for (int i = 0; i < c->size; i++) {
+    const desc_t* d = &ctl_of(c, i)->desc[seq & 1];
+    if (d->seq != seq || d->kind != kind) {
+      return TPU_ERR(INVALID_ARGUMENT,
+                     "tpu_dist: ranks called different collectives: rank %d called %s "
+                     "(collective #%llu), rank %d called %s (#%llu)",
+                     c->rank, c->what, (unsigned long long)seq, i,
+                     d->kind > 0 && d->kind <= K_ALL_TO_ALL ? kind_names[d->kind] : "?",
+                     (unsigned long long)d->seq);
+    }
+    if (d->dtype != mine->dtype || (!any_count && d->count != count) || d->root != root ||
+        d->op != op) {
+      return TPU_ERR(INVALID_ARGUMENT,
+                     "tpu_dist %s: ranks disagree: rank %d has %lld %s elements (root %d, op %s), "
+                     "rank %d has %lld %s elements (root %d, op %s)",
+                     c->what, c->rank, (long long)count, tpu_dtype_name(dt), root,
+                     tpu_dist_redop_name((tpu_dist_redop_t)op), i, (long long)d->count,
+                     tpu_dtype_name((tpu_dtype_t)d->dtype), d->root,
+                     tpu_dist_redop_name((tpu_dist_redop_t)d->op));
+    }
+  }
+  /* the same on every rank by now, so every rank fails alike */
+  if (root < 0 || root >= c->size)
+    return TPU_ERR(INVALID_ARGUMENT, "tpu_dist %s: root %d is not a rank of a group of %d",
+                   c->what, root, c->size);
+  return TPU_OK;
+}
+
+static tpu_status_t finish(tpu_dist_comm_t* c, tpu_status_t st) {
+  if (st == TPU_OK) c->done++;
+  return st;
+}
+
+static tpu_status_t check_op(tpu_dist_comm_t* c, const char* what, tpu_dist_redop_t op,
+                             tpu_dtype_t dt) {
+  if (!tpu_dtype_size(dt))
+    return TPU_ERR(UNIMPLEMENTED, "tpu_dist %s: dtype %s is not supported", what,
+                   tpu_dtype_name(dt));
+  if (!tpu_dist_redop_supported(op, dt))
+    return TPU_ERR(INVALID_ARGUMENT, "tpu_dist %s: reduce op %s is not supported for %s", what,
+                   tpu_dist_redop_name(op), tpu_dtype_name(dt));
+  return TPU_OK;
+}
+
+/* all_reduce and reduce: in rounds of a slot, each rank reduces its stretch
+ * of the round into the result slot, then every rank (or the root) copies
+ * the whole round out. */
+static tpu_status_t reduce_impl(tpu_dist_comm_t* c, int kind, void* buf, int64_t count,
+                                tpu_dtype_t dt, tpu_dist_redop_t op, double factor, int root) {
+  TPU_RETURN_IF_ERROR(begin(c, kind, dt, count, root, op, false));
+  TPU_RETURN_IF_ERROR(check_op(c, kind_names[kind], op, dt));
+  const size_t es = tpu_dtype_size(dt);
+  const int64_t chunk = (int64_t)(c->slot_bytes / es);
+  const void* srcs[c->size];
+  unsigned char* res = slot_of(c, c->size);
+  for (int64_t off = 0; off < count; off += chunk) {
+    const int64_t n = count - off < chunk ? count - off : chunk;
+    memcpy(slot_of(c, c->rank), (unsigned char*)buf + off * es, (size_t)n * es);
+    TPU_RETURN_IF_ERROR(step(c));
+    const int64_t lo = n * c->rank / c->size, hi = n * (c->rank + 1) / c->size;
+    for (int i = 0; i < c->size; i++) srcs[i] = slot_of(c, i) + lo * es;
+    TPU_RETURN_IF_ERROR(
+        tpu_dist_reduce_block(res + lo * es, srcs, c->size, hi - lo, dt, op, factor, c->size));
+    TPU_RETURN_IF_ERROR(step(c));
+    if (kind == K_ALL_REDUCE || c->rank == root)
+      memcpy((unsigned char*)buf + off * es, res, (size_t)n * es);
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_dist_all_reduce(tpu_dist_comm_t* c, void* buf, int64_t count, tpu_dtype_t dt,
+                                 tpu_dist_redop_t op, double factor) {
+  return finish(c, reduce_impl(c, K_ALL_REDUCE, buf, count, dt, op, factor, 0));
+}
+
+tpu_status_t tpu_dist_reduce(tpu_dist_comm_t* c, void* buf, int64_t count, tpu_dtype_t dt,
+                             tpu_dist_redop_t op, double factor, int root) {
+  return finish(c, reduce_impl(c, K_REDUCE, buf, count, dt, op, factor, root));
+}
+
+static tpu_status_t broadcast_impl(tpu_dist_comm_t* c, void* buf, int64_t count, tpu_dtype_t dt,
+                                   int root) {
+  TPU_RETURN_IF_ERROR(begin(c, K_BROADCAST, dt, count, root, 0, false));
+  const size_t es = tpu_dtype_size(dt);
+  const int64_t chunk = (int64_t)(c->slot_bytes / es);
+  for (int64_t off = 0; off < count; off += chunk) {
+    const int64_t n = count - off < chunk ? count - off : chunk;
+    if (c->rank == root) memcpy(slot_of(c, root), (unsigned char*)buf + off * es, (size_t)n * es);
+    TPU_RETURN_IF_ERROR(step(c));
+    if (c->rank != root) memcpy((unsigned char*)buf + off * es, slot_of(c, root), (size_t)n * es);
+    TPU_RETURN_IF_ERROR(step(c));
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_dist_broadcast(tpu_dist_comm_t* c, void* buf, int64_t count, tpu_dtype_t dt,
+                                int root) {
+  return finish(c, broadcast_impl(c, buf, count, dt, root));
+}
+
+static tpu_status_t gather_impl(tpu_dist_comm_t* c, int kind, const void* in, void* const* outs,
+                                int64_t count, tpu_dtype_t dt, int root) {
+  TPU_RETURN_IF_ERROR(begin(c, kind, dt, count, root, 0, false));
+  const size_t es = tpu_dtype_size(dt);
+  const int64_t chunk = (int64_t)(c->slot_bytes / es);
+  const bool receive = kind == K_ALL_GATHER || c->rank == root;
+  for (int64_t off = 0; off < count; off += chunk) {
+    const int64_t n = count - off < chunk ? count - off : chunk;
+    memcpy(slot_of(c, c->rank), (const unsigned char*)in + off * es, (size_t)n * es);
+    TPU_RETURN_IF_ERROR(step(c));
+    if (receive) {
+      for (int i = 0; i < c->size; i++)
+        memcpy((unsigned char*)outs[i] + off * es, slot_of(c, i), (size_t)n * es);
+    }
+    TPU_RETURN_IF_ERROR(step(c));
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_dist_all_gather(tpu_dist_comm_t* c, const void* in, void* const* outs,
+                                 int64_t count, tpu_dtype_t dt) {
+  return finish(c, gather_impl(c, K_ALL_GATHER, in, outs, count, dt, 0));
+}
+
+tpu_status_t tpu_dist_gather(tpu_dist_comm_t* c, const void* in, void* const* outs,
+                             int64_t count, tpu_dtype_t dt, int root) {
+  return finish(c, gather_impl(c, K_GATHER, in, outs, count, dt, root));
+}
+
+/* The slot split into one piece per rank: `sub` elements each. */
+static int64_t piece_elems(tpu_dist_comm_t* c, size_t es) {
+  return (int64_t)(c->slot_bytes / (size_t)c->size / es);
+}
+
+static tpu_status_t scatter_impl(tpu_dist_comm_t* c, const void* const* ins, void* out,
+                                 int64_t count, tpu_dtype_t dt, int root) {
+  TPU_RETURN_IF_ERROR(begin(c, K_SCATTER, dt, count, root, 0, false));
+  const size_t es = tpu_dtype_size(dt);
+  const int64_t sub = piece_elems(c, es);
+  for (int64_t off = 0; off < count; off += sub) {
+    const int64_t n = count - off < sub ? count - off : sub;
+    if (c->rank == root) {
+      for (int j = 0; j < c->size; j++)
+        memcpy(slot_of(c, root) + (size_t)j * sub * es, (const unsigned char*)ins[j] + off * es,
+               (size_t)n * es);
+    }
+    TPU_RETURN_IF_ERROR(step(c));
+    memcpy((unsigned char*)out + off * es, slot_of(c, root) + (size_t)c->rank * sub * es,
+           (size_t)n * es);
+    TPU_RETURN_IF_ERROR(step(c));
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_dist_scatter(tpu_dist_comm_t* c, const void* const* ins, void* out,
+                              int64_t count, tpu_dtype_t dt, int root) {
+  return finish(c, scatter_impl(c, ins, out, count, dt, root));
+}
+
+static tpu_status_t reduce_scatter_impl(tpu_dist_comm_t* c, const void* const* ins, void* out,
+                                        int64_t count, tpu_dtype_t dt, tpu_dist_redop_t op,
+                                        double factor) {
+  TPU_RETURN_IF_ERROR(begin(c, K_REDUCE_SCATTER, dt, count, 0, op, false));
+  TPU_RETURN_IF_ERROR(check_op(c, "reduce_scatter", op, dt));
+  const size_t es = tpu_dtype_size(dt);
+  const int64_t sub = piece_elems(c, es);
+  const void* srcs[c->size];
+  for (int64_t off = 0; off < count; off += sub) {
+    const int64_t n = count - off < sub ? count - off : sub;
+    for (int j = 0; j < c->size; j++)
+      memcpy(slot_of(c, c->rank) + (size_t)j * sub * es, (const unsigned char*)ins[j] + off * es,
+             (size_t)n * es);
+    TPU_RETURN_IF_ERROR(step(c));
+    for (int i = 0; i < c->size; i++) srcs[i] = slot_of(c, i) + (size_t)c->rank * sub * es;
+    TPU_RETURN_IF_ERROR(tpu_dist_reduce_block((unsigned char*)out + off * es, srcs, c->size, n,
+                                              dt, op, factor, c->size));
+    TPU_RETURN_IF_ERROR(step(c));
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_dist_reduce_scatter(tpu_dist_comm_t* c, const void* const* ins, void* out,
+                                     int64_t count, tpu_dtype_t dt, tpu_dist_redop_t op,
+                                     double factor) {
+  return finish(c, reduce_scatter_impl(c, ins, out, count, dt, op, factor));
+}
+
+static tpu_status_t all_to_all_impl(tpu_dist_comm_t* c, const void* const* ins,
+                                    const int64_t* in_counts, void* const* outs,
+                                    const int64_t* out_counts, tpu_dtype_t dt) {
+  int64_t total = 0;
+  for (int j = 0; j < c->size; j++) total += in_counts[j];
+  TPU_RETURN_IF_ERROR(begin(c, K_ALL_TO_ALL, dt, total, 0, 0, true));
+  const size_t es = tpu_dtype_size(dt);
+  const int W = c->size;
+  /* the split sizes first: each rank's sends and receives, so that every
+   * rank checks the whole matrix and all fail alike on a mismatch */
+  int64_t* row = (int64_t*)slot_of(c, c->rank);
+  for (int j = 0; j < W; j++) {
+    row[j] = in_counts[j];
+    row[W + j] = out_counts[j];
+  }
+  TPU_RETURN_IF_ERROR(step(c));
+  int64_t most = 0;
+  tpu_status_t bad = TPU_OK;
+  for (int i = 0; i < W && !bad; i++) {
+    const int64_t* r = (const int64_t*)slot_of(c, i);
+    for (int j = 0; j < W && !bad; j++) {
+      const int64_t expect = ((const int64_t*)slot_of(c, j))[W + i];
+      if (r[j] > most) most = r[j];
+      if (r[j] != expect)
+        bad = TPU_ERR(INVALID_ARGUMENT,
+                      "tpu_dist all_to_all: rank %d sends %lld elements to rank %d, which "
+                      "expects %lld from it",
+                      i, (long long)r[j], j, (long long)expect);
+    }
+  }
+  /* every rank read every row: the slots may be reused after this step */
+  tpu_status_t st = step(c);
+  if (bad) {
+    tpu_status_free(st);
+    return bad;
+  }
+  TPU_RETURN_IF_ERROR(st);
+  const int64_t sub = piece_elems(c, es);
+  for (int64_t off = 0; off < most; off += sub) {
+    for (int j = 0; j < W; j++) {
+      const int64_t n = in_counts[j] - off < sub ? in_counts[j] - off : sub;
+      if (n > 0)
+        memcpy(slot_of(c, c->rank) + (size_t)j * sub * es, (const unsigned char*)ins[j] + off * es,
+               (size_t)n * es);
+    }
+    TPU_RETURN_IF_ERROR(step(c));
+    for (int i = 0; i < W; i++) {
+      const int64_t n = out_counts[i] - off < sub ? out_counts[i] - off : sub;
+      if (n > 0)
+        memcpy((unsigned char*)outs[i] + off * es, slot_of(c, i) + (size_t)c->rank * sub * es,
+               (size_t)n * es);
+    }
+    TPU_RETURN_IF_ERROR(step(c));
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_dist_all_to_all(tpu_dist_comm_t* c, const void* const* ins,
+                                 const int64_t* in_counts, void* const* outs,
+                                 const int64_t* out_counts, tpu_dtype_t dt) {
+  return finish(c, all_to_all_impl(c, ins, in_counts, outs, out_counts, dt));
+}
+
+tpu_status_t tpu_dist_barrier(tpu_dist_comm_t* c) {
+  return finish(c, begin(c, K_BARRIER, TPU_U8, 0, 0, 0, false));
+}
