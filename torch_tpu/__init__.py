@@ -128,6 +128,9 @@ from .compile import export_stablehlo  # noqa: E402,F401
 from . import compile as _compile  # noqa: E402
 
 _compile._register()
+from . import distributed as _distributed  # noqa: E402
+
+_distributed._register()
 
 
 def supported_ops():

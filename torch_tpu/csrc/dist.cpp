@@ -1,0 +1,740 @@
+// tpu_dist: the c10d Backend of device tpu. Each collective is queued on a
+// communication stream of the tensors' chip (after the current stream's work,
+// as NCCL's streams are ordered), where the runtime's transport
+// (runtime/dist/, tpu/dist.h) runs it on the chip's memory. Work::wait()
+// blocks until the collective has run, raises its error (naming the
+// collective and the ranks), and makes the current stream wait for it; the
+// Work's future is complete at once with events on the communication stream,
+// so consumers order on it like CUDA's futures.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/exception.h>
+#include <pybind11/chrono.h>
+#include <torch/extension.h>
+
+#include <ATen/core/ivalue.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <functional>
+#include <mutex>
+
+#include "bridge.h"
+
+extern "C" {
+#include "tpu/dist.h"
+}
+
+namespace torch_tpu {
+namespace {
+
+using c10d::OpType;
+
+tpu_dist_redop_t to_redop(const c10d::ReduceOp& op, double* factor) {
+  *factor = 1.0;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return TPU_DIST_SUM;
+    case c10d::ReduceOp::AVG: return TPU_DIST_AVG;
+    case c10d::ReduceOp::PRODUCT: return TPU_DIST_PRODUCT;
+    case c10d::ReduceOp::MIN: return TPU_DIST_MIN;
+    case c10d::ReduceOp::MAX: return TPU_DIST_MAX;
+    case c10d::ReduceOp::BAND: return TPU_DIST_BAND;
+    case c10d::ReduceOp::BOR: return TPU_DIST_BOR;
+    case c10d::ReduceOp::BXOR: return TPU_DIST_BXOR;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      TORCH_CHECK(s, "tpu_dist: PREMUL_SUM without its factor");
+      *factor = s->tensor_factor.defined() ? s->tensor_factor.cpu().item<double>() : s->double_factor;
+      return TPU_DIST_PREMUL_SUM;
+    }
+    default: break;
+  }
+  TORCH_CHECK(false, "tpu_dist: unknown reduce op ", (int)op.op_);
+}
+
+// What a queued collective and its Work share.
+struct CollState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;
+};
+
+// One tensor of a collective: its chip address (resolved at launch) and, on
+// a target whose memory the host cannot address, a host copy to run on.
+struct Buf {
+  at::Tensor t;
+  bool read = true, write = true;
+  void* dev = nullptr;
+  std::vector<unsigned char> host;
+  size_t bytes() const { return (size_t)t.numel() * t.element_size(); }
+};
+
+struct Job {
+  std::shared_ptr<CollState> st;
+  std::vector<Buf> bufs;
+  bool staged = false;
+  int device = 0;
+  tpu_dist_comm_t* comm = nullptr;
+  // runs the collective on the buffers' addresses (bufs order)
+  std::function<tpu_status_t(tpu_dist_comm_t*, const std::vector<void*>&)> body;
+};
+
+tpu_status_t run_job(void* p) {
+  Job* j = static_cast<Job*>(p);
+  const tpu_target_t* tg = tpu_target_get();
+  std::vector<void*> ptrs(j->bufs.size());
+  tpu_status_t s = TPU_OK;
+  for (size_t i = 0; i < j->bufs.size() && !s; i++) {
+    Buf& b = j->bufs[i];
+    if (!j->staged) {
+      ptrs[i] = b.dev;
+      continue;
+    }
+    b.host.resize(b.bytes());
+    ptrs[i] = b.host.data();
+    if (b.read && b.bytes())
+      s = tg->iface->copy_d2h(tg->ctx, j->device, b.host.data(), b.dev, b.bytes());
+  }
+  if (!s) s = j->body(j->comm, ptrs);
+  for (size_t i = 0; i < j->bufs.size() && !s && j->staged; i++) {
+    Buf& b = j->bufs[i];
+    if (b.write && b.bytes())
+      s = tg->iface->copy_h2d(tg->ctx, j->device, b.dev, b.host.data(), b.bytes());
+  }
+  {
+    std::lock_guard<std::mutex> g(j->st->mu);
+    j->st->done = true;
+    if (s) j->st->error = tpu_status_message(s);
+  }
+  j->st->cv.notify_all();
+  return s;  // also the stream's error: a collective nobody waits for still raises at a sync
+}
+
+void destroy_job(void* p) { delete static_cast<Job*>(p); }
+
+class TpuWork final : public c10d::Work {
+ public:
+  TpuWork(int rank, OpType type, const char* title, std::shared_ptr<CollState> st,
+          c10::DeviceIndex device, int64_t comm_stream, tpu_event_t* ev,
+          std::vector<at::Tensor> outputs)
+      : Work(rank, type, title),
+        st_(std::move(st)),
+        device_(device),
+        comm_stream_(comm_stream),
+        ev_(ev),
+        outputs_(std::move(outputs)) {
+    std::vector<c10::Device> devs{c10::Device(kTpu, device)};
+    fut_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                   devs);
+    // complete now, with the events on the communication stream
+    c10::StreamGuard guard(
+        c10::Stream(c10::Stream::UNSAFE, c10::Device(kTpu, device), comm_stream));
+    fut_->markCompleted(c10::IValue(outputs_));
+  }
+  ~TpuWork() override { tpu_event_destroy(ev_); }
+
+  bool isCompleted() override {
+    std::lock_guard<std::mutex> g(st_->mu);
+    return st_->done;
+  }
+  bool isSuccess() const override {
+    std::lock_guard<std::mutex> g(st_->mu);
+    return st_->done && st_->error.empty();
+  }
+  std::exception_ptr exception() const override {
+    std::lock_guard<std::mutex> g(st_->mu);
+    if (st_->error.empty()) return nullptr;
+    return std::make_exception_ptr(std::runtime_error(st_->error));
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    std::string err;
+    {
+      std::unique_lock<std::mutex> lk(st_->mu);
+      auto ready = [&] { return st_->done; };
+      if (timeout == kNoTimeout || timeout.count() <= 0) {
+        st_->cv.wait(lk, ready);
+      } else if (!st_->cv.wait_for(lk, timeout, ready)) {
+        C10_THROW_ERROR(DistBackendError, "tpu_dist: Work::wait timed out after " +
+                                              std::to_string(timeout.count()) + " ms");
+      }
+      err = st_->error;
+    }
+    if (!err.empty()) {
+      // the stream holds the same error: take it, so that it is raised once
+      tpu_status_t s = tpu_stream_synchronize(tpu_stream_get(device_, comm_stream_));
+      if (s) tpu_status_free(s);
+      C10_THROW_ERROR(DistBackendError, err);
+    }
+    check(tpu_stream_wait_event(current_stream(device_), ev_));
+    return true;
+  }
+  void synchronize() override { wait(kNoTimeout); }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return fut_; }
+
+ private:
+  std::shared_ptr<CollState> st_;
+  c10::DeviceIndex device_;
+  int64_t comm_stream_;
+  tpu_event_t* ev_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> fut_;
+};
+
+std::string host_identity() {
+  if (const char* v = std::getenv("TORCH_TPU_DIST_HOST_ID")) {
+    if (*v) return v;
+  }
+  char name[256] = {0};
+  gethostname(name, sizeof name - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(name) + "/" + boot;
+}
+
+class TpuDistBackend final : public c10d::Backend {
+ public:
+  TpuDistBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                 std::chrono::milliseconds timeout)
+      : Backend(rank, size), timeout_(timeout) {
+    ensure_runtime();
+    // every rank on one host: the shared-memory transport
+    store->set("tpu_dist/host/" + std::to_string(rank), host_identity());
+    const std::string me = host_identity();
+    for (int r = 0; r < size; r++) {
+      auto v = store->get("tpu_dist/host/" + std::to_string(r));
+      std::string other(v.begin(), v.end());
+      TORCH_CHECK_NOT_IMPLEMENTED(other == me, "tpu_dist: rank ", r, " runs on another host (",
+                                  other, ", rank ", rank, " on ", me,
+                                  "); tpu_dist connects the processes of one host");
+    }
+    std::string name;
+    if (rank == 0) {
+      char buf[96];
+      tpu_dist_make_name(buf, sizeof buf);
+      name = buf;
+      store->set("tpu_dist/segment", name);
+    } else {
+      auto v = store->get("tpu_dist/segment");
+      name.assign(v.begin(), v.end());
+    }
+    tpu_dist_options_t o = {};
+    o.timeout_ms = timeout.count() > 0 ? timeout.count() : 0;
+    check(tpu_dist_comm_create(name.c_str(), rank, size, &o, &comm_));
+  }
+  ~TpuDistBackend() override {
+    // queued collectives hold the communicator: let them finish first
+    for (int d = 0; d < kMaxDevices; d++) {
+      if (comm_stream_[d] < 0) continue;
+      tpu_stream_t* s = tpu_stream_get(d, comm_stream_[d]);
+      if (s) {
+        tpu_status_t st = tpu_stream_synchronize(s);
+        if (st) tpu_status_free(st);
+      }
+    }
+    tpu_dist_comm_destroy(comm_);
+  }
+
+  const std::string getBackendName() const override { return "tpu_dist"; }
+  bool supportsCoalescing() const override { return false; }
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    timeout_ = timeout;
+    if (timeout.count() > 0) tpu_dist_comm_set_timeout(comm_, timeout.count());
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                          const c10d::BroadcastOptions& opts) override {
+    const at::Tensor t = one(tensors, "broadcast");
+    const int root = (int)opts.rootRank;
+    return launch("broadcast", OpType::BROADCAST, {{t, getRank() == root, true}}, {t},
+                  [t, root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_broadcast(c, p[0], t.numel(), dt(t), root);
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                          const c10d::AllreduceOptions& opts) override {
+    const at::Tensor t = one(tensors, "all_reduce");
+    double f;
+    const tpu_dist_redop_t op = to_redop(opts.reduceOp, &f);
+    return launch("all_reduce", OpType::ALLREDUCE, {{t}}, {t},
+                  [t, op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_all_reduce(c, p[0], t.numel(), dt(t), op, f);
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    TORCH_CHECK(!tensors.empty(), "tpu_dist all_reduce_coalesced: no tensors");
+    double f;
+    const tpu_dist_redop_t op = to_redop(opts.reduceOp, &f);
+    std::vector<Buf> bufs;
+    for (auto& t : tensors) bufs.push_back({checked(t, "all_reduce_coalesced")});
+    std::vector<at::Tensor> ts = tensors;
+    return launch("all_reduce_coalesced", OpType::COALESCED, std::move(bufs), ts,
+                  [ts, op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    for (size_t i = 0; i < ts.size(); i++)
+                      TPU_RETURN_IF_ERROR(
+                          tpu_dist_all_reduce(c, p[i], ts[i].numel(), dt(ts[i]), op, f));
+                    return TPU_OK;
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                       const c10d::ReduceOptions& opts) override {
+    const at::Tensor t = one(tensors, "reduce");
+    double f;
+    const tpu_dist_redop_t op = to_redop(opts.reduceOp, &f);
+    const int root = (int)opts.rootRank;
+    return launch("reduce", OpType::REDUCE, {{t, true, getRank() == root}}, {t},
+                  [t, op, f, root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_reduce(c, p[0], t.numel(), dt(t), op, f, root);
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllgatherOptions& opts) override {
+    const at::Tensor in = one(inputs, "all_gather");
+    TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == getSize(),
+                "tpu_dist all_gather: expected one list of ", getSize(), " output tensors");
+    std::vector<Buf> bufs{{in, true, false}};
+    for (auto& o : outputs[0]) bufs.push_back({same_as(o, in, "all_gather"), false, true});
+    const int W = getSize();
+    return launch("all_gather", OpType::ALLGATHER, std::move(bufs), outputs[0],
+                  [in, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_all_gather(c, p[0], &p[1], in.numel(), dt(in));
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                const c10d::AllgatherOptions& opts) override {
+    checked(in, "all_gather_into_tensor");
+    checked(out, "all_gather_into_tensor");
+    check_split(out, in, "all_gather_into_tensor");
+    const int W = getSize();
+    return launch("all_gather_into_tensor", OpType::_ALLGATHER_BASE,
+                  {{in, true, false}, {out, false, true}}, {out},
+                  [in, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    const size_t piece = (size_t)in.numel() * in.element_size();
+                    std::vector<void*> outs(W);
+                    for (int i = 0; i < W; i++) outs[i] = (unsigned char*)p[1] + i * piece;
+                    return tpu_dist_all_gather(c, p[0], outs.data(), in.numel(), dt(in));
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(),
+                "tpu_dist all_gather_into_tensor_coalesced: ", inputs.size(), " inputs and ",
+                outputs.size(), " outputs");
+    std::vector<Buf> bufs;
+    for (size_t i = 0; i < inputs.size(); i++) {
+      checked(inputs[i], "all_gather_into_tensor_coalesced");
+      checked(outputs[i], "all_gather_into_tensor_coalesced");
+      check_split(outputs[i], inputs[i], "all_gather_into_tensor_coalesced");
+      bufs.push_back({inputs[i], true, false});
+      bufs.push_back({outputs[i], false, true});
+    }
+    std::vector<at::Tensor> ins = inputs;
+    const int W = getSize();
+    return launch("all_gather_into_tensor_coalesced", OpType::COALESCED, std::move(bufs), outputs,
+                  [ins, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    for (size_t k = 0; k < ins.size(); k++) {
+                      const size_t piece = (size_t)ins[k].numel() * ins[k].element_size();
+                      std::vector<void*> outs(W);
+                      for (int i = 0; i < W; i++) outs[i] = (unsigned char*)p[2 * k + 1] + i * piece;
+                      TPU_RETURN_IF_ERROR(tpu_dist_all_gather(c, p[2 * k], outs.data(),
+                                                              ins[k].numel(), dt(ins[k])));
+                    }
+                    return TPU_OK;
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(),
+                "tpu_dist all_gather_coalesced: ", inputs.size(), " inputs and ", outputs.size(),
+                " output lists");
+    std::vector<Buf> bufs;
+    std::vector<at::Tensor> ins = inputs, flat;
+    const int W = getSize();
+    for (size_t k = 0; k < inputs.size(); k++) {
+      checked(inputs[k], "all_gather_coalesced");
+      TORCH_CHECK((int)outputs[k].size() == W, "tpu_dist all_gather_coalesced: output list ", k,
+                  " has ", outputs[k].size(), " tensors, expected ", W);
+      bufs.push_back({inputs[k], true, false});
+      for (auto& o : outputs[k]) {
+        bufs.push_back({same_as(o, inputs[k], "all_gather_coalesced"), false, true});
+        flat.push_back(o);
+      }
+    }
+    return launch("all_gather_coalesced", OpType::COALESCED, std::move(bufs), flat,
+                  [ins, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    for (size_t k = 0; k < ins.size(); k++) {
+                      const size_t at = k * (W + 1);
+                      TPU_RETURN_IF_ERROR(tpu_dist_all_gather(c, p[at], &p[at + 1],
+                                                              ins[k].numel(), dt(ins[k])));
+                    }
+                    return TPU_OK;
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                       std::vector<at::Tensor>& inputs,
+                                       const c10d::GatherOptions& opts) override {
+    const at::Tensor in = one(inputs, "gather");
+    const int root = (int)opts.rootRank, W = getSize();
+    const bool is_root = getRank() == root;
+    std::vector<Buf> bufs{{in, true, false}};
+    std::vector<at::Tensor> outs;
+    if (is_root) {
+      TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == W,
+                  "tpu_dist gather: the root expects one list of ", W, " output tensors");
+      for (auto& o : outputs[0]) bufs.push_back({same_as(o, in, "gather"), false, true});
+      outs = outputs[0];
+    } else {
+      TORCH_CHECK(outputs.empty() || outputs[0].empty(),
+                  "tpu_dist gather: only the root takes output tensors");
+    }
+    return launch("gather", OpType::GATHER, std::move(bufs), outs,
+                  [in, root, is_root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_gather(c, p[0], is_root ? &p[1] : nullptr, in.numel(),
+                                           dt(in), root);
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                        std::vector<std::vector<at::Tensor>>& inputs,
+                                        const c10d::ScatterOptions& opts) override {
+    const at::Tensor out = one(outputs, "scatter");
+    const int root = (int)opts.rootRank, W = getSize();
+    const bool is_root = getRank() == root;
+    std::vector<Buf> bufs{{out, false, true}};
+    if (is_root) {
+      TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == W,
+                  "tpu_dist scatter: the root expects one list of ", W, " input tensors");
+      for (auto& i : inputs[0]) bufs.push_back({same_as(i, out, "scatter"), true, false});
+    } else {
+      TORCH_CHECK(inputs.empty() || inputs[0].empty(),
+                  "tpu_dist scatter: only the root takes input tensors");
+    }
+    return launch("scatter", OpType::SCATTER, std::move(bufs), {out},
+                  [out, root, is_root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_scatter(c, is_root ? (const void* const*)&p[1] : nullptr,
+                                            p[0], out.numel(), dt(out), root);
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                               std::vector<std::vector<at::Tensor>>& inputs,
+                                               const c10d::ReduceScatterOptions& opts) override {
+    const at::Tensor out = one(outputs, "reduce_scatter");
+    const int W = getSize();
+    TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == W,
+                "tpu_dist reduce_scatter: expected one list of ", W, " input tensors");
+    double f;
+    const tpu_dist_redop_t op = to_redop(opts.reduceOp, &f);
+    std::vector<Buf> bufs{{out, false, true}};
+    for (auto& i : inputs[0]) bufs.push_back({same_as(i, out, "reduce_scatter"), true, false});
+    return launch("reduce_scatter", OpType::REDUCE_SCATTER, std::move(bufs), {out},
+                  [out, op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_reduce_scatter(c, (const void* const*)&p[1], p[0],
+                                                   out.numel(), dt(out), op, f);
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& opts) override {
+    checked(in, "reduce_scatter_tensor");
+    checked(out, "reduce_scatter_tensor");
+    check_split(in, out, "reduce_scatter_tensor");
+    double f;
+    const tpu_dist_redop_t op = to_redop(opts.reduceOp, &f);
+    const int W = getSize();
+    return launch("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE,
+                  {{out, false, true}, {in, true, false}}, {out},
+                  [out, op, f, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return reduce_scatter_flat(c, p[0], p[1], out, W, op, f);
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(),
+                "tpu_dist reduce_scatter_tensor_coalesced: ", inputs.size(), " inputs and ",
+                outputs.size(), " outputs");
+    double f;
+    const tpu_dist_redop_t op = to_redop(opts.reduceOp, &f);
+    std::vector<Buf> bufs;
+    for (size_t i = 0; i < inputs.size(); i++) {
+      checked(inputs[i], "reduce_scatter_tensor_coalesced");
+      checked(outputs[i], "reduce_scatter_tensor_coalesced");
+      check_split(inputs[i], outputs[i], "reduce_scatter_tensor_coalesced");
+      bufs.push_back({outputs[i], false, true});
+      bufs.push_back({inputs[i], true, false});
+    }
+    std::vector<at::Tensor> outs = outputs;
+    const int W = getSize();
+    return launch("reduce_scatter_tensor_coalesced", OpType::COALESCED, std::move(bufs), outputs,
+                  [outs, op, f, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    for (size_t k = 0; k < outs.size(); k++)
+                      TPU_RETURN_IF_ERROR(
+                          reduce_scatter_flat(c, p[2 * k], p[2 * k + 1], outs[k], W, op, f));
+                    return TPU_OK;
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in,
+                                              std::vector<int64_t>& out_splits,
+                                              std::vector<int64_t>& in_splits,
+                                              const c10d::AllToAllOptions& opts) override {
+    checked(in, "all_to_all_single");
+    checked(out, "all_to_all_single");
+    TORCH_CHECK(in.scalar_type() == out.scalar_type(), "tpu_dist all_to_all_single: input is ",
+                in.scalar_type(), ", output ", out.scalar_type());
+    const int W = getSize();
+    auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+      std::vector<int64_t> c(W);
+      const int64_t rows = t.dim() ? t.size(0) : 1;
+      const int64_t per_row = rows ? t.numel() / rows : 0;
+      if (splits.empty()) {
+        TORCH_CHECK(rows % W == 0, "tpu_dist all_to_all_single: the ", which, "'s ", rows,
+                    " rows do not split evenly over ", W, " ranks");
+        for (int i = 0; i < W; i++) c[i] = rows / W * per_row;
+      } else {
+        TORCH_CHECK((int)splits.size() == W, "tpu_dist all_to_all_single: ", splits.size(), " ",
+                    which, " split sizes for ", W, " ranks");
+        int64_t sum = 0;
+        for (int i = 0; i < W; i++) {
+          c[i] = splits[i] * per_row;
+          sum += splits[i];
+        }
+        TORCH_CHECK(sum == rows, "tpu_dist all_to_all_single: the ", which,
+                    " split sizes add up to ", sum, ", the tensor has ", rows, " rows");
+      }
+      return c;
+    };
+    const std::vector<int64_t> inc = counts(in, in_splits, "input");
+    const std::vector<int64_t> outc = counts(out, out_splits, "output");
+    return launch("all_to_all_single", OpType::ALLTOALL_BASE,
+                  {{in, true, false}, {out, false, true}}, {out},
+                  [in, inc, outc, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    std::vector<const void*> ins(W);
+                    std::vector<void*> outs(W);
+                    const size_t es = in.element_size();
+                    int64_t io = 0, oo = 0;
+                    for (int i = 0; i < W; i++) {
+                      ins[i] = (const unsigned char*)p[0] + io * es;
+                      outs[i] = (unsigned char*)p[1] + oo * es;
+                      io += inc[i];
+                      oo += outc[i];
+                    }
+                    return tpu_dist_all_to_all(c, ins.data(), inc.data(), outs.data(),
+                                               outc.data(), dt(in));
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                         std::vector<at::Tensor>& inputs,
+                                         const c10d::AllToAllOptions& opts) override {
+    const int W = getSize();
+    TORCH_CHECK((int)inputs.size() == W && (int)outputs.size() == W, "tpu_dist all_to_all: ",
+                inputs.size(), " inputs and ", outputs.size(), " outputs for ", W, " ranks");
+    std::vector<Buf> bufs;
+    std::vector<int64_t> inc(W), outc(W);
+    for (int i = 0; i < W; i++) {
+      checked(inputs[i], "all_to_all");
+      TORCH_CHECK(inputs[i].scalar_type() == inputs[0].scalar_type(),
+                  "tpu_dist all_to_all: inputs of several dtypes");
+      bufs.push_back({inputs[i], true, false});
+      inc[i] = inputs[i].numel();
+    }
+    for (int i = 0; i < W; i++) {
+      checked(outputs[i], "all_to_all");
+      TORCH_CHECK(outputs[i].scalar_type() == inputs[0].scalar_type(),
+                  "tpu_dist all_to_all: output ", i, " is ", outputs[i].scalar_type(),
+                  ", the inputs are ", inputs[0].scalar_type());
+      bufs.push_back({outputs[i], false, true});
+      outc[i] = outputs[i].numel();
+    }
+    const tpu_dtype_t d = dt(inputs[0]);
+    return launch("all_to_all", OpType::ALLTOALL, std::move(bufs), outputs,
+                  [inc, outc, W, d](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_all_to_all(c, (const void* const*)&p[0], inc.data(), &p[W],
+                                               outc.data(), d);
+                  });
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    ensure_runtime();
+    c10::DeviceIndex d = current_device();
+    if (opts.device && opts.device->type() == kTpu && opts.device->index() >= 0)
+      d = opts.device->index();
+    else if (!opts.device_ids.empty())
+      d = (c10::DeviceIndex)opts.device_ids[0];
+    return launch_on(d, "barrier", OpType::BARRIER, {}, {},
+                     [](tpu_dist_comm_t* c, const std::vector<void*>&) {
+                       return tpu_dist_barrier(c);
+                     });
+  }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int dst, int) override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist send (to rank ", dst,
+                                "): point-to-point transfers are not built yet");
+  }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>&, int src, int) override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist recv (from rank ", src,
+                                "): point-to-point transfers are not built yet");
+  }
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false,
+                                "tpu_dist recv: point-to-point transfers are not built yet");
+  }
+
+ private:
+  static constexpr int kMaxDevices = 64;
+  using Body = std::function<tpu_status_t(tpu_dist_comm_t*, const std::vector<void*>&)>;
+
+  static tpu_dtype_t dt(const at::Tensor& t) { return (tpu_dtype_t)t.scalar_type(); }
+
+  static tpu_status_t reduce_scatter_flat(tpu_dist_comm_t* c, void* out, const void* in,
+                                          const at::Tensor& o, int W, tpu_dist_redop_t op,
+                                          double f) {
+    const size_t piece = (size_t)o.numel() * o.element_size();
+    std::vector<const void*> ins(W);
+    for (int i = 0; i < W; i++) ins[i] = (const unsigned char*)in + i * piece;
+    return tpu_dist_reduce_scatter(c, ins.data(), out, o.numel(), dt(o), op, f);
+  }
+
+  const at::Tensor& checked(const at::Tensor& t, const char* what) const {
+    TORCH_CHECK(t.defined(), "tpu_dist ", what, ": undefined tensor");
+    TORCH_CHECK(t.device().type() == kTpu, "tpu_dist ", what, ": tensors must be on tpu, got a ",
+                t.device(), " tensor (use the gloo backend for cpu tensors: "
+                "init_process_group(\"cpu:gloo,tpu:tpu_dist\"))");
+    TORCH_CHECK(t.is_non_overlapping_and_dense(), "tpu_dist ", what,
+                ": tensors must be dense (non-overlapping), got sizes ", t.sizes(), " strides ",
+                t.strides());
+    TORCH_CHECK(tpu_dtype_is_supported((int)t.scalar_type()), "tpu_dist ", what, ": dtype ",
+                t.scalar_type(), " is not supported");
+    return t;
+  }
+  const at::Tensor& one(const std::vector<at::Tensor>& ts, const char* what) const {
+    TORCH_CHECK(ts.size() == 1, "tpu_dist ", what, ": expected one tensor per process, got ",
+                ts.size());
+    return checked(ts[0], what);
+  }
+  // a tensor that must match `ref` in dtype, size and layout
+  const at::Tensor& same_as(const at::Tensor& t, const at::Tensor& ref, const char* what) const {
+    checked(t, what);
+    TORCH_CHECK(t.scalar_type() == ref.scalar_type() && t.numel() == ref.numel() &&
+                    t.strides() == ref.strides(),
+                "tpu_dist ", what, ": tensor of ", t.scalar_type(), " ", t.sizes(), " strides ",
+                t.strides(), " does not match the ", ref.scalar_type(), " ", ref.sizes(),
+                " strides ", ref.strides(), " it pairs with");
+    TORCH_CHECK(t.device() == ref.device(), "tpu_dist ", what, ": tensors on ", t.device(),
+                " and ", ref.device());
+    return t;
+  }
+  // `big` holds size x `small` (same dtype and device)
+  void check_split(const at::Tensor& big, const at::Tensor& small, const char* what) const {
+    TORCH_CHECK(big.scalar_type() == small.scalar_type(), "tpu_dist ", what, ": ",
+                big.scalar_type(), " and ", small.scalar_type(), " tensors");
+    TORCH_CHECK(big.numel() == small.numel() * getSize(), "tpu_dist ", what, ": the tensor of ",
+                big.numel(), " elements must hold ", getSize(), " x ", small.numel());
+    TORCH_CHECK(big.device() == small.device(), "tpu_dist ", what, ": tensors on ", big.device(),
+                " and ", small.device());
+  }
+
+  int64_t comm_stream(c10::DeviceIndex d) {
+    TORCH_CHECK(d >= 0 && d < kMaxDevices, "tpu_dist: device index ", d);
+    if (comm_stream_[d] < 0) check(tpu_stream_create(d, &comm_stream_[d]));
+    return comm_stream_[d];
+  }
+
+  c10::intrusive_ptr<c10d::Work> launch(const char* what, OpType type, std::vector<Buf> bufs,
+                                        std::vector<at::Tensor> outputs, Body body) {
+    TORCH_CHECK(!bufs.empty(), "tpu_dist ", what, ": no tensors");
+    const c10::DeviceIndex d = bufs[0].t.device().index();
+    for (auto& b : bufs)
+      TORCH_CHECK(b.t.device() == bufs[0].t.device(), "tpu_dist ", what, ": tensors on ",
+                  bufs[0].t.device(), " and ", b.t.device());
+    return launch_on(d, what, type, std::move(bufs), std::move(outputs), std::move(body));
+  }
+
+  c10::intrusive_ptr<c10d::Work> launch_on(c10::DeviceIndex d, const char* what, OpType type,
+                                           std::vector<Buf> bufs, std::vector<at::Tensor> outputs,
+                                           Body body) {
+    ensure_runtime();
+    std::lock_guard<std::mutex> g(mu_);  // one order of collectives per process
+    if (tpu_get_eager_mode() == TPU_MODE_DEFER) materialize_device(d);
+    const int64_t sid = comm_stream(d);
+    tpu_stream_t* comm = tpu_stream_get(d, sid);
+    tpu_stream_t* cur = current_stream(d);
+    const tpu_target_t* tg = tpu_target_get();
+    tpu_target_device_props_t props = {};
+    check(tg->iface->device_props(tg->ctx, d, &props));
+    auto job = std::make_unique<Job>();
+    job->st = std::make_shared<CollState>();
+    job->staged = !props.host_addressable;
+    job->device = d;
+    job->comm = comm_;
+    job->body = std::move(body);
+    {
+      PlaceholderUse use;
+      for (auto& b : bufs) {
+        if (b.t.numel()) {
+          void* p = b.t.data_ptr();
+          if (tpu_is_lazy(p)) check(tpu_lazy_realize_on(p, comm, &p));
+          b.dev = p;
+        }
+      }
+    }
+    job->bufs = std::move(bufs);
+    // the collective reads what the current stream has queued so far
+    check(tpu_stream_wait_stream(comm, cur));
+    auto st = job->st;
+    // `what` is a literal: it outlives the queued work
+    check(tpu_stream_enqueue(comm, what, run_job, job.release(), destroy_job));
+    tpu_event_t* ev = nullptr;
+    check(tpu_event_create(&ev));
+    tpu_status_t rs = tpu_event_record(ev, comm);
+    if (rs) {
+      tpu_event_destroy(ev);
+      check(rs);
+    }
+    return c10::make_intrusive<TpuWork>(getRank(), type, what, st, d, sid, ev,
+                                        std::move(outputs));
+  }
+
+  std::chrono::milliseconds timeout_;
+  tpu_dist_comm_t* comm_ = nullptr;
+  std::mutex mu_;
+  int64_t comm_stream_[kMaxDevices] = {
+      -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+      -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+      -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+};
+
+}  // namespace
+
+void add_dist_bindings(py::module& m) {
+  m.def(
+      "_create_tpu_dist_backend",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+         std::chrono::milliseconds timeout) -> c10::intrusive_ptr<c10d::Backend> {
+        return c10::make_intrusive<TpuDistBackend>(store, rank, size, timeout);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      py::call_guard<py::gil_scoped_release>());
+}
+
+}  // namespace torch_tpu
