@@ -102,7 +102,21 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static bool pid_gone(int pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+/* A peer is gone when its pid no longer exists or is a zombie (exited, not
+ * yet reaped by its parent). */
+static bool pid_gone(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* close_paren = strrchr(buf, ')'); /* "pid (comm) S ..." */
+  return close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
 
 void tpu_dist_make_name(char* out, size_t out_size) {
   static _Atomic unsigned counter;

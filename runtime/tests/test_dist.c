@@ -58,11 +58,11 @@ static int run_ranks(int W, size_t slot, int64_t timeout_ms, body_fn body) {
     }
   }
   int bad = 0;
-  /* reap in any order: a rank that exited must not stay a zombie (its peers
-   * would still see its pid) */
+  /* in rank order: a rank that exits early stays a zombie meanwhile, which
+   * its peers must see as gone */
   for (int r = 0; r < W; r++) {
     int status = 0;
-    waitpid(-1, &status, 0);
+    waitpid(pids[r], &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) bad++;
   }
   return bad;

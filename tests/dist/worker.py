@@ -1,0 +1,234 @@
+"""One rank of a tpu_dist test: `python -m tests.dist.worker SCENARIO MODE OUT_DIR`, with
+RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set (by tests/dist/launch.py or torchrun).
+Each scenario checks its results against values computed on CPU here and writes
+OUT_DIR/rank<r>.json ({"ok": true, ...figures}); an assertion fails the rank (nonzero exit)."""
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import torch_tpu
+
+torch.set_num_threads(1)
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
+          torch.int16, torch.int8, torch.uint8, torch.bool]
+
+
+def value(rank, shape, dtype, seed=0):
+    """Rank `rank`'s input: exact in every dtype, different per rank."""
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    lo, hi = (0, 5) if dtype == torch.uint8 else (-4, 5)
+    return torch.randint(lo, hi, shape, generator=g).to(dtype)
+
+
+def reduce_ref(xs, op):
+    acc = xs[0].clone()
+    for x in xs[1:]:
+        if op == dist.ReduceOp.SUM:
+            acc = (acc | x) if acc.dtype == torch.bool else acc + x
+        elif op == dist.ReduceOp.PRODUCT:
+            acc = (acc & x) if acc.dtype == torch.bool else acc * x
+        elif op == dist.ReduceOp.MIN:
+            acc = torch.minimum(acc, x)
+        elif op == dist.ReduceOp.MAX:
+            acc = torch.maximum(acc, x)
+        elif op == dist.ReduceOp.BAND:
+            acc = acc & x
+        elif op == dist.ReduceOp.BOR:
+            acc = acc | x
+        elif op == dist.ReduceOp.BXOR:
+            acc = acc ^ x
+    return acc
+
+
+def same(got, want, what):
+    got = got.cpu()
+    assert got.dtype == want.dtype, (what, got.dtype, want.dtype)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    if want.dtype.is_floating_point:
+        ok = torch.allclose(got.double(), want.double(), rtol=1e-2 if want.dtype in (
+            torch.bfloat16, torch.float16) else 1e-6, atol=1e-6)
+    else:
+        ok = torch.equal(got, want)
+    assert ok, f"{what}: got {got.flatten()[:8].tolist()} want {want.flatten()[:8].tolist()}"
+
+
+def scenario_collectives(rank, world, out):
+    dev = torch.device("tpu", 0)
+    n = 1000
+    ops = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+    for dt in DTYPES:
+        xs = [value(r, (n,), dt) for r in range(world)]
+        for op in ops + ([dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
+                         if not dt.is_floating_point else []):
+            if op == dist.ReduceOp.PRODUCT and dt.is_floating_point:
+                xs_p = [x.clamp(-2, 2) for x in xs]
+            else:
+                xs_p = xs
+            t = xs_p[rank].to(dev)
+            dist.all_reduce(t, op=op)
+            want = reduce_ref(xs_p, op)
+            same(t, want, f"all_reduce {op} {dt}")
+        # broadcast, all_gather (list and tensor), reduce_scatter (list and tensor)
+        t = xs[rank].to(dev)
+        dist.broadcast(t, src=world - 1)
+        same(t, xs[world - 1], f"broadcast {dt}")
+        outs = [torch.empty(n, dtype=dt, device=dev) for _ in range(world)]
+        dist.all_gather(outs, xs[rank].to(dev))
+        for r in range(world):
+            same(outs[r], xs[r], f"all_gather {dt}")
+        flat = torch.empty(world * n, dtype=dt, device=dev)
+        dist.all_gather_into_tensor(flat, xs[rank].to(dev))
+        same(flat, torch.cat(xs), f"all_gather_into_tensor {dt}")
+        if dt != torch.bool:
+            big = [value(r, (world * 10,), dt, seed=3) for r in range(world)]
+            o = torch.empty(10, dtype=dt, device=dev)
+            dist.reduce_scatter_tensor(o, big[rank].to(dev))
+            same(o, reduce_ref([b[rank * 10:(rank + 1) * 10] for b in big], dist.ReduceOp.SUM),
+                 f"reduce_scatter_tensor {dt}")
+            o2 = torch.empty(10, dtype=dt, device=dev)
+            dist.reduce_scatter(o2, [c.to(dev) for c in big[rank].chunk(world)])
+            same(o2, o.cpu(), f"reduce_scatter {dt}")
+    # AVG, PREMUL_SUM (float), integer AVG
+    t = torch.full((5,), float(rank + 1), device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    same(t, torch.full((5,), (world + 1) / 2), "all_reduce AVG")
+    t = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+    same(t, torch.full((3,), 0.5 * world * (world + 1) / 2), "all_reduce PREMUL_SUM")
+    # reduce to a root: others keep their input
+    t = torch.full((4,), float(rank), device=dev)
+    dist.reduce(t, dst=0, op=dist.ReduceOp.MAX)
+    same(t, torch.full((4,), float(world - 1 if rank == 0 else rank)), "reduce")
+    # gather / scatter
+    g = [torch.empty(3, device=dev) for _ in range(world)] if rank == 0 else None
+    dist.gather(torch.full((3,), float(rank), device=dev), g, dst=0)
+    if rank == 0:
+        for r in range(world):
+            same(g[r], torch.full((3,), float(r)), "gather")
+    s = torch.empty(2, dtype=torch.int64, device=dev)
+    src = ([torch.full((2,), r * 7, dtype=torch.int64, device=dev) for r in range(world)]
+           if rank == 1 % world else None)
+    dist.scatter(s, src, src=1 % world)
+    same(s, torch.full((2,), rank * 7, dtype=torch.int64), "scatter")
+    # all_to_all_single with uneven splits: rank i sends i + j + 1 rows to rank j
+    ins = [i + rank + 1 for i in range(world)]
+    outs_n = [rank + i + 1 for i in range(world)]
+    x = torch.cat([torch.full((k, 2), rank * 100 + j, dtype=torch.float32)
+                   for j, k in enumerate(ins)])
+    y = torch.empty(sum(outs_n), 2, device=dev)
+    dist.all_to_all_single(y, x.to(dev), outs_n, ins)
+    want = torch.cat([torch.full((k, 2), i * 100 + rank, dtype=torch.float32)
+                      for i, k in enumerate(outs_n)])
+    same(y, want, "all_to_all_single uneven")
+    # all_to_all (lists)
+    outl = [torch.empty(2, device=dev) for _ in range(world)]
+    dist.all_to_all(outl, [torch.full((2,), float(rank * 10 + j), device=dev)
+                           for j in range(world)])
+    for i in range(world):
+        same(outl[i], torch.full((2,), float(i * 10 + rank)), "all_to_all")
+    # coalesced all_gather / reduce_scatter through the coalescing manager
+    a = [torch.full((4,), float(rank + k), device=dev) for k in range(3)]
+    outs = [torch.empty(4 * world, device=dev) for _ in range(3)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, a):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for k in range(3):
+        same(outs[k], torch.cat([torch.full((4,), float(r + k)) for r in range(world)]),
+             "coalesced all_gather")
+    # async: the collective overlaps with work queued after it; wait() orders it
+    big = torch.ones(1 << 20, device=dev) * (rank + 1)
+    work = dist.all_reduce(big, async_op=True)
+    other = (torch.ones(256, 256, device=dev) @ torch.ones(256, 256, device=dev)).sum()
+    work.wait()
+    assert work.is_completed() and work.is_success()
+    same(big[:4], torch.full((4,), float(world * (world + 1) / 2)), "async all_reduce")
+    assert other.item() == 256 ** 3
+    # the future from the work is usable (DDP's comm hooks chain on it)
+    t = torch.ones(3, device=dev)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    res = fut.wait()
+    same(res[0], torch.full((3,), float(world)), "future")
+    # 0-element tensors and a large tensor through several slot rounds
+    e = torch.empty(0, device=dev)
+    dist.all_reduce(e)
+    z = torch.arange(3_000_000, dtype=torch.float32, device=dev) * (rank + 1)
+    dist.all_reduce(z)
+    same(z[-3:], torch.arange(2_999_997, 3_000_000, dtype=torch.float32) * (world * (world + 1) / 2),
+         "large all_reduce")
+    dist.barrier()
+    return {}
+
+
+def scenario_errors(rank, world, out):
+    dev = torch.device("tpu", 0)
+    # a cpu tensor: a clear error before anything is queued (c10d's own, as with nccl:
+    # the group has no backend for device cpu)
+    try:
+        dist.all_reduce(torch.ones(3))
+        raise AssertionError("a cpu tensor was accepted")
+    except RuntimeError as e:
+        assert "cpu" in str(e), str(e)
+    # sizes that differ between ranks: every rank raises, naming the collective and both
+    try:
+        dist.all_reduce(torch.ones(3 if rank == 0 else 5, device=dev))
+        raise AssertionError("a size mismatch was accepted")
+    except dist.DistBackendError as e:
+        msg = str(e)
+        assert "all_reduce" in msg and "disagree" in msg and "3" in msg and "5" in msg, msg
+    # dtypes that differ
+    try:
+        dist.broadcast(torch.ones(3, dtype=torch.float32 if rank == 0 else torch.int32,
+                                  device=dev), src=0)
+        raise AssertionError("a dtype mismatch was accepted")
+    except dist.DistBackendError as e:
+        assert "broadcast" in str(e) and "int32" in str(e), str(e)
+    # bitwise on floats
+    try:
+        dist.all_reduce(torch.ones(3, device=dev), op=dist.ReduceOp.BAND)
+        raise AssertionError("BAND on float32 was accepted")
+    except dist.DistBackendError as e:
+        assert "BAND" in str(e), str(e)
+    # the group still works, and the device too
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t)
+    same(t, torch.full((2,), float(world)), "after errors")
+    # the last rank dies: the others raise within the timeout, naming it
+    dist.barrier()
+    if rank == world - 1:
+        os._exit(0)
+    start = time.time()
+    try:
+        dist.all_reduce(torch.ones(2, device=dev))
+        raise AssertionError("a dead rank went unnoticed")
+    except dist.DistBackendError as e:
+        assert "exited" in str(e) and str(world - 1) in str(e), str(e)
+    took = time.time() - start
+    assert took < 20, took
+    return {"death_noticed_s": took}
+
+
+def main():
+    scenario, mode, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch_tpu.set_eager_mode(mode)
+    timeout = float(os.environ.get("TPU_DIST_TEST_TIMEOUT", "60"))
+    dist.init_process_group("tpu_dist", timeout=timedelta(seconds=timeout))
+    figures = globals()["scenario_" + scenario](rank, world, out) or {}
+    figures["ok"] = True
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(figures, f)
+    if scenario != "errors":
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
