@@ -41,3 +41,13 @@ def test_errors_on_every_rank_and_a_dead_rank(tmp_path):
         assert rcs[r] == 0 and results[r] and results[r]["ok"], f"rank {r}:\n{outs[r][-3000:]}"
         assert results[r]["death_noticed_s"] < 20
     assert segments() - before == set()
+
+
+def test_ddp_matches_one_process(tmp_path):
+    """DDP (several buckets, find_unused_parameters, static_graph, no_sync, torch.compile) on 2
+    ranks against one process training on the global batch: losses within 1e-5 relative,
+    parameters within 1e-5 after the last step."""
+    results = run_ok("ddp", "strict", 2, tmp_path)
+    for name, fig in results[0].items():
+        if name != "ok":
+            assert fig["max_param_diff"] <= 1e-5, (name, fig)

@@ -216,6 +216,103 @@ def scenario_errors(rank, world, out):
     return {"death_noticed_s": took}
 
 
+class Net(torch.nn.Module):
+    """A small MLP; `unused` is a branch that forward leaves out (find_unused_parameters)."""
+
+    def __init__(self, seed=0, unused=False):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.a = torch.nn.Linear(16, 64)
+        self.b = torch.nn.Linear(64, 64)
+        self.c = torch.nn.Linear(64, 4)
+        if unused:
+            self.unused = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.c(torch.tanh(self.b(torch.relu(self.a(x)))))
+
+
+def data(step, batch):
+    g = torch.Generator().manual_seed(100 + step)
+    return torch.randn(batch, 16, generator=g), torch.randn(batch, 4, generator=g)
+
+
+def train_single(steps, batch, accum=1, compile=False, unused=False):
+    """The reference: one process, the global batch, on tpu."""
+    dev = torch.device("tpu", 0)
+    model = Net(unused=unused).to(dev)
+    fwd = torch.compile(model, backend="tpu") if compile else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        opt.zero_grad()
+        tot = 0.0
+        for k in range(accum):
+            x, y = data(step * accum + k, batch)
+            loss = torch.nn.functional.mse_loss(fwd(x.to(dev)), y.to(dev)) / accum
+            loss.backward()
+            tot += loss.item()
+        opt.step()
+        losses.append(tot)
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def scenario_ddp(rank, world, out):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_float32_matmul_precision("highest")
+    dev = torch.device("tpu", 0)
+    steps, batch = 4, 8 * world
+    lo, hi = rank * batch // world, (rank + 1) * batch // world
+    figures = {}
+    variants = {
+        "plain": dict(bucket_cap_mb=0.004),  # several buckets
+        "find_unused": dict(find_unused_parameters=True),
+        "static_graph": dict(static_graph=True),
+        "no_sync": dict(),
+        "compile": dict(),
+    }
+    for name, kw in variants.items():
+        accum = 2 if name == "no_sync" else 1
+        unused = name == "find_unused"
+        ref_losses, ref_params = train_single(steps, batch, accum, compile=name == "compile",
+                                              unused=unused)
+        model = Net(unused=unused).to(dev)
+        ddp = DDP(model, **kw)
+        fwd = torch.compile(ddp, backend="tpu") if name == "compile" else ddp
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        losses = []
+        for step in range(steps):
+            opt.zero_grad()
+            tot = torch.zeros((), device=dev)
+            for k in range(accum):
+                x, y = data(step * accum + k, batch)
+                ctx = ddp.no_sync() if (name == "no_sync" and k < accum - 1) else _nullctx()
+                with ctx:
+                    loss = torch.nn.functional.mse_loss(fwd(x[lo:hi].to(dev)), y[lo:hi].to(dev))
+                    (loss / accum).backward()
+                tot = tot + loss.detach() / accum
+            opt.step()
+            dist.all_reduce(tot, op=dist.ReduceOp.AVG)
+            losses.append(tot.item())
+        for a, b in zip(losses, ref_losses):
+            assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), (name, losses, ref_losses)
+        worst = 0.0
+        for p, q in zip(model.parameters(), ref_params):
+            worst = max(worst, (p.detach().cpu() - q).abs().max().item())
+        assert worst <= 1e-5, (name, worst)
+        figures[name] = {"losses": losses, "max_param_diff": worst}
+    return figures
+
+
+class _nullctx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
 def main():
     scenario, mode, out = sys.argv[1], sys.argv[2], sys.argv[3]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
