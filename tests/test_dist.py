@@ -51,3 +51,14 @@ def test_ddp_matches_one_process(tmp_path):
     for name, fig in results[0].items():
         if name != "ok":
             assert fig["max_param_diff"] <= 1e-5, (name, fig)
+
+
+def test_fsdp2_matches_one_process(tmp_path):
+    """FSDP2 fully_shard of the example GPT (per block and the root), reshard_after_forward
+    both ways, against one process on the global batch; bf16 parameters with float32
+    reduction within bf16's rounding."""
+    results = run_ok("fsdp", "strict", 2, tmp_path)
+    figs = results[0]
+    assert figs["reshard"]["max_param_diff"] <= 1e-5
+    assert figs["no_reshard"]["max_param_diff"] <= 1e-5
+    assert figs["bf16_params_fp32_reduce"]["max_param_diff"] <= 5e-2

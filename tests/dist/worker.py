@@ -313,6 +313,83 @@ class _nullctx:
         return False
 
 
+def gpt_setup():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    import train_gpt
+
+    data, chars = train_gpt.load_text()
+    args = type("A", (), dict(block_size=16, n_layer=2, n_embd=32, n_head=2, dropout=0.0))
+    return train_gpt, data, len(chars), args
+
+
+def gpt_batches(train_gpt, data, args, steps, batch):
+    it = train_gpt.batches(data, args.block_size, batch, seed=7)
+    return [next(it) for _ in range(steps)]
+
+
+def gpt_train(model, batches, lo, hi, dev, steps, reduce_loss=True):
+    # SGD: AdamW divides by sqrt(v), which turns a 1-ulp difference of a near-zero gradient
+    # (another summation order) into a step-sized one
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for x, y in batches[:steps]:
+        _, loss = model(x[lo:hi].to(dev), y[lo:hi].to(dev))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        d = loss.detach().float()
+        if reduce_loss and dist.is_initialized():
+            dist.all_reduce(d, op=dist.ReduceOp.AVG)
+        losses.append(d.item())
+    return losses, opt
+
+
+def full_params(model):
+    out = {}
+    for k, v in model.state_dict().items():
+        v = v.full_tensor() if hasattr(v, "full_tensor") else v
+        out[k] = v.detach().float().cpu()
+    return out
+
+
+def compare(name, losses, ref_losses, params, ref_params, tol=1e-5):
+    for a, b in zip(losses, ref_losses):
+        assert abs(a - b) <= tol * max(1.0, abs(b)), (name, losses, ref_losses)
+    worst = max((params[k] - ref_params[k]).abs().max().item() for k in ref_params)
+    assert worst <= tol, (name, worst)
+    return {"losses": losses, "ref_losses": ref_losses, "max_param_diff": worst}
+
+
+def scenario_fsdp(rank, world, out):
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    torch.set_float32_matmul_precision("highest")
+    dev = torch.device("tpu", 0)
+    train_gpt, data, vocab, args = gpt_setup()
+    steps, batch = 3, 4 * world
+    lo, hi = rank * batch // world, (rank + 1) * batch // world
+    bs = gpt_batches(train_gpt, data, args, steps, batch)
+    ref = train_gpt.make_model(vocab, args, seed=1).to(dev)
+    ref_losses, _ = gpt_train(ref, bs, 0, batch, dev, steps, reduce_loss=False)
+    ref_params = full_params(ref)
+    figures = {}
+    for name, kw, tol in [("reshard", dict(reshard_after_forward=True), 1e-5),
+                          ("no_reshard", dict(reshard_after_forward=False), 1e-5),
+                          ("bf16_params_fp32_reduce",
+                           dict(mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                               reduce_dtype=torch.float32)),
+                           5e-2)]:
+        model = train_gpt.make_model(vocab, args, seed=1).to(dev)
+        for blk in model.blocks:
+            fully_shard(blk, **kw)
+        fully_shard(model, **kw)
+        shard = next(iter(model.parameters()))
+        assert shard.to_local().numel() * world >= shard.numel()
+        losses, _ = gpt_train(model, bs, lo, hi, dev, steps)
+        figures[name] = compare(name, losses, ref_losses, full_params(model), ref_params, tol)
+    return figures
+
+
 def main():
     scenario, mode, out = sys.argv[1], sys.argv[2], sys.argv[3]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
