@@ -62,3 +62,17 @@ def test_fsdp2_matches_one_process(tmp_path):
     assert figs["reshard"]["max_param_diff"] <= 1e-5
     assert figs["no_reshard"]["max_param_diff"] <= 1e-5
     assert figs["bf16_params_fp32_reduce"]["max_param_diff"] <= 5e-2
+
+
+def test_tensor_parallel_matches_one_process(tmp_path):
+    """parallelize_module (ColwiseParallel, RowwiseParallel) on the GPT on a mesh of 2, and
+    SequenceParallel on a LayerNorm/MLP stack, against one process."""
+    results = run_ok("tp", "strict", 2, tmp_path)
+    assert results[0]["tp"]["max_param_diff"] <= 1e-5
+
+
+def test_dp_x_tp_mesh_matches_one_process(tmp_path):
+    """A 2 x 2 DeviceMesh (FSDP2 over dp, tensor parallel over tp): sub-meshes are subgroups,
+    each with its own tpu_dist backend."""
+    results = run_ok("tp", "strict", 4, tmp_path)
+    assert results[0]["dp_x_tp"]["max_param_diff"] <= 1e-5

@@ -327,10 +327,10 @@ def gpt_batches(train_gpt, data, args, steps, batch):
     return [next(it) for _ in range(steps)]
 
 
-def gpt_train(model, batches, lo, hi, dev, steps, reduce_loss=True):
+def gpt_train(model, batches, lo, hi, dev, steps, reduce_loss=True, foreach=None):
     # SGD: AdamW divides by sqrt(v), which turns a 1-ulp difference of a near-zero gradient
     # (another summation order) into a step-sized one
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=foreach)
     losses = []
     for x, y in batches[:steps]:
         _, loss = model(x[lo:hi].to(dev), y[lo:hi].to(dev))
@@ -387,6 +387,74 @@ def scenario_fsdp(rank, world, out):
         assert shard.to_local().numel() * world >= shard.numel()
         losses, _ = gpt_train(model, bs, lo, hi, dev, steps)
         figures[name] = compare(name, losses, ref_losses, full_params(model), ref_params, tol)
+    return figures
+
+
+def scenario_tp(rank, world, out):
+    """Tensor parallelism on the GPT's MLPs and head (1-D mesh of 2, or dp x tp on 4 ranks
+    with FSDP2 over dp), and sequence parallelism on a LayerNorm/MLP stack."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    torch.set_float32_matmul_precision("highest")
+    dev = torch.device("tpu", 0)
+    train_gpt, data, vocab, args = gpt_setup()
+    tp = 2
+    dp = world // tp
+    if dp > 1:
+        mesh = init_device_mesh("tpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+        tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]
+    else:
+        tp_mesh, dp_mesh = init_device_mesh("tpu", (tp,), mesh_dim_names=("tp",)), None
+    dp_rank = rank // tp
+    steps, batch = 3, 4 * dp
+    lo, hi = dp_rank * batch // dp, (dp_rank + 1) * batch // dp
+    bs = gpt_batches(train_gpt, data, args, steps, batch)
+    ref = train_gpt.make_model(vocab, args, seed=1).to(dev)
+    ref_losses, _ = gpt_train(ref, bs, 0, batch, dev, steps, reduce_loss=False)
+    model = train_gpt.make_model(vocab, args, seed=1).to(dev)
+    plan = {"head": ColwiseParallel(output_layouts=Replicate())}
+    for i in range(args.n_layer):
+        plan[f"blocks.{i}.fc"] = ColwiseParallel()
+        plan[f"blocks.{i}.fc_out"] = RowwiseParallel()
+    parallelize_module(model, tp_mesh, plan)
+    w = model.blocks[0].fc.weight
+    assert w.to_local().shape[0] * tp == w.shape[0], (w.to_local().shape, w.shape)
+    if dp_mesh is not None:
+        for blk in model.blocks:
+            fully_shard(blk, mesh=dp_mesh)
+        fully_shard(model, mesh=dp_mesh)
+    # DTensor and plain parameters side by side: not in one foreach call
+    losses, _ = gpt_train(model, bs, lo, hi, dev, steps, foreach=False if dp == 1 else None)
+    figures = {"tp" if dp == 1 else "dp_x_tp": compare("tp", losses, ref_losses,
+                                                        full_params(model), full_params(ref))}
+    # sequence parallel: LayerNorm on sequence shards, then colwise / rowwise back to shards
+    torch.manual_seed(3)
+    stack = torch.nn.ModuleDict({"ln": torch.nn.LayerNorm(8), "fc1": torch.nn.Linear(8, 16),
+                                 "fc2": torch.nn.Linear(16, 8)}).to(dev)
+    torch.manual_seed(3)
+    ref_stack = torch.nn.ModuleDict({"ln": torch.nn.LayerNorm(8), "fc1": torch.nn.Linear(8, 16),
+                                     "fc2": torch.nn.Linear(16, 8)}).to(dev)
+    parallelize_module(stack, tp_mesh, {
+        "ln": SequenceParallel(),
+        "fc1": ColwiseParallel(input_layouts=Shard(1)),
+        "fc2": RowwiseParallel(output_layouts=Shard(1)),
+    })
+    x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(5))
+    t = rank % tp
+    xl = x[:, t * 3:(t + 1) * 3].to(dev).requires_grad_()
+    y = stack["fc2"](torch.relu(stack["fc1"](stack["ln"](xl))))
+    xr = x.to(dev).requires_grad_()
+    yr = ref_stack["fc2"](torch.relu(ref_stack["fc1"](ref_stack["ln"](xr))))
+    same(y, yr[:, t * 3:(t + 1) * 3].detach().cpu(), "sequence parallel forward")
+    (y.square().sum()).backward()
+    (yr.square().sum()).backward()
+    g = stack["fc1"].weight.grad.full_tensor()
+    assert (g.cpu() - ref_stack["fc1"].weight.grad.cpu()).abs().max().item() <= 1e-5
+    same(xl.grad, xr.grad[:, t * 3:(t + 1) * 3].cpu(), "sequence parallel input grad")
     return figures
 
 
