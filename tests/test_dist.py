@@ -76,3 +76,19 @@ def test_dp_x_tp_mesh_matches_one_process(tmp_path):
     each with its own tpu_dist backend."""
     results = run_ok("tp", "strict", 4, tmp_path)
     assert results[0]["dp_x_tp"]["max_param_diff"] <= 1e-5
+
+
+@pytest.mark.parametrize("saved_by,loaded_by", [(2, 1), (1, 2)])
+def test_dcp_across_world_sizes(saved_by, loaded_by, tmp_path):
+    """torch.distributed.checkpoint of the FSDP2-sharded GPT and its optimizer (a plain model
+    in one process), loaded back on another world size: every value equal."""
+    ckpt = tmp_path / "ckpt"
+    for action, world in (("save", saved_by), ("load", loaded_by)):
+        out = tmp_path / action
+        out.mkdir()
+        rcs, outs, results = launch.run(
+            "tests.dist.worker", ["dcp", "strict", str(out)], world, str(out), timeout=240,
+            env={"TPU_DIST_DCP": action, "TPU_DIST_CKPT": str(ckpt)})
+        for r in range(world):
+            assert rcs[r] == 0 and results[r]["ok"], f"{action} rank {r}:\n{outs[r][-3000:]}"
+    assert results[0]["max_diff"] == 0.0 and results[0]["loaded"] > 10

@@ -458,6 +458,72 @@ def scenario_tp(rank, world, out):
     return figures
 
 
+def _dcp_model(sharded):
+    from torch.distributed.fsdp import fully_shard
+
+    dev = torch.device("tpu", 0)
+    train_gpt, data, vocab, args = gpt_setup()
+    model = train_gpt.make_model(vocab, args, seed=1).to(dev)
+    if sharded:
+        for blk in model.blocks:
+            fully_shard(blk)
+        fully_shard(model)
+    bs = gpt_batches(train_gpt, data, args, 2, 4)
+    return model, bs, dev
+
+
+def _full_state(model, opt):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    m, o = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True,
+                                                                cpu_offload=True))
+    flat = {f"model.{k}": v.float().cpu() for k, v in m.items()}
+    for pid, st in o.get("state", {}).items():  # full state: rank 0 only
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor) and v.dim() > 0:
+                flat[f"optim.{pid}.{k}"] = v.float().cpu()
+    return flat
+
+
+def scenario_dcp(rank, world, out):
+    """torch.distributed.checkpoint: SAVE (train 2 steps, save sharded when world > 1, and
+    the full state for comparison) or LOAD (into world ranks, sharded when world > 1), by
+    TPU_DIST_DCP=save|load and the folder TPU_DIST_CKPT."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    torch.set_float32_matmul_precision("highest")
+    action, ckpt = os.environ["TPU_DIST_DCP"], os.environ["TPU_DIST_CKPT"]
+    model, bs, dev = _dcp_model(sharded=world > 1)
+    lo, hi = rank * 4 // world, (rank + 1) * 4 // world
+    if action == "save":
+        _, opt = gpt_train(model, bs, lo, hi, dev, 2)
+        msd, osd = get_state_dict(model, opt)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=ckpt)
+        full = _full_state(model, opt)
+        if rank == 0:
+            torch.save(full, os.path.join(ckpt, "full_reference.pt"))
+        return {"saved": len(full)}
+    # load: an optimizer whose state exists (one step at lr 0), then the checkpoint over it
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    _, loss = model(bs[0][0][lo:hi].to(dev), bs[0][1][lo:hi].to(dev))
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=ckpt)
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    got = _full_state(model, opt)
+    if rank != 0:
+        return {}
+    want = torch.load(os.path.join(ckpt, "full_reference.pt"))
+    assert set(got) == set(want), sorted(set(got) ^ set(want))
+    worst = max((got[k] - want[k]).abs().max().item() for k in want)
+    assert worst == 0.0, worst
+    return {"loaded": len(got), "max_diff": worst}
+
+
 def main():
     scenario, mode, out = sys.argv[1], sys.argv[2], sys.argv[3]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
