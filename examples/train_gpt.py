@@ -2,6 +2,12 @@
 
     python examples/train_gpt.py --device tpu --max-seconds 120
 
+Data, fully sharded or tensor parallel over several processes (one chip each), under torchrun:
+
+    torchrun --nproc-per-node 2 examples/train_gpt.py --parallel ddp|fsdp|tp --steps 50
+
+Each rank trains on its slice of the global batch (--batch-size); rank 0 prints.
+
 Nothing here is TPU specific beyond the device string: the same script runs
 on CPU with --device cpu. It prints the loss, tokens/s and peak device memory.
 """
@@ -111,12 +117,61 @@ def synchronize(device):
         getattr(torch, dev.type).synchronize()
 
 
+def parallelize(model, args, device):
+    """Wraps the model for --parallel (the process group is up). Returns (model, the slice
+    of each global batch this rank trains on)."""
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.batch_size % world:
+        raise SystemExit(f"--batch-size {args.batch_size} does not split over {world} ranks")
+    part = slice(rank * args.batch_size // world, (rank + 1) * args.batch_size // world)
+    if args.parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model), part
+    if args.parallel == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for blk in model.blocks:
+            fully_shard(blk)
+        return fully_shard(model), part
+    # tensor parallel: the MLPs split by columns then rows, the head by columns
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("tp",))
+    plan = {"head": ColwiseParallel(output_layouts=Replicate())}
+    for i in range(len(model.blocks)):
+        plan[f"blocks.{i}.fc"] = ColwiseParallel()
+        plan[f"blocks.{i}.fc_out"] = RowwiseParallel()
+    return parallelize_module(model, mesh, plan), slice(None)  # every rank: the whole batch
+
+
 def train(args, log=print):
     """Trains and returns the list of per-step losses (floats)."""
     data, chars = load_text(args.text)
     device = torch.device(args.device)
+    part = slice(None)
+    parallel = getattr(args, "parallel", None)
+    if parallel:
+        import torch.distributed as dist
+
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if device.type != "cpu" and device.index is None:
+            # one chip per process: its own chip is tpu:0 unless the process sees several
+            device = torch.device(device.type, local % getattr(torch, device.type).device_count())
+        dist.init_process_group(device_id=device if device.type != "cpu" else None)
+        if dist.get_rank() != 0:
+            log = lambda *a, **k: None  # noqa: E731
     model = make_model(len(chars), args, args.seed).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    if parallel:
+        model, part = parallelize(model, args, device)
+    # DTensor and plain parameters side by side (tensor parallel): no foreach kernels
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01,
+                            foreach=False if parallel == "tp" else None)
     losses = []
     tokens = 0
     t0 = time.perf_counter()
@@ -125,7 +180,7 @@ def train(args, log=print):
     for step, (x, y) in enumerate(batches(data, args.block_size, args.batch_size, args.seed)):
         if step >= args.steps or (args.max_seconds and time.perf_counter() - t0 > args.max_seconds):
             break
-        x, y = x.to(device), y.to(device)
+        x, y = x[part].to(device), y[part].to(device)
         _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -133,7 +188,12 @@ def train(args, log=print):
         tokens += x.numel()
         tok_window += x.numel()
         if step % args.log_every == 0 or step == args.steps - 1:
-            value = loss.item()  # synchronizes
+            if parallel:  # the mean over ranks: the loss of the global batch
+                loss_all = loss.detach().clone()
+                torch.distributed.all_reduce(loss_all, op=torch.distributed.ReduceOp.AVG)
+                value = loss_all.item()
+            else:
+                value = loss.item()  # synchronizes
             now = time.perf_counter()
             rate = tok_window / max(now - t_window, 1e-9)
             t_window, tok_window = now, 0
@@ -144,8 +204,11 @@ def train(args, log=print):
     losses = [float(v) for v in losses]
     peak = peak_memory(device)
     peak_s = "n/a" if peak is None else f"{peak / 2**20:.1f} MiB"
-    log(f"done: {len(losses)} steps, {tokens / elapsed:.0f} tokens/s on {device}, "
-        f"peak device memory {peak_s}, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    log(f"done: {len(losses)} steps, {tokens / elapsed:.0f} tokens/s on {device}"
+        f"{' (this rank)' if parallel else ''}, peak device memory {peak_s}, "
+        f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    if parallel:
+        torch.distributed.destroy_process_group()
     return losses
 
 
@@ -166,6 +229,9 @@ def parser():
     p.add_argument("--precision", default=None, choices=[None, "highest", "high", "medium"],
                    help="torch.set_float32_matmul_precision")
     p.add_argument("--text", default=DEFAULT_TEXT)
+    p.add_argument("--parallel", default=None, choices=[None, "ddp", "fsdp", "tp"],
+                   help="under torchrun: DistributedDataParallel, FSDP2 fully_shard or tensor "
+                        "parallel over the ranks (backend tpu_dist for device tpu)")
     return p
 
 

@@ -536,6 +536,13 @@ def main():
         json.dump(figures, f)
     if scenario != "errors":
         dist.destroy_process_group()
+    # Known: a rank leaving while its peer still works has, about 1 run in 10 under load,
+    # aborted in the interpreter's exit ("terminate called without an active exception",
+    # seen after the dcp load scenario); the results are written by then. Leave without the
+    # exit-time destructors until that is understood (docs/design.md, tpu_dist).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
