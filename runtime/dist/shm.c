@@ -550,28 +550,47 @@ static tpu_status_t check_op(tpu_dist_comm_t* c, const char* what, tpu_dist_redo
   return TPU_OK;
 }
 
-/* all_reduce and reduce: in rounds of a slot, each rank reduces its stretch
- * of the round into the result slot, then every rank (or the root) copies
- * the whole round out. */
+/* all_reduce and reduce: in rounds of a slot. Rank r reduces stretch r of the
+ * round (over the ranks in order), reading its own part of the stretch in
+ * place; so a rank stages only the stretches that others reduce, and takes
+ * back only theirs from the result slot. all_reduce writes its own stretch
+ * straight into its buffer (a block is read before it is written); reduce
+ * leaves the non-roots' buffers as they were. */
 static tpu_status_t reduce_impl(tpu_dist_comm_t* c, int kind, void* buf, int64_t count,
                                 tpu_dtype_t dt, tpu_dist_redop_t op, double factor, int root) {
   TPU_RETURN_IF_ERROR(begin(c, kind, dt, count, root, op, false));
   TPU_RETURN_IF_ERROR(check_op(c, kind_names[kind], op, dt));
   const size_t es = tpu_dtype_size(dt);
   const int64_t chunk = (int64_t)(c->slot_bytes / es);
-  const void* srcs[c->size];
-  unsigned char* res = slot_of(c, c->size);
+  const int W = c->size, me = c->rank;
+  const void* srcs[W];
+  unsigned char* res = slot_of(c, W);
+  unsigned char* mine = slot_of(c, me);
+  const bool all = kind == K_ALL_REDUCE;
   for (int64_t off = 0; off < count; off += chunk) {
     const int64_t n = count - off < chunk ? count - off : chunk;
-    memcpy(slot_of(c, c->rank), (unsigned char*)buf + off * es, (size_t)n * es);
+    unsigned char* b = (unsigned char*)buf + off * es;
+#define STRETCH_LO(j) (n * (j) / W)
+#define STRETCH_HI(j) (n * ((j) + 1) / W)
+    for (int j = 0; j < W; j++)
+      if (j != me)
+        memcpy(mine + STRETCH_LO(j) * es, b + STRETCH_LO(j) * es,
+               (size_t)(STRETCH_HI(j) - STRETCH_LO(j)) * es);
     TPU_RETURN_IF_ERROR(step(c));
-    const int64_t lo = n * c->rank / c->size, hi = n * (c->rank + 1) / c->size;
-    for (int i = 0; i < c->size; i++) srcs[i] = slot_of(c, i) + lo * es;
-    TPU_RETURN_IF_ERROR(
-        tpu_dist_reduce_block(res + lo * es, srcs, c->size, hi - lo, dt, op, factor, c->size));
+    const int64_t lo = STRETCH_LO(me), hi = STRETCH_HI(me);
+    for (int i = 0; i < W; i++) srcs[i] = (i == me ? b : slot_of(c, i)) + lo * es;
+    unsigned char* dst = all ? b + lo * es : res + lo * es;
+    TPU_RETURN_IF_ERROR(tpu_dist_reduce_block(dst, srcs, W, hi - lo, dt, op, factor, W));
+    if (all) memcpy(res + lo * es, dst, (size_t)(hi - lo) * es);
     TPU_RETURN_IF_ERROR(step(c));
-    if (kind == K_ALL_REDUCE || c->rank == root)
-      memcpy((unsigned char*)buf + off * es, res, (size_t)n * es);
+    if (all || me == root) {
+      for (int j = 0; j < W; j++)
+        if (!all || j != me)
+          memcpy(b + STRETCH_LO(j) * es, res + STRETCH_LO(j) * es,
+                 (size_t)(STRETCH_HI(j) - STRETCH_LO(j)) * es);
+    }
+#undef STRETCH_LO
+#undef STRETCH_HI
   }
   return TPU_OK;
 }
