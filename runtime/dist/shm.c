@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
 #include "base/env.h"
 
 #define DIST_MAGIC 0x3174736964757074ull /* "tpudist1" */
@@ -366,8 +367,8 @@ bool tpu_dist_redop_supported(tpu_dist_redop_t op, tpu_dtype_t dt) {
 
 #define RBLK 512
 
-#define DEF_REDUCE_FLOAT(NAME, T, ACC, LOAD, STORE)                                         \
-  static void NAME(void* dst_, const void* const* srcs, int n, int64_t count, int op,       \
+#define DEF_REDUCE_FLOAT(NAME, T, ACC, LOAD, STORE, ATTR)                                   \
+  ATTR static void NAME(void* dst_, const void* const* srcs, int n, int64_t count, int op,       \
                    ACC factor, int avg) {                                                   \
     T* dst = (T*)dst_;                                                                      \
     ACC acc[RBLK];                                                                          \
@@ -410,11 +411,51 @@ bool tpu_dist_redop_supported(tpu_dist_redop_t op, tpu_dtype_t dt) {
     }                                                                                       \
   }
 
+/* bfloat16 <-> float32 as tpu/tensor.h converts (round to nearest even, NaN
+ * kept quiet), written without branches so that the loops vectorize */
+static inline float bf16_load(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t bf16_store(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet = (u >> 16) | 0x40u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
+
 #define ID(x) (x)
-DEF_REDUCE_FLOAT(reduce_f32, float, float, ID, ID)
-DEF_REDUCE_FLOAT(reduce_f64, double, double, ID, ID)
-DEF_REDUCE_FLOAT(reduce_bf16, uint16_t, float, tpu_bf16_to_f32, tpu_f32_to_bf16)
-DEF_REDUCE_FLOAT(reduce_f16, uint16_t, float, tpu_f16_to_f32, tpu_f32_to_f16)
+#define NO_ATTR
+DEF_REDUCE_FLOAT(reduce_f32, float, float, ID, ID, NO_ATTR)
+DEF_REDUCE_FLOAT(reduce_f64, double, double, ID, ID, NO_ATTR)
+DEF_REDUCE_FLOAT(reduce_bf16, uint16_t, float, bf16_load, bf16_store, NO_ATTR)
+DEF_REDUCE_FLOAT(reduce_f16, uint16_t, float, tpu_f16_to_f32, tpu_f32_to_f16, NO_ATTR)
+/* AVX2 builds of the float loops (the conversions of bfloat16 gain most),
+ * chosen at run time from CPUID (base/cpu.h); the results are the same bits */
+#if defined(__x86_64__) || defined(__i386__)
+#define TPU_HAVE_AVX2_REDUCE 1
+#define AVX2_ATTR __attribute__((target("avx2,fma")))
+DEF_REDUCE_FLOAT(reduce_f32_avx2, float, float, ID, ID, AVX2_ATTR)
+DEF_REDUCE_FLOAT(reduce_f64_avx2, double, double, ID, ID, AVX2_ATTR)
+DEF_REDUCE_FLOAT(reduce_bf16_avx2, uint16_t, float, bf16_load, bf16_store, AVX2_ATTR)
+#endif
+
+static bool use_avx2(void) {
+#ifdef TPU_HAVE_AVX2_REDUCE
+  static int chosen = -1; /* benign race: every thread computes the same */
+  if (chosen < 0) {
+    const tpu_cpu_features_t* f = tpu_cpu_features();
+    const char* isa = tpu_env_str("TORCH_TPU_ISA"); /* "portable": the baseline loops */
+    chosen = f->avx2 && !(isa && strcmp(isa, "portable") == 0);
+  }
+  return chosen == 1;
+#else
+  return false;
+#endif
+}
 
 /* Integers: sums and products wrap (unsigned arithmetic, as on CUDA), AVG
  * divides the exact sum (exact in 64 bits for the narrower types). */
@@ -468,9 +509,23 @@ tpu_status_t tpu_dist_reduce_block(void* dst, const void* const* srcs, int n, in
   if (n < 1 || count <= 0) return TPU_OK;
   if (avg_divisor < 1) avg_divisor = n;
   switch (dt) {
+#ifdef TPU_HAVE_AVX2_REDUCE
+    case TPU_F32:
+      (use_avx2() ? reduce_f32_avx2 : reduce_f32)(dst, srcs, n, count, op, (float)factor,
+                                                  avg_divisor);
+      break;
+    case TPU_F64:
+      (use_avx2() ? reduce_f64_avx2 : reduce_f64)(dst, srcs, n, count, op, factor, avg_divisor);
+      break;
+    case TPU_BF16:
+      (use_avx2() ? reduce_bf16_avx2 : reduce_bf16)(dst, srcs, n, count, op, (float)factor,
+                                                    avg_divisor);
+      break;
+#else
     case TPU_F32: reduce_f32(dst, srcs, n, count, op, (float)factor, avg_divisor); break;
     case TPU_F64: reduce_f64(dst, srcs, n, count, op, factor, avg_divisor); break;
     case TPU_BF16: reduce_bf16(dst, srcs, n, count, op, (float)factor, avg_divisor); break;
+#endif
     case TPU_F16: reduce_f16(dst, srcs, n, count, op, (float)factor, avg_divisor); break;
     case TPU_U8: reduce_u8(dst, srcs, n, count, op, avg_divisor); break;
     case TPU_I8: reduce_i8(dst, srcs, n, count, op, avg_divisor); break;

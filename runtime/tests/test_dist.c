@@ -309,6 +309,19 @@ static void test_reduce_block(void) {
   const void* srcs[3] = {&a, &b, &b};
   CHECK_OK(tpu_dist_reduce_block(&out, srcs, 3, 1, TPU_BF16, TPU_DIST_SUM, 1.0, 0));
   CHECK(tpu_bf16_to_f32(out) == 258.0f);
+  /* bfloat16 rounding matches tpu/tensor.h's on every pattern: sums with 0 */
+  {
+    static uint16_t all[65536], zero[65536], got[65536];
+    for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    const void* s2[2] = {all, zero};
+    CHECK_OK(tpu_dist_reduce_block(got, s2, 2, 65536, TPU_BF16, TPU_DIST_SUM, 1.0, 0));
+    int bad = 0;
+    for (int i = 0; i < 65536; i++) {
+      const uint16_t want = tpu_f32_to_bf16(tpu_bf16_to_f32((uint16_t)i) + 0.0f);
+      bad += got[i] != want;
+    }
+    CHECK(bad == 0);
+  }
   /* NaN wins min/max */
   float n = NAN, one = 1.0f, r = 0;
   const void* fs[2] = {&one, &n};
@@ -319,7 +332,8 @@ static void test_reduce_block(void) {
   CHECK(tpu_dist_redop_supported(TPU_DIST_BOR, TPU_I64));
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+  (void)argc;
   test_reduce_block();
   const int sizes[] = {1, 2, 3};
   for (int s = 0; s < 3; s++) {
@@ -340,6 +354,14 @@ int main(void) {
     fprintf(stderr, "test_dist: %d failure(s)\n", g_failures);
     return 1;
   }
-  printf("test_dist: ok\n");
+  const char* isa = getenv("TORCH_TPU_ISA");
+  printf("test_dist: ok (%s reduction loops)\n", isa ? isa : "best");
+  if (!isa) { /* and again with the portable loops */
+    fflush(stdout);
+    setenv("TORCH_TPU_ISA", "portable", 1);
+    execv(argv[0], argv);
+    perror("execv");
+    return 1;
+  }
   return 0;
 }
