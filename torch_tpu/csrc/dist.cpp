@@ -62,19 +62,39 @@ struct CollState {
   std::string error;
 };
 
-// One tensor of a collective: its chip address (resolved at launch) and, on
-// a target whose memory the host cannot address, a host copy to run on.
+// One tensor of a collective, as the caller names it.
 struct Buf {
   at::Tensor t;
   bool read = true, write = true;
-  void* dev = nullptr;
-  std::vector<unsigned char> host;
-  size_t bytes() const { return (size_t)t.numel() * t.element_size(); }
 };
+
+// What the queued work knows of a tensor: its chip address (resolved at
+// launch), its size and, on a target whose memory the host cannot address, a
+// host copy to run on. No at::Tensor reaches the worker thread: releasing one
+// there may need the GIL (a tensor with a Python object), which a worker must
+// never wait for. The allocator's stream-ordered frees keep the memory of a
+// tensor freed meanwhile until the collective has run.
+struct Staged {
+  void* dev = nullptr;
+  size_t nbytes = 0;
+  bool read = true, write = true;
+  std::vector<unsigned char> host;
+  size_t bytes() const { return nbytes; }
+};
+
+// A tensor's element count and dtype, for the queued work.
+struct Meta {
+  int64_t n;
+  tpu_dtype_t dt;
+  size_t es;
+};
+Meta meta(const at::Tensor& t) {
+  return {t.numel(), (tpu_dtype_t)t.scalar_type(), (size_t)t.element_size()};
+}
 
 struct Job {
   std::shared_ptr<CollState> st;
-  std::vector<Buf> bufs;
+  std::vector<Staged> bufs;
   bool staged = false;
   int device = 0;
   tpu_dist_comm_t* comm = nullptr;
@@ -88,7 +108,7 @@ tpu_status_t run_job(void* p) {
   std::vector<void*> ptrs(j->bufs.size());
   tpu_status_t s = TPU_OK;
   for (size_t i = 0; i < j->bufs.size() && !s; i++) {
-    Buf& b = j->bufs[i];
+    Staged& b = j->bufs[i];
     if (!j->staged) {
       ptrs[i] = b.dev;
       continue;
@@ -100,7 +120,7 @@ tpu_status_t run_job(void* p) {
   }
   if (!s) s = j->body(j->comm, ptrs);
   for (size_t i = 0; i < j->bufs.size() && !s && j->staged; i++) {
-    Buf& b = j->bufs[i];
+    Staged& b = j->bufs[i];
     if (b.write && b.bytes())
       s = tg->iface->copy_h2d(tg->ctx, j->device, b.dev, b.host.data(), b.bytes());
   }
@@ -252,8 +272,8 @@ class TpuDistBackend final : public c10d::Backend {
     const at::Tensor t = one(tensors, "broadcast");
     const int root = (int)opts.rootRank;
     return launch("broadcast", OpType::BROADCAST, {{t, getRank() == root, true}}, {t},
-                  [t, root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    return tpu_dist_broadcast(c, p[0], t.numel(), dt(t), root);
+                  [m = meta(t), root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_broadcast(c, p[0], m.n, m.dt, root);
                   });
   }
 
@@ -263,8 +283,8 @@ class TpuDistBackend final : public c10d::Backend {
     double f;
     const tpu_dist_redop_t op = to_redop(opts.reduceOp, &f);
     return launch("all_reduce", OpType::ALLREDUCE, {{t}}, {t},
-                  [t, op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    return tpu_dist_all_reduce(c, p[0], t.numel(), dt(t), op, f);
+                  [m = meta(t), op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_all_reduce(c, p[0], m.n, m.dt, op, f);
                   });
   }
 
@@ -277,10 +297,10 @@ class TpuDistBackend final : public c10d::Backend {
     for (auto& t : tensors) bufs.push_back({checked(t, "all_reduce_coalesced")});
     std::vector<at::Tensor> ts = tensors;
     return launch("all_reduce_coalesced", OpType::COALESCED, std::move(bufs), ts,
-                  [ts, op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    for (size_t i = 0; i < ts.size(); i++)
+                  [ms = metas(ts), op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    for (size_t i = 0; i < ms.size(); i++)
                       TPU_RETURN_IF_ERROR(
-                          tpu_dist_all_reduce(c, p[i], ts[i].numel(), dt(ts[i]), op, f));
+                          tpu_dist_all_reduce(c, p[i], ms[i].n, ms[i].dt, op, f));
                     return TPU_OK;
                   });
   }
@@ -292,8 +312,8 @@ class TpuDistBackend final : public c10d::Backend {
     const tpu_dist_redop_t op = to_redop(opts.reduceOp, &f);
     const int root = (int)opts.rootRank;
     return launch("reduce", OpType::REDUCE, {{t, true, getRank() == root}}, {t},
-                  [t, op, f, root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    return tpu_dist_reduce(c, p[0], t.numel(), dt(t), op, f, root);
+                  [m = meta(t), op, f, root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_reduce(c, p[0], m.n, m.dt, op, f, root);
                   });
   }
 
@@ -307,8 +327,8 @@ class TpuDistBackend final : public c10d::Backend {
     for (auto& o : outputs[0]) bufs.push_back({same_as(o, in, "all_gather"), false, true});
     const int W = getSize();
     return launch("all_gather", OpType::ALLGATHER, std::move(bufs), outputs[0],
-                  [in, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    return tpu_dist_all_gather(c, p[0], &p[1], in.numel(), dt(in));
+                  [m = meta(in), W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_all_gather(c, p[0], &p[1], m.n, m.dt);
                   });
   }
 
@@ -320,11 +340,11 @@ class TpuDistBackend final : public c10d::Backend {
     const int W = getSize();
     return launch("all_gather_into_tensor", OpType::_ALLGATHER_BASE,
                   {{in, true, false}, {out, false, true}}, {out},
-                  [in, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    const size_t piece = (size_t)in.numel() * in.element_size();
+                  [m = meta(in), W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    const size_t piece = (size_t)m.n * m.es;
                     std::vector<void*> outs(W);
                     for (int i = 0; i < W; i++) outs[i] = (unsigned char*)p[1] + i * piece;
-                    return tpu_dist_all_gather(c, p[0], outs.data(), in.numel(), dt(in));
+                    return tpu_dist_all_gather(c, p[0], outs.data(), m.n, m.dt);
                   });
   }
 
@@ -345,13 +365,13 @@ class TpuDistBackend final : public c10d::Backend {
     std::vector<at::Tensor> ins = inputs;
     const int W = getSize();
     return launch("all_gather_into_tensor_coalesced", OpType::COALESCED, std::move(bufs), outputs,
-                  [ins, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    for (size_t k = 0; k < ins.size(); k++) {
-                      const size_t piece = (size_t)ins[k].numel() * ins[k].element_size();
+                  [ms = metas(ins), W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    for (size_t k = 0; k < ms.size(); k++) {
+                      const size_t piece = (size_t)ms[k].n * ms[k].es;
                       std::vector<void*> outs(W);
                       for (int i = 0; i < W; i++) outs[i] = (unsigned char*)p[2 * k + 1] + i * piece;
                       TPU_RETURN_IF_ERROR(tpu_dist_all_gather(c, p[2 * k], outs.data(),
-                                                              ins[k].numel(), dt(ins[k])));
+                                                              ms[k].n, ms[k].dt));
                     }
                     return TPU_OK;
                   });
@@ -377,11 +397,11 @@ class TpuDistBackend final : public c10d::Backend {
       }
     }
     return launch("all_gather_coalesced", OpType::COALESCED, std::move(bufs), flat,
-                  [ins, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    for (size_t k = 0; k < ins.size(); k++) {
+                  [ms = metas(ins), W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    for (size_t k = 0; k < ms.size(); k++) {
                       const size_t at = k * (W + 1);
                       TPU_RETURN_IF_ERROR(tpu_dist_all_gather(c, p[at], &p[at + 1],
-                                                              ins[k].numel(), dt(ins[k])));
+                                                              ms[k].n, ms[k].dt));
                     }
                     return TPU_OK;
                   });
@@ -405,9 +425,9 @@ class TpuDistBackend final : public c10d::Backend {
                   "tpu_dist gather: only the root takes output tensors");
     }
     return launch("gather", OpType::GATHER, std::move(bufs), outs,
-                  [in, root, is_root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    return tpu_dist_gather(c, p[0], is_root ? &p[1] : nullptr, in.numel(),
-                                           dt(in), root);
+                  [m = meta(in), root, is_root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_gather(c, p[0], is_root ? &p[1] : nullptr, m.n,
+                                           m.dt, root);
                   });
   }
 
@@ -427,9 +447,9 @@ class TpuDistBackend final : public c10d::Backend {
                   "tpu_dist scatter: only the root takes input tensors");
     }
     return launch("scatter", OpType::SCATTER, std::move(bufs), {out},
-                  [out, root, is_root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                  [m = meta(out), root, is_root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_scatter(c, is_root ? (const void* const*)&p[1] : nullptr,
-                                            p[0], out.numel(), dt(out), root);
+                                            p[0], m.n, m.dt, root);
                   });
   }
 
@@ -445,9 +465,9 @@ class TpuDistBackend final : public c10d::Backend {
     std::vector<Buf> bufs{{out, false, true}};
     for (auto& i : inputs[0]) bufs.push_back({same_as(i, out, "reduce_scatter"), true, false});
     return launch("reduce_scatter", OpType::REDUCE_SCATTER, std::move(bufs), {out},
-                  [out, op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                  [m = meta(out), op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_reduce_scatter(c, (const void* const*)&p[1], p[0],
-                                                   out.numel(), dt(out), op, f);
+                                                   m.n, m.dt, op, f);
                   });
   }
 
@@ -461,8 +481,8 @@ class TpuDistBackend final : public c10d::Backend {
     const int W = getSize();
     return launch("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE,
                   {{out, false, true}, {in, true, false}}, {out},
-                  [out, op, f, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    return reduce_scatter_flat(c, p[0], p[1], out, W, op, f);
+                  [m = meta(out), op, f, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return reduce_scatter_flat(c, p[0], p[1], m, W, op, f);
                   });
   }
 
@@ -485,10 +505,10 @@ class TpuDistBackend final : public c10d::Backend {
     std::vector<at::Tensor> outs = outputs;
     const int W = getSize();
     return launch("reduce_scatter_tensor_coalesced", OpType::COALESCED, std::move(bufs), outputs,
-                  [outs, op, f, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    for (size_t k = 0; k < outs.size(); k++)
+                  [ms = metas(outs), op, f, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    for (size_t k = 0; k < ms.size(); k++)
                       TPU_RETURN_IF_ERROR(
-                          reduce_scatter_flat(c, p[2 * k], p[2 * k + 1], outs[k], W, op, f));
+                          reduce_scatter_flat(c, p[2 * k], p[2 * k + 1], ms[k], W, op, f));
                     return TPU_OK;
                   });
   }
@@ -527,10 +547,10 @@ class TpuDistBackend final : public c10d::Backend {
     const std::vector<int64_t> outc = counts(out, out_splits, "output");
     return launch("all_to_all_single", OpType::ALLTOALL_BASE,
                   {{in, true, false}, {out, false, true}}, {out},
-                  [in, inc, outc, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                  [m = meta(in), inc, outc, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     std::vector<const void*> ins(W);
                     std::vector<void*> outs(W);
-                    const size_t es = in.element_size();
+                    const size_t es = m.es;
                     int64_t io = 0, oo = 0;
                     for (int i = 0; i < W; i++) {
                       ins[i] = (const unsigned char*)p[0] + io * es;
@@ -539,7 +559,7 @@ class TpuDistBackend final : public c10d::Backend {
                       oo += outc[i];
                     }
                     return tpu_dist_all_to_all(c, ins.data(), inc.data(), outs.data(),
-                                               outc.data(), dt(in));
+                                               outc.data(), m.dt);
                   });
   }
 
@@ -607,12 +627,16 @@ class TpuDistBackend final : public c10d::Backend {
   static tpu_dtype_t dt(const at::Tensor& t) { return (tpu_dtype_t)t.scalar_type(); }
 
   static tpu_status_t reduce_scatter_flat(tpu_dist_comm_t* c, void* out, const void* in,
-                                          const at::Tensor& o, int W, tpu_dist_redop_t op,
-                                          double f) {
-    const size_t piece = (size_t)o.numel() * o.element_size();
+                                          const Meta& o, int W, tpu_dist_redop_t op, double f) {
+    const size_t piece = (size_t)o.n * o.es;
     std::vector<const void*> ins(W);
     for (int i = 0; i < W; i++) ins[i] = (const unsigned char*)in + i * piece;
-    return tpu_dist_reduce_scatter(c, ins.data(), out, o.numel(), dt(o), op, f);
+    return tpu_dist_reduce_scatter(c, ins.data(), out, o.n, o.dt, op, f);
+  }
+  static std::vector<Meta> metas(const std::vector<at::Tensor>& ts) {
+    std::vector<Meta> out;
+    for (auto& t : ts) out.push_back(meta(t));
+    return out;
   }
 
   const at::Tensor& checked(const at::Tensor& t, const char* what) const {
@@ -691,14 +715,19 @@ class TpuDistBackend final : public c10d::Backend {
     {
       PlaceholderUse use;
       for (auto& b : bufs) {
+        Staged sb;
+        sb.read = b.read;
+        sb.write = b.write;
+        sb.nbytes = (size_t)b.t.numel() * b.t.element_size();
         if (b.t.numel()) {
           void* p = b.t.data_ptr();
           if (tpu_is_lazy(p)) check(tpu_lazy_realize_on(p, comm, &p));
-          b.dev = p;
+          sb.dev = p;
         }
+        job->bufs.push_back(std::move(sb));
       }
     }
-    job->bufs = std::move(bufs);
+    bufs.clear();
     // the collective reads what the current stream has queued so far
     check(tpu_stream_wait_stream(comm, cur));
     auto st = job->st;
