@@ -3,7 +3,7 @@
 
 Layers, lowest first (docs/design.md, "Layers"):
 
-    base < device < exec (= ir, lower) < cache < targets < bridge (torch_tpu/csrc)
+    base < device (= dist) < exec (= ir, lower) < cache < targets < bridge (torch_tpu/csrc)
 
 Two checks:
   * includes (always): every `#include "..."` of runtime/<layer>/ and of the public
@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 
-RANK = {"base": 0, "device": 1, "exec": 2, "ir": 2, "lower": 2, "cache": 3, "targets": 4,
+RANK = {"base": 0, "device": 1, "dist": 1, "exec": 2, "ir": 2, "lower": 2, "cache": 3, "targets": 4,
         "bridge": 5}
 
 # The public headers (runtime/include/tpu/) by the layer that implements them. op.h
@@ -36,11 +36,12 @@ RANK = {"base": 0, "device": 1, "exec": 2, "ir": 2, "lower": 2, "cache": 3, "tar
 # targets of the build and chooses one (runtime/targets/targets.c). op_ids.def (the op
 # families, included by op.h) and ew_ops.def (the element-wise inventory: names, arity,
 # expressions, lowering recipes; read by the host kernels, the fusion planner and the
-# lowering) are X-macro lists that include nothing.
+# lowering) are X-macro lists that include nothing. dist.h is the collective transport
+# (runtime/dist/), beside the device layer: it uses base only, and only the bridge calls it.
 PUBLIC = {"status.h": "base", "tensor.h": "base", "op.h": "base", "parallel.h": "base",
           "op_ids.def": "base", "ew_ops.def": "base",
           "device.h": "device", "target.h": "device", "trace.h": "exec", "cache.h": "cache",
-          "targets.h": "targets"}
+          "targets.h": "targets", "dist.h": "dist"}
 
 # (file, included path) pairs allowed to point upward, each until its issue item is done.
 # (Empty since issue 14 items 1 and 3: the list and its stale check stay for the next one.)
