@@ -97,6 +97,25 @@ static unsigned char* slot_of(tpu_dist_comm_t* c, int r) { /* r == size: the res
   return c->base + data_offset(c->size) + (size_t)r * c->slot_bytes;
 }
 
+/* Point-to-point: one channel per ordered pair (src, dst) after the slots, a
+ * page of counters and a buffer that a message streams through in chunks. */
+typedef struct chan {
+  _Atomic uint64_t sent;  /* chunks written (by src) */
+  _Atomic uint64_t taken; /* chunks consumed (by dst) */
+  int64_t msg_bytes;      /* of the message the current chunk belongs to */
+  int64_t chunk_bytes;
+  int32_t tag;
+} chan_t;
+static size_t chan_buf_bytes(size_t slot) { return slot < (1u << 20) ? slot : (1u << 20); }
+static size_t chan_stride(size_t slot) { return 4096 + chan_buf_bytes(slot); }
+static chan_t* chan_of(tpu_dist_comm_t* c, int src, int dst) {
+  return (chan_t*)(c->base + data_offset(c->size) + (size_t)(c->size + 1) * c->slot_bytes +
+                   (size_t)(src * c->size + dst) * chan_stride(c->slot_bytes));
+}
+static unsigned char* chan_buf(tpu_dist_comm_t* c, int src, int dst) {
+  return (unsigned char*)chan_of(c, src, dst) + 4096;
+}
+
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -154,56 +173,63 @@ void tpu_dist_comm_abort(tpu_dist_comm_t* c, const char* why) {
   }
 }
 
-static tpu_status_t aborted_status(tpu_dist_comm_t* c) {
+static tpu_status_t aborted_status_of(tpu_dist_comm_t* c, const char* what) {
   int by = atomic_load(&c->hdr->aborted) - 1;
   return TPU_ERR(INTERNAL, "tpu_dist %s (rank %d of %d): the group failed earlier (rank %d: %s)",
-                 c->what, c->rank, c->size, by, c->hdr->why);
+                 what, c->rank, c->size, by, c->hdr->why);
 }
+static tpu_status_t aborted_status(tpu_dist_comm_t* c) { return aborted_status_of(c, c->what); }
 
 static void post(tpu_dist_comm_t* c) {
   c->phase++;
   atomic_store_explicit(&ctl_of(c, c->rank)->phase, c->phase, memory_order_release);
 }
 
-/* Waits until every rank has posted this rank's phase. */
-static tpu_status_t wait_all(tpu_dist_comm_t* c) {
-  const uint64_t want = c->phase;
+/* Waits until *counter (rank `peer`'s) reaches `want`: spin, then yield, then
+ * short sleeps, checking the abort flag, the peer's process and the timeout. */
+static tpu_status_t wait_for(tpu_dist_comm_t* c, _Atomic uint64_t* counter, uint64_t want,
+                             int peer, const char* what) {
   int64_t start = -1;
-  for (int i = 0; i < c->size; i++) {
-    ctl_t* k = ctl_of(c, i);
-    unsigned spins = 0;
-    while (atomic_load_explicit(&k->phase, memory_order_acquire) < want) {
-      if (atomic_load_explicit(&c->hdr->aborted, memory_order_relaxed)) return aborted_status(c);
-      spins++;
-      if (spins < 256) continue;
-      if (spins < 2048) {
-        sched_yield();
-        continue;
-      }
-      struct timespec ts = {0, 20000};
-      nanosleep(&ts, NULL);
-      if ((spins & 63) != 0) continue;
-      const int64_t t = now_ms();
-      if (start < 0) start = t;
-      int pid = atomic_load(&k->pid);
-      if (pid_gone(pid)) {
-        char why[256];
-        snprintf(why, sizeof why, "rank %d (pid %d) exited during %s", i, pid, c->what);
-        tpu_dist_comm_abort(c, why);
-        return TPU_ERR(INTERNAL, "tpu_dist %s (rank %d of %d): rank %d (pid %d) exited", c->what,
-                       c->rank, c->size, i, pid);
-      }
-      if (t - start > c->timeout_ms) {
-        char why[256];
-        snprintf(why, sizeof why, "rank %d timed out after %lld ms in %s waiting for rank %d",
-                 c->rank, (long long)c->timeout_ms, c->what, i);
-        tpu_dist_comm_abort(c, why);
-        return TPU_ERR(INTERNAL,
-                       "tpu_dist %s (rank %d of %d): timed out after %lld ms waiting for rank %d",
-                       c->what, c->rank, c->size, (long long)c->timeout_ms, i);
-      }
+  unsigned spins = 0;
+  while (atomic_load_explicit(counter, memory_order_acquire) < want) {
+    if (atomic_load_explicit(&c->hdr->aborted, memory_order_relaxed))
+      return aborted_status_of(c, what);
+    spins++;
+    if (spins < 256) continue;
+    if (spins < 2048) {
+      sched_yield();
+      continue;
+    }
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+    if ((spins & 63) != 0) continue;
+    const int64_t t = now_ms();
+    if (start < 0) start = t;
+    int pid = atomic_load(&ctl_of(c, peer)->pid);
+    if (pid_gone(pid)) {
+      char why[256];
+      snprintf(why, sizeof why, "rank %d (pid %d) exited during %s", peer, pid, what);
+      tpu_dist_comm_abort(c, why);
+      return TPU_ERR(INTERNAL, "tpu_dist %s (rank %d of %d): rank %d (pid %d) exited", what,
+                     c->rank, c->size, peer, pid);
+    }
+    if (t - start > c->timeout_ms) {
+      char why[256];
+      snprintf(why, sizeof why, "rank %d timed out after %lld ms in %s waiting for rank %d",
+               c->rank, (long long)c->timeout_ms, what, peer);
+      tpu_dist_comm_abort(c, why);
+      return TPU_ERR(INTERNAL,
+                     "tpu_dist %s (rank %d of %d): timed out after %lld ms waiting for rank %d",
+                     what, c->rank, c->size, (long long)c->timeout_ms, peer);
     }
   }
+  return TPU_OK;
+}
+
+/* Waits until every rank has posted this rank's phase. */
+static tpu_status_t wait_all(tpu_dist_comm_t* c) {
+  for (int i = 0; i < c->size; i++)
+    TPU_RETURN_IF_ERROR(wait_for(c, &ctl_of(c, i)->phase, c->phase, i, c->what));
   return TPU_OK;
 }
 
@@ -236,7 +262,8 @@ tpu_status_t tpu_dist_comm_create(const char* name, int rank, int size,
   c->slot_bytes = slot;
   c->timeout_ms = timeout;
   c->what = "init";
-  c->map_bytes = data_offset(size) + (size_t)(size + 1) * slot;
+  c->map_bytes = data_offset(size) + (size_t)(size + 1) * slot +
+                 (size_t)size * size * chan_stride(slot);
   tpu_status_t st = TPU_OK;
   int fd = -1;
   const int64_t start = now_ms();
@@ -832,4 +859,64 @@ tpu_status_t tpu_dist_all_to_all(tpu_dist_comm_t* c, const void* const* ins,
 
 tpu_status_t tpu_dist_barrier(tpu_dist_comm_t* c) {
   return finish(c, begin(c, K_BARRIER, TPU_U8, 0, 0, 0, false));
+}
+
+/* ---- point-to-point ---------------------------------------------------------
+ * A message goes through the (src, dst) channel in chunks of its buffer: the
+ * sender waits until the receiver has taken the previous chunk, the receiver
+ * until the next one is there. Messages between a pair match in order (as
+ * NCCL's); the receiver checks the size and the tag, and a mismatch aborts
+ * the group (the sender would wait for it forever). Sends to one peer must
+ * come from one thread at a time, and so must receives from one peer. */
+
+tpu_status_t tpu_dist_send(tpu_dist_comm_t* c, const void* buf, int64_t bytes, int dst, int tag) {
+  if (dst < 0 || dst >= c->size || dst == c->rank)
+    return TPU_ERR(INVALID_ARGUMENT, "tpu_dist send: rank %d cannot send to rank %d (of %d)",
+                   c->rank, dst, c->size);
+  if (atomic_load(&c->hdr->aborted)) return aborted_status_of(c, "send");
+  chan_t* ch = chan_of(c, c->rank, dst);
+  unsigned char* cb = chan_buf(c, c->rank, dst);
+  const int64_t cap = (int64_t)chan_buf_bytes(c->slot_bytes);
+  int64_t off = 0;
+  do { /* an empty message is one empty chunk */
+    const int64_t n = bytes - off < cap ? bytes - off : cap;
+    const uint64_t k = atomic_load_explicit(&ch->sent, memory_order_relaxed);
+    TPU_RETURN_IF_ERROR(wait_for(c, &ch->taken, k, dst, "send"));
+    memcpy(cb, (const unsigned char*)buf + off, (size_t)n);
+    ch->msg_bytes = bytes;
+    ch->chunk_bytes = n;
+    ch->tag = tag;
+    atomic_store_explicit(&ch->sent, k + 1, memory_order_release);
+    off += n;
+  } while (off < bytes);
+  /* sent once the receiver has taken the last chunk, as a completed send's
+   * buffer may be reused and freed */
+  return wait_for(c, &ch->taken, atomic_load(&ch->sent), dst, "send");
+}
+
+tpu_status_t tpu_dist_recv(tpu_dist_comm_t* c, void* buf, int64_t bytes, int src, int tag) {
+  if (src < 0 || src >= c->size || src == c->rank)
+    return TPU_ERR(INVALID_ARGUMENT, "tpu_dist recv: rank %d cannot receive from rank %d (of %d)",
+                   c->rank, src, c->size);
+  if (atomic_load(&c->hdr->aborted)) return aborted_status_of(c, "recv");
+  chan_t* ch = chan_of(c, src, c->rank);
+  const unsigned char* cb = chan_buf(c, src, c->rank);
+  int64_t off = 0;
+  do {
+    const uint64_t k = atomic_load_explicit(&ch->taken, memory_order_relaxed);
+    TPU_RETURN_IF_ERROR(wait_for(c, &ch->sent, k + 1, src, "recv"));
+    if (ch->msg_bytes != bytes || (tag >= 0 && ch->tag >= 0 && ch->tag != tag)) {
+      char why[256];
+      snprintf(why, sizeof why,
+               "recv on rank %d expected %lld bytes (tag %d) from rank %d, which sent %lld "
+               "bytes (tag %d)",
+               c->rank, (long long)bytes, tag, src, (long long)ch->msg_bytes, ch->tag);
+      tpu_dist_comm_abort(c, why);
+      return TPU_ERR(INVALID_ARGUMENT, "tpu_dist %s", why);
+    }
+    memcpy((unsigned char*)buf + off, cb, (size_t)ch->chunk_bytes);
+    off += ch->chunk_bytes;
+    atomic_store_explicit(&ch->taken, k + 1, memory_order_release);
+  } while (off < bytes);
+  return TPU_OK;
 }

@@ -303,6 +303,36 @@ static void body_timeout(tpu_dist_comm_t* c) {
   CHECK_FAILS_WITH(tpu_dist_barrier(c), "timed out");
 }
 
+/* send/recv: a message of several channel buffers each way, then a size
+ * mismatch that fails both sides */
+static void body_p2p(tpu_dist_comm_t* c) {
+  const int r = tpu_dist_comm_rank(c);
+  const int64_t n = 20000; /* 80 KB > the 16 KiB channel buffer */
+  int32_t* a = malloc((size_t)n * 4);
+  int32_t* b = malloc((size_t)n * 4);
+  for (int64_t k = 0; k < n; k++) a[k] = (int32_t)(r * 1000000 + k);
+  if (r == 0) {
+    CHECK_OK(tpu_dist_send(c, a, n * 4, 1, 7));
+    CHECK_OK(tpu_dist_recv(c, b, n * 4, 1, 7));
+  } else {
+    CHECK_OK(tpu_dist_recv(c, b, n * 4, 0, 7));
+    CHECK_OK(tpu_dist_send(c, a, n * 4, 0, 7));
+  }
+  int wrong = 0;
+  for (int64_t k = 0; k < n; k++) wrong += b[k] != (int32_t)((1 - r) * 1000000 + k);
+  CHECK(wrong == 0);
+  /* an empty message, then collectives still work beside */
+  if (r == 0) CHECK_OK(tpu_dist_send(c, a, 0, 1, 0));
+  else CHECK_OK(tpu_dist_recv(c, b, 0, 0, 0));
+  CHECK_OK(tpu_dist_barrier(c));
+  CHECK_FAILS_WITH(tpu_dist_send(c, a, 8, r, 0), "cannot send");
+  /* sizes that differ: the receiver names both, the sender fails too */
+  if (r == 0) CHECK_FAILS_WITH(tpu_dist_send(c, a, 40, 1, 0), "expected 32 bytes");
+  else CHECK_FAILS_WITH(tpu_dist_recv(c, b, 32, 0, 0), "expected 32 bytes");
+  free(a);
+  free(b);
+}
+
 static void test_reduce_block(void) {
   /* bfloat16 accumulates in float32 and rounds once: 256 + 1 + 1 */
   uint16_t a = tpu_f32_to_bf16(256.0f), b = tpu_f32_to_bf16(1.0f), out = 0;
@@ -344,6 +374,8 @@ int main(int argc, char** argv) {
     CHECK(run_ranks(g_W, 16384, 20000, body_moves) == 0);
     if (g_W > 1) CHECK(run_ranks(g_W, 16384, 20000, body_mismatch) == 0);
   }
+  g_W = 2;
+  CHECK(run_ranks(2, 16384, 20000, body_p2p) == 0);
   g_W = 3;
   /* rank 1 exits with 0 after the others fail: all succeed when they noticed */
   CHECK(run_ranks(3, 16384, 20000, body_death) == 0);

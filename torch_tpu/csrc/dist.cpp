@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 
 #include "bridge.h"
@@ -249,9 +250,8 @@ class TpuDistBackend final : public c10d::Backend {
   }
   ~TpuDistBackend() override {
     // queued collectives hold the communicator: let them finish first
-    for (int d = 0; d < kMaxDevices; d++) {
-      if (comm_stream_[d] < 0) continue;
-      tpu_stream_t* s = tpu_stream_get(d, comm_stream_[d]);
+    for (auto& kv : streams_) {
+      tpu_stream_t* s = tpu_stream_get(kv.first.first, kv.second);
       if (s) {
         tpu_status_t st = tpu_stream_synchronize(s);
         if (st) tpu_status_free(st);
@@ -607,13 +607,28 @@ class TpuDistBackend final : public c10d::Backend {
                      });
   }
 
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int dst, int) override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist send (to rank ", dst,
-                                "): point-to-point transfers are not built yet");
+  // Point-to-point: each peer and direction has its own stream, so that a send
+  // waiting for its receiver never holds up a receive (a ring exchange) or the
+  // collectives; the order of the calls is kept per peer and direction.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                     int tag) override {
+    const at::Tensor t = one(tensors, "send");
+    TORCH_CHECK(t.is_contiguous(), "tpu_dist send: the tensor must be contiguous");
+    return launch("send", OpType::SEND, {{t, true, false}}, {t},
+                  [m = meta(t), dst, tag](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_send(c, p[0], m.n * (int64_t)m.es, dst, tag);
+                  },
+                  1 + 2 * dst);
   }
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>&, int src, int) override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist recv (from rank ", src,
-                                "): point-to-point transfers are not built yet");
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                     int tag) override {
+    const at::Tensor t = one(tensors, "recv");
+    TORCH_CHECK(t.is_contiguous(), "tpu_dist recv: the tensor must be contiguous");
+    return launch("recv", OpType::RECV, {{t, false, true}}, {t},
+                  [m = meta(t), src, tag](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                    return tpu_dist_recv(c, p[0], m.n * (int64_t)m.es, src, tag);
+                  },
+                  2 + 2 * src);
   }
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
     TORCH_CHECK_NOT_IMPLEMENTED(false,
@@ -678,29 +693,37 @@ class TpuDistBackend final : public c10d::Backend {
                 " and ", small.device());
   }
 
-  int64_t comm_stream(c10::DeviceIndex d) {
+  int64_t comm_stream(c10::DeviceIndex d, int lane) {
     TORCH_CHECK(d >= 0 && d < kMaxDevices, "tpu_dist: device index ", d);
-    if (comm_stream_[d] < 0) check(tpu_stream_create(d, &comm_stream_[d]));
-    return comm_stream_[d];
+    auto key = std::make_pair((int)d, lane);
+    auto it = streams_.find(key);
+    if (it != streams_.end()) return it->second;
+    int64_t id = 0;
+    check(tpu_stream_create(d, &id));
+    streams_[key] = id;
+    return id;
   }
 
   c10::intrusive_ptr<c10d::Work> launch(const char* what, OpType type, std::vector<Buf> bufs,
-                                        std::vector<at::Tensor> outputs, Body body) {
+                                        std::vector<at::Tensor> outputs, Body body,
+                                        int lane = 0) {
     TORCH_CHECK(!bufs.empty(), "tpu_dist ", what, ": no tensors");
     const c10::DeviceIndex d = bufs[0].t.device().index();
     for (auto& b : bufs)
       TORCH_CHECK(b.t.device() == bufs[0].t.device(), "tpu_dist ", what, ": tensors on ",
                   bufs[0].t.device(), " and ", b.t.device());
-    return launch_on(d, what, type, std::move(bufs), std::move(outputs), std::move(body));
+    return launch_on(d, what, type, std::move(bufs), std::move(outputs), std::move(body), lane);
   }
 
+  // lane 0: the collectives' stream; 1 + 2 * peer: sends to peer; 2 + 2 * peer:
+  // receives from it
   c10::intrusive_ptr<c10d::Work> launch_on(c10::DeviceIndex d, const char* what, OpType type,
                                            std::vector<Buf> bufs, std::vector<at::Tensor> outputs,
-                                           Body body) {
+                                           Body body, int lane = 0) {
     ensure_runtime();
     std::lock_guard<std::mutex> g(mu_);  // one order of collectives per process
     if (tpu_get_eager_mode() == TPU_MODE_DEFER) materialize_device(d);
-    const int64_t sid = comm_stream(d);
+    const int64_t sid = comm_stream(d, lane);
     tpu_stream_t* comm = tpu_stream_get(d, sid);
     tpu_stream_t* cur = current_stream(d);
     const tpu_target_t* tg = tpu_target_get();
@@ -731,8 +754,18 @@ class TpuDistBackend final : public c10d::Backend {
     // the collective reads what the current stream has queued so far
     check(tpu_stream_wait_stream(comm, cur));
     auto st = job->st;
-    // `what` is a literal: it outlives the queued work
-    check(tpu_stream_enqueue(comm, what, run_job, job.release(), destroy_job));
+    // `what` is a literal: it outlives the queued work. In Debug mode a queued
+    // item is waited for at once; a send must not be (its receiver may be this
+    // process's next call, or come after the peer's own send: a ring).
+    int prev = -1;
+    const bool p2p = lane != 0 && tpu_get_eager_mode() == TPU_MODE_DEBUG;
+    if (p2p) check(tpu_set_thread_eager_mode(TPU_MODE_STRICT, &prev));
+    tpu_status_t qs = tpu_stream_enqueue(comm, what, run_job, job.release(), destroy_job);
+    if (p2p) {
+      tpu_status_t rs2 = tpu_set_thread_eager_mode(prev, nullptr);
+      if (rs2) tpu_status_free(rs2);
+    }
+    check(qs);
     tpu_event_t* ev = nullptr;
     check(tpu_event_create(&ev));
     tpu_status_t rs = tpu_event_record(ev, comm);
@@ -747,10 +780,7 @@ class TpuDistBackend final : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   tpu_dist_comm_t* comm_ = nullptr;
   std::mutex mu_;
-  int64_t comm_stream_[kMaxDevices] = {
-      -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-      -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-      -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+  std::map<std::pair<int, int>, int64_t> streams_;  // (device, lane) -> stream id
 };
 
 }  // namespace

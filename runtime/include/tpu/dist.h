@@ -114,6 +114,16 @@ tpu_status_t tpu_dist_all_to_all(tpu_dist_comm_t* c, const void* const* ins,
                                  const int64_t* out_counts, tpu_dtype_t dt) TPU_MUST_USE;
 tpu_status_t tpu_dist_barrier(tpu_dist_comm_t* c) TPU_MUST_USE;
 
+/* Point-to-point, outside the collectives' order: `bytes` from this rank to
+ * `dst` / from `src`. Messages of a pair match in order; the receiver checks
+ * the size and the tag (-1: any) and aborts the group on a mismatch. send
+ * returns once the receiver has the data. One thread at a time per peer and
+ * direction. */
+tpu_status_t tpu_dist_send(tpu_dist_comm_t* c, const void* buf, int64_t bytes, int dst,
+                           int tag) TPU_MUST_USE;
+tpu_status_t tpu_dist_recv(tpu_dist_comm_t* c, void* buf, int64_t bytes, int src,
+                           int tag) TPU_MUST_USE;
+
 /* The reduction kernel of the collectives, exposed for tests: dst[k] = op
  * over i in 0..n-1 of srcs[i][k] (in that order), `count` elements. */
 tpu_status_t tpu_dist_reduce_block(void* dst, const void* const* srcs, int n, int64_t count,
