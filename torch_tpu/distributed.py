@@ -10,17 +10,58 @@ backend of device tpu, so that each of these picks it:
 The backend itself is C++ (torch_tpu/csrc/dist.cpp) over the runtime's
 transport (runtime/dist/): the processes of one host share memory. Rendezvous
 and the exchange of the segment's name go through the process group's store
-(torchrun's TCPStore).
+(torchrun's TCPStore). Ranks on several hosts: each host's ranks share memory,
+and Gloo (torch's ProcessGroupGloo, on the store; GLOO_SOCKET_IFNAME chooses
+the interface) connects them: all_reduce hierarchically (within the host,
+between the hosts' leaders, back), the other operations on a Gloo group of all
+ranks.
 """
+import os
+import socket
+
 import torch
 
 BACKEND = "tpu_dist"
 
 
+def host_identity():
+    """What tells hosts apart: TORCH_TPU_DIST_HOST_ID, else the hostname and boot id."""
+    v = os.environ.get("TORCH_TPU_DIST_HOST_ID")
+    if v:
+        return v
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
 def _create(store, rank, size, timeout):
     from . import _C
 
-    return _C._create_tpu_dist_backend(store, rank, size, timeout)
+    store.set(f"tpu_dist/host/{rank}", host_identity())
+    hosts = [store.get(f"tpu_dist/host/{r}").decode() for r in range(size)]
+    if len(set(hosts)) == 1:
+        return _C._create_tpu_dist_backend(store, rank, size, timeout)
+    from torch.distributed import PrefixStore, ProcessGroupGloo
+
+    local = [r for r in range(size) if hosts[r] == hosts[rank]]
+    leaders = [r for r in range(size) if hosts.index(hosts[r]) == r]  # each host's first rank
+    gloo_all = ProcessGroupGloo(PrefixStore("tpu_dist/gloo_all", store), rank, size, timeout)
+    gloo_leaders = None
+    if rank in leaders:
+        gloo_leaders = ProcessGroupGloo(PrefixStore("tpu_dist/gloo_leaders", store),
+                                        leaders.index(rank), len(leaders), timeout)
+    return _C._create_tpu_dist_backend(store, rank, size, timeout, local, gloo_all, gloo_leaders)
+
+
+def stats():
+    """What this process's tpu_dist groups ran: collectives over shared memory only,
+    hierarchical all_reduces (shared memory + Gloo between hosts), and Gloo calls."""
+    from . import _C
+
+    return dict(_C._tpu_dist_stats())
 
 
 def _register():

@@ -17,7 +17,8 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <fstream>
+#include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -206,47 +207,51 @@ class TpuWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> fut_;
 };
 
-std::string host_identity() {
-  if (const char* v = std::getenv("TORCH_TPU_DIST_HOST_ID")) {
-    if (*v) return v;
-  }
-  char name[256] = {0};
-  gethostname(name, sizeof name - 1);
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
-  return std::string(name) + "/" + boot;
-}
+// What ran where, for tests and benchmarks (torch_tpu._C._tpu_dist_stats()).
+struct DistStats {
+  std::atomic<int64_t> shm_collectives{0}, hierarchical_all_reduces{0}, gloo_calls{0};
+} g_stats;
+
 
 class TpuDistBackend final : public c10d::Backend {
  public:
+  // local_ranks: empty when every rank is on this host; otherwise the global
+  // ranks on this host (the first is its leader), with `gloo_all` a Gloo group
+  // of all ranks and `gloo_leaders` one of the hosts' leaders (this rank's when
+  // it leads, else null).
   TpuDistBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                 std::chrono::milliseconds timeout)
-      : Backend(rank, size), timeout_(timeout) {
+                 std::chrono::milliseconds timeout, std::vector<int64_t> local_ranks,
+                 c10::intrusive_ptr<c10d::Backend> gloo_all,
+                 c10::intrusive_ptr<c10d::Backend> gloo_leaders)
+      : Backend(rank, size),
+        timeout_(timeout),
+        gloo_all_(std::move(gloo_all)),
+        gloo_leaders_(std::move(gloo_leaders)) {
     ensure_runtime();
-    // every rank on one host: the shared-memory transport
-    store->set("tpu_dist/host/" + std::to_string(rank), host_identity());
-    const std::string me = host_identity();
-    for (int r = 0; r < size; r++) {
-      auto v = store->get("tpu_dist/host/" + std::to_string(r));
-      std::string other(v.begin(), v.end());
-      TORCH_CHECK_NOT_IMPLEMENTED(other == me, "tpu_dist: rank ", r, " runs on another host (",
-                                  other, ", rank ", rank, " on ", me,
-                                  "); tpu_dist connects the processes of one host");
+    multi_ = !local_ranks.empty();
+    int local_rank = rank, local_size = size;
+    std::string key = "tpu_dist/segment";
+    if (multi_) {
+      TORCH_CHECK(gloo_all_, "tpu_dist: ranks on several hosts need a Gloo group");
+      local_size = (int)local_ranks.size();
+      local_rank = (int)(std::find(local_ranks.begin(), local_ranks.end(), rank) -
+                         local_ranks.begin());
+      TORCH_CHECK(local_rank < local_size, "tpu_dist: rank ", rank, " is not among its host's");
+      key += "/" + std::to_string(local_ranks[0]);
     }
     std::string name;
-    if (rank == 0) {
+    if (local_rank == 0) {
       char buf[96];
       tpu_dist_make_name(buf, sizeof buf);
       name = buf;
-      store->set("tpu_dist/segment", name);
+      store->set(key, name);
     } else {
-      auto v = store->get("tpu_dist/segment");
+      auto v = store->get(key);
       name.assign(v.begin(), v.end());
     }
     tpu_dist_options_t o = {};
     o.timeout_ms = timeout.count() > 0 ? timeout.count() : 0;
-    check(tpu_dist_comm_create(name.c_str(), rank, size, &o, &comm_));
+    check(tpu_dist_comm_create(name.c_str(), local_rank, local_size, &o, &comm_));
   }
   ~TpuDistBackend() override {
     // queued collectives hold the communicator: let them finish first
@@ -274,7 +279,8 @@ class TpuDistBackend final : public c10d::Backend {
     return launch("broadcast", OpType::BROADCAST, {{t, getRank() == root, true}}, {t},
                   [m = meta(t), root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_broadcast(c, p[0], m.n, m.dt, root);
-                  });
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) { return g.broadcast(v, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -282,10 +288,47 @@ class TpuDistBackend final : public c10d::Backend {
     const at::Tensor t = one(tensors, "all_reduce");
     double f;
     const tpu_dist_redop_t op = to_redop(opts.reduceOp, &f);
-    return launch("all_reduce", OpType::ALLREDUCE, {{t}}, {t},
-                  [m = meta(t), op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                    return tpu_dist_all_reduce(c, p[0], m.n, m.dt, op, f);
-                  });
+    if (!multi_)
+      return launch("all_reduce", OpType::ALLREDUCE, {{t}}, {t},
+                    [m = meta(t), op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                      g_stats.shm_collectives++;
+                      return tpu_dist_all_reduce(c, p[0], m.n, m.dt, op, f);
+                    });
+    // Across hosts, hierarchically: reduce to the host's leader over shared memory,
+    // all_reduce between the leaders with Gloo, broadcast back over shared memory.
+    // AVG: each input scaled by 1 / size first (floats), then sums.
+    TORCH_CHECK(op != TPU_DIST_AVG || t.is_floating_point(),
+                "tpu_dist all_reduce: AVG across hosts needs a floating-point tensor, got ",
+                t.scalar_type());
+    tpu_dist_redop_t intra = op;
+    double fi = f;
+    if (op == TPU_DIST_AVG) {
+      intra = TPU_DIST_PREMUL_SUM;
+      fi = 1.0 / getSize();
+    }
+    c10d::AllreduceOptions lo;
+    lo.reduceOp = (op == TPU_DIST_AVG || op == TPU_DIST_PREMUL_SUM)
+                      ? c10d::ReduceOp(c10d::ReduceOp::SUM)
+                      : opts.reduceOp;
+    return launch(
+        "all_reduce", OpType::ALLREDUCE, {{t}}, {t},
+        [m = meta(t), intra, fi, lo, shape = t.sizes().vec(), type = t.scalar_type(),
+         leaders = gloo_leaders_](tpu_dist_comm_t* c, const std::vector<void*>& p) -> tpu_status_t {
+          g_stats.hierarchical_all_reduces++;
+          TPU_RETURN_IF_ERROR(tpu_dist_reduce(c, p[0], m.n, m.dt, intra, fi, 0));
+          if (leaders) {  // this rank leads its host
+            try {
+              std::vector<at::Tensor> v{
+                  at::from_blob(p[0], shape, at::TensorOptions().dtype(type))};
+              leaders->allreduce(v, lo)->wait();
+            } catch (const std::exception& e) {
+              std::string why = std::string("all_reduce between hosts (Gloo): ") + e.what();
+              tpu_dist_comm_abort(c, why.c_str());  // this host's ranks wait in the broadcast
+              return TPU_ERR(INTERNAL, "tpu_dist %s", why.c_str());
+            }
+          }
+          return tpu_dist_broadcast(c, p[0], m.n, m.dt, 0);
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -302,7 +345,8 @@ class TpuDistBackend final : public c10d::Backend {
                       TPU_RETURN_IF_ERROR(
                           tpu_dist_all_reduce(c, p[i], ms[i].n, ms[i].dt, op, f));
                     return TPU_OK;
-                  });
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) { return g.allreduce_coalesced(v, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -314,7 +358,8 @@ class TpuDistBackend final : public c10d::Backend {
     return launch("reduce", OpType::REDUCE, {{t, true, getRank() == root}}, {t},
                   [m = meta(t), op, f, root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_reduce(c, p[0], m.n, m.dt, op, f, root);
-                  });
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) { return g.reduce(v, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -329,6 +374,12 @@ class TpuDistBackend final : public c10d::Backend {
     return launch("all_gather", OpType::ALLGATHER, std::move(bufs), outputs[0],
                   [m = meta(in), W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_all_gather(c, p[0], &p[1], m.n, m.dt);
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) {
+                    std::vector<at::Tensor> in{v[0]};
+                    std::vector<std::vector<at::Tensor>> out{
+                        std::vector<at::Tensor>(v.begin() + 1, v.end())};
+                    return g.allgather(out, in, opts);
                   });
   }
 
@@ -345,7 +396,8 @@ class TpuDistBackend final : public c10d::Backend {
                     std::vector<void*> outs(W);
                     for (int i = 0; i < W; i++) outs[i] = (unsigned char*)p[1] + i * piece;
                     return tpu_dist_all_gather(c, p[0], outs.data(), m.n, m.dt);
-                  });
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) { return g._allgather_base(v[1], v[0], opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
@@ -374,6 +426,14 @@ class TpuDistBackend final : public c10d::Backend {
                                                               ms[k].n, ms[k].dt));
                     }
                     return TPU_OK;
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) {
+                    c10::intrusive_ptr<c10d::Work> w;
+                    for (size_t k = 0; k + 1 < v.size(); k += 2) {
+                      if (w) w->wait();
+                      w = g._allgather_base(v[k + 1], v[k], opts);
+                    }
+                    return w;
                   });
   }
 
@@ -404,6 +464,17 @@ class TpuDistBackend final : public c10d::Backend {
                                                               ms[k].n, ms[k].dt));
                     }
                     return TPU_OK;
+                  },
+                  [opts, W = getSize()](c10d::Backend& g, std::vector<at::Tensor>& v) {
+                    c10::intrusive_ptr<c10d::Work> w;
+                    for (size_t k = 0; k < v.size(); k += W + 1) {
+                      if (w) w->wait();
+                      std::vector<at::Tensor> in{v[k]};
+                      std::vector<std::vector<at::Tensor>> out{
+                          std::vector<at::Tensor>(v.begin() + k + 1, v.begin() + k + 1 + W)};
+                      w = g.allgather(out, in, opts);
+                    }
+                    return w;
                   });
   }
 
@@ -428,6 +499,12 @@ class TpuDistBackend final : public c10d::Backend {
                   [m = meta(in), root, is_root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_gather(c, p[0], is_root ? &p[1] : nullptr, m.n,
                                            m.dt, root);
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) {
+                    std::vector<at::Tensor> in{v[0]};
+                    std::vector<std::vector<at::Tensor>> outs;
+                    if (v.size() > 1) outs.emplace_back(v.begin() + 1, v.end());
+                    return g.gather(outs, in, opts);
                   });
   }
 
@@ -450,6 +527,12 @@ class TpuDistBackend final : public c10d::Backend {
                   [m = meta(out), root, is_root](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_scatter(c, is_root ? (const void* const*)&p[1] : nullptr,
                                             p[0], m.n, m.dt, root);
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) {
+                    std::vector<at::Tensor> out{v[0]};
+                    std::vector<std::vector<at::Tensor>> ins;
+                    if (v.size() > 1) ins.emplace_back(v.begin() + 1, v.end());
+                    return g.scatter(out, ins, opts);
                   });
   }
 
@@ -468,6 +551,12 @@ class TpuDistBackend final : public c10d::Backend {
                   [m = meta(out), op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_reduce_scatter(c, (const void* const*)&p[1], p[0],
                                                    m.n, m.dt, op, f);
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) {
+                    std::vector<at::Tensor> out{v[0]};
+                    std::vector<std::vector<at::Tensor>> ins{
+                        std::vector<at::Tensor>(v.begin() + 1, v.end())};
+                    return g.reduce_scatter(out, ins, opts);
                   });
   }
 
@@ -483,7 +572,8 @@ class TpuDistBackend final : public c10d::Backend {
                   {{out, false, true}, {in, true, false}}, {out},
                   [m = meta(out), op, f, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return reduce_scatter_flat(c, p[0], p[1], m, W, op, f);
-                  });
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) { return g._reduce_scatter_base(v[0], v[1], opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
@@ -510,6 +600,14 @@ class TpuDistBackend final : public c10d::Backend {
                       TPU_RETURN_IF_ERROR(
                           reduce_scatter_flat(c, p[2 * k], p[2 * k + 1], ms[k], W, op, f));
                     return TPU_OK;
+                  },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) {
+                    c10::intrusive_ptr<c10d::Work> w;
+                    for (size_t k = 0; k + 1 < v.size(); k += 2) {
+                      if (w) w->wait();
+                      w = g._reduce_scatter_base(v[k], v[k + 1], opts);
+                    }
+                    return w;
                   });
   }
 
@@ -560,6 +658,9 @@ class TpuDistBackend final : public c10d::Backend {
                     }
                     return tpu_dist_all_to_all(c, ins.data(), inc.data(), outs.data(),
                                                outc.data(), m.dt);
+                  },
+                  [opts, out_splits, in_splits](c10d::Backend& g, std::vector<at::Tensor>& v) mutable {
+                    return g.alltoall_base(v[1], v[0], out_splits, in_splits, opts);
                   });
   }
 
@@ -591,6 +692,11 @@ class TpuDistBackend final : public c10d::Backend {
                   [inc, outc, W, d](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_all_to_all(c, (const void* const*)&p[0], inc.data(), &p[W],
                                                outc.data(), d);
+                  },
+                  [opts, W](c10d::Backend& g, std::vector<at::Tensor>& v) {
+                    std::vector<at::Tensor> ins(v.begin(), v.begin() + W);
+                    std::vector<at::Tensor> outs(v.begin() + W, v.end());
+                    return g.alltoall(outs, ins, opts);
                   });
   }
 
@@ -604,7 +710,8 @@ class TpuDistBackend final : public c10d::Backend {
     return launch_on(d, "barrier", OpType::BARRIER, {}, {},
                      [](tpu_dist_comm_t* c, const std::vector<void*>&) {
                        return tpu_dist_barrier(c);
-                     });
+                     },
+                  [opts](c10d::Backend& g, std::vector<at::Tensor>& v) { return g.barrier(opts); });
   }
 
   // Point-to-point: each peer and direction has its own stream, so that a send
@@ -618,6 +725,9 @@ class TpuDistBackend final : public c10d::Backend {
                   [m = meta(t), dst, tag](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_send(c, p[0], m.n * (int64_t)m.es, dst, tag);
                   },
+                  [dst, tag](c10d::Backend& g, std::vector<at::Tensor>& v) {
+                    return g.send(v, dst, tag);
+                  },
                   1 + 2 * dst);
   }
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
@@ -627,6 +737,9 @@ class TpuDistBackend final : public c10d::Backend {
     return launch("recv", OpType::RECV, {{t, false, true}}, {t},
                   [m = meta(t), src, tag](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     return tpu_dist_recv(c, p[0], m.n * (int64_t)m.es, src, tag);
+                  },
+                  [src, tag](c10d::Backend& g, std::vector<at::Tensor>& v) {
+                    return g.recv(v, src, tag);
                   },
                   2 + 2 * src);
   }
@@ -638,6 +751,33 @@ class TpuDistBackend final : public c10d::Backend {
  private:
   static constexpr int kMaxDevices = 64;
   using Body = std::function<tpu_status_t(tpu_dist_comm_t*, const std::vector<void*>&)>;
+  using GlooCall =
+      std::function<c10::intrusive_ptr<c10d::Work>(c10d::Backend&, std::vector<at::Tensor>&)>;
+
+  // The body that runs `call` on the Gloo group of all ranks: CPU tensors over
+  // the addresses (no Python object: safe to release on the worker).
+  Body via_gloo(const char* what, const std::vector<Buf>& bufs, GlooCall call) {
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<c10::ScalarType> types;
+    for (auto& b : bufs) {
+      shapes.push_back(b.t.sizes().vec());
+      types.push_back(b.t.scalar_type());
+    }
+    return [what, shapes, types, call = std::move(call), g = gloo_all_](
+               tpu_dist_comm_t* c, const std::vector<void*>& p) -> tpu_status_t {
+      g_stats.gloo_calls++;
+      try {
+        std::vector<at::Tensor> v;
+        for (size_t i = 0; i < shapes.size(); i++)
+          v.push_back(at::from_blob(p[i], shapes[i], at::TensorOptions().dtype(types[i])));
+        auto w = call(*g, v);
+        if (w) w->wait();
+      } catch (const std::exception& e) {
+        return TPU_ERR(INTERNAL, "tpu_dist %s (Gloo, between hosts): %s", what, e.what());
+      }
+      return TPU_OK;
+    };
+  }
 
   static tpu_dtype_t dt(const at::Tensor& t) { return (tpu_dtype_t)t.scalar_type(); }
 
@@ -706,20 +846,24 @@ class TpuDistBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> launch(const char* what, OpType type, std::vector<Buf> bufs,
                                         std::vector<at::Tensor> outputs, Body body,
-                                        int lane = 0) {
+                                        GlooCall gloo = nullptr, int lane = 0) {
     TORCH_CHECK(!bufs.empty(), "tpu_dist ", what, ": no tensors");
     const c10::DeviceIndex d = bufs[0].t.device().index();
     for (auto& b : bufs)
       TORCH_CHECK(b.t.device() == bufs[0].t.device(), "tpu_dist ", what, ": tensors on ",
                   bufs[0].t.device(), " and ", b.t.device());
-    return launch_on(d, what, type, std::move(bufs), std::move(outputs), std::move(body), lane);
+    return launch_on(d, what, type, std::move(bufs), std::move(outputs), std::move(body),
+                     std::move(gloo), lane);
   }
 
   // lane 0: the collectives' stream; 1 + 2 * peer: sends to peer; 2 + 2 * peer:
-  // receives from it
+  // receives from it. With ranks on several hosts, `gloo` runs the operation on
+  // the Gloo group of all ranks instead, on CPU views of the buffers (the host
+  // copies on a target whose memory the host cannot address).
   c10::intrusive_ptr<c10d::Work> launch_on(c10::DeviceIndex d, const char* what, OpType type,
                                            std::vector<Buf> bufs, std::vector<at::Tensor> outputs,
-                                           Body body, int lane = 0) {
+                                           Body body, GlooCall gloo = nullptr, int lane = 0) {
+    if (multi_ && gloo) body = via_gloo(what, bufs, std::move(gloo));
     ensure_runtime();
     std::lock_guard<std::mutex> g(mu_);  // one order of collectives per process
     if (tpu_get_eager_mode() == TPU_MODE_DEFER) materialize_device(d);
@@ -781,6 +925,8 @@ class TpuDistBackend final : public c10d::Backend {
   tpu_dist_comm_t* comm_ = nullptr;
   std::mutex mu_;
   std::map<std::pair<int, int>, int64_t> streams_;  // (device, lane) -> stream id
+  bool multi_ = false;                              // ranks on several hosts
+  c10::intrusive_ptr<c10d::Backend> gloo_all_, gloo_leaders_;
 };
 
 }  // namespace
@@ -789,11 +935,27 @@ void add_dist_bindings(py::module& m) {
   m.def(
       "_create_tpu_dist_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         std::chrono::milliseconds timeout) -> c10::intrusive_ptr<c10d::Backend> {
-        return c10::make_intrusive<TpuDistBackend>(store, rank, size, timeout);
+         std::chrono::milliseconds timeout, std::vector<int64_t> local_ranks,
+         std::optional<c10::intrusive_ptr<c10d::Backend>> gloo_all,
+         std::optional<c10::intrusive_ptr<c10d::Backend>> gloo_leaders)
+          -> c10::intrusive_ptr<c10d::Backend> {
+        return c10::make_intrusive<TpuDistBackend>(
+            store, rank, size, timeout, std::move(local_ranks),
+            gloo_all ? *gloo_all : c10::intrusive_ptr<c10d::Backend>(),
+            gloo_leaders ? *gloo_leaders : c10::intrusive_ptr<c10d::Backend>());
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("local_ranks") = std::vector<int64_t>{}, py::arg("gloo_all") = py::none(),
+      py::arg("gloo_leaders") = py::none(), py::call_guard<py::gil_scoped_release>());
+  // what ran where in this process: collectives over shared memory only,
+  // hierarchical all_reduces (shared memory + Gloo between hosts), Gloo calls
+  m.def("_tpu_dist_stats", [] {
+    py::dict d;
+    d["shm_collectives"] = g_stats.shm_collectives.load();
+    d["hierarchical_all_reduces"] = g_stats.hierarchical_all_reduces.load();
+    d["gloo_calls"] = g_stats.gloo_calls.load();
+    return d;
+  });
 }
 
 }  // namespace torch_tpu
