@@ -48,8 +48,9 @@ def test_ddp_matches_one_process(tmp_path):
     ranks against one process training on the global batch: losses within 1e-5 relative,
     parameters within 1e-5 after the last step."""
     results = run_ok("ddp", "strict", 2, tmp_path)
+    assert results[0]["stats"]["shm_collectives"] > 0 and results[0]["stats"]["gloo_calls"] == 0
     for name, fig in results[0].items():
-        if name != "ok":
+        if name not in ("ok", "stats"):
             assert fig["max_param_diff"] <= 1e-5, (name, fig)
 
 

@@ -324,6 +324,9 @@ def scenario_ddp(rank, world, out):
             worst = max(worst, (p.detach().cpu() - q).abs().max().item())
         assert worst <= 1e-5, (name, worst)
         figures[name] = {"losses": losses, "max_param_diff": worst}
+    import torch_tpu.distributed as td
+
+    figures["stats"] = td.stats()
     return figures
 
 
