@@ -395,8 +395,8 @@ bool tpu_dist_redop_supported(tpu_dist_redop_t op, tpu_dtype_t dt) {
 #define RBLK 512
 
 #define DEF_REDUCE_FLOAT(NAME, T, ACC, LOAD, STORE, ATTR)                                   \
-  ATTR static void NAME(void* dst_, const void* const* srcs, int n, int64_t count, int op,       \
-                   ACC factor, int avg) {                                                   \
+  ATTR static void NAME(void* dst_, void* dst2_, const void* const* srcs, int n,             \
+                        int64_t count, int op, ACC factor, int avg) {                       \
     T* dst = (T*)dst_;                                                                      \
     ACC acc[RBLK];                                                                          \
     for (int64_t b = 0; b < count; b += RBLK) {                                             \
@@ -435,6 +435,7 @@ bool tpu_dist_redop_supported(tpu_dist_redop_t op, tpu_dtype_t dt) {
       if (op == TPU_DIST_AVG)                                                               \
         for (int64_t k = 0; k < m; k++) acc[k] /= (ACC)avg;                                 \
       for (int64_t k = 0; k < m; k++) dst[b + k] = STORE(acc[k]);                           \
+      if (dst2_) memcpy((T*)dst2_ + b, dst + b, (size_t)m * sizeof(T)); /* still in L1 */   \
     }                                                                                       \
   }
 
@@ -487,8 +488,8 @@ static bool use_avx2(void) {
 /* Integers: sums and products wrap (unsigned arithmetic, as on CUDA), AVG
  * divides the exact sum (exact in 64 bits for the narrower types). */
 #define DEF_REDUCE_INT(NAME, T, SIGNED)                                                     \
-  static void NAME(void* dst_, const void* const* srcs, int n, int64_t count, int op,       \
-                   int avg) {                                                               \
+  static void NAME(void* dst_, void* dst2_, const void* const* srcs, int n, int64_t count,  \
+                   int op, int avg) {                                                       \
     T* dst = (T*)dst_;                                                                      \
     uint64_t acc[RBLK];                                                                     \
     for (int64_t b = 0; b < count; b += RBLK) {                                             \
@@ -518,6 +519,7 @@ static bool use_avx2(void) {
         for (int64_t k = 0; k < m; k++)                                                     \
           acc[k] = SIGNED ? (uint64_t)((int64_t)acc[k] / avg) : acc[k] / (uint64_t)avg;     \
       for (int64_t k = 0; k < m; k++) dst[b + k] = (T)acc[k];                               \
+      if (dst2_) memcpy((T*)dst2_ + b, dst + b, (size_t)m * sizeof(T));                     \
     }                                                                                       \
   }
 
@@ -527,9 +529,10 @@ DEF_REDUCE_INT(reduce_i16, int16_t, 1)
 DEF_REDUCE_INT(reduce_i32, int32_t, 1)
 DEF_REDUCE_INT(reduce_i64, int64_t, 1)
 
-tpu_status_t tpu_dist_reduce_block(void* dst, const void* const* srcs, int n, int64_t count,
-                                   tpu_dtype_t dt, tpu_dist_redop_t op, double factor,
-                                   int avg_divisor) {
+/* dst (and dst2 when not NULL, a copy of the result) = op over srcs */
+static tpu_status_t reduce_into(void* dst, void* dst2, const void* const* srcs, int n,
+                                int64_t count, tpu_dtype_t dt, tpu_dist_redop_t op,
+                                double factor, int avg_divisor) {
   if (!tpu_dist_redop_supported(op, dt))
     return TPU_ERR(INVALID_ARGUMENT, "tpu_dist: reduce op %s is not supported for %s",
                    tpu_dist_redop_name(op), tpu_dtype_name(dt));
@@ -538,37 +541,43 @@ tpu_status_t tpu_dist_reduce_block(void* dst, const void* const* srcs, int n, in
   switch (dt) {
 #ifdef TPU_HAVE_AVX2_REDUCE
     case TPU_F32:
-      (use_avx2() ? reduce_f32_avx2 : reduce_f32)(dst, srcs, n, count, op, (float)factor,
+      (use_avx2() ? reduce_f32_avx2 : reduce_f32)(dst, dst2, srcs, n, count, op, (float)factor,
                                                   avg_divisor);
       break;
     case TPU_F64:
-      (use_avx2() ? reduce_f64_avx2 : reduce_f64)(dst, srcs, n, count, op, factor, avg_divisor);
+      (use_avx2() ? reduce_f64_avx2 : reduce_f64)(dst, dst2, srcs, n, count, op, factor, avg_divisor);
       break;
     case TPU_BF16:
-      (use_avx2() ? reduce_bf16_avx2 : reduce_bf16)(dst, srcs, n, count, op, (float)factor,
+      (use_avx2() ? reduce_bf16_avx2 : reduce_bf16)(dst, dst2, srcs, n, count, op, (float)factor,
                                                     avg_divisor);
       break;
 #else
-    case TPU_F32: reduce_f32(dst, srcs, n, count, op, (float)factor, avg_divisor); break;
-    case TPU_F64: reduce_f64(dst, srcs, n, count, op, factor, avg_divisor); break;
-    case TPU_BF16: reduce_bf16(dst, srcs, n, count, op, (float)factor, avg_divisor); break;
+    case TPU_F32: reduce_f32(dst, dst2, srcs, n, count, op, (float)factor, avg_divisor); break;
+    case TPU_F64: reduce_f64(dst, dst2, srcs, n, count, op, factor, avg_divisor); break;
+    case TPU_BF16: reduce_bf16(dst, dst2, srcs, n, count, op, (float)factor, avg_divisor); break;
 #endif
-    case TPU_F16: reduce_f16(dst, srcs, n, count, op, (float)factor, avg_divisor); break;
-    case TPU_U8: reduce_u8(dst, srcs, n, count, op, avg_divisor); break;
-    case TPU_I8: reduce_i8(dst, srcs, n, count, op, avg_divisor); break;
-    case TPU_I16: reduce_i16(dst, srcs, n, count, op, avg_divisor); break;
-    case TPU_I32: reduce_i32(dst, srcs, n, count, op, avg_divisor); break;
-    case TPU_I64: reduce_i64(dst, srcs, n, count, op, avg_divisor); break;
+    case TPU_F16: reduce_f16(dst, dst2, srcs, n, count, op, (float)factor, avg_divisor); break;
+    case TPU_U8: reduce_u8(dst, dst2, srcs, n, count, op, avg_divisor); break;
+    case TPU_I8: reduce_i8(dst, dst2, srcs, n, count, op, avg_divisor); break;
+    case TPU_I16: reduce_i16(dst, dst2, srcs, n, count, op, avg_divisor); break;
+    case TPU_I32: reduce_i32(dst, dst2, srcs, n, count, op, avg_divisor); break;
+    case TPU_I64: reduce_i64(dst, dst2, srcs, n, count, op, avg_divisor); break;
     case TPU_BOOL: {
       /* 0/1 bytes: a sum or a maximum is "any", a product or a minimum "all" */
       int o = op == TPU_DIST_SUM ? TPU_DIST_MAX : op == TPU_DIST_PRODUCT ? TPU_DIST_MIN : (int)op;
-      reduce_u8(dst, srcs, n, count, o, avg_divisor);
+      reduce_u8(dst, dst2, srcs, n, count, o, avg_divisor);
       break;
     }
     default:
       return TPU_ERR(UNIMPLEMENTED, "tpu_dist: dtype %s", tpu_dtype_name(dt));
   }
   return TPU_OK;
+}
+
+tpu_status_t tpu_dist_reduce_block(void* dst, const void* const* srcs, int n, int64_t count,
+                                   tpu_dtype_t dt, tpu_dist_redop_t op, double factor,
+                                   int avg_divisor) {
+  return reduce_into(dst, NULL, srcs, n, count, dt, op, factor, avg_divisor);
 }
 
 /* ---- collectives ----------------------------------------------------------- */
@@ -662,8 +671,8 @@ static tpu_status_t reduce_impl(tpu_dist_comm_t* c, int kind, void* buf, int64_t
     const int64_t lo = STRETCH_LO(me), hi = STRETCH_HI(me);
     for (int i = 0; i < W; i++) srcs[i] = (i == me ? b : slot_of(c, i)) + lo * es;
     unsigned char* dst = all ? b + lo * es : res + lo * es;
-    TPU_RETURN_IF_ERROR(tpu_dist_reduce_block(dst, srcs, W, hi - lo, dt, op, factor, W));
-    if (all) memcpy(res + lo * es, dst, (size_t)(hi - lo) * es);
+    TPU_RETURN_IF_ERROR(
+        reduce_into(dst, all ? res + lo * es : NULL, srcs, W, hi - lo, dt, op, factor, W));
     TPU_RETURN_IF_ERROR(step(c));
     if (all || me == root) {
       for (int j = 0; j < W; j++)
