@@ -439,27 +439,11 @@ bool tpu_dist_redop_supported(tpu_dist_redop_t op, tpu_dtype_t dt) {
     }                                                                                       \
   }
 
-/* bfloat16 <-> float32 as tpu/tensor.h converts (round to nearest even, NaN
- * kept quiet), written without branches so that the loops vectorize */
-static inline float bf16_load(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static inline uint16_t bf16_store(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet = (u >> 16) | 0x40u;
-  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-}
-
 #define ID(x) (x)
 #define NO_ATTR
 DEF_REDUCE_FLOAT(reduce_f32, float, float, ID, ID, NO_ATTR)
 DEF_REDUCE_FLOAT(reduce_f64, double, double, ID, ID, NO_ATTR)
-DEF_REDUCE_FLOAT(reduce_bf16, uint16_t, float, bf16_load, bf16_store, NO_ATTR)
+DEF_REDUCE_FLOAT(reduce_bf16, uint16_t, float, tpu_bf16_to_f32, tpu_f32_to_bf16, NO_ATTR)
 DEF_REDUCE_FLOAT(reduce_f16, uint16_t, float, tpu_f16_to_f32, tpu_f32_to_f16, NO_ATTR)
 /* AVX2 builds of the float loops (the conversions of bfloat16 gain most),
  * chosen at run time from CPUID (base/cpu.h); the results are the same bits */
@@ -468,7 +452,7 @@ DEF_REDUCE_FLOAT(reduce_f16, uint16_t, float, tpu_f16_to_f32, tpu_f32_to_f16, NO
 #define AVX2_ATTR __attribute__((target("avx2,fma")))
 DEF_REDUCE_FLOAT(reduce_f32_avx2, float, float, ID, ID, AVX2_ATTR)
 DEF_REDUCE_FLOAT(reduce_f64_avx2, double, double, ID, ID, AVX2_ATTR)
-DEF_REDUCE_FLOAT(reduce_bf16_avx2, uint16_t, float, bf16_load, bf16_store, AVX2_ATTR)
+DEF_REDUCE_FLOAT(reduce_bf16_avx2, uint16_t, float, tpu_bf16_to_f32, tpu_f32_to_bf16, AVX2_ATTR)
 #endif
 
 static bool use_avx2(void) {

@@ -74,12 +74,14 @@ static inline float tpu_bf16_to_f32(uint16_t h) {
   memcpy(&f, &u, 4);
   return f;
 }
+/* Round to nearest even; a NaN stays a (quiet) NaN. Without branches, so that
+ * loops calling it vectorize. */
 static inline uint16_t tpu_f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
-  return (uint16_t)(u >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet = (u >> 16) | 0x40u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 float tpu_f16_to_f32(uint16_t h);
 uint16_t tpu_f32_to_f16(float f);
