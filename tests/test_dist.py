@@ -7,7 +7,6 @@ import pytest
 
 from tests.dist import launch
 
-pytestmark = pytest.mark.timeout(300) if hasattr(pytest.mark, "timeout") else []
 
 
 def segments():
