@@ -13,10 +13,10 @@ def segments():
     return set(glob.glob("/dev/shm/tpu_dist.*"))
 
 
-def run_ok(scenario, mode, world, tmp_path, timeout=240):
+def run_ok(scenario, mode, world, tmp_path, timeout=240, env=None):
     before = segments()
     rcs, outs, results = launch.run("tests.dist.worker", [scenario, mode, str(tmp_path)], world,
-                                    str(tmp_path), timeout=timeout)
+                                    str(tmp_path), timeout=timeout, env=env)
     for r in range(world):
         assert rcs[r] == 0 and results[r] and results[r]["ok"], f"rank {r}:\n{outs[r][-3000:]}"
     assert segments() - before == set()
@@ -26,6 +26,12 @@ def run_ok(scenario, mode, world, tmp_path, timeout=240):
 @pytest.mark.parametrize("mode", ["strict", "debug", "defer_and_fuse"])
 def test_collectives_two_ranks(mode, tmp_path):
     run_ok("collectives", mode, 2, tmp_path)
+
+
+def test_collectives_on_the_pjrt_target(tmp_path):
+    """The same on the pjrt target (XLA's CPU plugin): device memory the host cannot address,
+    so each collective stages through host copies."""
+    run_ok("collectives", "strict", 2, tmp_path, env={"TORCH_TPU_TARGET": "pjrt"})
 
 
 def test_collectives_three_ranks(tmp_path):
