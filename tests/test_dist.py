@@ -98,3 +98,12 @@ def test_dcp_across_world_sizes(saved_by, loaded_by, tmp_path):
         for r in range(world):
             assert rcs[r] == 0 and results[r]["ok"], f"{action} rank {r}:\n{outs[r][-3000:]}"
     assert results[0]["max_diff"] == 0.0 and results[0]["loaded"] > 10
+
+
+def test_init_styles_pick_tpu_dist(tmp_path):
+    """init_process_group("tpu_dist"), ("tpu"), (device_id=tpu:0) and
+    ("cpu:gloo,tpu:tpu_dist") all run tpu tensors through tpu_dist."""
+    results = run_ok("init_styles", "strict", 2, tmp_path)
+    r = results[0]
+    assert r["tpu_dist"] == "tpu_dist" and r["device_id"] == "tpu_dist", r
+    assert "tpu_dist" in r["cpu:gloo,tpu:tpu_dist"], r

@@ -549,11 +549,39 @@ def scenario_dcp(rank, world, out):
     return {"loaded": len(got), "max_diff": worst}
 
 
+def scenario_init_styles(rank, world, out):
+    """The ways a script picks the backend: by name (and alias), from the device, and per
+    device type beside Gloo; each group all_reduces a tpu tensor (and, beside Gloo, a cpu one)."""
+    figures = {}
+    for style in ("tpu_dist", "tpu", "device_id", "cpu:gloo,tpu:tpu_dist"):
+        if style == "device_id":
+            dist.init_process_group(device_id=torch.device("tpu", 0))
+        else:
+            dist.init_process_group(style)
+        figures[style] = str(dist.get_backend())
+        t = torch.ones(3, device="tpu")
+        dist.all_reduce(t)
+        same(t, torch.full((3,), float(world)), f"all_reduce after init {style}")
+        if style.startswith("cpu:"):
+            c = torch.ones(3)
+            dist.all_reduce(c)
+            same(c, torch.full((3,), float(world)), "gloo all_reduce beside tpu_dist")
+        dist.destroy_process_group()
+    return figures
+
+
 def main():
     scenario, mode, out = sys.argv[1], sys.argv[2], sys.argv[3]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch_tpu.set_eager_mode(mode)
     timeout = float(os.environ.get("TPU_DIST_TEST_TIMEOUT", "60"))
+    if scenario == "init_styles":
+        figures = scenario_init_styles(rank, world, out)
+        figures["ok"] = True
+        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+            json.dump(figures, f)
+        sys.stdout.flush()
+        os._exit(0)
     dist.init_process_group("tpu_dist", timeout=timedelta(seconds=timeout))
     figures = globals()["scenario_" + scenario](rank, world, out) or {}
     figures["ok"] = True
