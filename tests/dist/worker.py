@@ -553,11 +553,16 @@ def scenario_init_styles(rank, world, out):
     """The ways a script picks the backend: by name (and alias), from the device, and per
     device type beside Gloo; each group all_reduces a tpu tensor (and, beside Gloo, a cpu one)."""
     figures = {}
-    for style in ("tpu_dist", "tpu", "device_id", "cpu:gloo,tpu:tpu_dist"):
+    # one store for the four groups (a group per prefix): re-creating torchrun's store on the
+    # same port races with the previous group's shutdown
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                         rank == 0, timeout=timedelta(seconds=60))
+    for k, style in enumerate(("tpu_dist", "tpu", "device_id", "cpu:gloo,tpu:tpu_dist")):
+        kw = dict(store=dist.PrefixStore(f"style{k}", base), rank=rank, world_size=world)
         if style == "device_id":
-            dist.init_process_group(device_id=torch.device("tpu", 0))
+            dist.init_process_group(device_id=torch.device("tpu", 0), **kw)
         else:
-            dist.init_process_group(style)
+            dist.init_process_group(style, **kw)
         figures[style] = str(dist.get_backend())
         t = torch.ones(3, device="tpu")
         dist.all_reduce(t)
@@ -566,6 +571,7 @@ def scenario_init_styles(rank, world, out):
             c = torch.ones(3)
             dist.all_reduce(c)
             same(c, torch.full((3,), float(world)), "gloo all_reduce beside tpu_dist")
+        dist.barrier()
         dist.destroy_process_group()
     return figures
 
