@@ -107,3 +107,22 @@ def test_init_styles_pick_tpu_dist(tmp_path):
     r = results[0]
     assert r["tpu_dist"] == "tpu_dist" and r["device_id"] == "tpu_dist", r
     assert "tpu_dist" in r["cpu:gloo,tpu:tpu_dist"], r
+
+
+def test_visible_devices_choose_the_chips_of_a_process():
+    """TORCH_TPU_VISIBLE_DEVICES: the chips this process uses, numbered from tpu:0 (on the host
+    target and on the pjrt target, whose XLA CPU plugin has 4 devices); a bad value raises at the
+    first use, naming it."""
+    from tests.conftest import run_python
+
+    code = ("import torch; n = torch.tpu.device_count(); "
+            "x = torch.arange(4.0, device=f'tpu:{n - 1}'); print(n, x.sum().item())")
+    r = run_python(code, env={"TORCH_TPU_HOST_DEVICES": "4", "TORCH_TPU_VISIBLE_DEVICES": "1,3"})
+    assert r.returncode == 0 and r.stdout.split() == ["2", "6.0"], r.stderr[-2000:]
+    r = run_python(code, env={"TORCH_TPU_TARGET": "pjrt", "TORCH_TPU_VISIBLE_DEVICES": "2"})
+    assert r.returncode == 0 and r.stdout.split() == ["1", "6.0"], r.stderr[-2000:]
+    bad = ("import torch\ntry:\n    torch.ones(1, device='tpu')\nexcept RuntimeError as e:\n"
+           "    print('raised', e)")
+    r = run_python(bad, env={"TORCH_TPU_HOST_DEVICES": "2", "TORCH_TPU_VISIBLE_DEVICES": "0,5"})
+    assert "raised" in r.stdout and "TORCH_TPU_VISIBLE_DEVICES=0,5" in r.stdout, (r.stdout,
+                                                                                   r.stderr[-2000:])

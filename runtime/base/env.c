@@ -1,6 +1,7 @@
 /* Environment variables (see env.h). */
 #include "base/env.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,4 +34,37 @@ bool tpu_env_bool(const char* name, bool dflt) {
   const char* v = tpu_env_str(name);
   if (!v) return dflt;
   return strcmp(v, "0") != 0 && strcmp(v, "false") != 0;
+}
+
+tpu_status_t tpu_env_visible_devices(int total, int* out_map, int* out_n) {
+  *out_n = 0;
+  const char* v = tpu_env_str("TORCH_TPU_VISIBLE_DEVICES");
+  if (!v) {
+    for (int i = 0; i < total; i++) out_map[i] = i;
+    *out_n = total;
+    return TPU_OK;
+  }
+  const char* p = v;
+  while (*p) {
+    char* end = NULL;
+    long d = strtol(p, &end, 10);
+    if (end == p || d < 0 || d >= total)
+      return TPU_ERR(INVALID_ARGUMENT,
+                     "TORCH_TPU_VISIBLE_DEVICES=%s: expected device indices in [0, %d) separated "
+                     "by commas",
+                     v, total);
+    for (int k = 0; k < *out_n; k++)
+      if (out_map[k] == (int)d)
+        return TPU_ERR(INVALID_ARGUMENT, "TORCH_TPU_VISIBLE_DEVICES=%s names device %ld twice", v,
+                       d);
+    out_map[(*out_n)++] = (int)d;
+    p = end;
+    if (*p == ',') p++;
+    else if (*p)
+      return TPU_ERR(INVALID_ARGUMENT,
+                     "TORCH_TPU_VISIBLE_DEVICES=%s: expected device indices separated by commas", v);
+  }
+  if (*out_n == 0)
+    return TPU_ERR(INVALID_ARGUMENT, "TORCH_TPU_VISIBLE_DEVICES is empty of devices");
+  return TPU_OK;
 }

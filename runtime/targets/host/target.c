@@ -53,7 +53,14 @@ static void host_read_env(void) {
                             (long long)cap);
     return;
   }
-  g_host.ndevices = (int)n;
+  /* the chips are alike: visibility only chooses how many this process has */
+  int map[HOST_MAX_DEVICES], visible = 0;
+  tpu_status_t vs = tpu_env_visible_devices((int)n, map, &visible);
+  if (vs) {
+    g_host.status = vs;
+    return;
+  }
+  g_host.ndevices = visible;
   g_host.capacity = cap;
 }
 

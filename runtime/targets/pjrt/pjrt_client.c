@@ -160,13 +160,24 @@ static tpu_status_t open_client(tpu_pjrt_t* p) {
   PJRT_Client_AddressableDevices_Args ad = {
       .struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE, .client = p->client};
   TPU_RETURN_IF_ERROR(take_error(api, api->PJRT_Client_AddressableDevices(&ad), "devices"));
-  p->ndev = (int)ad.num_addressable_devices;
+  /* TORCH_TPU_VISIBLE_DEVICES picks (and orders) the devices this process uses */
+  const int total = (int)ad.num_addressable_devices;
+  int* map = calloc((size_t)total + 1, sizeof(int));
+  if (!map) return TPU_ERR(RESOURCE_EXHAUSTED, "pjrt: out of host memory");
+  tpu_status_t vs = tpu_env_visible_devices(total, map, &p->ndev);
+  if (vs) {
+    free(map);
+    return tpu_status_annotate(vs, "pjrt");
+  }
   p->devices = calloc((size_t)p->ndev + 1, sizeof(PJRT_Device*));
   p->kinds = calloc((size_t)p->ndev + 1, sizeof(char*));
-  if (!p->devices || !p->kinds || !p->platform || !p->version)
+  if (!p->devices || !p->kinds || !p->platform || !p->version) {
+    free(map);
     return TPU_ERR(RESOURCE_EXHAUSTED, "pjrt: out of host memory");
+  }
+  for (int i = 0; i < p->ndev; i++) p->devices[i] = ad.addressable_devices[map[i]];
+  free(map);
   for (int i = 0; i < p->ndev; i++) {
-    p->devices[i] = ad.addressable_devices[i];
     PJRT_Device_GetDescription_Args g = {.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE,
                                          .device = p->devices[i]};
     TPU_RETURN_IF_ERROR(take_error(api, api->PJRT_Device_GetDescription(&g), "device description"));
