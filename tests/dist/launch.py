@@ -11,6 +11,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# Every rank compiles fused kernels before it runs them: with background compiles a graph runs
+# unfused until its kernel is ready, so the reference and the distributed run of one process
+# could take different kernels (and round differently) depending on the machine's load.
+WORKER_ENV = {"TORCH_TPU_ASYNC_COMPILE": "0"}
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -27,6 +33,7 @@ def run(module, args, world, out_dir, timeout=180, env=None):
         e.update({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
                   "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                   "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+        e.update(WORKER_ENV)
         e.update(env or {})
         procs.append(subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
