@@ -23,9 +23,22 @@ def run_ok(scenario, mode, world, tmp_path, timeout=240, env=None):
     return results
 
 
+def direct_ran(results):
+    """Whether the collectives copied straight between the ranks' buffers (every rank)."""
+    return [r["stats"]["direct_collectives"] > 0 for r in results if r]
+
+
 @pytest.mark.parametrize("mode", ["strict", "debug", "defer_and_fuse"])
 def test_collectives_two_ranks(mode, tmp_path):
-    run_ok("collectives", mode, 2, tmp_path)
+    assert all(direct_ran(run_ok("collectives", mode, 2, tmp_path)))
+
+
+def test_collectives_staged_through_shared_memory(tmp_path):
+    """TORCH_TPU_DIST_DIRECT=0 (as where the kernel forbids reading another process's memory):
+    every collective goes through the shared segment's slots instead."""
+    results = run_ok("collectives", "strict", 2, tmp_path, env={"TORCH_TPU_DIST_DIRECT": "0"})
+    assert not any(direct_ran(results))
+    assert all(r["stats"]["shm_collectives"] > 0 for r in results)
 
 
 def test_collectives_on_the_pjrt_target(tmp_path):
@@ -35,7 +48,7 @@ def test_collectives_on_the_pjrt_target(tmp_path):
 
 
 def test_collectives_three_ranks(tmp_path):
-    run_ok("collectives", "strict", 3, tmp_path)
+    assert all(direct_ran(run_ok("collectives", "strict", 3, tmp_path)))
 
 
 def test_errors_on_every_rank_and_a_dead_rank(tmp_path):

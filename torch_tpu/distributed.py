@@ -57,8 +57,10 @@ def _create(store, rank, size, timeout):
 
 
 def stats():
-    """What this process's tpu_dist groups ran: collectives over shared memory only,
-    hierarchical all_reduces (shared memory + Gloo between hosts), and Gloo calls."""
+    """What this process's tpu_dist groups ran: collectives over shared memory only
+    (``shm_collectives``; of those, ``direct_collectives`` copied straight between the
+    ranks' buffers), hierarchical all_reduces (shared memory + Gloo between hosts), and
+    Gloo calls."""
     from . import _C
 
     return dict(_C._tpu_dist_stats())

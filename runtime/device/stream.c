@@ -239,26 +239,41 @@ bool tpu_stream_run_if_idle(tpu_stream_t* s, const char* what, tpu_status_t (*fn
   return true;
 }
 
-tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
-                                void* ctx, void (*destroy)(void*)) {
-  tpu_status_t fst = flush_before(s);
-  if (fst) {
-    if (destroy) destroy(ctx);
-    return fst;
+/* flush: queue the upper layer's pending work first; debug_wait: in Debug
+ * mode, wait for the work (its error is raised at the call) */
+static tpu_status_t enqueue_fn(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
+                               void* ctx, void (*destroy)(void*), bool flush, bool debug_wait) {
+  if (flush) {
+    tpu_status_t fst = flush_before(s);
+    if (fst) {
+      if (destroy) destroy(ctx);
+      return fst;
+    }
   }
-  return tpu_stream_enqueue_raw(s, what, fn, ctx, destroy);
-}
-
-tpu_status_t tpu_stream_enqueue_raw(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
-                                    void* ctx, void (*destroy)(void*)) {
   fn_work_t* f = fn_work_new(what, fn, ctx, destroy);
   if (!f) {
     if (destroy) destroy(ctx);
     return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory queueing work", what);
   }
   tpu_stream_push(s, &f->work);
-  if (tpu_get_eager_mode() == TPU_MODE_DEBUG) return tpu_stream_synchronize(s);
+  if (debug_wait && tpu_get_eager_mode() == TPU_MODE_DEBUG) return tpu_stream_synchronize(s);
   return TPU_OK;
+}
+
+tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
+                                void* ctx, void (*destroy)(void*)) {
+  return enqueue_fn(s, what, fn, ctx, destroy, true, true);
+}
+
+tpu_status_t tpu_stream_enqueue_nowait(tpu_stream_t* s, const char* what,
+                                       tpu_status_t (*fn)(void*), void* ctx,
+                                       void (*destroy)(void*)) {
+  return enqueue_fn(s, what, fn, ctx, destroy, true, false);
+}
+
+tpu_status_t tpu_stream_enqueue_raw(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
+                                    void* ctx, void (*destroy)(void*)) {
+  return enqueue_fn(s, what, fn, ctx, destroy, false, true);
 }
 
 tpu_status_t tpu_stream_synchronize(tpu_stream_t* s) {

@@ -108,6 +108,15 @@ static double expect_reduce(tpu_dtype_t dt, tpu_dist_redop_t op, int W, int64_t 
 
 static int g_W;
 
+/* The direct copies ran unless TORCH_TPU_DIST_DIRECT=0 (then none did). */
+static void check_path(tpu_dist_comm_t* c) {
+  const char* d = getenv("TORCH_TPU_DIST_DIRECT");
+  const bool want = !(d && !strcmp(d, "0"));
+  CHECK(tpu_dist_comm_direct(c) == want);
+  if (want) CHECK(tpu_dist_comm_direct_count(c) > 0);
+  else CHECK(tpu_dist_comm_direct_count(c) == 0);
+}
+
 /* all_reduce over several rounds (the slot is small) for every dtype and op */
 static void body_all_reduce(tpu_dist_comm_t* c) {
   const int64_t n = 5000; /* > one 16 KiB slot of float64 */
@@ -156,6 +165,7 @@ static void body_all_reduce(tpu_dist_comm_t* c) {
   /* unsupported: bitwise on floats fails on every rank, and the group goes on */
   CHECK_FAILS_WITH(tpu_dist_all_reduce(c, x, 3, TPU_F32, TPU_DIST_BAND, 1.0), "BAND");
   CHECK_OK(tpu_dist_barrier(c));
+  check_path(c);
 }
 
 /* float32 sums: every rank gets the same bits, the rank-order sum */
@@ -256,6 +266,23 @@ static void body_moves(tpu_dist_comm_t* c) {
     for (int64_t k = 0; k < outc[i]; k++)
       wrong += ((int32_t*)aouts[i])[k] != (int32_t)(i * 1000000 + r * 10000 + k);
   CHECK(wrong == 0);
+  /* the same from one input buffer (pieces back to back: direct copies) */
+  int64_t total = 0;
+  for (int j = 0; j < W; j++) total += inc[j];
+  int32_t* flat = malloc((size_t)total * 4);
+  const void* fins[16];
+  for (int j = 0, at = 0; j < W; at += (int)inc[j], j++) {
+    memcpy(flat + at, ains[j], (size_t)inc[j] * 4);
+    fins[j] = flat + at;
+  }
+  for (int i = 0; i < W; i++) memset(aouts[i], 0, (size_t)outc[i] * 4);
+  CHECK_OK(tpu_dist_all_to_all(c, fins, inc, aouts, outc, TPU_I32));
+  wrong = 0;
+  for (int i = 0; i < W; i++)
+    for (int64_t k = 0; k < outc[i]; k++)
+      wrong += ((int32_t*)aouts[i])[k] != (int32_t)(i * 1000000 + r * 10000 + k);
+  CHECK(wrong == 0);
+  free(flat);
   /* a split that disagrees fails on every rank */
   if (r == 0) outc[W - 1] += 1;
   CHECK_FAILS_WITH(tpu_dist_all_to_all(c, ains, inc, aouts, outc, TPU_I32), "expects");
@@ -264,6 +291,7 @@ static void body_moves(tpu_dist_comm_t* c) {
     free(aouts[j]);
   }
   CHECK_OK(tpu_dist_barrier(c));
+  check_path(c);
   free(b);
   free(outs_mem);
   free(pieces);
@@ -353,6 +381,53 @@ static void test_reduce_block(void) {
     }
     CHECK(bad == 0);
   }
+  /* the sums, against the definition (in rank order, float32, rounded once),
+   * on lengths that end in a partial vector, with NaN, infinities and ties */
+  {
+    enum { N = 1003, S = 3 };
+    static float f[S][N], fo[N];
+    static uint16_t h[S][N], ho[N];
+    uint32_t seed = 12345;
+    for (int i = 0; i < S; i++)
+      for (int k = 0; k < N; k++) {
+        seed = seed * 1664525u + 1013904223u;
+        float v = (float)((int32_t)(seed >> 8) % 100000) / 64.0f;
+        if (k % 97 == 5) v = NAN;
+        if (k % 89 == 7) v = i == 1 ? -INFINITY : INFINITY;
+        f[i][k] = v;
+        h[i][k] = tpu_f32_to_bf16(v);
+      }
+    const void* fs3[S] = {f[0], f[1], f[2]};
+    const void* hs3[S] = {h[0], h[1], h[2]};
+    const tpu_dist_redop_t sops[] = {TPU_DIST_SUM, TPU_DIST_AVG, TPU_DIST_PREMUL_SUM};
+    for (int o = 0; o < 3; o++) {
+      const float fac = 0.3f;
+      CHECK_OK(tpu_dist_reduce_block(fo, fs3, S, N, TPU_F32, sops[o], fac, S));
+      CHECK_OK(tpu_dist_reduce_block(ho, hs3, S, N, TPU_BF16, sops[o], fac, S));
+      int bad = 0;
+      for (int k = 0; k < N; k++) {
+        float af = 0, ah = 0;
+        for (int i = 0; i < S; i++) {
+          float xf = f[i][k], xh = tpu_bf16_to_f32(h[i][k]);
+          if (sops[o] == TPU_DIST_PREMUL_SUM) {
+            xf = fac * xf;
+            xh = fac * xh;
+          }
+          af = i ? af + xf : xf;
+          ah = i ? ah + xh : xh;
+        }
+        if (sops[o] == TPU_DIST_AVG) {
+          af /= (float)S;
+          ah /= (float)S;
+        }
+        const uint16_t wh = tpu_f32_to_bf16(ah);
+        bad += memcmp(&af, &fo[k], 4) != 0 && !(af != af && fo[k] != fo[k]);
+        bad += ho[k] != wh;
+      }
+      if (bad) fprintf(stderr, "reduce_block %s: %d wrong\n", tpu_dist_redop_name(sops[o]), bad);
+      CHECK(bad == 0);
+    }
+  }
   /* NaN wins min/max */
   float n = NAN, one = 1.0f, r = 0;
   const void* fs[2] = {&one, &n};
@@ -388,10 +463,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const char* isa = getenv("TORCH_TPU_ISA");
-  printf("test_dist: ok (%s reduction loops)\n", isa ? isa : "best");
-  if (!isa) { /* and again with the portable loops */
+  printf("test_dist: ok (%s reduction loops, %s)\n", isa ? isa : "best",
+         getenv("TORCH_TPU_DIST_DIRECT") ? "staged through the slots" : "direct copies");
+  if (!isa) { /* and again with the portable loops, staging through the slots */
     fflush(stdout);
     setenv("TORCH_TPU_ISA", "portable", 1);
+    setenv("TORCH_TPU_DIST_DIRECT", "0", 1);
     execv(argv[0], argv);
     perror("execv");
     return 1;

@@ -94,10 +94,16 @@ Meta meta(const at::Tensor& t) {
   return {t.numel(), (tpu_dtype_t)t.scalar_type(), (size_t)t.element_size()};
 }
 
+struct DistStats {
+  std::atomic<int64_t> shm_collectives{0}, hierarchical_all_reduces{0}, gloo_calls{0},
+      direct_collectives{0};
+} g_stats;
+
 struct Job {
   std::shared_ptr<CollState> st;
   std::vector<Staged> bufs;
   bool staged = false;
+  bool collective = false;  // on lane 0 (not a send or receive)
   int device = 0;
   tpu_dist_comm_t* comm = nullptr;
   // runs the collective on the buffers' addresses (bufs order)
@@ -120,7 +126,11 @@ tpu_status_t run_job(void* p) {
     if (b.read && b.bytes())
       s = tg->iface->copy_d2h(tg->ctx, j->device, b.host.data(), b.dev, b.bytes());
   }
+  // collectives (lane 0) and their direct copies, counted on their own thread
+  const uint64_t direct0 = j->collective ? tpu_dist_comm_direct_count(j->comm) : 0;
   if (!s) s = j->body(j->comm, ptrs);
+  if (j->collective)
+    g_stats.direct_collectives += (int64_t)(tpu_dist_comm_direct_count(j->comm) - direct0);
   for (size_t i = 0; i < j->bufs.size() && !s && j->staged; i++) {
     Staged& b = j->bufs[i];
     if (b.write && b.bytes())
@@ -208,9 +218,6 @@ class TpuWork final : public c10d::Work {
 };
 
 // What ran where, for tests and benchmarks (torch_tpu._C._tpu_dist_stats()).
-struct DistStats {
-  std::atomic<int64_t> shm_collectives{0}, hierarchical_all_reduces{0}, gloo_calls{0};
-} g_stats;
 
 
 class TpuDistBackend final : public c10d::Backend {
@@ -224,7 +231,6 @@ class TpuDistBackend final : public c10d::Backend {
                  c10::intrusive_ptr<c10d::Backend> gloo_all,
                  c10::intrusive_ptr<c10d::Backend> gloo_leaders)
       : Backend(rank, size),
-        timeout_(timeout),
         gloo_all_(std::move(gloo_all)),
         gloo_leaders_(std::move(gloo_leaders)) {
     ensure_runtime();
@@ -268,7 +274,6 @@ class TpuDistBackend final : public c10d::Backend {
   const std::string getBackendName() const override { return "tpu_dist"; }
   bool supportsCoalescing() const override { return false; }
   void setTimeout(std::chrono::milliseconds timeout) override {
-    timeout_ = timeout;
     if (timeout.count() > 0) tpu_dist_comm_set_timeout(comm_, timeout.count());
   }
 
@@ -291,7 +296,6 @@ class TpuDistBackend final : public c10d::Backend {
     if (!multi_)
       return launch("all_reduce", OpType::ALLREDUCE, {{t}}, {t},
                     [m = meta(t), op, f](tpu_dist_comm_t* c, const std::vector<void*>& p) {
-                      g_stats.shm_collectives++;
                       return tpu_dist_all_reduce(c, p[0], m.n, m.dt, op, f);
                     });
     // Across hosts, hierarchically: reduce to the host's leader over shared memory,
@@ -833,6 +837,17 @@ class TpuDistBackend final : public c10d::Backend {
                 " and ", small.device());
   }
 
+  // whether the host can address device d's memory (else the work stages
+  // through host copies); asked of the target once per device
+  bool host_addressable(c10::DeviceIndex d) {
+    auto it = addressable_.find((int)d);
+    if (it != addressable_.end()) return it->second;
+    const tpu_target_t* tg = tpu_target_get();
+    tpu_target_device_props_t props = {};
+    check(tg->iface->device_props(tg->ctx, d, &props));
+    return addressable_[(int)d] = props.host_addressable;
+  }
+
   int64_t comm_stream(c10::DeviceIndex d, int lane) {
     TORCH_CHECK(d >= 0 && d < kMaxDevices, "tpu_dist: device index ", d);
     auto key = std::make_pair((int)d, lane);
@@ -863,19 +878,24 @@ class TpuDistBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> launch_on(c10::DeviceIndex d, const char* what, OpType type,
                                            std::vector<Buf> bufs, std::vector<at::Tensor> outputs,
                                            Body body, GlooCall gloo = nullptr, int lane = 0) {
-    if (multi_ && gloo) body = via_gloo(what, bufs, std::move(gloo));
+    if (multi_ && gloo) {
+      body = via_gloo(what, bufs, std::move(gloo));
+    } else if (!multi_) {
+      body = [b = std::move(body)](tpu_dist_comm_t* c, const std::vector<void*>& p) {
+        g_stats.shm_collectives++;
+        return b(c, p);
+      };
+    }
     ensure_runtime();
     std::lock_guard<std::mutex> g(mu_);  // one order of collectives per process
     if (tpu_get_eager_mode() == TPU_MODE_DEFER) materialize_device(d);
     const int64_t sid = comm_stream(d, lane);
     tpu_stream_t* comm = tpu_stream_get(d, sid);
     tpu_stream_t* cur = current_stream(d);
-    const tpu_target_t* tg = tpu_target_get();
-    tpu_target_device_props_t props = {};
-    check(tg->iface->device_props(tg->ctx, d, &props));
     auto job = std::make_unique<Job>();
     job->st = std::make_shared<CollState>();
-    job->staged = !props.host_addressable;
+    job->staged = !host_addressable(d);
+    job->collective = lane == 0;
     job->device = d;
     job->comm = comm_;
     job->body = std::move(body);
@@ -899,17 +919,12 @@ class TpuDistBackend final : public c10d::Backend {
     check(tpu_stream_wait_stream(comm, cur));
     auto st = job->st;
     // `what` is a literal: it outlives the queued work. In Debug mode a queued
-    // item is waited for at once; a send must not be (its receiver may be this
-    // process's next call, or come after the peer's own send: a ring).
-    int prev = -1;
-    const bool p2p = lane != 0 && tpu_get_eager_mode() == TPU_MODE_DEBUG;
-    if (p2p) check(tpu_set_thread_eager_mode(TPU_MODE_STRICT, &prev));
-    tpu_status_t qs = tpu_stream_enqueue(comm, what, run_job, job.release(), destroy_job);
-    if (p2p) {
-      tpu_status_t rs2 = tpu_set_thread_eager_mode(prev, nullptr);
-      if (rs2) tpu_status_free(rs2);
-    }
-    check(qs);
+    // item is waited for at once; a send or receive must not be (its peer
+    // operation may be this process's next call, or come after the peer's own
+    // send: a ring).
+    check((lane == 0 ? tpu_stream_enqueue : tpu_stream_enqueue_nowait)(comm, what, run_job,
+                                                                      job.release(),
+                                                                      destroy_job));
     tpu_event_t* ev = nullptr;
     check(tpu_event_create(&ev));
     tpu_status_t rs = tpu_event_record(ev, comm);
@@ -921,10 +936,10 @@ class TpuDistBackend final : public c10d::Backend {
                                         std::move(outputs));
   }
 
-  std::chrono::milliseconds timeout_;
   tpu_dist_comm_t* comm_ = nullptr;
   std::mutex mu_;
   std::map<std::pair<int, int>, int64_t> streams_;  // (device, lane) -> stream id
+  std::map<int, bool> addressable_;                 // device -> host-addressable memory
   bool multi_ = false;                              // ranks on several hosts
   c10::intrusive_ptr<c10d::Backend> gloo_all_, gloo_leaders_;
 };
@@ -947,13 +962,15 @@ void add_dist_bindings(py::module& m) {
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
       py::arg("local_ranks") = std::vector<int64_t>{}, py::arg("gloo_all") = py::none(),
       py::arg("gloo_leaders") = py::none(), py::call_guard<py::gil_scoped_release>());
-  // what ran where in this process: collectives over shared memory only,
+  // what ran where in this process: collectives over shared memory only (of
+  // which direct_collectives copied straight between the ranks' buffers),
   // hierarchical all_reduces (shared memory + Gloo between hosts), Gloo calls
   m.def("_tpu_dist_stats", [] {
     py::dict d;
     d["shm_collectives"] = g_stats.shm_collectives.load();
     d["hierarchical_all_reduces"] = g_stats.hierarchical_all_reduces.load();
     d["gloo_calls"] = g_stats.gloo_calls.load();
+    d["direct_collectives"] = g_stats.direct_collectives.load();
     return d;
   });
 }

@@ -103,6 +103,13 @@ int tpu_stream_device(const tpu_stream_t* s);
 tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what,
                                 tpu_status_t (*fn)(void*), void* ctx,
                                 void (*destroy)(void*)) TPU_MUST_USE;
+/* tpu_stream_enqueue that does not wait for the work in Debug mode either:
+ * for work that can finish only after this thread queues more (a send whose
+ * receive this process posts next, or that waits for a peer's own send). Its
+ * error is raised at the next synchronization. */
+tpu_status_t tpu_stream_enqueue_nowait(tpu_stream_t* s, const char* what,
+                                       tpu_status_t (*fn)(void*), void* ctx,
+                                       void (*destroy)(void*)) TPU_MUST_USE;
 /* Waits until all queued work has run; returns (and clears) the first error
  * raised by queued work since the last synchronization, naming the op. */
 tpu_status_t tpu_stream_synchronize(tpu_stream_t* s) TPU_MUST_USE;

@@ -14,6 +14,9 @@
  * run. The functions here act on host-addressable memory on the calling
  * thread; the bridge queues them on a device stream.
  *
+ * Where the kernel allows it, the data does not go through the slots: the
+ * ranks copy straight between each other's buffers (tpu_dist_comm_direct).
+ *
  * Nothing hangs: every wait gives up after the communicator's timeout, and
  * sooner when a peer's process has exited or a peer aborted, with a message
  * naming the collective and the ranks. The segment's name is unlinked as soon
@@ -73,8 +76,17 @@ void tpu_dist_comm_set_timeout(tpu_dist_comm_t* c, int64_t timeout_ms);
 /* Marks the communicator failed for every rank: their waits return an error
  * quoting `why`, and so does every later collective. */
 void tpu_dist_comm_abort(tpu_dist_comm_t* c, const char* why);
-/* Collectives completed by this rank. */
+/* Collectives completed by this rank, and of those, how many moved their data
+ * by direct copies between the ranks' memory. */
 uint64_t tpu_dist_comm_count(const tpu_dist_comm_t* c);
+uint64_t tpu_dist_comm_direct_count(const tpu_dist_comm_t* c);
+/* Whether the group uses direct copies: every rank may read and write every
+ * other's memory (process_vm_readv/writev; not in a sandbox that forbids it,
+ * nor with TORCH_TPU_DIST_DIRECT=0 on any rank). Then the collectives whose
+ * ranks each publish one buffer (all but all_to_all and scatter with
+ * scattered pieces) and carry at least TORCH_TPU_DIST_DIRECT_MIN_BYTES (rank
+ * 0's; default 0) skip the slots. */
+bool tpu_dist_comm_direct(const tpu_dist_comm_t* c);
 
 /* Whether `op` is defined on `dt` (bitwise ops: integers and bool only; AVG:
  * not bool). */
