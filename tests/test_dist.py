@@ -48,7 +48,10 @@ def test_collectives_on_the_pjrt_target(tmp_path):
 
 
 def test_collectives_three_ranks(tmp_path):
-    assert all(direct_ran(run_ok("collectives", "strict", 3, tmp_path)))
+    """3 ranks, with direct copies for every size (by default from 1 MiB)."""
+    results = run_ok("collectives", "strict", 3, tmp_path,
+                     env={"TORCH_TPU_DIST_DIRECT_MIN_BYTES": "0"})
+    assert all(direct_ran(results))
 
 
 def test_errors_on_every_rank_and_a_dead_rank(tmp_path):

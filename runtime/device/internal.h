@@ -108,11 +108,6 @@ struct tpu_work {
 /* Queues w on s; the stream owns it from here. No trace flush: the caller
  * has ordered it already (exec's submission, the trace's own graphs). */
 void tpu_stream_push(tpu_stream_t* s, tpu_work_t* w);
-/* When s has no queued or running work, runs fn(ctx) on the calling thread
- * as s's next item (its error is kept for the next synchronization, as a
- * queued item's) and returns true; otherwise runs nothing, returns false. */
-bool tpu_stream_run_if_idle(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(const void*),
-                            const void* ctx);
 /* tpu_stream_enqueue without flushing pending upper-layer work first. */
 tpu_status_t tpu_stream_enqueue_raw(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(void*),
                                     void* ctx, void (*destroy)(void*)) TPU_MUST_USE;

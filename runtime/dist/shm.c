@@ -35,7 +35,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/stat.h>
@@ -69,8 +72,17 @@ typedef struct desc {
   uint64_t addr; /* the rank's buffer for direct copies (0: stage through the slots) */
 } desc_t;
 
+/* A monotone counter another process waits on: spinning first, then asleep
+ * on a futex in the shared segment (`wake` is bumped after every advance and
+ * woken when someone sleeps on it). */
+typedef struct counter {
+  _Atomic uint64_t value;
+  _Atomic uint32_t wake;
+  _Atomic uint32_t waiters;
+} counter_t;
+
 typedef struct ctl {
-  _Atomic uint64_t phase;
+  counter_t phase;
   _Atomic int32_t pid;
   _Atomic int32_t direct; /* 1: this rank can read and write every peer; 2: it cannot */
   uint64_t probe_addr;    /* a word of this process that peers read to probe */
@@ -121,8 +133,8 @@ static unsigned char* slot_of(tpu_dist_comm_t* c, int r) { /* r == size: the res
 /* Point-to-point: one channel per ordered pair (src, dst) after the slots, a
  * page of counters and a buffer that a message streams through in chunks. */
 typedef struct chan {
-  _Atomic uint64_t sent;  /* chunks written (by src) */
-  _Atomic uint64_t taken; /* chunks consumed (by dst) */
+  counter_t sent;  /* chunks written (by src) */
+  counter_t taken; /* chunks consumed (by dst) */
   int64_t msg_bytes;      /* of the message the current chunk belongs to */
   int64_t chunk_bytes;
   int32_t tag;
@@ -201,31 +213,52 @@ static tpu_status_t aborted_status_of(tpu_dist_comm_t* c, const char* what) {
 }
 static tpu_status_t aborted_status(tpu_dist_comm_t* c) { return aborted_status_of(c, c->what); }
 
-static void post(tpu_dist_comm_t* c) {
-  c->phase++;
-  atomic_store_explicit(&ctl_of(c, c->rank)->phase, c->phase, memory_order_release);
+/* Sequentially consistent, with the waiter's side below: either the waker
+ * sees the sleeper registered, or the sleeper sees the new value. */
+static void counter_set(counter_t* k, uint64_t v) {
+  atomic_store(&k->value, v);
+  atomic_fetch_add(&k->wake, 1);
+  if (atomic_load(&k->waiters))
+    (void)syscall(SYS_futex, &k->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Waits until *counter (rank `peer`'s) reaches `want`: spin, then yield, then
- * short sleeps, checking the abort flag, the peer's process and the timeout. */
-static tpu_status_t wait_for(tpu_dist_comm_t* c, _Atomic uint64_t* counter, uint64_t want,
-                             int peer, const char* what) {
-  int64_t start = -1;
+static void post(tpu_dist_comm_t* c) {
+  c->phase++;
+  counter_set(&ctl_of(c, c->rank)->phase, c->phase);
+}
+
+/* Sleeps on k until it may have advanced, for at most 2 ms. */
+static void counter_sleep(counter_t* k, uint64_t want) {
+  atomic_fetch_add(&k->waiters, 1);
+  const uint32_t w = atomic_load(&k->wake);
+  if (atomic_load(&k->value) < want) {
+    struct timespec ts = {0, 2000000};
+    (void)syscall(SYS_futex, &k->wake, FUTEX_WAIT, w, &ts, NULL, 0);
+  }
+  atomic_fetch_sub(&k->waiters, 1);
+}
+
+/* Waits until counter k (rank `peer`'s) reaches `want`: spin, then yield,
+ * then sleep on its futex, checking the abort flag, the peer's process and
+ * the timeout every few milliseconds. */
+static tpu_status_t wait_for(tpu_dist_comm_t* c, counter_t* k, uint64_t want, int peer,
+                             const char* what) {
+  int64_t start = -1, checked = 0;
   unsigned spins = 0;
-  while (atomic_load_explicit(counter, memory_order_acquire) < want) {
+  while (atomic_load_explicit(&k->value, memory_order_acquire) < want) {
     if (atomic_load_explicit(&c->hdr->aborted, memory_order_relaxed))
       return aborted_status_of(c, what);
     spins++;
-    if (spins < 256) continue;
-    if (spins < 2048) {
+    if (spins < 512) continue;
+    if (spins < 640) {
       sched_yield();
       continue;
     }
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
-    if ((spins & 63) != 0) continue;
+    counter_sleep(k, want);
     const int64_t t = now_ms();
-    if (start < 0) start = t;
+    if (start < 0) start = checked = t;
+    if (t - checked < 10) continue;
+    checked = t;
     int pid = atomic_load(&ctl_of(c, peer)->pid);
     if (pid_gone(pid)) {
       char why[256];
@@ -429,7 +462,7 @@ tpu_status_t tpu_dist_comm_create(const char* name, int rank, int size,
   static const uint64_t probe_word = PROBE_WORD;
   ctl_of(c, rank)->probe_addr = (uint64_t)(uintptr_t)&probe_word;
   if (direct_wanted()) (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-  if (rank == 0) c->hdr->direct_min = tpu_env_int("TORCH_TPU_DIST_DIRECT_MIN_BYTES", 0);
+  if (rank == 0) c->hdr->direct_min = tpu_env_int("TORCH_TPU_DIST_DIRECT_MIN_BYTES", 1 << 20);
   atomic_fetch_add(&c->hdr->attached, 1);
   while (atomic_load(&c->hdr->attached) < size) {
     if (now_ms() - start > timeout) {
@@ -1199,18 +1232,18 @@ tpu_status_t tpu_dist_send(tpu_dist_comm_t* c, const void* buf, int64_t bytes, i
   int64_t off = 0;
   do { /* an empty message is one empty chunk */
     const int64_t n = bytes - off < cap ? bytes - off : cap;
-    const uint64_t k = atomic_load_explicit(&ch->sent, memory_order_relaxed);
+    const uint64_t k = atomic_load_explicit(&ch->sent.value, memory_order_relaxed);
     TPU_RETURN_IF_ERROR(wait_for(c, &ch->taken, k, dst, "send"));
     memcpy(cb, (const unsigned char*)buf + off, (size_t)n);
     ch->msg_bytes = bytes;
     ch->chunk_bytes = n;
     ch->tag = tag;
-    atomic_store_explicit(&ch->sent, k + 1, memory_order_release);
+    counter_set(&ch->sent, k + 1);
     off += n;
   } while (off < bytes);
   /* sent once the receiver has taken the last chunk, as a completed send's
    * buffer may be reused and freed */
-  return wait_for(c, &ch->taken, atomic_load(&ch->sent), dst, "send");
+  return wait_for(c, &ch->taken, atomic_load(&ch->sent.value), dst, "send");
 }
 
 tpu_status_t tpu_dist_recv(tpu_dist_comm_t* c, void* buf, int64_t bytes, int src, int tag) {
@@ -1222,7 +1255,7 @@ tpu_status_t tpu_dist_recv(tpu_dist_comm_t* c, void* buf, int64_t bytes, int src
   const unsigned char* cb = chan_buf(c, src, c->rank);
   int64_t off = 0;
   do {
-    const uint64_t k = atomic_load_explicit(&ch->taken, memory_order_relaxed);
+    const uint64_t k = atomic_load_explicit(&ch->taken.value, memory_order_relaxed);
     TPU_RETURN_IF_ERROR(wait_for(c, &ch->sent, k + 1, src, "recv"));
     if (ch->msg_bytes != bytes || (tag >= 0 && ch->tag >= 0 && ch->tag != tag)) {
       char why[256];
@@ -1235,7 +1268,7 @@ tpu_status_t tpu_dist_recv(tpu_dist_comm_t* c, void* buf, int64_t bytes, int src
     }
     memcpy((unsigned char*)buf + off, cb, (size_t)ch->chunk_bytes);
     off += ch->chunk_bytes;
-    atomic_store_explicit(&ch->taken, k + 1, memory_order_release);
+    counter_set(&ch->taken, k + 1);
   } while (off < bytes);
   return TPU_OK;
 }

@@ -440,6 +440,8 @@ static void test_reduce_block(void) {
 
 int main(int argc, char** argv) {
   (void)argc;
+  /* direct copies for every size (by default only from 1 MiB) */
+  if (!getenv("TORCH_TPU_DIST_DIRECT")) setenv("TORCH_TPU_DIST_DIRECT_MIN_BYTES", "0", 1);
   test_reduce_block();
   const int sizes[] = {1, 2, 3};
   for (int s = 0; s < 3; s++) {

@@ -146,6 +146,12 @@ tpu_status_t run_job(void* p) {
 }
 
 void destroy_job(void* p) { delete static_cast<Job*>(p); }
+tpu_status_t run_job_here(const void* p) { return run_job(const_cast<void*>(p)); }
+
+// A collective of at most this many bytes, when both streams are idle, runs on
+// the calling thread: it takes microseconds, less than handing it to the
+// stream's worker and back (the caller would wait for it in wait() anyway).
+constexpr size_t kInlineBytes = 256 << 10;
 
 class TpuWork final : public c10d::Work {
  public:
@@ -915,9 +921,15 @@ class TpuDistBackend final : public c10d::Backend {
       }
     }
     bufs.clear();
+    size_t bytes = 0;
+    for (auto& b : job->bufs) bytes += b.nbytes;
     // the collective reads what the current stream has queued so far
     check(tpu_stream_wait_stream(comm, cur));
     auto st = job->st;
+    if (lane == 0 && !multi_ && !job->staged && bytes <= kInlineBytes && tpu_stream_query(cur) &&
+        tpu_stream_run_if_idle(comm, what, run_job_here, job.get())) {
+      job.reset();  // ran here; its error (if any) is in st and on the stream
+    } else {
     // `what` is a literal: it outlives the queued work. In Debug mode a queued
     // item is waited for at once; a send or receive must not be (its peer
     // operation may be this process's next call, or come after the peer's own
@@ -925,6 +937,7 @@ class TpuDistBackend final : public c10d::Backend {
     check((lane == 0 ? tpu_stream_enqueue : tpu_stream_enqueue_nowait)(comm, what, run_job,
                                                                       job.release(),
                                                                       destroy_job));
+    }
     tpu_event_t* ev = nullptr;
     check(tpu_event_create(&ev));
     tpu_status_t rs = tpu_event_record(ev, comm);

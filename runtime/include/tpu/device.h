@@ -110,6 +110,12 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, const char* what,
 tpu_status_t tpu_stream_enqueue_nowait(tpu_stream_t* s, const char* what,
                                        tpu_status_t (*fn)(void*), void* ctx,
                                        void (*destroy)(void*)) TPU_MUST_USE;
+/* When s has no queued or running work, runs fn(ctx) on the calling thread
+ * as s's next item (its error is kept for the next synchronization, as a
+ * queued item's) and returns true; otherwise runs nothing, returns false.
+ * s is held meanwhile: fn must not queue onto s. */
+bool tpu_stream_run_if_idle(tpu_stream_t* s, const char* what, tpu_status_t (*fn)(const void*),
+                            const void* ctx);
 /* Waits until all queued work has run; returns (and clears) the first error
  * raised by queued work since the last synchronization, naming the op. */
 tpu_status_t tpu_stream_synchronize(tpu_stream_t* s) TPU_MUST_USE;
