@@ -221,6 +221,12 @@ def scenario_errors(rank, world, out):
         raise AssertionError("BAND on float32 was accepted")
     except dist.DistBackendError as e:
         assert "BAND" in str(e), str(e)
+    # a receive from any source (unsupported, as with nccl): a clear error, nothing queued
+    try:
+        dist.recv(torch.empty(2, device=dev))
+        raise AssertionError("a receive from any source was accepted")
+    except (NotImplementedError, RuntimeError) as e:
+        assert "any source" in str(e), str(e)
     # the group still works, and the device too
     t = torch.ones(2, device=dev)
     dist.all_reduce(t)

@@ -754,8 +754,11 @@ class TpuDistBackend final : public c10d::Backend {
                   2 + 2 * src);
   }
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
+    // as NCCL's: every receive names its source (the transport's channels are
+    // per pair, and a wildcard would race the named receives of that pair)
     TORCH_CHECK_NOT_IMPLEMENTED(false,
-                                "tpu_dist recv: point-to-point transfers are not built yet");
+                                "tpu_dist recv: a receive from any source is not supported (as "
+                                "with nccl); pass src=");
   }
 
  private:
