@@ -83,9 +83,9 @@ uint64_t tpu_dist_comm_direct_count(const tpu_dist_comm_t* c);
 /* Whether the group uses direct copies: every rank may read and write every
  * other's memory (process_vm_readv/writev; not in a sandbox that forbids it,
  * nor with TORCH_TPU_DIST_DIRECT=0 on any rank). Then the collectives whose
- * ranks each publish one buffer (all but all_to_all and scatter with
- * scattered pieces) and carry at least TORCH_TPU_DIST_DIRECT_MIN_BYTES (rank
- * 0's; default 0) skip the slots. */
+ * ranks each publish one buffer (pieces back to back for scatter,
+ * reduce_scatter and all_to_all) and carry at least
+ * TORCH_TPU_DIST_DIRECT_MIN_BYTES (rank 0's; default 1 MiB) skip the slots. */
 bool tpu_dist_comm_direct(const tpu_dist_comm_t* c);
 
 /* Whether `op` is defined on `dt` (bitwise ops: integers and bool only; AVG:
