@@ -331,16 +331,40 @@ static bool lower_cumsum(node_t* n, const char* base, ref_t* outs) {
 static bool lower_histc(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   (void)base;
-  if (!is_tensor(n, 0) || !tpu_dtype_is_float(odt) || o->ndim != 1) return false;
+  if (!is_tensor(n, 0) || odt == TPU_BOOL || o->ndim != 1) return false;
   const tpu_tensor_t* t = c->args[0].v.t;
   const int64_t nb = o->sizes[0], total = tpu_tensor_numel(t);
   const double lo0 = tpu_arg_f64(c, 2, 0), hi0 = tpu_arg_f64(c, 3, 0);
   if (nb <= 0 || t->dtype != odt || !(lo0 <= hi0) || isinf(lo0) || isinf(hi0)) return false; /* the kernel's errors */
+  if (!tpu_dtype_is_float(odt) && (int64_t)lo0 > (int64_t)hi0) return false;
   if (total == 0) {
     outs[0] = cst_like(e, odt, 0, 1, &nb);
     return true;
   }
   ref_t x = reshape(e, arg(n, 0), 1, &total);
+  ref_t in, pos;
+  if (!tpu_dtype_is_float(odt)) {
+    /* integers, as CUDA counts them: min and max truncated, the bin
+     * (x - min) * bins / (max - min) in integer arithmetic */
+    int64_t d0[1] = {0};
+    ref_t xi = convert(e, x, TPU_I64);
+    ref_t lo = cst(e, TPU_I64, (double)(int64_t)lo0), hi = cst(e, TPU_I64, (double)(int64_t)hi0);
+    if ((int64_t)lo0 == (int64_t)hi0) { /* the data's range */
+      lo = reduce(e, xi, 1, d0, "stablehlo.minimum", 9.2e18);
+      hi = reduce(e, xi, 1, d0, "stablehlo.maximum", -9.2e18);
+      ref_t same = compare(e, "EQ", lo, hi);
+      lo = select3(e, same, binop(e, "stablehlo.subtract", lo, cst(e, TPU_I64, 1)), lo);
+      hi = select3(e, same, binop(e, "stablehlo.add", hi, cst(e, TPU_I64, 1)), hi);
+    }
+    ref_t lob = bcast(e, lo, 1, &total), hib = bcast(e, hi, 1, &total);
+    in = binop(e, "stablehlo.and", compare(e, "GE", xi, lob), compare(e, "LE", xi, hib));
+    ref_t num = binop(e, "stablehlo.multiply", binop(e, "stablehlo.subtract", xi, lob),
+                      cst_like(e, TPU_I64, (double)nb, 1, &total));
+    pos = binop(e, "stablehlo.divide", num,
+                bcast(e, binop(e, "stablehlo.subtract", hi, lo), 1, &total));
+    pos = select3(e, in, pos, cst_like(e, TPU_I64, 0, 1, &total));
+    pos = binop(e, "stablehlo.minimum", pos, cst_like(e, TPU_I64, (double)(nb - 1), 1, &total));
+  } else {
   ref_t lo = cst(e, odt, lo0), hi = cst(e, odt, hi0);
   if (lo0 == hi0) { /* the data's range */
     int64_t d0[1] = {0};
@@ -351,14 +375,15 @@ static bool lower_histc(node_t* n, const char* base, ref_t* outs) {
     hi = select3(e, same, binop(e, "stablehlo.add", hi, cst(e, odt, 1)), hi);
   }
   ref_t lob = bcast(e, lo, 1, &total), hib = bcast(e, hi, 1, &total);
-  ref_t in = binop(e, "stablehlo.and", compare(e, "GE", x, lob), compare(e, "LE", x, hib));
+  in = binop(e, "stablehlo.and", compare(e, "GE", x, lob), compare(e, "LE", x, hib));
   ref_t width = binop(e, "stablehlo.subtract", hi, lo);
   ref_t scaled = scalar_op(e, "stablehlo.multiply", binop(e, "stablehlo.subtract", x, lob), (double)nb);
   ref_t q = binop(e, "stablehlo.divide", scaled, bcast(e, width, 1, &total));
   q = select3(e, in, q, cst_like(e, odt, 0, 1, &total)); /* no conversion of out-of-range values */
-  ref_t pos = convert(e, unop(e, "stablehlo.floor", q), TPU_I64);
+  pos = convert(e, unop(e, "stablehlo.floor", q), TPU_I64);
   pos = binop(e, "stablehlo.minimum", pos, cst_like(e, TPU_I64, (double)(nb - 1), 1, &total));
   pos = binop(e, "stablehlo.maximum", pos, cst_like(e, TPU_I64, 0, 1, &total));
+  }
   const int64_t hsz[2] = {total, nb};
   ref_t bins = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, 2, hsz), "iota_dimension = 1 : i64");
   int64_t d0[1] = {0};

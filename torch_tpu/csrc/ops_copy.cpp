@@ -115,7 +115,24 @@ at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& ds
 
 }  // namespace
 
+// Module._apply (.to("tpu"), .cuda()-style moves) keeps a parameter's
+// identity -- `param.data = moved`, so tied weights stay one Parameter -- only
+// where this says the parameter's TensorImpl can take the moved tensor's. It
+// can between dense cpu and tpu tensors (the same TensorImpl class over a
+// strided storage), as between cpu and cuda; anything else (wrappers, nested,
+// sparse) keeps PyTorch's own rule.
+bool tpu_has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto plain_dense = [](const at::Tensor& t) {
+    const auto* impl = t.unsafeGetTensorImpl();
+    return t.layout() == at::kStrided && typeid(*impl) == typeid(c10::TensorImpl) &&
+           (t.device().is_cpu() || t.device().type() == kTpu);
+  };
+  if (plain_dense(self) && plain_dense(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 void add_copy_ops(DirectOps& ops) {
+  ops.add("_has_compatible_shallow_copy_type", tpu_has_compatible_shallow_copy_type);
   ops.add("copy_", tpu_copy_);
   ops.add("_copy_from", tpu_copy_from);
   ops.add("_copy_from_and_resize", tpu_copy_from_and_resize);

@@ -270,6 +270,50 @@ static void linspace_edges(double* e, int64_t nb, double lo, double hi, tpu_dtyp
   }
 }
 
+/* histc of an integer tensor, as CUDA counts it: min and max truncated to
+ * integers, bin = (x - min) * bins / (max - min) in integer arithmetic (the
+ * last bin holds x == max), values outside [min, max] left out; the counts
+ * in the input's dtype. */
+static tpu_status_t histc_int(const tpu_call_t* c, const tpu_tensor_t* self, int64_t nb,
+                              double lo_f, double hi_f) {
+  const char* op = "histc";
+  int64_t n = tpu_tensor_numel(self);
+  int64_t* x = tpu_stage_f64(self, true); /* int64 values */
+  double* hist = calloc((size_t)nb, sizeof(double));
+  tpu_status_t st = TPU_OK;
+  if (!x || !hist) {
+    st = OOM(op);
+    goto done;
+  }
+  int64_t lo = (int64_t)lo_f, hi = (int64_t)hi_f;
+  if (lo == hi && n > 0) {
+    lo = hi = x[0];
+    for (int64_t i = 1; i < n; i++) {
+      if (x[i] < lo) lo = x[i];
+      if (x[i] > hi) hi = x[i];
+    }
+  }
+  if (lo == hi) {
+    lo -= 1;
+    hi += 1;
+  }
+  if (!(lo < hi)) {
+    st = TPU_ERR(INVALID_ARGUMENT, "torch.histc(): max must be larger than min");
+    goto done;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    if (x[i] < lo || x[i] > hi) continue;
+    int64_t b = (int64_t)((__int128)(x[i] - lo) * nb / (hi - lo));
+    if (b == nb) b--;
+    hist[b] += 1;
+  }
+  st = store_out(&c->outs[0], hist, TPU_F64);
+done:
+  free(x);
+  free(hist);
+  return st;
+}
+
 /* histc(self, bins, min, max) */
 tpu_status_t tpu_k_histc(const tpu_call_t* c) {
   const char* op = "histc";
@@ -277,10 +321,11 @@ tpu_status_t tpu_k_histc(const tpu_call_t* c) {
   int64_t nb = tpu_arg_i64(c, 1, 100);
   double lo = tpu_arg_f64(c, 2, 0), hi = tpu_arg_f64(c, 3, 0);
   tpu_dtype_t dt = self->dtype;
-  if (!tpu_dtype_is_float(dt))
-    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for '%s'", op, tpu_dtype_name(dt));
   if (nb <= 0) return TPU_ERR(INVALID_ARGUMENT, "torch.histc(): bins must be > 0, but got %lld",
                               (long long)nb);
+  if (dt == TPU_BOOL)
+    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for '%s'", op, tpu_dtype_name(dt));
+  if (!tpu_dtype_is_float(dt)) return histc_int(c, self, nb, lo, hi);
   if (isinf(lo) || isinf(hi) || lo != lo || hi != hi)
     return TPU_ERR(INVALID_ARGUMENT, "torch.histc(): range of [%g, %g] is not finite", lo, hi);
   if (lo > hi)
