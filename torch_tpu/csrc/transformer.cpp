@@ -311,9 +311,32 @@ Tensor tpu_nested_transformer_encoder_layer_fwd(
   return nested_from_dense(out, sizes);
 }
 
+// Weight normalization (nn.utils.weight_norm / parametrizations.weight_norm,
+// wav2vec2's positional convolution): at::_weight_norm calls this fused op
+// for dim 0 or the last dim, which has only CPU/CUDA kernels. w = v * (g /
+// ||v||), the norm over every dim but `dim`, as CPU's kernel; the backward is
+// ATen's differentiable formula, which runs on tpu ops.
+std::tuple<Tensor, Tensor> tpu_weight_norm_interface(const Tensor& v, const Tensor& g,
+                                                    int64_t dim) {
+  TORCH_CHECK(v.device() == g.device(), "_weight_norm_interface: v on ", v.device(), ", g on ",
+              g.device());
+  Tensor norm = at::norm_except_dim(v, 2, dim);
+  return {v * (g / norm), norm};
+}
+std::tuple<Tensor, Tensor> tpu_weight_norm_interface_backward(const Tensor& grad_w,
+                                                             const Tensor& saved_v,
+                                                             const Tensor& saved_g,
+                                                             const Tensor& saved_norms,
+                                                             int64_t dim) {
+  return at::_weight_norm_differentiable_backward(grad_w.contiguous(), saved_v, saved_g,
+                                                  saved_norms, dim);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_weight_norm_interface", tpu_weight_norm_interface);
+  m.impl("_weight_norm_interface_backward", tpu_weight_norm_interface_backward);
   m.impl("_masked_softmax", tpu_masked_softmax);
   m.impl("_transform_bias_rescale_qkv", tpu_transform_bias_rescale_qkv);
   m.impl("_native_multi_head_attention", tpu_native_multi_head_attention);
