@@ -109,6 +109,25 @@ def test_options_validation():
     torch.testing.assert_close(g(a.to("tpu")).cpu(), a @ a, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs"])
+def test_inductor_mode_names_are_accepted(mode):
+    # scripts (and transformers' CompileConfig) pass Inductor's mode names; tpu compiles the same
+    torch._dynamo.reset()
+    x = torch.randn(6)
+    got = torch.compile(lambda t: (t * 2).sin() + 1, backend="tpu", mode=mode)(x.to("tpu"))
+    torch.testing.assert_close(got.cpu(), (x * 2).sin() + 1)
+    torch._dynamo.reset()
+
+
+def test_unknown_mode_names_the_valid_ones():
+    torch._dynamo.reset()
+    f = torch.compile(lambda t: t + 1, backend="tpu", mode="fastest")
+    with pytest.raises(Exception, match="mode='fastest'; expected one of"):
+        f(torch.ones(2, device="tpu"))
+    torch._dynamo.reset()
+
+
 def test_unlowerable_node_names_node_and_op():
     from torch_tpu.compile import LoweringError, unsupported_nodes
     gm = torch.fx.symbolic_trace(lambda x: torch.ops.aten._fft_r2c.default(x, [0], 0, True))

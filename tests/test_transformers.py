@@ -122,16 +122,15 @@ def test_causal_lm_forward_train_and_generate(name):
 
 
 STATIC_XFAIL = {
-    "mistral": "transformers' sliding-window static cache keeps its length in a Python int "
-               "(SlidingWindowLayer.cumulative_length_int) that its compile config "
-               "(dynamic=False) specializes on: one graph per decoding step, whatever the backend",
+    "mistral": "transformers' default compile config for device tpu "
+               "(PreTrainedModel._default_compile_config: backend 'tpu', dynamic=False) "
+               "specializes on the sliding-window cache's Python int length "
+               "(SlidingWindowLayer.cumulative_length_int): one graph per decoding step. "
+               "CUDA's default (dynamic=None) gives 2: test_static_cache_with_cudas_compile_config",
 }
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason=STATIC_XFAIL[n], strict=True))
-    if n in STATIC_XFAIL else n for n in CAUSAL])
-def test_static_cache_generation_compiles_at_most_two_graphs(name):
+def static_generate(name, compile_config=None):
     from torch._dynamo.utils import counters
 
     model = causal(name)
@@ -141,11 +140,27 @@ def test_static_cache_generation_compiles_at_most_two_graphs(name):
     torch._dynamo.reset()
     counters.clear()
     got = tpu.generate(prompt.to("tpu"), max_new_tokens=8, do_sample=False,
-                       cache_implementation="static")
+                       cache_implementation="static", compile_config=compile_config)
     assert torch.equal(got.cpu(), want)
     graphs = counters["stats"]["unique_graphs"]
-    assert 1 <= graphs <= 2, f"{graphs} graphs compiled"
     torch._dynamo.reset()
+    return graphs
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(reason=STATIC_XFAIL[n], strict=True))
+    if n in STATIC_XFAIL else n for n in CAUSAL])
+def test_static_cache_generation_compiles_at_most_two_graphs(name):
+    graphs = static_generate(name)
+    assert 1 <= graphs <= 2, f"{graphs} graphs compiled"
+
+
+@pytest.mark.parametrize("name", ["mistral", "llama"])
+def test_static_cache_with_cudas_compile_config(name):
+    # the CompileConfig a cuda user gets (dynamic=None, mode "reduce-overhead"), on backend tpu
+    from transformers import CompileConfig
+    graphs = static_generate(name, CompileConfig(backend="tpu"))
+    assert 1 <= graphs <= 2, f"{graphs} graphs compiled"
 
 
 def test_t5_forward_train_and_generate():

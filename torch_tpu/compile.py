@@ -139,11 +139,20 @@ def _make_compiler(options, what, layouts):
     return compiler
 
 
-def tpu_backend(gm, example_inputs, options=None, **kwargs):
+# torch.compile's `mode` names Inductor's presets; the tpu backend has one way to compile, so
+# each accepted name runs the same pipeline ("reduce-overhead" replays whole graphs already:
+# a compiled graph is one cached executable, the role CUDA graphs play for Inductor).
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def tpu_backend(gm, example_inputs, options=None, mode=None, **kwargs):
     """The torch.compile backend "tpu" (registered through the torch_dynamo_backends entry
     point and at import)."""
     if kwargs:
         raise ValueError(f"torch.compile(backend='tpu'): unexpected arguments {sorted(kwargs)}")
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"torch.compile(backend='tpu'): mode={mode!r}; expected one of "
+                         f"{list(MODES)}")
     options = _check_options(options)
     from torch._dynamo.backends.common import aot_autograd
     from torch._decomp import core_aten_decompositions
