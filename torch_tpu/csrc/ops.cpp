@@ -1513,6 +1513,7 @@ void add_direct_ops(DirectOps& ops) {
   add_view_ops(ops);
   add_copy_ops(ops);
   add_dynamic_ops(ops);
+  add_attention_ops(ops);
 }
 }  // namespace
 

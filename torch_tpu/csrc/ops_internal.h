@@ -63,4 +63,8 @@ int64_t count_nonzero_host(const at::Tensor& self);
 void prepare_indices(c10::IValue* args, c10::DeviceIndex dev, bool put);
 void add_dynamic_ops(DirectOps& ops);
 
+// --- attention.cpp: scaled_dot_product_attention's fused kernel -------------
+
+void add_attention_ops(DirectOps& ops);
+
 }  // namespace torch_tpu

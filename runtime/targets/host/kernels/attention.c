@@ -1,0 +1,644 @@
+/* Fused scaled dot-product attention (flash style): the kernels behind
+ * aten::_scaled_dot_product_fused_attention_overrideable and its backward.
+ *
+ * Shapes: query (B, H, Tq, E), key (B, Hk, Tk, E), value (B, Hk, Tk, Ev), or
+ * the same without B; H is a multiple of Hk (grouped-query attention: query
+ * head h reads key/value head h / (H / Hk)). Any strides. float32, bfloat16
+ * and float16, all three operands of one dtype; sums in float32.
+ *
+ * Forward. Work items are (batch, head, block of BQ queries); each runs over
+ * the key blocks (BK keys) the causal mask leaves, with an online softmax: the
+ * block's scores S = Q K^T (a BQ x BK tile in a per-thread buffer) are scaled,
+ * masked, exponentiated against the running row maximum, and P @ V is added to
+ * a float accumulator rescaled whenever the maximum grows. The scores of the
+ * whole sequence never exist; the output is divided by the row sums at the end
+ * and logsumexp (max + log(sum), float32 (B, H, Tq)) is kept for the backward.
+ *
+ * Backward (FlashAttention-2's recurrences). Work items are (batch, key/value
+ * head); each goes over its query heads, key blocks and query blocks in that
+ * order, recomputing P = exp(S - logsumexp) blockwise, and accumulates dV +=
+ * P^T dO, dK += dS^T Q and dQ += dS K in float buffers, where dP = dO V^T and
+ * dS = P * (dP - rowsum(dO * O)). Every sum runs in a fixed order, so results
+ * do not depend on the thread count.
+ *
+ * Products go through the GEMM micro-kernels of matmul.c (gemm_ukernel.h,
+ * the instance matmul uses, chosen by CPUID): operands are packed into panels
+ * with the transforms of the float32 matmul precision (medium: bfloat16
+ * inputs, high: the bf16x3 split, highest: float32). Products of two input
+ * operands follow the precision for float32 inputs and are exact for 16-bit
+ * ones; products with a computed operand (P, dS) round it to bfloat16 for
+ * bfloat16 inputs (as the math path's bfloat16 softmax does) and keep it in
+ * float32 for float16 ones.
+ *
+ * Masks: is_causal (query i sees keys j <= i, aligned at the top left as the
+ * math path's tril), and attn_bias broadcastable to (B, H, Tq, Tk), boolean
+ * (true = attend) or additive. A row that sees no key gives output 0 and
+ * logsumexp -inf, as PyTorch's math path (its safe softmax) does.
+ *
+ * Dropout: element (b, h, i, j) of the attention matrix is kept when the
+ * Philox block at counter rng_offset + ((b * H + h) * Tq + i) * Tk + j gives
+ * u01(w0, w1) < 1 - p, the rule of native_dropout (random.c), so the same
+ * seed and offset give the same mask in every mode, and the backward draws
+ * the same one again from the seed and offset the forward returned.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "../../../base/philox.h"
+#include "gemm_ukernel.h"
+#include "kernels.h"
+#include "matmul.h"
+#include "tpu/parallel.h"
+#include "vecmath.h"
+
+/* ---- operands ---- */
+typedef struct {
+  const char* data;
+  tpu_dtype_t dt;
+  int64_t esz;
+  int64_t sb, sh, st, se; /* strides in elements: batch, head, position, feature */
+} aview_t;
+
+static void aview_of(aview_t* v, const tpu_tensor_t* t) {
+  const int o = t->ndim - 3; /* 1 with a batch dim */
+  v->data = t->data;
+  v->dt = t->dtype;
+  v->esz = (int64_t)tpu_dtype_size(t->dtype);
+  v->sb = o ? t->strides[0] : 0;
+  v->sh = t->strides[o];
+  v->st = t->strides[o + 1];
+  v->se = t->strides[o + 2];
+}
+
+static inline const char* aptr(const aview_t* v, int64_t b, int64_t h, int64_t t, int64_t e) {
+  return v->data + (b * v->sb + h * v->sh + t * v->st + e * v->se) * v->esz;
+}
+
+static inline float load_f(const char* p, tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_F32: {
+      float f;
+      memcpy(&f, p, 4);
+      return f;
+    }
+    case TPU_BF16: {
+      uint16_t h;
+      memcpy(&h, p, 2);
+      return tpu_bf16_to_f32(h);
+    }
+    case TPU_F16: {
+      uint16_t h;
+      memcpy(&h, p, 2);
+      return tpu_f16_to_f32(h);
+    }
+    default: return (float)tpu_load_f64(p, dt);
+  }
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t rup(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+/* ---- the micro-kernel and the precision's transforms ---- */
+/* The instance matmul.c runs (TORCH_TPU_ISA and CPUID decide there). */
+static const gemm_ukernel_t* attn_ukernel(void) {
+  const char* name = tpu_gemm_isa_name();
+#ifdef TPU_GEMM_HAVE_X86
+  if (strcmp(name, tpu_gemm_ukernel_avx512.name) == 0) return &tpu_gemm_ukernel_avx512;
+  if (strcmp(name, tpu_gemm_ukernel_avx2.name) == 0) return &tpu_gemm_ukernel_avx2;
+#endif
+  (void)name;
+  return &tpu_gemm_ukernel_portable;
+}
+
+/* Packed steps of a product of two inputs (dev) and of a computed operand
+ * (A) by an input (B) (der), for inputs of dtype dt. */
+static void attn_passes(tpu_dtype_t dt, tpu_precision_t prec, gemm_passes_t* dev,
+                        gemm_passes_t* der) {
+  gemm_passes_t ps = {1, {GEMM_XF_EXACT, GEMM_XF_EXACT}, {GEMM_XF_EXACT, GEMM_XF_EXACT}};
+  *dev = *der = ps;
+  if (dt == TPU_BF16) {
+    der->a[0] = GEMM_XF_BF16;
+    return;
+  }
+  if (dt != TPU_F32) return;
+  if (prec == TPU_PRECISION_MEDIUM) {
+    ps.a[0] = ps.b[0] = GEMM_XF_BF16;
+  } else if (prec == TPU_PRECISION_HIGH) {
+    ps.np = 2;
+    ps.a[0] = GEMM_XF_HI;
+    ps.a[1] = GEMM_XF_LO;
+    ps.b[0] = GEMM_XF_HI16;
+    ps.b[1] = GEMM_XF_HI;
+  }
+  *dev = *der = ps;
+}
+
+/* Packs `lines` lines of kc steps (line l, step k at src + (l * sl + k * sk)
+ * elements of dtype dt) into panels of w lines, the layout of gemm_ukernel.h
+ * (a last partial panel zero-filled): the micro-kernel's own packer for the
+ * float32 layouts it knows, element by element otherwise. */
+static void pack_src(const gemm_ukernel_t* uk, float* dst, const char* src, tpu_dtype_t dt,
+                     int64_t sl, int64_t sk, int64_t lines, int64_t kc, int w,
+                     const gemm_passes_t* ps, bool side_a) {
+  const gemm_xform_t* xf = side_a ? ps->a : ps->b;
+  const int np = ps->np;
+  if (lines <= 0 || kc <= 0) return;
+  if (dt == TPU_F32 && uk->pack_f32 &&
+      uk->pack_f32(dst, (const float*)src, sl, sk, lines, kc, w, xf, np))
+    return;
+  const int64_t esz = (int64_t)tpu_dtype_size(dt), kcp = kc * np;
+  for (int64_t q0 = 0; q0 < lines; q0 += w) {
+    const int64_t rows = min64(w, lines - q0);
+    float* d = dst + q0 * kcp;
+    for (int64_t k = 0; k < kc; k++)
+      for (int p = 0; p < np; p++) {
+        float* dk = d + (k * np + p) * w;
+        int64_t l = 0;
+        for (; l < rows; l++)
+          dk[l] = gemm_xform(xf[p], load_f(src + ((q0 + l) * sl + k * sk) * esz, dt));
+        for (; l < w; l++) dk[l] = 0;
+      }
+  }
+}
+
+/* c (+)= A @ B over whole micro-kernel tiles: A is packed in panels of mr
+ * rows (kcp packed steps each, `rows` rows), B's panels of nr columns start
+ * at b0, bps floats apart (`cols` columns); c has row stride ldc and room for
+ * rows and columns rounded up to whole tiles. */
+static void tiles(const gemm_ukernel_t* uk, int64_t kcp, const float* a, int64_t rows,
+                  const float* b0, int64_t bps, int64_t cols, float* c, int64_t ldc, bool acc) {
+  for (int64_t j = 0, jp = 0; j < cols; j += uk->nr, jp++)
+    for (int64_t r = 0; r < rows; r += uk->mr)
+      uk->tile(kcp, a + r * kcp, b0 + jp * bps, c + r * ldc + j, ldc, acc, NULL, 0);
+}
+
+/* ---- row loops, vectorized (one copy per ISA, chosen at run time) ---- */
+#define ATTN_ROW_FNS(SUF, ATTR)                                                              \
+  static ATTR float row_max_##SUF(const float* s, int64_t n) {                               \
+    float m = -INFINITY;                                                                     \
+    for (int64_t j = 0; j < n; j++) m = s[j] > m ? s[j] : m;                                 \
+    return m;                                                                                \
+  }                                                                                          \
+  /* s = exp(s - m); returns the sum */                                                      \
+  static ATTR float row_exp_##SUF(float* s, int64_t n, float m) {                            \
+    float sum = 0;                                                                           \
+    for (int64_t j = 0; j < n; j++) {                                                        \
+      float e = tpu_vm_expf(s[j] - m);                                                       \
+      s[j] = e;                                                                              \
+      sum += e;                                                                              \
+    }                                                                                        \
+    return sum;                                                                              \
+  }                                                                                          \
+  /* s = exp(s * scale - lse) (backward's P) */                                              \
+  static ATTR void row_p_##SUF(float* s, int64_t n, float lse) {                             \
+    for (int64_t j = 0; j < n; j++) s[j] = tpu_vm_expf(s[j] - lse);                          \
+  }                                                                                          \
+  static ATTR void row_scale_##SUF(float* s, int64_t n, float a) {                           \
+    for (int64_t j = 0; j < n; j++) s[j] *= a;                                               \
+  }                                                                                          \
+  /* ds = p * (dp - d) */                                                                    \
+  static ATTR void row_ds_##SUF(float* ds, const float* p, int64_t n, float d) {             \
+    for (int64_t j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - d);                              \
+  }
+
+ATTN_ROW_FNS(p, TPU_VEC_PORTABLE)
+#ifdef TPU_HAVE_AVX2_BUILD
+ATTN_ROW_FNS(a, TPU_VEC_AVX2)
+#define ROW_CALL(avx2, fn, ...) ((avx2) ? fn##_a(__VA_ARGS__) : fn##_p(__VA_ARGS__))
+#else
+#define ROW_CALL(avx2, fn, ...) fn##_p(__VA_ARGS__)
+#endif
+
+/* ---- the problem ---- */
+enum { MASK_NONE = 0, MASK_BOOL, MASK_ADD };
+
+typedef struct {
+  const gemm_ukernel_t* uk;
+  gemm_passes_t pd, px; /* input x input, computed x input */
+  bool avx2;            /* row loops' ISA */
+  int64_t B, H, Hk, g, Tq, Tk, E, Ev;
+  int64_t bq, bk, nqb, nkb;
+  float scale;
+  bool causal;
+  int mask_kind;
+  const char* mask;
+  tpu_dtype_t mdt;
+  int64_t mesz, mb, mh, mi, mj; /* mask strides broadcast to (B, H, Tq, Tk) */
+  bool dropout;
+  double keep;    /* 1 - p */
+  float keep_inv; /* 1 / (1 - p), 0 when p == 1 */
+  uint64_t seed, offset;
+  aview_t q, k, v, o, dout, dq, dk, dv;
+  float* lse; /* (B, H, Tq) */
+  int64_t lsb, lsh, lst;
+  /* forward: packed keys and values per (batch, kv head) */
+  float* kpack;
+  float* vpack;
+  int64_t kps, vps; /* floats per (batch, kv head) */
+  _Atomic int64_t next;
+  int64_t items;
+  _Atomic int oom;
+} attn_t;
+
+static tpu_status_t attn_init(attn_t* a, const char* op, const tpu_tensor_t* q,
+                              const tpu_tensor_t* k, const tpu_tensor_t* v,
+                              const tpu_tensor_t* mask, double scale_arg, bool has_scale,
+                              bool causal, double p, tpu_precision_t prec) {
+  memset(a, 0, sizeof *a);
+  TPU_CHECK_ARG(q && k && v, "%s: query, key and value must be tensors", op);
+  TPU_CHECK_ARG((q->ndim == 3 || q->ndim == 4) && k->ndim == q->ndim && v->ndim == q->ndim,
+                "%s: query, key and value must all be 3-d or all 4-d, got %d, %d, %d", op,
+                q->ndim, k->ndim, v->ndim);
+  TPU_CHECK_ARG(q->dtype == k->dtype && q->dtype == v->dtype &&
+                    (q->dtype == TPU_F32 || q->dtype == TPU_BF16 || q->dtype == TPU_F16),
+                "%s: query, key and value must have one dtype of float32, bfloat16, float16; got "
+                "%s, %s, %s",
+                op, tpu_dtype_name(q->dtype), tpu_dtype_name(k->dtype), tpu_dtype_name(v->dtype));
+  const int o = q->ndim - 3;
+  a->B = o ? q->sizes[0] : 1;
+  a->H = q->sizes[o];
+  a->Tq = q->sizes[o + 1];
+  a->E = q->sizes[o + 2];
+  a->Hk = k->sizes[o];
+  a->Tk = k->sizes[o + 1];
+  a->Ev = v->sizes[o + 2];
+  TPU_CHECK_ARG(!o || (k->sizes[0] == a->B && v->sizes[0] == a->B),
+                "%s: batch sizes differ: %lld, %lld, %lld", op, (long long)a->B,
+                (long long)k->sizes[0], (long long)v->sizes[0]);
+  TPU_CHECK_ARG(k->sizes[o + 2] == a->E, "%s: key's last dim %lld differs from query's %lld", op,
+                (long long)k->sizes[o + 2], (long long)a->E);
+  TPU_CHECK_ARG(v->sizes[o] == a->Hk && v->sizes[o + 1] == a->Tk,
+                "%s: value's heads and length (%lld, %lld) differ from key's (%lld, %lld)", op,
+                (long long)v->sizes[o], (long long)v->sizes[o + 1], (long long)a->Hk,
+                (long long)a->Tk);
+  TPU_CHECK_ARG(a->Hk > 0 && a->H % a->Hk == 0,
+                "%s: query heads %lld must be a multiple of key/value heads %lld", op,
+                (long long)a->H, (long long)a->Hk);
+  TPU_CHECK_ARG(p >= 0 && p <= 1, "%s: dropout probability must be in [0, 1], got %g", op, p);
+  a->g = a->H / a->Hk;
+  a->uk = attn_ukernel();
+  attn_passes(q->dtype, prec, &a->pd, &a->px);
+#ifdef TPU_HAVE_AVX2_BUILD
+  a->avx2 = tpu_host_isa() == TPU_ISA_AVX2;
+#endif
+  const int mr = a->uk->mr, nr = a->uk->nr;
+  /* BQ: about 64 queries in whole row panels; BK: about 96 keys in whole row
+   * and column panels (the backward's dK/dV blocks take key rows) */
+  a->bq = rup(64, mr);
+  int64_t l = mr;
+  while (l % nr) l += mr;
+  a->bk = l * max64(1, 96 / l);
+  a->nqb = (a->Tq + a->bq - 1) / a->bq;
+  a->nkb = (a->Tk + a->bk - 1) / a->bk;
+  a->scale = (float)(has_scale ? scale_arg : 1.0 / sqrt((double)a->E));
+  a->causal = causal;
+  aview_of(&a->q, q);
+  aview_of(&a->k, k);
+  aview_of(&a->v, v);
+  if (mask) {
+    TPU_CHECK_ARG(mask->dtype == TPU_BOOL || mask->dtype == q->dtype,
+                  "%s: attn_mask must be bool or the query's dtype %s, got %s", op,
+                  tpu_dtype_name(q->dtype), tpu_dtype_name(mask->dtype));
+    TPU_CHECK_ARG(mask->ndim <= 4, "%s: attn_mask has %d dims", op, mask->ndim);
+    const int64_t want[4] = {a->B, a->H, a->Tq, a->Tk};
+    int64_t st[4] = {0, 0, 0, 0};
+    for (int d = 0; d < mask->ndim; d++) {
+      const int wd = 4 - mask->ndim + d;
+      const int64_t sz = mask->sizes[d];
+      TPU_CHECK_ARG(sz == want[wd] || sz == 1,
+                    "%s: attn_mask of size %lld at dim %d does not broadcast to %lld", op,
+                    (long long)sz, d, (long long)want[wd]);
+      st[wd] = sz == 1 ? 0 : mask->strides[d];
+    }
+    a->mask_kind = mask->dtype == TPU_BOOL ? MASK_BOOL : MASK_ADD;
+    a->mask = mask->data;
+    a->mdt = mask->dtype;
+    a->mesz = (int64_t)tpu_dtype_size(mask->dtype);
+    a->mb = st[0];
+    a->mh = st[1];
+    a->mi = st[2];
+    a->mj = st[3];
+  }
+  a->dropout = p > 0;
+  a->keep = 1.0 - p;
+  a->keep_inv = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+  return TPU_OK;
+}
+
+static void lse_view(attn_t* a, const tpu_tensor_t* t) {
+  a->lse = t->data;
+  a->lsb = t->ndim == 3 ? t->strides[0] : 0;
+  a->lsh = t->strides[t->ndim - 2];
+  a->lst = t->strides[t->ndim - 1];
+}
+
+/* Scores of row qi against keys [k0, k0 + n) in s: scaled, masked (masked
+ * ones -inf); returns how many of the n keys the causal mask leaves. */
+static void row_mask(const attn_t* a, float* s, int64_t b, int64_t h, int64_t qi, int64_t k0,
+                     int64_t n) {
+  ROW_CALL(a->avx2, row_scale, s, n, a->scale);
+  if (a->mask_kind != MASK_NONE) {
+    const char* m = a->mask + (b * a->mb + h * a->mh + qi * a->mi + k0 * a->mj) * a->mesz;
+    const int64_t mj = a->mj * a->mesz;
+    if (a->mask_kind == MASK_BOOL) {
+      for (int64_t j = 0; j < n; j++)
+        if (!m[j * mj]) s[j] = -INFINITY;
+    } else if (a->mdt == TPU_F32 && mj == 4) {
+      const float* mf = (const float*)m;
+      for (int64_t j = 0; j < n; j++) s[j] += mf[j];
+    } else {
+      for (int64_t j = 0; j < n; j++) s[j] += load_f(m + j * mj, a->mdt);
+    }
+  }
+  if (a->causal)
+    for (int64_t j = max64(0, qi - k0 + 1); j < n; j++) s[j] = -INFINITY;
+}
+
+/* Dropout of row qi against keys [k0, k0 + n): s[j] *= keep ? 1/(1-p) : 0;
+ * with `also`, the same for also[j]. */
+static void row_dropout(const attn_t* a, float* s, float* also, int64_t b, int64_t h, int64_t qi,
+                        int64_t k0, int64_t n) {
+  const uint64_t base = a->offset + (uint64_t)(((b * a->H + h) * a->Tq + qi) * a->Tk + k0);
+  for (int64_t j = 0; j < n; j++) {
+    tpu_philox_block_t blk = tpu_philox4x32_10(base + (uint64_t)j, 0, a->seed);
+    const double u = (double)((((uint64_t)blk.w[0] << 32) | blk.w[1]) >> 11) * 0x1p-53;
+    const float z = u < a->keep ? a->keep_inv : 0.0f;
+    s[j] *= z;
+    if (also) also[j] *= z;
+  }
+}
+
+/* ---- forward ---- */
+/* Packs key and value panels of (batch, kv head) entries claimed one by one. */
+static void fwd_pack(void* ctx, int64_t begin, int64_t end) {
+  attn_t* a = ctx;
+  const gemm_ukernel_t* uk = a->uk;
+  for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < a->B * a->Hk;) {
+    const int64_t b = it / a->Hk, hk = it % a->Hk;
+    /* K as B of S = Q K^T: lines keys, steps features */
+    pack_src(uk, a->kpack + it * a->kps, aptr(&a->k, b, hk, 0, 0), a->k.dt, a->k.st, a->k.se,
+             a->Tk, a->E, uk->nr, &a->pd, false);
+    /* V as B of P V: lines value features, steps keys */
+    pack_src(uk, a->vpack + it * a->vps, aptr(&a->v, b, hk, 0, 0), a->v.dt, a->v.se, a->v.st,
+             a->Ev, a->Tk, uk->nr, &a->px, false);
+  }
+}
+
+static void fwd_items(void* ctx, int64_t begin, int64_t end) {
+  attn_t* a = ctx;
+  const gemm_ukernel_t* uk = a->uk;
+  const int mr = uk->mr, nr = uk->nr;
+  const int npd = a->pd.np, npx = a->px.np;
+  const int64_t ldS = a->bk, evp = rup(a->Ev, nr), ldO = evp;
+  const size_t floats = (size_t)(a->bq * a->E * npd + a->bq * ldS + a->bq * a->bk * npx +
+                                 a->bq * ldO + 2 * a->bq + evp);
+  float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+  if (!buf) {
+    a->oom = 1;
+    return;
+  }
+  float* qp = buf;
+  float* S = qp + a->bq * a->E * npd;
+  float* pp = S + a->bq * ldS;
+  float* O = pp + a->bq * a->bk * npx;
+  float* mx = O + a->bq * ldO;
+  float* sum = mx + a->bq;
+  float* row = sum + a->bq;
+  for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < a->items;) {
+    const int64_t bh = it / a->nqb, qb = it % a->nqb, b = bh / a->H, h = bh % a->H;
+    const int64_t hk = h / a->g, q0 = qb * a->bq, qcur = min64(a->bq, a->Tq - q0);
+    const float* kp = a->kpack + (b * a->Hk + hk) * a->kps;
+    const float* vp = a->vpack + (b * a->Hk + hk) * a->vps;
+    pack_src(uk, qp, aptr(&a->q, b, h, q0, 0), a->q.dt, a->q.st, a->q.se, qcur, a->E, mr,
+             &a->pd, true);
+    for (int64_t i = 0; i < qcur; i++) {
+      mx[i] = -INFINITY;
+      sum[i] = 0;
+    }
+    memset(O, 0, sizeof(float) * (size_t)(a->bq * ldO));
+    const int64_t kend = a->causal ? min64(a->Tk, q0 + qcur) : a->Tk;
+    for (int64_t k0 = 0; k0 < kend; k0 += a->bk) {
+      const int64_t kcur = min64(a->bk, a->Tk - k0);
+      tiles(uk, a->E * npd, qp, qcur, kp + k0 * a->E * npd, nr * a->E * npd, kcur, S, ldS,
+            false);
+      for (int64_t i = 0; i < qcur; i++) {
+        float* s = S + i * ldS;
+        row_mask(a, s, b, h, q0 + i, k0, kcur);
+        const float bm = ROW_CALL(a->avx2, row_max, s, kcur);
+        const float mnew = bm > mx[i] ? bm : mx[i];
+        if (mnew == -INFINITY) { /* nothing seen yet */
+          memset(s, 0, sizeof(float) * (size_t)kcur);
+          continue;
+        }
+        const float alpha = expf(mx[i] - mnew);
+        const float bs = ROW_CALL(a->avx2, row_exp, s, kcur, mnew);
+        sum[i] = sum[i] * alpha + bs;
+        mx[i] = mnew;
+        if (alpha != 1.0f) ROW_CALL(a->avx2, row_scale, O + i * ldO, evp, alpha);
+        if (a->dropout) row_dropout(a, s, NULL, b, h, q0 + i, k0, kcur);
+      }
+      pack_src(uk, pp, (const char*)S, TPU_F32, ldS, 1, qcur, kcur, mr, &a->px, true);
+      tiles(uk, kcur * npx, pp, qcur, vp + k0 * npx * nr, nr * a->Tk * npx, a->Ev, O, ldO, true);
+    }
+    for (int64_t i = 0; i < qcur; i++) {
+      const float inv = sum[i] > 0 ? 1.0f / sum[i] : 0.0f;
+      for (int64_t e = 0; e < a->Ev; e++) row[e] = O[i * ldO + e] * inv;
+      tpu_run_store_f32((char*)aptr(&a->o, b, h, q0 + i, 0), a->o.se, a->o.dt, row, a->Ev);
+      a->lse[b * a->lsb + h * a->lsh + (q0 + i) * a->lst] =
+          sum[i] > 0 ? mx[i] + logf(sum[i]) : -INFINITY;
+    }
+  }
+  free(buf);
+}
+
+/* _scaled_dot_product_fused_attention_overrideable(query, key, value,
+ * attn_bias?, dropout_p, is_causal, return_debug_mask, *, scale?) -> outputs
+ * (output, logsumexp); the bridge passes only these two and reserves
+ * B * H * Tq * Tk Philox counters when dropout_p > 0. */
+tpu_status_t tpu_k_sdpa_fwd(const tpu_call_t* c) {
+  static const char* op = "scaled_dot_product_attention";
+  attn_t a;
+  TPU_CHECK_ARG(c->nouts >= 2, "%s: expected output and logsumexp", op);
+  const double p = tpu_arg_f64(c, 4, 0.0);
+  TPU_RETURN_IF_ERROR(attn_init(&a, op, tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1),
+                                tpu_arg_tensor(c, 2), tpu_arg_tensor(c, 3), tpu_arg_f64(c, 7, 0),
+                                !tpu_arg_is_none(c, 7), tpu_arg_bool(c, 5, false), p,
+                                c->precision));
+  a.seed = c->rng_seed;
+  a.offset = c->rng_offset;
+  aview_of(&a.o, &c->outs[0]);
+  lse_view(&a, &c->outs[1]);
+  if (a.B * a.H * a.Tq == 0 || a.Ev == 0) return TPU_OK;
+  /* no keys: every row sees none (output 0, logsumexp -inf) */
+  const int nr = a.uk->nr;
+  a.kps = rup(a.Tk, nr) * a.E * a.pd.np;
+  a.vps = rup(a.Ev, nr) * a.Tk * a.px.np;
+  const size_t floats = (size_t)(a.B * a.Hk * (a.kps + a.vps)) + 16;
+  float* packs = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+  if (!packs)
+    return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for %zu bytes of packed keys", op,
+                   floats * sizeof(float));
+  a.kpack = packs;
+  a.vpack = packs + a.B * a.Hk * a.kps;
+  const int nth = tpu_num_threads();
+  atomic_store(&a.next, 0);
+  if (nth > 1 && a.B * a.Hk > 1) tpu_parallel_for(nth, 1, fwd_pack, &a);
+  else fwd_pack(&a, 0, 1);
+  a.items = a.B * a.H * a.nqb;
+  atomic_store(&a.next, 0);
+  if (nth > 1 && a.items > 1) tpu_parallel_for(min64(nth, a.items), 1, fwd_items, &a);
+  else fwd_items(&a, 0, 1);
+  free(packs);
+  if (a.oom) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for scratch", op);
+  return TPU_OK;
+}
+
+/* ---- backward ---- */
+static void bwd_items(void* ctx, int64_t begin, int64_t end) {
+  attn_t* a = ctx;
+  const gemm_ukernel_t* uk = a->uk;
+  const int mr = uk->mr, nr = uk->nr;
+  const int npd = a->pd.np, npx = a->px.np;
+  const int64_t E = a->E, Ev = a->Ev, Tq = a->Tq, Tk = a->Tk;
+  const int64_t ep = rup(E, nr), evp = rup(Ev, nr), ldS = a->bk;
+  const int64_t tqp = a->nqb * a->bq, tkp = a->nkb * a->bk;
+  const int64_t tk_n = rup(Tk, nr);
+  /* per item: K, V, K' packs; per head: Q, dO as A and as B; D, lse; dQ, dK,
+   * dV accumulators; per block: S (P), dP (dS), Pd and a packed A operand */
+  const int64_t n_kS = tk_n * E * npd, n_vP = tk_n * Ev * npd, n_kQ = ep * Tk * npx;
+  const int64_t n_qA = tqp * E * npd, n_doA = tqp * Ev * npd, n_qB = ep * Tq * npx,
+                n_doB = evp * Tq * npx;
+  const int64_t n_blk = a->bq * ldS, n_pk = max64(a->bq, a->bk) * max64(a->bq, a->bk) * npx;
+  const size_t floats = (size_t)(n_kS + n_vP + n_kQ + n_qA + n_doA + n_qB + n_doB + 2 * tqp +
+                                 tqp * ep + tkp * ep + tkp * evp + 3 * n_blk + n_pk +
+                                 max64(ep, evp));
+  float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+  if (!buf) {
+    a->oom = 1;
+    return;
+  }
+  float* kS = buf;
+  float* vP = kS + n_kS;
+  float* kQ = vP + n_vP;
+  float* qA = kQ + n_kQ;
+  float* doA = qA + n_qA;
+  float* qB = doA + n_doA;
+  float* doB = qB + n_qB;
+  float* Dr = doB + n_doB;
+  float* L = Dr + tqp;
+  float* dQ = L + tqp;
+  float* dK = dQ + tqp * ep;
+  float* dV = dK + tkp * ep;
+  float* S = dV + tkp * evp;
+  float* dP = S + n_blk;
+  float* Pd = dP + n_blk;
+  float* pk = Pd + n_blk;
+  float* row = pk + n_pk;
+  for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < a->items;) {
+    const int64_t b = it / a->Hk, hk = it % a->Hk;
+    pack_src(uk, kS, aptr(&a->k, b, hk, 0, 0), a->k.dt, a->k.st, a->k.se, Tk, E, nr, &a->pd,
+             false);
+    pack_src(uk, vP, aptr(&a->v, b, hk, 0, 0), a->v.dt, a->v.st, a->v.se, Tk, Ev, nr, &a->pd,
+             false);
+    pack_src(uk, kQ, aptr(&a->k, b, hk, 0, 0), a->k.dt, a->k.se, a->k.st, E, Tk, nr, &a->px,
+             false);
+    memset(dK, 0, sizeof(float) * (size_t)(tkp * ep));
+    memset(dV, 0, sizeof(float) * (size_t)(tkp * evp));
+    for (int64_t gi = 0; gi < a->g; gi++) {
+      const int64_t h = hk * a->g + gi;
+      pack_src(uk, qA, aptr(&a->q, b, h, 0, 0), a->q.dt, a->q.st, a->q.se, Tq, E, mr, &a->pd,
+               true);
+      pack_src(uk, doA, aptr(&a->dout, b, h, 0, 0), a->dout.dt, a->dout.st, a->dout.se, Tq, Ev,
+               mr, &a->pd, true);
+      pack_src(uk, qB, aptr(&a->q, b, h, 0, 0), a->q.dt, a->q.se, a->q.st, E, Tq, nr, &a->px,
+               false);
+      pack_src(uk, doB, aptr(&a->dout, b, h, 0, 0), a->dout.dt, a->dout.se, a->dout.st, Ev, Tq,
+               nr, &a->px, false);
+      for (int64_t i = 0; i < Tq; i++) {
+        float d = 0;
+        for (int64_t e = 0; e < Ev; e++)
+          d += load_f(aptr(&a->dout, b, h, i, e), a->dout.dt) *
+               load_f(aptr(&a->o, b, h, i, e), a->o.dt);
+        Dr[i] = d;
+        L[i] = a->lse[b * a->lsb + h * a->lsh + i * a->lst];
+      }
+      memset(dQ, 0, sizeof(float) * (size_t)(tqp * ep));
+      for (int64_t k0 = 0; k0 < Tk; k0 += a->bk) {
+        const int64_t kcur = min64(a->bk, Tk - k0);
+        for (int64_t q0 = a->causal ? k0 / a->bq * a->bq : 0; q0 < Tq; q0 += a->bq) {
+          const int64_t qcur = min64(a->bq, Tq - q0);
+          tiles(uk, E * npd, qA + q0 * E * npd, qcur, kS + k0 * E * npd, nr * E * npd, kcur, S,
+                ldS, false);
+          tiles(uk, Ev * npd, doA + q0 * Ev * npd, qcur, vP + k0 * Ev * npd, nr * Ev * npd, kcur,
+                dP, ldS, false);
+          for (int64_t i = 0; i < qcur; i++) {
+            float *s = S + i * ldS, *dp = dP + i * ldS, *pd = Pd + i * ldS;
+            row_mask(a, s, b, h, q0 + i, k0, kcur);
+            if (L[q0 + i] == -INFINITY) memset(s, 0, sizeof(float) * (size_t)kcur);
+            else ROW_CALL(a->avx2, row_p, s, kcur, L[q0 + i]);
+            memcpy(pd, s, sizeof(float) * (size_t)kcur);
+            if (a->dropout) row_dropout(a, pd, dp, b, h, q0 + i, k0, kcur);
+            ROW_CALL(a->avx2, row_ds, dp, s, kcur, Dr[q0 + i]);
+          }
+          /* dV += Pd^T dO, dK += dS^T Q: A lines are keys (contiguous in a row) */
+          pack_src(uk, pk, (const char*)Pd, TPU_F32, 1, ldS, kcur, qcur, mr, &a->px, true);
+          tiles(uk, qcur * npx, pk, kcur, doB + q0 * npx * nr, nr * Tq * npx, Ev, dV + k0 * evp,
+                evp, true);
+          pack_src(uk, pk, (const char*)dP, TPU_F32, 1, ldS, kcur, qcur, mr, &a->px, true);
+          tiles(uk, qcur * npx, pk, kcur, qB + q0 * npx * nr, nr * Tq * npx, E, dK + k0 * ep, ep,
+                true);
+          /* dQ += dS K */
+          pack_src(uk, pk, (const char*)dP, TPU_F32, ldS, 1, qcur, kcur, mr, &a->px, true);
+          tiles(uk, kcur * npx, pk, qcur, kQ + k0 * npx * nr, nr * Tk * npx, E, dQ + q0 * ep, ep,
+                true);
+        }
+      }
+      for (int64_t i = 0; i < Tq; i++) {
+        for (int64_t e = 0; e < E; e++) row[e] = dQ[i * ep + e] * a->scale;
+        tpu_run_store_f32((char*)aptr(&a->dq, b, h, i, 0), a->dq.se, a->dq.dt, row, E);
+      }
+    }
+    for (int64_t j = 0; j < Tk; j++) {
+      for (int64_t e = 0; e < E; e++) row[e] = dK[j * ep + e] * a->scale;
+      tpu_run_store_f32((char*)aptr(&a->dk, b, hk, j, 0), a->dk.se, a->dk.dt, row, E);
+      tpu_run_store_f32((char*)aptr(&a->dv, b, hk, j, 0), a->dv.se, a->dv.dt, dV + j * evp, Ev);
+    }
+  }
+  free(buf);
+}
+
+/* _scaled_dot_product_fused_attention_overrideable_backward(grad_out, query,
+ * key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
+ * cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset,
+ * *, scale?) -> outputs (grad_query, grad_key, grad_value); the bridge sets
+ * rng_seed / rng_offset to the forward's. */
+tpu_status_t tpu_k_sdpa_bwd(const tpu_call_t* c) {
+  static const char* op = "scaled_dot_product_attention backward";
+  attn_t a;
+  TPU_CHECK_ARG(c->nouts >= 3, "%s: expected three gradients", op);
+  const tpu_tensor_t* gout = tpu_arg_tensor(c, 0);
+  const tpu_tensor_t* out = tpu_arg_tensor(c, 6);
+  const tpu_tensor_t* lse = tpu_arg_tensor(c, 7);
+  TPU_CHECK_ARG(gout && out && lse, "%s: grad_out, out and logsumexp must be tensors", op);
+  TPU_RETURN_IF_ERROR(attn_init(&a, op, tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2),
+                                tpu_arg_tensor(c, 3), tpu_arg_tensor(c, 4), tpu_arg_f64(c, 16, 0),
+                                !tpu_arg_is_none(c, 16), tpu_arg_bool(c, 13, false),
+                                tpu_arg_f64(c, 12, 0.0), c->precision));
+  a.seed = c->rng_seed;
+  a.offset = c->rng_offset;
+  aview_of(&a.dout, gout);
+  aview_of(&a.o, out);
+  lse_view(&a, lse);
+  aview_of(&a.dq, &c->outs[0]);
+  aview_of(&a.dk, &c->outs[1]);
+  aview_of(&a.dv, &c->outs[2]);
+  a.items = a.B * a.Hk;
+  if (a.items == 0 || (a.Tq == 0 && a.Tk == 0)) return TPU_OK;
+  atomic_store(&a.next, 0);
+  const int nth = tpu_num_threads();
+  if (nth > 1 && a.items > 1) tpu_parallel_for(min64(nth, a.items), 1, bwd_items, &a);
+  else bwd_items(&a, 0, 1);
+  if (a.oom) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for scratch", op);
+  return TPU_OK;
+}
