@@ -1,0 +1,306 @@
+"""scaled_dot_product_attention on tpu: the fused host kernel (runtime/targets/host/kernels/
+attention.c) against PyTorch CPU's math path, forward and backward, and the backend choice."""
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import torch_tpu
+
+FWD = "_scaled_dot_product_fused_attention_overrideable"
+BWD = "_scaled_dot_product_fused_attention_overrideable_backward"
+TOL = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (3e-2, 3e-2), torch.float16: (4e-3, 4e-3)}
+
+
+def rand(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def fused_calls(fn):
+    """Runs fn() and returns (its result, calls of the fused forward, of its backward)."""
+    with torch_tpu.debug.kernel_profile() as prof:
+        r = fn()
+    calls = lambda name: prof.ops.get(name, (0, 0))[0]  # noqa: E731
+    return r, calls(FWD), calls(BWD)
+
+
+def run(q, k, v, grad, device, **kw):
+    """sdpa on `device` (leaf copies of q, k, v); returns output and the three grads."""
+    leaves = [t.to(device).detach().requires_grad_() for t in (q, k, v)]
+    mask = kw.pop("attn_mask", None)
+    if mask is not None:
+        mask = mask.to(device)
+    o = F.scaled_dot_product_attention(*leaves, attn_mask=mask, **kw)
+    o.backward(grad.to(device))
+    return [o] + [t.grad for t in leaves]
+
+
+def check_close(got, want, dtype, scale=1.0):
+    atol, rtol = TOL[dtype]
+    assert got.device.type == "tpu"
+    g = got.cpu()
+    assert g.dtype == want.dtype and g.shape == want.shape
+    torch.testing.assert_close(g.double(), want.double(), atol=atol * scale, rtol=rtol * scale)
+
+
+def same_layout(a, b):
+    """Equal strides along the dims of more than one element."""
+    return all(sa == sb for n, sa, sb in zip(a.shape, a.stride(), b.stride()) if n > 1)
+
+
+def reference(q, k, v, grad, dtype, **kw):
+    """CPU math path: float32 inputs as they are; 16-bit ones computed in float32 (the fused
+    kernel sums in float32) and rounded back."""
+    up = dtype if dtype == torch.float32 else torch.float32
+    mask = kw.get("attn_mask")
+    if mask is not None and mask.dtype != torch.bool:
+        kw = dict(kw, attn_mask=mask.to(up))
+    with sdpa_kernel(SDPBackend.MATH):
+        outs = run(q.to(up), k.to(up), v.to(up), grad.to(up), "cpu", **kw)
+    return [t.to(dtype) for t in outs]
+
+
+CASES = [
+    # B, H, Hk, Tq, Tk, E, Ev
+    (2, 3, 3, 67, 67, 16, 16),
+    (1, 2, 2, 1, 1, 8, 8),
+    (1, 2, 2, 7, 7, 32, 32),
+    (1, 1, 1, 129, 129, 64, 64),
+    (2, 2, 2, 7, 67, 16, 24),
+    (1, 2, 2, 67, 7, 16, 16),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp32_highest_matches_cpu(case, causal):
+    B, H, Hk, Tq, Tk, E, Ev = case
+    q, k, v = rand((B, H, Tq, E), torch.float32, 1), rand((B, Hk, Tk, E), torch.float32, 2), \
+        rand((B, Hk, Tk, Ev), torch.float32, 3)
+    grad = rand((B, H, Tq, Ev), torch.float32, 4)
+    with torch.tpu.precision("highest"):
+        got, nf, nb = fused_calls(lambda: run(q, k, v, grad, "tpu", is_causal=causal))
+    want = reference(q, k, v, grad, torch.float32, is_causal=causal)
+    assert (nf, nb) == (1, 1)
+    for g, w in zip(got, want):
+        check_close(g, w, torch.float32)
+        assert same_layout(g, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mask_kind", ["none", "causal", "bool", "bool_bcast", "additive"])
+def test_dtypes_and_masks(dtype, mask_kind):
+    B, H, T, E = 2, 2, 67, 32
+    q, k, v = (rand((B, H, T, E), dtype, s) for s in (5, 6, 7))
+    grad = rand((B, H, T, E), dtype, 8)
+    kw = {}
+    if mask_kind == "causal":
+        kw["is_causal"] = True
+    elif mask_kind == "bool":
+        m = torch.rand(B, H, T, T, generator=torch.Generator().manual_seed(9)) > 0.3
+        m[..., 0] = True  # every row sees a key
+        kw["attn_mask"] = m
+    elif mask_kind == "bool_bcast":
+        kw["attn_mask"] = torch.ones(T, T, dtype=torch.bool).tril()
+    elif mask_kind == "additive":
+        kw["attn_mask"] = rand((1, H, T, T), dtype, 10)
+    with torch.tpu.precision("highest"):
+        got, nf, nb = fused_calls(lambda: run(q, k, v, grad, "tpu", **dict(kw)))
+    want = reference(q, k, v, grad, dtype, **kw)
+    assert (nf, nb) == (1, 1)
+    for g, w in zip(got, want):
+        check_close(g, w, dtype, scale=2.0)
+
+
+@pytest.mark.parametrize("precision", ["medium", "high"])
+def test_precision_modes(precision):
+    """medium rounds the products' inputs to bfloat16, high splits them (bf16x3)."""
+    B, H, T, E = 1, 2, 129, 64
+    q, k, v = (rand((B, H, T, E), torch.float32, s) for s in (11, 12, 13))
+    grad = rand((B, H, T, E), torch.float32, 14)
+    with torch.tpu.precision(precision):
+        got = run(q, k, v, grad, "tpu", is_causal=True)
+    want = reference(q, k, v, grad, torch.float32, is_causal=True)
+    tol = 3e-2 if precision == "medium" else 1e-4
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w, atol=tol, rtol=tol)
+    if precision == "medium":  # not the float32 result: the inputs were rounded
+        assert not torch.allclose(got[0].cpu(), want[0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("Hk", [1, 2])
+def test_gqa(dtype, Hk):
+    B, H, T, E = 2, 4, 67, 16
+    q, k, v = rand((B, H, T, E), dtype, 15), rand((B, Hk, T, E), dtype, 16), \
+        rand((B, Hk, T, E), dtype, 17)
+    grad = rand((B, H, T, E), dtype, 18)
+    with torch.tpu.precision("highest"):
+        got, nf, nb = fused_calls(
+            lambda: run(q, k, v, grad, "tpu", is_causal=True, enable_gqa=True))
+    want = reference(q, k, v, grad, dtype, is_causal=True, enable_gqa=True)
+    assert (nf, nb) == (1, 1)
+    for g, w in zip(got, want):
+        check_close(g, w, dtype, scale=2.0)
+    assert got[2].shape == (B, Hk, T, E) and got[3].shape == (B, Hk, T, E)
+
+
+def test_3d_strided_inputs_and_scale():
+    """(H, T, E) inputs, views of a (T, H, E) layout, an explicit scale."""
+    H, T, E = 3, 67, 16
+    base = [rand((T, H, E), torch.float32, s) for s in (19, 20, 21)]
+    q, k, v = (t.transpose(0, 1) for t in base)
+    grad = rand((H, T, E), torch.float32, 22)
+
+    def tpu_run():
+        leaves = [t.to("tpu").detach().requires_grad_() for t in base]
+        views = [t.transpose(0, 1) for t in leaves]
+        o = F.scaled_dot_product_attention(*views, scale=0.3)
+        o.backward(grad.to("tpu"))
+        return [o] + [t.grad.transpose(0, 1) for t in leaves]
+
+    with torch.tpu.precision("highest"):
+        got, nf, nb = fused_calls(tpu_run)
+    want = reference(q, k, v, grad, torch.float32, scale=0.3)
+    assert (nf, nb) == (1, 1)
+    assert got[0].stride() == (E, H * E, 1)  # the query's layout (the meta kernel's)
+    for g, w in zip(got, want):
+        check_close(g, w, torch.float32)
+
+
+def test_fully_masked_row_gives_zero():
+    B, H, T, E = 1, 1, 7, 8
+    q, k, v = (rand((B, H, T, E), torch.float32, s) for s in (23, 24, 25))
+    grad = rand((B, H, T, E), torch.float32, 26)
+    m = torch.ones(T, T, dtype=torch.bool)
+    m[3] = False
+    with torch.tpu.precision("highest"):
+        got = run(q, k, v, grad, "tpu", attn_mask=m)
+    want = reference(q, k, v, grad, torch.float32, attn_mask=m)
+    for g, w in zip(got, want):
+        check_close(g, w, torch.float32)
+    assert (got[0][0, 0, 3].cpu() == 0).all()
+
+
+def dropout_reference(q, k, v, grad, p, keep, **kw):
+    """Math path on CPU with the kept positions given (float64)."""
+    leaves = [t.double().detach().requires_grad_() for t in (q, k, v)]
+    s = leaves[0] @ leaves[1].transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if kw.get("is_causal"):
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    a = torch.softmax(s, -1) * keep / (1 - p)
+    o = a @ leaves[2]
+    o.backward(grad.double())
+    return [o] + [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_dropout_matches_reconstructed_mask(causal):
+    """The kernel keeps element (b, h, i, j) when the Philox block at offset + its index gives a
+    uniform below 1 - p: torch.rand(float64) from the same seed draws the same uniforms."""
+    B, H, T, E, p = 2, 2, 67, 16, 0.3
+    q, k, v = (rand((B, H, T, E), torch.float32, s) for s in (27, 28, 29))
+    grad = rand((B, H, T, E), torch.float32, 30)
+    with torch.tpu.precision("highest"):
+        torch.tpu.manual_seed(1234)
+        got, nf, nb = fused_calls(lambda: run(q, k, v, grad, "tpu", dropout_p=p, is_causal=causal))
+        torch.tpu.manual_seed(1234)
+        u = torch.rand(B, H, T, T, dtype=torch.float64, device="tpu").cpu()
+    assert (nf, nb) == (1, 1)
+    keep = u < 1 - p
+    assert 0.6 < keep.double().mean().item() < 0.8
+    want = dropout_reference(q, k, v, grad, p, keep, is_causal=causal)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu().double(), w, atol=2e-5, rtol=2e-5)
+
+
+def test_dropout_same_in_every_mode():
+    B, H, T, E, p = 1, 2, 67, 16, 0.5
+    q, k, v = (rand((B, H, T, E), torch.float32, s) for s in (31, 32, 33))
+    grad = rand((B, H, T, E), torch.float32, 34)
+    results = {}
+    for mode in ("strict", "debug", "defer_and_fuse"):
+        torch.tpu.synchronize()
+        with torch_tpu.eager_mode(mode):
+            torch.tpu.manual_seed(77)
+            got, nf, nb = fused_calls(lambda: run(q, k, v, grad, "tpu", dropout_p=p))
+            results[mode] = [t.cpu() for t in got]
+        torch.tpu.synchronize()
+        assert (nf, nb) == (1, 1), mode
+    for mode in ("debug", "defer_and_fuse"):
+        for a, b in zip(results["strict"], results[mode]):
+            assert torch.equal(a, b), mode
+    # another seed, another mask
+    torch.tpu.manual_seed(78)
+    other = run(q, k, v, grad, "tpu", dropout_p=p)[0].cpu()
+    assert not torch.equal(other, results["strict"][0])
+
+
+@pytest.mark.parametrize("mode", ["debug", "defer_and_fuse"])
+def test_modes_match_strict(mode):
+    B, H, T, E = 1, 2, 67, 16
+    q, k, v = (rand((B, H, T, E), torch.bfloat16, s) for s in (35, 36, 37))
+    grad = rand((B, H, T, E), torch.bfloat16, 38)
+    strict = [t.cpu() for t in run(q, k, v, grad, "tpu", is_causal=True)]
+    torch.tpu.synchronize()
+    with torch_tpu.eager_mode(mode):
+        other = [t.cpu() for t in run(q, k, v, grad, "tpu", is_causal=True)]
+    torch.tpu.synchronize()
+    for a, b in zip(strict, other):
+        assert torch.equal(a, b)
+
+
+def test_math_backend_and_variable_choose_the_math_path(monkeypatch):
+    B, H, T, E = 1, 2, 7, 8
+    q, k, v = (rand((B, H, T, E), torch.float32, s) for s in (39, 40, 41))
+    grad = rand((B, H, T, E), torch.float32, 42)
+    with torch.tpu.precision("highest"):
+        with sdpa_kernel(SDPBackend.MATH):
+            got, nf, nb = fused_calls(lambda: run(q, k, v, grad, "tpu", is_causal=True))
+        assert (nf, nb) == (0, 0)
+        want = reference(q, k, v, grad, torch.float32, is_causal=True)
+        for g, w in zip(got, want):
+            check_close(g, w, torch.float32)
+        monkeypatch.setenv("TORCH_TPU_SDPA_MATH", "1")
+        _, nf, nb = fused_calls(lambda: run(q, k, v, grad, "tpu"))
+        assert (nf, nb) == (0, 0)
+        monkeypatch.delenv("TORCH_TPU_SDPA_MATH")
+        _, nf, nb = fused_calls(lambda: run(q, k, v, grad, "tpu"))
+        assert (nf, nb) == (1, 1)
+        # only the fused backends enabled: nothing can run these inputs
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            with pytest.raises(RuntimeError):
+                F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"))
+
+
+def test_bias_requiring_grad_takes_the_math_path():
+    B, H, T, E = 1, 2, 7, 8
+    q, k, v = (rand((B, H, T, E), torch.float32, s).to("tpu") for s in (43, 44, 45))
+    bias = rand((T, T), torch.float32, 46).to("tpu").requires_grad_()
+    (o, nf, _) = fused_calls(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+    assert nf == 0
+    o.sum().backward()
+    assert bias.grad is not None and bias.grad.shape == (T, T)
+
+
+def test_no_grad_and_large_t_memory():
+    """Forward only, T = 1024: peak device memory stays at the inputs and the output (the
+    scores alone would take B * H * T * T * 4 = 8 MiB)."""
+    B, H, T, E = 1, 2, 1024, 64
+    q, k, v = (rand((B, H, T, E), torch.float32, s).to("tpu") for s in (47, 48, 49))
+    torch.tpu.synchronize()
+    torch.tpu.reset_peak_memory_stats()
+    base = torch.tpu.memory_allocated()
+    with torch.no_grad():
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.tpu.synchronize()
+    peak = torch.tpu.max_memory_allocated() - base
+    assert peak < 2 * o.numel() * 4 + B * H * T * 4 + (1 << 16)
+    with torch.tpu.precision("highest"):
+        want = F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu(), is_causal=True)
+        got = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(got.cpu(), want, atol=2e-5, rtol=2e-5)
