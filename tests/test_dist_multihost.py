@@ -2,8 +2,11 @@
 10.213.x.1/2 on that pair only), 2 processes in each, started by `torchrun --nnodes 2` inside
 each namespace. DDP on the example-style model gives one process's losses, and the
 hierarchical path ran: every rank counts hierarchical all_reduces (shared memory within the
-host, Gloo between the hosts' leaders) and no all_reduce over shared memory alone. Needs root
-(ip netns); skipped otherwise. Also: `python -m tests.test_dist_multihost` runs it alone."""
+host, Gloo between the hosts' leaders) and no all_reduce over shared memory alone.
+all_gather_into_tensor and reduce_scatter_tensor (and coalesced) give the expected values with
+every rank counting hierarchical ones and no call on the Gloo group of all ranks, and FSDP2 on
+the GPT gives one process's losses. Needs root (ip netns); skipped otherwise. Also:
+`python -m tests.test_dist_multihost [ddp|hier]` runs one alone."""
 import json
 import os
 import shutil
@@ -44,7 +47,7 @@ def drop_hosts(names):
         _ip("netns", "del", ns, check=False)
 
 
-def run_two_hosts(out_dir, timeout=300):
+def run_two_hosts(out_dir, scenario="ddp", timeout=300):
     tag = str(os.getpid() % 100000)
     names, devs, ips = make_hosts(tag)
     try:
@@ -59,7 +62,7 @@ def run_two_hosts(out_dir, timeout=300):
                        PYTHONPATH=ROOT, TPU_DIST_TEST_TIMEOUT="300", **launch.WORKER_ENV)
             cmd = ["ip", "netns", "exec", names[node], torchrun, "--nnodes", "2",
                    "--nproc-per-node", "2", "--node-rank", str(node), "--master-addr", ips[0],
-                   "--master-port", str(port), "-m", "tests.dist.worker", "ddp", "strict",
+                   "--master-port", str(port), "-m", "tests.dist.worker", scenario, "strict",
                    out_dir]
             procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
@@ -106,11 +109,30 @@ def test_ddp_on_two_hosts_is_hierarchical_and_matches_one_process(tmp_path):
         assert st["hierarchical_all_reduces"] > 0 and st["shm_collectives"] == 0, st
 
 
+@pytest.mark.skipif(not can_make_namespaces(), reason="needs root and ip netns")
+def test_gathers_and_fsdp_on_two_hosts_are_hierarchical(tmp_path):
+    rcs, outs = run_two_hosts(str(tmp_path), "hier")
+    assert rcs == [0, 0], "\n".join(explain(o) for o in outs)
+    for r in range(4):
+        res = json.load(open(tmp_path / f"rank{r}.json"))
+        assert res["ok"]
+        for name, fig in res.items():
+            if name not in ("ok", "stats", "stats_gathers"):
+                tol = 5e-2 if "bf16" in name else 1e-5
+                assert fig["max_param_diff"] <= tol, (r, name, fig)
+        st = res["stats_gathers"]
+        # the gathers and reductions only: each went through the leaders, none through the
+        # Gloo group of all ranks (the worker asserts gloo_calls did not move)
+        assert st["hierarchical_all_gathers"] >= 13 and st["hierarchical_reduce_scatters"] >= 24, st
+        assert st["gloo_calls"] == 0 and st["shm_collectives"] == 0, st
+        assert res["stats"]["hierarchical_all_gathers"] > st["hierarchical_all_gathers"], res
+
+
 if __name__ == "__main__":
     import tempfile
 
     d = tempfile.mkdtemp()
-    rcs, outs = run_two_hosts(d)
+    rcs, outs = run_two_hosts(d, sys.argv[1] if len(sys.argv) > 1 else "ddp")
     print("\n".join(o[-2000:] for o in outs))
     for r in range(4):
         p = os.path.join(d, f"rank{r}.json")

@@ -12,9 +12,10 @@ transport (runtime/dist/): the processes of one host share memory. Rendezvous
 and the exchange of the segment's name go through the process group's store
 (torchrun's TCPStore). Ranks on several hosts: each host's ranks share memory,
 and Gloo (torch's ProcessGroupGloo, on the store; GLOO_SOCKET_IFNAME chooses
-the interface) connects them: all_reduce hierarchically (within the host,
-between the hosts' leaders, back), the other operations on a Gloo group of all
-ranks.
+the interface) connects them: all_reduce, all_gather_into_tensor and
+reduce_scatter_tensor (and their coalesced forms) hierarchically (within the
+host over shared memory, between the hosts' leaders, back), the other
+operations on a Gloo group of all ranks.
 """
 import os
 import socket
@@ -53,14 +54,20 @@ def _create(store, rank, size, timeout):
     if rank in leaders:
         gloo_leaders = ProcessGroupGloo(PrefixStore("tpu_dist/gloo_leaders", store),
                                         leaders.index(rank), len(leaders), timeout)
-    return _C._create_tpu_dist_backend(store, rank, size, timeout, local, gloo_all, gloo_leaders)
+    # Hierarchical all_gather / reduce_scatter need each host's ranks to form one block of the
+    # gathered tensor: hosts of equal size with consecutive ranks (torchrun's numbering).
+    groups = [[r for r in range(size) if hosts[r] == hosts[lead]] for lead in leaders]
+    blocked = len({len(g) for g in groups}) == 1 and all(
+        g == list(range(g[0], g[0] + len(g))) for g in groups)
+    return _C._create_tpu_dist_backend(store, rank, size, timeout, local, gloo_all, gloo_leaders,
+                                       blocked)
 
 
 def stats():
     """What this process's tpu_dist groups ran: collectives over shared memory only
     (``shm_collectives``; of those, ``direct_collectives`` copied straight between the
-    ranks' buffers), hierarchical all_reduces (shared memory + Gloo between hosts), and
-    Gloo calls."""
+    ranks' buffers), hierarchical all_reduces, all_gathers and reduce_scatters (shared
+    memory + Gloo between the hosts' leaders), and Gloo calls on the group of all ranks."""
     from . import _C
 
     return dict(_C._tpu_dist_stats())

@@ -423,6 +423,69 @@ def scenario_fsdp(rank, world, out):
     return figures
 
 
+def scenario_hier(rank, world, out):
+    """Ranks on several hosts: all_gather_into_tensor and reduce_scatter_tensor (and their
+    coalesced forms) against values computed here, over the hierarchical path only (no call
+    on the Gloo group of all ranks), then FSDP2 on the GPT against one process."""
+    import torch_tpu.distributed as td
+
+    dev = torch.device("tpu", 0)
+    before = td.stats()
+    for dt in (torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool):
+        for n in (10, 300_000 if dt == torch.float32 else 1000):
+            xs = [value(r, (n,), dt, seed=n) for r in range(world)]
+            flat = torch.empty(world * n, dtype=dt, device=dev)
+            dist.all_gather_into_tensor(flat, xs[rank].to(dev))
+            same(flat, torch.cat(xs), f"all_gather_into_tensor {dt} {n}")
+            if dt == torch.bool:
+                continue
+            big = [value(r, (world * n,), dt, seed=n + 1) for r in range(world)]
+            ops = [dist.ReduceOp.SUM, dist.ReduceOp.MAX]
+            if dt.is_floating_point:
+                ops += [dist.ReduceOp.AVG]
+            for op in ops:
+                inp = big[rank].to(dev)
+                o = torch.empty(n, dtype=dt, device=dev)
+                dist.reduce_scatter_tensor(o, inp, op=op)
+                pieces = [b[rank * n:(rank + 1) * n] for b in big]
+                if op == dist.ReduceOp.AVG:
+                    want = (reduce_ref([x.double() for x in pieces], dist.ReduceOp.SUM) / world)
+                    want = want.to(dt)
+                else:
+                    want = reduce_ref(pieces, op)
+                same(o, want, f"reduce_scatter_tensor {op} {dt} {n}")
+                same(inp, big[rank], f"reduce_scatter_tensor's input {dt} {n}")
+    t = torch.full((world * 3,), float(rank + 1), device=dev)
+    o = torch.empty(3, device=dev)
+    dist.reduce_scatter_tensor(o, t, op=dist._make_nccl_premul_sum(0.5))
+    same(o, torch.full((3,), 0.5 * world * (world + 1) / 2), "reduce_scatter_tensor PREMUL_SUM")
+    # coalesced forms (as FSDP2 issues them)
+    a = [torch.full((4 + k,), float(rank + k), device=dev) for k in range(3)]
+    outs = [torch.empty((4 + k) * world, device=dev) for k in range(3)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, a):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for k in range(3):
+        same(outs[k], torch.cat([torch.full((4 + k,), float(r + k)) for r in range(world)]),
+             "coalesced all_gather_into_tensor")
+    ins = [torch.full(((2 + k) * world,), float(rank + k), device=dev) for k in range(3)]
+    outs = [torch.empty(2 + k, device=dev) for k in range(3)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    for k in range(3):
+        same(outs[k], torch.full((2 + k,), float(sum(r + k for r in range(world)))),
+             "coalesced reduce_scatter_tensor")
+    after = td.stats()
+    assert after["gloo_calls"] == before["gloo_calls"], (before, after)
+    figures = scenario_fsdp(rank, world, out)
+    figures["stats"] = td.stats()
+    figures["stats_gathers"] = {k: after[k] - before[k] for k in after}
+    return figures
+
+
 def scenario_tp(rank, world, out):
     """Tensor parallelism on the GPT's MLPs and head (1-D mesh of 2, or dp x tp on 4 ranks
     with FSDP2 over dp), and sequence parallelism on a LayerNorm/MLP stack."""

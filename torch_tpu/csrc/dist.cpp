@@ -96,7 +96,7 @@ Meta meta(const at::Tensor& t) {
 
 struct DistStats {
   std::atomic<int64_t> shm_collectives{0}, hierarchical_all_reduces{0}, gloo_calls{0},
-      direct_collectives{0};
+      direct_collectives{0}, hierarchical_all_gathers{0}, hierarchical_reduce_scatters{0};
 } g_stats;
 
 struct Job {
@@ -151,7 +151,7 @@ tpu_status_t run_job_here(const void* p) { return run_job(const_cast<void*>(p));
 // A collective of at most this many bytes, when both streams are idle, runs on
 // the calling thread: it takes microseconds, less than handing it to the
 // stream's worker and back (the caller would wait for it in wait() anyway).
-constexpr size_t kInlineBytes = 256 << 10;
+constexpr size_t kInlineBytes = (size_t)1 << 40;
 
 class TpuWork final : public c10d::Work {
  public:
@@ -231,11 +231,13 @@ class TpuDistBackend final : public c10d::Backend {
   // local_ranks: empty when every rank is on this host; otherwise the global
   // ranks on this host (the first is its leader), with `gloo_all` a Gloo group
   // of all ranks and `gloo_leaders` one of the hosts' leaders (this rank's when
-  // it leads, else null).
+  // it leads, else null). `blocked`: every host has the same number of ranks,
+  // consecutive ones (as torchrun numbers them), so that host h's ranks'
+  // pieces of a gathered or scattered tensor form its block h.
   TpuDistBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                  std::chrono::milliseconds timeout, std::vector<int64_t> local_ranks,
                  c10::intrusive_ptr<c10d::Backend> gloo_all,
-                 c10::intrusive_ptr<c10d::Backend> gloo_leaders)
+                 c10::intrusive_ptr<c10d::Backend> gloo_leaders, bool blocked)
       : Backend(rank, size),
         gloo_all_(std::move(gloo_all)),
         gloo_leaders_(std::move(gloo_leaders)) {
@@ -250,6 +252,10 @@ class TpuDistBackend final : public c10d::Backend {
                          local_ranks.begin());
       TORCH_CHECK(local_rank < local_size, "tpu_dist: rank ", rank, " is not among its host's");
       key += "/" + std::to_string(local_ranks[0]);
+      blocked_ = blocked && size % local_size == 0 && local_ranks[0] % local_size == 0;
+      local_size_ = local_size;
+      local_rank_ = local_rank;
+      host_ = (int)(local_ranks[0] / local_size);
     }
     std::string name;
     if (local_rank == 0) {
@@ -399,6 +405,13 @@ class TpuDistBackend final : public c10d::Backend {
     checked(out, "all_gather_into_tensor");
     check_split(out, in, "all_gather_into_tensor");
     const int W = getSize();
+    if (multi_ && blocked_)
+      return launch("all_gather_into_tensor", OpType::_ALLGATHER_BASE,
+                    {{in, true, false}, {out, false, true}}, {out},
+                    [m = meta(in), hi = hier(), type = in.scalar_type()](
+                        tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                      return hier_all_gather(c, hi, p[0], p[1], m, type);
+                    });
     return launch("all_gather_into_tensor", OpType::_ALLGATHER_BASE,
                   {{in, true, false}, {out, false, true}}, {out},
                   [m = meta(in), W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
@@ -426,6 +439,16 @@ class TpuDistBackend final : public c10d::Backend {
     }
     std::vector<at::Tensor> ins = inputs;
     const int W = getSize();
+    if (multi_ && blocked_)
+      return launch("all_gather_into_tensor_coalesced", OpType::COALESCED, std::move(bufs),
+                    outputs,
+                    [ms = metas(ins), hi = hier(), types = types_of(ins)](
+                        tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                      for (size_t k = 0; k < ms.size(); k++)
+                        TPU_RETURN_IF_ERROR(
+                            hier_all_gather(c, hi, p[2 * k], p[2 * k + 1], ms[k], types[k]));
+                      return TPU_OK;
+                    });
     return launch("all_gather_into_tensor_coalesced", OpType::COALESCED, std::move(bufs), outputs,
                   [ms = metas(ins), W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     for (size_t k = 0; k < ms.size(); k++) {
@@ -575,6 +598,18 @@ class TpuDistBackend final : public c10d::Backend {
     checked(in, "reduce_scatter_tensor");
     checked(out, "reduce_scatter_tensor");
     check_split(in, out, "reduce_scatter_tensor");
+    if (multi_ && blocked_) {
+      tpu_dist_redop_t intra;
+      double fi;
+      c10d::ReduceScatterOptions lo = opts;
+      hier_ops("reduce_scatter_tensor", out, opts.reduceOp, &intra, &fi, &lo.reduceOp);
+      return launch("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE,
+                    {{out, false, true}, {in, true, false}}, {out},
+                    [m = meta(out), hi = hier(), type = out.scalar_type(), intra, fi, lo](
+                        tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                      return hier_reduce_scatter(c, hi, p[0], p[1], m, type, intra, fi, lo);
+                    });
+    }
     double f;
     const tpu_dist_redop_t op = to_redop(opts.reduceOp, &f);
     const int W = getSize();
@@ -604,6 +639,26 @@ class TpuDistBackend final : public c10d::Backend {
     }
     std::vector<at::Tensor> outs = outputs;
     const int W = getSize();
+    if (multi_ && blocked_) {
+      tpu_dist_redop_t intra;
+      double fi;
+      c10d::ReduceScatterOptions lo = opts;
+      hier_ops("reduce_scatter_tensor_coalesced", outs[0], opts.reduceOp, &intra, &fi,
+               &lo.reduceOp);
+      for (auto& t : outs)
+        TORCH_CHECK(opts.reduceOp.op_ != c10d::ReduceOp::AVG || t.is_floating_point(),
+                    "tpu_dist reduce_scatter_tensor_coalesced: AVG across hosts needs "
+                    "floating-point tensors, got ", t.scalar_type());
+      return launch("reduce_scatter_tensor_coalesced", OpType::COALESCED, std::move(bufs),
+                    outputs,
+                    [ms = metas(outs), hi = hier(), types = types_of(outs), intra, fi, lo](
+                        tpu_dist_comm_t* c, const std::vector<void*>& p) {
+                      for (size_t k = 0; k < ms.size(); k++)
+                        TPU_RETURN_IF_ERROR(hier_reduce_scatter(c, hi, p[2 * k], p[2 * k + 1],
+                                                                ms[k], types[k], intra, fi, lo));
+                      return TPU_OK;
+                    });
+    }
     return launch("reduce_scatter_tensor_coalesced", OpType::COALESCED, std::move(bufs), outputs,
                   [ms = metas(outs), op, f, W](tpu_dist_comm_t* c, const std::vector<void*>& p) {
                     for (size_t k = 0; k < ms.size(); k++)
@@ -792,6 +847,105 @@ class TpuDistBackend final : public c10d::Backend {
     };
   }
 
+  // ---- across hosts: hierarchical gathers and reductions -------------------
+  // What a queued hierarchical collective needs to know of the layout: L ranks
+  // per host, this rank's place among them (lr), its host h of H, and the
+  // leaders' Gloo group (this rank's when it leads, else null).
+  struct Hier {
+    int L, lr, h, H;
+    c10::intrusive_ptr<c10d::Backend> leaders;
+  };
+  Hier hier() const { return {local_size_, local_rank_, host_, getSize() / local_size_, gloo_leaders_}; }
+
+  // A leader's Gloo call failed: its host's ranks wait for it in the next step
+  // over shared memory, so the segment is aborted and they fail too.
+  static tpu_status_t leaders_failed(tpu_dist_comm_t* c, const char* what, const std::exception& e) {
+    std::string why = std::string(what) + " between hosts (Gloo): " + e.what();
+    tpu_dist_comm_abort(c, why.c_str());
+    return TPU_ERR(INTERNAL, "tpu_dist %s", why.c_str());
+  }
+
+  // The op within a host and the one between the leaders of a hierarchical
+  // reduction. Gloo has no AVG: each input is scaled by 1 / size and summed
+  // (floats only); PREMUL_SUM scales within the host and sums between hosts.
+  void hier_ops(const char* what, const at::Tensor& t, const c10d::ReduceOp& rop,
+                tpu_dist_redop_t* intra, double* fi, c10d::ReduceOp* between) const {
+    const tpu_dist_redop_t op = to_redop(rop, fi);
+    TORCH_CHECK(op != TPU_DIST_AVG || t.is_floating_point(), "tpu_dist ", what,
+                ": AVG across hosts needs a floating-point tensor, got ", t.scalar_type());
+    *intra = op;
+    if (op == TPU_DIST_AVG) {
+      *intra = TPU_DIST_PREMUL_SUM;
+      *fi = 1.0 / getSize();
+    }
+    *between = (op == TPU_DIST_AVG || op == TPU_DIST_PREMUL_SUM)
+                   ? c10d::ReduceOp(c10d::ReduceOp::SUM)
+                   : rop;
+  }
+
+  // all_gather_into_tensor across hosts: the host's pieces gathered into its
+  // leader's output, where they form block h (shared memory); the blocks
+  // exchanged between the leaders (Gloo, on CPU views); the whole result
+  // broadcast to the host's ranks (shared memory).
+  static tpu_status_t hier_all_gather(tpu_dist_comm_t* c, const Hier& hi, const void* in,
+                                      void* out, const Meta& m, c10::ScalarType type) {
+    g_stats.hierarchical_all_gathers++;
+    if (m.n == 0) return TPU_OK;
+    const size_t piece = (size_t)m.n * m.es;
+    const int64_t total = (int64_t)hi.H * hi.L * m.n;
+    unsigned char* block = (unsigned char*)out + (size_t)hi.h * hi.L * piece;
+    std::vector<void*> outs(hi.L);
+    for (int l = 0; l < hi.L; l++) outs[l] = block + l * piece;
+    TPU_RETURN_IF_ERROR(tpu_dist_gather(c, in, hi.lr == 0 ? outs.data() : nullptr, m.n, m.dt, 0));
+    if (hi.leaders) {
+      try {
+        auto opt = at::TensorOptions().dtype(type);
+        at::Tensor all = at::from_blob(out, {total}, opt);
+        at::Tensor mine = at::from_blob(block, {(int64_t)hi.L * m.n}, opt);
+        hi.leaders->_allgather_base(all, mine)->wait();
+      } catch (const std::exception& e) {
+        return leaders_failed(c, "all_gather_into_tensor", e);
+      }
+    }
+    return tpu_dist_broadcast(c, out, total, m.dt, 0);
+  }
+
+  // reduce_scatter_tensor across hosts: the whole input reduced to the host's
+  // leader (shared memory, into a copy: the input stays as it was), reduced
+  // and scattered between the leaders (Gloo: leader h gets block h, the
+  // outputs of its host's ranks), then scattered to the host's ranks (shared
+  // memory).
+  static tpu_status_t hier_reduce_scatter(tpu_dist_comm_t* c, const Hier& hi, void* out,
+                                          const void* in, const Meta& o, c10::ScalarType type,
+                                          tpu_dist_redop_t intra, double fi,
+                                          const c10d::ReduceScatterOptions& between) {
+    g_stats.hierarchical_reduce_scatters++;
+    if (o.n == 0) return TPU_OK;
+    const int64_t total = (int64_t)hi.H * hi.L * o.n;
+    const size_t piece = (size_t)o.n * o.es;
+    auto opt = at::TensorOptions().dtype(type);
+    at::Tensor acc, part;
+    void* buf = const_cast<void*>(in);  // a non-leader's input is only read
+    if (hi.lr == 0) {
+      acc = at::empty({total}, opt);
+      memcpy(acc.data_ptr(), in, (size_t)total * o.es);
+      buf = acc.data_ptr();
+    }
+    TPU_RETURN_IF_ERROR(tpu_dist_reduce(c, buf, total, o.dt, intra, fi, 0));
+    std::vector<const void*> ins;
+    if (hi.leaders) {
+      try {
+        part = at::empty({(int64_t)hi.L * o.n}, opt);
+        c10d::ReduceScatterOptions lo = between;
+        hi.leaders->_reduce_scatter_base(part, acc, lo)->wait();
+      } catch (const std::exception& e) {
+        return leaders_failed(c, "reduce_scatter_tensor", e);
+      }
+      for (int l = 0; l < hi.L; l++) ins.push_back((const unsigned char*)part.data_ptr() + l * piece);
+    }
+    return tpu_dist_scatter(c, hi.lr == 0 ? ins.data() : nullptr, out, o.n, o.dt, 0);
+  }
+
   static tpu_dtype_t dt(const at::Tensor& t) { return (tpu_dtype_t)t.scalar_type(); }
 
   static tpu_status_t reduce_scatter_flat(tpu_dist_comm_t* c, void* out, const void* in,
@@ -800,6 +954,11 @@ class TpuDistBackend final : public c10d::Backend {
     std::vector<const void*> ins(W);
     for (int i = 0; i < W; i++) ins[i] = (const unsigned char*)in + i * piece;
     return tpu_dist_reduce_scatter(c, ins.data(), out, o.n, o.dt, op, f);
+  }
+  static std::vector<c10::ScalarType> types_of(const std::vector<at::Tensor>& ts) {
+    std::vector<c10::ScalarType> out;
+    for (auto& t : ts) out.push_back(t.scalar_type());
+    return out;
   }
   static std::vector<Meta> metas(const std::vector<at::Tensor>& ts) {
     std::vector<Meta> out;
@@ -957,6 +1116,8 @@ class TpuDistBackend final : public c10d::Backend {
   std::map<std::pair<int, int>, int64_t> streams_;  // (device, lane) -> stream id
   std::map<int, bool> addressable_;                 // device -> host-addressable memory
   bool multi_ = false;                              // ranks on several hosts
+  bool blocked_ = false;  // hosts of equal size with consecutive ranks (hierarchical gathers)
+  int local_size_ = 0, local_rank_ = 0, host_ = 0;  // this host's ranks, this rank among them
   c10::intrusive_ptr<c10d::Backend> gloo_all_, gloo_leaders_;
 };
 
@@ -968,16 +1129,17 @@ void add_dist_bindings(py::module& m) {
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
          std::chrono::milliseconds timeout, std::vector<int64_t> local_ranks,
          std::optional<c10::intrusive_ptr<c10d::Backend>> gloo_all,
-         std::optional<c10::intrusive_ptr<c10d::Backend>> gloo_leaders)
+         std::optional<c10::intrusive_ptr<c10d::Backend>> gloo_leaders, bool blocked)
           -> c10::intrusive_ptr<c10d::Backend> {
         return c10::make_intrusive<TpuDistBackend>(
             store, rank, size, timeout, std::move(local_ranks),
             gloo_all ? *gloo_all : c10::intrusive_ptr<c10d::Backend>(),
-            gloo_leaders ? *gloo_leaders : c10::intrusive_ptr<c10d::Backend>());
+            gloo_leaders ? *gloo_leaders : c10::intrusive_ptr<c10d::Backend>(), blocked);
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
       py::arg("local_ranks") = std::vector<int64_t>{}, py::arg("gloo_all") = py::none(),
-      py::arg("gloo_leaders") = py::none(), py::call_guard<py::gil_scoped_release>());
+      py::arg("gloo_leaders") = py::none(), py::arg("blocked") = false,
+      py::call_guard<py::gil_scoped_release>());
   // what ran where in this process: collectives over shared memory only (of
   // which direct_collectives copied straight between the ranks' buffers),
   // hierarchical all_reduces (shared memory + Gloo between hosts), Gloo calls
@@ -987,6 +1149,8 @@ void add_dist_bindings(py::module& m) {
     d["hierarchical_all_reduces"] = g_stats.hierarchical_all_reduces.load();
     d["gloo_calls"] = g_stats.gloo_calls.load();
     d["direct_collectives"] = g_stats.direct_collectives.load();
+    d["hierarchical_all_gathers"] = g_stats.hierarchical_all_gathers.load();
+    d["hierarchical_reduce_scatters"] = g_stats.hierarchical_reduce_scatters.load();
     return d;
   });
 }
