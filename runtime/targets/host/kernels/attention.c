@@ -51,6 +51,8 @@
 #include "tpu/parallel.h"
 #include "vecmath.h"
 
+#include "base/env.h"
+
 /* ---- operands ---- */
 typedef struct {
   const char* data;
@@ -236,6 +238,11 @@ typedef struct {
   float* kpack;
   float* vpack;
   int64_t kps, vps; /* floats per (batch, kv head) */
+  /* backward: packs per (batch, kv head) (keys for S, values for dP, keys for
+   * dQ) and per (batch, head) (queries and dO as A and as B operands, then
+   * rowsum(dO * O) and logsumexp rows), n_* floats each */
+  float *kS, *vP, *kQ, *qA, *doA, *qB, *doB, *Dr, *L;
+  int64_t n_kS, n_vP, n_kQ, n_qA, n_doA, n_qB, n_doB, tqp, ep, evp;
   _Atomic int64_t next;
   int64_t items;
   _Atomic int oom;
@@ -495,114 +502,203 @@ tpu_status_t tpu_k_sdpa_fwd(const tpu_call_t* c) {
 }
 
 /* ---- backward ---- */
-static void bwd_items(void* ctx, int64_t begin, int64_t end) {
+/* Packs the backward's operands: items [0, B * Hk) are (batch, kv head),
+ * then (batch, head). */
+static void bwd_pack(void* ctx, int64_t begin, int64_t end) {
   attn_t* a = ctx;
   const gemm_ukernel_t* uk = a->uk;
   const int mr = uk->mr, nr = uk->nr;
-  const int npd = a->pd.np, npx = a->px.np;
-  const int64_t E = a->E, Ev = a->Ev, Tq = a->Tq, Tk = a->Tk;
-  const int64_t ep = rup(E, nr), evp = rup(Ev, nr), ldS = a->bk;
-  const int64_t tqp = a->nqb * a->bq, tkp = a->nkb * a->bk;
-  const int64_t tk_n = rup(Tk, nr);
-  /* per item: K, V, K' packs; per head: Q, dO as A and as B; D, lse; dQ, dK,
-   * dV accumulators; per block: S (P), dP (dS), Pd and a packed A operand */
-  const int64_t n_kS = tk_n * E * npd, n_vP = tk_n * Ev * npd, n_kQ = ep * Tk * npx;
-  const int64_t n_qA = tqp * E * npd, n_doA = tqp * Ev * npd, n_qB = ep * Tq * npx,
-                n_doB = evp * Tq * npx;
-  const int64_t n_blk = a->bq * ldS, n_pk = max64(a->bq, a->bk) * max64(a->bq, a->bk) * npx;
-  const size_t floats = (size_t)(n_kS + n_vP + n_kQ + n_qA + n_doA + n_qB + n_doB + 2 * tqp +
-                                 tqp * ep + tkp * ep + tkp * evp + 3 * n_blk + n_pk +
-                                 max64(ep, evp));
+  const int64_t E = a->E, Ev = a->Ev, Tq = a->Tq, Tk = a->Tk, nkv = a->B * a->Hk;
+  for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < nkv + a->B * a->H;) {
+    if (it < nkv) {
+      const int64_t b = it / a->Hk, hk = it % a->Hk;
+      const char* k = aptr(&a->k, b, hk, 0, 0);
+      pack_src(uk, a->kS + it * a->n_kS, k, a->k.dt, a->k.st, a->k.se, Tk, E, nr, &a->pd, false);
+      pack_src(uk, a->vP + it * a->n_vP, aptr(&a->v, b, hk, 0, 0), a->v.dt, a->v.st, a->v.se, Tk,
+               Ev, nr, &a->pd, false);
+      pack_src(uk, a->kQ + it * a->n_kQ, k, a->k.dt, a->k.se, a->k.st, E, Tk, nr, &a->px, false);
+      continue;
+    }
+    const int64_t bh = it - nkv, b = bh / a->H, h = bh % a->H;
+    const char* q = aptr(&a->q, b, h, 0, 0);
+    const char* d = aptr(&a->dout, b, h, 0, 0);
+    pack_src(uk, a->qA + bh * a->n_qA, q, a->q.dt, a->q.st, a->q.se, Tq, E, mr, &a->pd, true);
+    pack_src(uk, a->doA + bh * a->n_doA, d, a->dout.dt, a->dout.st, a->dout.se, Tq, Ev, mr,
+             &a->pd, true);
+    pack_src(uk, a->qB + bh * a->n_qB, q, a->q.dt, a->q.se, a->q.st, E, Tq, nr, &a->px, false);
+    pack_src(uk, a->doB + bh * a->n_doB, d, a->dout.dt, a->dout.se, a->dout.st, Ev, Tq, nr,
+             &a->px, false);
+    float* Dr = a->Dr + bh * a->tqp;
+    float* L = a->L + bh * a->tqp;
+    for (int64_t i = 0; i < Tq; i++) {
+      float s = 0;
+      for (int64_t e = 0; e < Ev; e++)
+        s += load_f(aptr(&a->dout, b, h, i, e), a->dout.dt) *
+             load_f(aptr(&a->o, b, h, i, e), a->o.dt);
+      Dr[i] = s;
+      L[i] = a->lse[b * a->lsb + h * a->lsh + i * a->lst];
+    }
+  }
+}
+
+/* Per-thread blocks of the backward. */
+typedef struct {
+  float *S, *dP, *Pd, *pk, *acc, *acc2, *row;
+} bwd_buf_t;
+
+static float* bwd_buf_alloc(const attn_t* a, bwd_buf_t* w, int64_t acc, int64_t acc2) {
+  const int64_t n_blk = a->bq * a->bk;
+  const int64_t n_pk = max64(a->bq, a->bk) * max64(a->bq, a->bk) * a->px.np;
+  const size_t floats = (size_t)(3 * n_blk + n_pk + acc + acc2 + max64(a->ep, a->evp));
   float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+  if (!buf) return NULL;
+  w->S = buf;
+  w->dP = w->S + n_blk;
+  w->Pd = w->dP + n_blk;
+  w->pk = w->Pd + n_blk;
+  w->acc = w->pk + n_pk;
+  w->acc2 = w->acc + acc;
+  w->row = w->acc2 + acc2;
+  return buf;
+}
+
+/* One (query block, key block) of head h: P into S, dS into dP, P with the
+ * dropout applied into Pd. */
+static void bwd_block(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
+                      int64_t qcur, int64_t k0, int64_t kcur) {
+  const gemm_ukernel_t* uk = a->uk;
+  const int nr = uk->nr, npd = a->pd.np;
+  const int64_t E = a->E, Ev = a->Ev, ldS = a->bk, bh = b * a->H + h, kv = b * a->Hk + h / a->g;
+  tiles(uk, E * npd, a->qA + bh * a->n_qA + q0 * E * npd, qcur,
+        a->kS + kv * a->n_kS + k0 * E * npd, nr * E * npd, kcur, w->S, ldS, false);
+  tiles(uk, Ev * npd, a->doA + bh * a->n_doA + q0 * Ev * npd, qcur,
+        a->vP + kv * a->n_vP + k0 * Ev * npd, nr * Ev * npd, kcur, w->dP, ldS, false);
+  const float* L = a->L + bh * a->tqp + q0;
+  const float* Dr = a->Dr + bh * a->tqp + q0;
+  for (int64_t i = 0; i < qcur; i++) {
+    float *s = w->S + i * ldS, *dp = w->dP + i * ldS, *pd = w->Pd + i * ldS;
+    row_mask(a, s, b, h, q0 + i, k0, kcur);
+    if (L[i] == -INFINITY) memset(s, 0, sizeof(float) * (size_t)kcur);
+    else ROW_CALL(a->avx2, row_p, s, kcur, L[i]);
+    memcpy(pd, s, sizeof(float) * (size_t)kcur);
+    if (a->dropout) row_dropout(a, pd, dp, b, h, q0 + i, k0, kcur);
+    ROW_CALL(a->avx2, row_ds, dp, s, kcur, Dr[i]);
+  }
+}
+
+/* dV += Pd^T dO and dK += dS^T Q for the block's kcur keys (rows of dv and
+ * dk, row strides evp and ep); A's lines are keys, contiguous in a row. */
+static void bwd_dkdv(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
+                     int64_t qcur, int64_t kcur, float* dk, float* dv) {
+  const gemm_ukernel_t* uk = a->uk;
+  const int mr = uk->mr, nr = uk->nr, npx = a->px.np;
+  const int64_t bh = b * a->H + h, ldS = a->bk;
+  pack_src(uk, w->pk, (const char*)w->Pd, TPU_F32, 1, ldS, kcur, qcur, mr, &a->px, true);
+  tiles(uk, qcur * npx, w->pk, kcur, a->doB + bh * a->n_doB + q0 * npx * nr, nr * a->Tq * npx,
+        a->Ev, dv, a->evp, true);
+  pack_src(uk, w->pk, (const char*)w->dP, TPU_F32, 1, ldS, kcur, qcur, mr, &a->px, true);
+  tiles(uk, qcur * npx, w->pk, kcur, a->qB + bh * a->n_qB + q0 * npx * nr, nr * a->Tq * npx,
+        a->E, dk, a->ep, true);
+}
+
+/* dQ += dS K for the block's qcur queries (rows of dq, row stride ep). */
+static void bwd_dq(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t qcur, int64_t k0,
+                   int64_t kcur, float* dq) {
+  const gemm_ukernel_t* uk = a->uk;
+  const int mr = uk->mr, nr = uk->nr, npx = a->px.np;
+  const int64_t kv = b * a->Hk + h / a->g;
+  pack_src(uk, w->pk, (const char*)w->dP, TPU_F32, a->bk, 1, qcur, kcur, mr, &a->px, true);
+  tiles(uk, kcur * npx, w->pk, qcur, a->kQ + kv * a->n_kQ + k0 * npx * nr, nr * a->Tk * npx,
+        a->E, dq, a->ep, true);
+}
+
+static void store_rows(const aview_t* v, int64_t b, int64_t h, int64_t t0, int64_t n,
+                       const float* src, int64_t ld, int64_t cols, float scale, float* row) {
+  for (int64_t i = 0; i < n; i++) {
+    for (int64_t e = 0; e < cols; e++) row[e] = src[i * ld + e] * scale;
+    tpu_run_store_f32((char*)aptr(v, b, h, t0 + i, 0), v->se, v->dt, row, cols);
+  }
+}
+
+/* The first query block a key block at k0 meets (causal: rows i >= k0). */
+static inline int64_t first_q(const attn_t* a, int64_t k0) {
+  return a->causal ? k0 / a->bq * a->bq : 0;
+}
+
+/* Whole (batch, kv head) items: dK and dV over all of the group's heads and
+ * blocks, and each head's dQ, in one pass over the blocks. */
+static void bwd_whole(void* ctx, int64_t begin, int64_t end) {
+  attn_t* a = ctx;
+  const int64_t tkp = a->nkb * a->bk;
+  bwd_buf_t w;
+  float* buf = bwd_buf_alloc(a, &w, a->tqp * a->ep, tkp * (a->ep + a->evp));
   if (!buf) {
     a->oom = 1;
     return;
   }
-  float* kS = buf;
-  float* vP = kS + n_kS;
-  float* kQ = vP + n_vP;
-  float* qA = kQ + n_kQ;
-  float* doA = qA + n_qA;
-  float* qB = doA + n_doA;
-  float* doB = qB + n_qB;
-  float* Dr = doB + n_doB;
-  float* L = Dr + tqp;
-  float* dQ = L + tqp;
-  float* dK = dQ + tqp * ep;
-  float* dV = dK + tkp * ep;
-  float* S = dV + tkp * evp;
-  float* dP = S + n_blk;
-  float* Pd = dP + n_blk;
-  float* pk = Pd + n_blk;
-  float* row = pk + n_pk;
-  for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < a->items;) {
+  float *dQ = w.acc, *dK = w.acc2, *dV = dK + tkp * a->ep;
+  for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < a->B * a->Hk;) {
     const int64_t b = it / a->Hk, hk = it % a->Hk;
-    pack_src(uk, kS, aptr(&a->k, b, hk, 0, 0), a->k.dt, a->k.st, a->k.se, Tk, E, nr, &a->pd,
-             false);
-    pack_src(uk, vP, aptr(&a->v, b, hk, 0, 0), a->v.dt, a->v.st, a->v.se, Tk, Ev, nr, &a->pd,
-             false);
-    pack_src(uk, kQ, aptr(&a->k, b, hk, 0, 0), a->k.dt, a->k.se, a->k.st, E, Tk, nr, &a->px,
-             false);
-    memset(dK, 0, sizeof(float) * (size_t)(tkp * ep));
-    memset(dV, 0, sizeof(float) * (size_t)(tkp * evp));
+    memset(dK, 0, sizeof(float) * (size_t)(tkp * (a->ep + a->evp)));
     for (int64_t gi = 0; gi < a->g; gi++) {
       const int64_t h = hk * a->g + gi;
-      pack_src(uk, qA, aptr(&a->q, b, h, 0, 0), a->q.dt, a->q.st, a->q.se, Tq, E, mr, &a->pd,
-               true);
-      pack_src(uk, doA, aptr(&a->dout, b, h, 0, 0), a->dout.dt, a->dout.st, a->dout.se, Tq, Ev,
-               mr, &a->pd, true);
-      pack_src(uk, qB, aptr(&a->q, b, h, 0, 0), a->q.dt, a->q.se, a->q.st, E, Tq, nr, &a->px,
-               false);
-      pack_src(uk, doB, aptr(&a->dout, b, h, 0, 0), a->dout.dt, a->dout.se, a->dout.st, Ev, Tq,
-               nr, &a->px, false);
-      for (int64_t i = 0; i < Tq; i++) {
-        float d = 0;
-        for (int64_t e = 0; e < Ev; e++)
-          d += load_f(aptr(&a->dout, b, h, i, e), a->dout.dt) *
-               load_f(aptr(&a->o, b, h, i, e), a->o.dt);
-        Dr[i] = d;
-        L[i] = a->lse[b * a->lsb + h * a->lsh + i * a->lst];
-      }
-      memset(dQ, 0, sizeof(float) * (size_t)(tqp * ep));
-      for (int64_t k0 = 0; k0 < Tk; k0 += a->bk) {
-        const int64_t kcur = min64(a->bk, Tk - k0);
-        for (int64_t q0 = a->causal ? k0 / a->bq * a->bq : 0; q0 < Tq; q0 += a->bq) {
-          const int64_t qcur = min64(a->bq, Tq - q0);
-          tiles(uk, E * npd, qA + q0 * E * npd, qcur, kS + k0 * E * npd, nr * E * npd, kcur, S,
-                ldS, false);
-          tiles(uk, Ev * npd, doA + q0 * Ev * npd, qcur, vP + k0 * Ev * npd, nr * Ev * npd, kcur,
-                dP, ldS, false);
-          for (int64_t i = 0; i < qcur; i++) {
-            float *s = S + i * ldS, *dp = dP + i * ldS, *pd = Pd + i * ldS;
-            row_mask(a, s, b, h, q0 + i, k0, kcur);
-            if (L[q0 + i] == -INFINITY) memset(s, 0, sizeof(float) * (size_t)kcur);
-            else ROW_CALL(a->avx2, row_p, s, kcur, L[q0 + i]);
-            memcpy(pd, s, sizeof(float) * (size_t)kcur);
-            if (a->dropout) row_dropout(a, pd, dp, b, h, q0 + i, k0, kcur);
-            ROW_CALL(a->avx2, row_ds, dp, s, kcur, Dr[q0 + i]);
-          }
-          /* dV += Pd^T dO, dK += dS^T Q: A lines are keys (contiguous in a row) */
-          pack_src(uk, pk, (const char*)Pd, TPU_F32, 1, ldS, kcur, qcur, mr, &a->px, true);
-          tiles(uk, qcur * npx, pk, kcur, doB + q0 * npx * nr, nr * Tq * npx, Ev, dV + k0 * evp,
-                evp, true);
-          pack_src(uk, pk, (const char*)dP, TPU_F32, 1, ldS, kcur, qcur, mr, &a->px, true);
-          tiles(uk, qcur * npx, pk, kcur, qB + q0 * npx * nr, nr * Tq * npx, E, dK + k0 * ep, ep,
-                true);
-          /* dQ += dS K */
-          pack_src(uk, pk, (const char*)dP, TPU_F32, ldS, 1, qcur, kcur, mr, &a->px, true);
-          tiles(uk, kcur * npx, pk, qcur, kQ + k0 * npx * nr, nr * Tk * npx, E, dQ + q0 * ep, ep,
-                true);
+      memset(dQ, 0, sizeof(float) * (size_t)(a->tqp * a->ep));
+      for (int64_t k0 = 0; k0 < a->Tk; k0 += a->bk) {
+        const int64_t kcur = min64(a->bk, a->Tk - k0);
+        for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
+          const int64_t qcur = min64(a->bq, a->Tq - q0);
+          bwd_block(a, &w, b, h, q0, qcur, k0, kcur);
+          bwd_dkdv(a, &w, b, h, q0, qcur, kcur, dK + k0 * a->ep, dV + k0 * a->evp);
+          bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ + q0 * a->ep);
         }
       }
-      for (int64_t i = 0; i < Tq; i++) {
-        for (int64_t e = 0; e < E; e++) row[e] = dQ[i * ep + e] * a->scale;
-        tpu_run_store_f32((char*)aptr(&a->dq, b, h, i, 0), a->dq.se, a->dq.dt, row, E);
-      }
+      store_rows(&a->dq, b, h, 0, a->Tq, dQ, a->ep, a->E, a->scale, w.row);
     }
-    for (int64_t j = 0; j < Tk; j++) {
-      for (int64_t e = 0; e < E; e++) row[e] = dK[j * ep + e] * a->scale;
-      tpu_run_store_f32((char*)aptr(&a->dk, b, hk, j, 0), a->dk.se, a->dk.dt, row, E);
-      tpu_run_store_f32((char*)aptr(&a->dv, b, hk, j, 0), a->dv.se, a->dv.dt, dV + j * evp, Ev);
+    store_rows(&a->dk, b, hk, 0, a->Tk, dK, a->ep, a->E, a->scale, w.row);
+    store_rows(&a->dv, b, hk, 0, a->Tk, dV, a->evp, a->Ev, 1.0f, w.row);
+  }
+  free(buf);
+}
+
+/* Split items for few (batch, kv head) pairs: first (batch, kv head, key
+ * block) items make dK and dV, then (batch, head, query block) items make
+ * dQ, recomputing the blocks. Every sum runs in bwd_whole's order, so both
+ * ways give the same bits. */
+static void bwd_split(void* ctx, int64_t begin, int64_t end) {
+  attn_t* a = ctx;
+  const int64_t nk = a->B * a->Hk * a->nkb;
+  bwd_buf_t w;
+  float* buf = bwd_buf_alloc(a, &w, a->bk * (a->ep + a->evp), a->bq * a->ep);
+  if (!buf) {
+    a->oom = 1;
+    return;
+  }
+  for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < nk + a->B * a->H * a->nqb;) {
+    if (it < nk) {
+      const int64_t bkv = it / a->nkb, b = bkv / a->Hk, hk = bkv % a->Hk;
+      const int64_t k0 = it % a->nkb * a->bk, kcur = min64(a->bk, a->Tk - k0);
+      float *dK = w.acc, *dV = dK + a->bk * a->ep;
+      memset(dK, 0, sizeof(float) * (size_t)(a->bk * (a->ep + a->evp)));
+      for (int64_t gi = 0; gi < a->g; gi++)
+        for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
+          const int64_t qcur = min64(a->bq, a->Tq - q0);
+          bwd_block(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur);
+          bwd_dkdv(a, &w, b, hk * a->g + gi, q0, qcur, kcur, dK, dV);
+        }
+      store_rows(&a->dk, b, hk, k0, kcur, dK, a->ep, a->E, a->scale, w.row);
+      store_rows(&a->dv, b, hk, k0, kcur, dV, a->evp, a->Ev, 1.0f, w.row);
+    } else {
+      const int64_t t = it - nk, bh = t / a->nqb, b = bh / a->H, h = bh % a->H;
+      const int64_t q0 = t % a->nqb * a->bq, qcur = min64(a->bq, a->Tq - q0);
+      float* dQ = w.acc2;
+      memset(dQ, 0, sizeof(float) * (size_t)(a->bq * a->ep));
+      for (int64_t k0 = 0; k0 < a->Tk; k0 += a->bk) {
+        if (first_q(a, k0) > q0) break;
+        const int64_t kcur = min64(a->bk, a->Tk - k0);
+        bwd_block(a, &w, b, h, q0, qcur, k0, kcur);
+        bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ);
+      }
+      store_rows(&a->dq, b, h, q0, qcur, dQ, a->ep, a->E, a->scale, w.row);
     }
   }
   free(buf);
@@ -612,7 +708,11 @@ static void bwd_items(void* ctx, int64_t begin, int64_t end) {
  * key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
  * cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset,
  * *, scale?) -> outputs (grad_query, grad_key, grad_value); the bridge sets
- * rng_seed / rng_offset to the forward's. */
+ * rng_seed / rng_offset to the forward's. With at least as many (batch, kv
+ * head) pairs as threads each pair is one item (bwd_whole); with fewer the
+ * work splits by key blocks, then by query blocks (bwd_split), which
+ * recomputes the blocks once more for dQ and gives the same results;
+ * TORCH_TPU_SDPA_BWD_SPLIT=1 forces the split (tests). */
 tpu_status_t tpu_k_sdpa_bwd(const tpu_call_t* c) {
   static const char* op = "scaled_dot_product_attention backward";
   attn_t a;
@@ -633,12 +733,46 @@ tpu_status_t tpu_k_sdpa_bwd(const tpu_call_t* c) {
   aview_of(&a.dq, &c->outs[0]);
   aview_of(&a.dk, &c->outs[1]);
   aview_of(&a.dv, &c->outs[2]);
-  a.items = a.B * a.Hk;
-  if (a.items == 0 || (a.Tq == 0 && a.Tk == 0)) return TPU_OK;
-  atomic_store(&a.next, 0);
+  if (a.B * a.Hk == 0) return TPU_OK;
+  const int nr = a.uk->nr, npd = a.pd.np, npx = a.px.np;
+  const int64_t E = a.E, Ev = a.Ev, Tq = a.Tq, Tk = a.Tk;
+  a.ep = rup(E, nr);
+  a.evp = rup(Ev, nr);
+  a.tqp = a.nqb * a.bq;
+  a.n_kS = rup(Tk, nr) * E * npd;
+  a.n_vP = rup(Tk, nr) * Ev * npd;
+  a.n_kQ = a.ep * Tk * npx;
+  a.n_qA = a.tqp * E * npd;
+  a.n_doA = a.tqp * Ev * npd;
+  a.n_qB = a.ep * Tq * npx;
+  a.n_doB = a.evp * Tq * npx;
+  const int64_t nkv = a.B * a.Hk, nqh = a.B * a.H;
+  const size_t floats = (size_t)(nkv * (a.n_kS + a.n_vP + a.n_kQ) +
+                                 nqh * (a.n_qA + a.n_doA + a.n_qB + a.n_doB + 2 * a.tqp)) + 16;
+  float* packs = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+  if (!packs)
+    return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for %zu bytes of packed operands",
+                   op, floats * sizeof(float));
+  a.kS = packs;
+  a.vP = a.kS + nkv * a.n_kS;
+  a.kQ = a.vP + nkv * a.n_vP;
+  a.qA = a.kQ + nkv * a.n_kQ;
+  a.doA = a.qA + nqh * a.n_qA;
+  a.qB = a.doA + nqh * a.n_doA;
+  a.doB = a.qB + nqh * a.n_qB;
+  a.Dr = a.doB + nqh * a.n_doB;
+  a.L = a.Dr + nqh * a.tqp;
   const int nth = tpu_num_threads();
-  if (nth > 1 && a.items > 1) tpu_parallel_for(min64(nth, a.items), 1, bwd_items, &a);
-  else bwd_items(&a, 0, 1);
+  atomic_store(&a.next, 0);
+  if (nth > 1) tpu_parallel_for(nth, 1, bwd_pack, &a);
+  else bwd_pack(&a, 0, 1);
+  const char* env = tpu_env_str("TORCH_TPU_SDPA_BWD_SPLIT");
+  const bool split = (env && env[0] == '1') || nkv < nth;
+  atomic_store(&a.next, 0);
+  if (nth > 1) tpu_parallel_for(nth, 1, split ? bwd_split : bwd_whole, &a);
+  else if (split) bwd_split(&a, 0, 1);
+  else bwd_whole(&a, 0, 1);
+  free(packs);
   if (a.oom) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for scratch", op);
   return TPU_OK;
 }
