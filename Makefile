@@ -46,6 +46,8 @@ $(BUILD)/tests/test_pjrt: CFLAGS_BASE += $(PJRT_CFLAGS) \
   $(if $(PJRT_INCLUDE),-DTPU_PJRT_TEST_PLUGIN='"$(abspath $(PJRT_INCLUDE)/../xla_cpu_pjrt.so)"')
 # The collective transport's reduction loops: vectorized at -O3 (baseline ISA; memory-bound)
 $(BUILD)/runtime/dist/%.o: CFLAGS_BASE += -O3
+# torch.profiler's device activities (torch_tpu/csrc/profiler.cpp) use Kineto's headers.
+$(BUILD)/torch_tpu/csrc/profiler.o: CXXFLAGS_BRIDGE += -DUSE_KINETO -isystem $(TORCH_DIR)/include/kineto
 BR_SRCS := $(wildcard torch_tpu/csrc/*.cpp)
 BR_OBJS := $(BR_SRCS:%.cpp=$(BUILD)/%.o)
 LDFLAGS_BRIDGE := -shared -L$(TORCH_DIR)/lib -Wl,-rpath,$(TORCH_DIR)/lib '-Wl,-rpath,$$ORIGIN/../torch/lib' \

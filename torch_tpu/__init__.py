@@ -41,6 +41,9 @@ def _register():
     from . import composite_kernels as _composite_kernels
 
     _composite_kernels._install()
+    from . import _everyday
+
+    _everyday._install()  # safetensors' device="tpu"
 
 
 def _prefer_cpp_meta_kernels():
@@ -56,6 +59,8 @@ def _prefer_cpp_meta_kernels():
     """
     import torch
     from torch import _meta_registrations as mr
+
+    from . import _everyday
 
     lib = getattr(mr, "_meta_lib_dont_use_me_use_register_meta", None)
     if lib is None:
@@ -74,7 +79,7 @@ def _prefer_cpp_meta_kernels():
         op = getattr(packet, overload or "default", None) if packet is not None else None
         fn = op.py_kernels.get(meta) if op is not None else None
         if fn is not None:
-            keep.impl(op, fn)
+            keep.impl(op, _everyday.deterministic_meta(qual, fn))
     globals()["_meta_lib"] = keep  # keep the registrations alive
 
 

@@ -285,3 +285,17 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 def _is_compiled() -> bool:
     return True
+
+
+# ---- memory summary and snapshots (torch.tpu.memory) ----
+from . import memory  # noqa: E402,F401
+from .memory import (_dump_snapshot, _record_memory_history, _snapshot,  # noqa: E402,F401
+                     memory_snapshot, memory_summary)
+
+
+def __getattr__(name):
+    # `_initialized` as torch.cuda has it: torch.utils.checkpoint saves and restores the
+    # device's RNG state only when its device module says it is initialized.
+    if name == "_initialized":
+        return _C.is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

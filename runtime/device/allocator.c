@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "tpu/observe.h"
 #include "tpu/target.h"
 
 #define TPU_BLOCK_MAGIC 0x7470754d454d0001ull
@@ -120,6 +121,9 @@ static struct {
   size_t n, cap;
 } g_blocks = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
 
+static void observe(int device, tpu_mem_action_t action, const void* ptr, size_t size,
+                    size_t requested, const tpu_stream_t* s);
+
 /* index of the first block starting above p (caller holds g_blocks.mu) */
 static size_t blocks_upper(const void* p) {
   size_t lo = 0, hi = g_blocks.n;
@@ -164,6 +168,7 @@ static void block_return(tpu_block_header_t* h) {
   pthread_mutex_unlock(&g_blocks.mu);
   const tpu_target_t* t = tpu_target_get();
   t->iface->buffer_free(t->ctx, h->device, h->user, h->size);
+  observe(h->device, TPU_MEM_SEGMENT_FREE, h->user, h->size, h->size, NULL);
   free(h);
 }
 
@@ -175,6 +180,28 @@ static tpu_block_header_t* block_find(const void* ptr) {
   if (i > 0 && g_blocks.v[i - 1]->user == (const char*)ptr) h = g_blocks.v[i - 1];
   pthread_mutex_unlock(&g_blocks.mu);
   return h;
+}
+
+/* The memory observer (tpu/observe.h); called with no allocator lock held. */
+static _Atomic(tpu_mem_observer_t) g_mem_observer;
+
+void tpu_device_set_memory_observer(tpu_mem_observer_t fn) { atomic_store(&g_mem_observer, fn); }
+
+static void observe(int device, tpu_mem_action_t action, const void* ptr, size_t size,
+                    size_t requested, const tpu_stream_t* s) {
+  tpu_mem_observer_t fn = atomic_load_explicit(&g_mem_observer, memory_order_relaxed);
+  if (fn) fn(device, action, ptr, size, requested, s ? tpu_stream_id(s) : 0);
+}
+
+void tpu_device_memory_blocks(int device,
+                              void (*fn)(void* ctx, const void* ptr, size_t size, bool live),
+                              void* ctx) {
+  pthread_mutex_lock(&g_blocks.mu);
+  for (size_t i = 0; i < g_blocks.n; i++) {
+    const tpu_block_header_t* h = g_blocks.v[i];
+    if (h->device == device) fn(ctx, h->user, h->size, h->live != 0);
+  }
+  pthread_mutex_unlock(&g_blocks.mu);
 }
 
 void tpu_allocator_init(tpu_allocator_t* a, size_t capacity) {
@@ -380,6 +407,7 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
   pthread_mutex_lock(&a->mu);
   if (reserved) reservation_remove(a, size, false); /* the block takes the reservation's place */
   tpu_block_header_t* h = cache_pop(a, size, user);
+  bool fresh = false;
   if (h) {
     a->stats.num_cache_hits++;
   } else {
@@ -397,6 +425,7 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
       if (reserved) reservation_add(a, size); /* kept for a retry */
       int64_t alloc = a->stats.allocated_bytes;
       pthread_mutex_unlock(&a->mu);
+      observe(device, TPU_MEM_OOM, NULL, size, bytes, user);
       return TPU_ERR(RESOURCE_EXHAUSTED,
                      "tpu:%d out of memory: tried to allocate %zu bytes; %" PRId64
                      " bytes already allocated, %zu bytes free of a capacity of %zu bytes "
@@ -436,6 +465,7 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
     h->device = device;
     a->stats.reserved_bytes += (int64_t)size;
     a->stats.num_device_alloc++;
+    fresh = true;
   }
   h->live = 1;
   h->next_free = NULL;
@@ -443,6 +473,10 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
   note_alloc(a, size);
   pthread_mutex_unlock(&a->mu);
   *out_ptr = h->user;
+  if (atomic_load_explicit(&g_mem_observer, memory_order_relaxed)) {
+    if (fresh) observe(device, TPU_MEM_SEGMENT_ALLOC, h->user, size, size, user);
+    observe(device, TPU_MEM_ALLOC, h->user, size, bytes, user);
+  }
   return TPU_OK;
 }
 
@@ -508,20 +542,25 @@ static void free_impl(void* ptr, bool may_defer) {
   tpu_allocator_t* a = NULL;
   tpu_block_header_t* h = free_begin(ptr, &a);
   if (!h) return;
+  const int device = h->device;
+  const size_t size = h->size;
   if (may_defer && tpu_device_pending_work(h->device) > 0 && defer_push(a, h)) {
     pthread_mutex_unlock(&a->mu);
-    return;
+  } else {
+    /* (no room to defer: the pending trace is flushed before reuse below) */
+    block_fence(h);
+    cache_push(a, h);
+    pthread_mutex_unlock(&a->mu);
   }
-  /* (no room to defer: the pending trace is flushed before reuse below) */
-  block_fence(h);
-  cache_push(a, h);
-  pthread_mutex_unlock(&a->mu);
+  observe(device, TPU_MEM_FREE, ptr, size, size, NULL);
 }
 
 void tpu_device_free_held(void* ptr, tpu_stream_t* s) {
   tpu_allocator_t* a = NULL;
   tpu_block_header_t* h = free_begin(ptr, &a);
   if (!h) return;
+  const int device = h->device;
+  const size_t size = h->size;
   bool room = bin_get(a, h->size) != NULL;
   if (room && a->nheld == a->held_cap) {
     int cap = a->held_cap ? 2 * a->held_cap : 64;
@@ -536,8 +575,10 @@ void tpu_device_free_held(void* ptr, tpu_stream_t* s) {
   if (!room) {
     /* no host memory to hold it: defer it past the queued graph instead, or
      * (no memory for that either) keep it out of use for good */
-    if (!defer_push(a, h)) h->live = 1;
+    bool kept = !defer_push(a, h);
+    if (kept) h->live = 1;
     pthread_mutex_unlock(&a->mu);
+    if (!kept) observe(device, TPU_MEM_FREE, ptr, size, size, NULL);
     return;
   }
   block_fence(h); /* work queued before the flush */
@@ -547,6 +588,7 @@ void tpu_device_free_held(void* ptr, tpu_stream_t* s) {
   a->held[a->nheld++] = h;
   cache_push(a, h);
   pthread_mutex_unlock(&a->mu);
+  observe(device, TPU_MEM_FREE, ptr, size, size, NULL);
 }
 
 void tpu_device_release_held(int device) {

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "tpu/observe.h"
 #include "tpu/target.h"
 
 struct tpu_stream {
@@ -84,8 +85,14 @@ static void wait_count(tpu_stream_t* s, uint64_t target) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* The stream whose item this thread runs (tpu/observe.h). */
+static _Thread_local tpu_stream_t* t_running;
+
+struct tpu_stream* tpu_stream_running(void) { return t_running; }
+
 static void* stream_main(void* arg) {
   tpu_stream_t* s = arg;
+  t_running = s;
   for (;;) {
     tpu_work_t* w = pop_work(s);
     tpu_status_t st = w->run(w);
@@ -232,7 +239,10 @@ bool tpu_stream_run_if_idle(tpu_stream_t* s, const char* what, tpu_status_t (*fn
     return false;
   }
   atomic_fetch_add(&s->submitted, 1);
+  tpu_stream_t* outer = t_running;
+  t_running = s;
   tpu_status_t st = fn(ctx);
+  t_running = outer;
   record_error_locked(s, st, what);
   complete_locked(s);
   pthread_mutex_unlock(&s->mu);

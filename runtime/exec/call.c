@@ -8,6 +8,7 @@
 
 #include "device/internal.h"
 #include "exec/internal.h"
+#include "tpu/observe.h"
 
 /* ---- deep copy of a call into one block ---- */
 static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
@@ -152,10 +153,17 @@ static int64_t call_elements(const tpu_call_t* c) {
 /* A queued call: the stream's work header, then the call's deep copy. */
 typedef struct {
   tpu_work_t work;
+  uint64_t tag;    /* the submitter's profile tag (tpu/observe.h) */
   tpu_call_t call; /* its storage follows the struct */
 } call_work_t;
 
-static tpu_status_t call_work_run(tpu_work_t* w) { return tpu_call_run(&((call_work_t*)w)->call); }
+static tpu_status_t call_work_run(tpu_work_t* w) {
+  call_work_t* cw = (call_work_t*)w;
+  tpu_profile_set_tag(cw->tag);
+  tpu_status_t st = tpu_call_run(&cw->call);
+  tpu_profile_set_tag(0);
+  return st;
+}
 static void call_work_release(tpu_work_t* w) { free(w); }
 /* An inline run keeps the call's status for its submitter instead of leaving it on
  * the stream: the op that failed raises itself, as on CPU (an index out of range in
@@ -206,6 +214,7 @@ tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
   w->work.what = call->op ? call->op->name : "kernel";
   w->work.run = call_work_run;
   w->work.release = call_work_release;
+  w->tag = tpu_profile_tag();
   tpu_call_copy_deep(&w->call, call, w + 1);
   if (tpu_get_eager_mode() == TPU_MODE_DEBUG) {
     w->call.debug_checks = true;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tpu/observe.h"
 #include "tpu/target.h"
 
 /* Sorted copy of the target's inventory; the calls' op pointers point into
@@ -183,17 +184,22 @@ bool tpu_profile_entry(int i, const char** out_name, int64_t* out_calls, int64_t
   return true;
 }
 
+static _Thread_local int t_prof_device = -1; /* the running call's device (timeline) */
+
 int64_t tpu_profile_begin(void) {
-  if (t_prof_depth++ || !atomic_load_explicit(&g_prof_on, memory_order_relaxed)) return 0;
+  if (t_prof_depth++) return 0;
+  if (!atomic_load_explicit(&g_prof_on, memory_order_relaxed) && !tpu_kernel_events_on()) return 0;
   return tpu_now_ns();
 }
 
 void tpu_profile_end(int entry, int64_t stamp) {
   t_prof_depth--;
   if (!stamp || !g_prof_calls || entry < 0 || entry >= g_nops + TPU_PROFILE_FUSED_KINDS) return;
-  int64_t ns = tpu_now_ns() - stamp;
+  int64_t now = tpu_now_ns();
+  if (tpu_kernel_events_on()) tpu_kernel_events_add(entry, t_prof_device, stamp, now);
+  if (!atomic_load_explicit(&g_prof_on, memory_order_relaxed)) return;
   atomic_fetch_add_explicit(&g_prof_calls[entry], 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&g_prof_ns[entry], ns, memory_order_relaxed);
+  atomic_fetch_add_explicit(&g_prof_ns[entry], now - stamp, memory_order_relaxed);
 }
 
 /* A call's profile entry: the op's index in the sorted table (ops built
@@ -206,6 +212,7 @@ static int profile_entry_of(const tpu_op_t* op) {
 tpu_status_t tpu_call_run(const tpu_call_t* call) {
   tpu_precision_t saved = t_precision;
   t_precision = call->precision;
+  t_prof_device = call->device;
   int64_t stamp = tpu_profile_begin();
   tpu_status_t st = call->op->fn(call);
   if (stamp) tpu_profile_end(profile_entry_of(call->op), stamp);

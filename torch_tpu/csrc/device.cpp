@@ -234,6 +234,11 @@ void copy_device_bytes(c10::DeviceIndex d, void* dest, const void* src, size_t c
 // ---------------------------------------------------------------------------
 // Allocator
 
+struct StackCapture {  // memory.cpp
+  StackCapture();
+  ~StackCapture();
+};
+
 namespace {
 
 using c10::CachingDeviceAllocator::DeviceStats;
@@ -252,6 +257,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate_real(size_t nbytes) {
     ensure_runtime();
     const c10::DeviceIndex d = current_device();
+    StackCapture capture;  // memory snapshots may record the Python stack (memory.cpp)
     void* p = nullptr;
     // for the thread's current stream: the block may be reused while that
     // stream still has queued work on its previous life (stream order)

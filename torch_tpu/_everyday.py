@@ -1,0 +1,87 @@
+"""Small adjustments that make everyday PyTorch features work on tpu.
+
+- Deterministic mode: the bridge infers output shapes with PyTorch's meta kernels, called
+  on meta tensors. A few of PyTorch's Python meta kernels (histc, median/nanmedian/mode
+  with a dim) raise "... does not have a deterministic implementation" under
+  `torch.use_deterministic_algorithms(True)` because they cannot tell a meta tensor from a
+  CUDA one. The tpu kernels of these ops are deterministic (fixed reduction order), so the
+  bridge uses shape-only meta kernels for them instead (`deterministic_meta`).
+- safetensors: its loader accepts a fixed list of device names and, for any other
+  accelerator, the device index. `load_file(path, device="tpu")` and
+  `safe_open(path, "pt", device="tpu:1")` are passed on with the index (`_install`).
+"""
+import torch
+
+
+def _reduced(x, dim, keepdim):
+    if x.dim() == 0:
+        return ()
+    d = dim % x.dim()
+    shape = list(x.shape)
+    if keepdim:
+        shape[d] = 1
+    else:
+        del shape[d]
+    return tuple(shape)
+
+
+def _histc(input, bins=100, min=0, max=0):
+    return input.new_empty(bins)
+
+
+def _values_indices(input, dim=-1, keepdim=False):
+    shape = _reduced(input, dim, keepdim)
+    return input.new_empty(shape), input.new_empty(shape, dtype=torch.long)
+
+
+_SHAPE_ONLY = {
+    "aten::histc": _histc,
+    "aten::median.dim": _values_indices,
+    "aten::nanmedian.dim": _values_indices,
+    "aten::mode": _values_indices,
+}
+
+
+def deterministic_meta(qual_name, fn):
+    """The meta kernel the bridge should use for `qual_name` ("aten::histc", with the
+    overload when not default): a shape-only one for the ops whose Python meta kernel
+    raises PyTorch's CUDA determinism alert, else `fn` itself."""
+    return _SHAPE_ONLY.get(qual_name.replace(".default", ""), fn)
+
+
+def _tpu_index(device):
+    """The index of a tpu device given as "tpu", "tpu:N" or torch.device; None otherwise."""
+    if isinstance(device, torch.device):
+        d = device
+    elif isinstance(device, str) and (device == "tpu" or device.startswith("tpu:")):
+        d = torch.device(device)
+    else:
+        return None
+    if d.type != "tpu":
+        return None
+    return torch.tpu.current_device() if d.index is None else d.index
+
+
+def _install_safetensors():
+    try:
+        import safetensors
+        import safetensors.torch as st
+    except ImportError:
+        return
+    orig = getattr(safetensors, "safe_open", None)
+    if orig is None or getattr(orig, "_torch_tpu", False):
+        return
+
+    def safe_open(filename, framework, device="cpu", *args, **kwargs):
+        idx = _tpu_index(device)
+        return orig(filename, framework, idx if idx is not None else device, *args, **kwargs)
+
+    safe_open.__doc__ = orig.__doc__
+    safe_open._torch_tpu = True
+    safetensors.safe_open = safe_open
+    if getattr(st, "safe_open", None) is orig:
+        st.safe_open = safe_open  # load_file() looks it up here
+
+
+def _install():
+    _install_safetensors()
