@@ -39,6 +39,10 @@ def test_to_tpu_keeps_tied_weights_one_parameter(tpu_mode):
     assert m.head.weight is m.emb.weight and m.emb.weight.dtype == torch.float64
     m.cpu()
     assert m.head.weight is m.emb.weight and m.emb.weight.device.type == "cpu"
+    # the .cuda()-style method moves the same way
+    m.tpu()
+    assert m.head.weight is m.emb.weight is weight and weight.device == torch.device("tpu", 0)
+    m.cpu()
 
 
 def test_tied_training_step_matches_cpu(tpu_mode):
