@@ -52,6 +52,85 @@ class FirstToken:
         pass
 
 
+def fp8_cache(model, max_len):
+    """A static KV cache holding keys and values as float8_e4m3fn (one byte each, half of a
+    bfloat16 cache) with one float32 scale per sequence and head, set from the prompt's
+    largest magnitude; later tokens saturate at the format's largest value (448 * scale)."""
+    from transformers.cache_utils import Cache, StaticLayer
+
+    fp8, fp8_max = torch.float8_e4m3fn, torch.finfo(torch.float8_e4m3fn).max
+
+    class Fp8Layer(StaticLayer):
+        def lazy_initialization(self, key_states, value_states):
+            self.device, self.dtype = key_states.device, key_states.dtype
+            b, h, _, d = key_states.shape
+
+            def store(states):  # uint8 storage seen as float8 (index_copy_ on bytes)
+                return torch.zeros(b, h, self.max_cache_len, states.shape[-1],
+                                   dtype=torch.uint8, device=self.device)
+
+            def scale(states):
+                amax = states.detach().abs().float().amax(dim=(2, 3), keepdim=True)
+                return (amax / fp8_max).clamp_min(1e-12)
+            self.keys, self.values = store(key_states), store(value_states)
+            self.k_scale, self.v_scale = scale(key_states), scale(value_states)
+            self.cumulative_length = self.cumulative_length.to(self.device)
+            for t in (self.keys, self.values, self.k_scale, self.v_scale, self.cumulative_length):
+                torch._dynamo.mark_static_address(t)
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n = key_states.shape[-2]
+            pos = torch.arange(n, device=self.device) + self.cumulative_length
+            self.cumulative_length.add_(n)
+
+            def put(store, states, scale):
+                q = (states.float() / scale).clamp(-fp8_max, fp8_max).to(fp8)
+                store.index_copy_(2, pos, q.view(torch.uint8))
+                return store.view(fp8).to(self.dtype) * scale.to(self.dtype)
+            return (put(self.keys, key_states, self.k_scale),
+                    put(self.values, value_states, self.v_scale))
+
+    n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
+    return Cache(layers=[Fp8Layer(max_cache_len=max_len) for _ in range(n_layers)])
+
+
+def cache_bytes(cache):
+    return sum(t.numel() * t.element_size() for layer in cache.layers
+               for t in (layer.keys, layer.values))
+
+
+def compare_fp8_kv(model, batch, device, new_tokens):
+    """Greedy decoding in bfloat16 with a bfloat16 static cache and with the float8 one: the
+    logits' largest error (over the steps before the tokens first differ) and the KV bytes."""
+    from transformers import StaticCache
+    m = model.to(device=device, dtype=torch.bfloat16)
+    inputs = {k: v.to(device) for k, v in batch.items()}
+    max_len = inputs["input_ids"].shape[1] + new_tokens
+    results = {}
+    for name, cache in (("bf16", StaticCache(config=m.config, max_cache_len=max_len)),
+                        ("fp8", fp8_cache(m, max_len))):
+        out = m.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                         do_sample=False, cache=cache, return_dict_in_generate=True,
+                         output_logits=True)
+        results[name] = (out.sequences.cpu(), torch.stack(out.logits, 1).float().cpu(),
+                         cache_bytes(cache))
+    (tb, lb, bb), (tf, lf, bf) = results["bf16"], results["fp8"]
+    n0 = inputs["input_ids"].shape[1]
+    differ = (tb[:, n0:] != tf[:, n0:]).any(0).nonzero()
+    steps = int(differ[0]) + 1 if len(differ) else new_tokens  # the first differing step counts
+    err = (lb[:, :steps] - lf[:, :steps]).abs().max().item()
+    scale = lb[:, :steps].abs().max().item()
+    print(f"fp8 KV cache on {device}: max |logit error| against the bf16 cache {err:.4f} "
+          f"(logits up to {scale:.2f}; {err / scale:.2%}), over {steps} steps; greedy tokens "
+          f"equal: {torch.equal(tb, tf)}; KV memory {bf / 2**10:.0f} KiB vs {bb / 2**10:.0f} KiB "
+          f"({bf / bb:.2f}x)")
+    model.to(dtype=torch.float32)
+    return err, bf / bb
+
+
 def build(args):
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
     if args.model:
@@ -94,6 +173,9 @@ def main():
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--precision", default="highest", choices=["medium", "high", "highest"])
+    p.add_argument("--fp8-kv", action="store_true",
+                   help="also decode in bfloat16 with a float8 KV cache: logit error and memory "
+                        "against a bfloat16 cache")
     args = p.parse_args()
     import warnings
     with warnings.catch_warnings():
@@ -132,6 +214,8 @@ def main():
             print(f"{kind}: {a}/{b} tokens/s {ra[2] / rb[2]:.2f}x, time to first token "
                   f"{rb[1] / ra[1]:.2f}x faster on {a}; tokens equal: {same}"
                   + ("" if kind == "greedy" else " (each device samples with its own generator)"))
+    if args.fp8_kv:
+        compare_fp8_kv(model, batch, devs[0], args.new_tokens)
     out = results[devs[0], "greedy"][0]
     for prompt, row in zip(PROMPTS, out):
         print(f"  {prompt!r} -> {decode(row.tolist())!r}")
