@@ -73,3 +73,16 @@ def defer():
     with torch_tpu.eager_mode("defer_and_fuse"):
         yield
     torch.tpu.synchronize()
+
+
+@pytest.fixture
+def highest_precision():
+    """float32 matmuls at precision highest for the test (model comparisons against CPU at
+    1e-5), without the performance warning; the previous precision afterwards."""
+    import warnings
+    old = torch.get_float32_matmul_precision()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(old)

