@@ -7,6 +7,7 @@ all_gather_into_tensor and reduce_scatter_tensor (and coalesced) give the expect
 every rank counting hierarchical ones and no call on the Gloo group of all ranks, and FSDP2 on
 the GPT gives one process's losses. Needs root (ip netns); skipped otherwise. Also:
 `python -m tests.test_dist_multihost [ddp|hier]` runs one alone."""
+import itertools
 import json
 import os
 import shutil
@@ -47,11 +48,17 @@ def drop_hosts(names):
         _ip("netns", "del", ns, check=False)
 
 
+_runs = itertools.count()
+
+
 def run_two_hosts(out_dir, scenario="ddp", timeout=300):
-    tag = str(os.getpid() % 100000)
+    # each run its own namespaces, link names and port: a run right after another must not
+    # meet the previous one's leftovers (a store port in TIME_WAIT, a namespace being removed)
+    run = next(_runs)
+    tag = f"{os.getpid() % 10000}x{run}"
     names, devs, ips = make_hosts(tag)
     try:
-        port = 29000 + os.getpid() % 2000
+        port = 29000 + (os.getpid() * 7 + run * 101) % 3000
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
         procs = []
         for node in range(2):
