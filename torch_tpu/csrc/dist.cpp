@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <algorithm>
 #include <atomic>
@@ -148,10 +149,20 @@ tpu_status_t run_job(void* p) {
 void destroy_job(void* p) { delete static_cast<Job*>(p); }
 tpu_status_t run_job_here(const void* p) { return run_job(const_cast<void*>(p)); }
 
-// A collective of at most this many bytes, when both streams are idle, runs on
-// the calling thread: it takes microseconds, less than handing it to the
-// stream's worker and back (the caller would wait for it in wait() anyway).
-constexpr size_t kInlineBytes = (size_t)1 << 40;
+// A collective whose current and communication streams are both idle runs on
+// the calling thread: nothing is queued before it, so the order is the same,
+// and handing it to the stream's worker and back costs more than small ones
+// take (the caller waits in wait() anyway). On a machine with few cores the
+// handoff also puts a fourth busy thread beside the two ranks' callers and
+// workers, so it pays at every size. TORCH_TPU_DIST_INLINE_MAX_BYTES bounds
+// the sizes that do so (default: every size; 0: none).
+size_t inline_max_bytes() {
+  static const size_t v = [] {
+    const char* e = std::getenv("TORCH_TPU_DIST_INLINE_MAX_BYTES");
+    return e && *e ? (size_t)std::strtoull(e, nullptr, 10) : SIZE_MAX;
+  }();
+  return v;
+}
 
 class TpuWork final : public c10d::Work {
  public:
@@ -1088,7 +1099,7 @@ class TpuDistBackend final : public c10d::Backend {
     // the collective reads what the current stream has queued so far
     check(tpu_stream_wait_stream(comm, cur));
     auto st = job->st;
-    if (lane == 0 && !multi_ && !job->staged && bytes <= kInlineBytes && tpu_stream_query(cur) &&
+    if (lane == 0 && !multi_ && !job->staged && bytes <= inline_max_bytes() && tpu_stream_query(cur) &&
         tpu_stream_run_if_idle(comm, what, run_job_here, job.get())) {
       job.reset();  // ran here; its error (if any) is in st and on the stream
     } else {
