@@ -131,6 +131,92 @@ def compare_fp8_kv(model, batch, device, new_tokens):
     return err, bf / bb
 
 
+class Fp8Linear(torch.nn.Module):
+    """A linear layer over a float8_e4m3fn weight with one float32 scale per output row (an
+    FP8 checkpoint's layout). Each call quantizes the activations per row to float8 too and
+    multiplies with torch._scaled_mm, which accumulates in float32 and applies both scales:
+    the weight is never expanded to a full-precision copy."""
+
+    def __init__(self, weight_fp8, weight_scale, bias=None):
+        super().__init__()
+        self.register_buffer("weight", weight_fp8)
+        self.register_buffer("weight_scale", weight_scale)  # (out_features, 1) float32
+        self.bias = bias
+
+    def forward(self, x):
+        fmax = torch.finfo(torch.float8_e4m3fn).max
+        rows = x.reshape(-1, x.shape[-1])
+        x_scale = (rows.abs().float().amax(-1, keepdim=True) / fmax).clamp_min(1e-12)
+        xq = (rows.float() / x_scale).clamp(-fmax, fmax).to(torch.float8_e4m3fn)
+        y = torch._scaled_mm(xq, self.weight.t(), x_scale, self.weight_scale.t(),
+                             out_dtype=x.dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], -1)
+
+
+def quantize_fp8(model):
+    """The model's linear weights (not the embedding or the head) as an FP8 state dict."""
+    fmax = torch.finfo(torch.float8_e4m3fn).max
+    out = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and "lm_head" not in name:
+            w = mod.weight.detach().float().cpu()
+            scale = (w.abs().amax(-1, keepdim=True) / fmax).clamp_min(1e-12)
+            out[name + ".weight"] = (w / scale).clamp(-fmax, fmax).to(torch.float8_e4m3fn)
+            out[name + ".weight_scale"] = scale
+    return out
+
+
+def load_fp8(model, path, device):
+    """Replaces the model's linear layers by Fp8Linear over the checkpoint at `path`, loaded
+    straight onto `device` (safetensors)."""
+    from safetensors.torch import load_file
+    state = load_file(path, device=str(device))
+    for name, mod in list(model.named_modules()):
+        if name + ".weight" in state:
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf,
+                    Fp8Linear(state[name + ".weight"], state[name + ".weight_scale"], mod.bias))
+    return model
+
+
+def linear_bytes(model):
+    return sum(b.numel() * b.element_size() for n, m in model.named_modules()
+               if isinstance(m, (torch.nn.Linear, Fp8Linear)) and "lm_head" not in n
+               for b in (m.weight,))
+
+
+def compare_fp8_weights(model, batch, device, new_tokens):
+    """Saves the model's linear weights as an FP8 safetensors checkpoint, loads it on the device
+    and decodes greedily: logit error and linear-weight memory against the bfloat16 model."""
+    import copy
+    import tempfile
+    from safetensors.torch import save_file
+    base = copy.deepcopy(model).to(device=device, dtype=torch.bfloat16)
+    inputs = {k: v.to(device) for k, v in batch.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/fp8.safetensors"
+        save_file(quantize_fp8(base), path)
+        q = load_fp8(copy.deepcopy(base), path, device)
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+              return_dict_in_generate=True, output_logits=True)
+    ref, got = base.generate(**inputs, **kw), q.generate(**inputs, **kw)
+    lb, lq = torch.stack(ref.logits, 1).float().cpu(), torch.stack(got.logits, 1).float().cpu()
+    n0 = inputs["input_ids"].shape[1]
+    differ = (ref.sequences[:, n0:] != got.sequences[:, n0:]).any(0).nonzero().cpu()
+    steps = int(differ[0]) + 1 if len(differ) else new_tokens
+    err = (lb[:, :steps] - lq[:, :steps]).abs().max().item()
+    scale = lb[:, :steps].abs().max().item()
+    mem_b, mem_q = linear_bytes(base), sum(
+        m.weight.numel() * m.weight.element_size() + m.weight_scale.numel() * 4
+        for m in q.modules() if isinstance(m, Fp8Linear))
+    print(f"fp8 weights on {device}: max |logit error| against bf16 weights {err:.4f} (logits "
+          f"up to {scale:.2f}; {err / scale:.2%}) over {steps} steps; linear weights "
+          f"{mem_q / 2**10:.0f} KiB vs {mem_b / 2**10:.0f} KiB ({mem_q / mem_b:.2f}x)")
+    return err, mem_q / mem_b
+
+
 def build(args):
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
     if args.model:
@@ -176,6 +262,9 @@ def main():
     p.add_argument("--fp8-kv", action="store_true",
                    help="also decode in bfloat16 with a float8 KV cache: logit error and memory "
                         "against a bfloat16 cache")
+    p.add_argument("--fp8-weights", action="store_true",
+                   help="also decode with the linear layers' weights from an FP8 safetensors "
+                        "checkpoint (per-row scales, torch._scaled_mm): logit error and memory")
     args = p.parse_args()
     import warnings
     with warnings.catch_warnings():
@@ -216,6 +305,8 @@ def main():
                   + ("" if kind == "greedy" else " (each device samples with its own generator)"))
     if args.fp8_kv:
         compare_fp8_kv(model, batch, devs[0], args.new_tokens)
+    if args.fp8_weights:
+        compare_fp8_weights(model, batch, devs[0], args.new_tokens)
     out = results[devs[0], "greedy"][0]
     for prompt, row in zip(PROMPTS, out):
         print(f"  {prompt!r} -> {decode(row.tolist())!r}")
