@@ -22,9 +22,13 @@ RT_SRCS := $(shell find runtime -name '*.c' -not -path 'runtime/tests/*' | sort)
 # run time.
 FUSE_HEADERS := $(addprefix runtime/targets/host/kernels/,vecmath.h ew_exprs.h fuse_rows.h)
 FUSE_HEADERS_C := $(BUILD)/gen/fuse_headers.c
+# The custom kernels' ABI header (torch_tpu.kernels), embedded the same way under the
+# name user sources include.
+KERNEL_ABI_H := runtime/include/tpu/kernel_abi.h
+KERNEL_HEADERS_C := $(BUILD)/gen/kernel_headers.c
 # Any Python 3 runs the embedder (it needs no torch).
 EMBED_PY ?= python3
-RT_OBJS := $(RT_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/gen/fuse_headers.o
+RT_OBJS := $(RT_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/gen/fuse_headers.o $(BUILD)/gen/kernel_headers.o
 TEST_SRCS := $(wildcard runtime/tests/test_*.c)
 TEST_BINS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/tests/%)
 SPECS := $(wildcard runtime/targets/host/kernels/*.spec)
@@ -67,6 +71,13 @@ $(FUSE_HEADERS_C): $(FUSE_HEADERS) tools/embed_headers.py
 	$(EMBED_PY) tools/embed_headers.py $@ $(FUSE_HEADERS)
 
 $(BUILD)/gen/fuse_headers.o: $(FUSE_HEADERS_C)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
+
+$(KERNEL_HEADERS_C): $(KERNEL_ABI_H) tools/embed_headers.py
+	@mkdir -p $(dir $@)
+	$(EMBED_PY) tools/embed_headers.py --table tpu_kernel_headers $@ torch_tpu_kernel.h=$(KERNEL_ABI_H)
+
+$(BUILD)/gen/kernel_headers.o: $(KERNEL_HEADERS_C)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libtpurt.a: $(RT_OBJS)

@@ -3,11 +3,14 @@
 generator's sources #include (runtime/targets/host/fuse_codegen.c), so a
 compile of a fused kernel needs nothing from the source tree at run time.
 
-usage: embed_headers.py OUT.c HEADER...
+usage: embed_headers.py [--table SYMBOL] OUT.c HEADER...
 
 Each header is stored under its base name (the name the generated source
-#includes) as a byte array plus its length; the runtime writes them into the
-compile's temporary directory and hashes them into the cache key.
+#includes), or under NAME when given as NAME=PATH, as a byte array plus its
+length; the runtime writes them into the compile's temporary directory and
+hashes them into the cache key. The table is `tpu_fuse_headers` (count
+`tpu_fuse_nheaders`) unless --table names another (the custom kernels' ABI
+header: --table tpu_kernel_headers).
 """
 import os
 import sys
@@ -22,6 +25,9 @@ def c_bytes(data: bytes) -> str:
 
 
 def main(argv):
+    table = "tpu_fuse_headers"
+    if len(argv) > 2 and argv[1] == "--table":
+        table, argv = argv[2], argv[:1] + argv[3:]
     if len(argv) < 3:
         sys.stderr.write(__doc__)
         return 2
@@ -30,13 +36,17 @@ def main(argv):
              '#include "targets/host/fuse_headers.h"', ""]
     entries = []
     for i, path in enumerate(headers):
+        name = None
+        if "=" in path:
+            name, path = path.split("=", 1)
         with open(path, "rb") as f:
             data = f.read()
-        name = os.path.basename(path)
+        name = name or os.path.basename(path)
         parts.append("static const unsigned char k_text%d[%d] = {\n%s\n};" % (i, len(data) + 1, c_bytes(data)))
         entries.append('  {"%s", (const char*)k_text%d, %d},' % (name, i, len(data)))
-    parts.append("const tpu_fuse_header_t tpu_fuse_headers[] = {\n%s\n};" % "\n".join(entries))
-    parts.append("const int tpu_fuse_nheaders = %d;" % len(headers))
+    ntable = table[:-len("_headers")] + "_nheaders" if table.endswith("_headers") else table + "_n"
+    parts.append("const tpu_fuse_header_t %s[] = {\n%s\n};" % (table, "\n".join(entries)))
+    parts.append("const int %s = %d;" % (ntable, len(headers)))
     text = "\n".join(parts) + "\n"
     tmp = out + ".tmp"
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)

@@ -46,6 +46,16 @@ def _has_tpu_kernel(op):
     return any(torch._C._dispatch_has_kernel_for_dispatch_key(name, k) for k in _KEYS)
 
 
+def _functionalized_op_ok(node):
+    """A custom op that mutates arguments (torch_tpu.kernels, torch.library) appears in
+    AOTAutograd's graphs wrapped in auto_functionalized(_v2): running the node clones the
+    mutated inputs and calls the op, which is fine when the op has a tpu kernel."""
+    if getattr(node.target, "__name__", "") not in ("auto_functionalized", "auto_functionalized_v2"):
+        return False
+    op = node.args[0] if node.args else None
+    return isinstance(op, torch._ops.OpOverload) and _has_tpu_kernel(op)
+
+
 def unsupported_nodes(gm):
     """(node name, target) of call_function nodes that have no tpu kernel."""
     bad = []
@@ -57,7 +67,8 @@ def unsupported_nodes(gm):
             if not _has_tpu_kernel(t):
                 bad.append((node.name, str(t)))
         elif isinstance(t, torch._ops.HigherOrderOperator):
-            bad.append((node.name, str(t)))
+            if not _functionalized_op_ok(node):
+                bad.append((node.name, str(t)))
         # Python callables (operator.getitem, ...) run as they are
     return bad
 

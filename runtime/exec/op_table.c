@@ -2,6 +2,7 @@
  * registered target's kernel inventory (tpu/target.h: ops). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +106,7 @@ static inline const tpu_op_t* table(void) {
 typedef struct extra_op {
   tpu_op_t op;
   struct extra_op* next;
+  tpu_op_custom_t custom; /* ops made by tpu_op_register (TPU_OP_CUSTOM) */
   char name[];
 } extra_op_t;
 static extra_op_t* _Atomic g_extra;
@@ -142,6 +144,50 @@ const tpu_op_t* tpu_op_lookup(const char* name) {
   tpu_op_t key = {name, NULL, 0, TPU_OPID_NONE};
   const tpu_op_t* op = bsearch(&key, t, (size_t)g_nops, sizeof(tpu_op_t), cmp_op);
   return op ? op : extra_lookup(name);
+}
+
+tpu_status_t tpu_op_register(const char* name, tpu_kernel_fn_t fn, uint32_t flags,
+                             const tpu_op_custom_t* custom, const tpu_op_t** out_op) {
+  *out_op = NULL;
+  if (!name || !name[0] || !fn) return TPU_ERR(INVALID_ARGUMENT, "tpu_op_register: no name or kernel");
+  if (tpu_op_lookup(name)) return TPU_ERR(INVALID_ARGUMENT, "an op called %s already exists", name);
+  pthread_mutex_lock(&g_table_mu);
+  extra_op_t* e = atomic_load_explicit(&g_extra, memory_order_acquire);
+  for (; e; e = e->next)
+    if (strcmp(e->name, name) == 0) break;
+  tpu_status_t st = TPU_OK;
+  if (e && e->op.fn) {
+    st = TPU_ERR(INVALID_ARGUMENT, "an op called %s already exists", name);
+  } else if (e) { /* a remembered miss: it becomes the op */
+    e->custom = custom ? *custom : (tpu_op_custom_t){0};
+    e->op.flags = flags | TPU_OP_CUSTOM;
+    atomic_thread_fence(memory_order_release);
+    e->op.fn = fn;
+  } else {
+    size_t len = strlen(name);
+    e = malloc(sizeof(*e) + len + 1);
+    if (!e) {
+      st = TPU_ERR(RESOURCE_EXHAUSTED, "out of host memory registering op %s", name);
+    } else {
+      memcpy(e->name, name, len + 1);
+      e->custom = custom ? *custom : (tpu_op_custom_t){0};
+      e->op.fn = fn;
+      e->op.name = e->name;
+      e->op.flags = flags | TPU_OP_CUSTOM;
+      e->op.id = TPU_OPID_NONE;
+      e->next = atomic_load_explicit(&g_extra, memory_order_relaxed);
+      atomic_store_explicit(&g_extra, e, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_table_mu);
+  if (!st) *out_op = &e->op;
+  return st;
+}
+
+const tpu_op_custom_t* tpu_op_custom(const tpu_op_t* op) {
+  if (!op || !(op->flags & TPU_OP_CUSTOM)) return NULL;
+  const extra_op_t* e = (const extra_op_t*)((const char*)op - offsetof(extra_op_t, op));
+  return &e->custom;
 }
 
 int tpu_op_count(void) { return table() ? g_nops : 0; }

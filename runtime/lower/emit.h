@@ -58,6 +58,8 @@ typedef struct {
   int node;   /* the node being lowered */
   ref_t* chk; /* the range checks' failure flags (scalar i1), see check_range */
   int nchk, cchk;
+  const char** fns; /* user kernels' definitions, printed beside the function (lower/custom.c) */
+  int nfns, cfns;
 } em_t;
 
 #define NO_REF (-1000000000)
@@ -206,6 +208,13 @@ void argmax_first_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out);
 void argmin_first_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out);
 void max_pool_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out);
 void prod_body(em_t* e, const ref_t* acc, const ref_t* x, ref_t* out);
+
+/* ---- user StableHLO kernels (lower/custom.c) ---- */
+/* Lowers node i when its op is a user kernel with StableHLO (a func.call, its
+ * results written back); false for any other node. */
+bool lower_custom_node(em_t* e, const tpu_graph_t* g, int i);
+/* Prints the kernels' definitions the lowered nodes called. */
+void print_custom_functions(const em_t* e, FILE* f);
 
 #pragma GCC visibility pop
 

@@ -1409,6 +1409,7 @@ static void custom_call(em_t* e, const tpu_call_t* c, const results_t* res, ref_
 
 static void emit_node(em_t* e, const tpu_graph_t* g, int i) {
   const tpu_call_t* c = g->nodes[i];
+  if ((c->op->flags & TPU_OP_CUSTOM) && lower_custom_node(e, g, i)) return;
   results_t res;
   node_results(c, &res);
   ref_t outs[64];
@@ -1604,12 +1605,15 @@ static void print_impl(const tpu_graph_t* g, FILE* f, const tpu_graph_print_opts
   }
   fputs(") {\n", f);
   if (body) fwrite(body, 1, len, f);
-  fputs(whole ? "  }\n}\n" : "  }\n", f);
+  fputs("  }\n", f);
+  print_custom_functions(&e, f);
+  if (whole) fputs("}\n", f);
   tls_em = outer;
   free(body);
   free(e.v);
   free(e.params);
   free(e.chk);
+  free(e.fns);
   for (int i = 0; i < e.ncc; i++) free(e.cc[i]);
   free(e.cc);
 }

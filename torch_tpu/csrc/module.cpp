@@ -9,6 +9,7 @@ namespace torch_tpu {
 std::vector<std::string> supported_ops();
 void add_dist_bindings(py::module& m);  // dist.cpp
 void add_everyday_bindings(py::module& m);  // memory.cpp (snapshots), profiler.cpp
+void add_kernel_bindings(py::module& m);  // kernels.cpp
 }
 
 namespace {
@@ -44,6 +45,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   ensure_target();  // an unknown TORCH_TPU_TARGET fails the import, naming it
   torch_tpu::add_dist_bindings(m);
   torch_tpu::add_everyday_bindings(m);
+  torch_tpu::add_kernel_bindings(m);
   m.def("target", [] { return std::string(tpu_target_name()); });
   // the target's name for device i ("host", "cpu", "TPU v5 lite", "NVIDIA H200")
   m.def("device_kind", [](int i) {

@@ -73,6 +73,7 @@ typedef tpu_status_t (*tpu_kernel_fn_t)(const tpu_call_t* call);
 
 enum {
   TPU_OP_RANDOM = 1u << 0, /* consumes the device generator: seed + offset */
+  TPU_OP_CUSTOM = 1u << 1, /* a kernel registered at run time (tpu_op_register) */
 };
 
 /* Op ids: one dense id per op family, the ATen base name shared by an op's
@@ -113,6 +114,28 @@ const tpu_op_t* tpu_op_lookup(const char* name);
 /* Number of implemented overloads and the i-th name (sorted). */
 int tpu_op_count(void);
 const char* tpu_op_name(int i);
+
+/* Ops registered at run time: user kernels (tpu/kernels.h). What the layers
+ * below the targets know of one: the StableHLO function a lowering target
+ * calls for it (`stablehlo`: one or more "func.func private" definitions, the
+ * one named `symbol` taking the op's tensor arguments in schema order and
+ * returning its outputs, then the new values of the arguments it mutates), or
+ * NULL; and an opaque pointer for the target that runs it. */
+typedef struct tpu_op_custom {
+  const char* stablehlo;
+  const char* symbol;
+  void* target_data;
+} tpu_op_custom_t;
+
+/* Interns an op called `name` with kernel fn and flags | TPU_OP_CUSTOM,
+ * holding a copy of *custom (whose strings must outlive the process), so that
+ * tpu_op_lookup(name) finds it. Ops are never freed. INVALID_ARGUMENT when the
+ * op table or an earlier registration already has that name. */
+tpu_status_t tpu_op_register(const char* name, tpu_kernel_fn_t fn, uint32_t flags,
+                             const tpu_op_custom_t* custom,
+                             const tpu_op_t** out_op) TPU_MUST_USE;
+/* The registration of an op made by tpu_op_register, NULL for any other. */
+const tpu_op_custom_t* tpu_op_custom(const tpu_op_t* op);
 
 /* Argument accessors for kernels. They do not validate kinds beyond what
  * their names say; a kernel is written against a known schema. */
