@@ -14,6 +14,7 @@
 // backward draws the same mask.
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
+#include <ATen/TensorSubclassLikeUtils.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
 
@@ -44,11 +45,19 @@ bool is_dense_tpu(const Tensor& t) {
          !t.is_nested();
 }
 
+// A real tensor: not traced (fake, functional or other subclass tensors, symbolic sizes,
+// an active dispatch mode). Traced graphs (torch.compile) keep the math path's ops, which
+// the compile backend takes as before.
+bool is_real(const Tensor& t) {
+  return !at::isTensorSubclassLike(t) && !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+}
+
 // Whether the fused kernel takes these inputs (else the math path runs, and
 // raises where the inputs are invalid).
 bool fused_takes(const Tensor& q, const Tensor& k, const Tensor& v,
                  const std::optional<Tensor>& mask, bool enable_gqa) {
   if (!is_dense_tpu(q) || !is_dense_tpu(k) || !is_dense_tpu(v)) return false;
+  if (!is_real(q) || !is_real(k) || !is_real(v)) return false;
   if (!tpu_op_lookup(kFwd) || !tpu_op_lookup(kBwd)) return false;  // the target lacks it
   const auto dt = q.scalar_type();
   if (dt != at::kFloat && dt != at::kBFloat16 && dt != at::kHalf) return false;
@@ -64,7 +73,7 @@ bool fused_takes(const Tensor& q, const Tensor& k, const Tensor& v,
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return false;
   if (mask.has_value() && mask->defined()) {
     const Tensor& m = *mask;
-    if (!is_dense_tpu(m) || m.requires_grad() || m.dim() > 4) return false;
+    if (!is_dense_tpu(m) || !is_real(m) || m.requires_grad() || m.dim() > 4) return false;
     if (m.scalar_type() != at::kBool && m.scalar_type() != dt) return false;
     const int64_t want[4] = {o ? q.size(0) : 1, H, q.size(o + 1), k.size(o + 1)};
     for (int64_t d = 0; d < m.dim(); d++) {

@@ -207,9 +207,13 @@ static void tiles(const gemm_ukernel_t* uk, int64_t kcp, const float* a, int64_t
 ATTN_ROW_FNS(p, TPU_VEC_PORTABLE)
 #ifdef TPU_HAVE_AVX2_BUILD
 ATTN_ROW_FNS(a, TPU_VEC_AVX2)
-#define ROW_CALL(avx2, fn, ...) ((avx2) ? fn##_a(__VA_ARGS__) : fn##_p(__VA_ARGS__))
+/* 16 lanes where the micro-kernel is the AVX-512 one (the CPU has it) */
+ATTN_ROW_FNS(z, __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma,prefer-vector-width=512"),
+                               optimize(TPU_VEC_OPTS, "fp-contract=fast"))))
+#define ROW_CALL(isa, fn, ...) \
+  ((isa) == 2 ? fn##_z(__VA_ARGS__) : (isa) == 1 ? fn##_a(__VA_ARGS__) : fn##_p(__VA_ARGS__))
 #else
-#define ROW_CALL(avx2, fn, ...) fn##_p(__VA_ARGS__)
+#define ROW_CALL(isa, fn, ...) fn##_p(__VA_ARGS__)
 #endif
 
 /* ---- the problem ---- */
@@ -218,7 +222,7 @@ enum { MASK_NONE = 0, MASK_BOOL, MASK_ADD };
 typedef struct {
   const gemm_ukernel_t* uk;
   gemm_passes_t pd, px; /* input x input, computed x input */
-  bool avx2;            /* row loops' ISA */
+  int rowisa;           /* row loops' ISA: 0 portable, 1 AVX2, 2 AVX-512 */
   int64_t B, H, Hk, g, Tq, Tk, E, Ev;
   int64_t bq, bk, nqb, nkb;
   float scale;
@@ -287,7 +291,7 @@ static tpu_status_t attn_init(attn_t* a, const char* op, const tpu_tensor_t* q,
   a->uk = attn_ukernel();
   attn_passes(q->dtype, prec, &a->pd, &a->px);
 #ifdef TPU_HAVE_AVX2_BUILD
-  a->avx2 = tpu_host_isa() == TPU_ISA_AVX2;
+  if (tpu_host_isa() == TPU_ISA_AVX2) a->rowisa = a->uk == &tpu_gemm_ukernel_avx512 ? 2 : 1;
 #endif
   const int mr = a->uk->mr, nr = a->uk->nr;
   /* BQ: about 64 queries in whole row panels; BK: about 96 keys in whole row
@@ -344,7 +348,7 @@ static void lse_view(attn_t* a, const tpu_tensor_t* t) {
  * ones -inf); returns how many of the n keys the causal mask leaves. */
 static void row_mask(const attn_t* a, float* s, int64_t b, int64_t h, int64_t qi, int64_t k0,
                      int64_t n) {
-  ROW_CALL(a->avx2, row_scale, s, n, a->scale);
+  ROW_CALL(a->rowisa, row_scale, s, n, a->scale);
   if (a->mask_kind != MASK_NONE) {
     const char* m = a->mask + (b * a->mb + h * a->mh + qi * a->mi + k0 * a->mj) * a->mesz;
     const int64_t mj = a->mj * a->mesz;
@@ -432,17 +436,17 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
       for (int64_t i = 0; i < qcur; i++) {
         float* s = S + i * ldS;
         row_mask(a, s, b, h, q0 + i, k0, kcur);
-        const float bm = ROW_CALL(a->avx2, row_max, s, kcur);
+        const float bm = ROW_CALL(a->rowisa, row_max, s, kcur);
         const float mnew = bm > mx[i] ? bm : mx[i];
         if (mnew == -INFINITY) { /* nothing seen yet */
           memset(s, 0, sizeof(float) * (size_t)kcur);
           continue;
         }
         const float alpha = expf(mx[i] - mnew);
-        const float bs = ROW_CALL(a->avx2, row_exp, s, kcur, mnew);
+        const float bs = ROW_CALL(a->rowisa, row_exp, s, kcur, mnew);
         sum[i] = sum[i] * alpha + bs;
         mx[i] = mnew;
-        if (alpha != 1.0f) ROW_CALL(a->avx2, row_scale, O + i * ldO, evp, alpha);
+        if (alpha != 1.0f) ROW_CALL(a->rowisa, row_scale, O + i * ldO, evp, alpha);
         if (a->dropout) row_dropout(a, s, NULL, b, h, q0 + i, k0, kcur);
       }
       pack_src(uk, pp, (const char*)S, TPU_F32, ldS, 1, qcur, kcur, mr, &a->px, true);
@@ -579,10 +583,10 @@ static void bwd_block(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64
     float *s = w->S + i * ldS, *dp = w->dP + i * ldS, *pd = w->Pd + i * ldS;
     row_mask(a, s, b, h, q0 + i, k0, kcur);
     if (L[i] == -INFINITY) memset(s, 0, sizeof(float) * (size_t)kcur);
-    else ROW_CALL(a->avx2, row_p, s, kcur, L[i]);
+    else ROW_CALL(a->rowisa, row_p, s, kcur, L[i]);
     memcpy(pd, s, sizeof(float) * (size_t)kcur);
     if (a->dropout) row_dropout(a, pd, dp, b, h, q0 + i, k0, kcur);
-    ROW_CALL(a->avx2, row_ds, dp, s, kcur, Dr[i]);
+    ROW_CALL(a->rowisa, row_ds, dp, s, kcur, Dr[i]);
   }
 }
 
