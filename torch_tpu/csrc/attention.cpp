@@ -4,7 +4,7 @@
 // which backend to run. For tpu the answer is SDPBackend::overrideable when
 // the runtime's kernel takes the inputs (runtime/targets/host/kernels/
 // attention.c: dense 3-d or 4-d tensors of one float dtype, GQA, masks, any
-// strides) and the user left that backend enabled; otherwise the math path
+// strides) on the host target and the user left that backend enabled; otherwise the math path
 // (`sdpa_kernel(SDPBackend.MATH)`, or TORCH_TPU_SDPA_MATH=1, choose it).
 // SDPBackend::overrideable calls _scaled_dot_product_fused_attention_overrideable
 // and autograd its _backward; both are registered here (through ops.cpp's
@@ -58,7 +58,9 @@ bool fused_takes(const Tensor& q, const Tensor& k, const Tensor& v,
                  const std::optional<Tensor>& mask, bool enable_gqa) {
   if (!is_dense_tpu(q) || !is_dense_tpu(k) || !is_dense_tpu(v)) return false;
   if (!is_real(q) || !is_real(k) || !is_real(v)) return false;
-  if (!tpu_op_lookup(kFwd) || !tpu_op_lookup(kBwd)) return false;  // the target lacks it
+  // the host target's kernel (the pjrt target lowers the math path's ops)
+  if (tpu_target_get() != tpu_host_target() || !tpu_op_lookup(kFwd) || !tpu_op_lookup(kBwd))
+    return false;
   const auto dt = q.scalar_type();
   if (dt != at::kFloat && dt != at::kBFloat16 && dt != at::kHalf) return false;
   if (k.scalar_type() != dt || v.scalar_type() != dt) return false;
