@@ -150,15 +150,20 @@ tpu_status_t tpu_op_register(const char* name, tpu_kernel_fn_t fn, uint32_t flag
                              const tpu_op_custom_t* custom, const tpu_op_t** out_op) {
   *out_op = NULL;
   if (!name || !name[0] || !fn) return TPU_ERR(INVALID_ARGUMENT, "tpu_op_register: no name or kernel");
-  if (tpu_op_lookup(name)) return TPU_ERR(INVALID_ARGUMENT, "an op called %s already exists", name);
+  const tpu_op_t* t = table();
+  tpu_op_t key = {name, NULL, 0, TPU_OPID_NONE};
+  if (t && bsearch(&key, t, (size_t)g_nops, sizeof(tpu_op_t), cmp_op))
+    return TPU_ERR(INVALID_ARGUMENT, "an op called %s already exists", name);
   pthread_mutex_lock(&g_table_mu);
   extra_op_t* e = atomic_load_explicit(&g_extra, memory_order_acquire);
   for (; e; e = e->next)
     if (strcmp(e->name, name) == 0) break;
   tpu_status_t st = TPU_OK;
-  if (e && e->op.fn) {
+  if (e && (e->op.flags & TPU_OP_CUSTOM)) {
     st = TPU_ERR(INVALID_ARGUMENT, "an op called %s already exists", name);
-  } else if (e) { /* a remembered miss: it becomes the op */
+  } else if (e) {
+    /* interned by an earlier lookup (a remembered miss, or a target's generic
+     * kernel, which any name gets from kernel_for): it becomes the op */
     e->custom = custom ? *custom : (tpu_op_custom_t){0};
     e->op.flags = flags | TPU_OP_CUSTOM;
     atomic_thread_fence(memory_order_release);
