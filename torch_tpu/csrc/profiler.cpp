@@ -9,6 +9,9 @@
 // kineto's public headers and PyTorch's PrivateUse1 profiler registry are
 // used.
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+#include <torch/csrc/profiler/stubs/base.h>
+
+#include <c10/util/ApproximateClock.h>
 
 #include <libkineto.h>
 #include <output_base.h>
@@ -28,6 +31,7 @@
 #include "tpu/observe.h"
 #include "tpu/op.h"
 #include "tpu/trace.h"
+#include "bridge.h"
 
 namespace py = pybind11;
 
@@ -167,6 +171,50 @@ class TpuActivityProfiler final : public libkineto::IActivityProfiler {
 };
 
 REGISTER_PRIVATEUSE1_PROFILER(TpuActivityProfiler);
+
+// The legacy profiler's device timing (torch.autograd.profiler.profile(use_device="tpu"),
+// use_kineto=False): an event on the current stream at each op's start and end; the op's
+// device time is the time between the stream reaching the two.
+struct TpuProfilerStubs final : public torch::profiler::impl::ProfilerStubs {
+  void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
+              int64_t* cpu_ns) const override {
+    const c10::DeviceIndex d = current_device();
+    if (device) *device = d;
+    tpu_event_t* e = nullptr;
+    check(tpu_event_create(&e));
+    *event = std::shared_ptr<void>(e, [](void* p) { tpu_event_destroy((tpu_event_t*)p); });
+    if (cpu_ns) *cpu_ns = c10::getTime();
+    check(tpu_event_record(e, current_stream(d)));
+  }
+  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* a,
+                const torch::profiler::impl::ProfilerVoidEventStub* b) const override {
+    auto* ea = static_cast<tpu_event_t*>(a->get());
+    auto* eb = static_cast<tpu_event_t*>(b->get());
+    tpu_event_synchronize(ea);
+    tpu_event_synchronize(eb);
+    return (float)(tpu_event_elapsed_seconds(ea, eb) * 1e6);  // microseconds
+  }
+  void mark(const char*) const override {}
+  void rangePush(const char*) const override {}
+  void rangePop() const override {}
+  bool enabled() const override { return true; }
+  void onEachDevice(std::function<void(int)> op) const override {
+    for (int d = 0; d < tpu_device_count(); d++) op(d);
+  }
+  void synchronize() const override {
+    for (int d = 0; d < tpu_device_count(); d++) {
+      tpu_status_free(tpu_trace_flush(d));
+      tpu_device_wait_idle(d);
+    }
+  }
+};
+
+struct StubsRegistrar {
+  StubsRegistrar() {
+    static TpuProfilerStubs stubs;
+    torch::profiler::impl::registerPrivateUse1Methods(&stubs);
+  }
+} g_stubs_registrar;
 
 }  // namespace
 
