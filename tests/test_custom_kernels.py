@@ -437,3 +437,58 @@ def test_stablehlo_and_jax_kernels_on_pjrt():
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "HLO OK" in r.stdout and "JAX OK" in r.stdout, r.stdout
+
+
+CONVERT = r"""
+int convert(const tpuk_call_t* call) {
+  const float* x = call->in[0].data;
+  const uint16_t* h = call->in[1].data;
+  const uint16_t* b = call->in[2].data;
+  uint16_t* oh = call->out[0].data;
+  uint16_t* ob = call->out[1].data;
+  float* fh = call->out[2].data;
+  float* fb = call->out[3].data;
+  for (int64_t i = 0; i < call->in[0].numel; i++) {
+    oh[i] = tpuk_f32_to_f16(x[i]);
+    ob[i] = tpuk_f32_to_bf16(x[i]);
+  }
+  for (int64_t i = 0; i < call->in[1].numel; i++) {
+    fh[i] = tpuk_f16_to_f32(h[i]);
+    fb[i] = tpuk_bf16_to_f32(b[i]);
+  }
+  return 0;
+}
+"""
+
+
+def test_abi_element_conversions_round_as_pytorch():
+    @K.c_op(_uniq("convert"), CONVERT, entry="convert")
+    def convert(x: torch.Tensor, h: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (torch.empty(x.shape, dtype=torch.float16, device=x.device),
+                torch.empty(x.shape, dtype=torch.bfloat16, device=x.device),
+                torch.empty(h.shape, dtype=torch.float32, device=h.device),
+                torch.empty(b.shape, dtype=torch.float32, device=b.device))
+
+    g = torch.Generator().manual_seed(0)
+    # float32: ordinary values, f16's subnormal and overflow ranges, ties, specials
+    bits = torch.randint(-2**31, 2**31 - 1, (200000,), generator=g, dtype=torch.int64)
+    x = torch.cat([bits.to(torch.int32).view(torch.float32),
+                   torch.randn(20000, generator=g) * 1e-6, torch.randn(20000, generator=g) * 7e4,
+                   torch.tensor([0.0, -0.0, 65504.0, 65519.99, 65520.0, 2.0**-24, 2.0**-25,
+                                 3 * 2.0**-26, float("inf"), -float("inf")])])
+    x = x[~x.isnan()]  # NaN payloads differ between conversions; NaN-ness is checked below
+    every16 = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16)
+    oh, ob, fh, fb = convert(x.to("tpu"), every16.view(torch.float16).to("tpu"),
+                             every16.view(torch.bfloat16).to("tpu"))
+    assert torch.equal(oh.cpu().view(torch.int16), x.to(torch.float16).view(torch.int16))
+    assert torch.equal(ob.cpu().view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
+    ref_h = every16.view(torch.float16).float()
+    ref_b = every16.view(torch.bfloat16).float()
+    for got, ref in ((fh.cpu(), ref_h), (fb.cpu(), ref_b)):
+        nan = ref.isnan()
+        assert torch.equal(got.isnan(), nan)
+        assert torch.equal(got[~nan].view(torch.int32), ref[~nan].view(torch.int32))
+    nan_in = torch.tensor([float("nan")])
+    oh, ob, _, _ = convert(nan_in.to("tpu"), every16[:1].view(torch.float16).to("tpu"),
+                           every16[:1].view(torch.bfloat16).to("tpu"))
+    assert oh.cpu().isnan().all() and ob.cpu().isnan().all()
