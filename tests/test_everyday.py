@@ -80,6 +80,20 @@ def test_profiler_use_device_and_fused_kernels(tmp_path):
     assert kernels and all(e["dur"] > 0 for e in kernels)
 
 
+def test_profiler_schedule_records_only_active_steps(tmp_path):
+    from torch.profiler import schedule, tensorboard_trace_handler
+    x = torch.randn(128, 128, device="tpu")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+                 schedule=schedule(wait=1, warmup=1, active=2, repeat=1),
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
+        for _ in range(5):
+            (x @ x).relu().sum().item()
+            prof.step()
+    (path,) = tmp_path.glob("*.json")
+    kernels, _ = _kernel_events(path)
+    assert sorted(e["name"] for e in kernels) == ["mm", "mm", "relu", "relu", "sum", "sum"]
+
+
 def test_profiler_off_records_nothing_and_kernel_profile_still_works():
     x = torch.randn(64, 64, device="tpu")
     with profile(activities=[ProfilerActivity.CPU]) as prof:  # no device activity asked
