@@ -4,9 +4,13 @@
 
 #include <string.h>
 
+#include "tpu/float8.h"
+
 size_t tpu_dtype_size(tpu_dtype_t dt) {
   switch (dt) {
     case TPU_U8: case TPU_I8: case TPU_BOOL: return 1;
+    case TPU_F8E5M2: case TPU_F8E4M3FN: case TPU_F8E5M2FNUZ: case TPU_F8E4M3FNUZ:
+    case TPU_F8E8M0FNU: case TPU_F4E2M1FNX2: return 1;
     case TPU_I16: case TPU_F16: case TPU_BF16: return 2;
     case TPU_I32: case TPU_F32: return 4;
     case TPU_I64: case TPU_F64: return 8;
@@ -26,6 +30,15 @@ const char* tpu_dtype_name(tpu_dtype_t dt) {
     case TPU_F64: return "float64";
     case TPU_BOOL: return "bool";
     case TPU_BF16: return "bfloat16";
+    case TPU_F8E5M2: return "float8_e5m2";
+    case TPU_F8E4M3FN: return "float8_e4m3fn";
+    case TPU_F8E5M2FNUZ: return "float8_e5m2fnuz";
+    case TPU_F8E4M3FNUZ: return "float8_e4m3fnuz";
+    case TPU_F8E8M0FNU: return "float8_e8m0fnu";
+    case TPU_F4E2M1FNX2: return "float4_e2m1fn_x2";
+    case TPU_U16: return "uint16";
+    case TPU_U32: return "uint32";
+    case TPU_U64: return "uint64";
     default: return "unsupported";
   }
 }
@@ -33,7 +46,49 @@ const char* tpu_dtype_name(tpu_dtype_t dt) {
 bool tpu_dtype_is_supported(int dt) { return tpu_dtype_size((tpu_dtype_t)dt) != 0; }
 
 bool tpu_dtype_is_float(tpu_dtype_t dt) {
-  return dt == TPU_F16 || dt == TPU_F32 || dt == TPU_F64 || dt == TPU_BF16;
+  return dt == TPU_F16 || dt == TPU_F32 || dt == TPU_F64 || dt == TPU_BF16 ||
+         (tpu_dtype_is_narrow(dt) && dt != TPU_F4E2M1FNX2);
+}
+
+bool tpu_dtype_is_narrow(tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_F8E5M2: case TPU_F8E4M3FN: case TPU_F8E5M2FNUZ: case TPU_F8E4M3FNUZ:
+    case TPU_F8E8M0FNU: case TPU_F4E2M1FNX2: return true;
+    default: return false;
+  }
+}
+
+/* The op families whose host kernels handle the narrow dtypes, as PyTorch CPU
+ * does: element-wise ones convert through float32 (iter.c, tpu/float8.h),
+ * copies of one dtype and the indexing/shape ops move bytes. Sorted. The
+ * second column: 1 when float4_e2m1fn_x2, which only moves, is taken too. The
+ * bridge asks CPU first, so an op CPU refuses for a dtype is refused with
+ * CPU's message even when it is listed here. */
+static const struct {
+  const char* base;
+  bool f4;
+} k_narrow_ops[] = {
+    {"_index_put_impl", false}, {"_to_copy", true},  {"abs", false},
+    {"cat", true},              {"clone", true},     {"constant_pad_nd", false},
+    {"copy", true},             {"eq", true},        {"equal", false},
+    {"fill", false},            {"flip", true},      {"index", false},
+    {"index_put", false},       {"index_select", true}, {"isnan", true},
+    {"masked_select", false},
+    {"mm", false},              {"narrow_copy", true},
+    {"ne", true},               {"repeat", true},    {"roll", true},
+    {"stack", true},            {"where", true},     {"zero", true},
+};
+
+bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {
+  if (!base || !tpu_dtype_is_narrow(dt)) return false;
+  int lo = 0, hi = (int)(sizeof k_narrow_ops / sizeof k_narrow_ops[0]) - 1;
+  while (lo <= hi) {
+    const int mid = (lo + hi) / 2, c = strcmp(base, k_narrow_ops[mid].base);
+    if (c == 0) return dt != TPU_F4E2M1FNX2 || k_narrow_ops[mid].f4;
+    if (c < 0) hi = mid - 1;
+    else lo = mid + 1;
+  }
+  return false;
 }
 
 bool tpu_dtype_is_integral(tpu_dtype_t dt, bool include_bool) {
@@ -179,6 +234,12 @@ double tpu_load_f64(const void* p, tpu_dtype_t dt) {
     case TPU_F32: return *(const float*)p;
     case TPU_F64: return *(const double*)p;
     case TPU_BOOL: return *(const uint8_t*)p ? 1.0 : 0.0;
+    case TPU_F8E5M2: return tpu_f8e5m2_to_f32(*(const uint8_t*)p);
+    case TPU_F8E4M3FN: return tpu_f8e4m3fn_to_f32(*(const uint8_t*)p);
+    case TPU_F8E5M2FNUZ: return tpu_f8e5m2fnuz_to_f32(*(const uint8_t*)p);
+    case TPU_F8E4M3FNUZ: return tpu_f8e4m3fnuz_to_f32(*(const uint8_t*)p);
+    case TPU_F8E8M0FNU: return tpu_f8e8m0fnu_to_f32(*(const uint8_t*)p);
+    case TPU_F4E2M1FNX2: return *(const uint8_t*)p; /* the byte: a container */
     default: return 0;
   }
 }
@@ -207,6 +268,12 @@ void tpu_store_f64(void* p, tpu_dtype_t dt, double v) {
     case TPU_F32: *(float*)p = (float)v; break;
     case TPU_F64: *(double*)p = v; break;
     case TPU_BOOL: *(uint8_t*)p = v != 0; break;
+    case TPU_F8E5M2: *(uint8_t*)p = tpu_f32_to_f8e5m2((float)v); break;
+    case TPU_F8E4M3FN: *(uint8_t*)p = tpu_f32_to_f8e4m3fn((float)v); break;
+    case TPU_F8E5M2FNUZ: *(uint8_t*)p = tpu_f32_to_f8e5m2fnuz((float)v); break;
+    case TPU_F8E4M3FNUZ: *(uint8_t*)p = tpu_f32_to_f8e4m3fnuz((float)v); break;
+    case TPU_F8E8M0FNU: *(uint8_t*)p = tpu_f32_to_f8e8m0fnu((float)v); break;
+    case TPU_F4E2M1FNX2: *(uint8_t*)p = (uint8_t)(int64_t)v; break;
     default: break;
   }
 }

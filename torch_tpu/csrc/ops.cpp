@@ -70,6 +70,9 @@ struct OpInfo {
   // Dtype support as CPU decides it (see probe_on_cpu): 0 none, 1 after the
   // meta kernel, 2 before the other checks (CPU checks the dtype first).
   int cpu_probe = 0;
+  // Narrow floats (float8 / float4, see check_narrow): whether the runtime's
+  // kernels take them.
+  bool narrow_f8 = false, narrow_f4 = false;
 };
 
 const OpInfo& op_info_slow(const c10::OperatorHandle& op);
@@ -104,6 +107,12 @@ const OpInfo& op_info_slow(const c10::OperatorHandle& op) {
         args[i].type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
             c10::TypeKind::GeneratorType)
       info->generator_arg = (int)i;
+  {
+    char fam[128];
+    tpu_op_base_name(info->name.c_str(), fam, sizeof fam);
+    info->narrow_f8 = tpu_dtype_narrow_op_takes(fam, TPU_F8E4M3FN);
+    info->narrow_f4 = tpu_dtype_narrow_op_takes(fam, TPU_F4E2M1FNX2);
+  }
   info->is_index = base == "index";
   info->is_repeat_interleave = base == "repeat_interleave";
   info->is_index_put = base == "index_put_" || base == "index_put" || base == "_index_put_impl_";
@@ -544,7 +553,11 @@ void probe_on_cpu(const c10::OperatorHandle& op, const OpInfo& info, const c10::
       }
       c10::DimVector sizes;
       for (int64_t d = 0; d < t.dim(); d++) sizes.push_back(t.size(d) == 0 ? 0 : 1);
-      st.emplace_back(at::ones(sizes, at::TensorOptions().dtype(t.scalar_type())));
+      // (float4_e2m1fn_x2 has no fill on CPU: zeros, its only constant)
+      if (t.scalar_type() == at::kFloat4_e2m1fn_x2)
+        st.emplace_back(at::zeros(sizes, at::TensorOptions().dtype(t.scalar_type())));
+      else
+        st.emplace_back(at::ones(sizes, at::TensorOptions().dtype(t.scalar_type())));
     } else {
       st.push_back((int)i == info.generator_arg ? c10::IValue() : v);
     }
@@ -1307,6 +1320,46 @@ const std::vector<OutMeta>& output_meta(const c10::OperatorHandle& op, const OpI
   return cache.emplace(std::move(key), scratch).first->second;
 }
 
+// The first float8 / float4 dtype among the tensor arguments, or Undefined.
+c10::ScalarType narrow_dtype_of(const c10::IValue* args, size_t n) {
+  auto narrow = [](const at::Tensor& t) {
+    return t.defined() && tpu_dtype_is_narrow((tpu_dtype_t)t.scalar_type());
+  };
+  for (size_t i = 0; i < n; i++) {
+    const c10::IValue& v = args[i];
+    if (v.isTensor()) {
+      if (narrow(v.toTensor())) return v.toTensor().scalar_type();
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList())
+        if (narrow(t)) return t.scalar_type();
+    } else if (v.isList()) {
+      auto l = v.toList();
+      for (size_t j = 0; j < l.size(); j++) {
+        auto e = l.get(j);
+        if (e.isTensor() && narrow(e.toTensor())) return e.toTensor().scalar_type();
+      }
+    }
+  }
+  return c10::ScalarType::Undefined;
+}
+
+// Float8 / float4 arguments: CPU is asked first where the probe applies (its
+// refusal, "\"abs_cpu\" not implemented for 'Float8_e8m0fnu'", is the user's
+// error), then only the families the runtime lists (tpu_dtype_narrow_op_takes)
+// run. Where CPU's support depends on the layout (flip, index_select of
+// float4), tpu takes every layout.
+void check_narrow(const c10::OperatorHandle& op, const OpInfo& info, const c10::IValue* args,
+                  size_t nargs) {
+  const c10::ScalarType st = narrow_dtype_of(args, nargs);
+  if (st == c10::ScalarType::Undefined) return;
+  if (info.cpu_probe) probe_on_cpu(op, info, args, nargs);
+  const bool takes = st == at::kFloat4_e2m1fn_x2 ? info.narrow_f4 : info.narrow_f8;
+  // CPU's index_put has no float8_e8m0fnu kernel (a tensor-list op: not probed)
+  const bool e8m0_put = st == at::kFloat8_e8m0fnu && info.is_index_put;
+  TORCH_CHECK_NOT_IMPLEMENTED(takes && !e8m0_put, "TorchTPU: aten::", info.name,
+                              " is not implemented for dtype ", st, " on the tpu device");
+}
+
 // whether the selected target runs op `name` (the pjrt target: it has a lowering)
 bool target_supports(const std::string& name) {
   const tpu_target_t* t = tpu_target_get();
@@ -1336,6 +1389,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c10::DeviceGuard guard(c10::Device(kTpu, dev));
   if (C10_UNLIKELY(any_neg) && !info.all_views) resolve_neg_args(info, args, nargs);
   if (info.cpu_probe == 2) probe_on_cpu(op, info, args, nargs);
+  if (!info.all_views) check_narrow(op, info, args, nargs);
   check_args(op, info, args, nargs);
   if (info.mutated_args) {
     check_overlaps(info, args, nargs);
@@ -1514,6 +1568,7 @@ void add_direct_ops(DirectOps& ops) {
   add_copy_ops(ops);
   add_dynamic_ops(ops);
   add_attention_ops(ops);
+  add_float8_ops(ops);
 }
 }  // namespace
 

@@ -21,6 +21,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::Tensor src = self;
   if (src.sizes() != dst.sizes()) src = src.expand(dst.sizes());
   if (src_tpu && dst_tpu) {
+    // float4_e2m1fn_x2 is a container: CPU copies it only into itself
+    if (src.scalar_type() != dst.scalar_type())
+      TORCH_CHECK_NOT_IMPLEMENTED(src.scalar_type() != at::kFloat4_e2m1fn_x2 &&
+                                      dst.scalar_type() != at::kFloat4_e2m1fn_x2,
+                                  "\"copy_\" not implemented for '",
+                                  src.scalar_type() == at::kFloat4_e2m1fn_x2 ? src.scalar_type()
+                                                                            : dst.scalar_type(),
+                                  "'");
     const bool across = self.device() != dst.device();
     // Across chips: wait for the source chip, then copy on the target's stream.
     if (across) synchronize_device(self.device().index());

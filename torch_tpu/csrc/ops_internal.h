@@ -67,4 +67,8 @@ void add_dynamic_ops(DirectOps& ops);
 
 void add_attention_ops(DirectOps& ops);
 
+// --- ops_float8.cpp: torch._scaled_mm ---------------------------------------
+
+void add_float8_ops(DirectOps& ops);
+
 }  // namespace torch_tpu

@@ -27,6 +27,17 @@ typedef enum tpu_dtype {
   TPU_F64 = 7,
   TPU_BOOL = 11,
   TPU_BF16 = 15,
+  /* float8 formats (tpu/float8.h), stored as one byte each */
+  TPU_F8E5M2 = 23,
+  TPU_F8E4M3FN = 24,
+  TPU_F8E5M2FNUZ = 25,
+  TPU_F8E4M3FNUZ = 26,
+  TPU_U16 = 27,
+  TPU_U32 = 28,
+  TPU_U64 = 29,
+  TPU_F8E8M0FNU = 44,
+  /* two float4 e2m1 values per byte; an opaque container for most ops */
+  TPU_F4E2M1FNX2 = 45,
   TPU_DTYPE_NONE = -1,
 } tpu_dtype_t;
 
@@ -35,6 +46,13 @@ size_t tpu_dtype_size(tpu_dtype_t dt);
 /* "float32", "bfloat16", ...; "unsupported" otherwise. */
 const char* tpu_dtype_name(tpu_dtype_t dt);
 bool tpu_dtype_is_supported(int dt);
+/* The float8 and float4 dtypes: storage formats that kernels compute in
+ * float32 (float4 only moves). Only the ops that say so take them (see
+ * tpu_dtype_narrow_op_takes); tpu_dtype_is_float is true for the float8 ones. */
+bool tpu_dtype_is_narrow(tpu_dtype_t dt);
+/* Whether ATen op family `base` ("copy", "index_select", "cat") has kernels
+ * for the narrow dtypes (and which: float8, float4 too). */
+bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt);
 bool tpu_dtype_is_float(tpu_dtype_t dt);
 bool tpu_dtype_is_integral(tpu_dtype_t dt, bool include_bool);
 /* PyTorch's promoteTypes on the supported dtypes. */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "kernels.h"
+#include "tpu/float8.h"
 #include "vecmath.h"
 
 void tpu_tensor_make_contig(tpu_tensor_t* t, void* data, tpu_dtype_t dt, int ndim,
@@ -47,6 +48,12 @@ static bool ctype_is_native(tpu_ctype_t ct, tpu_dtype_t dt) {
     case TPU_F32: LOAD_RUN(CT, float, CONV_ID); break;                            \
     case TPU_F64: LOAD_RUN(CT, double, CONV_ID); break;                           \
     case TPU_BOOL: LOAD_RUN(CT, uint8_t, CONV_BOOL); break;                       \
+    case TPU_F8E5M2: LOAD_RUN(CT, uint8_t, tpu_f8e5m2_to_f32); break;             \
+    case TPU_F8E4M3FN: LOAD_RUN(CT, uint8_t, tpu_f8e4m3fn_to_f32); break;         \
+    case TPU_F8E5M2FNUZ: LOAD_RUN(CT, uint8_t, tpu_f8e5m2fnuz_to_f32); break;     \
+    case TPU_F8E4M3FNUZ: LOAD_RUN(CT, uint8_t, tpu_f8e4m3fnuz_to_f32); break;     \
+    case TPU_F8E8M0FNU: LOAD_RUN(CT, uint8_t, tpu_f8e8m0fnu_to_f32); break;       \
+    case TPU_F4E2M1FNX2: LOAD_RUN(CT, uint8_t, CONV_ID); break; /* the byte */    \
     default: break;                                                               \
   }
 #define LOAD_RUN(CT, T, CONV)                                               \
@@ -89,6 +96,11 @@ static inline int32_t to_i32_wrap_(int64_t v) { return (int32_t)v; }
 #define TO_F32(x) ((float)(x))
 #define TO_F64(x) ((double)(x))
 #define TO_BOOL(x) ((uint8_t)((x) != 0))
+#define TO_F8E5M2(x) tpu_f32_to_f8e5m2((float)(x))
+#define TO_F8E4M3FN(x) tpu_f32_to_f8e4m3fn((float)(x))
+#define TO_F8E5M2FNUZ(x) tpu_f32_to_f8e5m2fnuz((float)(x))
+#define TO_F8E4M3FNUZ(x) tpu_f32_to_f8e4m3fnuz((float)(x))
+#define TO_F8E8M0FNU(x) tpu_f32_to_f8e8m0fnu((float)(x))
 #define STORE_CASES(CT)                                       \
   switch (dt) {                                               \
     case TPU_U8: STORE_RUN(CT, uint8_t, TO_U8); break;        \
@@ -101,6 +113,12 @@ static inline int32_t to_i32_wrap_(int64_t v) { return (int32_t)v; }
     case TPU_F32: STORE_RUN(CT, float, TO_F32); break;        \
     case TPU_F64: STORE_RUN(CT, double, TO_F64); break;       \
     case TPU_BOOL: STORE_RUN(CT, uint8_t, TO_BOOL); break;    \
+    case TPU_F8E5M2: STORE_RUN(CT, uint8_t, TO_F8E5M2); break;   \
+    case TPU_F8E4M3FN: STORE_RUN(CT, uint8_t, TO_F8E4M3FN); break; \
+    case TPU_F8E5M2FNUZ: STORE_RUN(CT, uint8_t, TO_F8E5M2FNUZ); break; \
+    case TPU_F8E4M3FNUZ: STORE_RUN(CT, uint8_t, TO_F8E4M3FNUZ); break; \
+    case TPU_F8E8M0FNU: STORE_RUN(CT, uint8_t, TO_F8E8M0FNU); break; \
+    case TPU_F4E2M1FNX2: STORE_RUN(CT, uint8_t, TO_U8); break; \
     default: break;                                           \
   }
 
@@ -397,6 +415,13 @@ tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src) 
     size_t bytes = (size_t)tpu_tensor_numel(dst) * tpu_dtype_size(dst->dtype);
     if (bytes && dst->data != src->data) copy_bytes(dst->data, src->data, bytes);
     return TPU_OK;
+  }
+  if (dst->dtype == src->dtype && tpu_dtype_is_narrow(dst->dtype)) {
+    /* narrow floats move as bytes: through float32, NaN payloads would change */
+    tpu_tensor_t d = *dst, s = *src;
+    d.dtype = s.dtype = TPU_U8;
+    const tpu_tensor_t* in[1] = {&s};
+    return iter_run(&d, in, 1, TPU_CT_I64, NULL, NULL, NULL);
   }
   /* bf16/f16 same-dtype copies go through float exactly (both directions are lossless) */
   const tpu_tensor_t* in[1] = {src};

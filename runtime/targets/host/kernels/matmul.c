@@ -30,6 +30,7 @@
 
 #include "base/cpu.h"
 #include "base/env.h"
+#include "tpu/float8.h"
 
 /* ---- strided run conversions ---- */
 #define CONV_ID(x) (x)
@@ -54,6 +55,11 @@
 #define TO_F32(x) ((float)(x))
 #define TO_F64(x) ((double)(x))
 #define TO_BOOL(x) ((uint8_t)((x) != 0))
+#define TO_F8E5M2(x) tpu_f32_to_f8e5m2((float)(x))
+#define TO_F8E4M3FN(x) tpu_f32_to_f8e4m3fn((float)(x))
+#define TO_F8E5M2FNUZ(x) tpu_f32_to_f8e5m2fnuz((float)(x))
+#define TO_F8E4M3FNUZ(x) tpu_f32_to_f8e4m3fnuz((float)(x))
+#define TO_F8E8M0FNU(x) tpu_f32_to_f8e8m0fnu((float)(x))
 
 /* Defines tpu_run_load_SUF / tpu_run_store_SUF for compute type CT whose
  * storage dtype is NATIVE (plain copies take memcpy). */
@@ -75,6 +81,11 @@
       case TPU_F32: LOAD_LOOP(float, CONV_ID); break;                                       \
       case TPU_F64: LOAD_LOOP(double, CONV_ID); break;                                      \
       case TPU_BOOL: LOAD_LOOP(uint8_t, CONV_BOOL); break;                                  \
+      case TPU_F8E5M2: LOAD_LOOP(uint8_t, tpu_f8e5m2_to_f32); break;                        \
+      case TPU_F8E4M3FN: LOAD_LOOP(uint8_t, tpu_f8e4m3fn_to_f32); break;                    \
+      case TPU_F8E5M2FNUZ: LOAD_LOOP(uint8_t, tpu_f8e5m2fnuz_to_f32); break;                \
+      case TPU_F8E4M3FNUZ: LOAD_LOOP(uint8_t, tpu_f8e4m3fnuz_to_f32); break;                \
+      case TPU_F8E8M0FNU: LOAD_LOOP(uint8_t, tpu_f8e8m0fnu_to_f32); break;                  \
       default: break;                                                                       \
     }                                                                                       \
   }                                                                                         \
@@ -95,6 +106,11 @@
       case TPU_F32: STORE_LOOP(float, TO_F32); break;                                       \
       case TPU_F64: STORE_LOOP(double, TO_F64); break;                                      \
       case TPU_BOOL: STORE_LOOP(uint8_t, TO_BOOL); break;                                   \
+      case TPU_F8E5M2: STORE_LOOP(uint8_t, TO_F8E5M2); break;                               \
+      case TPU_F8E4M3FN: STORE_LOOP(uint8_t, TO_F8E4M3FN); break;                           \
+      case TPU_F8E5M2FNUZ: STORE_LOOP(uint8_t, TO_F8E5M2FNUZ); break;                       \
+      case TPU_F8E4M3FNUZ: STORE_LOOP(uint8_t, TO_F8E4M3FNUZ); break;                       \
+      case TPU_F8E8M0FNU: STORE_LOOP(uint8_t, TO_F8E8M0FNU); break;                         \
       default: break;                                                                       \
     }                                                                                       \
   }
@@ -125,6 +141,7 @@ typedef struct {
   bool has_product; /* k > 0 and alpha != 0: a @ b takes part */
   double alpha, beta;
   tpu_precision_t precision; /* the calling kernel's float32 matmul precision */
+  const tpu_gemm_scale_t* scale[2]; /* a's (by row), b's (by column) while packing, or NULL */
 } gemm_t;
 
 static inline char* mat_ptr(const mat_t* x, int64_t b, int64_t r, int64_t c) {
@@ -335,8 +352,9 @@ static void expand_run(float* dst, const float* src, int64_t n, const gemm_xform
  * (max(kc, w) floats). */
 static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, const char* src,
                         int64_t sl, int64_t sk, int64_t lines, int64_t kc, int w,
-                        const gemm_xform_t* xf, int np, float* line) {
-  if (x->dt == TPU_F32 && uk->pack_f32 &&
+                        const gemm_xform_t* xf, int np, float* line, const tpu_gemm_scale_t* sc,
+                        int64_t l0, int64_t k0) {
+  if (!sc && x->dt == TPU_F32 && uk->pack_f32 &&
       uk->pack_f32(dst, (const float*)src, sl, sk, lines, kc, w, xf, np))
     return;
   const int64_t kcp = kc * np;
@@ -348,12 +366,20 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
     if (sl == 1 && sk != 1) { /* lines contiguous at each step */
       for (int64_t k = 0; k < kc; k++) {
         tpu_run_load_f32(line, 1, s + k * sk * x->esz, 1, x->dt, rows);
+        if (sc) { /* decoded values times their scales, rounded to float32 */
+          const float* sv = sc->s + ((k0 + k) / sc->blk) * sc->sk + (l0 + q0) * sc->sl;
+          for (int64_t l = 0; l < rows; l++) line[l] *= sv[l * sc->sl];
+        }
         for (int p = 0; p < np; p++)
           for (int64_t l = 0; l < rows; l++) d[(k * np + p) * w + l] = gemm_xform(xf[p], line[l]);
       }
     } else {
       for (int64_t l = 0; l < rows; l++) {
         tpu_run_load_f32(line, 1, s + l * sl * x->esz, sk, x->dt, kc);
+        if (sc) {
+          const float* sv = sc->s + (l0 + q0 + l) * sc->sl;
+          for (int64_t k = 0; k < kc; k++) line[k] *= sv[((k0 + k) / sc->blk) * sc->sk];
+        }
         for (int64_t k = 0; k < kc; k++)
           for (int p = 0; p < np; p++) d[(k * np + p) * w + l] = gemm_xform(xf[p], line[k]);
       }
@@ -434,7 +460,8 @@ static void fblock_pack_b(void* ctx, int64_t begin, int64_t end) {
     int64_t jp = u * PACK_PANELS;
     pack_panels(f->uk, blk->pb + jp * klen * np * nr, &g->b,
                 mat_ptr(&g->b, blk->bi, k0, blk->j0 + jp * nr), g->b.sc, g->b.sr,
-                min64(PACK_PANELS * nr, blk->nlen - jp * nr), klen, nr, f->ps.b, np, line);
+                min64(PACK_PANELS * nr, blk->nlen - jp * nr), klen, nr, f->ps.b, np, line,
+                g->scale[1], blk->j0 + jp * nr, k0);
   }
 }
 
@@ -508,7 +535,7 @@ static void rows_a_strips(const fblock_t* blk, float* strip, int64_t i0, int64_t
   for (int64_t r = 0; r < mlen; r += mr) {
     const int64_t rows = min64(mr, mlen - r);
     pack_panels(uk, strip, &g->a, mat_ptr(&g->a, blk->bi, i0 + r, k0), g->a.sr, g->a.sc, rows,
-                klen, 1, f->ps.a, np, line);
+                klen, 1, f->ps.a, np, line, g->scale[0], i0 + r, k0);
     if (rows < mr) memset(strip + rows * kcp, 0, sizeof(float) * (size_t)((mr - rows) * kcp));
     /* the next strip's source lines, prefetched a few at a time by the
      * micro-kernel over this strip's tiles; any left over, at the end. After
@@ -585,7 +612,7 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
       rows_a_strips(blk, pa, i0, mlen, jp0, jp1, tgt, ldt, cw, sv, g->self.sr, tmp, line);
     } else {
       pack_panels(uk, pa, &g->a, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen, klen,
-                  mr, f->ps.a, np, line);
+                  mr, f->ps.a, np, line, g->scale[0], i0, k0);
       packed_tiles(blk, pa, mlen, jp0, jp1, tgt, ldt, cw, sv, g->self.sr, tmp);
     }
     if (last && !f->epi && (!f->direct || g->use_self || g->alpha != 1))
@@ -768,7 +795,7 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   if (!g->has_product) return fill_float(g);
   const gemm_passes_t ps = gemm_passes(g);
   const double work = (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
-  if (g->m == 1 || g->n == 1) return gemv_float(g, &ps, work);
+  if ((g->m == 1 || g->n == 1) && !g->scale[0] && !g->scale[1]) return gemv_float(g, &ps, work);
   fgemm_t f = {0};
   f.g = g;
   f.uk = pick_ukernel();
@@ -777,7 +804,7 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   /* Few columns (attention's P @ V): each A block serves at most a few B
    * panels, so transposing it into panels costs more than it saves; keep its
    * rows for tile_rows (see rows_a_strips). */
-  f.rows_a = f.uk->tile_rows && f.uk->mr <= GEMM_MAX_MR && ps.np <= 2 &&
+  f.rows_a = f.uk->tile_rows && f.uk->mr <= GEMM_MAX_MR && ps.np <= 2 && !g->scale[0] &&
              g->a.dt == TPU_F32 && g->a.sc == 1 && g->n <= ROWS_A_MAX_N && rows_a_allowed();
   /* balanced blocks: equal k blocks, A blocks and B blocks within their caps */
   const int64_t kcap = (f.rows_a ? ROWS_A_KC : KC) / ps.np; /* source steps per k block */
@@ -996,6 +1023,42 @@ static tpu_status_t gemm_setup(const tpu_tensor_t* a, const tpu_tensor_t* b,
                    "matmul: self of %d dims cannot broadcast to the result shape %lldx%lldx%lld",
                    (int)self->ndim, (long long)g.batch, (long long)g.m, (long long)g.n);
   return gemm_dispatch(&g, c);
+}
+
+tpu_status_t tpu_gemm_scaled(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_tensor_t* c,
+                             const tpu_gemm_scale_t* sa, const tpu_gemm_scale_t* sb,
+                             const tpu_tensor_t* bias) {
+  const tpu_tensor_t* ops[3] = {a, b, c};
+  for (int i = 0; i < 3; i++)
+    if (!ops[i] || ops[i]->ndim != 2 || !tpu_dtype_is_float(ops[i]->dtype) ||
+        ops[i]->dtype == TPU_F64)
+      return TPU_ERR(INVALID_ARGUMENT, "scaled matmul: operand %d must be a float matrix", i);
+  gemm_t g = {0};
+  mat_from(&g.a, a, false);
+  mat_from(&g.b, b, false);
+  mat_from(&g.c, c, false);
+  g.batch = 1;
+  g.m = g.a.nr;
+  g.k = g.a.nc;
+  g.n = g.b.nc;
+  if (g.b.nr != g.k || g.c.nr != g.m || g.c.nc != g.n)
+    return TPU_ERR(INVALID_ARGUMENT, "scaled matmul: shapes %lldx%lld, %lldx%lld -> %lldx%lld",
+                   (long long)g.m, (long long)g.k, (long long)g.b.nr, (long long)g.n,
+                   (long long)g.c.nr, (long long)g.c.nc);
+  g.alpha = g.beta = 1;
+  g.precision = TPU_PRECISION_HIGHEST; /* float32 products of the scaled values */
+  g.use_self = bias != NULL;
+  g.has_product = g.k > 0;
+  g.scale[0] = sa;
+  g.scale[1] = sb;
+  if (g.use_self && !mat_broadcast(&g.self, bias, 1, g.m, g.n))
+    return TPU_ERR(INVALID_ARGUMENT, "scaled matmul: bias of %d dims cannot broadcast to %lldx%lld",
+                   (int)bias->ndim, (long long)g.m, (long long)g.n);
+  if (g.m == 0 || g.n == 0) return TPU_OK;
+  if (mats_overlap(&g.c, &g.a) || mats_overlap(&g.c, &g.b) ||
+      (g.use_self && mats_overlap(&g.c, &g.self)))
+    return TPU_ERR(INVALID_ARGUMENT, "scaled matmul: the output overlaps an input");
+  return gemm_float(&g);
 }
 
 tpu_status_t tpu_gemm(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_tensor_t* c,

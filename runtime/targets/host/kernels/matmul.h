@@ -31,6 +31,23 @@ extern "C" {
 tpu_status_t tpu_gemm(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_tensor_t* c,
                       double alpha, double beta, const tpu_tensor_t* self);
 
+/* Scales of a product's operand, applied while it is packed: element (l, k)
+ * (l a row of A or a column of B, k along K) is multiplied, in float32, by
+ * s[l * sl + (k / blk) * sk] (sl = sk = 0: one scale; sk = 0: per row or
+ * column; blocks of blk along K otherwise). */
+typedef struct tpu_gemm_scale {
+  const float* s;
+  int64_t sl, sk, blk;
+} tpu_gemm_scale_t;
+
+/* c = (a * sa) @ (b * sb) + bias, 2-D, with float32 products and sums (the
+ * precision mode does not apply), rounded once to c's dtype; a and b any float
+ * dtype but float64 (float8 decodes while packing), sa / sb NULL for none,
+ * bias NULL or broadcastable to M x N. c may not overlap the inputs. */
+tpu_status_t tpu_gemm_scaled(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_tensor_t* c,
+                             const tpu_gemm_scale_t* sa, const tpu_gemm_scale_t* sb,
+                             const tpu_tensor_t* bias);
+
 /* Batched: a: B x M x K, b: B x K x N, c: B x M x N, self: NULL or
  * broadcastable to B x M x N. */
 tpu_status_t tpu_gemm_batched(const tpu_tensor_t* a, const tpu_tensor_t* b,
