@@ -40,7 +40,8 @@ RANK = {"base": 0, "device": 1, "dist": 1, "exec": 2, "ir": 2, "lower": 2, "cach
 # (runtime/dist/), beside the device layer: it uses base only, and only the bridge calls it.
 # kernel_abi.h is the self-contained ABI of user C kernels (includes nothing of ours);
 # kernels.h defines user kernels as ops (runtime/targets/kernels.c).
-PUBLIC = {"status.h": "base", "tensor.h": "base", "op.h": "base", "parallel.h": "base",
+PUBLIC = {"status.h": "base", "tensor.h": "base", "float8.h": "base", "op.h": "base",
+          "parallel.h": "base",
           "op_ids.def": "base", "ew_ops.def": "base",
           "device.h": "device", "target.h": "device", "trace.h": "exec", "cache.h": "cache",
           "targets.h": "targets", "dist.h": "dist", "kernel_abi.h": "base", "kernels.h": "targets",
