@@ -281,6 +281,34 @@ def test_cat_stack_where_compare(dt):
     assert str(d).startswith("tensor(")
 
 
+@pytest.mark.parametrize("dt", F8[:4], ids=str)
+def test_mm(dt):
+    """CPU multiplies float8 matrices (float32 sums, one rounding); small integers keep the
+    sums exact, so the bits must match."""
+    g = torch.Generator().manual_seed(4)
+    a = torch.randint(-3, 4, (9, 40), generator=g).float().to(dt)
+    b = torch.randint(-3, 4, (40, 7), generator=g).float().to(dt)
+    assert torch.equal(bits(a.to(DEV) @ b.to(DEV)), bits(a @ b))
+    assert torch.equal(bits(a.to(DEV) @ b.t().contiguous().to(DEV).t()), bits(a @ b))
+
+
+def test_defer_and_fuse_mode():
+    """The same casts and moves under DeferAndFuse (placeholders resolved by the trace)."""
+    from conftest import run_python
+    code = ("import torch\n"
+            "x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)\n"
+            "ok = True\n"
+            "for dt in (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu):\n"
+            "    d = x.to('tpu').to(dt)\n"
+            "    e = torch.cat([d[::2], d[1::2]]).view(torch.uint8)\n"
+            "    r = torch.cat([x.to(dt)[::2], x.to(dt)[1::2]]).view(torch.uint8)\n"
+            "    ok = ok and torch.equal(e.cpu(), r) and torch.equal(d.float().cpu().isnan(), x.to(dt).float().isnan())\n"
+            "print('OK' if ok else 'MISMATCH')\n")
+    r = run_python(code, env={"TORCH_TPU_DEFER_AND_FUSE": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "OK" in r.stdout, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("dt", [torch.float8_e4m3fn, torch.float8_e8m0fnu], ids=str)
 def test_refusals_name_op_and_dtype(dt):
     x, d = _pair(dt)
