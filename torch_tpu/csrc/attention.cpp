@@ -17,6 +17,7 @@
 #include <ATen/TensorSubclassLikeUtils.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
 
 #include <array>
 #include <cstdlib>
@@ -114,6 +115,21 @@ Tensor empty_like_layout(const Tensor& ref, c10::IntArrayRef sizes) {
     s *= std::max<int64_t>(sizes[order[i]], 1);
   }
   return at::detail::empty_strided_generic(sizes, strides, allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           ref.scalar_type());
+}
+
+// A tensor of ref's sizes and dtype whose dims are laid out in memory in `order`
+// (outermost first).
+Tensor empty_in_order(const Tensor& ref, std::initializer_list<int64_t> order) {
+  const int64_t nd = ref.dim();
+  std::vector<int64_t> o(order), strides(nd);
+  int64_t s = 1;
+  for (int64_t i = nd - 1; i >= 0; i--) {
+    strides[o[i]] = s;
+    s *= std::max<int64_t>(ref.size(o[i]), 1);
+  }
+  return at::detail::empty_strided_generic(ref.sizes(), strides, allocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            ref.scalar_type());
 }
@@ -247,9 +263,27 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_bwd(
   check_inputs(kBwd, q, k, v, bias.defined() ? std::optional<Tensor>(bias) : std::nullopt);
   TORCH_CHECK(!(grad_input_mask[3] && bias.defined()), kBwd,
               ": the gradient of attn_bias is not computed on tpu (the math path computes it)");
-  Tensor gq = empty_like_layout(q, q.sizes());
-  Tensor gk = empty_like_layout(k, k.sizes());
-  Tensor gv = empty_like_layout(v, v.sizes());
+  // Gradients laid out as CPU's default backend lays them out: its flash kernel ((B, T, H,
+  // E) memory order) where CPU would choose it, else its math path (key's gradient
+  // transposed, from the product that makes it, unless GQA's sum over the group makes it).
+  Tensor gq, gk, gv;
+  const bool gqa = q.size(-3) != k.size(-3);
+  const int64_t cpu_choice = at::native::_fused_sdp_choice_cpp(
+      q, k, v, bias.defined() ? std::optional<Tensor>(bias) : std::nullopt, dropout_p, is_causal,
+      scale, gqa);  // reads metadata only
+  if (q.dim() == 4 && cpu_choice == static_cast<int64_t>(at::SDPBackend::flash_attention)) {
+    gq = empty_in_order(q, {0, 2, 1, 3});
+    gk = empty_in_order(k, {0, 2, 1, 3});
+    gv = empty_in_order(v, {0, 2, 1, 3});
+  } else if (q.dim() == 4) {
+    gq = empty_in_order(q, {0, 1, 2, 3});
+    gk = gqa ? empty_in_order(k, {0, 1, 2, 3}) : empty_in_order(k, {0, 1, 3, 2});
+    gv = empty_in_order(v, {0, 1, 2, 3});
+  } else {
+    gq = empty_in_order(q, {0, 1, 2});
+    gk = gqa ? empty_in_order(k, {0, 1, 2}) : empty_in_order(k, {0, 2, 1});
+    gv = empty_in_order(v, {0, 1, 2});
+  }
   uint64_t seed = 0, offset = 0;
   if (dropout_p > 0) {
     TORCH_CHECK(philox_seed.defined() && philox_offset.defined(), kBwd,

@@ -26,9 +26,9 @@
  * with the transforms of the float32 matmul precision (medium: bfloat16
  * inputs, high: the bf16x3 split, highest: float32). Products of two input
  * operands follow the precision for float32 inputs and are exact for 16-bit
- * ones; products with a computed operand (P, dS) round it to bfloat16 for
- * bfloat16 inputs (as the math path's bfloat16 softmax does) and keep it in
- * float32 for float16 ones.
+ * ones; for 16-bit inputs the computed operands (P, dS) stay float32 (the
+ * products are exact float32 ones: closer to float64 than the math path,
+ * which rounds P to the input dtype).
  *
  * Masks: is_causal (query i sees keys j <= i, aligned at the top left as the
  * math path's tril), and attn_bias broadcastable to (B, H, Tq, Tk), boolean
@@ -119,10 +119,6 @@ static void attn_passes(tpu_dtype_t dt, tpu_precision_t prec, gemm_passes_t* dev
                         gemm_passes_t* der) {
   gemm_passes_t ps = {1, {GEMM_XF_EXACT, GEMM_XF_EXACT}, {GEMM_XF_EXACT, GEMM_XF_EXACT}};
   *dev = *der = ps;
-  if (dt == TPU_BF16) {
-    der->a[0] = GEMM_XF_BF16;
-    return;
-  }
   if (dt != TPU_F32) return;
   if (prec == TPU_PRECISION_MEDIUM) {
     ps.a[0] = ps.b[0] = GEMM_XF_BF16;
@@ -536,13 +532,19 @@ static void bwd_pack(void* ctx, int64_t begin, int64_t end) {
     float* L = a->L + bh * a->tqp;
     for (int64_t i = 0; i < Tq; i++) {
       float s = 0;
-      for (int64_t e = 0; e < Ev; e++)
-        s += load_f(aptr(&a->dout, b, h, i, e), a->dout.dt) *
-             load_f(aptr(&a->o, b, h, i, e), a->o.dt);
+      if (a->o.dt == TPU_F32) /* else bwd_rowsum, from unrounded P */
+        for (int64_t e = 0; e < Ev; e++)
+          s += load_f(aptr(&a->dout, b, h, i, e), a->dout.dt) *
+               load_f(aptr(&a->o, b, h, i, e), a->o.dt);
       Dr[i] = s;
       L[i] = a->lse[b * a->lsb + h * a->lsh + i * a->lst];
     }
   }
+}
+
+/* The first query block a key block at k0 meets (causal: rows i >= k0). */
+static inline int64_t first_q(const attn_t* a, int64_t k0) {
+  return a->causal ? k0 / a->bq * a->bq : 0;
 }
 
 /* Per-thread blocks of the backward. */
@@ -567,9 +569,9 @@ static float* bwd_buf_alloc(const attn_t* a, bwd_buf_t* w, int64_t acc, int64_t 
 }
 
 /* One (query block, key block) of head h: P into S, dS into dP, P with the
- * dropout applied into Pd. */
+ * dropout applied into Pd; `partial` leaves dP as dO V^T. */
 static void bwd_block(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
-                      int64_t qcur, int64_t k0, int64_t kcur) {
+                      int64_t qcur, int64_t k0, int64_t kcur, bool partial) {
   const gemm_ukernel_t* uk = a->uk;
   const int nr = uk->nr, npd = a->pd.np;
   const int64_t E = a->E, Ev = a->Ev, ldS = a->bk, bh = b * a->H + h, kv = b * a->Hk + h / a->g;
@@ -585,9 +587,41 @@ static void bwd_block(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64
     if (L[i] == -INFINITY) memset(s, 0, sizeof(float) * (size_t)kcur);
     else ROW_CALL(a->rowisa, row_p, s, kcur, L[i]);
     memcpy(pd, s, sizeof(float) * (size_t)kcur);
-    if (a->dropout) row_dropout(a, pd, dp, b, h, q0 + i, k0, kcur);
-    ROW_CALL(a->rowisa, row_ds, dp, s, kcur, Dr[i]);
+    if (a->dropout) row_dropout(a, pd, partial ? NULL : dp, b, h, q0 + i, k0, kcur);
+    if (!partial) ROW_CALL(a->rowisa, row_ds, dp, s, kcur, Dr[i]);
   }
+}
+
+/* rowsum(dO * O) = sum_j Pd_ij dP_ij, from the blocks, for 16-bit outputs:
+ * the stored output is rounded, and dP - D cancels (its rounding error
+ * would reach dS many times over). Items are (batch, head); runs after
+ * bwd_pack. */
+static void bwd_rowsum(void* ctx, int64_t begin, int64_t end) {
+  attn_t* a = ctx;
+  bwd_buf_t w;
+  float* buf = bwd_buf_alloc(a, &w, 0, 0);
+  if (!buf) {
+    a->oom = 1;
+    return;
+  }
+  for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < a->B * a->H;) {
+    const int64_t b = it / a->H, h = it % a->H;
+    float* Dr = a->Dr + it * a->tqp;
+    for (int64_t q0 = 0; q0 < a->Tq; q0 += a->bq) {
+      const int64_t qcur = min64(a->bq, a->Tq - q0);
+      for (int64_t k0 = 0; k0 < a->Tk && first_q(a, k0) <= q0; k0 += a->bk) {
+        const int64_t kcur = min64(a->bk, a->Tk - k0);
+        bwd_block(a, &w, b, h, q0, qcur, k0, kcur, true);
+        for (int64_t i = 0; i < qcur; i++) {
+          const float *pd = w.Pd + i * a->bk, *dp = w.dP + i * a->bk;
+          float s = 0;
+          for (int64_t j = 0; j < kcur; j++) s += pd[j] * dp[j];
+          Dr[q0 + i] += s;
+        }
+      }
+    }
+  }
+  free(buf);
 }
 
 /* dV += Pd^T dO and dK += dS^T Q for the block's kcur keys (rows of dv and
@@ -624,11 +658,6 @@ static void store_rows(const aview_t* v, int64_t b, int64_t h, int64_t t0, int64
   }
 }
 
-/* The first query block a key block at k0 meets (causal: rows i >= k0). */
-static inline int64_t first_q(const attn_t* a, int64_t k0) {
-  return a->causal ? k0 / a->bq * a->bq : 0;
-}
-
 /* Whole (batch, kv head) items: dK and dV over all of the group's heads and
  * blocks, and each head's dQ, in one pass over the blocks. */
 static void bwd_whole(void* ctx, int64_t begin, int64_t end) {
@@ -651,7 +680,7 @@ static void bwd_whole(void* ctx, int64_t begin, int64_t end) {
         const int64_t kcur = min64(a->bk, a->Tk - k0);
         for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
           const int64_t qcur = min64(a->bq, a->Tq - q0);
-          bwd_block(a, &w, b, h, q0, qcur, k0, kcur);
+          bwd_block(a, &w, b, h, q0, qcur, k0, kcur, false);
           bwd_dkdv(a, &w, b, h, q0, qcur, kcur, dK + k0 * a->ep, dV + k0 * a->evp);
           bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ + q0 * a->ep);
         }
@@ -686,7 +715,7 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
       for (int64_t gi = 0; gi < a->g; gi++)
         for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
           const int64_t qcur = min64(a->bq, a->Tq - q0);
-          bwd_block(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur);
+          bwd_block(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur, false);
           bwd_dkdv(a, &w, b, hk * a->g + gi, q0, qcur, kcur, dK, dV);
         }
       store_rows(&a->dk, b, hk, k0, kcur, dK, a->ep, a->E, a->scale, w.row);
@@ -699,7 +728,7 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
       for (int64_t k0 = 0; k0 < a->Tk; k0 += a->bk) {
         if (first_q(a, k0) > q0) break;
         const int64_t kcur = min64(a->bk, a->Tk - k0);
-        bwd_block(a, &w, b, h, q0, qcur, k0, kcur);
+        bwd_block(a, &w, b, h, q0, qcur, k0, kcur, false);
         bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ);
       }
       store_rows(&a->dq, b, h, q0, qcur, dQ, a->ep, a->E, a->scale, w.row);
@@ -770,6 +799,11 @@ tpu_status_t tpu_k_sdpa_bwd(const tpu_call_t* c) {
   atomic_store(&a.next, 0);
   if (nth > 1) tpu_parallel_for(nth, 1, bwd_pack, &a);
   else bwd_pack(&a, 0, 1);
+  if (a.o.dt != TPU_F32) {
+    atomic_store(&a.next, 0);
+    if (nth > 1) tpu_parallel_for(nth, 1, bwd_rowsum, &a);
+    else bwd_rowsum(&a, 0, 1);
+  }
   const char* env = tpu_env_str("TORCH_TPU_SDPA_BWD_SPLIT");
   const bool split = (env && env[0] == '1') || nkv < nth;
   atomic_store(&a.next, 0);
