@@ -329,3 +329,12 @@ def test_backward_split_gives_the_same_bits(monkeypatch, causal):
     one = run(q[:1, :2], k[:1, :1], v[:1, :1], grad[:1, :2], "tpu", **dict(kw))
     for a, b, h in zip(whole, one, (2, 2, 1, 1)):
         assert torch.equal(a[:1, :h], b.cpu())
+
+
+def test_backward_inside_sdpa_kernel_overrideable_only():
+    """The gradients' layout asks CPU's backend choice, which has no answer here."""
+    q = rand((1, 2, 7, 8), torch.float32, 55).to("tpu").requires_grad_()
+    with sdpa_kernel([SDPBackend.OVERRIDEABLE]):
+        (o, nf, nb) = fused_calls(lambda: F.scaled_dot_product_attention(q, q, q))
+        o.sum().backward()
+    assert nf == 1 and q.grad.shape == q.shape

@@ -268,9 +268,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_bwd(
   // transposed, from the product that makes it, unless GQA's sum over the group makes it).
   Tensor gq, gk, gv;
   const bool gqa = q.size(-3) != k.size(-3);
-  const int64_t cpu_choice = at::native::_fused_sdp_choice_cpp(
-      q, k, v, bias.defined() ? std::optional<Tensor>(bias) : std::nullopt, dropout_p, is_causal,
-      scale, gqa);  // reads metadata only
+  int64_t cpu_choice = static_cast<int64_t>(at::SDPBackend::math);
+  try {  // reads metadata only; raises when the user's sdpa_kernel leaves CPU nothing
+    cpu_choice = at::native::_fused_sdp_choice_cpp(
+        q, k, v, bias.defined() ? std::optional<Tensor>(bias) : std::nullopt, dropout_p,
+        is_causal, scale, gqa);
+  } catch (const c10::Error&) {
+  }
   if (q.dim() == 4 && cpu_choice == static_cast<int64_t>(at::SDPBackend::flash_attention)) {
     gq = empty_in_order(q, {0, 2, 1, 3});
     gk = empty_in_order(k, {0, 2, 1, 3});
