@@ -11,9 +11,9 @@ size_t tpu_dtype_size(tpu_dtype_t dt) {
     case TPU_U8: case TPU_I8: case TPU_BOOL: return 1;
     case TPU_F8E5M2: case TPU_F8E4M3FN: case TPU_F8E5M2FNUZ: case TPU_F8E4M3FNUZ:
     case TPU_F8E8M0FNU: case TPU_F4E2M1FNX2: return 1;
-    case TPU_I16: case TPU_F16: case TPU_BF16: return 2;
-    case TPU_I32: case TPU_F32: return 4;
-    case TPU_I64: case TPU_F64: return 8;
+    case TPU_I16: case TPU_F16: case TPU_BF16: case TPU_U16: return 2;
+    case TPU_I32: case TPU_F32: case TPU_U32: return 4;
+    case TPU_I64: case TPU_F64: case TPU_U64: return 8;
     default: return 0;
   }
 }
@@ -79,7 +79,21 @@ static const struct {
     {"stack", true},            {"where", true},     {"zero", true},
 };
 
+/* The unsigned 16/32/64-bit integers: PyTorch CPU has kernels for a few ops
+ * only; these (sorted) run on tpu, in 64-bit integer arithmetic that wraps as
+ * theirs (uint64 loads as its bits; to float it converts as unsigned). */
+static const char* const k_uint_ops[] = {
+    "_to_copy", "bitwise_and", "bitwise_or", "bitwise_xor", "cat", "clone", "copy",
+    "div",      "eq",          "fill",       "index",       "mul", "ne",    "stack",
+    "zero",
+};
+
 bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {
+  if (base && (dt == TPU_U16 || dt == TPU_U32 || dt == TPU_U64)) {
+    for (size_t i = 0; i < sizeof k_uint_ops / sizeof k_uint_ops[0]; i++)
+      if (strcmp(base, k_uint_ops[i]) == 0) return true;
+    return false;
+  }
   if (!base || !tpu_dtype_is_narrow(dt)) return false;
   int lo = 0, hi = (int)(sizeof k_narrow_ops / sizeof k_narrow_ops[0]) - 1;
   while (lo <= hi) {
@@ -94,6 +108,7 @@ bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {
 bool tpu_dtype_is_integral(tpu_dtype_t dt, bool include_bool) {
   switch (dt) {
     case TPU_U8: case TPU_I8: case TPU_I16: case TPU_I32: case TPU_I64: return true;
+    case TPU_U16: case TPU_U32: case TPU_U64: return true;
     case TPU_BOOL: return include_bool;
     default: return false;
   }
@@ -229,6 +244,9 @@ double tpu_load_f64(const void* p, tpu_dtype_t dt) {
     case TPU_I16: return *(const int16_t*)p;
     case TPU_I32: return *(const int32_t*)p;
     case TPU_I64: return (double)*(const int64_t*)p;
+    case TPU_U16: return *(const uint16_t*)p;
+    case TPU_U32: return *(const uint32_t*)p;
+    case TPU_U64: return (double)*(const uint64_t*)p;
     case TPU_F16: return tpu_f16_to_f32(*(const uint16_t*)p);
     case TPU_BF16: return tpu_bf16_to_f32(*(const uint16_t*)p);
     case TPU_F32: return *(const float*)p;
@@ -251,6 +269,9 @@ int64_t tpu_load_i64(const void* p, tpu_dtype_t dt) {
     case TPU_I16: return *(const int16_t*)p;
     case TPU_I32: return *(const int32_t*)p;
     case TPU_I64: return *(const int64_t*)p;
+    case TPU_U16: return *(const uint16_t*)p;
+    case TPU_U32: return *(const uint32_t*)p;
+    case TPU_U64: return (int64_t)*(const uint64_t*)p; /* the bits */
     case TPU_BOOL: return *(const uint8_t*)p != 0;
     default: return (int64_t)tpu_load_f64(p, dt);
   }
@@ -263,6 +284,9 @@ void tpu_store_f64(void* p, tpu_dtype_t dt, double v) {
     case TPU_I16: *(int16_t*)p = (int16_t)(int64_t)v; break;
     case TPU_I32: *(int32_t*)p = (int32_t)(int64_t)v; break;
     case TPU_I64: *(int64_t*)p = (int64_t)v; break;
+    case TPU_U16: *(uint16_t*)p = (uint16_t)(int64_t)v; break;
+    case TPU_U32: *(uint32_t*)p = (uint32_t)(int64_t)v; break;
+    case TPU_U64: *(uint64_t*)p = v >= 0x1p63 ? (uint64_t)v : (uint64_t)(int64_t)v; break;
     case TPU_F16: *(uint16_t*)p = tpu_f32_to_f16((float)v); break;
     case TPU_BF16: *(uint16_t*)p = tpu_f32_to_bf16((float)v); break;
     case TPU_F32: *(float*)p = (float)v; break;
@@ -285,6 +309,9 @@ void tpu_store_i64(void* p, tpu_dtype_t dt, int64_t v) {
     case TPU_I16: *(int16_t*)p = (int16_t)v; break;
     case TPU_I32: *(int32_t*)p = (int32_t)v; break;
     case TPU_I64: *(int64_t*)p = v; break;
+    case TPU_U16: *(uint16_t*)p = (uint16_t)v; break;
+    case TPU_U32: *(uint32_t*)p = (uint32_t)v; break;
+    case TPU_U64: *(uint64_t*)p = (uint64_t)v; break;
     case TPU_BOOL: *(uint8_t*)p = v != 0; break;
     default: tpu_store_f64(p, dt, (double)v); break;
   }

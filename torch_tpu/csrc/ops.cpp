@@ -70,9 +70,9 @@ struct OpInfo {
   // Dtype support as CPU decides it (see probe_on_cpu): 0 none, 1 after the
   // meta kernel, 2 before the other checks (CPU checks the dtype first).
   int cpu_probe = 0;
-  // Narrow floats (float8 / float4, see check_narrow): whether the runtime's
-  // kernels take them.
-  bool narrow_f8 = false, narrow_f4 = false;
+  // Narrow floats (float8 / float4) and unsigned 16/32/64-bit integers, see
+  // check_narrow: whether the runtime's kernels take them.
+  bool narrow_f8 = false, narrow_f4 = false, narrow_u = false;
 };
 
 const OpInfo& op_info_slow(const c10::OperatorHandle& op);
@@ -112,6 +112,7 @@ const OpInfo& op_info_slow(const c10::OperatorHandle& op) {
     tpu_op_base_name(info->name.c_str(), fam, sizeof fam);
     info->narrow_f8 = tpu_dtype_narrow_op_takes(fam, TPU_F8E4M3FN);
     info->narrow_f4 = tpu_dtype_narrow_op_takes(fam, TPU_F4E2M1FNX2);
+    info->narrow_u = tpu_dtype_narrow_op_takes(fam, TPU_U16);
   }
   info->is_index = base == "index";
   info->is_repeat_interleave = base == "repeat_interleave";
@@ -1320,10 +1321,15 @@ const std::vector<OutMeta>& output_meta(const c10::OperatorHandle& op, const OpI
   return cache.emplace(std::move(key), scratch).first->second;
 }
 
-// The first float8 / float4 dtype among the tensor arguments, or Undefined.
+bool is_uint_wide(c10::ScalarType t) {
+  return t == at::kUInt16 || t == at::kUInt32 || t == at::kUInt64;
+}
+
+// The first float8 / float4 / uint16-64 dtype among the tensor arguments, or Undefined.
 c10::ScalarType narrow_dtype_of(const c10::IValue* args, size_t n) {
   auto narrow = [](const at::Tensor& t) {
-    return t.defined() && tpu_dtype_is_narrow((tpu_dtype_t)t.scalar_type());
+    return t.defined() && (tpu_dtype_is_narrow((tpu_dtype_t)t.scalar_type()) ||
+                           is_uint_wide(t.scalar_type()));
   };
   for (size_t i = 0; i < n; i++) {
     const c10::IValue& v = args[i];
@@ -1353,7 +1359,9 @@ void check_narrow(const c10::OperatorHandle& op, const OpInfo& info, const c10::
   const c10::ScalarType st = narrow_dtype_of(args, nargs);
   if (st == c10::ScalarType::Undefined) return;
   if (info.cpu_probe) probe_on_cpu(op, info, args, nargs);
-  const bool takes = st == at::kFloat4_e2m1fn_x2 ? info.narrow_f4 : info.narrow_f8;
+  const bool takes = st == at::kFloat4_e2m1fn_x2 ? info.narrow_f4
+                     : is_uint_wide(st)            ? info.narrow_u
+                                                   : info.narrow_f8;
   // CPU's index_put has no float8_e8m0fnu kernel (a tensor-list op: not probed)
   const bool e8m0_put = st == at::kFloat8_e8m0fnu && info.is_index_put;
   TORCH_CHECK_NOT_IMPLEMENTED(takes && !e8m0_put, "TorchTPU: aten::", info.name,

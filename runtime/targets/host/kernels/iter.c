@@ -43,6 +43,9 @@ static bool ctype_is_native(tpu_ctype_t ct, tpu_dtype_t dt) {
     case TPU_I16: LOAD_RUN(CT, int16_t, CONV_ID); break;                          \
     case TPU_I32: LOAD_RUN(CT, int32_t, CONV_ID); break;                          \
     case TPU_I64: LOAD_RUN(CT, int64_t, CONV_ID); break;                          \
+    case TPU_U16: LOAD_RUN(CT, uint16_t, CONV_ID); break;                         \
+    case TPU_U32: LOAD_RUN(CT, uint32_t, CONV_ID); break;                         \
+    case TPU_U64: LOAD_RUN(CT, uint64_t, CONV_ID); break; /* int64: its bits */   \
     case TPU_F16: LOAD_RUN(CT, uint16_t, tpu_vm_f16_to_f32); break;                  \
     case TPU_BF16: LOAD_RUN(CT, uint16_t, tpu_vm_bf16_to_f32); break;                \
     case TPU_F32: LOAD_RUN(CT, float, CONV_ID); break;                            \
@@ -101,6 +104,9 @@ static inline int32_t to_i32_wrap_(int64_t v) { return (int32_t)v; }
 #define TO_F8E5M2FNUZ(x) tpu_f32_to_f8e5m2fnuz((float)(x))
 #define TO_F8E4M3FNUZ(x) tpu_f32_to_f8e4m3fnuz((float)(x))
 #define TO_F8E8M0FNU(x) tpu_f32_to_f8e8m0fnu((float)(x))
+#define TO_U16(x) ((uint16_t)(int64_t)(x))
+#define TO_U32(x) ((uint32_t)(int64_t)(x))
+#define TO_U64(x) ((uint64_t)(x))
 #define STORE_CASES(CT)                                       \
   switch (dt) {                                               \
     case TPU_U8: STORE_RUN(CT, uint8_t, TO_U8); break;        \
@@ -108,6 +114,9 @@ static inline int32_t to_i32_wrap_(int64_t v) { return (int32_t)v; }
     case TPU_I16: STORE_RUN(CT, int16_t, TO_I16); break;      \
     case TPU_I32: STORE_RUN(CT, int32_t, TO_I32); break;      \
     case TPU_I64: STORE_RUN(CT, int64_t, TO_I64); break;      \
+    case TPU_U16: STORE_RUN(CT, uint16_t, TO_U16); break;     \
+    case TPU_U32: STORE_RUN(CT, uint32_t, TO_U32); break;     \
+    case TPU_U64: STORE_RUN(CT, uint64_t, TO_U64); break;     \
     case TPU_F16: STORE_RUN(CT, uint16_t, TO_F16); break;     \
     case TPU_BF16: STORE_RUN(CT, uint16_t, TO_BF16); break;   \
     case TPU_F32: STORE_RUN(CT, float, TO_F32); break;        \
