@@ -1,6 +1,6 @@
 """uint16 / uint32 / uint64 on tpu against PyTorch CPU, on the ops CPU has kernels for:
 creation, copies and casts (uint64 above 2^63 included), views, cat, indexing, eq/ne,
-mul, div, bitwise and/or/xor. Ops CPU refuses stay refused, naming op and dtype."""
+mul, div, bitwise and/or/xor, sum (wrapping as CPU's int64 sums). Ops CPU refuses stay refused, naming op and dtype."""
 import pytest
 import torch
 
@@ -40,7 +40,8 @@ def test_uint_ops(dt):
               lambda t: t[torch.tensor([5, 1, 63], device=t.device)],
               lambda t: t == t[torch.arange(63, -1, -1, device=t.device)], lambda t: t != t,
               lambda t: t * t, lambda t: t & (t * t), lambda t: t | (t * t), lambda t: t ^ (t * t),
-              lambda t: t / t, lambda t: t.float(), lambda t: t.double(), lambda t: t.long(),
+              lambda t: t / t, lambda t: t.sum(), lambda t: t.reshape(8, 8).sum(0),
+              lambda t: t.reshape(4, 16).sum(1, keepdim=True), lambda t: t.float(), lambda t: t.double(), lambda t: t.long(),
               lambda t: t.to(torch.int32), lambda t: t.view(torch.int8 if dt == torch.uint16 else torch.int16),
               lambda t: torch.zeros(3, dtype=dt, device=t.device),
               lambda t: torch.full((3,), 7, dtype=dt, device=t.device),

@@ -85,7 +85,7 @@ static const struct {
 static const char* const k_uint_ops[] = {
     "_to_copy", "bitwise_and", "bitwise_or", "bitwise_xor", "cat", "clone", "copy",
     "div",      "eq",          "fill",       "index",       "mul", "ne",    "stack",
-    "zero",
+    "sum",      "zero",
 };
 
 bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {

@@ -318,6 +318,9 @@ static void kept_offsets(const plan_t* p, int64_t o, int64_t* in_off, int64_t ou
     case TPU_I16: GATHER_LOOP(BT, int16_t, CONV_ID) break;               \
     case TPU_I32: GATHER_LOOP(BT, int32_t, CONV_ID) break;               \
     case TPU_I64: GATHER_LOOP(BT, int64_t, CONV_ID) break;               \
+    case TPU_U16: GATHER_LOOP(BT, uint16_t, CONV_ID) break;              \
+    case TPU_U32: GATHER_LOOP(BT, uint32_t, CONV_ID) break;              \
+    case TPU_U64: GATHER_LOOP(BT, uint64_t, CONV_ID) break;              \
     case TPU_F16: GATHER_LOOP(BT, uint16_t, tpu_vm_f16_to_f32) break;    \
     case TPU_BF16: GATHER_LOOP(BT, uint16_t, tpu_vm_bf16_to_f32) break;  \
     case TPU_F32: GATHER_LOOP(BT, float, CONV_ID) break;                 \
