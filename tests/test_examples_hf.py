@@ -28,13 +28,17 @@ def test_hf_finetune_trains_and_plots(tmp_path):
 
 
 def test_serve_greedy_tokens_equal_cpu():
-    out = run("serve.py", "--new-tokens", "6", "--repeats", "1", "--width", "64", "--fp8-kv")
+    out = run("serve.py", "--new-tokens", "6", "--repeats", "1", "--width", "64", "--fp8-kv",
+              "--fp8-weights")
     assert "greedy: tpu/cpu tokens/s" in out and "tokens equal: True" in out.split("sampled:")[0], out
     assert "time to first token" in out
     # the float8 KV cache: half the bytes of the bfloat16 one, logits close to its
     line = next(l for l in out.splitlines() if l.startswith("fp8 KV cache on tpu"))
     assert "(0.50x)" in line, line
     assert float(line.split("bf16 cache ")[1].split(" ")[0]) < 0.05, line
+    # FP8 weights from safetensors through torch._scaled_mm: about half the bf16 bytes
+    line = next(l for l in out.splitlines() if l.startswith("fp8 weights on tpu"))
+    assert "(0.53x)" in line and float(line.split("bf16 weights ")[1].split(" ")[0]) < 0.1, line
 
 
 def test_diffusion_images_equal_cpu(tmp_path):
