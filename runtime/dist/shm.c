@@ -518,8 +518,18 @@ const char* tpu_dist_redop_name(tpu_dist_redop_t op) {
   return (unsigned)op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
+/* the dtypes reduce_into has a loop for; the others (float8/float4, the wide
+ * unsigned integers) move through broadcast and gathers but are not reduced */
+static bool has_reduction(tpu_dtype_t dt) {
+  switch (dt) {
+    case TPU_F32: case TPU_F64: case TPU_BF16: case TPU_F16: case TPU_U8: case TPU_I8:
+    case TPU_I16: case TPU_I32: case TPU_I64: case TPU_BOOL: return true;
+    default: return false;
+  }
+}
+
 bool tpu_dist_redop_supported(tpu_dist_redop_t op, tpu_dtype_t dt) {
-  if (!tpu_dtype_size(dt)) return false;
+  if (!tpu_dtype_size(dt) || !has_reduction(dt)) return false;
   const bool fl = tpu_dtype_is_float(dt);
   switch (op) {
     case TPU_DIST_SUM: case TPU_DIST_PRODUCT: case TPU_DIST_MIN: case TPU_DIST_MAX: return true;

@@ -436,6 +436,8 @@ static void test_reduce_block(void) {
   CHECK(!tpu_dist_redop_supported(TPU_DIST_AVG, TPU_BOOL));
   CHECK(!tpu_dist_redop_supported(TPU_DIST_BOR, TPU_F16));
   CHECK(tpu_dist_redop_supported(TPU_DIST_BOR, TPU_I64));
+  CHECK(!tpu_dist_redop_supported(TPU_DIST_SUM, TPU_F8E4M3FN)); /* moved, never reduced */
+  CHECK(!tpu_dist_redop_supported(TPU_DIST_MAX, TPU_U32));
 }
 
 int main(int argc, char** argv) {
