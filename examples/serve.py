@@ -217,6 +217,124 @@ def compare_fp8_weights(model, batch, device, new_tokens):
     return err, mem_q / mem_b
 
 
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # float4_e2m1's magnitudes, by code
+
+
+def to_e2m1(v):
+    """Codes (uint8, 0..15: sign bit 8) of float4_e2m1 values nearest to v (saturating at 6)."""
+    mids = torch.tensor([(a + b) / 2 for a, b in zip(E2M1, E2M1[1:])], device=v.device)
+    code = (v.abs().unsqueeze(-1) > mids).sum(-1)
+    return (code + 8 * (v < 0)).to(torch.uint8)
+
+
+def pack_fp4(codes):
+    """Two codes a byte along the last dim (element 2i in the low nibble): float4_e2m1fn_x2."""
+    c = codes.reshape(*codes.shape[:-1], -1, 2).to(torch.int32)
+    return (c[..., 0] + 16 * c[..., 1]).to(torch.uint8).view(torch.float4_e2m1fn_x2)
+
+
+def swizzle(scales):
+    """A [rows, k blocks] scale grid in the 128 x 4 tiled layout _scaled_mm takes for block
+    scales (cuBLAS's): tile (row tile, k tile) holds row 32 * a + b, block c at b * 16 + a * 4 + c."""
+    rows, kb = scales.shape
+    rt, kt = -(-rows // 128), -(-kb // 4)
+    u = scales.view(torch.uint8)
+    u = torch.nn.functional.pad(u, (0, kt * 4 - kb, 0, rt * 128 - rows))
+    u = u.reshape(rt, 4, 32, kt, 4).permute(0, 3, 2, 1, 4).contiguous()
+    return u.reshape(-1).view(scales.dtype)
+
+
+def quantize_fp4(x, fmt):
+    """x [rows, K] -> (packed float4 [rows, K/2], swizzled block scales, global float scale).
+    mxfp4: blocks of 32 with a power-of-two float8_e8m0fnu scale (OCP MX); nvfp4: blocks of
+    16 with a float8_e4m3fn scale under one float32 scale for the tensor."""
+    block = 32 if fmt == "mxfp4" else 16
+    rows, k = x.shape
+    xb = x.float().reshape(rows, k // block, block)
+    amax = xb.abs().amax(-1)
+    if fmt == "mxfp4":
+        exp = torch.floor(torch.log2(amax.clamp_min(2.0 ** -126))) - 2  # 6 = 1.5 * 2^2
+        scale = torch.exp2(exp)
+        codes = (exp + 127).to(torch.uint8).view(torch.float8_e8m0fnu)
+        g = torch.ones((), device=x.device)
+    else:
+        g = (amax.amax() / (6 * 448)).clamp_min(1e-12)
+        codes = (amax / 6 / g).to(torch.float8_e4m3fn)
+        scale = codes.float() * g
+    q = to_e2m1(xb / scale.clamp_min(1e-30).unsqueeze(-1)).reshape(rows, k)
+    return pack_fp4(q), swizzle(codes), g
+
+
+class Fp4Linear(torch.nn.Module):
+    """A linear layer over a float4 (MXFP4 or NVFP4) weight: the activations are quantized to
+    the same format per block on each call (W4A4) and torch._scaled_mm multiplies them with
+    block scales, accumulating in float32."""
+
+    def __init__(self, packed, scales, g, fmt, bias=None):
+        super().__init__()
+        self.fmt = fmt
+        self.register_buffer("weight", packed)  # [out, in / 2] float4_e2m1fn_x2
+        self.register_buffer("weight_scale", scales)
+        self.register_buffer("weight_global", g)
+        self.bias = bias
+
+    def forward(self, x):
+        rows = x.reshape(-1, x.shape[-1])
+        xq, xs, xg = quantize_fp4(rows, self.fmt)
+        y = torch._scaled_mm(xq, self.weight.t(), xs, self.weight_scale, out_dtype=torch.float32)
+        y = (y * (xg * self.weight_global)).to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], -1)
+
+
+def quantize_model_fp4(model, fmt):
+    out = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and "lm_head" not in name:
+            q, s, g = quantize_fp4(mod.weight.detach().float().cpu(), fmt)
+            out.update({name + ".weight": q, name + ".weight_scale": s,
+                        name + ".weight_global": g})
+    return out
+
+
+def compare_fp4_weights(model, batch, device, new_tokens, fmt):
+    """Saves the linear weights as an MXFP4/NVFP4 safetensors checkpoint, loads it on the
+    device and decodes greedily: logit error and weight memory against the bfloat16 model."""
+    import copy
+    import tempfile
+    from safetensors.torch import load_file, save_file
+    base = copy.deepcopy(model).to(device=device, dtype=torch.bfloat16)
+    inputs = {k: v.to(device) for k, v in batch.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/{fmt}.safetensors"
+        save_file(quantize_model_fp4(base, fmt), path)
+        state = load_file(path, device=str(device))
+    q = copy.deepcopy(base)
+    for name, mod in list(q.named_modules()):
+        if name + ".weight" in state:
+            parent, _, leaf = name.rpartition(".")
+            setattr(q.get_submodule(parent), leaf, Fp4Linear(
+                state[name + ".weight"], state[name + ".weight_scale"],
+                state[name + ".weight_global"], fmt, mod.bias))
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+              return_dict_in_generate=True, output_logits=True)
+    ref, got = base.generate(**inputs, **kw), q.generate(**inputs, **kw)
+    lb, lq = torch.stack(ref.logits, 1).float().cpu(), torch.stack(got.logits, 1).float().cpu()
+    n0 = inputs["input_ids"].shape[1]
+    differ = (ref.sequences[:, n0:] != got.sequences[:, n0:]).any(0).nonzero().cpu()
+    steps = int(differ[0]) + 1 if len(differ) else new_tokens
+    err = (lb[:, :steps] - lq[:, :steps]).abs().max().item()
+    scale = lb[:, :steps].abs().max().item()
+    mem_q = sum(t.numel() * t.element_size() for m in q.modules() if isinstance(m, Fp4Linear)
+                for t in (m.weight, m.weight_scale, m.weight_global))
+    mem_b = linear_bytes(base)
+    print(f"{fmt} weights on {device}: max |logit error| against bf16 weights {err:.4f} (logits "
+          f"up to {scale:.2f}; {err / scale:.2%}) over {steps} steps; linear weights "
+          f"{mem_q / 2**10:.0f} KiB vs {mem_b / 2**10:.0f} KiB ({mem_q / mem_b:.2f}x)")
+    return err, mem_q / mem_b
+
+
 def build(args):
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
     if args.model:
@@ -265,6 +383,9 @@ def main():
     p.add_argument("--fp8-weights", action="store_true",
                    help="also decode with the linear layers' weights from an FP8 safetensors "
                         "checkpoint (per-row scales, torch._scaled_mm): logit error and memory")
+    p.add_argument("--fp4-weights", choices=["mxfp4", "nvfp4"], action="append", default=[],
+                   help="also decode with MXFP4 / NVFP4 linear weights from safetensors "
+                        "(block scales, torch._scaled_mm): logit error and memory")
     args = p.parse_args()
     import warnings
     with warnings.catch_warnings():
@@ -307,6 +428,8 @@ def main():
         compare_fp8_kv(model, batch, devs[0], args.new_tokens)
     if args.fp8_weights:
         compare_fp8_weights(model, batch, devs[0], args.new_tokens)
+    for fmt in args.fp4_weights:
+        compare_fp4_weights(model, batch, devs[0], args.new_tokens, fmt)
     out = results[devs[0], "greedy"][0]
     for prompt, row in zip(PROMPTS, out):
         print(f"  {prompt!r} -> {decode(row.tolist())!r}")
