@@ -59,6 +59,16 @@ typedef enum tpuk_dtype {
   TPUK_F64 = 7,
   TPUK_BOOL = 11,
   TPUK_BF16 = 15,
+  /* one-byte float8 formats: storage only, decode them to compute */
+  TPUK_F8E5M2 = 23,
+  TPUK_F8E4M3FN = 24,
+  TPUK_F8E5M2FNUZ = 25,
+  TPUK_F8E4M3FNUZ = 26,
+  TPUK_U16 = 27,
+  TPUK_U32 = 28,
+  TPUK_U64 = 29,
+  TPUK_F8E8M0FNU = 44,
+  TPUK_F4E2M1FNX2 = 45, /* two float4 e2m1 values a byte, element 2i in the low nibble */
 } tpuk_dtype_t;
 
 /* One tensor: a strided view of device memory (owned by the caller). */

@@ -33,7 +33,13 @@
 /* The ABI's dtype numbers are the runtime's (both are c10::ScalarType's). */
 _Static_assert(TPUK_F32 == (int)TPU_F32 && TPUK_BF16 == (int)TPU_BF16 &&
                    TPUK_F16 == (int)TPU_F16 && TPUK_BOOL == (int)TPU_BOOL &&
-                   TPUK_I64 == (int)TPU_I64 && TPUK_U8 == (int)TPU_U8,
+                   TPUK_I64 == (int)TPU_I64 && TPUK_U8 == (int)TPU_U8 &&
+                   TPUK_F8E5M2 == (int)TPU_F8E5M2 && TPUK_F8E4M3FN == (int)TPU_F8E4M3FN &&
+                   TPUK_F8E5M2FNUZ == (int)TPU_F8E5M2FNUZ &&
+                   TPUK_F8E4M3FNUZ == (int)TPU_F8E4M3FNUZ && TPUK_U16 == (int)TPU_U16 &&
+                   TPUK_U32 == (int)TPU_U32 && TPUK_U64 == (int)TPU_U64 &&
+                   TPUK_F8E8M0FNU == (int)TPU_F8E8M0FNU &&
+                   TPUK_F4E2M1FNX2 == (int)TPU_F4E2M1FNX2,
                "kernel ABI dtypes must equal tpu_dtype_t");
 
 /* the embedded ABI header (build/gen/kernel_headers.c, tools/embed_headers.py) */
