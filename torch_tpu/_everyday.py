@@ -14,18 +14,25 @@ import torch
 
 
 def _reduced(x, dim, keepdim):
-    if x.dim() == 0:
-        return ()
-    d = dim % x.dim()
+    """The shape of reducing x over `dim`, which is checked as PyTorch checks it."""
+    from torch._prims_common import reduction_dims
+    dims = reduction_dims(x.shape, (dim,))  # IndexError for a dim out of range
     shape = list(x.shape)
-    if keepdim:
-        shape[d] = 1
-    else:
-        del shape[d]
-    return tuple(shape)
+    for d in dims:
+        if keepdim:
+            shape[d] = 1
+    return tuple(shape) if keepdim else tuple(n for i, n in enumerate(shape) if i not in dims)
 
 
 def _histc(input, bins=100, min=0, max=0):
+    # PyTorch's checks and messages (torch/_meta_registrations.py meta_histc), less the alert
+    from numbers import Number
+    torch._check(isinstance(bins, int), lambda: f"histc(): argument 'bins' must be int, not "
+                                                f"{type(bins)}")
+    torch._check(bins > 0, lambda: f"histc(): bins must be > 0, but got {bins}")
+    torch._check(isinstance(min, Number) and isinstance(max, Number),
+                 lambda: "histc(): arguments 'min' and 'max' must be Numbers")
+    torch._check(max >= min, lambda: "histc(): max must be larger than min")
     return input.new_empty(bins)
 
 
@@ -44,9 +51,19 @@ _SHAPE_ONLY = {
 
 def deterministic_meta(qual_name, fn):
     """The meta kernel the bridge should use for `qual_name` ("aten::histc", with the
-    overload when not default): a shape-only one for the ops whose Python meta kernel
-    raises PyTorch's CUDA determinism alert, else `fn` itself."""
-    return _SHAPE_ONLY.get(qual_name.replace(".default", ""), fn)
+    overload when not default): for the ops whose Python meta kernel raises PyTorch's CUDA
+    determinism alert on a meta tensor, one that checks the arguments and computes the shape
+    the same way without the alert, for meta tensors only (fake tensors of a real device,
+    cuda's included, keep PyTorch's kernel); `fn` itself for every other op."""
+    shape_only = _SHAPE_ONLY.get(qual_name.replace(".default", ""))
+    if shape_only is None:
+        return fn
+
+    def meta(input, *args, **kwargs):
+        if isinstance(input, torch.Tensor) and input.device.type == "meta":
+            return shape_only(input, *args, **kwargs)
+        return fn(input, *args, **kwargs)
+    return meta
 
 
 def _tpu_index(device):
