@@ -383,3 +383,23 @@ def test_memory_history_state_only_and_oom_event():
         assert ooms and ooms[0]["size"] >= cap and "device_free" in ooms[0]
     finally:
         torch.tpu.memory._record_memory_history(None)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_meta_kernels_keep_pytorch_checks(deterministic):
+    # the alert-free meta kernels (torch_tpu/_everyday.py) still check their arguments
+    old = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        for dev in ("meta", "tpu"):
+            x = torch.ones(2, 3, device=dev)
+            with pytest.raises(RuntimeError, match="bins must be > 0"):
+                torch.histc(x, bins=0)
+            with pytest.raises(RuntimeError, match="max must be larger than min"):
+                torch.histc(x, bins=3, min=2, max=1)
+            with pytest.raises(IndexError, match="Dimension out of range"):
+                x.median(dim=2)
+            assert x.median(dim=-1, keepdim=True)[0].shape == (2, 1)
+            assert x.mode(dim=0)[1].shape == (3,) and x.mode(dim=0)[1].dtype == torch.long
+    finally:
+        torch.use_deterministic_algorithms(old)
