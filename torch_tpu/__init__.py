@@ -141,3 +141,30 @@ _distributed._register()
 def supported_ops():
     """ATen overload names ("aten::add.Tensor", ...) implemented natively."""
     return list(_supported_ops())
+
+
+def _drain_autograd_device_threads():
+    """At interpreter exit: PyTorch's autograd engine runs tpu backward work on a thread per
+    device, and that thread may drop its last reference to a finished graph task a moment
+    after backward() returned. The task's saved thread-local state holds a Python object
+    (the contextvars copy torch.autograd stashes), so a release during finalization takes the
+    GIL there and aborts the process ("terminate called without an active exception"; seen
+    under load). One more tiny backward per device that was used, run through the engine
+    without Python state, makes each device thread finish that release first."""
+    if not _C.is_initialized():
+        return
+    from torch.autograd.graph import Variable
+    try:
+        for i in range(torch.tpu.device_count()):
+            if torch.tpu.memory_reserved(i) == 0:
+                continue
+            x = torch.ones((), device=torch.device("tpu", i), requires_grad=True)
+            Variable._execution_engine.run_backward((x * 2,), (torch.ones_like(x),), False,
+                                                    False, (), True, True)
+    except Exception:  # noqa: BLE001  (a device in error at exit: nothing to drain)
+        pass
+
+
+import atexit as _atexit  # noqa: E402
+
+_atexit.register(_drain_autograd_device_threads)
