@@ -149,8 +149,10 @@ def _drain_autograd_device_threads():
     after backward() returned. The task's saved thread-local state holds a Python object
     (the contextvars copy torch.autograd stashes), so a release during finalization takes the
     GIL there and aborts the process ("terminate called without an active exception"; seen
-    under load). One more tiny backward per device that was used, run through the engine
-    without Python state, makes each device thread finish that release first."""
+    under load). One more backward per device that was used, run through the engine without
+    Python state, makes each device thread finish that release first. It runs no device
+    program (an empty tensor, a view, its gradient stored as is), so no target compiles or
+    caches anything at exit."""
     if not _C.is_initialized():
         return
     from torch.autograd.graph import Variable
@@ -158,9 +160,9 @@ def _drain_autograd_device_threads():
         for i in range(torch.tpu.device_count()):
             if torch.tpu.memory_reserved(i) == 0:
                 continue
-            x = torch.ones((), device=torch.device("tpu", i), requires_grad=True)
-            Variable._execution_engine.run_backward((x * 2,), (torch.ones_like(x),), False,
-                                                    False, (), True, True)
+            x = torch.empty((), device=torch.device("tpu", i), requires_grad=True)
+            Variable._execution_engine.run_backward((x.view(()),), (torch.empty_like(x),),
+                                                    False, False, (), True, True)
     except Exception:  # noqa: BLE001  (a device in error at exit: nothing to drain)
         pass
 
