@@ -187,6 +187,20 @@ def linear_bytes(model):
                for b in (m.weight,))
 
 
+def greedy_logit_error(base, q, inputs, new_tokens):
+    """Greedy decoding with both models: the logits' largest difference over the steps before
+    their tokens first differ (that step counts), the largest logit there, and the steps."""
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+              return_dict_in_generate=True, output_logits=True)
+    ref, got = base.generate(**inputs, **kw), q.generate(**inputs, **kw)
+    lb, lq = torch.stack(ref.logits, 1).float().cpu(), torch.stack(got.logits, 1).float().cpu()
+    n0 = inputs["input_ids"].shape[1]
+    differ = (ref.sequences[:, n0:] != got.sequences[:, n0:]).any(0).nonzero().cpu()
+    steps = int(differ[0]) + 1 if len(differ) else new_tokens
+    err = (lb[:, :steps] - lq[:, :steps]).abs().max().item()
+    return err, lb[:, :steps].abs().max().item(), steps
+
+
 def compare_fp8_weights(model, batch, device, new_tokens):
     """Saves the model's linear weights as an FP8 safetensors checkpoint, loads it on the device
     and decodes greedily: logit error and linear-weight memory against the bfloat16 model."""
@@ -199,15 +213,7 @@ def compare_fp8_weights(model, batch, device, new_tokens):
         path = f"{tmp}/fp8.safetensors"
         save_file(quantize_fp8(base), path)
         q = load_fp8(copy.deepcopy(base), path, device)
-    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-              return_dict_in_generate=True, output_logits=True)
-    ref, got = base.generate(**inputs, **kw), q.generate(**inputs, **kw)
-    lb, lq = torch.stack(ref.logits, 1).float().cpu(), torch.stack(got.logits, 1).float().cpu()
-    n0 = inputs["input_ids"].shape[1]
-    differ = (ref.sequences[:, n0:] != got.sequences[:, n0:]).any(0).nonzero().cpu()
-    steps = int(differ[0]) + 1 if len(differ) else new_tokens
-    err = (lb[:, :steps] - lq[:, :steps]).abs().max().item()
-    scale = lb[:, :steps].abs().max().item()
+    err, scale, steps = greedy_logit_error(base, q, inputs, new_tokens)
     mem_b, mem_q = linear_bytes(base), sum(
         m.weight.numel() * m.weight.element_size() + m.weight_scale.numel() * 4
         for m in q.modules() if isinstance(m, Fp8Linear))
@@ -317,15 +323,7 @@ def compare_fp4_weights(model, batch, device, new_tokens, fmt):
             setattr(q.get_submodule(parent), leaf, Fp4Linear(
                 state[name + ".weight"], state[name + ".weight_scale"],
                 state[name + ".weight_global"], fmt, mod.bias))
-    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-              return_dict_in_generate=True, output_logits=True)
-    ref, got = base.generate(**inputs, **kw), q.generate(**inputs, **kw)
-    lb, lq = torch.stack(ref.logits, 1).float().cpu(), torch.stack(got.logits, 1).float().cpu()
-    n0 = inputs["input_ids"].shape[1]
-    differ = (ref.sequences[:, n0:] != got.sequences[:, n0:]).any(0).nonzero().cpu()
-    steps = int(differ[0]) + 1 if len(differ) else new_tokens
-    err = (lb[:, :steps] - lq[:, :steps]).abs().max().item()
-    scale = lb[:, :steps].abs().max().item()
+    err, scale, steps = greedy_logit_error(base, q, inputs, new_tokens)
     mem_q = sum(t.numel() * t.element_size() for m in q.modules() if isinstance(m, Fp4Linear)
                 for t in (m.weight, m.weight_scale, m.weight_global))
     mem_b = linear_bytes(base)
