@@ -190,6 +190,21 @@ def test_attention_block():
     assert '"stablehlo.iota"' in exported  # the causal mask
 
 
+def test_live_tensors_without_memory_are_skipped():
+    """A tpu tensor with no memory of its own (a functional wrapper or fake tensor that some
+    earlier trace left alive) is not a parameter candidate: export still finds the real one."""
+    x = torch.randn(16, device="tpu")
+    wrapper = torch._to_functional_tensor(torch.ones(16, device="tpu"))
+    with pytest.raises(RuntimeError):
+        wrapper.untyped_storage().data_ptr()
+    # the wrapper comes first among the example arguments, so it is looked at first
+    exported = torch_tpu.export_stablehlo(lambda w, t: t * 2 + 1, wrapper, x)
+    assert exported.parameters[0] is not None
+    assert exported.parameters[0].data_ptr() == x.data_ptr()
+    (got,) = run_on_jax_cpu(exported)
+    np.testing.assert_allclose(got, (x.cpu() * 2 + 1).numpy(), rtol=1e-6)
+
+
 def test_unmapped_op_is_a_reported_custom_call():
     x = torch.randn(4, 3, device="tpu")
     with warnings.catch_warnings(record=True) as w:

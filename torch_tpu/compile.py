@@ -237,7 +237,10 @@ def _tensor_at(address, dtype, sizes, strides, candidates):
         if t.dtype != dtype:
             continue
         st = t.untyped_storage()
-        base = st.data_ptr()
+        try:
+            base = st.data_ptr()
+        except RuntimeError:
+            continue  # a fake or functional tensor left alive by some trace: it holds no memory
         if base <= address < base + st.nbytes():
             off = address - base
             if off % t.element_size() == 0:
