@@ -97,7 +97,8 @@ $(BUILD)/torch_tpu/csrc/%.o: torch_tpu/csrc/%.cpp
 
 $(SO): $(BR_OBJS) $(BUILD)/libtpurt.a
 	@mkdir -p $(dir $@)
-	$(CXX) -o $@ $(BR_OBJS) $(BUILD)/libtpurt.a $(LDFLAGS_BRIDGE) $(CXXFLAGS) $(LDFLAGS)
+	$(CXX) -o $@.tmp $(BR_OBJS) $(BUILD)/libtpurt.a $(LDFLAGS_BRIDGE) $(CXXFLAGS) $(LDFLAGS)
+	mv -f $@.tmp $@  # atomic: a process importing the bridge meanwhile sees the old or the new one
 
 # The runtime and its C tests under sanitizers, each build in its own directory; any
 # sanitizer report fails the target (scripts/sanitize.sh adds the bridge and a Python
