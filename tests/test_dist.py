@@ -13,10 +13,10 @@ def segments():
     return set(glob.glob("/dev/shm/tpu_dist.*"))
 
 
-def run_ok(scenario, mode, world, tmp_path, timeout=240, env=None):
+def run_ok(scenario, mode, world, tmp_path, timeout=240, env=None, rank_env=None):
     before = segments()
     rcs, outs, results = launch.run("tests.dist.worker", [scenario, mode, str(tmp_path)], world,
-                                    str(tmp_path), timeout=timeout, env=env)
+                                    str(tmp_path), timeout=timeout, env=env, rank_env=rank_env)
     for r in range(world):
         assert rcs[r] == 0 and results[r] and results[r]["ok"], f"rank {r}:\n{outs[r][-3000:]}"
     assert segments() - before == set()
@@ -52,6 +52,22 @@ def test_collectives_three_ranks(tmp_path):
     results = run_ok("collectives", "strict", 3, tmp_path,
                      env={"TORCH_TPU_DIST_DIRECT_MIN_BYTES": "0"})
     assert all(direct_ran(results))
+
+
+@pytest.mark.parametrize("layout", ["host_by_host", "interleaved"])
+def test_hierarchical_gathers_for_any_rank_layout(layout, tmp_path):
+    """Two "hosts" told apart by TORCH_TPU_DIST_HOST_ID (loopback between them): ranks 0, 1 |
+    2, 3 as torchrun numbers them, or 0, 2 | 1, 3. Either way all_gather_into_tensor and
+    reduce_scatter_tensor (and coalesced) give the right pieces at every rank's place and go
+    through the hosts' leaders, never the Gloo group of all ranks."""
+    host = (lambda r: r // 2) if layout == "host_by_host" else (lambda r: r % 2)
+    results = run_ok("hier_gathers", "strict", 4, tmp_path, timeout=300,
+                     env={"GLOO_SOCKET_IFNAME": "lo", "TPU_DIST_TEST_TIMEOUT": "240"},
+                     rank_env=lambda r: {"TORCH_TPU_DIST_HOST_ID": f"host{host(r)}"})
+    for res in results:
+        st = res["stats_gathers"]
+        assert st["hierarchical_all_gathers"] >= 13 and st["hierarchical_reduce_scatters"] >= 24, st
+        assert st["gloo_calls"] == 0 and st["shm_collectives"] == 0, st
 
 
 def test_errors_on_every_rank_and_a_dead_rank(tmp_path):

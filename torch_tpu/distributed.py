@@ -54,13 +54,13 @@ def _create(store, rank, size, timeout):
     if rank in leaders:
         gloo_leaders = ProcessGroupGloo(PrefixStore("tpu_dist/gloo_leaders", store),
                                         leaders.index(rank), len(leaders), timeout)
-    # Hierarchical all_gather / reduce_scatter need each host's ranks to form one block of the
-    # gathered tensor: hosts of equal size with consecutive ranks (torchrun's numbering).
+    # Hierarchical all_gather / reduce_scatter need hosts of equal size; they take the ranks
+    # host by host (hosts in the order of their first rank), reordering the pieces where that
+    # is not 0 .. size - 1 (torchrun numbers ranks host by host, so usually it is).
     groups = [[r for r in range(size) if hosts[r] == hosts[lead]] for lead in leaders]
-    blocked = len({len(g) for g in groups}) == 1 and all(
-        g == list(range(g[0], g[0] + len(g))) for g in groups)
+    host_order = [r for g in groups for r in g] if len({len(g) for g in groups}) == 1 else []
     return _C._create_tpu_dist_backend(store, rank, size, timeout, local, gloo_all, gloo_leaders,
-                                       blocked)
+                                       host_order)
 
 
 def stats():

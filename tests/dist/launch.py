@@ -23,9 +23,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(module, args, world, out_dir, timeout=180, env=None):
-    """Runs `python -m module *args` in `world` ranks. Returns (exit codes, outputs, per-rank
-    JSON results or None)."""
+def run(module, args, world, out_dir, timeout=180, env=None, rank_env=None):
+    """Runs `python -m module *args` in `world` ranks (`rank_env(r)`: variables of rank r
+    alone). Returns (exit codes, outputs, per-rank JSON results or None)."""
     port = free_port()
     procs = []
     for r in range(world):
@@ -35,6 +35,7 @@ def run(module, args, world, out_dir, timeout=180, env=None):
                   "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
         e.update(WORKER_ENV)
         e.update(env or {})
+        e.update(rank_env(r) if rank_env else {})
         procs.append(subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))

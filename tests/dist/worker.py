@@ -429,6 +429,17 @@ def scenario_hier(rank, world, out):
     on the Gloo group of all ranks), then FSDP2 on the GPT against one process."""
     import torch_tpu.distributed as td
 
+    gathers = scenario_hier_gathers(rank, world, out)
+    figures = scenario_fsdp(rank, world, out)
+    figures["stats"] = td.stats()
+    figures["stats_gathers"] = gathers["stats_gathers"]
+    return figures
+
+
+def scenario_hier_gathers(rank, world, out):
+    """The gathers and reductions of scenario_hier alone."""
+    import torch_tpu.distributed as td
+
     dev = torch.device("tpu", 0)
     before = td.stats()
     for dt in (torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool):
@@ -480,10 +491,7 @@ def scenario_hier(rank, world, out):
              "coalesced reduce_scatter_tensor")
     after = td.stats()
     assert after["gloo_calls"] == before["gloo_calls"], (before, after)
-    figures = scenario_fsdp(rank, world, out)
-    figures["stats"] = td.stats()
-    figures["stats_gathers"] = {k: after[k] - before[k] for k in after}
-    return figures
+    return {"stats_gathers": {k: after[k] - before[k] for k in after}}
 
 
 def scenario_tp(rank, world, out):

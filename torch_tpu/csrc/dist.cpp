@@ -243,13 +243,16 @@ class TpuDistBackend final : public c10d::Backend {
   // local_ranks: empty when every rank is on this host; otherwise the global
   // ranks on this host (the first is its leader), with `gloo_all` a Gloo group
   // of all ranks and `gloo_leaders` one of the hosts' leaders (this rank's when
-  // it leads, else null). `blocked`: every host has the same number of ranks,
-  // consecutive ones (as torchrun numbers them), so that host h's ranks'
-  // pieces of a gathered or scattered tensor form its block h.
+  // it leads, else null). `host_order`: when every host has the same number
+  // of ranks, all ranks host by host (host h's ranks, ascending, are entries
+  // h * L .. h * L + L - 1; hosts in the order of their first rank), else
+  // empty. Hierarchical gathers need it; when it is 0, 1, ..., W - 1 (as
+  // torchrun numbers ranks) host h's pieces of a gathered or scattered tensor
+  // are its block h and need no reordering.
   TpuDistBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                  std::chrono::milliseconds timeout, std::vector<int64_t> local_ranks,
                  c10::intrusive_ptr<c10d::Backend> gloo_all,
-                 c10::intrusive_ptr<c10d::Backend> gloo_leaders, bool blocked)
+                 c10::intrusive_ptr<c10d::Backend> gloo_leaders, std::vector<int64_t> host_order)
       : Backend(rank, size),
         gloo_all_(std::move(gloo_all)),
         gloo_leaders_(std::move(gloo_leaders)) {
@@ -264,10 +267,22 @@ class TpuDistBackend final : public c10d::Backend {
                          local_ranks.begin());
       TORCH_CHECK(local_rank < local_size, "tpu_dist: rank ", rank, " is not among its host's");
       key += "/" + std::to_string(local_ranks[0]);
-      blocked_ = blocked && size % local_size == 0 && local_ranks[0] % local_size == 0;
       local_size_ = local_size;
       local_rank_ = local_rank;
-      host_ = (int)(local_ranks[0] / local_size);
+      if ((int)host_order.size() == size && size % local_size == 0) {
+        auto at = std::find(host_order.begin(), host_order.end(), local_ranks[0]);
+        const int64_t first = at - host_order.begin();
+        TORCH_CHECK(at != host_order.end() && first % local_size == 0 &&
+                        std::equal(local_ranks.begin(), local_ranks.end(), at),
+                    "tpu_dist: this host's ranks are not one block of the host order");
+        hier_gathers_ = true;
+        host_ = (int)(first / local_size);
+        for (int64_t i = 0; i < size; i++)
+          if (host_order[i] != i) {  // not host by host: gathers reorder the blocks
+            order_.assign(host_order.begin(), host_order.end());
+            break;
+          }
+      }
     }
     std::string name;
     if (local_rank == 0) {
@@ -417,7 +432,7 @@ class TpuDistBackend final : public c10d::Backend {
     checked(out, "all_gather_into_tensor");
     check_split(out, in, "all_gather_into_tensor");
     const int W = getSize();
-    if (multi_ && blocked_)
+    if (multi_ && hier_gathers_)
       return launch("all_gather_into_tensor", OpType::_ALLGATHER_BASE,
                     {{in, true, false}, {out, false, true}}, {out},
                     [m = meta(in), hi = hier(), type = in.scalar_type()](
@@ -451,7 +466,7 @@ class TpuDistBackend final : public c10d::Backend {
     }
     std::vector<at::Tensor> ins = inputs;
     const int W = getSize();
-    if (multi_ && blocked_)
+    if (multi_ && hier_gathers_)
       return launch("all_gather_into_tensor_coalesced", OpType::COALESCED, std::move(bufs),
                     outputs,
                     [ms = metas(ins), hi = hier(), types = types_of(ins)](
@@ -610,7 +625,7 @@ class TpuDistBackend final : public c10d::Backend {
     checked(in, "reduce_scatter_tensor");
     checked(out, "reduce_scatter_tensor");
     check_split(in, out, "reduce_scatter_tensor");
-    if (multi_ && blocked_) {
+    if (multi_ && hier_gathers_) {
       tpu_dist_redop_t intra;
       double fi;
       c10d::ReduceScatterOptions lo = opts;
@@ -651,7 +666,7 @@ class TpuDistBackend final : public c10d::Backend {
     }
     std::vector<at::Tensor> outs = outputs;
     const int W = getSize();
-    if (multi_ && blocked_) {
+    if (multi_ && hier_gathers_) {
       tpu_dist_redop_t intra;
       double fi;
       c10d::ReduceScatterOptions lo = opts;
@@ -863,11 +878,15 @@ class TpuDistBackend final : public c10d::Backend {
   // What a queued hierarchical collective needs to know of the layout: L ranks
   // per host, this rank's place among them (lr), its host h of H, and the
   // leaders' Gloo group (this rank's when it leads, else null).
+  // `order`: the ranks host by host when that is not 0 .. W - 1, else empty.
   struct Hier {
     int L, lr, h, H;
     c10::intrusive_ptr<c10d::Backend> leaders;
+    std::vector<int64_t> order;
   };
-  Hier hier() const { return {local_size_, local_rank_, host_, getSize() / local_size_, gloo_leaders_}; }
+  Hier hier() const {
+    return {local_size_, local_rank_, host_, getSize() / local_size_, gloo_leaders_, order_};
+  }
 
   // A leader's Gloo call failed: its host's ranks wait for it in the next step
   // over shared memory, so the segment is aborted and they fail too.
@@ -898,27 +917,38 @@ class TpuDistBackend final : public c10d::Backend {
   // all_gather_into_tensor across hosts: the host's pieces gathered into its
   // leader's output, where they form block h (shared memory); the blocks
   // exchanged between the leaders (Gloo, on CPU views); the whole result
-  // broadcast to the host's ranks (shared memory).
+  // broadcast to the host's ranks (shared memory). When ranks are not numbered
+  // host by host, the leader gathers in host order into a staging tensor and
+  // then puts each piece at its rank's place.
   static tpu_status_t hier_all_gather(tpu_dist_comm_t* c, const Hier& hi, const void* in,
                                       void* out, const Meta& m, c10::ScalarType type) {
     g_stats.hierarchical_all_gathers++;
     if (m.n == 0) return TPU_OK;
     const size_t piece = (size_t)m.n * m.es;
     const int64_t total = (int64_t)hi.H * hi.L * m.n;
-    unsigned char* block = (unsigned char*)out + (size_t)hi.h * hi.L * piece;
+    auto opt = at::TensorOptions().dtype(type);
+    at::Tensor staged;
+    unsigned char* host_major = (unsigned char*)out;
+    if (!hi.order.empty() && hi.lr == 0) {
+      staged = at::empty({total}, opt);
+      host_major = (unsigned char*)staged.data_ptr();
+    }
+    unsigned char* block = host_major + (size_t)hi.h * hi.L * piece;
     std::vector<void*> outs(hi.L);
     for (int l = 0; l < hi.L; l++) outs[l] = block + l * piece;
     TPU_RETURN_IF_ERROR(tpu_dist_gather(c, in, hi.lr == 0 ? outs.data() : nullptr, m.n, m.dt, 0));
     if (hi.leaders) {
       try {
-        auto opt = at::TensorOptions().dtype(type);
-        at::Tensor all = at::from_blob(out, {total}, opt);
+        at::Tensor all = at::from_blob(host_major, {total}, opt);
         at::Tensor mine = at::from_blob(block, {(int64_t)hi.L * m.n}, opt);
         hi.leaders->_allgather_base(all, mine)->wait();
       } catch (const std::exception& e) {
         return leaders_failed(c, "all_gather_into_tensor", e);
       }
     }
+    if (staged.defined())
+      for (size_t j = 0; j < hi.order.size(); j++)
+        memcpy((unsigned char*)out + (size_t)hi.order[j] * piece, host_major + j * piece, piece);
     return tpu_dist_broadcast(c, out, total, m.dt, 0);
   }
 
@@ -946,6 +976,13 @@ class TpuDistBackend final : public c10d::Backend {
     TPU_RETURN_IF_ERROR(tpu_dist_reduce(c, buf, total, o.dt, intra, fi, 0));
     std::vector<const void*> ins;
     if (hi.leaders) {
+      if (!hi.order.empty()) {  // host h's ranks' pieces made block h, in host order
+        at::Tensor reordered = at::empty({total}, opt);
+        for (size_t j = 0; j < hi.order.size(); j++)
+          memcpy((unsigned char*)reordered.data_ptr() + j * piece,
+                 (const unsigned char*)acc.data_ptr() + (size_t)hi.order[j] * piece, piece);
+        acc = reordered;
+      }
       try {
         part = at::empty({(int64_t)hi.L * o.n}, opt);
         c10d::ReduceScatterOptions lo = between;
@@ -1128,7 +1165,8 @@ class TpuDistBackend final : public c10d::Backend {
   std::map<std::pair<int, int>, int64_t> streams_;  // (device, lane) -> stream id
   std::map<int, bool> addressable_;                 // device -> host-addressable memory
   bool multi_ = false;                              // ranks on several hosts
-  bool blocked_ = false;  // hosts of equal size with consecutive ranks (hierarchical gathers)
+  bool hier_gathers_ = false;  // hosts of equal size: hierarchical gathers
+  std::vector<int64_t> order_;  // ranks host by host, when that is not 0 .. W - 1
   int local_size_ = 0, local_rank_ = 0, host_ = 0;  // this host's ranks, this rank among them
   c10::intrusive_ptr<c10d::Backend> gloo_all_, gloo_leaders_;
 };
@@ -1141,16 +1179,18 @@ void add_dist_bindings(py::module& m) {
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
          std::chrono::milliseconds timeout, std::vector<int64_t> local_ranks,
          std::optional<c10::intrusive_ptr<c10d::Backend>> gloo_all,
-         std::optional<c10::intrusive_ptr<c10d::Backend>> gloo_leaders, bool blocked)
+         std::optional<c10::intrusive_ptr<c10d::Backend>> gloo_leaders,
+         std::vector<int64_t> host_order)
           -> c10::intrusive_ptr<c10d::Backend> {
         return c10::make_intrusive<TpuDistBackend>(
             store, rank, size, timeout, std::move(local_ranks),
             gloo_all ? *gloo_all : c10::intrusive_ptr<c10d::Backend>(),
-            gloo_leaders ? *gloo_leaders : c10::intrusive_ptr<c10d::Backend>(), blocked);
+            gloo_leaders ? *gloo_leaders : c10::intrusive_ptr<c10d::Backend>(),
+            std::move(host_order));
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
       py::arg("local_ranks") = std::vector<int64_t>{}, py::arg("gloo_all") = py::none(),
-      py::arg("gloo_leaders") = py::none(), py::arg("blocked") = false,
+      py::arg("gloo_leaders") = py::none(), py::arg("host_order") = std::vector<int64_t>{},
       py::call_guard<py::gil_scoped_release>());
   // what ran where in this process: collectives over shared memory only (of
   // which direct_collectives copied straight between the ranks' buffers),
