@@ -140,6 +140,43 @@ static bool lower_convolution_2(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* _scaled_mm(self, mat2, scale_a, scale_b, bias, scale_result, out_dtype,
+ * use_fast_accum) with float8 operands and float32 scales, one per tensor or
+ * one per row of A / column of B, as PyTorch CPU computes it (the host
+ * kernel's comment, targets/host/kernels/scaled_mm.c): the decoded values
+ * times their scales in float32, a float32 product (HIGHEST: the operands are
+ * no longer bfloat16-exact), the bias added in float32, a float8 result
+ * divided by scale_result, one rounding to the output dtype. Block scales
+ * (MX / NVFP4) and float4 operands are left to the fallback's error. */
+static bool lower_scaled_mm(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0) || !is_tensor(n, 1) || !is_tensor(n, 2) || !is_tensor(n, 3)) return false;
+  const tpu_tensor_t *ta = c->args[0].v.t, *tb = c->args[1].v.t;
+  const tpu_tensor_t *tsa = c->args[2].v.t, *tsb = c->args[3].v.t;
+  if (ta->ndim != 2 || tb->ndim != 2 || ta->dtype == TPU_F4E2M1FNX2 || tsa->dtype != TPU_F32 ||
+      tsb->dtype != TPU_F32)
+    return false;
+  const int64_t m = ta->sizes[0], k = ta->sizes[1], nn = tb->sizes[1];
+  const int64_t na = tpu_tensor_numel(tsa), nb = tpu_tensor_numel(tsb);
+  if ((na != 1 && na != m) || (nb != 1 && nb != nn)) return false;
+  ref_t a = convert(e, arg(n, 0), TPU_F32), b = convert(e, arg(n, 1), TPU_F32);
+  ref_t sa = reshape(e, arg(n, 2), na == 1 ? 0 : 1, (int64_t[]){m});
+  ref_t sb = reshape(e, arg(n, 3), nb == 1 ? 0 : 1, (int64_t[]){nn});
+  a = binop(e, "stablehlo.multiply", a, bcast_dims(e, sa, 2, (int64_t[]){m, k}, (int64_t[]){0}));
+  b = binop(e, "stablehlo.multiply", b, bcast_dims(e, sb, 2, (int64_t[]){k, nn}, (int64_t[]){1}));
+  ref_t r = dot_general(e, a, b, 0, 1, 0, mkref(TPU_F32, 2, (int64_t[]){m, nn}), TPU_PRECISION_HIGHEST);
+  if (is_tensor(n, 4))
+    r = binop(e, "stablehlo.add", r,
+              bcast_dims(e, reshape(e, convert(e, arg(n, 4), TPU_F32), 1, (int64_t[]){nn}), 2,
+                         (int64_t[]){m, nn}, (int64_t[]){1}));
+  if (is_tensor(n, 5) && (odt == TPU_F8E4M3FN || odt == TPU_F8E5M2)) {
+    ref_t inv = binop(e, "stablehlo.divide", cst(e, TPU_F32, 1.0), reshape(e, arg(n, 5), 0, NULL));
+    r = binop(e, "stablehlo.multiply", r, bcast(e, inv, 2, (int64_t[]){m, nn}));
+  }
+  outs[0] = convert(e, r, odt);
+  return true;
+}
+
 /* the former chain tried these in turn; the first that lowers wins */
 static bool lower_convolution_any(node_t* n, const char* base, ref_t* outs) {
   return lower_convolution(n, base, outs) || lower_convolution_2(n, base, outs);
@@ -148,6 +185,7 @@ static bool lower_convolution_any(node_t* n, const char* base, ref_t* outs) {
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
     {"_convolution", lower_convolution_any},
+    {"_scaled_mm", lower_scaled_mm},
     {"addmm", lower_mm},
     {"addmv", lower_mm},
     {"baddbmm", lower_mm},

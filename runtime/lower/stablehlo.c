@@ -49,8 +49,15 @@ static const char* elt_type(tpu_dtype_t dt) { return tpu_lower_elt_type(dt); }
 
 const char* tpu_lower_elt_type(tpu_dtype_t dt) {
   switch ((int)dt) {
-    case 28: return "ui32"; /* lower/random.c's word types (PyTorch's uint32/uint64 codes) */
-    case 29: return "ui64";
+    case TPU_U16: return "ui16";
+    case TPU_U32: return "ui32";
+    case TPU_U64: return "ui64";
+    case TPU_F8E5M2: return "f8E5M2";
+    case TPU_F8E4M3FN: return "f8E4M3FN";
+    case TPU_F8E5M2FNUZ: return "f8E5M2FNUZ";
+    case TPU_F8E4M3FNUZ: return "f8E4M3FNUZ";
+    case TPU_F8E8M0FNU: return "f8E8M0FNU";
+    case TPU_F4E2M1FNX2: return "ui8"; /* two codes a byte, moved as bytes */
     case TPU_F32: return "f32";
     case TPU_F64: return "f64";
     case TPU_F16: return "f16";
@@ -222,8 +229,70 @@ ref_t bcast(em_t* e, ref_t a, int nd, const int64_t* sz) {
   return bcast_dims(e, a, nd, sz, dims);
 }
 
+static ref_t bitcast(em_t* e, ref_t a, tpu_dtype_t dt) {
+  return emit(e, "stablehlo.bitcast_convert", 1, &a, mkref(dt, a.nd, a.sz), NULL);
+}
+
+static ref_t u32_op(em_t* e, const char* op, ref_t a, uint32_t v) {
+  return binop(e, op, a, cst_like(e, TPU_U32, (double)v, a.nd, a.sz));
+}
+
+/* float32 -> e8m0fnu with PyTorch's rule (tpu/float8.h): the exponent field,
+ * one up when the mantissa's top bit is set and a lower bit or the exponent
+ * field is nonzero; the sign ignored; NaN and infinities 0xff. A plain
+ * convert would give NaN for zero and negative numbers. */
+static ref_t f32_to_e8m0(em_t* e, ref_t x) {
+  ref_t u = bitcast(e, x, TPU_U32);
+  ref_t ex = u32_op(e, "stablehlo.and", u32_op(e, "stablehlo.shift_right_logical", u, 23), 0xff);
+  ref_t zero = cst_like(e, TPU_U32, 0, x.nd, x.sz);
+  ref_t top = compare(e, "NE", u32_op(e, "stablehlo.and", u, 0x400000u), zero);
+  ref_t low = compare(e, "NE", u32_op(e, "stablehlo.and", u, 0x3fffffu), zero);
+  ref_t up = binop(e, "stablehlo.and", top, binop(e, "stablehlo.or", low, compare(e, "NE", ex, zero)));
+  ref_t code = binop(e, "stablehlo.add", ex, convert(e, up, TPU_U32));
+  code = select3(e, compare(e, "EQ", ex, cst_like(e, TPU_U32, 0xff, x.nd, x.sz)), ex, code);
+  return bitcast(e, convert(e, code, TPU_U8), TPU_F8E8M0FNU);
+}
+
+/* float32 -> a float8 format as PyTorch converts (tpu/float8.h): e4m3fn
+ * saturates at +-448 (infinities too) where a plain convert gives NaN, and a
+ * NaN keeps its sign in the formats that have signed NaNs. e8m0fnu above. */
+static ref_t f32_to_f8(em_t* e, ref_t x, tpu_dtype_t dt) {
+  if (dt == TPU_F8E8M0FNU) return f32_to_e8m0(e, x);
+  ref_t v = x;
+  if (dt == TPU_F8E4M3FN)
+    v = select3(e, compare(e, "NE", x, x), x,
+                emit(e, "stablehlo.clamp", 3,
+                     (ref_t[]){cst_like(e, TPU_F32, -448.0, x.nd, x.sz), x,
+                               cst_like(e, TPU_F32, 448.0, x.nd, x.sz)},
+                     mkref(TPU_F32, x.nd, x.sz), NULL));
+  ref_t r = emit(e, "stablehlo.convert", 1, &v, mkref(dt, x.nd, x.sz), NULL);
+  if (dt != TPU_F8E4M3FN && dt != TPU_F8E5M2) return r; /* fnuz: one NaN, 0x80 */
+  /* NaN: sign | 0x7f, as PyTorch (a convert's NaN need not keep the sign) */
+  ref_t sign = u32_op(e, "stablehlo.shift_right_logical",
+                      u32_op(e, "stablehlo.and", bitcast(e, x, TPU_U32), 0x80000000u), 24);
+  ref_t nan = convert(e, u32_op(e, "stablehlo.or", sign, 0x7f), TPU_U8);
+  /* chosen between the bytes: XLA's CPU backend computes a select on float8
+   * in a wider float, whose NaN comes back unsigned */
+  return bitcast(e, select3(e, compare(e, "NE", x, x), nan, bitcast(e, r, TPU_U8)), dt);
+}
+
+static bool is_f8(tpu_dtype_t dt) {
+  return dt == TPU_F8E5M2 || dt == TPU_F8E4M3FN || dt == TPU_F8E5M2FNUZ || dt == TPU_F8E4M3FNUZ ||
+         dt == TPU_F8E8M0FNU;
+}
+
 ref_t convert(em_t* e, ref_t a, tpu_dtype_t dt) {
   if (a.dt == dt) return a;
+  if (is_f8(dt)) /* PyTorch converts through float32 */
+    return f32_to_f8(e, convert(e, a, TPU_F32), dt);
+  if (is_f8(a.dt) && !tpu_dtype_is_float(dt) && dt != TPU_F32) /* to integers through float32 */
+    return convert(e, convert(e, a, TPU_F32), dt);
+  /* floats to integers narrower than 64 bits as PyTorch CPU: truncated to
+   * int64, then the low bits (300.0 -> uint8 44, -3.0 -> 253), where a plain
+   * convert saturates */
+  if (tpu_dtype_is_float(a.dt) && dt != TPU_BOOL && !tpu_dtype_is_float(dt) && dt != TPU_I64 &&
+      dt != TPU_U64)
+    return convert(e, convert(e, a, TPU_I64), dt);
   return emit(e, "stablehlo.convert", 1, &a, mkref(dt, a.nd, a.sz), NULL);
 }
 
@@ -256,7 +325,9 @@ ref_t unop(em_t* e, const char* op, ref_t a) { return emit(e, op, 1, &a, a, NULL
 
 static const char* cmp_type(tpu_dtype_t dt) {
   if (tpu_dtype_is_float(dt)) return "FLOAT";
-  return dt == TPU_U8 || dt == TPU_BOOL ? "UNSIGNED" : "SIGNED";
+  return dt == TPU_U8 || dt == TPU_U16 || dt == TPU_U32 || dt == TPU_U64 || dt == TPU_BOOL
+             ? "UNSIGNED"
+             : "SIGNED";
 }
 
 ref_t compare(em_t* e, const char* dir, ref_t a, ref_t b) {

@@ -311,13 +311,26 @@ int tpu_pjrt_element_type(tpu_dtype_t dt) {
     case TPU_BF16: return PJRT_Buffer_Type_BF16;
     case TPU_F32: return PJRT_Buffer_Type_F32;
     case TPU_F64: return PJRT_Buffer_Type_F64;
+    case TPU_U16: return PJRT_Buffer_Type_U16;
+    case TPU_U32: return PJRT_Buffer_Type_U32;
+    case TPU_U64: return PJRT_Buffer_Type_U64;
+    case TPU_F8E5M2: return PJRT_Buffer_Type_F8E5M2;
+    case TPU_F8E4M3FN: return PJRT_Buffer_Type_F8E4M3FN;
+    case TPU_F8E5M2FNUZ: return PJRT_Buffer_Type_F8E5M2FNUZ;
+    case TPU_F8E4M3FNUZ: return PJRT_Buffer_Type_F8E4M3FNUZ;
+    case TPU_F8E8M0FNU: return PJRT_Buffer_Type_F8E8M0FNU;
+    /* two float4 codes a byte: moved as bytes (PyTorch does no arithmetic on it) */
+    case TPU_F4E2M1FNX2: return PJRT_Buffer_Type_U8;
     default: return -1;
   }
 }
 
 static tpu_dtype_t dtype_of(PJRT_Buffer_Type t) {
-  static const tpu_dtype_t all[] = {TPU_BOOL, TPU_U8, TPU_I8, TPU_I16, TPU_I32,
-                                    TPU_I64,  TPU_F16, TPU_BF16, TPU_F32, TPU_F64};
+  static const tpu_dtype_t all[] = {TPU_BOOL,     TPU_U8,       TPU_I8,         TPU_I16,
+                                    TPU_I32,      TPU_I64,      TPU_F16,        TPU_BF16,
+                                    TPU_F32,      TPU_F64,      TPU_U16,        TPU_U32,
+                                    TPU_U64,      TPU_F8E5M2,   TPU_F8E4M3FN,   TPU_F8E5M2FNUZ,
+                                    TPU_F8E4M3FNUZ, TPU_F8E8M0FNU};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (tpu_pjrt_element_type(all[i]) == (int)t) return all[i];
   return TPU_DTYPE_NONE;
