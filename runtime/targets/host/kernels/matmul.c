@@ -132,7 +132,14 @@ typedef struct {
   int64_t esz;             /* bytes per element */
   int64_t nb, nr, nc;      /* sizes: batch, rows, columns */
   int64_t sb, sr, sc;      /* strides in elements */
+  /* float4_e2m1fn_x2 (two values a byte, the low nibble first): the dim that
+   * holds the pairs, MAT_PAIRS_ROWS (B, K along rows) or MAT_PAIRS_COLS (A);
+   * its size counts values and its stride is the byte stride of a pair.
+   * Only the packers read such an operand. */
+  int pairs;
 } mat_t;
+
+enum { MAT_PAIRS_NONE = 0, MAT_PAIRS_ROWS = 1, MAT_PAIRS_COLS = 2 };
 
 typedef struct {
   int64_t batch, m, n, k;
@@ -144,8 +151,16 @@ typedef struct {
   const tpu_gemm_scale_t* scale[2]; /* a's (by row), b's (by column) while packing, or NULL */
 } gemm_t;
 
+/* Element offset of (b, r, c); for a float4 operand, of the byte holding
+ * it (a packed run starts at an even index of the pairs' dim). */
+static inline int64_t mat_offset(const mat_t* x, int64_t b, int64_t r, int64_t c) {
+  if (x->pairs == MAT_PAIRS_ROWS) r /= 2;
+  else if (x->pairs == MAT_PAIRS_COLS) c /= 2;
+  return b * x->sb + r * x->sr + c * x->sc;
+}
+
 static inline char* mat_ptr(const mat_t* x, int64_t b, int64_t r, int64_t c) {
-  return x->data + (b * x->sb + r * x->sr + c * x->sc) * x->esz;
+  return x->data + mat_offset(x, b, r, c) * x->esz;
 }
 
 /* Views t (2-d, or 3-d when batched) as a mat_t; size-1 dims get stride 0
@@ -191,7 +206,7 @@ static bool mat_broadcast(mat_t* x, const tpu_tensor_t* t, int64_t nb, int64_t n
 static void mat_span(const mat_t* x, uintptr_t* lo, uintptr_t* hi) {
   *lo = *hi = (uintptr_t)x->data;
   if (x->nb == 0 || x->nr == 0 || x->nc == 0) return;
-  int64_t last = (x->nb - 1) * x->sb + (x->nr - 1) * x->sr + (x->nc - 1) * x->sc;
+  const int64_t last = mat_offset(x, x->nb - 1, x->nr - 1, x->nc - 1);
   *hi = (uintptr_t)(x->data + (last + 1) * x->esz);
 }
 
@@ -345,11 +360,56 @@ static void expand_run(float* dst, const float* src, int64_t n, const gemm_xform
     for (int p = 0; p < np; p++) dst[k * np + p] = gemm_xform(xf[p], src[k]);
 }
 
+/* float4 e2m1 codes as float32, tpu_f4e2m1_to_f32's values as a table: the
+ * sign is data, not a branch (random codes would mispredict half of them). */
+static const float k_f4_values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                      -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+/* n float4 values (two a byte along K, the low nibble first) of a run whose
+ * first value is nibble `ph` (0 low, 1 high) of the byte at p, the pairs
+ * `stride` bytes apart. */
+static void load_f4_run(float* dst, const uint8_t* p, int64_t stride, int64_t ph, int64_t n) {
+  int64_t i = 0;
+  if (ph && n > 0) dst[i++] = k_f4_values[p[0] >> 4];
+  const uint8_t* q = p + ph * stride;
+  for (; i + 1 < n; i += 2, q += stride) {
+    dst[i] = k_f4_values[*q & 15];
+    dst[i + 1] = k_f4_values[*q >> 4];
+  }
+  if (i < n) dst[i] = k_f4_values[*q & 15];
+}
+
+/* Nibble `hi` (0 low, 1 high) of n consecutive bytes at p, as float4
+ * values: one step of n lines stored next to each other. */
+static void load_f4_nibble(float* dst, const uint8_t* p, int hi, int64_t n) {
+  const int shift = hi * 4;
+  for (int64_t i = 0; i < n; i++) dst[i] = k_f4_values[(p[i] >> shift) & 15];
+}
+
+/* line[k] *= the scale of step k0 + k (k < kc) of the line whose scales
+ * start at sv: one multiply per value, the scale looked up once a block. */
+static void scale_run(float* line, const float* sv, const tpu_gemm_scale_t* sc, int64_t k0,
+                      int64_t kc) {
+  if (sc->sk == 0) {
+    const float s = sv[0];
+    for (int64_t k = 0; k < kc; k++) line[k] *= s;
+    return;
+  }
+  for (int64_t k = 0; k < kc;) {
+    const int64_t kb = (k0 + k) / sc->blk, end = min64(kc, (kb + 1) * sc->blk - k0);
+    const float s = sv[kb * sc->sk];
+    for (; k < end; k++) line[k] *= s;
+  }
+}
+
 /* Packs `lines` lines of kc steps (line l, step k at src + (l * sl + k *
  * sk) elements of x) into panels of w lines, as gemm_ukernel_t.pack_f32
  * describes. Float32 layouts the micro-kernel's packer knows go there; any
  * other dtype or layout converts one run at a time through `line`
- * (max(kc, w) floats). */
+ * (max(kc, w) floats): float8 and float4 codes are decoded there, and
+ * multiplied by their scales (sc) when the operand has them. For a float4
+ * operand src is the byte holding step k0 (of the line l0 the scales count
+ * from) and sk the byte stride of a pair of steps. */
 static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, const char* src,
                         int64_t sl, int64_t sk, int64_t lines, int64_t kc, int w,
                         const gemm_xform_t* xf, int np, float* line, const tpu_gemm_scale_t* sc,
@@ -357,6 +417,8 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
   if (!sc && x->dt == TPU_F32 && uk->pack_f32 &&
       uk->pack_f32(dst, (const float*)src, sl, sk, lines, kc, w, xf, np))
     return;
+  const bool f4 = x->pairs != MAT_PAIRS_NONE;
+  const int64_t ph = k0 & 1; /* float4: nibble of the first step */
   const int64_t kcp = kc * np;
   for (int64_t q0 = 0; q0 < lines; q0 += w) {
     const int64_t rows = min64(w, lines - q0);
@@ -365,7 +427,11 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
     if (rows < w) memset(d, 0, sizeof(float) * (size_t)(w * kcp));
     if (sl == 1 && sk != 1) { /* lines contiguous at each step */
       for (int64_t k = 0; k < kc; k++) {
-        tpu_run_load_f32(line, 1, s + k * sk * x->esz, 1, x->dt, rows);
+        if (f4)
+          load_f4_nibble(line, (const uint8_t*)s + ((ph + k) >> 1) * sk, (int)((ph + k) & 1),
+                         rows);
+        else
+          tpu_run_load_f32(line, 1, s + k * sk * x->esz, 1, x->dt, rows);
         if (sc) { /* decoded values times their scales, rounded to float32 */
           const float* sv = sc->s + ((k0 + k) / sc->blk) * sc->sk + (l0 + q0) * sc->sl;
           for (int64_t l = 0; l < rows; l++) line[l] *= sv[l * sc->sl];
@@ -375,11 +441,11 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
       }
     } else {
       for (int64_t l = 0; l < rows; l++) {
-        tpu_run_load_f32(line, 1, s + l * sl * x->esz, sk, x->dt, kc);
-        if (sc) {
-          const float* sv = sc->s + (l0 + q0 + l) * sc->sl;
-          for (int64_t k = 0; k < kc; k++) line[k] *= sv[((k0 + k) / sc->blk) * sc->sk];
-        }
+        if (f4)
+          load_f4_run(line, (const uint8_t*)s + l * sl, sk, ph, kc);
+        else
+          tpu_run_load_f32(line, 1, s + l * sl * x->esz, sk, x->dt, kc);
+        if (sc) scale_run(line, sc->s + (l0 + q0 + l) * sc->sl, sc, k0, kc);
         for (int64_t k = 0; k < kc; k++)
           for (int p = 0; p < np; p++) d[(k * np + p) * w + l] = gemm_xform(xf[p], line[k]);
       }
@@ -795,7 +861,8 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   if (!g->has_product) return fill_float(g);
   const gemm_passes_t ps = gemm_passes(g);
   const double work = (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
-  if ((g->m == 1 || g->n == 1) && !g->scale[0] && !g->scale[1]) return gemv_float(g, &ps, work);
+  if ((g->m == 1 || g->n == 1) && !g->scale[0] && !g->scale[1] && !g->a.pairs && !g->b.pairs)
+    return gemv_float(g, &ps, work);
   fgemm_t f = {0};
   f.g = g;
   f.uk = pick_ukernel();
@@ -1030,13 +1097,24 @@ tpu_status_t tpu_gemm_scaled(const tpu_tensor_t* a, const tpu_tensor_t* b, const
                              const tpu_tensor_t* bias) {
   const tpu_tensor_t* ops[3] = {a, b, c};
   for (int i = 0; i < 3; i++)
-    if (!ops[i] || ops[i]->ndim != 2 || !tpu_dtype_is_float(ops[i]->dtype) ||
+    if (!ops[i] || ops[i]->ndim != 2 ||
+        !(tpu_dtype_is_float(ops[i]->dtype) || (i < 2 && ops[i]->dtype == TPU_F4E2M1FNX2)) ||
         ops[i]->dtype == TPU_F64)
       return TPU_ERR(INVALID_ARGUMENT, "scaled matmul: operand %d must be a float matrix", i);
   gemm_t g = {0};
   mat_from(&g.a, a, false);
   mat_from(&g.b, b, false);
   mat_from(&g.c, c, false);
+  if (a->dtype == TPU_F4E2M1FNX2) { /* K counts values: two a byte */
+    g.a.pairs = MAT_PAIRS_COLS;
+    g.a.nc *= 2;
+    g.a.sc = a->strides[1];
+  }
+  if (b->dtype == TPU_F4E2M1FNX2) {
+    g.b.pairs = MAT_PAIRS_ROWS;
+    g.b.nr *= 2;
+    g.b.sr = b->strides[0];
+  }
   g.batch = 1;
   g.m = g.a.nr;
   g.k = g.a.nc;

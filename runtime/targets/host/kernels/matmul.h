@@ -42,8 +42,11 @@ typedef struct tpu_gemm_scale {
 
 /* c = (a * sa) @ (b * sb) + bias, 2-D, with float32 products and sums (the
  * precision mode does not apply), rounded once to c's dtype; a and b any float
- * dtype but float64 (float8 decodes while packing), sa / sb NULL for none,
- * bias NULL or broadcastable to M x N. c may not overlap the inputs. */
+ * dtype but float64, or float4_e2m1fn_x2 (two values a byte along K: a is
+ * M x K/2 bytes, b K/2 x N); float8 and float4 codes decode while they are
+ * packed, so no float32 copy of an operand is made. sa / sb NULL for none,
+ * bias NULL or broadcastable to M x N. c may not overlap the inputs.
+ * Errors: INVALID_ARGUMENT (dtypes, shapes, overlap), RESOURCE_EXHAUSTED. */
 tpu_status_t tpu_gemm_scaled(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_tensor_t* c,
                              const tpu_gemm_scale_t* sa, const tpu_gemm_scale_t* sb,
                              const tpu_tensor_t* bias);

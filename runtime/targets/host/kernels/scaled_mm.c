@@ -10,9 +10,9 @@
  * blocked_index). The bridge validates the configuration with PyTorch's
  * messages; the checks here only guard the kernel.
  *
- * Float8 operands are decoded inside the GEMM's packing together with their
- * scales (tpu_gemm_scaled); float4 operands, two values a byte along K, are
- * decoded into a float32 copy with their scales first. */
+ * Float8 and float4 operands (float4: two values a byte along K) are decoded
+ * inside the GEMM's packing together with their scales (tpu_gemm_scaled), a
+ * k block of a panel at a time: no float32 copy of an operand is made. */
 #include <stdlib.h>
 
 #include "kernels.h"
@@ -43,27 +43,6 @@ static float* unswizzle(const tpu_tensor_t* s, int64_t rows, int64_t kblocks) {
   return out;
 }
 
-/* A float4 operand decoded with its scales into a row-major float32 matrix
- * of `lines` x k values (line l, step k: element (l, k) of A, or (k, l) of B
- * stored as packed [k / 2, lines] bytes); NULL when out of memory. */
-static float* decode_fp4(const tpu_tensor_t* t, bool is_b, int64_t lines, int64_t k,
-                         const tpu_gemm_scale_t* sc) {
-  float* out = malloc(sizeof(float) * (size_t)(lines * k > 0 ? lines * k : 1));
-  if (!out) return NULL;
-  const uint8_t* base = t->data;
-  const int64_t s_line = is_b ? t->strides[1] : t->strides[0];
-  const int64_t s_k = is_b ? t->strides[0] : t->strides[1];
-  for (int64_t l = 0; l < lines; l++)
-    for (int64_t j = 0; j < k; j++) {
-      const uint8_t byte = base[l * s_line + (j / 2) * s_k];
-      const float v = tpu_f4e2m1_to_f32(j % 2 ? (uint8_t)(byte >> 4) : byte);
-      const float s = sc->s[l * sc->sl + (j / sc->blk) * sc->sk];
-      /* A as [lines, k]; B as [k, lines] so that it stays a K x N matrix */
-      out[is_b ? j * lines + l : l * k + j] = v * s;
-    }
-  return out;
-}
-
 /* _scaled_mm(self, mat2, scale_a, scale_b, bias, scale_result, out_dtype,
  * use_fast_accum) and its out= overload: outs[0] is preallocated M x N. */
 tpu_status_t tpu_k_scaled_mm(const tpu_call_t* c) {
@@ -85,7 +64,7 @@ tpu_status_t tpu_k_scaled_mm(const tpu_call_t* c) {
   if (m == 0 || n == 0) return TPU_OK;
 
   tpu_gemm_scale_t scale[2] = {{0}};
-  float* owned[4] = {NULL, NULL, NULL, NULL}; /* unswizzled scales, decoded fp4 operands */
+  float* owned[2] = {NULL, NULL}; /* unswizzled scales */
   tpu_status_t st = TPU_OK;
   const bool blockwise = sa->dtype == TPU_F8E8M0FNU || sa->dtype == TPU_F8E4M3FN;
   if (blockwise) {
@@ -108,28 +87,13 @@ tpu_status_t tpu_k_scaled_mm(const tpu_call_t* c) {
                    tpu_dtype_name(sa->dtype));
   }
 
-  tpu_tensor_t av = *a, bv = *b;
-  const tpu_gemm_scale_t *sca = &scale[0], *scb = &scale[1];
-  if (fp4) { /* decode with the scales applied; the GEMM then takes float32 */
-    owned[2] = decode_fp4(a, false, m, k, &scale[0]);
-    owned[3] = decode_fp4(b, true, n, k, &scale[1]);
-    if (!owned[2] || !owned[3]) {
-      st = TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for the float4 operands", op);
-      goto done;
-    }
-    const int64_t as[2] = {m, k}, bs[2] = {k, n};
-    tpu_tensor_make_contig(&av, owned[2], TPU_F32, 2, as);
-    tpu_tensor_make_contig(&bv, owned[3], TPU_F32, 2, bs);
-    sca = scb = NULL;
-  }
-
   /* CPU divides a float8 e4m3fn / e5m2 result by scale_result before rounding
    * it: then the sum goes through a float32 buffer */
   float inv = 1.0f;
   if (sr && (out->dtype == TPU_F8E4M3FN || out->dtype == TPU_F8E5M2))
     inv = 1.0f / *(const float*)sr->data;
   if (inv == 1.0f) {
-    st = tpu_gemm_scaled(&av, &bv, out, sca, scb, bias);
+    st = tpu_gemm_scaled(a, b, out, &scale[0], &scale[1], bias);
   } else {
     float* tmp = malloc(sizeof(float) * (size_t)(m * n));
     if (!tmp) {
@@ -139,12 +103,12 @@ tpu_status_t tpu_k_scaled_mm(const tpu_call_t* c) {
     tpu_tensor_t t;
     const int64_t ts[2] = {m, n};
     tpu_tensor_make_contig(&t, tmp, TPU_F32, 2, ts);
-    st = tpu_gemm_scaled(&av, &bv, &t, sca, scb, bias);
+    st = tpu_gemm_scaled(a, b, &t, &scale[0], &scale[1], bias);
     for (int64_t i = 0; i < m * n && !st; i++) tmp[i] *= inv;
     if (!st) st = tpu_copy_strided(out, &t);
     free(tmp);
   }
 done:
-  for (int i = 0; i < 4; i++) free(owned[i]);
+  for (int i = 0; i < 2; i++) free(owned[i]);
   return st;
 }
