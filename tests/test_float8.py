@@ -431,12 +431,16 @@ def _unpack_fp4(packed):
 
 
 @pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4", "nvfp4"])
-def test_scaled_mm_blockwise(fmt):
+@pytest.mark.parametrize("shape", [(40, 128, 136), (3, 1040, 70), (1, 96, 33), (20, 64, 1)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_scaled_mm_blockwise(fmt, shape):
     """MX block scales (block 32 along K, float8_e8m0fnu) and NVFP4's (block 16,
     float8_e4m3fn) in the swizzled layout cuBLAS takes (to_blocked); CPU has no
-    kernel for these, so the reference is float64."""
+    kernel for these, so the reference is float64. K = 1040 splits into k blocks of
+    347 steps: float4 k blocks that start in the middle of a byte; M = 1 and N = 1 run
+    the matrix-vector path."""
     from torch.testing._internal.common_quantized import to_blocked
-    m, k, n = 40, 128, 136
+    m, k, n = shape
     g = torch.Generator().manual_seed(7)
     block = 16 if fmt == "nvfp4" else 32
     if fmt == "mxfp8":
@@ -450,12 +454,13 @@ def test_scaled_mm_blockwise(fmt):
         a_dev = ap.view(F4).to(DEV)
         b_dev = bp.view(F4).to(DEV).t()
     sdt = torch.float8_e4m3fn if fmt == "nvfp4" else torch.float8_e8m0fnu
+    kb = (k + block - 1) // block
     if sdt == torch.float8_e8m0fnu:
-        sa = torch.randint(120, 134, (m, k // block), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
-        sb = torch.randint(120, 134, (n, k // block), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
+        sa = torch.randint(120, 134, (m, kb), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
+        sb = torch.randint(120, 134, (n, kb), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
     else:
-        sa = (torch.rand(m, k // block, generator=g) + 0.25).to(sdt)
-        sb = (torch.rand(n, k // block, generator=g) + 0.25).to(sdt)
+        sa = (torch.rand(m, kb, generator=g) + 0.25).to(sdt)
+        sb = (torch.rand(n, kb, generator=g) + 0.25).to(sdt)
     ref = _mx_reference(a_val, b_val, sa.float(), sb.float(), block)
     for out_dtype in (torch.float32, torch.bfloat16):
         got = torch._scaled_mm(a_dev, b_dev, to_blocked(sa).to(DEV), to_blocked(sb).to(DEV),

@@ -379,13 +379,6 @@ static void load_f4_run(float* dst, const uint8_t* p, int64_t stride, int64_t ph
   if (i < n) dst[i] = k_f4_values[*q & 15];
 }
 
-/* Nibble `hi` (0 low, 1 high) of n consecutive bytes at p, as float4
- * values: one step of n lines stored next to each other. */
-static void load_f4_nibble(float* dst, const uint8_t* p, int hi, int64_t n) {
-  const int shift = hi * 4;
-  for (int64_t i = 0; i < n; i++) dst[i] = k_f4_values[(p[i] >> shift) & 15];
-}
-
 /* line[k] *= the scale of step k0 + k (k < kc) of the line whose scales
  * start at sv: one multiply per value, the scale looked up once a block. */
 static void scale_run(float* line, const float* sv, const tpu_gemm_scale_t* sc, int64_t k0,
@@ -399,6 +392,34 @@ static void scale_run(float* line, const float* sv, const tpu_gemm_scale_t* sc, 
     const int64_t kb = (k0 + k) / sc->blk, end = min64(kc, (kb + 1) * sc->blk - k0);
     const float s = sv[kb * sc->sk];
     for (; k < end; k++) line[k] *= s;
+  }
+}
+
+/* Steps k0 .. k0 + kc - 1 of line l of x as float32, times their scales
+ * (sc may be NULL): the run starts at p (for float4, the byte holding step
+ * k0), steps sk elements apart (float4: pairs sk bytes apart). */
+static void load_line(float* dst, const mat_t* x, const char* p, int64_t sk, int64_t k0,
+                      int64_t kc, const tpu_gemm_scale_t* sc, int64_t l) {
+  if (x->pairs) load_f4_run(dst, (const uint8_t*)p, sk, k0 & 1, kc);
+  else tpu_run_load_f32(dst, 1, p, sk, x->dt, kc);
+  if (sc) scale_run(dst, sc->s + l * sc->sl, sc, k0, kc);
+}
+
+/* Step k of n lines l0, l0 + 1, ... of x as float32, times their scales:
+ * the values start at p (for float4, the byte holding step k of line l0),
+ * lines sl elements (float4: bytes) apart. */
+static void load_step(float* dst, const mat_t* x, const char* p, int64_t sl, int64_t k,
+                      int64_t n, const tpu_gemm_scale_t* sc, int64_t l0) {
+  if (x->pairs) {
+    const uint8_t* b = (const uint8_t*)p;
+    const int shift = (int)(k & 1) * 4;
+    for (int64_t i = 0; i < n; i++) dst[i] = k_f4_values[(b[i * sl] >> shift) & 15];
+  } else {
+    tpu_run_load_f32(dst, 1, p, sl, x->dt, n);
+  }
+  if (sc) { /* decoded values times their scales, rounded to float32 */
+    const float* sv = sc->s + (k / sc->blk) * sc->sk + l0 * sc->sl;
+    for (int64_t i = 0; i < n; i++) dst[i] *= sv[i * sc->sl];
   }
 }
 
@@ -417,8 +438,7 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
   if (!sc && x->dt == TPU_F32 && uk->pack_f32 &&
       uk->pack_f32(dst, (const float*)src, sl, sk, lines, kc, w, xf, np))
     return;
-  const bool f4 = x->pairs != MAT_PAIRS_NONE;
-  const int64_t ph = k0 & 1; /* float4: nibble of the first step */
+  const int64_t ph = x->pairs ? k0 & 1 : 0; /* float4: nibble of the first step */
   const int64_t kcp = kc * np;
   for (int64_t q0 = 0; q0 < lines; q0 += w) {
     const int64_t rows = min64(w, lines - q0);
@@ -427,25 +447,14 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
     if (rows < w) memset(d, 0, sizeof(float) * (size_t)(w * kcp));
     if (sl == 1 && sk != 1) { /* lines contiguous at each step */
       for (int64_t k = 0; k < kc; k++) {
-        if (f4)
-          load_f4_nibble(line, (const uint8_t*)s + ((ph + k) >> 1) * sk, (int)((ph + k) & 1),
-                         rows);
-        else
-          tpu_run_load_f32(line, 1, s + k * sk * x->esz, 1, x->dt, rows);
-        if (sc) { /* decoded values times their scales, rounded to float32 */
-          const float* sv = sc->s + ((k0 + k) / sc->blk) * sc->sk + (l0 + q0) * sc->sl;
-          for (int64_t l = 0; l < rows; l++) line[l] *= sv[l * sc->sl];
-        }
+        const char* sp = x->pairs ? s + ((ph + k) >> 1) * sk : s + k * sk * x->esz;
+        load_step(line, x, sp, 1, k0 + k, rows, sc, l0 + q0);
         for (int p = 0; p < np; p++)
           for (int64_t l = 0; l < rows; l++) d[(k * np + p) * w + l] = gemm_xform(xf[p], line[l]);
       }
     } else {
       for (int64_t l = 0; l < rows; l++) {
-        if (f4)
-          load_f4_run(line, (const uint8_t*)s + l * sl, sk, ph, kc);
-        else
-          tpu_run_load_f32(line, 1, s + l * sl * x->esz, sk, x->dt, kc);
-        if (sc) scale_run(line, sc->s + (l0 + q0 + l) * sc->sl, sc, k0, kc);
+        load_line(line, x, s + l * sl * x->esz, sk, k0, kc, sc, l0 + q0 + l);
         for (int64_t k = 0; k < kc; k++)
           for (int p = 0; p < np; p++) d[(k * np + p) * w + l] = gemm_xform(xf[p], line[k]);
       }
@@ -747,6 +756,7 @@ typedef struct {
   const gemm_ukernel_t* uk;
   const mat_t *x, *v;
   const gemm_xform_t *xxf, *vxf; /* transforms of x's and v's passes */
+  const tpu_gemm_scale_t *xs, *vs; /* their scales (line: x's result, v's 0), or NULL */
   int np;
   bool exact;         /* one exact pass: float32 x is used in place */
   int64_t xl, xk, vk; /* strides of x along r and k, of v along k */
@@ -785,7 +795,7 @@ static void gemv_range(void* ctx, int64_t begin, int64_t end) {
     int64_t bi = t / job->nblk, r0 = (t % job->nblk) * job->blk;
     int64_t len = min64(job->blk, job->len - r0);
     if (g->has_product) {
-      tpu_run_load_f32(xraw, 1, mat_ptr(job->v, bi, 0, 0), job->vk, job->v->dt, g->k);
+      load_line(xraw, job->v, mat_ptr(job->v, bi, 0, 0), job->vk, 0, g->k, job->vs, 0);
       expand_run(vexp, xraw, g->k, job->vxf, np);
       if (job->by_columns) {
         memset(y, 0, sizeof(float) * (size_t)len);
@@ -794,7 +804,7 @@ static void gemv_range(void* ctx, int64_t begin, int64_t end) {
           for (int p = 0; p < np; p++) {
             const float* xv = (const float*)xc;
             if (x->dt != TPU_F32 || !job->exact) {
-              tpu_run_load_f32(xraw, 1, xc, 1, x->dt, len);
+              load_step(xraw, x, xc, job->xl, k, len, job->xs, r0);
               for (int64_t i = 0; i < len; i++) xraw[i] = gemm_xform(job->xxf[p], xraw[i]);
               xv = xraw;
             }
@@ -806,7 +816,7 @@ static void gemv_range(void* ctx, int64_t begin, int64_t end) {
           const char* xr = gemv_x(job, bi, r0 + r, 0);
           const float* xv = (const float*)xr;
           if (x->dt != TPU_F32 || job->xk != 1 || !job->exact) {
-            tpu_run_load_f32(xraw, 1, xr, job->xk, x->dt, g->k);
+            load_line(xraw, x, xr, job->xk, 0, g->k, job->xs, r0 + r);
             expand_run(xexp, xraw, g->k, job->xxf, np);
             xv = xexp;
           }
@@ -835,7 +845,11 @@ static tpu_status_t gemv_float(const gemm_t* g, const gemm_passes_t* ps, double 
   job.xk = over_n ? g->b.sr : g->a.sc;
   job.vk = over_n ? g->a.sc : g->b.sr;
   job.len = over_n ? g->n : g->m;
+  job.xs = over_n ? g->scale[1] : g->scale[0];
+  job.vs = over_n ? g->scale[0] : g->scale[1];
   job.by_columns = job.xk != 1 && job.xl == 1;
+  /* float4 (see gemm_float): the order a row-major A and B would give */
+  if (g->a.pairs) job.by_columns = over_n && g->n != 1;
   job.blk = GEMV_ROWS;
   if (job.by_columns) { /* long contiguous column runs, a couple of tasks per thread */
     int64_t want = (job.len + 2 * tpu_num_threads() - 1) / (2 * tpu_num_threads());
@@ -861,7 +875,11 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   if (!g->has_product) return fill_float(g);
   const gemm_passes_t ps = gemm_passes(g);
   const double work = (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
-  if ((g->m == 1 || g->n == 1) && !g->scale[0] && !g->scale[1] && !g->a.pairs && !g->b.pairs)
+  /* Matrix-vector shapes; scaled float8 ones go to the packed path. Float4
+   * ones decode (and scale) as the gemv loads them, summing in the order the
+   * float32 copies of both operands (row-major) once took here. */
+  if ((g->m == 1 || g->n == 1) &&
+      ((!g->scale[0] && !g->scale[1]) || (g->a.pairs && g->b.pairs)))
     return gemv_float(g, &ps, work);
   fgemm_t f = {0};
   f.g = g;
