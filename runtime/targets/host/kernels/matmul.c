@@ -379,18 +379,34 @@ static void load_f4_run(float* dst, const uint8_t* p, int64_t stride, int64_t ph
   if (i < n) dst[i] = k_f4_values[*q & 15];
 }
 
-/* line[k] *= the scale of step k0 + k (k < kc) of the line whose scales
- * start at sv: one multiply per value, the scale looked up once a block. */
-static void scale_run(float* line, const float* sv, const tpu_gemm_scale_t* sc, int64_t k0,
+/* Position of scale (l, kb) of a [lines, kblocks] grid in cuBLAS's
+ * block-scaled layout: 128 x 4 tiles, row-major over (line tile, k tile),
+ * each holding its lines l = 32 * a + b (a < 4, b < 32) at b * 16 + a * 4 +
+ * (kb % 4). */
+static inline int64_t swizzled_index(int64_t l, int64_t kb, int64_t kblocks) {
+  const int64_t ktiles = (kblocks + 3) / 4, i = l % 128;
+  return ((l / 128) * ktiles + kb / 4) * 512 + (i % 32) * 16 + (i / 32) * 4 + kb % 4;
+}
+
+/* The scale of line l's k block kb, in float32. */
+static inline float scale_at(const tpu_gemm_scale_t* sc, int64_t l, int64_t kb) {
+  if (!sc->codes) return sc->s[l * sc->sl + kb * sc->sk];
+  const uint8_t v = sc->codes[swizzled_index(l, kb, sc->kblocks)];
+  return sc->code_dtype == TPU_F8E8M0FNU ? tpu_f8e8m0fnu_to_f32(v) : tpu_f8e4m3fn_to_f32(v);
+}
+
+/* line[k] *= the scale of step k0 + k (k < kc) of line l: one multiply per
+ * value, the scale looked up once a block. */
+static void scale_run(float* line, const tpu_gemm_scale_t* sc, int64_t l, int64_t k0,
                       int64_t kc) {
-  if (sc->sk == 0) {
-    const float s = sv[0];
+  if (!sc->codes && sc->sk == 0) {
+    const float s = sc->s[l * sc->sl];
     for (int64_t k = 0; k < kc; k++) line[k] *= s;
     return;
   }
   for (int64_t k = 0; k < kc;) {
     const int64_t kb = (k0 + k) / sc->blk, end = min64(kc, (kb + 1) * sc->blk - k0);
-    const float s = sv[kb * sc->sk];
+    const float s = scale_at(sc, l, kb);
     for (; k < end; k++) line[k] *= s;
   }
 }
@@ -402,7 +418,7 @@ static void load_line(float* dst, const mat_t* x, const char* p, int64_t sk, int
                       int64_t kc, const tpu_gemm_scale_t* sc, int64_t l) {
   if (x->pairs) load_f4_run(dst, (const uint8_t*)p, sk, k0 & 1, kc);
   else tpu_run_load_f32(dst, 1, p, sk, x->dt, kc);
-  if (sc) scale_run(dst, sc->s + l * sc->sl, sc, k0, kc);
+  if (sc) scale_run(dst, sc, l, k0, kc);
 }
 
 /* Step k of n lines l0, l0 + 1, ... of x as float32, times their scales:
@@ -417,7 +433,9 @@ static void load_step(float* dst, const mat_t* x, const char* p, int64_t sl, int
   } else {
     tpu_run_load_f32(dst, 1, p, sl, x->dt, n);
   }
-  if (sc) { /* decoded values times their scales, rounded to float32 */
+  if (sc && sc->codes) { /* decoded values times their scales, rounded to float32 */
+    for (int64_t i = 0; i < n; i++) dst[i] *= scale_at(sc, l0 + i, k / sc->blk);
+  } else if (sc) {
     const float* sv = sc->s + (k / sc->blk) * sc->sk + l0 * sc->sl;
     for (int64_t i = 0; i < n; i++) dst[i] *= sv[i * sc->sl];
   }

@@ -34,10 +34,17 @@ tpu_status_t tpu_gemm(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_te
 /* Scales of a product's operand, applied while it is packed: element (l, k)
  * (l a row of A or a column of B, k along K) is multiplied, in float32, by
  * s[l * sl + (k / blk) * sk] (sl = sk = 0: one scale; sk = 0: per row or
- * column; blocks of blk along K otherwise). */
+ * column; blocks of blk along K otherwise). With `codes` set (s unused) the
+ * block scales are float8 codes of code_dtype (float8_e8m0fnu or
+ * float8_e4m3fn), kblocks per line, in cuBLAS's swizzled block-scaled layout
+ * (128 x 4 tiles of lines x k blocks), decoded as they are used. The caller
+ * owns the arrays. */
 typedef struct tpu_gemm_scale {
   const float* s;
   int64_t sl, sk, blk;
+  const uint8_t* codes;
+  tpu_dtype_t code_dtype;
+  int64_t kblocks;
 } tpu_gemm_scale_t;
 
 /* c = (a * sa) @ (b * sb) + bias, 2-D, with float32 products and sums (the

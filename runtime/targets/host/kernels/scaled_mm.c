@@ -7,7 +7,7 @@
  * (float32, [M, 1] and [1, N]), or per block of K for the microscaling
  * formats: 32 values with a float8_e8m0fnu scale (MXFP8, MXFP4), 16 with a
  * float8_e4m3fn scale (NVFP4), given in cuBLAS's swizzled layout (see
- * blocked_index). The bridge validates the configuration with PyTorch's
+ * tpu_gemm_scale_t), read there by the GEMM's packers. The bridge validates the configuration with PyTorch's
  * messages; the checks here only guard the kernel.
  *
  * Float8 and float4 operands (float4: two values a byte along K) are decoded
@@ -17,31 +17,6 @@
 
 #include "kernels.h"
 #include "matmul.h"
-#include "tpu/float8.h"
-
-/* Position of scale (r, kb) of a [rows, kblocks] grid stored as cuBLAS's
- * block-scaled layout: 128 x 4 tiles, row-major over (row tile, k tile),
- * each holding its rows r = 32 * a + b (a < 4, b < 32) at b * 16 + a * 4 +
- * (kb % 4). */
-static int64_t blocked_index(int64_t r, int64_t kb, int64_t kblocks) {
-  const int64_t ktiles = (kblocks + 3) / 4, i = r % 128;
-  return ((r / 128) * ktiles + kb / 4) * 512 + (i % 32) * 16 + (i / 32) * 4 + kb % 4;
-}
-
-/* Scales of `rows` lines of a block-scaled operand as a plain float array
- * [rows, kblocks]; NULL when out of memory. */
-static float* unswizzle(const tpu_tensor_t* s, int64_t rows, int64_t kblocks) {
-  float* out = malloc(sizeof(float) * (size_t)(rows * kblocks > 0 ? rows * kblocks : 1));
-  if (!out) return NULL;
-  const uint8_t* p = s->data;
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t kb = 0; kb < kblocks; kb++) {
-      const uint8_t v = p[blocked_index(r, kb, kblocks)];
-      out[r * kblocks + kb] = s->dtype == TPU_F8E8M0FNU ? tpu_f8e8m0fnu_to_f32(v)
-                                                        : tpu_f8e4m3fn_to_f32(v);
-    }
-  return out;
-}
 
 /* _scaled_mm(self, mat2, scale_a, scale_b, bias, scale_result, out_dtype,
  * use_fast_accum) and its out= overload: outs[0] is preallocated M x N. */
@@ -64,24 +39,21 @@ tpu_status_t tpu_k_scaled_mm(const tpu_call_t* c) {
   if (m == 0 || n == 0) return TPU_OK;
 
   tpu_gemm_scale_t scale[2] = {{0}};
-  float* owned[2] = {NULL, NULL}; /* unswizzled scales */
   tpu_status_t st = TPU_OK;
   const bool blockwise = sa->dtype == TPU_F8E8M0FNU || sa->dtype == TPU_F8E4M3FN;
-  if (blockwise) {
+  if (blockwise) { /* the packers read the swizzled codes */
     const int64_t blk = sa->dtype == TPU_F8E8M0FNU ? 32 : 16, kblocks = (k + blk - 1) / blk;
-    owned[0] = unswizzle(sa, m, kblocks);
-    owned[1] = unswizzle(sb, n, kblocks);
-    if (!owned[0] || !owned[1]) {
-      st = TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for the scales", op);
-      goto done;
-    }
-    scale[0] = (tpu_gemm_scale_t){owned[0], kblocks, 1, blk};
-    scale[1] = (tpu_gemm_scale_t){owned[1], kblocks, 1, blk};
+    scale[0] = (tpu_gemm_scale_t){.blk = blk, .codes = sa->data, .code_dtype = sa->dtype,
+                                  .kblocks = kblocks};
+    scale[1] = (tpu_gemm_scale_t){.blk = blk, .codes = sb->data, .code_dtype = sb->dtype,
+                                  .kblocks = kblocks};
   } else if (sa->dtype == TPU_F32 && sb->dtype == TPU_F32) {
     const bool per_tensor = tpu_tensor_numel(sa) == 1 && tpu_tensor_numel(sb) == 1;
     /* per row: sa [M, 1], sb [1, N] */
-    scale[0] = (tpu_gemm_scale_t){sa->data, per_tensor || m == 1 ? 0 : sa->strides[0], 0, 1};
-    scale[1] = (tpu_gemm_scale_t){sb->data, per_tensor || n == 1 ? 0 : sb->strides[1], 0, 1};
+    scale[0] = (tpu_gemm_scale_t){.s = sa->data, .sl = per_tensor || m == 1 ? 0 : sa->strides[0],
+                                  .blk = 1};
+    scale[1] = (tpu_gemm_scale_t){.s = sb->data, .sl = per_tensor || n == 1 ? 0 : sb->strides[1],
+                                  .blk = 1};
   } else {
     return TPU_ERR(INVALID_ARGUMENT, "%s: scales of dtype %s are not supported", op,
                    tpu_dtype_name(sa->dtype));
@@ -96,10 +68,7 @@ tpu_status_t tpu_k_scaled_mm(const tpu_call_t* c) {
     st = tpu_gemm_scaled(a, b, out, &scale[0], &scale[1], bias);
   } else {
     float* tmp = malloc(sizeof(float) * (size_t)(m * n));
-    if (!tmp) {
-      st = TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op);
-      goto done;
-    }
+    if (!tmp) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op);
     tpu_tensor_t t;
     const int64_t ts[2] = {m, n};
     tpu_tensor_make_contig(&t, tmp, TPU_F32, 2, ts);
@@ -108,7 +77,5 @@ tpu_status_t tpu_k_scaled_mm(const tpu_call_t* c) {
     if (!st) st = tpu_copy_strided(out, &t);
     free(tmp);
   }
-done:
-  for (int i = 0; i < 2; i++) free(owned[i]);
   return st;
 }
