@@ -20,6 +20,7 @@
  * Float64 and integer path: tiles of RB rows x NB columns accumulated with
  * scalar axpys over k, in double or in wrapping 64-bit integer arithmetic.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -411,13 +412,57 @@ static void scale_run(float* line, const tpu_gemm_scale_t* sc, int64_t l, int64_
   }
 }
 
+/* float8 codes as float32, one table of 256 per format (built once from
+ * tpu/float8.h's conversions, so the same bits): the packers decode an
+ * operand's codes by lookup. */
+enum { F8_FORMATS = 5 };
+static float g_f8_values[F8_FORMATS][256];
+static pthread_once_t g_f8_once = PTHREAD_ONCE_INIT;
+
+static void f8_tables_build(void) {
+  for (int c = 0; c < 256; c++) {
+    const uint8_t v = (uint8_t)c;
+    g_f8_values[0][c] = tpu_f8e4m3fn_to_f32(v);
+    g_f8_values[1][c] = tpu_f8e5m2_to_f32(v);
+    g_f8_values[2][c] = tpu_f8e4m3fnuz_to_f32(v);
+    g_f8_values[3][c] = tpu_f8e5m2fnuz_to_f32(v);
+    g_f8_values[4][c] = tpu_f8e8m0fnu_to_f32(v);
+  }
+}
+
+/* The decoding table of float8 dtype dt, or NULL for any other dtype. */
+static const float* f8_table(tpu_dtype_t dt) {
+  int f;
+  switch (dt) {
+    case TPU_F8E4M3FN: f = 0; break;
+    case TPU_F8E5M2: f = 1; break;
+    case TPU_F8E4M3FNUZ: f = 2; break;
+    case TPU_F8E5M2FNUZ: f = 3; break;
+    case TPU_F8E8M0FNU: f = 4; break;
+    default: return NULL;
+  }
+  pthread_once(&g_f8_once, f8_tables_build);
+  return g_f8_values[f];
+}
+
+/* n values of x from p on, `stride` elements apart, as float32. */
+static void load_run(float* dst, const mat_t* x, const char* p, int64_t stride, int64_t n) {
+  const float* t = f8_table(x->dt);
+  if (t) {
+    const uint8_t* b = (const uint8_t*)p;
+    for (int64_t i = 0; i < n; i++) dst[i] = t[b[i * stride]];
+  } else {
+    tpu_run_load_f32(dst, 1, p, stride, x->dt, n);
+  }
+}
+
 /* Steps k0 .. k0 + kc - 1 of line l of x as float32, times their scales
  * (sc may be NULL): the run starts at p (for float4, the byte holding step
  * k0), steps sk elements apart (float4: pairs sk bytes apart). */
 static void load_line(float* dst, const mat_t* x, const char* p, int64_t sk, int64_t k0,
                       int64_t kc, const tpu_gemm_scale_t* sc, int64_t l) {
   if (x->pairs) load_f4_run(dst, (const uint8_t*)p, sk, k0 & 1, kc);
-  else tpu_run_load_f32(dst, 1, p, sk, x->dt, kc);
+  else load_run(dst, x, p, sk, kc);
   if (sc) scale_run(dst, sc, l, k0, kc);
 }
 
@@ -431,7 +476,7 @@ static void load_step(float* dst, const mat_t* x, const char* p, int64_t sl, int
     const int shift = (int)(k & 1) * 4;
     for (int64_t i = 0; i < n; i++) dst[i] = k_f4_values[(b[i * sl] >> shift) & 15];
   } else {
-    tpu_run_load_f32(dst, 1, p, sl, x->dt, n);
+    load_run(dst, x, p, sl, n);
   }
   if (sc && sc->codes) { /* decoded values times their scales, rounded to float32 */
     for (int64_t i = 0; i < n; i++) dst[i] *= scale_at(sc, l0 + i, k / sc->blk);
