@@ -431,12 +431,16 @@ def _unpack_fp4(packed):
 
 
 @pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4", "nvfp4"])
-def test_scaled_mm_blockwise(fmt):
+@pytest.mark.parametrize("shape", [(40, 128, 136), (3, 1040, 70), (1, 96, 33), (20, 64, 1)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_scaled_mm_blockwise(fmt, shape):
     """MX block scales (block 32 along K, float8_e8m0fnu) and NVFP4's (block 16,
     float8_e4m3fn) in the swizzled layout cuBLAS takes (to_blocked); CPU has no
-    kernel for these, so the reference is float64."""
+    kernel for these, so the reference is float64. K = 1040 splits into k blocks of
+    347 steps: float4 k blocks that start in the middle of a byte; M = 1 and N = 1 run
+    the matrix-vector path."""
     from torch.testing._internal.common_quantized import to_blocked
-    m, k, n = 40, 128, 136
+    m, k, n = shape
     g = torch.Generator().manual_seed(7)
     block = 16 if fmt == "nvfp4" else 32
     if fmt == "mxfp8":
@@ -450,12 +454,13 @@ def test_scaled_mm_blockwise(fmt):
         a_dev = ap.view(F4).to(DEV)
         b_dev = bp.view(F4).to(DEV).t()
     sdt = torch.float8_e4m3fn if fmt == "nvfp4" else torch.float8_e8m0fnu
+    kb = (k + block - 1) // block
     if sdt == torch.float8_e8m0fnu:
-        sa = torch.randint(120, 134, (m, k // block), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
-        sb = torch.randint(120, 134, (n, k // block), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
+        sa = torch.randint(120, 134, (m, kb), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
+        sb = torch.randint(120, 134, (n, kb), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
     else:
-        sa = (torch.rand(m, k // block, generator=g) + 0.25).to(sdt)
-        sb = (torch.rand(n, k // block, generator=g) + 0.25).to(sdt)
+        sa = (torch.rand(m, kb, generator=g) + 0.25).to(sdt)
+        sb = (torch.rand(n, kb, generator=g) + 0.25).to(sdt)
     ref = _mx_reference(a_val, b_val, sa.float(), sb.float(), block)
     for out_dtype in (torch.float32, torch.bfloat16):
         got = torch._scaled_mm(a_dev, b_dev, to_blocked(sa).to(DEV), to_blocked(sb).to(DEV),
@@ -463,3 +468,64 @@ def test_scaled_mm_blockwise(fmt):
         assert got.shape == (m, n) and got.dtype == out_dtype
         tol = 1e-5 if out_dtype == torch.float32 else 1e-2
         torch.testing.assert_close(got.cpu().double(), ref, rtol=tol, atol=tol * float(ref.abs().max()))
+
+
+def _peak_rss_reset():
+    """Resets the process's peak resident set (VmHWM) and returns the current size in
+    bytes; None where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return None
+    return _status_bytes("VmRSS")
+
+
+def _status_bytes(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "fp8"])
+def test_scaled_mm_large_weight_no_float32_copy(fmt):
+    """A 4096 x 8192 weight: its float32 copy would take 128 MiB. The GEMM decodes the
+    codes (and their scales) while it packs its panels, so neither device memory nor the
+    process's peak resident set grows by anything near that: device memory holds the
+    inputs and the output only, and the host scratch is the GEMM's packed blocks."""
+    from torch.testing._internal.common_quantized import to_blocked
+    m, k, n = 64, 8192, 4096
+    g = torch.Generator().manual_seed(11)
+    if fmt == "fp8":
+        a = (torch.randn(m, k, generator=g)).to(torch.float8_e4m3fn).to(DEV)
+        b = (torch.randn(n, k, generator=g)).to(torch.float8_e4m3fn).to(DEV).t()
+        sa, sb = torch.tensor(0.5).to(DEV), torch.tensor(2.0).to(DEV)
+    else:
+        block, sdt = (16, torch.float8_e4m3fn) if fmt == "nvfp4" else (32, torch.float8_e8m0fnu)
+        a = torch.randint(0, 256, (m, k // 2), generator=g, dtype=torch.uint8).view(F4).to(DEV)
+        b = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8).view(F4).to(DEV).t()
+        sa = to_blocked(torch.full((m, k // block), 0.5).to(sdt)).to(DEV)
+        sb = to_blocked(torch.full((n, k // block), 2.0).to(sdt)).to(DEV)
+    torch._scaled_mm(a, b, sa, sb, out_dtype=torch.float32)  # threads and pools started
+    torch.tpu.synchronize()
+    f32_copy = n * k * 4
+    torch.tpu.reset_peak_memory_stats()
+    base_dev = torch.tpu.memory_allocated()
+    rss0 = _peak_rss_reset()
+    out = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    torch.tpu.synchronize()
+    rss_growth = None if rss0 is None else _status_bytes("VmHWM") - rss0
+    dev_growth = torch.tpu.max_memory_allocated() - base_dev
+    assert dev_growth <= m * n * 4 + (1 << 20), dev_growth
+    if rss_growth is not None:
+        print(f"{fmt}: peak resident set +{rss_growth / 2**20:.1f} MiB, device memory "
+              f"+{dev_growth / 2**20:.1f} MiB (a float32 copy of the weight: {f32_copy / 2**20:.0f} MiB)")
+        assert rss_growth < f32_copy // 4, (rss_growth, f32_copy)
+    # values: the first rows against a float64 reference of the decoded operands
+    if fmt == "fp8":
+        ref = (a[:4].cpu().double() * 0.5) @ (b.cpu().double() * 2.0)
+    else:
+        ref = _unpack_fp4(a[:4].cpu()) @ _unpack_fp4(b.t().cpu()).t()  # scales multiply to 1
+    torch.testing.assert_close(out[:4].cpu().double(), ref, rtol=1e-5, atol=1e-3)

@@ -621,6 +621,13 @@ def test_unique(dtype):
     check_op(lambda t: torch.unique_consecutive(t.flatten(), return_inverse=True,
                                                 return_counts=True), x)
     check_op(lambda t: torch.unique(t), make((0,), dtype))
+    # by dim: runs of equal slices (inverse and counts come back whatever the flags say)
+    rows = x[torch.tensor([0, 0, 2, 1, 1, 1, 0, 2])]
+    for d in (0, 1, -1):
+        check_op(lambda t: torch.unique_consecutive(t, dim=d), rows)
+        check_op(lambda t: torch.ops.aten.unique_consecutive(t, False, False, d), rows)
+    check_op(lambda t: torch.unique_consecutive(t, return_inverse=True, dim=0), make((0, 3), dtype))
+    check_op(lambda t: torch.unique_consecutive(t, return_counts=True, dim=0), x[:, :1])
     for inverse in (False, True):  # the older _unique overload (index_fill's backward uses it)
         check_op(lambda t: torch._unique(t, True, inverse), x)
 

@@ -83,9 +83,9 @@ static const struct {
  * only; these (sorted) run on tpu, in 64-bit integer arithmetic that wraps as
  * theirs (uint64 loads as its bits; to float it converts as unsigned). */
 static const char* const k_uint_ops[] = {
-    "_to_copy", "bitwise_and", "bitwise_or", "bitwise_xor", "cat", "clone", "copy",
-    "div",      "eq",          "fill",       "index",       "mul", "ne",    "stack",
-    "sum",      "zero",
+    "_to_copy", "bitwise_and", "bitwise_or", "bitwise_xor", "cat",  "clone", "copy",
+    "cumprod",  "cumsum",      "div",        "eq",          "fill", "index", "mul",
+    "ne",       "prod",        "sort",       "stack",       "sum",  "zero",
 };
 
 bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {

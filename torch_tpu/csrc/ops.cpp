@@ -355,7 +355,9 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
   if (plain && in_list(b, {"std", "var", "std_mean", "var_mean"})) info.cpu_probe = 2;
   else if (plain && !info.random && (pointwise ||
                      in_list(b, {"_softmax", "_log_softmax", "softmax", "log_softmax", "mm", "addmm",
-                                 "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "addr"})))
+                                 "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "addr",
+                                 // CPU refuses an unsigned 16/32/64-bit result (dtype=, out=)
+                                 "cumsum", "cumprod", "prod"})))
     info.cpu_probe = 1;
   if (info.cpu_probe) {  // the probe needs a kernel CPU can run
     auto h = c10::Dispatcher::singleton().findOp(schema.operator_name());
@@ -503,9 +505,22 @@ void probe_on_cpu(const c10::OperatorHandle& op, const OpInfo& info, const c10::
   auto put = [&](const void* p, size_t len) { key.append(static_cast<const char*>(p), len); };
   const void* sp = &op.schema();
   put(&sp, sizeof sp);
+  // An int IValue is a Scalar argument (keyed by its kind) or an int one: a
+  // dim, a ScalarType such as cumsum's dtype (keyed by its value)
+  const auto& formals = op.schema().arguments();
+  auto is_number = [&](size_t i) {
+    if (i >= formals.size()) return false;
+    c10::TypePtr t = formals[i].type();
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+    return t->kind() == c10::TypeKind::NumberType;
+  };
   for (size_t i = 0; i < n; i++) {
     const c10::IValue& v = args[i];
-    if (v.isTensor()) {
+    if (v.isInt() && !is_number(i)) {  // dims: CPU checks a list's duplicates before a later dim's range
+      const int64_t x = v.toInt();
+      key.push_back('n');
+      put(&x, sizeof x);
+    } else if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (!t.defined()) {
         key.push_back('u');
@@ -527,10 +542,6 @@ void probe_on_cpu(const c10::OperatorHandle& op, const OpInfo& info, const c10::
       key.push_back('s');
       key.append(v.toStringRef());
       key.push_back('\0');
-    } else if (v.isInt()) {  // dims: CPU checks a list's duplicates before a later dim's range
-      const int64_t x = v.toInt();
-      key.push_back('n');
-      put(&x, sizeof x);
     } else if (v.isIntList()) {
       const auto l = v.toIntList();
       const int64_t len = (int64_t)l.size();

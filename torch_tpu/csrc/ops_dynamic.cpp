@@ -189,24 +189,18 @@ std::tuple<at::Tensor, at::Tensor> tpu_unique(const at::Tensor& self, bool sorte
   return {std::get<0>(r), std::get<1>(r)};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_consecutive(
-    const at::Tensor& self, bool return_inverse, bool return_counts, std::optional<int64_t> dim) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!dim.has_value() || self.dim() <= 1,
-                              "TorchTPU: aten::unique_consecutive with dim is not implemented");
-  return unique_runs(self, false, return_inverse, return_counts);
-}
-
-// unique_dim: the distinct slices along dim in lexicographic order (CPU's
-// order), with each slice's group (inverse) and the group sizes (counts),
-// which CPU returns whatever the flags say. Slices become rows; stable sorts
-// by the last column first, then by each earlier one, give the lexicographic
+// Slices along dim that equal their neighbour form a group: unique_dim
+// (sorted: the distinct slices in lexicographic order, CPU's order) and
+// unique_consecutive with a dim (runs in the original order). Each slice's
+// group (inverse) and the group sizes (counts) are returned whatever the flags
+// say, as CPU does. Slices become rows; for unique_dim, stable sorts by the
+// last column first, then by each earlier one, give the lexicographic
 // permutation; a row starts a group where it differs from the row before it.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_dim(const at::Tensor& self, int64_t dim,
-                                                              bool sorted, bool return_inverse,
-                                                              bool return_counts) {
-  (void)sorted;
-  (void)return_inverse;
-  (void)return_counts;
+// Rows of unsigned 16/32/64-bit integers are gathered as the signed integers
+// of their size (CPU has no index_select for them, so tpu's gate refuses it
+// too); the sort keys are viewed back, so they order as unsigned.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_slices(const at::Tensor& self, int64_t dim,
+                                                             bool sort) {
   dim = c10::maybe_wrap_dim(dim, self.dim());
   auto sizes = self.sizes().vec();
   const auto zero_dims = std::count(sizes.begin(), sizes.end(), 0);
@@ -218,26 +212,52 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_dim(const at::Tensor& 
   }
   TORCH_CHECK(zero_dims == 0,
               "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+  const at::ScalarType dt = self.scalar_type();
+  const at::ScalarType bits = dt == at::kUInt16   ? at::kShort
+                              : dt == at::kUInt32 ? at::kInt
+                              : dt == at::kUInt64 ? at::kLong
+                                                  : dt;
   at::Tensor moved = self.moveaxis(dim, 0);
   auto moved_sizes = moved.sizes().vec();
   const int64_t n = moved.size(0);
-  at::Tensor rows = moved.contiguous().view({n, -1});
+  at::Tensor rows = moved.contiguous().view({n, -1}).view(bits);
   at::Tensor perm = at::arange(n, long_opts);
-  for (int64_t k = rows.size(1) - 1; k >= 0; k--) {
-    at::Tensor key = rows.select(1, k).index_select(0, perm);
+  for (int64_t k = sort ? rows.size(1) - 1 : -1; k >= 0; k--) {
+    at::Tensor key = rows.select(1, k).index_select(0, perm).view(dt);
     perm = perm.index_select(0, std::get<1>(key.sort(/*stable=*/true, 0, false)));
   }
-  at::Tensor ordered = rows.index_select(0, perm);
+  at::Tensor ordered = sort ? rows.index_select(0, perm) : rows;
   at::Tensor first = at::ones({n}, self.options().dtype(at::kBool));
   if (n > 1)
     first.slice(0, 1).copy_(ordered.slice(0, 1).ne(ordered.slice(0, 0, n - 1)).any(1));
   at::Tensor starts = at::nonzero(first).reshape({-1});
   moved_sizes[0] = starts.numel();
-  at::Tensor output = ordered.index_select(0, starts).view(moved_sizes).moveaxis(0, dim);
+  at::Tensor output =
+      ordered.index_select(0, starts).view(dt).view(moved_sizes).moveaxis(0, dim);
   at::Tensor group = first.cumsum(0, at::kLong).sub_(1);
-  at::Tensor inverse = at::empty({n}, long_opts).scatter_(0, perm, group);
+  at::Tensor inverse = sort ? at::empty({n}, long_opts).scatter_(0, perm, group) : group;
   at::Tensor ends = at::cat({starts.slice(0, 1), at::full({1}, n, long_opts)});
   return {output, inverse, ends.sub(starts)};
+}
+
+// With a dim, a tensor of two or more dims groups slices (always returning
+// inverse and counts, as CPU); otherwise elements, as the flags ask.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_consecutive(
+    const at::Tensor& self, bool return_inverse, bool return_counts, std::optional<int64_t> dim) {
+  if (dim.has_value()) {
+    const int64_t d = c10::maybe_wrap_dim(*dim, self.dim());
+    if (self.dim() > 1) return unique_slices(self, d, /*sort=*/false);
+  }
+  return unique_runs(self, false, return_inverse, return_counts);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_dim(const at::Tensor& self, int64_t dim,
+                                                              bool sorted, bool return_inverse,
+                                                              bool return_counts) {
+  (void)sorted;
+  (void)return_inverse;
+  (void)return_counts;
+  return unique_slices(self, dim, /*sort=*/true);
 }
 
 // equal returns a Python bool, which the boxed path cannot produce.

@@ -20,6 +20,7 @@
  * Float64 and integer path: tiles of RB rows x NB columns accumulated with
  * scalar axpys over k, in double or in wrapping 64-bit integer arithmetic.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,7 +133,14 @@ typedef struct {
   int64_t esz;             /* bytes per element */
   int64_t nb, nr, nc;      /* sizes: batch, rows, columns */
   int64_t sb, sr, sc;      /* strides in elements */
+  /* float4_e2m1fn_x2 (two values a byte, the low nibble first): the dim that
+   * holds the pairs, MAT_PAIRS_ROWS (B, K along rows) or MAT_PAIRS_COLS (A);
+   * its size counts values and its stride is the byte stride of a pair.
+   * Only the packers read such an operand. */
+  int pairs;
 } mat_t;
+
+enum { MAT_PAIRS_NONE = 0, MAT_PAIRS_ROWS = 1, MAT_PAIRS_COLS = 2 };
 
 typedef struct {
   int64_t batch, m, n, k;
@@ -144,8 +152,16 @@ typedef struct {
   const tpu_gemm_scale_t* scale[2]; /* a's (by row), b's (by column) while packing, or NULL */
 } gemm_t;
 
+/* Element offset of (b, r, c); for a float4 operand, of the byte holding
+ * it (a packed run starts at an even index of the pairs' dim). */
+static inline int64_t mat_offset(const mat_t* x, int64_t b, int64_t r, int64_t c) {
+  if (x->pairs == MAT_PAIRS_ROWS) r /= 2;
+  else if (x->pairs == MAT_PAIRS_COLS) c /= 2;
+  return b * x->sb + r * x->sr + c * x->sc;
+}
+
 static inline char* mat_ptr(const mat_t* x, int64_t b, int64_t r, int64_t c) {
-  return x->data + (b * x->sb + r * x->sr + c * x->sc) * x->esz;
+  return x->data + mat_offset(x, b, r, c) * x->esz;
 }
 
 /* Views t (2-d, or 3-d when batched) as a mat_t; size-1 dims get stride 0
@@ -191,7 +207,7 @@ static bool mat_broadcast(mat_t* x, const tpu_tensor_t* t, int64_t nb, int64_t n
 static void mat_span(const mat_t* x, uintptr_t* lo, uintptr_t* hi) {
   *lo = *hi = (uintptr_t)x->data;
   if (x->nb == 0 || x->nr == 0 || x->nc == 0) return;
-  int64_t last = (x->nb - 1) * x->sb + (x->nr - 1) * x->sr + (x->nc - 1) * x->sc;
+  const int64_t last = mat_offset(x, x->nb - 1, x->nr - 1, x->nc - 1);
   *hi = (uintptr_t)(x->data + (last + 1) * x->esz);
 }
 
@@ -345,11 +361,139 @@ static void expand_run(float* dst, const float* src, int64_t n, const gemm_xform
     for (int p = 0; p < np; p++) dst[k * np + p] = gemm_xform(xf[p], src[k]);
 }
 
+/* float4 e2m1 codes as float32, tpu_f4e2m1_to_f32's values as a table: the
+ * sign is data, not a branch (random codes would mispredict half of them). */
+static const float k_f4_values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                      -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+/* n float4 values (two a byte along K, the low nibble first) of a run whose
+ * first value is nibble `ph` (0 low, 1 high) of the byte at p, the pairs
+ * `stride` bytes apart. */
+static void load_f4_run(float* dst, const uint8_t* p, int64_t stride, int64_t ph, int64_t n) {
+  int64_t i = 0;
+  if (ph && n > 0) dst[i++] = k_f4_values[p[0] >> 4];
+  const uint8_t* q = p + ph * stride;
+  for (; i + 1 < n; i += 2, q += stride) {
+    dst[i] = k_f4_values[*q & 15];
+    dst[i + 1] = k_f4_values[*q >> 4];
+  }
+  if (i < n) dst[i] = k_f4_values[*q & 15];
+}
+
+/* Position of scale (l, kb) of a [lines, kblocks] grid in cuBLAS's
+ * block-scaled layout: 128 x 4 tiles, row-major over (line tile, k tile),
+ * each holding its lines l = 32 * a + b (a < 4, b < 32) at b * 16 + a * 4 +
+ * (kb % 4). */
+static inline int64_t swizzled_index(int64_t l, int64_t kb, int64_t kblocks) {
+  const int64_t ktiles = (kblocks + 3) / 4, i = l % 128;
+  return ((l / 128) * ktiles + kb / 4) * 512 + (i % 32) * 16 + (i / 32) * 4 + kb % 4;
+}
+
+/* The scale of line l's k block kb, in float32. */
+static inline float scale_at(const tpu_gemm_scale_t* sc, int64_t l, int64_t kb) {
+  if (!sc->codes) return sc->s[l * sc->sl + kb * sc->sk];
+  const uint8_t v = sc->codes[swizzled_index(l, kb, sc->kblocks)];
+  return sc->code_dtype == TPU_F8E8M0FNU ? tpu_f8e8m0fnu_to_f32(v) : tpu_f8e4m3fn_to_f32(v);
+}
+
+/* line[k] *= the scale of step k0 + k (k < kc) of line l: one multiply per
+ * value, the scale looked up once a block. */
+static void scale_run(float* line, const tpu_gemm_scale_t* sc, int64_t l, int64_t k0,
+                      int64_t kc) {
+  if (!sc->codes && sc->sk == 0) {
+    const float s = sc->s[l * sc->sl];
+    for (int64_t k = 0; k < kc; k++) line[k] *= s;
+    return;
+  }
+  for (int64_t k = 0; k < kc;) {
+    const int64_t kb = (k0 + k) / sc->blk, end = min64(kc, (kb + 1) * sc->blk - k0);
+    const float s = scale_at(sc, l, kb);
+    for (; k < end; k++) line[k] *= s;
+  }
+}
+
+/* float8 codes as float32, one table of 256 per format (built once from
+ * tpu/float8.h's conversions, so the same bits): the packers decode an
+ * operand's codes by lookup. */
+enum { F8_FORMATS = 5 };
+static float g_f8_values[F8_FORMATS][256];
+static pthread_once_t g_f8_once = PTHREAD_ONCE_INIT;
+
+static void f8_tables_build(void) {
+  for (int c = 0; c < 256; c++) {
+    const uint8_t v = (uint8_t)c;
+    g_f8_values[0][c] = tpu_f8e4m3fn_to_f32(v);
+    g_f8_values[1][c] = tpu_f8e5m2_to_f32(v);
+    g_f8_values[2][c] = tpu_f8e4m3fnuz_to_f32(v);
+    g_f8_values[3][c] = tpu_f8e5m2fnuz_to_f32(v);
+    g_f8_values[4][c] = tpu_f8e8m0fnu_to_f32(v);
+  }
+}
+
+/* The decoding table of float8 dtype dt, or NULL for any other dtype. */
+static const float* f8_table(tpu_dtype_t dt) {
+  int f;
+  switch (dt) {
+    case TPU_F8E4M3FN: f = 0; break;
+    case TPU_F8E5M2: f = 1; break;
+    case TPU_F8E4M3FNUZ: f = 2; break;
+    case TPU_F8E5M2FNUZ: f = 3; break;
+    case TPU_F8E8M0FNU: f = 4; break;
+    default: return NULL;
+  }
+  pthread_once(&g_f8_once, f8_tables_build);
+  return g_f8_values[f];
+}
+
+/* n values of x from p on, `stride` elements apart, as float32. */
+static void load_run(float* dst, const mat_t* x, const char* p, int64_t stride, int64_t n) {
+  const float* t = f8_table(x->dt);
+  if (t) {
+    const uint8_t* b = (const uint8_t*)p;
+    for (int64_t i = 0; i < n; i++) dst[i] = t[b[i * stride]];
+  } else {
+    tpu_run_load_f32(dst, 1, p, stride, x->dt, n);
+  }
+}
+
+/* Steps k0 .. k0 + kc - 1 of line l of x as float32, times their scales
+ * (sc may be NULL): the run starts at p (for float4, the byte holding step
+ * k0), steps sk elements apart (float4: pairs sk bytes apart). */
+static void load_line(float* dst, const mat_t* x, const char* p, int64_t sk, int64_t k0,
+                      int64_t kc, const tpu_gemm_scale_t* sc, int64_t l) {
+  if (x->pairs) load_f4_run(dst, (const uint8_t*)p, sk, k0 & 1, kc);
+  else load_run(dst, x, p, sk, kc);
+  if (sc) scale_run(dst, sc, l, k0, kc);
+}
+
+/* Step k of n lines l0, l0 + 1, ... of x as float32, times their scales:
+ * the values start at p (for float4, the byte holding step k of line l0),
+ * lines sl elements (float4: bytes) apart. */
+static void load_step(float* dst, const mat_t* x, const char* p, int64_t sl, int64_t k,
+                      int64_t n, const tpu_gemm_scale_t* sc, int64_t l0) {
+  if (x->pairs) {
+    const uint8_t* b = (const uint8_t*)p;
+    const int shift = (int)(k & 1) * 4;
+    for (int64_t i = 0; i < n; i++) dst[i] = k_f4_values[(b[i * sl] >> shift) & 15];
+  } else {
+    load_run(dst, x, p, sl, n);
+  }
+  if (sc && sc->codes) { /* decoded values times their scales, rounded to float32 */
+    for (int64_t i = 0; i < n; i++) dst[i] *= scale_at(sc, l0 + i, k / sc->blk);
+  } else if (sc) {
+    const float* sv = sc->s + (k / sc->blk) * sc->sk + l0 * sc->sl;
+    for (int64_t i = 0; i < n; i++) dst[i] *= sv[i * sc->sl];
+  }
+}
+
 /* Packs `lines` lines of kc steps (line l, step k at src + (l * sl + k *
  * sk) elements of x) into panels of w lines, as gemm_ukernel_t.pack_f32
  * describes. Float32 layouts the micro-kernel's packer knows go there; any
  * other dtype or layout converts one run at a time through `line`
- * (max(kc, w) floats). */
+ * (max(kc, w) floats): float8 and float4 codes are decoded there, and
+ * multiplied by their scales (sc) when the operand has them. For a float4
+ * operand src is the byte holding step k0 (of the line l0 the scales count
+ * from) and sk the byte stride of a pair of steps. */
 static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, const char* src,
                         int64_t sl, int64_t sk, int64_t lines, int64_t kc, int w,
                         const gemm_xform_t* xf, int np, float* line, const tpu_gemm_scale_t* sc,
@@ -357,6 +501,7 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
   if (!sc && x->dt == TPU_F32 && uk->pack_f32 &&
       uk->pack_f32(dst, (const float*)src, sl, sk, lines, kc, w, xf, np))
     return;
+  const int64_t ph = x->pairs ? k0 & 1 : 0; /* float4: nibble of the first step */
   const int64_t kcp = kc * np;
   for (int64_t q0 = 0; q0 < lines; q0 += w) {
     const int64_t rows = min64(w, lines - q0);
@@ -365,21 +510,14 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
     if (rows < w) memset(d, 0, sizeof(float) * (size_t)(w * kcp));
     if (sl == 1 && sk != 1) { /* lines contiguous at each step */
       for (int64_t k = 0; k < kc; k++) {
-        tpu_run_load_f32(line, 1, s + k * sk * x->esz, 1, x->dt, rows);
-        if (sc) { /* decoded values times their scales, rounded to float32 */
-          const float* sv = sc->s + ((k0 + k) / sc->blk) * sc->sk + (l0 + q0) * sc->sl;
-          for (int64_t l = 0; l < rows; l++) line[l] *= sv[l * sc->sl];
-        }
+        const char* sp = x->pairs ? s + ((ph + k) >> 1) * sk : s + k * sk * x->esz;
+        load_step(line, x, sp, 1, k0 + k, rows, sc, l0 + q0);
         for (int p = 0; p < np; p++)
           for (int64_t l = 0; l < rows; l++) d[(k * np + p) * w + l] = gemm_xform(xf[p], line[l]);
       }
     } else {
       for (int64_t l = 0; l < rows; l++) {
-        tpu_run_load_f32(line, 1, s + l * sl * x->esz, sk, x->dt, kc);
-        if (sc) {
-          const float* sv = sc->s + (l0 + q0 + l) * sc->sl;
-          for (int64_t k = 0; k < kc; k++) line[k] *= sv[((k0 + k) / sc->blk) * sc->sk];
-        }
+        load_line(line, x, s + l * sl * x->esz, sk, k0, kc, sc, l0 + q0 + l);
         for (int64_t k = 0; k < kc; k++)
           for (int p = 0; p < np; p++) d[(k * np + p) * w + l] = gemm_xform(xf[p], line[k]);
       }
@@ -681,6 +819,7 @@ typedef struct {
   const gemm_ukernel_t* uk;
   const mat_t *x, *v;
   const gemm_xform_t *xxf, *vxf; /* transforms of x's and v's passes */
+  const tpu_gemm_scale_t *xs, *vs; /* their scales (line: x's result, v's 0), or NULL */
   int np;
   bool exact;         /* one exact pass: float32 x is used in place */
   int64_t xl, xk, vk; /* strides of x along r and k, of v along k */
@@ -719,7 +858,7 @@ static void gemv_range(void* ctx, int64_t begin, int64_t end) {
     int64_t bi = t / job->nblk, r0 = (t % job->nblk) * job->blk;
     int64_t len = min64(job->blk, job->len - r0);
     if (g->has_product) {
-      tpu_run_load_f32(xraw, 1, mat_ptr(job->v, bi, 0, 0), job->vk, job->v->dt, g->k);
+      load_line(xraw, job->v, mat_ptr(job->v, bi, 0, 0), job->vk, 0, g->k, job->vs, 0);
       expand_run(vexp, xraw, g->k, job->vxf, np);
       if (job->by_columns) {
         memset(y, 0, sizeof(float) * (size_t)len);
@@ -728,7 +867,7 @@ static void gemv_range(void* ctx, int64_t begin, int64_t end) {
           for (int p = 0; p < np; p++) {
             const float* xv = (const float*)xc;
             if (x->dt != TPU_F32 || !job->exact) {
-              tpu_run_load_f32(xraw, 1, xc, 1, x->dt, len);
+              load_step(xraw, x, xc, job->xl, k, len, job->xs, r0);
               for (int64_t i = 0; i < len; i++) xraw[i] = gemm_xform(job->xxf[p], xraw[i]);
               xv = xraw;
             }
@@ -740,7 +879,7 @@ static void gemv_range(void* ctx, int64_t begin, int64_t end) {
           const char* xr = gemv_x(job, bi, r0 + r, 0);
           const float* xv = (const float*)xr;
           if (x->dt != TPU_F32 || job->xk != 1 || !job->exact) {
-            tpu_run_load_f32(xraw, 1, xr, job->xk, x->dt, g->k);
+            load_line(xraw, x, xr, job->xk, 0, g->k, job->xs, r0 + r);
             expand_run(xexp, xraw, g->k, job->xxf, np);
             xv = xexp;
           }
@@ -769,7 +908,11 @@ static tpu_status_t gemv_float(const gemm_t* g, const gemm_passes_t* ps, double 
   job.xk = over_n ? g->b.sr : g->a.sc;
   job.vk = over_n ? g->a.sc : g->b.sr;
   job.len = over_n ? g->n : g->m;
+  job.xs = over_n ? g->scale[1] : g->scale[0];
+  job.vs = over_n ? g->scale[0] : g->scale[1];
   job.by_columns = job.xk != 1 && job.xl == 1;
+  /* float4 (see gemm_float): the order a row-major A and B would give */
+  if (g->a.pairs) job.by_columns = over_n && g->n != 1;
   job.blk = GEMV_ROWS;
   if (job.by_columns) { /* long contiguous column runs, a couple of tasks per thread */
     int64_t want = (job.len + 2 * tpu_num_threads() - 1) / (2 * tpu_num_threads());
@@ -795,7 +938,12 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   if (!g->has_product) return fill_float(g);
   const gemm_passes_t ps = gemm_passes(g);
   const double work = (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
-  if ((g->m == 1 || g->n == 1) && !g->scale[0] && !g->scale[1]) return gemv_float(g, &ps, work);
+  /* Matrix-vector shapes; scaled float8 ones go to the packed path. Float4
+   * ones decode (and scale) as the gemv loads them, summing in the order the
+   * float32 copies of both operands (row-major) once took here. */
+  if ((g->m == 1 || g->n == 1) &&
+      ((!g->scale[0] && !g->scale[1]) || (g->a.pairs && g->b.pairs)))
+    return gemv_float(g, &ps, work);
   fgemm_t f = {0};
   f.g = g;
   f.uk = pick_ukernel();
@@ -1030,13 +1178,24 @@ tpu_status_t tpu_gemm_scaled(const tpu_tensor_t* a, const tpu_tensor_t* b, const
                              const tpu_tensor_t* bias) {
   const tpu_tensor_t* ops[3] = {a, b, c};
   for (int i = 0; i < 3; i++)
-    if (!ops[i] || ops[i]->ndim != 2 || !tpu_dtype_is_float(ops[i]->dtype) ||
+    if (!ops[i] || ops[i]->ndim != 2 ||
+        !(tpu_dtype_is_float(ops[i]->dtype) || (i < 2 && ops[i]->dtype == TPU_F4E2M1FNX2)) ||
         ops[i]->dtype == TPU_F64)
       return TPU_ERR(INVALID_ARGUMENT, "scaled matmul: operand %d must be a float matrix", i);
   gemm_t g = {0};
   mat_from(&g.a, a, false);
   mat_from(&g.b, b, false);
   mat_from(&g.c, c, false);
+  if (a->dtype == TPU_F4E2M1FNX2) { /* K counts values: two a byte */
+    g.a.pairs = MAT_PAIRS_COLS;
+    g.a.nc *= 2;
+    g.a.sc = a->strides[1];
+  }
+  if (b->dtype == TPU_F4E2M1FNX2) {
+    g.b.pairs = MAT_PAIRS_ROWS;
+    g.b.nr *= 2;
+    g.b.sr = b->strides[0];
+  }
   g.batch = 1;
   g.m = g.a.nr;
   g.k = g.a.nc;

@@ -34,16 +34,26 @@ tpu_status_t tpu_gemm(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_te
 /* Scales of a product's operand, applied while it is packed: element (l, k)
  * (l a row of A or a column of B, k along K) is multiplied, in float32, by
  * s[l * sl + (k / blk) * sk] (sl = sk = 0: one scale; sk = 0: per row or
- * column; blocks of blk along K otherwise). */
+ * column; blocks of blk along K otherwise). With `codes` set (s unused) the
+ * block scales are float8 codes of code_dtype (float8_e8m0fnu or
+ * float8_e4m3fn), kblocks per line, in cuBLAS's swizzled block-scaled layout
+ * (128 x 4 tiles of lines x k blocks), decoded as they are used. The caller
+ * owns the arrays. */
 typedef struct tpu_gemm_scale {
   const float* s;
   int64_t sl, sk, blk;
+  const uint8_t* codes;
+  tpu_dtype_t code_dtype;
+  int64_t kblocks;
 } tpu_gemm_scale_t;
 
 /* c = (a * sa) @ (b * sb) + bias, 2-D, with float32 products and sums (the
  * precision mode does not apply), rounded once to c's dtype; a and b any float
- * dtype but float64 (float8 decodes while packing), sa / sb NULL for none,
- * bias NULL or broadcastable to M x N. c may not overlap the inputs. */
+ * dtype but float64, or float4_e2m1fn_x2 (two values a byte along K: a is
+ * M x K/2 bytes, b K/2 x N); float8 and float4 codes decode while they are
+ * packed, so no float32 copy of an operand is made. sa / sb NULL for none,
+ * bias NULL or broadcastable to M x N. c may not overlap the inputs.
+ * Errors: INVALID_ARGUMENT (dtypes, shapes, overlap), RESOURCE_EXHAUSTED. */
 tpu_status_t tpu_gemm_scaled(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_tensor_t* c,
                              const tpu_gemm_scale_t* sa, const tpu_gemm_scale_t* sb,
                              const tpu_tensor_t* bias);

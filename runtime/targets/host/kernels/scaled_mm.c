@@ -7,62 +7,16 @@
  * (float32, [M, 1] and [1, N]), or per block of K for the microscaling
  * formats: 32 values with a float8_e8m0fnu scale (MXFP8, MXFP4), 16 with a
  * float8_e4m3fn scale (NVFP4), given in cuBLAS's swizzled layout (see
- * blocked_index). The bridge validates the configuration with PyTorch's
+ * tpu_gemm_scale_t), read there by the GEMM's packers. The bridge validates the configuration with PyTorch's
  * messages; the checks here only guard the kernel.
  *
- * Float8 operands are decoded inside the GEMM's packing together with their
- * scales (tpu_gemm_scaled); float4 operands, two values a byte along K, are
- * decoded into a float32 copy with their scales first. */
+ * Float8 and float4 operands (float4: two values a byte along K) are decoded
+ * inside the GEMM's packing together with their scales (tpu_gemm_scaled), a
+ * k block of a panel at a time: no float32 copy of an operand is made. */
 #include <stdlib.h>
 
 #include "kernels.h"
 #include "matmul.h"
-#include "tpu/float8.h"
-
-/* Position of scale (r, kb) of a [rows, kblocks] grid stored as cuBLAS's
- * block-scaled layout: 128 x 4 tiles, row-major over (row tile, k tile),
- * each holding its rows r = 32 * a + b (a < 4, b < 32) at b * 16 + a * 4 +
- * (kb % 4). */
-static int64_t blocked_index(int64_t r, int64_t kb, int64_t kblocks) {
-  const int64_t ktiles = (kblocks + 3) / 4, i = r % 128;
-  return ((r / 128) * ktiles + kb / 4) * 512 + (i % 32) * 16 + (i / 32) * 4 + kb % 4;
-}
-
-/* Scales of `rows` lines of a block-scaled operand as a plain float array
- * [rows, kblocks]; NULL when out of memory. */
-static float* unswizzle(const tpu_tensor_t* s, int64_t rows, int64_t kblocks) {
-  float* out = malloc(sizeof(float) * (size_t)(rows * kblocks > 0 ? rows * kblocks : 1));
-  if (!out) return NULL;
-  const uint8_t* p = s->data;
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t kb = 0; kb < kblocks; kb++) {
-      const uint8_t v = p[blocked_index(r, kb, kblocks)];
-      out[r * kblocks + kb] = s->dtype == TPU_F8E8M0FNU ? tpu_f8e8m0fnu_to_f32(v)
-                                                        : tpu_f8e4m3fn_to_f32(v);
-    }
-  return out;
-}
-
-/* A float4 operand decoded with its scales into a row-major float32 matrix
- * of `lines` x k values (line l, step k: element (l, k) of A, or (k, l) of B
- * stored as packed [k / 2, lines] bytes); NULL when out of memory. */
-static float* decode_fp4(const tpu_tensor_t* t, bool is_b, int64_t lines, int64_t k,
-                         const tpu_gemm_scale_t* sc) {
-  float* out = malloc(sizeof(float) * (size_t)(lines * k > 0 ? lines * k : 1));
-  if (!out) return NULL;
-  const uint8_t* base = t->data;
-  const int64_t s_line = is_b ? t->strides[1] : t->strides[0];
-  const int64_t s_k = is_b ? t->strides[0] : t->strides[1];
-  for (int64_t l = 0; l < lines; l++)
-    for (int64_t j = 0; j < k; j++) {
-      const uint8_t byte = base[l * s_line + (j / 2) * s_k];
-      const float v = tpu_f4e2m1_to_f32(j % 2 ? (uint8_t)(byte >> 4) : byte);
-      const float s = sc->s[l * sc->sl + (j / sc->blk) * sc->sk];
-      /* A as [lines, k]; B as [k, lines] so that it stays a K x N matrix */
-      out[is_b ? j * lines + l : l * k + j] = v * s;
-    }
-  return out;
-}
 
 /* _scaled_mm(self, mat2, scale_a, scale_b, bias, scale_result, out_dtype,
  * use_fast_accum) and its out= overload: outs[0] is preallocated M x N. */
@@ -85,42 +39,24 @@ tpu_status_t tpu_k_scaled_mm(const tpu_call_t* c) {
   if (m == 0 || n == 0) return TPU_OK;
 
   tpu_gemm_scale_t scale[2] = {{0}};
-  float* owned[4] = {NULL, NULL, NULL, NULL}; /* unswizzled scales, decoded fp4 operands */
   tpu_status_t st = TPU_OK;
   const bool blockwise = sa->dtype == TPU_F8E8M0FNU || sa->dtype == TPU_F8E4M3FN;
-  if (blockwise) {
+  if (blockwise) { /* the packers read the swizzled codes */
     const int64_t blk = sa->dtype == TPU_F8E8M0FNU ? 32 : 16, kblocks = (k + blk - 1) / blk;
-    owned[0] = unswizzle(sa, m, kblocks);
-    owned[1] = unswizzle(sb, n, kblocks);
-    if (!owned[0] || !owned[1]) {
-      st = TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for the scales", op);
-      goto done;
-    }
-    scale[0] = (tpu_gemm_scale_t){owned[0], kblocks, 1, blk};
-    scale[1] = (tpu_gemm_scale_t){owned[1], kblocks, 1, blk};
+    scale[0] = (tpu_gemm_scale_t){.blk = blk, .codes = sa->data, .code_dtype = sa->dtype,
+                                  .kblocks = kblocks};
+    scale[1] = (tpu_gemm_scale_t){.blk = blk, .codes = sb->data, .code_dtype = sb->dtype,
+                                  .kblocks = kblocks};
   } else if (sa->dtype == TPU_F32 && sb->dtype == TPU_F32) {
     const bool per_tensor = tpu_tensor_numel(sa) == 1 && tpu_tensor_numel(sb) == 1;
     /* per row: sa [M, 1], sb [1, N] */
-    scale[0] = (tpu_gemm_scale_t){sa->data, per_tensor || m == 1 ? 0 : sa->strides[0], 0, 1};
-    scale[1] = (tpu_gemm_scale_t){sb->data, per_tensor || n == 1 ? 0 : sb->strides[1], 0, 1};
+    scale[0] = (tpu_gemm_scale_t){.s = sa->data, .sl = per_tensor || m == 1 ? 0 : sa->strides[0],
+                                  .blk = 1};
+    scale[1] = (tpu_gemm_scale_t){.s = sb->data, .sl = per_tensor || n == 1 ? 0 : sb->strides[1],
+                                  .blk = 1};
   } else {
     return TPU_ERR(INVALID_ARGUMENT, "%s: scales of dtype %s are not supported", op,
                    tpu_dtype_name(sa->dtype));
-  }
-
-  tpu_tensor_t av = *a, bv = *b;
-  const tpu_gemm_scale_t *sca = &scale[0], *scb = &scale[1];
-  if (fp4) { /* decode with the scales applied; the GEMM then takes float32 */
-    owned[2] = decode_fp4(a, false, m, k, &scale[0]);
-    owned[3] = decode_fp4(b, true, n, k, &scale[1]);
-    if (!owned[2] || !owned[3]) {
-      st = TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for the float4 operands", op);
-      goto done;
-    }
-    const int64_t as[2] = {m, k}, bs[2] = {k, n};
-    tpu_tensor_make_contig(&av, owned[2], TPU_F32, 2, as);
-    tpu_tensor_make_contig(&bv, owned[3], TPU_F32, 2, bs);
-    sca = scb = NULL;
   }
 
   /* CPU divides a float8 e4m3fn / e5m2 result by scale_result before rounding
@@ -129,22 +65,17 @@ tpu_status_t tpu_k_scaled_mm(const tpu_call_t* c) {
   if (sr && (out->dtype == TPU_F8E4M3FN || out->dtype == TPU_F8E5M2))
     inv = 1.0f / *(const float*)sr->data;
   if (inv == 1.0f) {
-    st = tpu_gemm_scaled(&av, &bv, out, sca, scb, bias);
+    st = tpu_gemm_scaled(a, b, out, &scale[0], &scale[1], bias);
   } else {
     float* tmp = malloc(sizeof(float) * (size_t)(m * n));
-    if (!tmp) {
-      st = TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op);
-      goto done;
-    }
+    if (!tmp) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op);
     tpu_tensor_t t;
     const int64_t ts[2] = {m, n};
     tpu_tensor_make_contig(&t, tmp, TPU_F32, 2, ts);
-    st = tpu_gemm_scaled(&av, &bv, &t, sca, scb, bias);
+    st = tpu_gemm_scaled(a, b, &t, &scale[0], &scale[1], bias);
     for (int64_t i = 0; i < m * n && !st; i++) tmp[i] *= inv;
     if (!st) st = tpu_copy_strided(out, &t);
     free(tmp);
   }
-done:
-  for (int i = 0; i < 4; i++) free(owned[i]);
   return st;
 }

@@ -32,6 +32,9 @@ static uint64_t key_of(const char* p, tpu_dtype_t dt) {
     /* sign-magnitude to an unsigned order: flip negatives, lift positives */
     return (u >> 63) ? ~u : (u | (1ull << 63));
   }
+  /* uint64 loads as its bits, already in unsigned order; the other integers
+   * (uint16 / uint32 included) fit int64: lift them by the sign bit */
+  if (dt == TPU_U64) return (uint64_t)tpu_load_i64(p, dt);
   return (uint64_t)tpu_load_i64(p, dt) ^ (1ull << 63);
 }
 
