@@ -2,7 +2,7 @@
 formats) and float4_e2m1fn_x2 tensors live on the device, move, view, index and concatenate;
 casts give PyTorch CPU's bits (e4m3fn saturates at +-448, e8m0fnu takes the exponent with
 PyTorch's rounding, NaNs keep their sign), though XLA's own convert does neither; floats to
-narrow integers wrap as on CPU; uint16/32/64 compare as unsigned; and `_scaled_mm` with
+narrow integers wrap as on CPU; uint16/32/64 sort as unsigned; and `_scaled_mm` with
 per-tensor and per-row scales matches CPU's within its float32 accumulation."""
 from tests.test_pjrt_target import pytestmark, run_pjrt  # noqa: F401  (the skip mark)
 
@@ -95,6 +95,16 @@ for dt, hi in ((torch.uint16, 2 ** 16), (torch.uint32, 2 ** 32), (torch.uint64, 
     assert torch.equal(d[torch.tensor([5, 1], device="tpu")].cpu(), c[[5, 1]])
     assert torch.equal(d.to(torch.float64).cpu(), c.to(torch.float64)), dt
     assert torch.equal(torch.cat([d, d[:3]]).cpu(), torch.cat([c, c[:3]]))
+    # sorted as unsigned: the upper half after the lower one (a signed compare puts it first)
+    big = torch.cat([c, torch.tensor([hi - 1, 1, hi // 2], dtype=torch.int64).to(dt)])
+    db = big.to("tpu")
+    for desc in (False, True):
+        v, i = db.sort(descending=desc, stable=True)
+        wv, wi = big.sort(descending=desc, stable=True)
+        assert torch.equal(v.cpu(), wv) and torch.equal(i.cpu(), wi), (dt, desc)
+    u, inv, cnt = torch.unique(db, return_inverse=True, return_counts=True)
+    wu, winv, wcnt = torch.unique(big, return_inverse=True, return_counts=True)
+    assert torch.equal(u.cpu(), wu) and torch.equal(inv.cpu(), winv) and torch.equal(cnt.cpu(), wcnt)
 """)
 
 
@@ -123,4 +133,18 @@ for name, (sa, sb) in scales.items():
         # float32 accumulation in another order: one rounding step of the output at most
         step = {torch.float32: 1e-5, torch.bfloat16: 8e-3, torch.float8_e4m3fn: 0.13}[out_dtype]
         torch.testing.assert_close(got.cpu().float(), want.float(), rtol=step, atol=1e-5)
+""")
+
+
+def test_an_op_reading_memory_nothing_wrote():
+    # torch.empty's storage has no device buffer yet; scatter_ reads it as its base (unique's
+    # inverse is made so): the program starts it from zeros instead of failing to compile
+    run("""
+perm = torch.tensor([1, 3, 2, 0, 4, 5]); group = torch.tensor([0, 0, 1, 2, 2, 3])
+got = torch.empty(6, dtype=torch.long, device="tpu").scatter_(0, perm.to("tpu"), group.to("tpu"))
+assert torch.equal(got.cpu(), torch.empty(6, dtype=torch.long).scatter_(0, perm, group))
+x = torch.tensor([5.0, 1.0, 3.0, 1.0, 5.0, 9.0])
+for a, b in zip(torch.unique(x.to("tpu"), return_inverse=True, return_counts=True),
+                torch.unique(x, return_inverse=True, return_counts=True)):
+    assert torch.equal(a.cpu(), b), (a, b)
 """)

@@ -41,7 +41,7 @@ static bool lower_gather(node_t* n, const char* base, ref_t* outs) {
 static bool lower_sort(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if ((!strcmp(base, "sort") || !strcmp(base, "topk")) && c->nouts == 2 && is_tensor(n, 0) &&
-      (tpu_dtype_is_float(odt) || odt == TPU_I64 || odt == TPU_I32)) {
+      odt != TPU_F4E2M1FNX2) { /* integers compare signed or unsigned as their dtype */
     /* sort(self, dim, descending) / sort.stable(self, stable?, dim, descending);
      * topk(self, k, dim, largest, sorted): the first k of a sort */
     const tpu_tensor_t* x = c->args[0].v.t;

@@ -660,7 +660,9 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     fputs("  func.func @main(", f);
     for (int s = 0, k = 0; s < ns; s++) {
       slot_t* sl = &slots[s];
-      sl->arg = sl->read || sl->has_buf;
+      /* a storage read before anything wrote it (torch.empty's, then scatter_
+       * into it) has no buffer: its contents are undefined, zeros here */
+      sl->arg = sl->has_buf;
       const int res = k; /* its result's index, if it has one */
       if (sl->written || sl->retype) k++;
       if (!sl->arg) continue;
@@ -690,6 +692,10 @@ tpu_status_t pj_compose(const tpu_graph_t* g, pj_program_t* out) {
     /* storage arguments as values */
     for (int s = 0; s < ns; s++) {
       slot_t* sl = &slots[s];
+      if (!sl->arg && sl->read) {
+        const int64_t E = elems(sl, sl->s.dt);
+        sl->s.value = zeros(&w, 1, &E, sl->s.dt);
+      }
       if (!sl->arg) continue;
       const int64_t E = elems(sl, sl->in_dt);
       char o[24];
