@@ -8,8 +8,9 @@ torch.mm and _scaled_mm with float8_e4m3fn operands (one float32 scale per tenso
 (e8m0 scales per 32 values of K), MXFP4 (float4_e2m1fn_x2, e8m0 scales per 32) and NVFP4
 (float4, e4m3fn scales per 16), all with a bfloat16 output. It prints the best time per
 call, the ratio to the bf16 matmul, and the growth of the process's peak resident set
-during one call (Linux; the GEMM decodes the narrow codes while packing its panels, so no
-float32 copy of an operand appears: the growth stays far below K * N * 4 bytes).
+during each variant's first call (Linux; the GEMM decodes the narrow codes while packing its
+panels, so no float32 copy of an operand appears: the growth, the GEMM's packed blocks and
+the first call's thread stacks, stays far below K * N * 4 bytes).
 
 _scaled_mm's products and sums are float32 (as CPU's emulation), while bf16 mm multiplies
 bfloat16 values in one pass, so the ratio shows what the decode and float32 panels cost.
@@ -94,10 +95,12 @@ def main():
         if group not in groups:
             continue
         vs = variants(m, k, n)
+        torch.tpu.synchronize()
+        grows = {name: peak_growth(fn) for name, fn in vs.items()}  # first calls
         best = best_times({name: (fn, torch.tpu.synchronize) for name, fn in vs.items()},
                           args.repeats)
         for name, fn in vs.items():
-            grow = peak_growth(fn)
+            grow = grows[name]
             mem = "n/a" if grow is None else f"{grow / 2**20:.1f}"
             print(f"{label:28} {f'{m}x{k}x{n}':>16} | {name:10} {best[name] * 1e3:8.2f} "
                   f"{best[name] / best['bf16 mm']:6.2f} | {mem:>6} ({k * n * 4 / 2**20:.0f})",

@@ -628,6 +628,14 @@ def test_unique(dtype):
         check_op(lambda t: torch.ops.aten.unique_consecutive(t, False, False, d), rows)
     check_op(lambda t: torch.unique_consecutive(t, return_inverse=True, dim=0), make((0, 3), dtype))
     check_op(lambda t: torch.unique_consecutive(t, return_counts=True, dim=0), x[:, :1])
+    # a 1-D tensor: dim 0 follows the flags, dim -1 returns everything (CPU's split)
+    for d in (0, -1):
+        check_op(lambda t: torch.ops.aten.unique_consecutive(t, True, False, d), x[0])
+    for dev in ("cpu", "tpu"):  # a 0-d tensor has no dim 0
+        with pytest.raises(IndexError, match="no dimensions"):
+            torch.ops.aten.unique_consecutive(torch.tensor(5).to(dev), False, False, 0)
+        with pytest.raises(IndexError, match="no dimensions"):
+            torch.unique(torch.tensor(5).to(dev), dim=0)
     for inverse in (False, True):  # the older _unique overload (index_fill's backward uses it)
         check_op(lambda t: torch._unique(t, True, inverse), x)
 

@@ -1,10 +1,13 @@
 /* Narrow floats: the float8 conversions of tpu/float8.h (round trips, the
  * rounding and overflow rules at each format's edges), the copy kernel over
- * float8 (casts, byte-exact copies within a dtype) and a scaled product.
+ * float8 (casts, byte-exact copies within a dtype) and scaled products of
+ * float4 operands with block scales on every micro-kernel the CPU has.
  * tests/test_float8.py compares the same conversions bit for bit with
  * PyTorch; this checks them without it. */
 #include <math.h>
+#include <stdlib.h>
 
+#include "targets/host/kernels/matmul.h"
 #include "test_util.h"
 #include "tpu/float8.h"
 
@@ -93,10 +96,109 @@ static void test_copy_kernel(void) {
     for (int j = 0; j < 4; j++) CHECK(out[i * 4 + j] == codes[j * 4 + i]);
 }
 
+/* ---- float4 products with block scales (tpu_gemm_scaled) ---- */
+static uint64_t g_seed = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+  g_seed ^= g_seed << 13;
+  g_seed ^= g_seed >> 7;
+  g_seed ^= g_seed << 17;
+  return (uint32_t)(g_seed >> 24);
+}
+
+/* cuBLAS's block-scaled layout: scale (l, kb) of a lines x kblocks grid in
+ * 128 x 4 tiles, each tile's line 32 * a + b at b * 16 + a * 4 + kb % 4 */
+static int64_t swizzle(int64_t l, int64_t kb, int64_t kblocks) {
+  const int64_t tile = (l / 128) * ((kblocks + 3) / 4) + kb / 4, r = l % 128;
+  return tile * 512 + (r % 32) * 16 + (r / 32) * 4 + kb % 4;
+}
+
+/* c = (a * sa) @ (b * sb) for m x k x n with float4 codes (A row- or
+ * column-major as M x K/2 bytes, B as K/2 x N bytes either way) against a
+ * double sum of the same float32 scaled values. */
+static void scaled_f4_case(int64_t m, int64_t k, int64_t n, bool nv, bool a_cols, bool b_rows) {
+  const int64_t kh = k / 2, blk = nv ? 16 : 32, kblocks = (k + blk - 1) / blk;
+  const int64_t kpad = (kblocks + 3) / 4 * 4;
+  const tpu_dtype_t sdt = nv ? TPU_F8E4M3FN : TPU_F8E8M0FNU;
+  uint8_t* a = malloc((size_t)(m * kh));
+  uint8_t* b = malloc((size_t)(kh * n));
+  uint8_t* sa = calloc((size_t)((m + 127) / 128 * 128 * kpad), 1);
+  uint8_t* sb = calloc((size_t)((n + 127) / 128 * 128 * kpad), 1);
+  float* c = malloc(sizeof(float) * (size_t)(m * n));
+  for (int64_t i = 0; i < m * kh; i++) a[i] = (uint8_t)rnd();
+  for (int64_t i = 0; i < kh * n; i++) b[i] = (uint8_t)rnd();
+  for (int s = 0; s < 2; s++) {
+    const int64_t lines = s ? n : m;
+    uint8_t* dst = s ? sb : sa;
+    for (int64_t l = 0; l < lines; l++)
+      for (int64_t kb = 0; kb < kblocks; kb++)
+        dst[swizzle(l, kb, kblocks)] =
+            nv ? tpu_f32_to_f8e4m3fn(0.25f + (float)(rnd() % 1000) / 1000.0f)
+               : (uint8_t)(122 + rnd() % 10);
+  }
+  /* element (i, j) of A: byte i * kh + j / 2 (rows) or (j / 2) * m + i (columns) */
+  tpu_tensor_t at, bt, ct;
+  const int64_t as[2] = {m, kh}, bs[2] = {kh, n}, cs[2] = {m, n};
+  tpu_tensor_make_contig(&at, a, TPU_F4E2M1FNX2, 2, as);
+  tpu_tensor_make_contig(&bt, b, TPU_F4E2M1FNX2, 2, bs);
+  tpu_tensor_make_contig(&ct, c, TPU_F32, 2, cs);
+  if (a_cols) {
+    at.strides[0] = 1;
+    at.strides[1] = m;
+  }
+  if (!b_rows) { /* column-major, as cuBLAS wants it */
+    bt.strides[0] = 1;
+    bt.strides[1] = kh;
+  }
+  tpu_gemm_scale_t sca = {.blk = blk, .codes = sa, .code_dtype = sdt, .kblocks = kblocks};
+  tpu_gemm_scale_t scb = {.blk = blk, .codes = sb, .code_dtype = sdt, .kblocks = kblocks};
+  CHECK_OK(tpu_gemm_scaled(&at, &bt, &ct, &sca, &scb, NULL));
+  int bad = 0;
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double sum = 0, mag = 0;
+      for (int64_t q = 0; q < k; q++) {
+        const uint8_t ab = a[at.strides[0] * i + at.strides[1] * (q / 2)];
+        const uint8_t bb = b[bt.strides[0] * (q / 2) + bt.strides[1] * j];
+        const uint8_t sac = sa[swizzle(i, q / blk, kblocks)], sbc = sb[swizzle(j, q / blk, kblocks)];
+        const float va = tpu_f4e2m1_to_f32((uint8_t)(q % 2 ? ab >> 4 : ab)) *
+                         (nv ? tpu_f8e4m3fn_to_f32(sac) : tpu_f8e8m0fnu_to_f32(sac));
+        const float vb = tpu_f4e2m1_to_f32((uint8_t)(q % 2 ? bb >> 4 : bb)) *
+                         (nv ? tpu_f8e4m3fn_to_f32(sbc) : tpu_f8e8m0fnu_to_f32(sbc));
+        sum += (double)va * vb;
+        mag += fabs((double)va * vb);
+      }
+      if (!(fabs(c[i * n + j] - sum) <= 1e-6 * mag + 1e-30)) bad++;
+    }
+  if (bad)
+    fprintf(stderr, "scaled float4 %lldx%lldx%lld (%s, A %s, B %s, %s): %d wrong\n", (long long)m,
+            (long long)k, (long long)n, nv ? "nvfp4" : "mxfp4", a_cols ? "cols" : "rows",
+            b_rows ? "rows" : "cols", tpu_gemm_isa_name(), bad);
+  CHECK(bad == 0);
+  free(a);
+  free(b);
+  free(sa);
+  free(sb);
+  free(c);
+}
+
+/* Shapes: k blocks starting mid-byte (K = 1040: blocks of 347 steps),
+ * several A blocks and B panels, matrix-vector products either way. */
+static void test_scaled_float4(void) {
+  static const int64_t shapes[][3] = {{5, 1040, 37}, {130, 64, 40}, {1, 96, 33}, {20, 64, 1}};
+  for (int isa = TPU_GEMM_ISA_AVX512; isa >= TPU_GEMM_ISA_PORTABLE; isa--) {
+    if (!tpu_gemm_set_isa((tpu_gemm_isa_t)isa)) continue; /* not on this CPU: skipped */
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      for (int v = 0; v < 8; v++)
+        scaled_f4_case(shapes[s][0], shapes[s][1], shapes[s][2], v & 1, v & 2, v & 4);
+  }
+  CHECK(tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO));
+}
+
 int main(void) {
   CHECK_OK(tpu_runtime_init());
   test_round_trips();
   test_edges();
   test_copy_kernel();
+  test_scaled_float4();
   TEST_MAIN_END();
 }

@@ -201,7 +201,7 @@ std::tuple<at::Tensor, at::Tensor> tpu_unique(const at::Tensor& self, bool sorte
 // too); the sort keys are viewed back, so they order as unsigned.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_slices(const at::Tensor& self, int64_t dim,
                                                              bool sort) {
-  dim = c10::maybe_wrap_dim(dim, self.dim());
+  dim = c10::maybe_wrap_dim(dim, self.dim(), /*wrap_scalar=*/false);
   auto sizes = self.sizes().vec();
   const auto zero_dims = std::count(sizes.begin(), sizes.end(), 0);
   auto long_opts = self.options().dtype(at::kLong);
@@ -240,15 +240,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_slices(const at::Tensor& s
   return {output, inverse, ends.sub(starts)};
 }
 
-// With a dim, a tensor of two or more dims groups slices (always returning
-// inverse and counts, as CPU); otherwise elements, as the flags ask.
+// Without a dim (or dim 0 of a 1-D tensor, written as 0), elements, as the
+// flags ask; with any other dim, slices (always returning inverse and
+// counts): CPU's split.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_consecutive(
     const at::Tensor& self, bool return_inverse, bool return_counts, std::optional<int64_t> dim) {
-  if (dim.has_value()) {
-    const int64_t d = c10::maybe_wrap_dim(*dim, self.dim());
-    if (self.dim() > 1) return unique_slices(self, d, /*sort=*/false);
-  }
-  return unique_runs(self, false, return_inverse, return_counts);
+  if (!dim.has_value() || (*dim == 0 && self.dim() == 1))
+    return unique_runs(self, false, return_inverse, return_counts);
+  return unique_slices(self, *dim, /*sort=*/false);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique_dim(const at::Tensor& self, int64_t dim,
