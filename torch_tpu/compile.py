@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from . import _C, dynamic
+from . import _C, attention_pattern, dynamic
 
 OPTIONS = {
     "precision": "float32 matmul precision inside compiled graphs: medium, high or highest "
@@ -173,7 +173,18 @@ def tpu_backend(gm, example_inputs, options=None, mode=None, **kwargs):
                            inference_compiler=_make_compiler(options, "inference", layouts),
                            decompositions=core_aten_decompositions(),
                            keep_inference_input_mutations=True)
-    compiled = backend(gm, example_inputs)
+    if _C.target() == "host" and not dynamic.has_symbolic_sizes(gm):
+        # hand-written attention becomes sdpa, which the host target runs fused
+        n = attention_pattern.rewrite(gm)
+        if n:
+            dynamic._count("attention_patterns", n)
+    # attention traces as the fused ops (one node per direction; attention.cpp), on the host
+    # target for static sizes; the runtime runs each as one kernel call
+    prev = _C.set_sdpa_traced(True)
+    try:
+        compiled = backend(gm, example_inputs)
+    finally:
+        _C.set_sdpa_traced(prev)
     dynamic._count("dynamo_graphs")  # after: Dynamo may restart an analysis by raising
     return compiled
 
