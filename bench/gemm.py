@@ -27,9 +27,8 @@ import warnings  # noqa: E402
 import torch  # noqa: E402
 
 import torch_tpu.precision  # noqa: E402,F401
-from peak import measured_peak  # noqa: E402,F401  (bench/ is the script's directory)
+from peak import measured_peak  # noqa: E402  (bench/ is the script's directory)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 LEVELS = ("medium", "high", "highest")
 
 # (group, label, B, M, K, N, a transposed, b transposed)
