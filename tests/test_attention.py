@@ -400,6 +400,12 @@ class HandAttention(torch.nn.Module):
             causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
             att = att.masked_fill(~causal, float("-inf"))
             att = F.softmax(att, dim=-1)
+        elif self.style == "hf":  # Hugging Face's eager attention
+            att = torch.matmul(q, k.transpose(2, 3)) * 0.25
+            att = att + self.bias[:1, :T, :T].unsqueeze(0)
+            att = F.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
+            att = F.dropout(att, p=self.p, training=self.training)
+            return torch.matmul(att, v)
         elif self.style == "additive":
             att = q @ k.transpose(-1, -2) / math.sqrt(E) + self.bias
             att = att.softmax(-1)
@@ -427,7 +433,7 @@ def _fwd_bwd(fn, q, k, v, grad, device):
     return [o] + [t.grad for t in leaves]
 
 
-@pytest.mark.parametrize("style", ["gpt2", "additive", "bool"])
+@pytest.mark.parametrize("style", ["gpt2", "additive", "bool", "hf"])
 def test_compiled_hand_written_attention_runs_fused(style):
     """torch.compile(backend="tpu") replaces the hand-written pattern by sdpa, whose graph
     nodes are the fused forward and backward: one kernel call each, no softmax, results of
@@ -448,7 +454,7 @@ def test_compiled_hand_written_attention_runs_fused(style):
     assert prof.ops[FWD][0] == 1 and prof.ops[BWD][0] == 1
     assert not any("softmax" in name for name in prof.ops), sorted(prof.ops)
     _grads_close(got, want)
-    if style == "additive":
+    if style in ("additive", "hf"):
         torch.testing.assert_close(tmod.bias.grad.cpu(), mod.bias.grad, atol=2e-5, rtol=2e-5)
     torch._dynamo.reset()
 

@@ -6,7 +6,9 @@ The pattern, as models write it (examples/train_gpt.py, nanoGPT, minGPT)::
     s = (q @ k.transpose(-2, -1)) * scale        # or / d, or no scale
     s = s.masked_fill(m, float("-inf"))          # optional: m true = hidden
       | s = s + bias                             #   or an additive float mask
-    p = F.softmax(s, dim=-1)                     # or s.softmax(-1), torch.softmax
+    p = F.softmax(s, dim=-1)                     # or s.softmax(-1), torch.softmax; a
+                                                 # dtype= argument only the scores' own
+    p = p.to(dtype)                              # optional, where it changes nothing
     p = F.dropout(p, prob, training)             # optional (nn.Dropout inlined)
     y = p @ v
 
@@ -113,6 +115,14 @@ def _match(graph, out):
         chain.append(p)
         dropout_p = float(prob) if training else 0.0
         p = p.args[0]
+    if _is(p, set(), "to") and len(p.args) == 2 and not p.kwargs:
+        # Hugging Face's softmax(..., dtype=float32).to(query.dtype): kept when it changes
+        # nothing
+        pv = _val(p.args[0]) if isinstance(p.args[0], torch.fx.Node) else None
+        if pv is None or p.args[1] != pv.dtype:
+            return None
+        chain.append(p)
+        p = p.args[0]
     if not _is(p, _SOFTMAX, "softmax"):
         return None
     sv = _val(p)
@@ -120,7 +130,10 @@ def _match(graph, out):
         return None
     dim = _arg(p, 1, "dim")
     dtype = _arg(p, 3 if p.target is F.softmax else 2, "dtype")
-    if not _last_dim(dim, sv.dim()) or dtype is not None:
+    scores = _val(p.args[0]) if isinstance(p.args[0], torch.fx.Node) else None
+    if not _last_dim(dim, sv.dim()) or scores is None:
+        return None
+    if dtype is not None and dtype != scores.dtype:  # a softmax in another dtype
         return None
     chain.append(p)
     s = p.args[0]
