@@ -11,7 +11,7 @@ import argparse
 import os
 import tempfile
 
-from gpt_step import add_model_args, kernel_split, model_options, run, tokens_per_second
+from gpt_step import add_model_args, kernel_split, mfu_lines, model_options, run, tokens_per_second
 
 
 def main():
@@ -60,6 +60,11 @@ def main():
           f"{cold['cache']['compile_seconds']:.2f} s compiling), warm tier-3 cache "
           f"{warm['times'][0]:.2f} s ({warm['cache']['compiles']} compiles, "
           f"{warm['cache']['tier3_hits']} tier-3 hits)")
+    for line in mfu_lines(res, [("strict", "tpu eager strict"),
+                                ("tpu_medium_warm", "tpu compiled, medium"),
+                                ("tpu_highest", "tpu compiled, highest"),
+                                ("inductor", "cpu inductor float32")], a.warmup):
+        print(line)
     print("goals: compiled >= 3.0x strict and >= 1.0x inductor")
 
 

@@ -16,7 +16,7 @@ import argparse
 import os
 import tempfile
 
-from gpt_step import add_model_args, kernel_split, model_options, run, tokens_per_second
+from gpt_step import add_model_args, kernel_split, mfu_lines, model_options, run, tokens_per_second
 
 
 def main():
@@ -58,6 +58,10 @@ def main():
     total, mm, share = kernel_split(strict)
     print(f"bound: a step whose non-matmul kernels took no time at all would run at most "
           f"{1 / share:.2f}x Strict's kernel time (the matmuls are the same library GEMM)")
+    for line in mfu_lines({"strict": strict, "defer_and_fuse": warm},
+                          [("strict", "tpu eager strict"),
+                           ("defer_and_fuse", "tpu DeferAndFuse")], a.warmup):
+        print(line)
     t = warm["trace"]
     print(f"trace: {t['flushes']} flushes, {t['nodes']} nodes, {t['nodes_fused']} fused, "
           f"{t['nodes_dropped']} dropped, {t['repeat_cuts']} repeated-block cuts, "

@@ -18,9 +18,6 @@ is printed first; numbers taken above ~2.5 are unreliable.
 """
 import argparse
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 
 os.environ.setdefault("TORCH_TPU_LOG_ISA", "1")  # the runtime names its micro-kernel once
@@ -30,8 +27,8 @@ import warnings  # noqa: E402
 import torch  # noqa: E402
 
 import torch_tpu.precision  # noqa: E402,F401
+from peak import measured_peak  # noqa: E402  (bench/ is the script's directory)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 LEVELS = ("medium", "high", "highest")
 
 # (group, label, B, M, K, N, a transposed, b transposed)
@@ -52,30 +49,6 @@ GOAL_LABELS = {"1024", "2048"}  # plus every transformer and attention shape
 # Pause before each timed tpu call: PyTorch's OpenMP workers spin for a while after a CPU
 # matmul, which would take a core from the tpu call timed next.
 SETTLE_SECONDS = 0.03
-
-
-def measured_peak(tries=3):
-    """GFLOP/s of bench/fma_peak.c on all cores (the best of `tries` one-second runs: the
-    peak is a bound that other load can only lower), or None where it cannot be built."""
-    gcc = shutil.which("gcc")
-    if not gcc:
-        return None, "no gcc"
-    with tempfile.TemporaryDirectory() as d:
-        exe = os.path.join(d, "fma_peak")
-        build = subprocess.run([gcc, "-O2", "-mavx2", "-mfma", "-pthread",
-                                os.path.join(HERE, "fma_peak.c"), "-o", exe],
-                               capture_output=True, text=True)
-        if build.returncode != 0:
-            return None, "fma_peak.c did not build: " + build.stderr.strip()[:200]
-        runs = [[exe, str(os.cpu_count()), "1"]]
-        if "avx512f" in open("/proc/cpuinfo").read():
-            runs.append(runs[0] + ["--avx512"])
-        best = 0.0
-        for cmd in runs * tries:
-            out = subprocess.run(cmd, capture_output=True, text=True)
-            if out.returncode == 0:
-                best = max(best, float(out.stdout.strip()))
-        return best, f"{os.cpu_count()} threads, {'AVX-512' if len(runs) > 1 else 'AVX2'} FMA"
 
 
 def operands(b, m, k, n, ta, tb, device):

@@ -16,6 +16,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from peak import FORMULA, gpt_flops_per_token, measured_peak, mfu_line  # noqa: E402
 
 
 # runtime ops that run on the matrix unit (their time is GEMM time)
@@ -45,6 +47,20 @@ def add_model_args(p, steps, warmup):
 def model_options(a):
     return ["--n-layer", a.n_layer, "--n-embd", a.n_embd, "--n-head", a.n_head,
             "--batch-size", a.batch_size, "--block-size", a.block_size]
+
+
+def mfu_lines(results, labels, warmup):
+    """Lines giving each result's model FLOPs/s and its share of the FMA peak measured now
+    (bench/peak.py), the formula first."""
+    peak, how = measured_peak()
+    lines = [FORMULA, f"FMA peak (bench/fma_peak.c, {how}): "
+             f"{peak if peak else float('nan'):.1f} GFLOP/s"]
+    for key, label in labels:
+        if key in results:
+            r = results[key]
+            lines.append(mfu_line(label, tokens_per_second(r, warmup), r["flops_per_token"],
+                                  peak))
+    return lines
 
 
 def run(mode, compile_with, steps, options, env=None):
@@ -108,9 +124,15 @@ def _child(mode, compile_with, steps, options):
     if device == "tpu":
         profile.__exit__(None, None, None)
         kernels = {"steps": steps - steps // 2, "total": prof.total_seconds,
-                   "matmul": prof.seconds(*MATMUL_OPS), "top": prof.table(12)}
+                   "matmul": prof.seconds(*MATMUL_OPS), "top": prof.table(12),
+                   "ops": sorted(([n, c, t] for n, (c, t) in prof.ops.items()),
+                                 key=lambda r: -r[2])[:12]}
     print(json.dumps({"times": times, "losses": losses, "kernels": kernels,
                       "tokens": args.batch_size * args.block_size,
+                      "flops_per_token": gpt_flops_per_token(
+                          sum(p.numel() for n, p in model.named_parameters()
+                              if not n.startswith(("tok.", "pos."))),
+                          args.n_layer, args.block_size, args.n_embd),
                       "peak": torch.tpu.max_memory_allocated() if device == "tpu" else 0,
                       "cache": torch.tpu.compilation_cache_stats(),
                       "trace": torch_tpu.modes.trace_stats()}))

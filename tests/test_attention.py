@@ -279,14 +279,51 @@ def test_math_backend_and_variable_choose_the_math_path(monkeypatch):
                 F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"))
 
 
-def test_bias_requiring_grad_takes_the_math_path():
-    B, H, T, E = 1, 2, 7, 8
-    q, k, v = (rand((B, H, T, E), torch.float32, s).to("tpu") for s in (43, 44, 45))
-    bias = rand((T, T), torch.float32, 46).to("tpu").requires_grad_()
-    (o, nf, _) = fused_calls(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
-    assert nf == 0
-    o.sum().backward()
-    assert bias.grad is not None and bias.grad.shape == (T, T)
+def run_bias(q, k, v, bias, grad, device, causal=False):
+    """sdpa with an additive mask that requires grad; returns output and the four grads. On
+    tpu with causal the fused ops are called directly (sdpa refuses a mask with is_causal); on
+    CPU causal hides the upper triangle of the mask with -inf (zero gradient there)."""
+    leaves = [t.to(device).detach().requires_grad_() for t in (q, k, v, bias)]
+    if device == "tpu" and causal:
+        aten = torch.ops.aten
+        fwd = aten._scaled_dot_product_fused_attention_overrideable(*leaves, is_causal=True)
+        o = fwd[0]
+        grads = aten._scaled_dot_product_fused_attention_overrideable_backward(
+            grad.to(device), *leaves, [True] * 4, o, fwd[1], None, None, fwd[4], fwd[5], 0.0,
+            True, fwd[6], fwd[7])
+        return [o] + list(grads)
+    mask = leaves[3]
+    if causal:
+        T = q.shape[-2]
+        mask = mask.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    o = F.scaled_dot_product_attention(*leaves[:3], attn_mask=mask)
+    o.backward(grad.to(device))
+    return [o] + [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", ["tt", "b1tt", "bhtt", "1htt"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_additive_mask_gradient(dtype, shape, causal, monkeypatch):
+    """The fused backward gives an additive mask's gradient (dS summed over its broadcast
+    dims), in the whole-pair and the split backward, against CPU's math path."""
+    B, H, T, E = 2, 3, 131, 16
+    q, k, v = (rand((B, H, T, E), dtype, s) for s in (43, 44, 45))
+    grad = rand((B, H, T, E), dtype, 46)
+    sizes = {"tt": (T, T), "b1tt": (B, 1, T, T), "bhtt": (B, H, T, T), "1htt": (1, H, T, T)}
+    bias = rand(sizes[shape], dtype, 47)
+    up = torch.float32
+    with sdpa_kernel(SDPBackend.MATH):
+        want = [t.to(dtype) for t in run_bias(q.to(up), k.to(up), v.to(up), bias.to(up),
+                                                grad.to(up), "cpu", causal)]
+    for split in ("0", "1"):
+        monkeypatch.setenv("TORCH_TPU_SDPA_BWD_SPLIT", split)
+        with torch.tpu.precision("highest"):
+            got, nf, nb = fused_calls(lambda: run_bias(q, k, v, bias, grad, "tpu", causal))
+        assert (nf, nb) == (1, 1)
+        assert got[4].shape == bias.shape and got[4].dtype == dtype
+        for g, w in zip(got, want):
+            check_close(g, w, dtype, scale=2.0)
 
 
 def test_no_grad_and_large_t_memory():
@@ -338,3 +375,180 @@ def test_backward_inside_sdpa_kernel_overrideable_only():
         (o, nf, nb) = fused_calls(lambda: F.scaled_dot_product_attention(q, q, q))
         o.sum().backward()
     assert nf == 1 and q.grad.shape == q.shape
+
+
+# ---- attention in compiled graphs and DeferAndFuse traces ----
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+class HandAttention(torch.nn.Module):
+    """Attention written out as models write it: matmul, scale, mask, softmax, dropout,
+    matmul (the mask styles of GPT-2, of an additive bias and of a boolean buffer)."""
+
+    def __init__(self, style, T, H, p=0.0):
+        super().__init__()
+        self.style, self.p = style, p
+        g = torch.Generator().manual_seed(60)
+        self.register_buffer("hide", torch.rand(T, T, generator=g) > 0.7)
+        self.bias = torch.nn.Parameter(torch.randn(H, T, T, generator=g))  # learned, as ALiBi's
+
+    def forward(self, q, k, v):
+        T, E = q.shape[-2], q.shape[-1]
+        if self.style == "gpt2":
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(E))
+            causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+            att = att.masked_fill(~causal, float("-inf"))
+            att = F.softmax(att, dim=-1)
+        elif self.style == "hf":  # Hugging Face's eager attention
+            att = torch.matmul(q, k.transpose(2, 3)) * 0.25
+            att = att + self.bias[:1, :T, :T].unsqueeze(0)
+            att = F.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
+            att = F.dropout(att, p=self.p, training=self.training)
+            return torch.matmul(att, v)
+        elif self.style == "additive":
+            att = q @ k.transpose(-1, -2) / math.sqrt(E) + self.bias
+            att = att.softmax(-1)
+        else:
+            att = torch.matmul(q, k.transpose(2, 3)) * 0.3
+            att = att.masked_fill(self.hide, float("-inf")).softmax(dim=-1)
+        att = F.dropout(att, self.p, self.training)
+        return att @ v
+
+
+def _grads_close(got, want, atol=2e-5, rtol=2e-5):
+    for g, w in zip(got, want):
+        assert g.device.type == "tpu"
+        torch.testing.assert_close(g.cpu(), w, atol=atol, rtol=rtol)
+
+
+def _qkv(B, H, T, E, seed):
+    return [rand((B, H, T, E), torch.float32, seed + i) for i in range(4)]
+
+
+def _fwd_bwd(fn, q, k, v, grad, device):
+    leaves = [t.to(device).detach().requires_grad_() for t in (q, k, v)]
+    o = fn(*leaves)
+    o.backward(grad.to(device))
+    return [o] + [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("style", ["gpt2", "additive", "bool", "hf"])
+def test_compiled_hand_written_attention_runs_fused(style):
+    """torch.compile(backend="tpu") replaces the hand-written pattern by sdpa, whose graph
+    nodes are the fused forward and backward: one kernel call each, no softmax, results of
+    CPU's eager module (the learned additive mask's gradient too)."""
+    torch._dynamo.reset()
+    B, H, T, E = 2, 3, 67, 16
+    q, k, v, grad = _qkv(B, H, T, E, 61)
+    mod = HandAttention(style, T, H)
+    want = _fwd_bwd(mod, q, k, v, grad, "cpu")
+    tmod = HandAttention(style, T, H).to("tpu")
+    before = torch.tpu.compilation_cache_stats()["attention_patterns"]
+    f = torch.compile(tmod, backend="tpu")
+    with torch.tpu.precision("highest"):
+        with torch_tpu.debug.kernel_profile() as prof:
+            got = _fwd_bwd(f, q, k, v, grad, "tpu")
+            torch.tpu.synchronize()
+    assert torch.tpu.compilation_cache_stats()["attention_patterns"] == before + 1
+    assert prof.ops[FWD][0] == 1 and prof.ops[BWD][0] == 1
+    assert not any("softmax" in name for name in prof.ops), sorted(prof.ops)
+    _grads_close(got, want)
+    if style in ("additive", "hf"):
+        torch.testing.assert_close(tmod.bias.grad.cpu(), mod.bias.grad, atol=2e-5, rtol=2e-5)
+    torch._dynamo.reset()
+
+
+def test_compiled_gpt_block_matches_cpu():
+    """The example GPT's block (causal masked_fill, dropout module) compiled, forward and
+    backward against CPU eager: every parameter's gradient."""
+    import copy
+    import sys
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import train_gpt
+    finally:
+        sys.path.remove(EXAMPLES)
+    torch._dynamo.reset()
+    torch.manual_seed(62)
+    blk = train_gpt.Block(64, 4, 0.1).eval()  # eval: dropout off, comparable with CPU
+    x = rand((2, 33, 64), torch.float32, 63)
+    ref = blk(x)
+    ref.square().sum().backward()
+    tb = copy.deepcopy(blk).to("tpu")
+    for p in tb.parameters():
+        p.grad = None
+    f = torch.compile(tb, backend="tpu")
+    with torch.tpu.precision("highest"):
+        with torch_tpu.debug.kernel_profile() as prof:
+            out = f(x.to("tpu"))
+            out.square().sum().backward()
+            torch.tpu.synchronize()
+    assert prof.ops[FWD][0] == 1 and prof.ops[BWD][0] == 1
+    torch.testing.assert_close(out.cpu(), ref, atol=2e-5, rtol=2e-5)
+    for (name, p), tp in zip(blk.named_parameters(), tb.parameters()):
+        torch.testing.assert_close(tp.grad.cpu(), p.grad, atol=5e-5, rtol=5e-5, msg=name)
+    torch._dynamo.reset()
+
+
+def test_compiled_dropout_attention_uses_the_fused_dropout():
+    """In training the pattern's dropout becomes sdpa's dropout_p: the same mask in the
+    forward and the backward (a finite, non-trivial gradient; output equal to eager fused
+    sdpa with the same seed)."""
+    torch._dynamo.reset()
+    B, H, T, E = 1, 2, 40, 16
+    q, k, v, grad = _qkv(B, H, T, E, 64)
+    f = torch.compile(HandAttention("gpt2", T, H, p=0.5).train().to("tpu"), backend="tpu")
+    torch.tpu.manual_seed(5)
+    got, nf, nb = fused_calls(lambda: _fwd_bwd(f, q, k, v, grad, "tpu"))
+    assert (nf, nb) == (1, 1)
+    torch.tpu.manual_seed(5)
+    eager = _fwd_bwd(lambda a, b, c: F.scaled_dot_product_attention(
+        a, b, c, dropout_p=0.5, is_causal=True), q, k, v, grad, "tpu")
+    for a, b in zip(got, eager):
+        assert torch.equal(a.cpu(), b.cpu())
+    torch._dynamo.reset()
+
+
+def test_compiled_attention_never_holds_the_scores():
+    """Forward and backward of compiled hand-written attention at T = 512: peak device memory
+    above the inputs stays far below one T x T score matrix per head (4 MiB here)."""
+    torch._dynamo.reset()
+    B, H, T, E = 1, 4, 512, 16
+    q, k, v, grad = (t.to("tpu") for t in _qkv(B, H, T, E, 65))
+    f = torch.compile(HandAttention("gpt2", T, H).to("tpu"), backend="tpu")
+    for _ in range(2):  # the first call compiles
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        torch.tpu.synchronize()
+        torch.tpu.reset_peak_memory_stats()
+        base = torch.tpu.memory_allocated()
+        f(*leaves).backward(grad)
+        torch.tpu.synchronize()
+        peak = torch.tpu.max_memory_allocated() - base
+    scores = B * H * T * T * 4
+    assert peak < scores // 4, (peak, scores)
+    torch._dynamo.reset()
+
+
+def test_defer_and_fuse_gpt_attention_matches_cpu():
+    """A GPT attention written with sdpa, in DeferAndFuse: one fused node each way in the
+    trace, results of CPU's math path, and no T x T buffer."""
+    B, H, T, E = 1, 4, 512, 16
+    q, k, v, grad = _qkv(B, H, T, E, 66)
+
+    def attn(a, b, c):
+        return F.scaled_dot_product_attention(a, b, c, is_causal=True)
+
+    want = _fwd_bwd(attn, q, k, v, grad, "cpu")
+    qt, kt, vt, gt = (t.to("tpu") for t in (q, k, v, grad))
+    torch.tpu.synchronize()
+    with torch.tpu.precision("highest"), torch_tpu.eager_mode("defer_and_fuse"):
+        torch.tpu.reset_peak_memory_stats()
+        base = torch.tpu.memory_allocated()
+        got, nf, nb = fused_calls(lambda: [t.cpu() for t in _fwd_bwd(attn, qt, kt, vt, gt, "tpu")])
+        peak = torch.tpu.max_memory_allocated() - base
+    torch.tpu.synchronize()
+    assert (nf, nb) == (1, 1)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=2e-5, rtol=2e-5)
+    assert peak < B * H * T * T * 4 // 4, peak

@@ -164,3 +164,40 @@ def test_export_stablehlo_text():
     text = torch_tpu.export_stablehlo(lambda x: torch.relu(lin(x)), torch.randn(2, 8, device="tpu"))
     assert "func.func @main" in text
     assert "tensor<2x4xf32>" in text
+
+
+def test_gpt_training_keeps_the_host_kernels_whole():
+    """A GPT (embedding, layer norm, hand-written attention, cross entropy) compiled for the
+    host target: its graphs keep the ops the host runs as one kernel (layer norm's and
+    embedding's backward, the softmax backward, NLL loss) and attention as the fused ops,
+    where core ATen decompositions would split them; gradients and losses match CPU."""
+    import os
+    import sys
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "examples")
+    sys.path.insert(0, examples)
+    try:
+        import train_gpt
+    finally:
+        sys.path.remove(examples)
+
+    class Wrap(nn.Module):  # (logits, loss) -> logits for _train_compare
+        def __init__(self):
+            super().__init__()
+            self.gpt = train_gpt.GPT(11, block_size=16, n_layer=2, n_embd=32, n_head=2)
+
+        def forward(self, idx):
+            return self.gpt(idx)[0].flatten(0, 1)
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 11, (4, 16), generator=g)
+    y = torch.randint(0, 11, (4 * 16,), generator=g)
+    with torch_tpu.debug.kernel_profile() as prof:
+        _train_compare(Wrap, x, y, F.cross_entropy, steps=2, rtol=1e-4, atol=2e-5)
+    ops = set(prof.ops)
+    for op in ("native_layer_norm_backward", "embedding_dense_backward",
+               "_log_softmax_backward_data", "nll_loss_forward", "nll_loss_backward",
+               "_scaled_dot_product_fused_attention_overrideable",
+               "_scaled_dot_product_fused_attention_overrideable_backward"):
+        assert op in ops, (op, sorted(ops))
+    assert not any(op.startswith("index_put") for op in ops), sorted(ops)

@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from . import _C, dynamic
+from . import _C, attention_pattern, dynamic
 
 OPTIONS = {
     "precision": "float32 matmul precision inside compiled graphs: medium, high or highest "
@@ -150,6 +150,41 @@ def _make_compiler(options, what, layouts):
     return compiler
 
 
+# Ops that core ATen decompositions split into pieces although the host target runs each as
+# one kernel (the ones Strict runs): layer norm's backward (row and column sums), the softmax
+# backwards, embedding's backward (an accumulating index_put when decomposed) and the NLL loss.
+# Graphs of static sizes on the host target keep them whole; graphs with symbolic sizes take
+# the pieces, whose padding rules dynamic.py knows. TORCH_TPU_COMPILE_DECOMPOSE=all takes the
+# pieces everywhere (comparisons, bisecting).
+HOST_KEPT_OPS = ("native_layer_norm_backward", "_softmax_backward_data",
+                 "_log_softmax_backward_data", "embedding_dense_backward", "nll_loss_forward",
+                 "nll_loss_backward")
+
+
+def _dynamo_graph_is_static(gm):
+    """Whether no input of Dynamo's graph has a symbolic size (its placeholders carry
+    example_value where AOTAutograd's carry val)."""
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("example_value", n.meta.get("val"))
+        if isinstance(v, torch.SymInt):
+            return False
+        if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+            return False
+    return True
+
+
+def _decompositions(gm):
+    from torch._decomp import core_aten_decompositions
+    table = core_aten_decompositions()
+    if (_C.target() != "host" or not _dynamo_graph_is_static(gm) or
+            os.environ.get("TORCH_TPU_COMPILE_DECOMPOSE") == "all"):
+        return table
+    kept = {getattr(torch.ops.aten, n) for n in HOST_KEPT_OPS}
+    return {op: fn for op, fn in table.items() if op.overloadpacket not in kept}
+
+
 # torch.compile's `mode` names Inductor's presets; the tpu backend has one way to compile, so
 # each accepted name runs the same pipeline ("reduce-overhead" replays whole graphs already:
 # a compiled graph is one cached executable, the role CUDA graphs play for Inductor).
@@ -166,14 +201,24 @@ def tpu_backend(gm, example_inputs, options=None, mode=None, **kwargs):
                          f"{list(MODES)}")
     options = _check_options(options)
     from torch._dynamo.backends.common import aot_autograd
-    from torch._decomp import core_aten_decompositions
     layouts = {}  # forward outputs' padded layouts, read by the backward (dynamic.py)
     backend = aot_autograd(fw_compiler=_make_compiler(options, "forward", layouts),
                            bw_compiler=_make_compiler(options, "backward", layouts),
                            inference_compiler=_make_compiler(options, "inference", layouts),
-                           decompositions=core_aten_decompositions(),
+                           decompositions=_decompositions(gm),
                            keep_inference_input_mutations=True)
-    compiled = backend(gm, example_inputs)
+    if _C.target() == "host" and _dynamo_graph_is_static(gm):
+        # hand-written attention becomes sdpa, which the host target runs fused
+        n = attention_pattern.rewrite(gm)
+        if n:
+            dynamic._count("attention_patterns", n)
+    # attention traces as the fused ops (one node per direction; attention.cpp), on the host
+    # target for static sizes; the runtime runs each as one kernel call
+    prev = _C.set_sdpa_traced(True)
+    try:
+        compiled = backend(gm, example_inputs)
+    finally:
+        _C.set_sdpa_traced(prev)
     dynamic._count("dynamo_graphs")  # after: Dynamo may restart an analysis by raising
     return compiled
 

@@ -44,7 +44,8 @@ def _reset():
     with _lock:
         _STATS.clear()
         _STATS.update(dynamo_graphs=0, aot_graphs=0, dynamic_graphs=0, bucket_graphs=0,
-                      padded_runs=0, exact_runs=0, pad_fallbacks={}, graphs_per_bucket={})
+                      padded_runs=0, exact_runs=0, pad_fallbacks={}, graphs_per_bucket={},
+                      attention_patterns=0)
 
 
 _reset()
@@ -67,7 +68,8 @@ def stats():
     symbolic sizes; bucket_graphs: graphs specialized to one bucket (at most one per
     graph and bucket); graphs_per_bucket: that count by bucket ("s0=2,s1=64");
     padded_runs / exact_runs: calls run at bucket sizes / at their exact sizes;
-    pad_fallbacks: why graphs ran at exact sizes."""
+    pad_fallbacks: why graphs ran at exact sizes; attention_patterns: hand-written
+    attentions replaced by one sdpa call (torch_tpu/attention_pattern.py)."""
     with _lock:
         out = dict(_STATS)
         out["pad_fallbacks"] = dict(_STATS["pad_fallbacks"])

@@ -46,11 +46,17 @@ bool is_dense_tpu(const Tensor& t) {
          !t.is_nested();
 }
 
-// A real tensor: not traced (fake, functional or other subclass tensors, symbolic sizes,
-// an active dispatch mode). Traced graphs (torch.compile) keep the math path's ops, which
-// the compile backend takes as before.
+// Set on a thread while the torch.compile backend traces a graph (set_sdpa_traced).
+thread_local bool traced_fused = false;
+
+// A tensor the fused kernel may be chosen for: a real one, or (while the compile backend
+// traces, traced_fused) the fake and functional tensors of AOTAutograd, whose graph then
+// holds the fused forward and backward ops. Other traces (tensor subclasses, dispatch modes)
+// and symbolic sizes keep the math path's ops: dynamic.py pads those graphs and masks the
+// padded keys through the softmax of the math path.
 bool is_real(const Tensor& t) {
-  return !at::isTensorSubclassLike(t) && !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+  if (t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
+  return traced_fused || !at::isTensorSubclassLike(t);
 }
 
 // Whether the fused kernel takes these inputs (else the math path runs, and
@@ -76,7 +82,7 @@ bool fused_takes(const Tensor& q, const Tensor& k, const Tensor& v,
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return false;
   if (mask.has_value() && mask->defined()) {
     const Tensor& m = *mask;
-    if (!is_dense_tpu(m) || !is_real(m) || m.requires_grad() || m.dim() > 4) return false;
+    if (!is_dense_tpu(m) || !is_real(m) || m.dim() > 4) return false;
     if (m.scalar_type() != at::kBool && m.scalar_type() != dt) return false;
     const int64_t want[4] = {o ? q.size(0) : 1, H, q.size(o + 1), k.size(o + 1)};
     for (int64_t d = 0; d < m.dim(); d++) {
@@ -261,8 +267,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_bwd(
     c10::SymInt max_k, double dropout_p, bool is_causal, const Tensor& philox_seed,
     const Tensor& philox_offset, std::optional<double> scale) {
   check_inputs(kBwd, q, k, v, bias.defined() ? std::optional<Tensor>(bias) : std::nullopt);
-  TORCH_CHECK(!(grad_input_mask[3] && bias.defined()), kBwd,
-              ": the gradient of attn_bias is not computed on tpu (the math path computes it)");
+  const bool want_gb = grad_input_mask[3] && bias.defined();
+  TORCH_CHECK(!want_gb || bias.scalar_type() == q.scalar_type(), kBwd,
+              ": the gradient of attn_bias needs an additive mask of the query's dtype ",
+              q.scalar_type(), ", got ", bias.scalar_type());
   // Gradients laid out as CPU's default backend lays them out: its flash kernel ((B, T, H,
   // E) memory order) where CPU would choose it, else its math path (key's gradient
   // transposed, from the product that makes it, unless GQA's sum over the group makes it).
@@ -295,6 +303,17 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_bwd(
     seed = static_cast<uint64_t>(philox_seed.item<int64_t>());
     offset = static_cast<uint64_t>(philox_offset.item<int64_t>());
   }
+  // the additive mask's gradient: dS over (B, H, Tq, Tk) in float32, summed to the mask's
+  // shape and rounded to its dtype once
+  Tensor gb_full;
+  if (want_gb) {
+    const int64_t o = q.dim() - 3;
+    gb_full = at::detail::empty_generic({o ? q.size(0) : 1, q.size(o), q.size(o + 1),
+                                         k.size(o + 1)},
+                                        allocator(),
+                                        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                        at::kFloat, std::nullopt);
+  }
   Tensor go = grad_out;
   if (!go.defined()) go = at::zeros_like(out);
   const int dev = q.device().index();
@@ -318,12 +337,21 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_bwd(
     ca.tensor(Tensor());  // philox_seed / philox_offset travel in the call's rng fields
     ca.tensor(Tensor());
     ca.f64(scale);
-    submit(kBwd, ca, {gq, gk, gv}, dev, seed, offset);
+    if (want_gb) submit(kBwd, ca, {gq, gk, gv, gb_full}, dev, seed, offset);
+    else submit(kBwd, ca, {gq, gk, gv}, dev, seed, offset);
   }
-  return {gq, gk, gv, Tensor()};
+  Tensor gb;
+  if (want_gb) gb = gb_full.sum_to_size(bias.sizes()).to(bias.scalar_type());
+  return {gq, gk, gv, gb};
 }
 
 }  // namespace
+
+bool set_sdpa_traced(bool on) {
+  const bool prev = traced_fused;
+  traced_fused = on;
+  return prev;
+}
 
 void add_attention_ops(DirectOps& ops) {
   ops.add("_fused_sdp_choice", tpu_fused_sdp_choice);

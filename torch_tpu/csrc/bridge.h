@@ -85,4 +85,9 @@ c10::Allocator* allocator();
 // Copies between host and device and on the device (used by _copy_from).
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 
+// attention.cpp: while on (this thread), sdpa on traced tpu tensors (AOTAutograd's fake and
+// functional tensors, static sizes) chooses the fused ops, so a compiled graph keeps
+// attention as one node per direction. Returns the previous setting.
+bool set_sdpa_traced(bool on);
+
 }  // namespace torch_tpu

@@ -232,6 +232,8 @@ typedef struct {
   float keep_inv; /* 1 / (1 - p), 0 when p == 1 */
   uint64_t seed, offset;
   aview_t q, k, v, o, dout, dq, dk, dv;
+  aview_t db;   /* backward: gradient of an additive mask, (B, H, Tq, Tk) ... */
+  bool want_db; /* ... when the call has a fourth output */
   float* lse; /* (B, H, Tq) */
   int64_t lsb, lsh, lst;
   /* forward: packed keys and values per (batch, kv head) */
@@ -650,6 +652,25 @@ static void bwd_dq(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t 
         a->E, dq, a->ep, true);
 }
 
+/* The additive mask's gradient is dS itself (the scores are scale * Q K^T +
+ * mask): rows of the block's dS (w->dP) go to the (B, H, Tq, Tk) output. */
+static void store_db(const attn_t* a, const bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
+                     int64_t qcur, int64_t k0, int64_t kcur) {
+  for (int64_t i = 0; i < qcur; i++)
+    tpu_run_store_f32((char*)aptr(&a->db, b, h, q0 + i, k0), a->db.se, a->db.dt,
+                      w->dP + i * a->bk, kcur);
+}
+
+/* Zeros of the mask's gradient where the causal mask skips whole blocks:
+ * rows [0, first_q(k0)) of key block k0. */
+static void zero_db(const attn_t* a, int64_t b, int64_t h, int64_t k0, int64_t kcur) {
+  static const float zeros[64];
+  for (int64_t i = 0; i < first_q(a, k0) && i < a->Tq; i++)
+    for (int64_t j = 0; j < kcur; j += 64)
+      tpu_run_store_f32((char*)aptr(&a->db, b, h, i, k0 + j), a->db.se, a->db.dt, zeros,
+                        min64(64, kcur - j));
+}
+
 static void store_rows(const aview_t* v, int64_t b, int64_t h, int64_t t0, int64_t n,
                        const float* src, int64_t ld, int64_t cols, float scale, float* row) {
   for (int64_t i = 0; i < n; i++) {
@@ -678,9 +699,11 @@ static void bwd_whole(void* ctx, int64_t begin, int64_t end) {
       memset(dQ, 0, sizeof(float) * (size_t)(a->tqp * a->ep));
       for (int64_t k0 = 0; k0 < a->Tk; k0 += a->bk) {
         const int64_t kcur = min64(a->bk, a->Tk - k0);
+        if (a->want_db) zero_db(a, b, h, k0, kcur);
         for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
           const int64_t qcur = min64(a->bq, a->Tq - q0);
           bwd_block(a, &w, b, h, q0, qcur, k0, kcur, false);
+          if (a->want_db) store_db(a, &w, b, h, q0, qcur, k0, kcur);
           bwd_dkdv(a, &w, b, h, q0, qcur, kcur, dK + k0 * a->ep, dV + k0 * a->evp);
           bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ + q0 * a->ep);
         }
@@ -712,12 +735,15 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
       const int64_t k0 = it % a->nkb * a->bk, kcur = min64(a->bk, a->Tk - k0);
       float *dK = w.acc, *dV = dK + a->bk * a->ep;
       memset(dK, 0, sizeof(float) * (size_t)(a->bk * (a->ep + a->evp)));
-      for (int64_t gi = 0; gi < a->g; gi++)
+      for (int64_t gi = 0; gi < a->g; gi++) {
+        if (a->want_db) zero_db(a, b, hk * a->g + gi, k0, kcur);
         for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
           const int64_t qcur = min64(a->bq, a->Tq - q0);
           bwd_block(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur, false);
+          if (a->want_db) store_db(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur);
           bwd_dkdv(a, &w, b, hk * a->g + gi, q0, qcur, kcur, dK, dV);
         }
+      }
       store_rows(&a->dk, b, hk, k0, kcur, dK, a->ep, a->E, a->scale, w.row);
       store_rows(&a->dv, b, hk, k0, kcur, dV, a->evp, a->Ev, 1.0f, w.row);
     } else {
@@ -740,8 +766,10 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
 /* _scaled_dot_product_fused_attention_overrideable_backward(grad_out, query,
  * key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
  * cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset,
- * *, scale?) -> outputs (grad_query, grad_key, grad_value); the bridge sets
- * rng_seed / rng_offset to the forward's. With at least as many (batch, kv
+ * *, scale?) -> outputs (grad_query, grad_key, grad_value[, grad_bias]); the
+ * bridge sets rng_seed / rng_offset to the forward's. A fourth output, float
+ * (B, H, Tq, Tk) (B = 1 for 3-d inputs), gets dS, the gradient of an additive
+ * attn_mask before its broadcast is summed away (by the bridge). With at least as many (batch, kv
  * head) pairs as threads each pair is one item (bwd_whole); with fewer the
  * work splits by key blocks, then by query blocks (bwd_split), which
  * recomputes the blocks once more for dQ and gives the same results;
@@ -766,6 +794,16 @@ tpu_status_t tpu_k_sdpa_bwd(const tpu_call_t* c) {
   aview_of(&a.dq, &c->outs[0]);
   aview_of(&a.dk, &c->outs[1]);
   aview_of(&a.dv, &c->outs[2]);
+  if (c->nouts >= 4) {
+    const tpu_tensor_t* db = &c->outs[3];
+    TPU_CHECK_ARG(a.mask_kind == MASK_ADD, "%s: a mask gradient needs an additive attn_mask", op);
+    TPU_CHECK_ARG(db->ndim == 4 && db->sizes[0] == a.B && db->sizes[1] == a.H &&
+                      db->sizes[2] == a.Tq && db->sizes[3] == a.Tk,
+                  "%s: the mask gradient must be (%lld, %lld, %lld, %lld)", op, (long long)a.B,
+                  (long long)a.H, (long long)a.Tq, (long long)a.Tk);
+    aview_of(&a.db, db);
+    a.want_db = true;
+  }
   if (a.B * a.Hk == 0) return TPU_OK;
   const int nr = a.uk->nr, npd = a.pd.np, npx = a.px.np;
   const int64_t E = a.E, Ev = a.Ev, Tq = a.Tq, Tk = a.Tk;
