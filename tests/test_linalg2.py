@@ -82,8 +82,9 @@ def test_ldl_singular_and_bad_input():
     assert info.cpu().tolist() == [1, 1]
     assert_same((ld, piv, info), torch.linalg.ldl_factor_ex(z))
     with pytest.raises(RuntimeError, match="ldl_factor"):
-        torch.linalg.ldl_factor_ex(z.to("tpu"), check_errors=True)
-        torch.tpu.synchronize()
+        out = torch.linalg.ldl_factor_ex(z.to("tpu"), check_errors=True)
+        torch.tpu.synchronize()  # kept alive: DeferAndFuse drops work nobody observes
+        del out
     with pytest.raises(RuntimeError, match="square"):
         torch.linalg.ldl_factor(torch.ones(3, 4, device="tpu"))
 
