@@ -124,6 +124,22 @@ def test_lstsq_rank_deficient(dtype, driver):
     assert torch.linalg.lstsq(a.to("tpu"), b.to("tpu"), driver=driver).rank.item() == 3
 
 
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_lstsq_out(driver):
+    a, b = make((2, 5, 3), torch.float32, seed=15), make((2, 5, 2), torch.float32, seed=16)
+    exp = torch.linalg.lstsq(a, b, driver=driver)
+    for sized in (False, True):
+        def outs(dev):
+            if sized:
+                return tuple(torch.empty(t.shape, dtype=t.dtype, device=dev) for t in exp)
+            return tuple(torch.empty(0, dtype=t.dtype, device=dev) for t in exp)
+        o_cpu, o_tpu = outs("cpu"), outs("tpu")
+        torch.linalg.lstsq(a, b, driver=driver, out=o_cpu)
+        r = torch.linalg.lstsq(a.to("tpu"), b.to("tpu"), driver=driver, out=o_tpu)
+        assert all(x is y for x, y in zip(r, o_tpu))
+        assert_same(o_tpu, o_cpu, **TOL[torch.float32])
+
+
 def test_lstsq_rcond():
     a = torch.diag(torch.tensor([1.0, 1e-3, 1e-6], dtype=torch.float64))
     b = torch.ones(3, 1, dtype=torch.float64)
