@@ -33,7 +33,7 @@ def eager_mode(request):
 # The op suites run once per eager mode (issue: one conformance suite for every
 # mode). TORCH_TPU_TEST_MODES narrows it, e.g. TORCH_TPU_TEST_MODES=strict.
 OP_SUITES = {"test_ops.py", "test_math_ops.py", "test_nn_ops.py", "test_misc_ops.py",
-             "test_linalg.py", "test_numerics.py", "test_more_ops.py", "test_more_ops2.py"}
+             "test_linalg.py", "test_linalg2.py", "test_numerics.py", "test_more_ops.py", "test_more_ops2.py"}
 TEST_MODES = [m for m in os.environ.get("TORCH_TPU_TEST_MODES",
                                         "strict,debug,defer_and_fuse").split(",") if m]
 

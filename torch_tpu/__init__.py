@@ -104,8 +104,64 @@ def _register_missing_meta_kernels():
     def ctc_loss_backward(grad, log_probs, *args, **kwargs):
         return log_probs.new_empty(log_probs.shape)  # CPU: contiguous, like log_probs
 
+    def geqrf(self):
+        if self.dim() < 2:
+            raise RuntimeError("geqrf: input must have at least 2 dimensions.")
+        m, n = self.shape[-2:]
+        # CPU: column-major reflectors, contiguous tau
+        return self.new_empty(self.shape[:-2] + (n, m)).mT, self.new_empty(
+            self.shape[:-2] + (min(m, n),))
+
+    def linalg_lstsq(self, b, rcond=None, *, driver=None):
+        op = "torch.linalg.lstsq"
+        if self.dim() < 2:
+            raise RuntimeError(f"{op}: input must have at least 2 dimensions.")
+        if b.dim() < 1:
+            raise RuntimeError(f"{op}: other must have at least 1 dimension.")
+        if self.dtype != b.dtype:
+            raise RuntimeError(f"{op}: Expected input and other to have the same dtype, but got "
+                               f"input's dtype {self.dtype} and other's dtype {b.dtype}")
+        diff = self.dim() - b.dim()
+        if not 0 <= diff <= 1:
+            raise RuntimeError(f"{op}: input.dim() must be greater or equal to other.dim() and "
+                               "(input.dim() - other.dim()) <= 1")
+        vector = b.dim() == 1 or (diff == 1 and b.shape == self.shape[:-1])
+        bb = b.unsqueeze(-1) if vector else b
+        m, n = self.shape[-2:]
+        if bb.shape[-2] != m:
+            raise RuntimeError(f"{op}: input.size(-2) should match other.size(-2)")
+        if diff == 1 and not vector:
+            # CPU takes other's leading dims as its batch dims, which then do not match
+            raise RuntimeError(f"{op}: the batch dims of input {tuple(self.shape[:-2])} and "
+                               f"other {tuple(b.shape[:-2])} do not broadcast")
+        driver = "gelsy" if driver is None else driver
+        if driver not in ("gels", "gelsy", "gelsd", "gelss"):
+            raise RuntimeError(f"{op}: parameter `driver` should be one of "
+                               "(gels, gelsy, gelsd, gelss)")
+        batch = torch.broadcast_shapes(self.shape[:-2], bb.shape[:-2])
+        nrhs, mx = bb.shape[-1], max(m, n)
+        # CPU: LAPACK solves in a column-major max(m, n) x nrhs buffer per matrix, and the
+        # solution is its first n rows
+        sol = self.new_empty(batch + (nrhs, mx)).mT[..., :n, :]
+        if vector:
+            sol = sol.squeeze(-1)
+        res = self.new_empty(batch + (nrhs,) if m > n and driver != "gelsy" else (0,))
+        abatch = self.shape[:-2]  # rank and singular values: A's batch shape, not broadcast
+        rank = self.new_empty(abatch if driver != "gels" else (0,), dtype=torch.int64)
+        sv = self.new_empty(abatch + (min(m, n),) if driver in ("gelsd", "gelss") else (0,))
+        return sol, res, rank, sv
+
+    def histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=False):
+        return self.new_empty(tuple(bins))
+
+    def histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
+        return self.new_empty(tuple(b.numel() - 1 for b in bins))
+
     lib = torch.library.Library("aten", "IMPL", "Meta")
-    for name, fn in (("histogram.bin_ct", histogram_bin_ct),
+    for name, fn in (("geqrf", geqrf), ("linalg_lstsq", linalg_lstsq),
+                     ("_histogramdd_from_bin_cts", histogramdd_from_bin_cts),
+                     ("_histogramdd_from_bin_tensors", histogramdd_from_bin_tensors),
+                     ("histogram.bin_ct", histogram_bin_ct),
                      ("_ctc_loss_backward", ctc_loss_backward),
                      ("histogram.bins_tensor", histogram_bins_tensor),
                      ("multi_margin_loss_backward", margin_loss_backward),

@@ -34,9 +34,19 @@ trace):
   kernel. Training: each element <= 0 is scaled by a uniform sample from [lower, upper],
   which `noise` keeps (1 elsewhere); evaluation: leaky_relu with slope (lower + upper) / 2
   computed in double, `noise` untouched.
+* `_histogramdd_bin_edges` (what `torch.histogramdd` calls for bin counts; it returns a list
+  of tensors, which the runtime's calls cannot): dim d's edges are those `torch.histogram`
+  computes for column d with range[2d:2d+2] (the runtime's histogram kernel: CPU shares the
+  outer-edge choice and the linspace between histogram and histogramdd).
+* `linalg_lstsq.out`: the runtime kernel serves the functional overload (its solution is the
+  first n rows of a column-major max(m, n) x nrhs buffer, which an out= resize cannot give);
+  as on CPU, an out tensor of the result's shape receives a copy (keeping its strides), any
+  other takes the result's storage and geometry (solution) or is resized and filled.
 * `is_set_to`: metadata only (CPU's and CUDA's kernel): the same storage, offset, sizes and
   strides.
 """
+import builtins
+
 import torch
 
 _lib = None
@@ -349,6 +359,45 @@ def _rrelu_with_noise_out(self, noise, lower=0.125, upper=1.0 / 3, training=Fals
     return _rrelu_with_noise_into(self, noise, lower, upper, training, generator, out)
 
 
+def _histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False):
+    if self.dim() < 1:
+        raise RuntimeError("torch.histogramdd: input tensor should have at least 1 dimension, "
+                           "but got 0")
+    d = self.shape[-1]
+    if len(bins) != d:
+        raise RuntimeError(f"torch.histogramdd: expected {d} sequences of bin edges for each of "
+                           f"the {d} dimensions of the input, but got {len(bins)}")
+    if range is not None and len(range) != 2 * d:
+        raise RuntimeError(f"torch.histogramdd: for a {d}-dimensional input, range should have "
+                           f"{2 * d} elements, but got {len(range)}")
+    points = self.reshape(-1, d)
+    return [torch.histogram(points[:, i], bins[i],
+                            range=None if range is None else (range[2 * i], range[2 * i + 1])
+                            ).bin_edges for i in builtins.range(d)]
+
+
+def _linalg_lstsq_out(self, b, rcond=None, *, driver=None, solution, residuals, rank,
+                      singular_values):
+    outs = (solution, residuals, rank, singular_values)
+    res = torch.linalg.lstsq(self, b, rcond, driver=driver)
+    for name, o, r in zip(("solution", "residuals", "rank", "singular_values"), outs, res):
+        if o.dtype != r.dtype:
+            raise RuntimeError(f"torch.linalg.lstsq: Expected {name} to have dtype {r.dtype}, "
+                               f"but got {o.dtype}")
+        if o.device != r.device:
+            raise RuntimeError(f"torch.linalg.lstsq: Expected {name} and input tensors to be on "
+                               f"the same device, but got {name} on {o.device} and input on "
+                               f"{r.device}")
+    for i, (o, r) in enumerate(zip(outs, res)):
+        if o.shape == r.shape:
+            o.copy_(r)
+        elif i == 0:
+            o.set_(r.untyped_storage(), r.storage_offset(), r.shape, r.stride())
+        else:
+            o.resize_(r.shape).copy_(r)
+    return outs
+
+
 def _is_set_to(self, tensor):
     return (self.untyped_storage()._cdata == tensor.untyped_storage()._cdata
             and self.storage_offset() == tensor.storage_offset()
@@ -389,6 +438,8 @@ def _install():
     _lib.impl("isin.Scalar_Tensor", _isin_scalar_tensor, "PrivateUse1")
     _lib.impl("isin.Scalar_Tensor_out", _isin_scalar_tensor_out, "PrivateUse1")
     _lib.impl("is_set_to", _is_set_to, "PrivateUse1")
+    _lib.impl("_histogramdd_bin_edges", _histogramdd_bin_edges, "PrivateUse1")
+    _lib.impl("linalg_lstsq.out", _linalg_lstsq_out, "PrivateUse1")
     _lib.impl("rrelu_with_noise", _rrelu_with_noise, "PrivateUse1")
     _lib.impl("rrelu_with_noise_", _rrelu_with_noise_, "PrivateUse1")
     _lib.impl("rrelu_with_noise.out", _rrelu_with_noise_out, "PrivateUse1")

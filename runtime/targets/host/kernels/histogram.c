@@ -1,5 +1,6 @@
 /* Histograms, bucketing and membership: histc, histogram (bin count or bin
- * edges), bucketize, searchsorted, isin and nonzero_static.
+ * edges) and its D-dimensional form (histogramdd), bucketize, searchsorted, isin and
+ * nonzero_static.
  *
  * Operands are read into contiguous host arrays of long double, which holds
  * every value of every supported dtype exactly (64-bit integers included), so
@@ -203,43 +204,50 @@ tpu_status_t tpu_k_isin(const tpu_call_t* c) {
 }
 
 /* ---- histograms ---- */
-/* Adds each element of x inside [edges[0], edges[nb]] (weights w, or 1) to
- * its bin. `lin`: the bin comes from linear interpolation between lo and hi
- * (histc), otherwise from a search of the edges (within one bin of the
- * interpolated guess when `local`). The last bin includes its right edge. */
-static void fill_hist(double* hist, int64_t nb, const ld_t* x, const ld_t* w, int64_t n,
-                      const double* edges, bool lin, bool local, tpu_dtype_t dt) {
+/* The bin of v among edges[0..nb] (the last bin includes its right edge), -1
+ * outside [edges[0], edges[nb]]. `lin`: the bin comes from linear
+ * interpolation between the outer edges (histc), otherwise from a search of
+ * the edges (within one bin of the interpolated guess when `local`). */
+static int64_t bin_of(double v, int64_t nb, const double* edges, bool lin, bool local,
+                      tpu_dtype_t dt) {
   double lo = edges[0], hi = edges[nb];
-  /* the interpolation rounds each step to the input's dtype, as CPU's does */
-  double width = tpu_round_f64(dt, hi - lo), nbd = tpu_round_f64(dt, (double)nb);
-  for (int64_t i = 0; i < n; i++) {
-    double v = (double)x[i];
-    if (!(v >= lo && v <= hi)) continue;
-    int64_t pos;
-    if (lin || local) {
-      double scaled = tpu_round_f64(dt, tpu_round_f64(dt, v - lo) * nbd);
-      pos = (int64_t)tpu_round_f64(dt, scaled / width);
-      if (local) {
-        int64_t a = pos - 1 < 0 ? 0 : pos - 1, b = pos + 2 > nb + 1 ? nb + 1 : pos + 2;
-        while (a < b) { /* upper bound of v in edges[a, b) */
-          int64_t m = a + (b - a) / 2;
-          if (edges[m] <= v) a = m + 1;
-          else b = m;
-        }
-        pos = a - 1;
-      }
-    } else {
-      int64_t a = 0, b = nb + 1;
-      while (a < b) {
+  if (!(v >= lo && v <= hi)) return -1;
+  int64_t pos;
+  if (lin || local) {
+    /* the interpolation rounds each step to the input's dtype, as CPU's does */
+    double width = tpu_round_f64(dt, hi - lo), nbd = tpu_round_f64(dt, (double)nb);
+    double scaled = tpu_round_f64(dt, tpu_round_f64(dt, v - lo) * nbd);
+    pos = (int64_t)tpu_round_f64(dt, scaled / width);
+    if (local) {
+      int64_t a = pos - 1 < 0 ? 0 : pos - 1, b = pos + 2 > nb + 1 ? nb + 1 : pos + 2;
+      while (a < b) { /* upper bound of v in edges[a, b) */
         int64_t m = a + (b - a) / 2;
         if (edges[m] <= v) a = m + 1;
         else b = m;
       }
       pos = a - 1;
     }
-    if (pos >= nb) pos = nb - 1;
-    if (pos < 0) pos = 0;
-    hist[pos] += w ? (double)w[i] : 1.0;
+  } else {
+    int64_t a = 0, b = nb + 1;
+    while (a < b) {
+      int64_t m = a + (b - a) / 2;
+      if (edges[m] <= v) a = m + 1;
+      else b = m;
+    }
+    pos = a - 1;
+  }
+  if (pos >= nb) pos = nb - 1;
+  if (pos < 0) pos = 0;
+  return pos;
+}
+
+/* Adds each element of x inside [edges[0], edges[nb]] (weights w, or 1) to
+ * its bin (bin_of). */
+static void fill_hist(double* hist, int64_t nb, const ld_t* x, const ld_t* w, int64_t n,
+                      const double* edges, bool lin, bool local, tpu_dtype_t dt) {
+  for (int64_t i = 0; i < n; i++) {
+    int64_t pos = bin_of((double)x[i], nb, edges, lin, local, dt);
+    if (pos >= 0) hist[pos] += w ? (double)w[i] : 1.0;
   }
 }
 
@@ -467,5 +475,132 @@ tpu_status_t tpu_k_nonzero_static(const tpu_call_t* c) {
   }
   free(x);
   free(res);
+  return st;
+}
+
+/* _histogramdd_from_bin_cts(self, bins, *, range, weight, density) and
+ * _histogramdd_from_bin_tensors(self, bins, *, weight, density) -> hist: the
+ * points are self's rows (last dim D); dim d has bins[d] bins, with edges
+ * from a tensor, or spread evenly over range[2d..2d+1] (default: the data's
+ * extent in that dim, widened by 0.5 both ways when empty) as histogram's.
+ * A point outside any dim's edges is not counted. */
+tpu_status_t tpu_k_histogramdd(const tpu_call_t* c) {
+  const char* op = "histogramdd";
+  const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
+  const tpu_arg_t* bins = &c->args[1];
+  bool from_tensors = bins->kind == TPU_ARG_TENSORLIST;
+  int wi = from_tensors ? 2 : 3, di = from_tensors ? 3 : 4;
+  const tpu_tensor_t* wt = tpu_arg_is_none(c, wi) ? NULL : tpu_arg_tensor(c, wi);
+  bool density = tpu_arg_bool(c, di, false);
+  tpu_dtype_t dt = self->dtype;
+  if (!tpu_dtype_is_float(dt))
+    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for '%s'", op, tpu_dtype_name(dt));
+  if (self->ndim < 1)
+    return TPU_ERR(INVALID_ARGUMENT, "torch.histogramdd: input tensor should have at least 1 "
+                   "dimension, but got 0");
+  int64_t D = self->sizes[self->ndim - 1];
+  if (bins->n != D)
+    return TPU_ERR(INVALID_ARGUMENT, "torch.histogramdd: expected %lld sequences of bin edges for "
+                   "each of the %lld dimensions of the input, but got %d", (long long)D,
+                   (long long)D, (int)bins->n);
+  if (!from_tensors && !tpu_arg_is_none(c, 2) &&
+      (c->args[2].kind != TPU_ARG_DOUBLELIST || c->args[2].n != 2 * D))
+    return TPU_ERR(INVALID_ARGUMENT, "torch.histogramdd: for a %lld-dimensional input, range "
+                   "should have %lld elements", (long long)D, (long long)(2 * D));
+  int64_t n, nw = 0, total_bins = 1, nedges = 0;
+  for (int64_t d = 0; d < D; d++) {
+    int64_t nb = from_tensors ? tpu_tensor_numel(&bins->v.tlist[d]) - 1 : bins->v.ilist[d];
+    if (nb < 1)
+      return TPU_ERR(INVALID_ARGUMENT, "torch.histogramdd: bins in dimension %lld must be >= 1",
+                     (long long)d);
+    total_bins *= nb;
+    nedges += nb + 1;
+  }
+  ld_t* x = load_ld(self, &n);
+  ld_t* w = wt ? load_ld(wt, &nw) : NULL;
+  double* hist = calloc((size_t)total_bins, sizeof(double));
+  double* edges = malloc(sizeof(double) * (size_t)nedges);
+  int64_t* eoff = malloc(sizeof(int64_t) * (size_t)(D > 0 ? D : 1));
+  int64_t* nbs = malloc(sizeof(int64_t) * (size_t)(D > 0 ? D : 1));
+  ld_t* col = malloc(sizeof(ld_t) * (size_t)(n > 0 ? n : 1));
+  int64_t npts = D > 0 ? n / D : 0;
+  tpu_status_t st = TPU_OK;
+  if (!x || (wt && !w) || !hist || !edges || !eoff || !nbs || !col) {
+    st = OOM(op);
+    goto done;
+  }
+  if (wt && nw != npts) {
+    st = TPU_ERR(INVALID_ARGUMENT, "torch.histogramdd: if weight tensor is provided it should "
+                 "have the same shape as the input tensor excluding its innermost dimension");
+    goto done;
+  }
+  for (int64_t d = 0, off = 0; d < D; d++) {
+    int64_t nb = from_tensors ? tpu_tensor_numel(&bins->v.tlist[d]) - 1 : bins->v.ilist[d];
+    eoff[d] = off;
+    nbs[d] = nb;
+    double* e = edges + off;
+    if (from_tensors) {
+      int64_t ne;
+      ld_t* eg = load_ld(&bins->v.tlist[d], &ne);
+      if (!eg) {
+        st = OOM(op);
+        goto done;
+      }
+      for (int64_t i = 0; i <= nb; i++) e[i] = (double)eg[i];
+      free(eg);
+    } else {
+      double lo, hi;
+      if (!tpu_arg_is_none(c, 2)) {
+        lo = c->args[2].v.dlist[2 * d];
+        hi = c->args[2].v.dlist[2 * d + 1];
+      } else {
+        for (int64_t i = 0; i < npts; i++) col[i] = x[i * D + d];
+        data_range(col, npts, &lo, &hi);
+      }
+      if (!(lo <= hi) || isinf(lo) || isinf(hi)) {
+        st = TPU_ERR(INVALID_ARGUMENT, "torch.histogramdd: expected a finite range with min <= "
+                     "max in dimension %lld, got [%g, %g]", (long long)d, lo, hi);
+        goto done;
+      }
+      if (lo == hi) {
+        lo -= 0.5;
+        hi += 0.5;
+      }
+      linspace_edges(e, nb, tpu_round_f64(dt, lo), tpu_round_f64(dt, hi), dt);
+    }
+    off += nb + 1;
+  }
+  for (int64_t i = 0; i < npts; i++) {
+    int64_t flat = 0;
+    bool inside = true;
+    for (int64_t d = 0; d < D && inside; d++) {
+      int64_t pos = bin_of((double)x[i * D + d], nbs[d], edges + eoff[d], false, !from_tensors, dt);
+      inside = pos >= 0;
+      flat = flat * nbs[d] + pos;
+    }
+    if (inside) hist[flat] += w ? (double)w[i] : 1.0;
+  }
+  if (density) { /* divide by the total, then by each dim's bin widths */
+    double total = 0;
+    for (int64_t i = 0; i < total_bins; i++) total += hist[i];
+    for (int64_t i = 0; i < total_bins; i++) hist[i] /= total;
+    for (int64_t i = 0; i < total_bins; i++) {
+      int64_t rest = i;
+      for (int64_t d = D - 1; d >= 0; d--) {
+        int64_t p = rest % nbs[d];
+        rest /= nbs[d];
+        hist[i] /= edges[eoff[d] + p + 1] - edges[eoff[d] + p];
+      }
+    }
+  }
+  st = store_out(&c->outs[0], hist, TPU_F64);
+done:
+  free(x);
+  free(w);
+  free(hist);
+  free(edges);
+  free(eoff);
+  free(nbs);
+  free(col);
   return st;
 }

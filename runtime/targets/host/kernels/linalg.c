@@ -1354,3 +1354,462 @@ tpu_status_t tpu_k_linalg_matrix_exp(const tpu_call_t* call) {
   free(a), free(piv);
   return NULL;
 }
+
+/* ------------------------------------------------------------------ geqrf */
+
+/* geqrf(self) -> (a, tau): the Householder QR in LAPACK's compact form,
+ * R on and above the diagonal, reflector j's vector below it (v[j] = 1
+ * implied), H_j = I - tau[j] v v^T. */
+tpu_status_t tpu_k_geqrf(const tpu_call_t* call) {
+  const char* op = "geqrf";
+  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  const tpu_tensor_t *QR = &call->outs[0], *T = &call->outs[1];
+  tpu_status_t st = check_matrix(op, A, false);
+  if (st) return st;
+  mat_view_t av = mat_of(A), qv = mat_of(QR), tv = vec_of(T);
+  int64_t m = av.rows, n = av.cols, k = m < n ? m : n;
+  int nb = A->ndim - 2;
+  int64_t nbatch = batch_count(nb, A->sizes);
+  double *a = scratch(m * n), *tau = scratch(k);
+  if (!a || !tau) {
+    free(a), free(tau);
+    return OOM(op);
+  }
+  for (int64_t b = 0; b < nbatch; b++) {
+    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
+    householder_qr(a, m, n, tau);
+    store_mat(&qv, batch_offset(QR, 2, nb, A->sizes, b), false, a);
+    int64_t toff = batch_offset(T, 1, nb, A->sizes, b);
+    for (int64_t j = 0; j < k; j++) tpu_store_f64(elem_ptr(&tv, toff, j, 0), T->dtype, tau[j]);
+  }
+  free(a), free(tau);
+  return NULL;
+}
+
+/* ------------------------------------------------------------ LDL^T kernels */
+
+/* Bunch-Kaufman factorization of the symmetric n x n matrix a (row-major,
+ * lower triangle read) in place: A = P L D L^T P^T in LAPACK sytrf's lower
+ * layout. D has 1x1 and 2x2 blocks (a 2x2 block's off-diagonal at (k+1, k));
+ * L is unit lower triangular below the blocks. piv[k] = p + 1 (1-based) when
+ * step k is a 1x1 block that exchanged rows/columns k and p; for a 2x2 block at
+ * k, k+1 that exchanged k+1 and p, piv[k] = piv[k+1] = -(p + 1). The
+ * exchanges touch only the trailing submatrix, as in LAPACK. Returns info:
+ * the 1-based index of the first zero diagonal block of D, 0 if none. The
+ * pivot tests follow Bunch and Kaufman (1977) with alpha = (1 + sqrt(17)) / 8. */
+static int bunch_kaufman(double* a, int64_t n, int32_t* piv) {
+  const double alpha = (1.0 + sqrt(17.0)) / 8.0;
+#define A_(i, j) a[(i) * n + (j)]
+  int info = 0;
+  int64_t k = 0;
+  while (k < n) {
+    int64_t kstep = 1, kp, imax = k;
+    double absakk = fabs(A_(k, k)), colmax = 0.0;
+    for (int64_t i = k + 1; i < n; i++)
+      if (fabs(A_(i, k)) > colmax) colmax = fabs(A_(i, k)), imax = i;
+    if ((absakk > colmax ? absakk : colmax) == 0.0 || isnan(absakk)) {
+      if (!info) info = (int)(k + 1);
+      kp = k;
+    } else {
+      if (absakk >= alpha * colmax) {
+        kp = k;
+      } else {
+        /* largest off-diagonal magnitude in row/column imax of the trailing
+         * matrix */
+        double rowmax = 0.0;
+        for (int64_t j = k; j < imax; j++)
+          if (fabs(A_(imax, j)) > rowmax) rowmax = fabs(A_(imax, j));
+        for (int64_t j = imax + 1; j < n; j++)
+          if (fabs(A_(j, imax)) > rowmax) rowmax = fabs(A_(j, imax));
+        if (absakk >= alpha * colmax * (colmax / rowmax)) {
+          kp = k;
+        } else if (fabs(A_(imax, imax)) >= alpha * rowmax) {
+          kp = imax;
+        } else {
+          kp = imax;
+          kstep = 2;
+        }
+      }
+      int64_t kk = k + kstep - 1;
+      if (kp != kk) { /* symmetric exchange of kk and kp within A(k:n, k:n) */
+        double t;
+        for (int64_t i = kp + 1; i < n; i++) t = A_(i, kk), A_(i, kk) = A_(i, kp), A_(i, kp) = t;
+        for (int64_t j = kk + 1; j < kp; j++) t = A_(j, kk), A_(j, kk) = A_(kp, j), A_(kp, j) = t;
+        t = A_(kk, kk), A_(kk, kk) = A_(kp, kp), A_(kp, kp) = t;
+        if (kstep == 2) t = A_(k + 1, k), A_(k + 1, k) = A_(kp, k), A_(kp, k) = t;
+      }
+      if (kstep == 1) {
+        double r = 1.0 / A_(k, k);
+        for (int64_t j = k + 1; j < n; j++) {
+          double ajk = A_(j, k);
+          if (ajk != 0.0)
+            for (int64_t i = j; i < n; i++) A_(i, j) -= r * A_(i, k) * ajk;
+        }
+        for (int64_t i = k + 1; i < n; i++) A_(i, k) *= r;
+      } else if (k + 2 < n) {
+        /* columns k, k+1 of L = (columns k, k+1 of A) D^-1, D the 2x2 block,
+         * with D^-1 written through its scaled entries to avoid overflow */
+        double d21 = A_(k + 1, k);
+        double d11 = A_(k + 1, k + 1) / d21, d22 = A_(k, k) / d21;
+        double t = 1.0 / (d11 * d22 - 1.0);
+        d21 = t / d21;
+        for (int64_t j = k + 2; j < n; j++) {
+          double wk = d21 * (d11 * A_(j, k) - A_(j, k + 1));
+          double wk1 = d21 * (d22 * A_(j, k + 1) - A_(j, k));
+          for (int64_t i = j; i < n; i++) A_(i, j) -= A_(i, k) * wk + A_(i, k + 1) * wk1;
+          A_(j, k) = wk;
+          A_(j, k + 1) = wk1;
+        }
+      }
+    }
+    if (kstep == 1) {
+      piv[k] = (int32_t)(kp + 1);
+    } else {
+      piv[k] = piv[k + 1] = (int32_t)(-(kp + 1));
+    }
+    k += kstep;
+  }
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = i + 1; j < n; j++) A_(i, j) = 0.0;
+#undef A_
+  return info;
+}
+
+static void swap_rows(double* c, int64_t nrhs, int64_t i, int64_t j) {
+  if (i == j) return;
+  for (int64_t r = 0; r < nrhs; r++) {
+    double t = c[i * nrhs + r];
+    c[i * nrhs + r] = c[j * nrhs + r];
+    c[j * nrhs + r] = t;
+  }
+}
+
+/* Solves A X = C in place (C: n x nrhs row-major) from bunch_kaufman's
+ * factors ld and pivots (validated by the caller): P L applied forward, the
+ * blocks of D, then L^T P^T backward. */
+static void bk_solve(const double* ld, int64_t n, const int32_t* piv, double* c, int64_t nrhs) {
+#define L_(i, j) ld[(i) * n + (j)]
+  for (int64_t k = 0; k < n;) {
+    if (piv[k] > 0) {
+      swap_rows(c, nrhs, k, piv[k] - 1);
+      for (int64_t i = k + 1; i < n; i++)
+        for (int64_t r = 0; r < nrhs; r++) c[i * nrhs + r] -= L_(i, k) * c[k * nrhs + r];
+      for (int64_t r = 0; r < nrhs; r++) c[k * nrhs + r] /= L_(k, k);
+      k++;
+    } else {
+      swap_rows(c, nrhs, k + 1, -piv[k] - 1);
+      for (int64_t i = k + 2; i < n; i++)
+        for (int64_t r = 0; r < nrhs; r++)
+          c[i * nrhs + r] -= L_(i, k) * c[k * nrhs + r] + L_(i, k + 1) * c[(k + 1) * nrhs + r];
+      double e = L_(k + 1, k), p = L_(k, k) / e, q = L_(k + 1, k + 1) / e, den = p * q - 1.0;
+      for (int64_t r = 0; r < nrhs; r++) {
+        double x0 = c[k * nrhs + r] / e, x1 = c[(k + 1) * nrhs + r] / e;
+        c[k * nrhs + r] = (q * x0 - x1) / den;
+        c[(k + 1) * nrhs + r] = (p * x1 - x0) / den;
+      }
+      k += 2;
+    }
+  }
+  for (int64_t k = n - 1; k >= 0;) {
+    int64_t first = piv[k] > 0 ? k : k - 1; /* first column of the block ending at k */
+    for (int64_t j = first; j <= k; j++)
+      for (int64_t i = k + 1; i < n; i++)
+        for (int64_t r = 0; r < nrhs; r++) c[j * nrhs + r] -= L_(i, j) * c[i * nrhs + r];
+    swap_rows(c, nrhs, k, (piv[k] > 0 ? piv[k] : -piv[k]) - 1);
+    k = first - 1;
+  }
+#undef L_
+}
+
+/* linalg_ldl_factor_ex(self, *, hermitian, check_errors) -> (LD, pivots, info) */
+tpu_status_t tpu_k_linalg_ldl_factor_ex(const tpu_call_t* call) {
+  const char* op = "linalg.ldl_factor_ex";
+  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  const tpu_tensor_t *LD = &call->outs[0], *piv = &call->outs[1], *info = &call->outs[2];
+  tpu_status_t st = check_matrix(op, A, true);
+  if (st) return st;
+  mat_view_t av = mat_of(A), lv = mat_of(LD), pv = vec_of(piv);
+  int64_t n = av.rows;
+  int nb = A->ndim - 2;
+  int64_t nbatch = batch_count(nb, A->sizes);
+  double* a = scratch(n * n);
+  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+  if (!a || !p) {
+    free(a), free(p);
+    return OOM(op);
+  }
+  int first = 0;
+  for (int64_t b = 0; b < nbatch; b++) {
+    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
+    int inf = bunch_kaufman(a, n, p);
+    if (inf && !first) first = inf;
+    store_mat(&lv, batch_offset(LD, 2, nb, A->sizes, b), false, a);
+    int64_t poff = batch_offset(piv, 1, nb, A->sizes, b);
+    for (int64_t j = 0; j < n; j++) tpu_store_i64(elem_ptr(&pv, poff, j, 0), piv->dtype, p[j]);
+    if (has_elems(info)) tpu_store_i64(tpu_tensor_elem_ptr(info, b), info->dtype, inf);
+  }
+  free(a), free(p);
+  if (first && tpu_arg_bool(call, 2, false))
+    return TPU_ERR(INVALID_ARGUMENT,
+                   "%s: The factorization could not be completed because the input is not "
+                   "invertible: D(%d,%d) is exactly zero.",
+                   op, first, first);
+  return NULL;
+}
+
+/* linalg_ldl_solve(LD, pivots, B, *, hermitian) -> out; batch dims broadcast. */
+tpu_status_t tpu_k_linalg_ldl_solve(const tpu_call_t* call) {
+  const char* op = "linalg.ldl_solve";
+  const tpu_tensor_t *LD = tpu_arg_tensor(call, 0), *piv = tpu_arg_tensor(call, 1);
+  const tpu_tensor_t *B = tpu_arg_tensor(call, 2), *out = &call->outs[0];
+  tpu_status_t st = check_matrix(op, LD, true);
+  if (!st) st = check_matrix(op, B, false);
+  if (st) return st;
+  mat_view_t lv = mat_of(LD), pv = vec_of(piv), bv = mat_of(B), ov = mat_of(out);
+  int64_t n = lv.rows, nrhs = ov.cols;
+  int nb = out->ndim - 2;
+  int64_t nbatch = batch_count(nb, out->sizes);
+  double *a = scratch(n * n), *c = scratch(n * nrhs);
+  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+  if (!a || !c || !p) st = OOM(op);
+  for (int64_t b = 0; b < nbatch && !st; b++) {
+    load_mat(&lv, batch_offset(LD, 2, nb, out->sizes, b), false, a);
+    int64_t poff = batch_offset(piv, 1, nb, out->sizes, b);
+    for (int64_t j = 0; j < n && !st; j++) {
+      int64_t x = tpu_load_i64(elem_ptr(&pv, poff, j, 0), piv->dtype);
+      bool two = x < 0; /* a 2x2 block: both of its pivots negative and equal */
+      if (x == 0 || (x < 0 ? -x : x) > n ||
+          (two && !((j + 1 < n && tpu_load_i64(elem_ptr(&pv, poff, j + 1, 0), piv->dtype) == x))))
+        st = TPU_ERR(INVALID_ARGUMENT, "%s: invalid pivot %lld at position %lld", op,
+                     (long long)x, (long long)j);
+      p[j] = (int32_t)x;
+      if (two && !st) p[++j] = (int32_t)x;
+    }
+    if (st) break;
+    load_mat(&bv, batch_offset(B, 2, nb, out->sizes, b), false, c);
+    bk_solve(a, n, p, c, nrhs);
+    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, c);
+  }
+  free(a), free(c), free(p);
+  return st;
+}
+
+/* --------------------------------------------------------- least squares */
+
+/* Numerical rank of the m x n matrix a (destroyed) by Householder QR with
+ * column pivoting (the column of largest remaining norm first, as gelsy's
+ * factorization): the leading diagonal entries of R with |R(j,j)| > rcond *
+ * |R(0,0)|. */
+static int64_t qrcp_rank(double* a, int64_t m, int64_t n, double rcond, double* norms) {
+  int64_t k = m < n ? m : n, rank = 0;
+  double r00 = 0.0;
+  for (int64_t j = 0; j < k; j++) {
+    int64_t best = j;
+    for (int64_t c = j; c < n; c++) {
+      double s = 0.0;
+      for (int64_t i = j; i < m; i++) s = hypot(s, a[i * n + c]);
+      norms[c] = s;
+      if (s > norms[best]) best = c;
+    }
+    if (best != j)
+      for (int64_t i = 0; i < m; i++) {
+        double t = a[i * n + j];
+        a[i * n + j] = a[i * n + best];
+        a[i * n + best] = t;
+      }
+    double alpha = a[j * n + j], xnorm = 0.0;
+    for (int64_t i = j + 1; i < m; i++) xnorm = hypot(xnorm, a[i * n + j]);
+    double rjj = alpha;
+    if (xnorm != 0.0) {
+      double beta = -copysign(hypot(alpha, xnorm), alpha), tau = (beta - alpha) / beta;
+      for (int64_t i = j + 1; i < m; i++) a[i * n + j] /= alpha - beta;
+      rjj = beta;
+      for (int64_t c = j + 1; c < n; c++) {
+        double s = a[j * n + c];
+        for (int64_t i = j + 1; i < m; i++) s += a[i * n + j] * a[i * n + c];
+        s *= tau;
+        a[j * n + c] -= s;
+        for (int64_t i = j + 1; i < m; i++) a[i * n + c] -= s * a[i * n + j];
+      }
+    }
+    if (j == 0) r00 = fabs(rjj);
+    if (r00 == 0.0 || !(fabs(rjj) > rcond * r00)) break;
+    rank++;
+  }
+  return rank;
+}
+
+typedef enum lsq_driver { LSQ_GELS, LSQ_GELSY, LSQ_GELSD, LSQ_GELSS } lsq_driver_t;
+
+/* Scratch of one least-squares solve (m x n system, nrhs columns). */
+typedef struct lsq_work {
+  double *a, *c, *x, *tau, *s, *u, *v, *w;
+} lsq_work_t;
+
+/* Solves min ||A X - C|| for one matrix: a (m x n), c (m x nrhs) row-major;
+ * x (n x nrhs) receives the solution. gels: Householder QR (m >= n) or QR of
+ * A^T (m < n, the minimum-norm solution), no rank test; returns the 1-based
+ * index of an exactly zero diagonal entry of R (LAPACK's info), 0 if none, and
+ * leaves in c rows n..m of Q^T C (the residual part). The others: the
+ * minimum-norm solution through the SVD truncated at rank `*rank` (singular
+ * values > rcond * s[0]; gelsy takes its rank from QR with column pivoting).
+ * s receives the min(m, n) singular values. */
+static int lsq_solve_one(lsq_driver_t drv, lsq_work_t* w, int64_t m, int64_t n, int64_t nrhs,
+                         double rcond, int64_t* rank) {
+  int64_t k = m < n ? m : n;
+  double *a = w->a, *c = w->c, *x = w->x;
+  for (int64_t i = 0; i < n * nrhs; i++) x[i] = 0.0;
+  if (drv == LSQ_GELS) {
+    *rank = k;
+    if (m >= n) {
+      householder_qr(a, m, n, w->tau);
+      for (int64_t j = 0; j < k; j++) reflect_left(a, n, m, j, w->tau[j], c, nrhs);
+      for (int64_t j = 0; j < n; j++)
+        if (a[j * n + j] == 0.0) return (int)(j + 1);
+      for (int64_t i = 0; i < n * nrhs; i++) x[i] = c[i];
+      tri_solve(a, n, x, nrhs, false, false, false); /* R is the top n x n block, stride n */
+    } else {
+      double* at = w->w; /* A^T = Q R (n x m); A = R^T Q^T */
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) at[j * m + i] = a[i * n + j];
+      householder_qr(at, n, m, w->tau);
+      for (int64_t j = 0; j < m; j++)
+        if (at[j * m + j] == 0.0) return (int)(j + 1);
+      for (int64_t i = 0; i < m * nrhs; i++) x[i] = c[i];
+      tri_solve(at, m, x, nrhs, false, true, false); /* R^T z = C */
+      for (int64_t j = k - 1; j >= 0; j--) reflect_left(at, m, n, j, w->tau[j], x, nrhs);
+    }
+    return 0;
+  }
+  /* SVD: A = P diag(s) Q^T with P m x k, Q n x k (row-major). */
+  bool wide = m < n;
+  int64_t M = wide ? n : m, N = k;
+  double *p, *q;
+  if (!wide) {
+    for (int64_t i = 0; i < m * n; i++) w->w[i] = a[i];
+    jacobi_svd(w->w, M, N, w->s, w->u, N, w->v);
+    p = w->u, q = w->v; /* u: m x k, v: n x k (k = n) */
+  } else {
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) w->w[j * m + i] = a[i * n + j];
+    jacobi_svd(w->w, M, N, w->s, w->u, N, w->v);
+    p = w->v, q = w->u; /* A^T = u s v^T: P = v (m x k), Q = u (n x k) */
+  }
+  double* s = w->s;
+  if (drv == LSQ_GELSY) {
+    for (int64_t i = 0; i < m * n; i++) w->w[i] = a[i];
+    *rank = qrcp_rank(w->w, m, n, rcond, w->tau);
+  } else {
+    int64_t r = 0;
+    while (r < k && s[0] > 0.0 && s[r] > rcond * s[0]) r++;
+    *rank = r;
+  }
+  for (int64_t j = 0; j < *rank; j++)
+    for (int64_t col = 0; col < nrhs; col++) {
+      double d = 0.0;
+      for (int64_t i = 0; i < m; i++) d += p[i * k + j] * c[i * nrhs + col];
+      d /= s[j];
+      for (int64_t i = 0; i < n; i++) x[i * nrhs + col] += q[i * k + j] * d;
+    }
+  return 0;
+}
+
+static tpu_status_t lsq_driver(const char* op, const char* name, lsq_driver_t* out) {
+  static const char* const names[] = {"gels", "gelsy", "gelsd", "gelss"};
+  for (int i = 0; i < 4; i++)
+    if (strcmp(name, names[i]) == 0) {
+      *out = (lsq_driver_t)i;
+      return NULL;
+    }
+  return TPU_ERR(INVALID_ARGUMENT,
+                 "%s: parameter `driver` should be one of (gels, gelsy, gelsd, gelss), got %s", op,
+                 name);
+}
+
+/* linalg_lstsq(self, b, rcond, *, driver) -> (solution, residuals, rank,
+ * singular_values). Outputs the meta kernel sized empty are not written:
+ * residuals exist for m > n and drivers other than gelsy, rank for every
+ * driver but gels, singular values for gelsd and gelss. Residuals are the
+ * squared norms of the columns of A X - B (gels: of rows n..m of Q^T B, as
+ * LAPACK leaves them). */
+tpu_status_t tpu_k_linalg_lstsq(const tpu_call_t* call) {
+  const char* op = "linalg.lstsq";
+  const tpu_tensor_t *A = tpu_arg_tensor(call, 0), *B = tpu_arg_tensor(call, 1);
+  tpu_status_t st = check_matrix(op, A, false);
+  if (!st) st = check_float(op, B);
+  if (st) return st;
+  lsq_driver_t drv = LSQ_GELSY;
+  st = lsq_driver(op, tpu_arg_str(call, 3, "gelsy"), &drv);
+  if (st) return st;
+  mat_view_t av = mat_of(A);
+  int64_t m = av.rows, n = av.cols, k = m < n ? m : n, mx = m > n ? m : n;
+  double eps = A->dtype == TPU_F32 ? (double)FLT_EPSILON : DBL_EPSILON;
+  double rcond = tpu_arg_is_none(call, 2) ? eps * (double)mx : tpu_arg_f64(call, 2, 0.0);
+  if (rcond < 0) rcond = eps;
+  /* A vector right-hand side (b of shape A.shape[:-1], or 1-d) is an m x 1
+   * matrix; the solution then drops its last dim. */
+  bool vec = B->ndim == 1;
+  if (B->ndim == A->ndim - 1) {
+    vec = true;
+    for (int d = 0; d < B->ndim; d++) vec = vec && B->sizes[d] == A->sizes[d];
+  }
+  tpu_tensor_t b2 = vec ? unsqueeze_last(B) : *B;
+  tpu_tensor_t x2 = vec ? unsqueeze_last(&call->outs[0]) : call->outs[0];
+  const tpu_tensor_t *res = &call->outs[1], *rk = &call->outs[2], *sv = &call->outs[3];
+  mat_view_t bv = mat_of(&b2), xv = mat_of(&x2), rv = vec_of(res), sview = vec_of(sv);
+  if (bv.rows != m)
+    return TPU_ERR(INVALID_ARGUMENT, "%s: input.size(-2) should match other.size(-2)", op);
+  int64_t nrhs = bv.cols;
+  int nb = x2.ndim - 2;
+  int64_t nbatch = batch_count(nb, x2.sizes);
+  bool want_res = has_elems(res), want_rank = has_elems(rk), want_sv = has_elems(sv);
+  lsq_work_t w = {scratch(m * n), scratch(m * nrhs), scratch(n * nrhs), scratch(mx),
+                  scratch(k), scratch(mx * k), scratch(k * k), scratch(m * n)};
+  double* ax = scratch(m * nrhs);
+  if (!w.a || !w.c || !w.x || !w.tau || !w.s || !w.u || !w.v || !w.w || !ax) st = OOM(op);
+  for (int64_t b = 0; b < nbatch && !st; b++) {
+    load_mat(&av, batch_offset(A, 2, nb, x2.sizes, b), false, w.a);
+    load_mat(&bv, batch_offset(&b2, 2, nb, x2.sizes, b), false, w.c);
+    for (int64_t i = 0; i < m * nrhs; i++) ax[i] = w.c[i];
+    int64_t rank = 0;
+    int info = k == 0 ? 0 : lsq_solve_one(drv, &w, m, n, nrhs, rcond, &rank);
+    if (info) {
+      st = TPU_ERR(INVALID_ARGUMENT,
+                   "%s: The least squares solution could not be computed because the input "
+                   "matrix does not have full rank (error code: %d).",
+                   op, info);
+      break;
+    }
+    if (k == 0)
+      for (int64_t i = 0; i < n * nrhs; i++) w.x[i] = 0.0;
+    store_mat(&xv, batch_offset(&x2, 2, nb, x2.sizes, b), false, w.x);
+    if (want_res) {
+      int64_t roff = batch_offset(res, 1, nb, x2.sizes, b);
+      for (int64_t col = 0; col < nrhs; col++) {
+        double r2 = 0.0;
+        if (drv == LSQ_GELS) {
+          for (int64_t i = n; i < m; i++) r2 += w.c[i * nrhs + col] * w.c[i * nrhs + col];
+        } else {
+          /* b is read back from ax: A x - b in double */
+          for (int64_t i = 0; i < m; i++) {
+            double e = -ax[i * nrhs + col];
+            for (int64_t j = 0; j < n; j++) e += w.a[i * n + j] * w.x[j * nrhs + col];
+            r2 += e * e;
+          }
+        }
+        tpu_store_f64(elem_ptr(&rv, roff, col, 0), res->dtype, r2);
+      }
+    }
+    if (want_rank) /* rank and singular values have A's batch shape */
+      tpu_store_i64((char*)rk->data + batch_offset(rk, 0, nb, x2.sizes, b) *
+                                          (int64_t)tpu_dtype_size(rk->dtype),
+                    rk->dtype, rank);
+    if (want_sv) {
+      int64_t soff = batch_offset(sv, 1, nb, x2.sizes, b);
+      for (int64_t j = 0; j < k; j++) tpu_store_f64(elem_ptr(&sview, soff, j, 0), sv->dtype, w.s[j]);
+    }
+  }
+  free(w.a), free(w.c), free(w.x), free(w.tau), free(w.s), free(w.u), free(w.v), free(w.w);
+  free(ax);
+  return st;
+}
