@@ -1281,8 +1281,56 @@ void run_meta(const c10::OperatorHandle& op, const c10::IValue* args, size_t nar
 // norm returns mean/rstd in the input's dtype, and the functional index_fill
 // fills a clone in self's memory format (the meta function's result is
 // contiguous).
+// The layout of CPU's (MKL's) FFT results: the transformed dims, in the order
+// given, innermost and row-major; the other dims outside them, ordered as the
+// input's strides (largest outermost). The meta kernels give cuFFT's layout.
+std::vector<int64_t> fft_cpu_strides(c10::IntArrayRef in_strides, std::vector<int64_t> dims,
+                                     c10::IntArrayRef out_sizes, bool sort_all, bool sort_but_last) {
+  const int64_t nd = (int64_t)out_sizes.size();
+  for (auto& d : dims) d = c10::maybe_wrap_dim(d, nd);
+  auto by_stride = [&](int64_t a, int64_t b) { return in_strides[a] > in_strides[b]; };
+  if (sort_all) std::stable_sort(dims.begin(), dims.end(), by_stride);
+  else if (sort_but_last && !dims.empty()) std::stable_sort(dims.begin(), dims.end() - 1, by_stride);
+  std::vector<bool> sig(nd, false);
+  for (int64_t d : dims) sig[d] = true;
+  std::vector<int64_t> batch;
+  for (int64_t d = 0; d < nd; d++)
+    if (!sig[d]) batch.push_back(d);
+  std::stable_sort(batch.begin(), batch.end(), by_stride);
+  std::vector<int64_t> st(nd, 1);
+  int64_t n = 1;
+  for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
+    st[*it] = n;
+    n *= std::max<int64_t>(out_sizes[*it], 1);
+  }
+  for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+    st[*it] = n;
+    n *= std::max<int64_t>(out_sizes[*it], 1);
+  }
+  return st;
+}
+
 void match_cpu_outputs(const OpInfo& info, const c10::IValue* args, size_t nargs,
                        std::vector<OutMeta>& out) {
+  const bool fft = info.name == "_fft_c2c" || info.name == "_fft_r2c" || info.name == "_fft_c2r";
+  if (fft && nargs >= 2 && args[0].isTensor() && !out.empty() && out[0].defined) {
+    const at::Tensor& self = args[0].toTensor();
+    std::vector<int64_t> dims = args[1].isIntList() ? args[1].toIntVector() : std::vector<int64_t>();
+    if (args[1].isSymIntList())
+      for (const c10::SymInt& d : args[1].toSymIntList()) dims.push_back(d.guard_int(__FILE__, __LINE__));
+    if (info.name == "_fft_c2r" && dims.size() > 1) {
+      // CPU transforms the leading dims first (c2c), then the last from that layout
+      std::vector<int64_t> lead(dims.begin(), dims.end() - 1);
+      const auto mid = fft_cpu_strides(self.strides(), lead, self.sizes(), true, false);
+      const auto st = fft_cpu_strides(mid, {dims.back()}, out[0].sizes, false, false);
+      out[0].strides.assign(st.begin(), st.end());
+    } else {
+      const auto st = fft_cpu_strides(self.strides(), dims, out[0].sizes, info.name == "_fft_c2c",
+                                      info.name == "_fft_r2c");
+      out[0].strides.assign(st.begin(), st.end());
+    }
+    return;
+  }
   const bool batch_norm = info.name == "native_batch_norm" || info.name == "_native_batch_norm_legit";
   if (batch_norm && nargs > 5 && args[5].isBool() && !args[5].toBool() && out.size() >= 3) {
     for (size_t r = 1; r < 3; r++) {

@@ -128,10 +128,14 @@ at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking
     TORCH_CHECK(c10::IntArrayRef(shape).equals(self.sizes()), "output with shape ", self.sizes(),
                 " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
   }
+  if (!self.is_complex() && src.is_complex()) {  // as CPU's copy_
+    TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");
+  }
   materialize_cow(self);
   copy_from(src, self, non_blocking);
-  if (src.device() != self.device() && (src.device().type() != kTpu || self.device().type() != kTpu))
+  if (src.device().type() != kTpu || self.device().type() != kTpu) {
     return self;  // copy_from applied the bits
+  }
   if (self.is_conj() != src.is_conj() && self.is_complex() && self.numel() > 0) {
     // conjugate the stored values: through a view without the bit
     at::Tensor raw = self.is_conj() ? self.conj() : self;

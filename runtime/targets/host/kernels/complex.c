@@ -420,6 +420,37 @@ static tpu_status_t zdot(const tpu_call_t* c, bool conj_a) {
   return TPU_OK;
 }
 
+/* t (complex) as the real tensor of its parts: one more dim of size 2 */
+static tpu_tensor_t as_real(const tpu_tensor_t* t) {
+  tpu_tensor_t v = *t;
+  v.dtype = tpu_dtype_complex_part(t->dtype);
+  for (int d = 0; d < t->ndim; d++) v.strides[d] = t->strides[d] * 2;
+  v.sizes[t->ndim] = 2;
+  v.strides[t->ndim] = 1;
+  v.ndim = t->ndim + 1;
+  return v;
+}
+
+/* normal_ / uniform_ of a complex tensor: the real kernel on its parts, as
+ * PyTorch does (normal_: each part with std / sqrt(2)) */
+static tpu_status_t zrandom(const tpu_call_t* c, bool normal) {
+  const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
+  if (!self || !tpu_dtype_is_complex(self->dtype) || self->ndim >= TPU_MAX_DIMS || c->nargs > 8)
+    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for these complex arguments on tpu", c->op->name);
+  tpu_tensor_t rv = as_real(self), ro = as_real(&c->outs[0]);
+  tpu_arg_t args[8];
+  memcpy(args, c->args, sizeof(tpu_arg_t) * (size_t)c->nargs);
+  args[0].v.t = &rv;
+  if (normal && c->nargs > 2) {
+    args[2].kind = TPU_ARG_DOUBLE;
+    args[2].v.d = tpu_arg_f64(c, 2, 1.0) / sqrt(2.0);
+  }
+  tpu_call_t c2 = *c;
+  c2.args = args;
+  c2.outs = &ro;
+  return c->op->fn(&c2);
+}
+
 /* ---- the dispatch ---- */
 tpu_status_t tpu_complex_call(const tpu_call_t* c) {
   const tpu_op_id_t id = c->op ? c->op->id : TPU_OPID_NONE;
@@ -518,6 +549,9 @@ tpu_status_t tpu_complex_call(const tpu_call_t* c) {
       return zproduct(c, op, tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2), tpu_arg_tensor(c, 0),
                       alpha[0], beta[0], false);
     }
+    case TPU_OPID_normal:
+    case TPU_OPID_uniform:
+      return zrandom(c, id == TPU_OPID_normal);
     case TPU_OPID_dot:
     case TPU_OPID_vdot:
       return zdot(c, id == TPU_OPID_vdot);

@@ -124,6 +124,7 @@ static inline void copy_elem(char* dst, const char* src, size_t esz) {
     case 1: *dst = *src; break;
     case 2: memcpy(dst, src, 2); break;
     case 4: memcpy(dst, src, 4); break;
+    case 16: memcpy(dst, src, 16); break; /* complex128 */
     default: memcpy(dst, src, 8); break;
   }
 }
