@@ -40,6 +40,14 @@ typedef struct fft_plan {
   zc_t* bfft;  /* FFT of the conjugate chirp, divided by m */
 } fft_plan_t;
 
+/* Products written out: C's complex `*` checks for infinities (a call to
+ * __muldc3 per product), which would dominate the butterflies. */
+static inline zc_t zmul(zc_t a, zc_t b) {
+  const double ar = creal(a), ai = cimag(a), br = creal(b), bi = cimag(b);
+  return CMPLX(ar * br - ai * bi, ar * bi + ai * br);
+}
+static inline zc_t rot_neg_i(zc_t a) { return CMPLX(cimag(a), -creal(a)); } /* -i * a */
+
 static zc_t unit(int64_t num, int64_t den) { /* exp(-2 pi i num / den) */
   const double a = -2.0 * M_PI * (double)(num % den) / (double)den;
   return CMPLX(cos(a), sin(a));
@@ -133,37 +141,37 @@ static void stage(int r, int64_t m, int64_t s, const zc_t* tw, const zc_t* x, zc
         case 2: {
           const zc_t a0 = a[0], a1 = a[s * m];
           b[0] = a0 + a1;
-          b[s] = (a0 - a1) * w[0];
+          b[s] = zmul(a0 - a1, w[0]);
           break;
         }
         case 4: {
           const zc_t a0 = a[0], a1 = a[s * m], a2 = a[2 * s * m], a3 = a[3 * s * m];
-          const zc_t t0 = a0 + a2, t1 = a0 - a2, t2 = a1 + a3, t3 = (a1 - a3) * -I;
+          const zc_t t0 = a0 + a2, t1 = a0 - a2, t2 = a1 + a3, t3 = rot_neg_i(a1 - a3);
           b[0] = t0 + t2;
-          b[s] = (t1 + t3) * w[0];
-          b[2 * s] = (t0 - t2) * w[1];
-          b[3 * s] = (t1 - t3) * w[2];
+          b[s] = zmul(t1 + t3, w[0]);
+          b[2 * s] = zmul(t0 - t2, w[1]);
+          b[3 * s] = zmul(t1 - t3, w[2]);
           break;
         }
         case 3: {
           const zc_t a0 = a[0], a1 = a[s * m], a2 = a[2 * s * m];
-          const zc_t t1 = a1 + a2, t2 = a0 + c3 * t1, t3 = -I * s3 * (a1 - a2);
+          const zc_t t1 = a1 + a2, t2 = a0 + c3 * t1, t3 = rot_neg_i(s3 * (a1 - a2));
           b[0] = a0 + t1;
-          b[s] = (t2 + t3) * w[0];
-          b[2 * s] = (t2 - t3) * w[1];
+          b[s] = zmul(t2 + t3, w[0]);
+          b[2 * s] = zmul(t2 - t3, w[1]);
           break;
         }
         case 5: {
           const zc_t a0 = a[0], a1 = a[s * m], a2 = a[2 * s * m], a3 = a[3 * s * m],
                      a4 = a[4 * s * m];
           const zc_t t1 = a1 + a4, t2 = a2 + a3, t3 = a1 - a4, t4 = a2 - a3;
-          const zc_t u1 = a0 + c51 * t1 + c52 * t2, v1 = -I * (s51 * t3 + s52 * t4);
-          const zc_t u2 = a0 + c52 * t1 + c51 * t2, v2 = -I * (s52 * t3 - s51 * t4);
+          const zc_t u1 = a0 + c51 * t1 + c52 * t2, v1 = rot_neg_i(s51 * t3 + s52 * t4);
+          const zc_t u2 = a0 + c52 * t1 + c51 * t2, v2 = rot_neg_i(s52 * t3 - s51 * t4);
           b[0] = a0 + t1 + t2;
-          b[s] = (u1 + v1) * w[0];
-          b[2 * s] = (u2 + v2) * w[1];
-          b[3 * s] = (u2 - v2) * w[2];
-          b[4 * s] = (u1 - v1) * w[3];
+          b[s] = zmul(u1 + v1, w[0]);
+          b[2 * s] = zmul(u2 + v2, w[1]);
+          b[3 * s] = zmul(u2 - v2, w[2]);
+          b[4 * s] = zmul(u1 - v1, w[3]);
           break;
         }
         default: { /* direct odd radix */
@@ -174,8 +182,8 @@ static void stage(int r, int64_t m, int64_t s, const zc_t* tw, const zc_t* x, zc
           }
           for (int j = 0; j < r; j++) {
             zc_t acc = 0;
-            for (int k = 0; k < r; k++) acc += in[k] * wr[(j * k) % r];
-            b[j * s] = j ? acc * w[j - 1] : acc;
+            for (int k = 0; k < r; k++) acc += zmul(in[k], wr[(j * k) % r]);
+            b[j * s] = j ? zmul(acc, w[j - 1]) : acc;
           }
           break;
         }
@@ -191,12 +199,12 @@ static void plan_exec(const fft_plan_t* p, zc_t* x, zc_t* work) {
     const int64_t n = p->n, m = p->m;
     zc_t* a = work;
     zc_t* w2 = work + m;
-    for (int64_t k = 0; k < n; k++) a[k] = x[k] * p->chirp[k];
+    for (int64_t k = 0; k < n; k++) a[k] = zmul(x[k], p->chirp[k]);
     for (int64_t k = n; k < m; k++) a[k] = 0;
     plan_exec(p->sub, a, w2);
-    for (int64_t k = 0; k < m; k++) a[k] = conj(a[k] * p->bfft[k]);
+    for (int64_t k = 0; k < m; k++) a[k] = conj(zmul(a[k], p->bfft[k]));
     plan_exec(p->sub, a, w2); /* the inverse, through conjugates */
-    for (int64_t k = 0; k < n; k++) x[k] = conj(a[k]) * p->chirp[k];
+    for (int64_t k = 0; k < n; k++) x[k] = zmul(conj(a[k]), p->chirp[k]);
     return;
   }
   zc_t* src = x;
