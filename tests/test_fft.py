@@ -131,3 +131,10 @@ def test_refusals(mode):
         torch.tpu.synchronize()
     with pytest.raises(RuntimeError, match="Invalid number of data points"):
         torch.fft.fft(torch.randn(4, device=DEV), n=0)
+
+
+def test_compile():
+    """complex graphs compile for the tpu backend (their calls run unfused)"""
+    f = torch.compile(lambda x: (torch.fft.rfft(x) * (1 + 1j)).abs(), backend="tpu")
+    x = rand((4, 16), torch.float32, 11)
+    assert_same(f(x.to(DEV)), (torch.fft.rfft(x) * (1 + 1j)).abs(), atol=1e-5, rtol=1e-5)
