@@ -218,6 +218,12 @@ def test_reductions(mode, dtype):
     assert_same(d.prod(1), x.prod(1), **tol(dtype))
     assert_same(d.prod(), x.prod(), atol=1e-4, rtol=1e-4)
     assert_same(d.t().sum(1), x.t().sum(1), **tol(dtype))
+    assert_same(d.sum(dtype=dtype), x.sum(dtype=dtype), **tol(dtype))  # dtype is not a dim
+    assert_same(d.prod(dtype=dtype), x.prod(dtype=dtype), atol=1e-4, rtol=1e-4)
+    assert_same(d.mean((0, 1)), x.mean((0, 1)), **tol(dtype))
+    assert_same(torch.tensordot(d.view(6, 7, 1), d.view(6, 1, 7), dims=([0, 1], [0, 2])),
+                torch.tensordot(x.view(6, 7, 1), x.view(6, 1, 7), dims=([0, 1], [0, 2])),
+                atol=1e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("dtype", CDT)
@@ -273,3 +279,6 @@ def test_refusals(mode):
         torch.div(d, d, rounding_mode="floor")
     with pytest.raises(NotImplementedError, match=r"aten::cumsum.*ComplexFloat.*tpu"):
         torch.cumsum(d, 0)
+    with pytest.raises(NotImplementedError, match="accumulate=True is not implemented for complex"):
+        d.index_put_((torch.tensor([0], device=DEV),), d[:1].clone(), accumulate=True)
+        torch.tpu.synchronize()

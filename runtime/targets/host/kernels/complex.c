@@ -272,20 +272,28 @@ tpu_status_t tpu_complex_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src) 
 }
 
 /* ---- reductions: sum, mean, prod over a set of dims ---- */
-static tpu_status_t zreduce(const tpu_call_t* c, const char* op, tpu_op_id_t id) {
+tpu_status_t tpu_complex_reduce(const tpu_call_t* c, int dim_arg) {
+  const tpu_op_id_t id = c->op ? c->op->id : TPU_OPID_NONE;
+  const char* op = c->op ? c->op->name : "reduction";
+  if (id != TPU_OPID_sum && id != TPU_OPID_mean && id != TPU_OPID_prod)
+    return TPU_ERR(UNIMPLEMENTED, "%s is not implemented for complex dtypes on tpu", op);
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
   const tpu_tensor_t* out = &c->outs[0];
   const int nd = in->ndim;
   uint64_t mask = 0;
-  const tpu_arg_t* da = c->nargs > 1 ? &c->args[1] : NULL;
-  if (da && da->kind == TPU_ARG_INT) {
-    int64_t d = da->v.i < 0 ? da->v.i + nd : da->v.i;
-    if (nd) mask |= 1ull << d;
-  } else if (da && da->kind == TPU_ARG_INTLIST && da->n > 0) {
-    for (int k = 0; k < da->n; k++) mask |= 1ull << (da->v.ilist[k] < 0 ? da->v.ilist[k] + nd : da->v.ilist[k]);
-  } else {
-    mask = nd ? (nd == 64 ? ~0ull : (1ull << nd) - 1) : 0;
+  const tpu_arg_t* da = dim_arg >= 0 && dim_arg < c->nargs ? &c->args[dim_arg] : NULL;
+  int64_t dl[TPU_MAX_DIMS];
+  int ndl = 0;
+  if (da && da->kind == TPU_ARG_INT) dl[ndl++] = da->v.i;
+  else if (da && da->kind == TPU_ARG_INTLIST)
+    for (int k = 0; k < da->n && ndl < TPU_MAX_DIMS; k++) dl[ndl++] = da->v.ilist[k];
+  for (int k = 0; k < ndl; k++) {
+    const int64_t d = dl[k] < 0 ? dl[k] + nd : dl[k];
+    if (nd == 0 && (d == 0 || d == -1)) continue;
+    TPU_CHECK_ARG(d >= 0 && d < nd, "%s: dim %lld out of range for a %d-D tensor", op, (long long)dl[k], nd);
+    mask |= 1ull << d;
   }
+  if (ndl == 0) mask = nd ? (nd == 64 ? ~0ull : (1ull << nd) - 1) : 0;
   const int64_t on = tpu_tensor_numel(out), n = tpu_tensor_numel(in);
   zc_t* acc = malloc((size_t)(on > 0 ? on : 1) * sizeof(zc_t));
   if (!acc) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for %lld accumulators", op, (long long)on);
@@ -518,10 +526,6 @@ tpu_status_t tpu_complex_call(const tpu_call_t* c) {
       }
       return zmap(op, out, in, 1, b_copy, &cx);
     }
-    case TPU_OPID_sum:
-    case TPU_OPID_mean:
-    case TPU_OPID_prod:
-      return zreduce(c, op, id);
     case TPU_OPID_mm:
     case TPU_OPID_bmm:
       return zproduct(c, op, tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), NULL, 1, 0,

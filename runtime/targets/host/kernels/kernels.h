@@ -112,6 +112,9 @@ tpu_status_t tpu_complex_call(const tpu_call_t* call);
   do {                                                                  \
     if (tpu_call_has_complex(call)) return tpu_complex_call(call);      \
   } while (0)
+/* sum / mean / prod of complex input; dim_arg: the argument holding the dims
+ * (int or int list; none or empty: every dim), -1 for the full reductions. */
+tpu_status_t tpu_complex_reduce(const tpu_call_t* call, int dim_arg);
 /* Converting copy where src or dst is complex (tpu_copy_strided's path). */
 tpu_status_t tpu_complex_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src);
 

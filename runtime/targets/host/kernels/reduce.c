@@ -1058,7 +1058,8 @@ static bool is_extreme(rkind_t k) {
  * into call->outs. */
 static tpu_status_t reduce(const tpu_call_t* c, const char* op, rkind_t kind, int dim_arg,
                            double param) {
-  if (kind == R_SUM || kind == R_MEAN || kind == R_PROD) TPU_ROUTE_COMPLEX(c);
+  if ((kind == R_SUM || kind == R_MEAN || kind == R_PROD) && tpu_call_has_complex(c))
+    return tpu_complex_reduce(c, dim_arg);
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
   int nouts = kind == R_MINMAX ? 2 : (c->nouts > 1 ? 2 : 1);
   if (!in || c->nouts < nouts)
