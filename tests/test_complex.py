@@ -153,7 +153,7 @@ def test_shape_and_index(mode, dtype):
     assert_same(d.masked_fill(d.imag > 0, 2 + 1j), x.masked_fill(x.imag > 0, 2 + 1j))
 
 
-BINARY = [torch.add, torch.sub, torch.mul, torch.div, torch.eq, torch.ne,
+BINARY = [torch.add, torch.sub, torch.mul, torch.div, torch.eq, torch.ne, torch.rsub,
           lambda a, b: torch.add(a, b, alpha=2 - 1j), lambda a, b: torch.sub(a, b, alpha=3)]
 
 
@@ -221,6 +221,9 @@ def test_reductions(mode, dtype):
     assert_same(d.sum(dtype=dtype), x.sum(dtype=dtype), **tol(dtype))  # dtype is not a dim
     assert_same(d.prod(dtype=dtype), x.prod(dtype=dtype), atol=1e-4, rtol=1e-4)
     assert_same(d.mean((0, 1)), x.mean((0, 1)), **tol(dtype))
+    for ord in (2, 1, float("inf"), 3):
+        assert_same(torch.linalg.vector_norm(d, ord, dim=1), torch.linalg.vector_norm(x, ord, dim=1),
+                    **tol(dtype))
     assert_same(torch.tensordot(d.view(6, 7, 1), d.view(6, 1, 7), dims=([0, 1], [0, 2])),
                 torch.tensordot(x.view(6, 7, 1), x.view(6, 1, 7), dims=([0, 1], [0, 2])),
                 atol=1e-2, rtol=1e-2)

@@ -102,11 +102,11 @@ static const char* const k_complex_ops[] = {
     "abs", "acos", "acosh", "add", "addmm", "angle", "asin", "asinh", "atan", "atanh",
     "bmm", "cat", "clone", "complex", "conj_physical", "constant_pad_nd", "copy", "cos",
     "cosh", "div", "dot", "eq", "exp", "expm1", "fill", "flip", "index", "index_put",
-    "index_select", "isfinite", "isinf", "isnan", "log", "log10", "log1p", "log2",
-    "masked_fill", "masked_select", "mean", "mm", "mul", "mv", "narrow_copy", "ne", "neg",
-    "normal", "polar", "pow", "prod", "reciprocal", "repeat", "roll", "rsqrt", "sgn",
-    "sigmoid", "sin", "sinh", "sqrt", "stack", "sub", "sum", "tan", "tanh", "uniform",
-    "vdot", "where", "zero",
+    "index_select", "isfinite", "isinf", "isnan", "linalg_vector_norm", "log", "log10",
+    "log1p", "log2", "masked_fill", "masked_select", "mean", "mm", "mul", "mv",
+    "narrow_copy", "ne", "neg", "normal", "polar", "pow", "prod", "reciprocal", "repeat",
+    "roll", "rsqrt", "rsub", "sgn", "sigmoid", "sin", "sinh", "sqrt", "stack", "sub", "sum",
+    "tan", "tanh", "uniform", "vdot", "where", "zero",
 };
 
 bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {

@@ -459,6 +459,31 @@ static tpu_status_t zrandom(const tpu_call_t* c, bool normal) {
   return c->op->fn(&c2);
 }
 
+tpu_status_t tpu_complex_on_abs(const tpu_call_t* c) {
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  if (!in || !tpu_dtype_is_complex(in->dtype) || c->nargs > 8)
+    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for these complex arguments on tpu", c->op->name);
+  const int64_t n = tpu_tensor_numel(in);
+  const tpu_dtype_t part = tpu_dtype_complex_part(in->dtype);
+  void* buf = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(part));
+  if (!buf) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for %lld magnitudes", c->op->name, (long long)n);
+  tpu_tensor_t mag;
+  tpu_tensor_make_contig(&mag, buf, part, in->ndim, in->sizes);
+  zctx_t cx = {0, ZU_abs};
+  const tpu_tensor_t* ins[1] = {in};
+  tpu_status_t st = zmap(c->op->name, &mag, ins, 1, b_unary, &cx);
+  if (!st) {
+    tpu_arg_t args[8];
+    memcpy(args, c->args, sizeof(tpu_arg_t) * (size_t)c->nargs);
+    args[0].v.t = &mag;
+    tpu_call_t c2 = *c;
+    c2.args = args;
+    st = c->op->fn(&c2);
+  }
+  free(buf);
+  return st;
+}
+
 /* ---- the dispatch ---- */
 tpu_status_t tpu_complex_call(const tpu_call_t* c) {
   const tpu_op_id_t id = c->op ? c->op->id : TPU_OPID_NONE;
@@ -479,6 +504,13 @@ tpu_status_t tpu_complex_call(const tpu_call_t* c) {
       (void)tpu_arg_complex(c, 2, al);
       cx.s = CMPLX(al[0], al[1]) * (id == TPU_OPID_sub ? -1 : 1);
       const tpu_tensor_t* in[2] = {operand(c, 0, &t0), operand(c, 1, &t1)};
+      return zmap(op, out, in, 2, b_add, &cx);
+    }
+    case TPU_OPID_rsub: { /* other - alpha * self */
+      double al[2] = {1, 0};
+      (void)tpu_arg_complex(c, 2, al);
+      cx.s = -CMPLX(al[0], al[1]);
+      const tpu_tensor_t* in[2] = {operand(c, 1, &t1), operand(c, 0, &t0)};
       return zmap(op, out, in, 2, b_add, &cx);
     }
     case TPU_OPID_mul:

@@ -115,6 +115,9 @@ tpu_status_t tpu_complex_call(const tpu_call_t* call);
 /* sum / mean / prod of complex input; dim_arg: the argument holding the dims
  * (int or int list; none or empty: every dim), -1 for the full reductions. */
 tpu_status_t tpu_complex_reduce(const tpu_call_t* call, int dim_arg);
+/* A real-valued op of a complex input's magnitudes (linalg_vector_norm):
+ * reruns the call's kernel with argument 0 replaced by |self|. */
+tpu_status_t tpu_complex_on_abs(const tpu_call_t* call);
 /* Converting copy where src or dst is complex (tpu_copy_strided's path). */
 tpu_status_t tpu_complex_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src);
 
