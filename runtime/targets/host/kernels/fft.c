@@ -261,30 +261,97 @@ static inline void st(char* p, tpu_dtype_t dt, zc_t v) {
   }
 }
 
+/* Byte offsets of line l's first element in src and dst. */
+static void line_offsets(const fft_job_t* j, int64_t l, int64_t* so, int64_t* dof) {
+  const tpu_tensor_t *src = j->src, *dst = j->dst;
+  int64_t rem = l, s = 0, d = 0;
+  for (int k = dst->ndim - 1; k >= 0; k--) {
+    if (k == j->dim) continue;
+    const int64_t i = rem % dst->sizes[k];
+    rem /= dst->sizes[k];
+    s += i * src->strides[k];
+    d += i * dst->strides[k];
+  }
+  *so = s * (int64_t)tpu_dtype_size(src->dtype);
+  *dof = d * (int64_t)tpu_dtype_size(dst->dtype);
+}
+
+static inline zc_t mul_i(zc_t a) { return CMPLX(-cimag(a), creal(a)); } /* i * a */
+
+/* Two real lines as one complex transform: z = x1 + i x2. r2c splits Z into
+ * X1 = (Z_k + conj Z_{n-k}) / 2 and X2 = -i (Z_k - conj Z_{n-k}) / 2; c2r
+ * inverts Z = X1 + i X2 (each the Hermitian extension of its half, the
+ * imaginary parts of its DC and Nyquist terms dropped, as a real inverse
+ * ignores them) and takes x1 = Re z, x2 = Im z. */
+static void real_pair(const fft_job_t* j, int64_t l, zc_t* buf, zc_t* buf2, zc_t* work) {
+  const tpu_tensor_t *src = j->src, *dst = j->dst;
+  const int64_t n = j->n, sst = src->strides[j->dim] * (int64_t)tpu_dtype_size(src->dtype);
+  const int64_t dstr = dst->strides[j->dim] * (int64_t)tpu_dtype_size(dst->dtype);
+  const int64_t slen = src->sizes[j->dim], dlen = dst->sizes[j->dim];
+  int64_t so[2], dof[2];
+  line_offsets(j, l, &so[0], &dof[0]);
+  line_offsets(j, l + 1, &so[1], &dof[1]);
+  const char* sp[2] = {(const char*)src->data + so[0], (const char*)src->data + so[1]};
+  char* dp[2] = {(char*)dst->data + dof[0], (char*)dst->data + dof[1]};
+  if (j->kind == K_R2C) {
+    for (int64_t k = 0; k < n; k++)
+      buf[k] = k < slen ? CMPLX(tpu_load_f64(sp[0] + k * sst, src->dtype),
+                                tpu_load_f64(sp[1] + k * sst, src->dtype))
+                        : 0;
+    plan_exec(j->plan, buf, work);
+    for (int64_t k = 0; k < dlen; k++) {
+      const zc_t z = buf[k], zc = conj(buf[k == 0 ? 0 : n - k]);
+      st(dp[0] + k * dstr, dst->dtype, (z + zc) * (0.5 * j->scale));
+      st(dp[1] + k * dstr, dst->dtype, mul_i(zc - z) * (0.5 * j->scale));
+    }
+    return;
+  }
+  /* K_C2R */
+  const int64_t half = n / 2, h = half + 1 < slen ? half + 1 : slen;
+  for (int64_t k = 0; k <= half; k++) {
+    buf[k] = k < h ? ld(sp[0] + k * sst, src->dtype) : 0;
+    buf2[k] = k < h ? ld(sp[1] + k * sst, src->dtype) : 0;
+  }
+  buf[0] = creal(buf[0]);
+  buf2[0] = creal(buf2[0]);
+  if (n % 2 == 0) {
+    buf[half] = creal(buf[half]);
+    buf2[half] = creal(buf2[half]);
+  }
+  for (int64_t k = half + 1; k < n; k++) buf[k] = conj(buf[n - k]) + mul_i(conj(buf2[n - k]));
+  for (int64_t k = 0; k <= half; k++) buf[k] = buf[k] + mul_i(buf2[k]);
+  for (int64_t k = 0; k < n; k++) buf[k] = conj(buf[k]);
+  plan_exec(j->plan, buf, work);
+  for (int64_t k = 0; k < dlen; k++) { /* conj(result): re = x1, -im = x2 */
+    st(dp[0] + k * dstr, dst->dtype, creal(buf[k]) * j->scale);
+    st(dp[1] + k * dstr, dst->dtype, -cimag(buf[k]) * j->scale);
+  }
+}
+
 static void lines_range(void* vctx, int64_t begin, int64_t end) {
   fft_job_t* j = vctx;
   const tpu_tensor_t *src = j->src, *dst = j->dst;
   const int64_t n = j->n;
-  zc_t* buf = malloc(((size_t)n + work_elems(j->plan)) * sizeof(zc_t));
+  zc_t* buf = malloc(((size_t)n * 2 + work_elems(j->plan)) * sizeof(zc_t));
   if (!buf) {
     j->failed = 1;
     return;
   }
-  zc_t* work = buf + n;
-  const int64_t ses = (int64_t)tpu_dtype_size(src->dtype), des = (int64_t)tpu_dtype_size(dst->dtype);
-  const int64_t sst = src->strides[j->dim] * ses, dstr = dst->strides[j->dim] * des;
+  zc_t* buf2 = buf + n;
+  zc_t* work = buf + 2 * n;
+  const int64_t sst = src->strides[j->dim] * (int64_t)tpu_dtype_size(src->dtype);
+  const int64_t dstr = dst->strides[j->dim] * (int64_t)tpu_dtype_size(dst->dtype);
   const int64_t slen = src->sizes[j->dim], dlen = dst->sizes[j->dim];
   for (int64_t l = begin; l < end; l++) {
-    int64_t rem = l, so = 0, dof = 0;
-    for (int d = dst->ndim - 1; d >= 0; d--) {
-      if (d == j->dim) continue;
-      const int64_t i = rem % dst->sizes[d];
-      rem /= dst->sizes[d];
-      so += i * src->strides[d];
-      dof += i * dst->strides[d];
+    if (j->kind != K_C2C && l + 1 < end) {
+      real_pair(j, l, buf, buf2, work);
+      l++;
+      continue;
     }
-    const char* sp = (const char*)src->data + so * ses;
-    char* dp = (char*)dst->data + dof * des;
+    int64_t so, dof;
+    line_offsets(j, l, &so, &dof);
+    const char* sp = (const char*)src->data + so;
+    char* dp = (char*)dst->data + dof;
     if (j->kind == K_C2R) {
       const int64_t h = n / 2 + 1 < slen ? n / 2 + 1 : slen;
       for (int64_t k = 0; k < h; k++) buf[k] = ld(sp + k * sst, src->dtype);
