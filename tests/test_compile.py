@@ -130,11 +130,11 @@ def test_unknown_mode_names_the_valid_ones():
 
 def test_unlowerable_node_names_node_and_op():
     from torch_tpu.compile import LoweringError, unsupported_nodes
-    gm = torch.fx.symbolic_trace(lambda x: torch.ops.aten._fft_r2c.default(x, [0], 0, True))
-    assert unsupported_nodes(gm)[0][1] == "aten._fft_r2c.default"
-    f = torch.compile(lambda x: torch.fft.rfft(x).abs(), backend="tpu")
-    with pytest.raises(Exception, match="_fft_r2c"):
-        f(torch.randn(8, device="tpu"))
+    gm = torch.fx.symbolic_trace(lambda x: torch.ops.aten.linalg_eig.default(x))
+    assert unsupported_nodes(gm)[0][1] == "aten.linalg_eig.default"
+    f = torch.compile(lambda x: torch.linalg.eig(x)[0].abs(), backend="tpu")
+    with pytest.raises(Exception, match="linalg_eig"):
+        f(torch.randn(4, 4, device="tpu"))
     assert issubclass(LoweringError, RuntimeError)
 
 

@@ -164,10 +164,10 @@ def test_synchronize_and_async_strict():
 
 
 def test_unsupported_op_raises_not_implemented():
-    x = torch.ones(3, device="tpu")
-    with pytest.raises(NotImplementedError, match="aten::_fft_r2c"):
-        torch.fft.rfft(x)
-    assert x.sum().item() == 3  # device still works
+    x = torch.ones(3, 3, device="tpu")
+    with pytest.raises(NotImplementedError, match="aten::linalg_eig"):
+        torch.linalg.eig(x)
+    assert x.sum().item() == 9  # device still works
 
 
 def test_cpu_fallback_env_warns_once():
@@ -195,7 +195,8 @@ def test_supported_ops():
     for name in ["aten::add.Tensor", "aten::mm", "aten::_softmax", "aten::_copy_from",
                  "aten::native_layer_norm_backward", "aten::index.Tensor"]:
         assert name in ops, name
-    assert "aten::_fft_r2c" not in ops
+    assert "aten::_fft_r2c" in ops and "aten::view_as_complex" in ops
+    assert "aten::geqrf" in ops and "aten::linalg_eig" not in ops
 
 
 def test_eager_mode_api():

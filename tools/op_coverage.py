@@ -36,7 +36,7 @@ import torch_tpu  # noqa: E402
 DOCS = os.path.join(ROOT, "docs")
 DIRECTIONS = ("forward", "backward")
 SHORT = {"forward": "fwd", "backward": "bwd"}
-DTYPE_NAMES = [str(d).removeprefix("torch.") for d in h.DTYPES]
+DTYPE_NAMES = [str(d).removeprefix("torch.") for d in h.DTYPES + h.OPTIONAL_DTYPES]
 CHUNK = 50  # OpInfos per worker process
 START_RETRIES = 5  # workers that may fail before their first op
 COMMAND = "nice .venv/bin/python tools/op_coverage.py"
@@ -46,7 +46,7 @@ COMMAND = "nice .venv/bin/python tools/op_coverage.py"
 def wanted(op, args):
     """[(dtype, directions)] of the OpInfo that the sweep runs."""
     out = []
-    for d in h.dtypes_for(op):
+    for d in h.dtypes_for(op, optional=bool(args.dtypes)):
         name = str(d).removeprefix("torch.")
         if args.dtypes and name not in args.dtypes:
             continue

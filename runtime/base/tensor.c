@@ -13,7 +13,8 @@ size_t tpu_dtype_size(tpu_dtype_t dt) {
     case TPU_F8E8M0FNU: case TPU_F4E2M1FNX2: return 1;
     case TPU_I16: case TPU_F16: case TPU_BF16: case TPU_U16: return 2;
     case TPU_I32: case TPU_F32: case TPU_U32: return 4;
-    case TPU_I64: case TPU_F64: case TPU_U64: return 8;
+    case TPU_I64: case TPU_F64: case TPU_U64: case TPU_C64: return 8;
+    case TPU_C128: return 16;
     default: return 0;
   }
 }
@@ -29,6 +30,8 @@ const char* tpu_dtype_name(tpu_dtype_t dt) {
     case TPU_F32: return "float32";
     case TPU_F64: return "float64";
     case TPU_BOOL: return "bool";
+    case TPU_C64: return "complex64";
+    case TPU_C128: return "complex128";
     case TPU_BF16: return "bfloat16";
     case TPU_F8E5M2: return "float8_e5m2";
     case TPU_F8E4M3FN: return "float8_e4m3fn";
@@ -48,6 +51,10 @@ bool tpu_dtype_is_supported(int dt) { return tpu_dtype_size((tpu_dtype_t)dt) != 
 bool tpu_dtype_is_float(tpu_dtype_t dt) {
   return dt == TPU_F16 || dt == TPU_F32 || dt == TPU_F64 || dt == TPU_BF16 ||
          (tpu_dtype_is_narrow(dt) && dt != TPU_F4E2M1FNX2);
+}
+
+tpu_dtype_t tpu_dtype_complex_part(tpu_dtype_t dt) {
+  return dt == TPU_C64 ? TPU_F32 : dt == TPU_C128 ? TPU_F64 : dt;
 }
 
 bool tpu_dtype_is_narrow(tpu_dtype_t dt) {
@@ -88,7 +95,31 @@ static const char* const k_uint_ops[] = {
     "ne",       "prod",        "sort",       "stack",       "sum",  "zero",
 };
 
+/* The complex dtypes: the families whose host kernels take complex operands
+ * (complex.c, fft.c, and the byte-moving shape and index kernels). Sorted. */
+static const char* const k_complex_ops[] = {
+    "_conj_physical", "_fft_c2c", "_fft_c2r", "_fft_r2c", "_index_put_impl", "_to_copy",
+    "abs", "acos", "acosh", "add", "addmm", "angle", "asin", "asinh", "atan", "atanh",
+    "bmm", "cat", "clone", "complex", "conj_physical", "constant_pad_nd", "copy", "cos",
+    "cosh", "div", "dot", "eq", "exp", "expm1", "fill", "flip", "index", "index_put",
+    "index_select", "isfinite", "isinf", "isnan", "linalg_vector_norm", "log", "log10",
+    "log1p", "log2", "masked_fill", "masked_select", "mean", "mm", "mul", "mv",
+    "narrow_copy", "ne", "neg", "normal", "polar", "pow", "prod", "reciprocal", "repeat",
+    "roll", "rsqrt", "rsub", "sgn", "sigmoid", "sin", "sinh", "sqrt", "stack", "sub", "sum",
+    "tan", "tanh", "uniform", "vdot", "where", "zero",
+};
+
 bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {
+  if (base && tpu_dtype_is_complex(dt)) {
+    int lo = 0, hi = (int)(sizeof k_complex_ops / sizeof k_complex_ops[0]) - 1;
+    while (lo <= hi) {
+      const int mid = (lo + hi) / 2, c = strcmp(base, k_complex_ops[mid]);
+      if (c == 0) return true;
+      if (c < 0) hi = mid - 1;
+      else lo = mid + 1;
+    }
+    return false;
+  }
   if (base && (dt == TPU_U16 || dt == TPU_U32 || dt == TPU_U64)) {
     for (size_t i = 0; i < sizeof k_uint_ops / sizeof k_uint_ops[0]; i++)
       if (strcmp(base, k_uint_ops[i]) == 0) return true;
@@ -131,6 +162,11 @@ tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b) {
   if (a == b) return a;
   if (a == TPU_BOOL) return b;
   if (b == TPU_BOOL) return a;
+  if (tpu_dtype_is_complex(a) || tpu_dtype_is_complex(b)) {
+    /* complex128 when either side holds float64 precision */
+    const bool wide = a == TPU_C128 || b == TPU_C128 || a == TPU_F64 || b == TPU_F64;
+    return wide ? TPU_C128 : TPU_C64;
+  }
   bool fa = tpu_dtype_is_float(a), fb = tpu_dtype_is_float(b);
   if (fa && fb) {
     if (a == TPU_F64 || b == TPU_F64) return TPU_F64;
@@ -147,8 +183,23 @@ tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b) {
   return int_rank(a) >= int_rank(b) ? a : b;
 }
 
+/* category order: bool < integral < float < complex */
+static int category(tpu_dtype_t dt) {
+  if (dt == TPU_DTYPE_NONE) return -1;
+  if (tpu_dtype_is_complex(dt)) return 3;
+  if (tpu_dtype_is_float(dt)) return 2;
+  return dt == TPU_BOOL ? 0 : 1;
+}
+
 static tpu_dtype_t combine_categories(tpu_dtype_t higher, tpu_dtype_t lower) {
-  if (higher != TPU_DTYPE_NONE && tpu_dtype_is_float(higher)) return higher;
+  if (category(lower) > category(higher)) {
+    /* a float tensor with a complex scalar: complex of the tensor's precision */
+    if (tpu_dtype_is_complex(lower) && tpu_dtype_is_float(higher))
+      return higher == TPU_F64 ? TPU_C128 : TPU_C64;
+    if (tpu_dtype_is_complex(lower) || tpu_dtype_is_float(lower)) return tpu_dtype_promote(higher, lower);
+  }
+  if (higher != TPU_DTYPE_NONE && (tpu_dtype_is_float(higher) || tpu_dtype_is_complex(higher)))
+    return higher;
   if (higher == TPU_BOOL || (lower != TPU_DTYPE_NONE && tpu_dtype_is_float(lower)))
     return tpu_dtype_promote(higher, lower);
   if (higher != TPU_DTYPE_NONE) return higher;
@@ -163,6 +214,7 @@ tpu_dtype_t tpu_result_type(const tpu_tensor_t* const* ts, int n) {
     tpu_dtype_t dt = t->dtype;
     if (t->flags & TPU_TENSOR_WRAPPED_NUMBER) {
       if (tpu_dtype_is_float(dt)) dt = TPU_F32; /* default dtype */
+      if (tpu_dtype_is_complex(dt)) dt = TPU_C64;
       wrapped = tpu_dtype_promote(wrapped, dt);
     } else if (t->ndim == 0) {
       zero = tpu_dtype_promote(zero, dt);
@@ -251,6 +303,8 @@ double tpu_load_f64(const void* p, tpu_dtype_t dt) {
     case TPU_BF16: return tpu_bf16_to_f32(*(const uint16_t*)p);
     case TPU_F32: return *(const float*)p;
     case TPU_F64: return *(const double*)p;
+    case TPU_C64: return *(const float*)p; /* the real part */
+    case TPU_C128: return *(const double*)p;
     case TPU_BOOL: return *(const uint8_t*)p ? 1.0 : 0.0;
     case TPU_F8E5M2: return tpu_f8e5m2_to_f32(*(const uint8_t*)p);
     case TPU_F8E4M3FN: return tpu_f8e4m3fn_to_f32(*(const uint8_t*)p);
@@ -291,6 +345,8 @@ void tpu_store_f64(void* p, tpu_dtype_t dt, double v) {
     case TPU_BF16: *(uint16_t*)p = tpu_f32_to_bf16((float)v); break;
     case TPU_F32: *(float*)p = (float)v; break;
     case TPU_F64: *(double*)p = v; break;
+    case TPU_C64: ((float*)p)[0] = (float)v; ((float*)p)[1] = 0; break;
+    case TPU_C128: ((double*)p)[0] = v; ((double*)p)[1] = 0; break;
     case TPU_BOOL: *(uint8_t*)p = v != 0; break;
     case TPU_F8E5M2: *(uint8_t*)p = tpu_f32_to_f8e5m2((float)v); break;
     case TPU_F8E4M3FN: *(uint8_t*)p = tpu_f32_to_f8e4m3fn((float)v); break;

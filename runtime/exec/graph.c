@@ -136,7 +136,7 @@ tpu_status_t tpu_graph_verify(const tpu_graph_t* g) {
       return TPU_ERR(INTERNAL, "graph verify: node %d (%s) has malformed arguments", i, c->op->name);
     for (int a = 0; a < c->nargs; a++) {
       const tpu_arg_t* x = &c->args[a];
-      if (x->kind < TPU_ARG_NONE || x->kind > TPU_ARG_TENSORLIST)
+      if (x->kind < TPU_ARG_NONE || x->kind > TPU_ARG_COMPLEX)
         return TPU_ERR(INTERNAL, "graph verify: %s argument %d has kind %d", c->op->name, a, x->kind);
       if (x->kind == TPU_ARG_TENSOR && !tpu_dtype_is_supported(x->v.t->dtype))
         return TPU_ERR(INTERNAL, "graph verify: %s argument %d has dtype %d", c->op->name, a,

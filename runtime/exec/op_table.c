@@ -277,6 +277,7 @@ double tpu_arg_f64(const tpu_call_t* c, int i, double dflt) {
   const tpu_arg_t* a = &c->args[i];
   switch (a->kind) {
     case TPU_ARG_DOUBLE: return a->v.d;
+    case TPU_ARG_COMPLEX: return a->v.c[0];
     case TPU_ARG_INT: return (double)a->v.i;
     case TPU_ARG_BOOL: return a->v.b ? 1.0 : 0.0;
     case TPU_ARG_TENSOR: return tpu_tensor_get_f64(a->v.t, 0);
@@ -290,9 +291,30 @@ int64_t tpu_arg_i64(const tpu_call_t* c, int i, int64_t dflt) {
   switch (a->kind) {
     case TPU_ARG_INT: return a->v.i;
     case TPU_ARG_DOUBLE: return (int64_t)a->v.d;
+    case TPU_ARG_COMPLEX: return (int64_t)a->v.c[0];
     case TPU_ARG_BOOL: return a->v.b;
     case TPU_ARG_TENSOR: return tpu_tensor_get_i64(a->v.t, 0);
     default: return dflt;
+  }
+}
+
+bool tpu_arg_complex(const tpu_call_t* c, int i, double out_c[2]) {
+  if (i >= c->nargs) return false;
+  const tpu_arg_t* a = &c->args[i];
+  switch (a->kind) {
+    case TPU_ARG_COMPLEX: out_c[0] = a->v.c[0]; out_c[1] = a->v.c[1]; return true;
+    case TPU_ARG_DOUBLE: case TPU_ARG_INT: case TPU_ARG_BOOL:
+      out_c[0] = tpu_arg_f64(c, i, 0);
+      out_c[1] = 0;
+      return true;
+    case TPU_ARG_TENSOR: {
+      const tpu_tensor_t* t = a->v.t;
+      const void* p = tpu_tensor_elem_ptr(t, 0);
+      out_c[0] = tpu_load_f64(p, t->dtype);
+      out_c[1] = t->dtype == TPU_C64 ? ((const float*)p)[1] : t->dtype == TPU_C128 ? ((const double*)p)[1] : 0;
+      return true;
+    }
+    default: return false;
   }
 }
 

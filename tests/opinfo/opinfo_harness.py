@@ -20,6 +20,9 @@ from torch.utils._pytree import tree_flatten, tree_leaves
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool)
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# Swept only when asked for (tools/op_coverage.py --dtypes complex64): compared
+# with assert_close's complex64 defaults, forward only.
+OPTIONAL_DTYPES = (torch.complex64,)
 DEFAULT_SAMPLES = 4
 # float32 matmuls run at CPU's precision: the tpu default ("medium") rounds their
 # inputs to bfloat16 by design (torch_tpu/precision.py), which is not a conformance bug.
@@ -134,10 +137,10 @@ def cpu_fallback_enabled():
     return bool(v) and v != "0"
 
 
-def dtypes_for(op):
-    """The harness dtypes the OpInfo supports on CPU."""
+def dtypes_for(op, optional=False):
+    """The harness dtypes the OpInfo supports on CPU (with OPTIONAL_DTYPES too)."""
     supported = op.supported_dtypes("cpu")
-    return [d for d in DTYPES if d in supported]
+    return [d for d in DTYPES + (OPTIONAL_DTYPES if optional else ()) if d in supported]
 
 
 def has_backward(op, dtype):

@@ -73,6 +73,8 @@ struct OpInfo {
   // Narrow floats (float8 / float4) and unsigned 16/32/64-bit integers, see
   // check_narrow: whether the runtime's kernels take them.
   bool narrow_f8 = false, narrow_f4 = false, narrow_u = false;
+  // complex64 / complex128 operands or results: whether the kernels take them
+  bool narrow_c = false;
 };
 
 const OpInfo& op_info_slow(const c10::OperatorHandle& op);
@@ -113,6 +115,7 @@ const OpInfo& op_info_slow(const c10::OperatorHandle& op) {
     info->narrow_f8 = tpu_dtype_narrow_op_takes(fam, TPU_F8E4M3FN);
     info->narrow_f4 = tpu_dtype_narrow_op_takes(fam, TPU_F4E2M1FNX2);
     info->narrow_u = tpu_dtype_narrow_op_takes(fam, TPU_U16);
+    info->narrow_c = tpu_dtype_narrow_op_takes(fam, TPU_C64);
   }
   info->is_index = base == "index";
   info->is_repeat_interleave = base == "repeat_interleave";
@@ -185,7 +188,7 @@ c10::DeviceIndex check_devices(const OpInfo& info, const c10::IValue* args, size
   c10::DeviceIndex dev = -1;
   auto visit = [&](const at::Tensor& t) {
     if (!t.defined()) return;
-    if (t.is_neg()) *any_neg = true;
+    if (t.is_neg() || t.is_conj()) *any_neg = true;
     if (t.device().type() == kTpu) {
       if (dev < 0) dev = t.device().index();
       TORCH_CHECK(t.device().index() == dev,
@@ -223,19 +226,20 @@ void resolve_neg_args(const OpInfo& info, c10::IValue* args, size_t n) {
     auto& v = args[i];
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
-      if (!t.defined() || !t.is_neg()) continue;
+      if (!t.defined() || !(t.is_neg() || t.is_conj())) continue;
       TORCH_CHECK_NOT_IMPLEMENTED(!written, "TorchTPU: aten::", info.name,
-                                  " cannot write into a tensor with the negative bit; call "
-                                  "resolve_neg() first");
-      v = t.resolve_neg();
+                                  " cannot write into a tensor with the negative or conjugate "
+                                  "bit; call resolve_neg() / resolve_conj() first");
+      v = t.resolve_conj().resolve_neg();
     } else if (v.isTensorList()) {
       std::vector<at::Tensor> l;
       bool changed = false;
       for (const at::Tensor& t : v.toTensorList()) {
-        if (t.defined() && t.is_neg()) {
+        if (t.defined() && (t.is_neg() || t.is_conj())) {
           TORCH_CHECK_NOT_IMPLEMENTED(!written, "TorchTPU: aten::", info.name,
-                                      " cannot write into a tensor with the negative bit");
-          l.push_back(t.resolve_neg());
+                                      " cannot write into a tensor with the negative or "
+                                      "conjugate bit");
+          l.push_back(t.resolve_conj().resolve_neg());
           changed = true;
         } else {
           l.push_back(t);
@@ -248,8 +252,8 @@ void resolve_neg_args(const OpInfo& info, c10::IValue* args, size_t n) {
       bool changed = false;
       for (size_t k = 0; k < list.size(); k++) {
         auto e = list.get(k);
-        if (e.isTensor() && e.toTensor().is_neg()) {
-          out.push_back(e.toTensor().resolve_neg());
+        if (e.isTensor() && (e.toTensor().is_neg() || e.toTensor().is_conj())) {
+          out.push_back(e.toTensor().resolve_conj().resolve_neg());
           changed = true;
         } else {
           out.push_back(e.isTensor() ? std::optional<at::Tensor>(e.toTensor()) : std::nullopt);
@@ -1007,8 +1011,12 @@ struct CallBuilder {
       } else if (s.isIntegral(false)) {
         a.kind = TPU_ARG_INT;
         a.v.i = s.toLong();
+      } else if (s.isComplex()) {
+        const c10::complex<double> z = s.toComplexDouble();
+        a.kind = TPU_ARG_COMPLEX;
+        a.v.c[0] = z.real();
+        a.v.c[1] = z.imag();
       } else {
-        TORCH_CHECK_NOT_IMPLEMENTED(!s.isComplex(), "tpu does not support complex scalars");
         a.kind = TPU_ARG_DOUBLE;
         a.v.d = s.toDouble();
       }
@@ -1284,8 +1292,56 @@ void run_meta(const c10::OperatorHandle& op, const c10::IValue* args, size_t nar
 // norm returns mean/rstd in the input's dtype, and the functional index_fill
 // fills a clone in self's memory format (the meta function's result is
 // contiguous).
+// The layout of CPU's (MKL's) FFT results: the transformed dims, in the order
+// given, innermost and row-major; the other dims outside them, ordered as the
+// input's strides (largest outermost). The meta kernels give cuFFT's layout.
+std::vector<int64_t> fft_cpu_strides(c10::IntArrayRef in_strides, std::vector<int64_t> dims,
+                                     c10::IntArrayRef out_sizes, bool sort_all, bool sort_but_last) {
+  const int64_t nd = (int64_t)out_sizes.size();
+  for (auto& d : dims) d = c10::maybe_wrap_dim(d, nd);
+  auto by_stride = [&](int64_t a, int64_t b) { return in_strides[a] > in_strides[b]; };
+  if (sort_all) std::stable_sort(dims.begin(), dims.end(), by_stride);
+  else if (sort_but_last && !dims.empty()) std::stable_sort(dims.begin(), dims.end() - 1, by_stride);
+  std::vector<bool> sig(nd, false);
+  for (int64_t d : dims) sig[d] = true;
+  std::vector<int64_t> batch;
+  for (int64_t d = 0; d < nd; d++)
+    if (!sig[d]) batch.push_back(d);
+  std::stable_sort(batch.begin(), batch.end(), by_stride);
+  std::vector<int64_t> st(nd, 1);
+  int64_t n = 1;
+  for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
+    st[*it] = n;
+    n *= std::max<int64_t>(out_sizes[*it], 1);
+  }
+  for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+    st[*it] = n;
+    n *= std::max<int64_t>(out_sizes[*it], 1);
+  }
+  return st;
+}
+
 void match_cpu_outputs(const OpInfo& info, const c10::IValue* args, size_t nargs,
                        std::vector<OutMeta>& out) {
+  const bool fft = info.name == "_fft_c2c" || info.name == "_fft_r2c" || info.name == "_fft_c2r";
+  if (fft && nargs >= 2 && args[0].isTensor() && !out.empty() && out[0].defined) {
+    const at::Tensor& self = args[0].toTensor();
+    std::vector<int64_t> dims = args[1].isIntList() ? args[1].toIntVector() : std::vector<int64_t>();
+    if (args[1].isSymIntList())
+      for (const c10::SymInt& d : args[1].toSymIntList()) dims.push_back(d.guard_int(__FILE__, __LINE__));
+    if (info.name == "_fft_c2r" && dims.size() > 1) {
+      // CPU transforms the leading dims first (c2c), then the last from that layout
+      std::vector<int64_t> lead(dims.begin(), dims.end() - 1);
+      const auto mid = fft_cpu_strides(self.strides(), lead, self.sizes(), true, false);
+      const auto st = fft_cpu_strides(mid, {dims.back()}, out[0].sizes, false, false);
+      out[0].strides.assign(st.begin(), st.end());
+    } else {
+      const auto st = fft_cpu_strides(self.strides(), dims, out[0].sizes, info.name == "_fft_c2c",
+                                      info.name == "_fft_r2c");
+      out[0].strides.assign(st.begin(), st.end());
+    }
+    return;
+  }
   const bool batch_norm = info.name == "native_batch_norm" || info.name == "_native_batch_norm_legit";
   if (batch_norm && nargs > 5 && args[5].isBool() && !args[5].toBool() && out.size() >= 3) {
     for (size_t r = 1; r < 3; r++) {
@@ -1340,7 +1396,7 @@ bool is_uint_wide(c10::ScalarType t) {
 c10::ScalarType narrow_dtype_of(const c10::IValue* args, size_t n) {
   auto narrow = [](const at::Tensor& t) {
     return t.defined() && (tpu_dtype_is_narrow((tpu_dtype_t)t.scalar_type()) ||
-                           is_uint_wide(t.scalar_type()));
+                           is_uint_wide(t.scalar_type()) || t.is_complex());
   };
   for (size_t i = 0; i < n; i++) {
     const c10::IValue& v = args[i];
@@ -1372,6 +1428,7 @@ void check_narrow(const c10::OperatorHandle& op, const OpInfo& info, const c10::
   if (info.cpu_probe) probe_on_cpu(op, info, args, nargs);
   const bool takes = st == at::kFloat4_e2m1fn_x2 ? info.narrow_f4
                      : is_uint_wide(st)            ? info.narrow_u
+                     : c10::isComplexType(st)      ? info.narrow_c
                                                    : info.narrow_f8;
   // CPU's index_put has no float8_e8m0fnu kernel (a tensor-list op: not probed)
   const bool e8m0_put = st == at::kFloat8_e8m0fnu && info.is_index_put;
@@ -1438,6 +1495,10 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       results[r] = at::Tensor();
       continue;
     }
+    // a complex result from real operands (complex(), polar, casts, FFTs)
+    TORCH_CHECK_NOT_IMPLEMENTED(info.all_views || !c10::isComplexType(m.dtype) || info.narrow_c,
+                                "TorchTPU: aten::", info.name, " is not implemented for dtype ",
+                                m.dtype, " on the tpu device");
     at::Tensor real;
     if (alias >= 0 && !info.return_is_view[r]) {
       real = args[alias].toTensor();
@@ -1480,8 +1541,9 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         gen = args[info.generator_arg].toGenerator();
       uint64_t counters = 0;
       for (int o = 0; o < b.nouts; o++)
-        if (b.outs[o].dtype != TPU_DTYPE_NONE)
-          counters = std::max<uint64_t>(counters, tpu_tensor_numel(&b.outs[o]));
+        if (b.outs[o].dtype != TPU_DTYPE_NONE)  // a complex element draws two numbers
+          counters = std::max<uint64_t>(counters, tpu_tensor_numel(&b.outs[o]) *
+                                                      (tpu_dtype_is_complex(b.outs[o].dtype) ? 2 : 1));
       reserve_random(gen, dev, counters, &call.rng_seed, &call.rng_offset);
     }
     check(tpu_stream_submit(current_stream(dev), &call));

@@ -20,6 +20,27 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   const bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
   at::Tensor src = self;
   if (src.sizes() != dst.sizes()) src = src.expand(dst.sizes());
+  // Between host and device the conjugate and negative bits are applied on
+  // the values moved: dst's stored values are src's logical ones with dst's
+  // bits undone. (On the device, tpu_copy_ fixes the bits after the copy.)
+  if (src_tpu != dst_tpu && (src.is_conj() || src.is_neg() || dst.is_conj() || dst.is_neg())) {
+    at::Tensor v = src.resolve_conj().resolve_neg();
+    if (dst.is_conj()) v = v.conj().resolve_conj();
+    if (dst.is_neg()) v = v.neg();
+    if (dst_tpu) {
+      at::Tensor raw = dst;
+      if (dst.is_conj()) raw = raw.conj();
+      if (raw.is_neg()) raw = raw._neg_view();
+      return copy_from(v, raw, non_blocking), dst;
+    }
+    at::Tensor tmp = at::empty(v.sizes(), v.options().device(at::kCPU));
+    copy_from(v, tmp, non_blocking);
+    at::Tensor raw = dst;
+    if (dst.is_conj()) raw = raw.conj();
+    if (raw.is_neg()) raw = raw._neg_view();
+    raw.copy_(tmp.resolve_conj().resolve_neg());
+    return dst;
+  }
   if (src_tpu && dst_tpu) {
     // float4_e2m1fn_x2 is a container: CPU copies it only into itself
     if (src.scalar_type() != dst.scalar_type())
@@ -93,7 +114,8 @@ at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking
   if (self.is_same(src)) return self;
   if (self.is_alias_of(src) && self.storage_offset() == src.storage_offset() &&
       self.strides().equals(src.strides()) && self.sizes().equals(src.sizes()) &&
-      self.scalar_type() == src.scalar_type() && self.is_neg() == src.is_neg())
+      self.scalar_type() == src.scalar_type() && self.is_neg() == src.is_neg() &&
+      self.is_conj() == src.is_conj())
     return self;
   if (self.numel() > 0) {
     at::assert_no_internal_overlap(self);
@@ -106,8 +128,20 @@ at::Tensor& tpu_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking
     TORCH_CHECK(c10::IntArrayRef(shape).equals(self.sizes()), "output with shape ", self.sizes(),
                 " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
   }
+  if (!self.is_complex() && src.is_complex()) {  // as CPU's copy_
+    TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");
+  }
   materialize_cow(self);
   copy_from(src, self, non_blocking);
+  if (src.device().type() != kTpu || self.device().type() != kTpu) {
+    return self;  // copy_from applied the bits
+  }
+  if (self.is_conj() != src.is_conj() && self.is_complex() && self.numel() > 0) {
+    // conjugate the stored values: through a view without the bit
+    at::Tensor raw = self.is_conj() ? self.conj() : self;
+    if (raw.is_neg()) raw = raw._neg_view();
+    at::conj_physical_(raw);
+  }
   if (self.is_neg() != src.is_neg() && self.numel() > 0) {
     // negate the stored values: through a view without the bit
     at::Tensor raw = self.is_neg() ? self._neg_view() : self;

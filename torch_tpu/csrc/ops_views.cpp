@@ -123,7 +123,18 @@ void tpu_record_stream(at::Tensor& self, c10::Stream s) {
 
 }  // namespace
 
+namespace {
+
+// view_as_real / view_as_complex have per-device kernels only; PyTorch's
+// native ones build a view over the same storage, which serves tpu tensors.
+at::Tensor tpu_view_as_complex(const at::Tensor& self) { return at::native::view_as_complex(self); }
+at::Tensor tpu_view_as_real(const at::Tensor& self) { return at::native::view_as_real(self); }
+
+}  // namespace
+
 void add_view_ops(DirectOps& ops) {
+  ops.add("view_as_complex", tpu_view_as_complex);
+  ops.add("view_as_real", tpu_view_as_real);
   ops.add("empty.memory_format", tpu_empty_memory_format);
   ops.add("empty_strided", tpu_empty_strided);
   ops.add("as_strided", tpu_as_strided);

@@ -27,6 +27,7 @@ typedef enum tpu_arg_kind {
   TPU_ARG_BOOLLIST,
   TPU_ARG_STRING,
   TPU_ARG_TENSORLIST, /* entries with dtype TPU_DTYPE_NONE are None */
+  TPU_ARG_COMPLEX,    /* complex Scalar: v.c = {real, imag} */
 } tpu_arg_kind_t;
 
 typedef struct tpu_arg {
@@ -36,6 +37,7 @@ typedef struct tpu_arg {
     tpu_tensor_t* t;
     int64_t i;
     double d;
+    double c[2];
     bool b;
     const int64_t* ilist;
     const double* dlist;
@@ -145,7 +147,11 @@ static inline const tpu_tensor_t* tpu_arg_tensor(const tpu_call_t* c, int i) {
 static inline bool tpu_arg_is_none(const tpu_call_t* c, int i) {
   return i >= c->nargs || c->args[i].kind == TPU_ARG_NONE;
 }
+/* A complex argument gives its real part to tpu_arg_f64 / tpu_arg_i64. */
 double tpu_arg_f64(const tpu_call_t* c, int i, double dflt);
+/* Argument i as a complex number (re, im): complex scalars, real scalars
+ * (im = 0) and 0-d tensors; false (out_ untouched) for other kinds. */
+bool tpu_arg_complex(const tpu_call_t* c, int i, double out_c[2]);
 int64_t tpu_arg_i64(const tpu_call_t* c, int i, int64_t dflt);
 bool tpu_arg_bool(const tpu_call_t* c, int i, bool dflt);
 const char* tpu_arg_str(const tpu_call_t* c, int i, const char* dflt);

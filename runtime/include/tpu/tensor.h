@@ -25,6 +25,9 @@ typedef enum tpu_dtype {
   TPU_F16 = 5,
   TPU_F32 = 6,
   TPU_F64 = 7,
+  /* complex: (real, imag) pairs of float32 / float64, interleaved */
+  TPU_C64 = 9,
+  TPU_C128 = 10,
   TPU_BOOL = 11,
   TPU_BF16 = 15,
   /* float8 formats (tpu/float8.h), stored as one byte each */
@@ -54,6 +57,12 @@ bool tpu_dtype_is_narrow(tpu_dtype_t dt);
  * for the narrow dtypes (and which: float8, float4 too). */
 bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt);
 bool tpu_dtype_is_float(tpu_dtype_t dt);
+/* complex64 / complex128. Not float: kernels that take them say so (the
+ * family list of tpu_dtype_narrow_op_takes); their real element type is
+ * tpu_dtype_complex_part. */
+static inline bool tpu_dtype_is_complex(tpu_dtype_t dt) { return dt == 9 || dt == 10; }
+/* float32 for complex64, float64 for complex128, dt itself otherwise. */
+tpu_dtype_t tpu_dtype_complex_part(tpu_dtype_t dt);
 bool tpu_dtype_is_integral(tpu_dtype_t dt, bool include_bool);
 /* PyTorch's promoteTypes on the supported dtypes. */
 tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b);

@@ -432,6 +432,7 @@ static tpu_status_t run(const char* op, const tpu_call_t* call, const tpu_tensor
 /* self, other (tensor or scalar); keep1 as in round_scalar_inputs */
 static tpu_status_t binary_ex(const char* op, const tpu_call_t* call, const tpu_loop_set_t* loops,
                               double s0, bool int_to_float, bool keep1) {
+  TPU_ROUTE_COMPLEX(call);
   tpu_tensor_t tmp;
   const tpu_tensor_t* ins[2] = {scalar_arg_tensor(call, 0, &tmp), NULL};
   tpu_tensor_t tmp2;
@@ -457,6 +458,7 @@ static tpu_status_t check_not_bool(const char* cpu_kernel, const tpu_call_t* cal
 
 static tpu_status_t unary(const char* op, const tpu_call_t* call, const tpu_loop_set_t* loops,
                           bool int_to_float) {
+  TPU_ROUTE_COMPLEX(call);
   const tpu_tensor_t* ins[1] = {tpu_arg_tensor(call, 0)};
   return run(op, call, ins, 1, loops, 0, 0, int_to_float);
 }
@@ -549,6 +551,7 @@ tpu_status_t tpu_k_bitwise_not(const tpu_call_t* c) {
   tpu_status_t tpu_k_##NAME(const tpu_call_t* c) { return unary(#NAME, c, &NAME##_loops, I2F); }
 UNARY_KERNEL(neg, false)
 tpu_status_t tpu_k_abs(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   if (tpu_arg_tensor(c, 0)->dtype == TPU_BOOL)
     return TPU_ERR(UNIMPLEMENTED, "abs: not implemented for 'Bool'");
   return unary("abs", c, &abs_loops, false);
@@ -595,6 +598,7 @@ UNARY_KERNEL(mish, false)
 /* float-only predicates: integers are never nan/inf and always finite */
 static tpu_status_t predicate(const char* op, const tpu_call_t* c, const tpu_loop_set_t* loops,
                               double int_value) {
+  TPU_ROUTE_COMPLEX(c);
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
   if (!tpu_dtype_is_float(in->dtype)) {
     ew_ctx_t cx = {0};
@@ -777,6 +781,7 @@ tpu_status_t tpu_k_clamp_max(const tpu_call_t* c) {
 }
 
 tpu_status_t tpu_k_where(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   tpu_tensor_t t1, t2;
   const tpu_tensor_t* cond = tpu_arg_tensor(c, 0);
   const tpu_tensor_t* ins[3] = {cond, scalar_arg_tensor(c, 1, &t1), scalar_arg_tensor(c, 2, &t2)};
@@ -786,6 +791,7 @@ tpu_status_t tpu_k_where(const tpu_call_t* c) {
 }
 
 tpu_status_t tpu_k_masked_fill(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   tpu_tensor_t t;
   const tpu_tensor_t* ins[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), scalar_arg_tensor(c, 2, &t)};
   if (ins[1]->dtype != TPU_BOOL)
@@ -801,6 +807,7 @@ tpu_status_t tpu_k_masked_fill(const tpu_call_t* c) {
 }
 
 tpu_status_t tpu_k_fill(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   const tpu_arg_t* v = &c->args[1];
   if (v->kind == TPU_ARG_TENSOR) { /* fill_.Tensor: broadcast the 0-d value */
     if (v->v.t->ndim != 0)
@@ -820,6 +827,7 @@ tpu_status_t tpu_k_fill(const tpu_call_t* c) {
 }
 
 tpu_status_t tpu_k_zero(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   ew_ctx_t cx = {0};
   return tpu_elementwise_set("zero_", &c->outs[0], NULL, 0, tpu_ctype_of(c->outs[0].dtype), &fill_loops, &cx);
 }

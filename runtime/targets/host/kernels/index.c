@@ -124,6 +124,7 @@ static inline void copy_elem(char* dst, const char* src, size_t esz) {
     case 1: *dst = *src; break;
     case 2: memcpy(dst, src, 2); break;
     case 4: memcpy(dst, src, 4); break;
+    case 16: memcpy(dst, src, 16); break; /* complex128 */
     default: memcpy(dst, src, 8); break;
   }
 }
@@ -1162,6 +1163,9 @@ tpu_status_t tpu_k_index(const tpu_call_t* c) {
  * task, so duplicates accumulate (or overwrite) in row-major order. */
 tpu_status_t tpu_k_index_put(const tpu_call_t* c) {
   const char* op = "index_put()";
+  if (tpu_arg_bool(c, 3, false) && tpu_call_has_complex(c))
+    return TPU_ERR(UNIMPLEMENTED, "index_put_ with accumulate=True is not implemented for complex "
+                   "dtypes on tpu");
   const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
   const tpu_tensor_t* values = tpu_arg_tensor(c, 2);
   const tpu_tensor_t* out = &c->outs[0];

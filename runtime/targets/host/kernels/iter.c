@@ -415,6 +415,8 @@ static void copy_bytes(void* dst, const void* src, size_t bytes) {
 }
 
 tpu_status_t tpu_copy_strided(const tpu_tensor_t* dst, const tpu_tensor_t* src) {
+  if (tpu_dtype_is_complex(dst->dtype) || tpu_dtype_is_complex(src->dtype))
+    return tpu_complex_copy(dst, src);
   tpu_ctype_t ct;
   if (dst->dtype == TPU_F64 || src->dtype == TPU_F64) ct = TPU_CT_F64;
   else if (tpu_dtype_is_float(dst->dtype) || tpu_dtype_is_float(src->dtype)) ct = TPU_CT_F32;

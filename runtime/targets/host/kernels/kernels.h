@@ -102,6 +102,25 @@ void tpu_tensor_make_contig(tpu_tensor_t* t, void* data, tpu_dtype_t dt, int ndi
     if (!(cond)) return tpu_status_make(TPU_CODE_INVALID_ARGUMENT, __VA_ARGS__); \
   } while (0)
 
+/* Complex operands (complex.c). A kernel of a real family whose op also
+ * takes complex64/complex128 (tpu_dtype_narrow_op_takes) starts with
+ * TPU_ROUTE_COMPLEX(call): a call with a complex tensor, result or scalar is
+ * computed by tpu_complex_call, chosen by the call's op family. */
+bool tpu_call_has_complex(const tpu_call_t* call);
+tpu_status_t tpu_complex_call(const tpu_call_t* call);
+#define TPU_ROUTE_COMPLEX(call)                                         \
+  do {                                                                  \
+    if (tpu_call_has_complex(call)) return tpu_complex_call(call);      \
+  } while (0)
+/* sum / mean / prod of complex input; dim_arg: the argument holding the dims
+ * (int or int list; none or empty: every dim), -1 for the full reductions. */
+tpu_status_t tpu_complex_reduce(const tpu_call_t* call, int dim_arg);
+/* A real-valued op of a complex input's magnitudes (linalg_vector_norm):
+ * reruns the call's kernel with argument 0 replaced by |self|. */
+tpu_status_t tpu_complex_on_abs(const tpu_call_t* call);
+/* Converting copy where src or dst is complex (tpu_copy_strided's path). */
+tpu_status_t tpu_complex_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src);
+
 /* elu with scale / input_scale other than 1 (misc.c), called by elu */
 tpu_status_t tpu_elu_scaled(const tpu_call_t* call);
 

@@ -1266,16 +1266,19 @@ static tpu_status_t check_vector(const char* op, const char* what, const tpu_ten
 }
 
 tpu_status_t tpu_k_mm(const tpu_call_t* call) {
+  TPU_ROUTE_COMPLEX(call);
   return tpu_gemm(tpu_arg_tensor(call, 0), tpu_arg_tensor(call, 1), &call->outs[0], 1, 0, NULL);
 }
 
 tpu_status_t tpu_k_bmm(const tpu_call_t* call) {
+  TPU_ROUTE_COMPLEX(call);
   return tpu_gemm_batched(tpu_arg_tensor(call, 0), tpu_arg_tensor(call, 1), &call->outs[0], 1, 0,
                           NULL);
 }
 
 /* addmm(self, mat1, mat2, *, beta, alpha) and addmm_ */
 tpu_status_t tpu_k_addmm(const tpu_call_t* call) {
+  TPU_ROUTE_COMPLEX(call);
   return tpu_gemm(tpu_arg_tensor(call, 1), tpu_arg_tensor(call, 2), &call->outs[0], ALPHA(4),
                   BETA(3), tpu_arg_tensor(call, 0));
 }
@@ -1332,6 +1335,7 @@ tpu_status_t tpu_k_addmv(const tpu_call_t* call) {
 }
 
 tpu_status_t tpu_k_mv(const tpu_call_t* call) {
+  TPU_ROUTE_COMPLEX(call);
   const tpu_tensor_t* vec = tpu_arg_tensor(call, 1);
   TPU_RETURN_IF_ERROR(check_vector("mv", "vec", vec));
   TPU_RETURN_IF_ERROR(check_vector("mv", "out", &call->outs[0]));
@@ -1340,6 +1344,7 @@ tpu_status_t tpu_k_mv(const tpu_call_t* call) {
 }
 
 tpu_status_t tpu_k_dot(const tpu_call_t* call) {
+  TPU_ROUTE_COMPLEX(call);
   const tpu_tensor_t* x = tpu_arg_tensor(call, 0);
   const tpu_tensor_t* y = tpu_arg_tensor(call, 1);
   TPU_RETURN_IF_ERROR(check_vector("dot", "self", x));

@@ -155,6 +155,7 @@ static void uniform_elem(rng_job_t* j, const uint32_t* w, char* const* p) {
 
 /* uniform(self, from, to) and uniform_ / uniform.out */
 tpu_status_t tpu_k_uniform(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   double from = tpu_arg_f64(c, 1, 0.0), to = tpu_arg_f64(c, 2, 1.0);
   TPU_RETURN_IF_ERROR(check_float_out("uniform_", &c->outs[0]));
   if (!(from <= to))
@@ -194,7 +195,10 @@ static tpu_status_t normal_impl(const tpu_call_t* c, int mean_arg) {
 }
 
 /* normal_(self, mean, std) and normal.out(self, mean, std, out) */
-tpu_status_t tpu_k_normal_self(const tpu_call_t* c) { return normal_impl(c, 1); }
+tpu_status_t tpu_k_normal_self(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
+  return normal_impl(c, 1);
+}
 /* normal.Tensor_float / float_Tensor / Tensor_Tensor / float_float_out and
  * their out= forms: (mean, std, ...) */
 tpu_status_t tpu_k_normal(const tpu_call_t* c) { return normal_impl(c, 0); }

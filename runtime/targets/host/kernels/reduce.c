@@ -1058,6 +1058,8 @@ static bool is_extreme(rkind_t k) {
  * into call->outs. */
 static tpu_status_t reduce(const tpu_call_t* c, const char* op, rkind_t kind, int dim_arg,
                            double param) {
+  if ((kind == R_SUM || kind == R_MEAN || kind == R_PROD) && tpu_call_has_complex(c))
+    return tpu_complex_reduce(c, dim_arg);
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
   int nouts = kind == R_MINMAX ? 2 : (c->nouts > 1 ? 2 : 1);
   if (!in || c->nouts < nouts)
@@ -1244,6 +1246,7 @@ tpu_status_t tpu_k_std(const tpu_call_t* c) {
 /* linalg_vector_norm(self, ord=2, dim=None, keepdim, dtype) and
  * norm(self, p=None (2), dim, keepdim, ...). */
 tpu_status_t tpu_k_norm(const tpu_call_t* c) {
+  if (tpu_call_has_complex(c)) return tpu_complex_on_abs(c);
   double ord = tpu_arg_is_none(c, 1) ? 2.0 : tpu_arg_f64(c, 1, 2.0);
   rkind_t kind = ord == 0 ? R_NORM0 : ord == 1 ? R_NORM1 : ord == 2 ? R_NORM2
                : ord == INFINITY ? R_NORMINF : ord == -INFINITY ? R_NORMNINF : R_NORMP;

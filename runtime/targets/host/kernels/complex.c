@@ -1,0 +1,606 @@
+/* Complex kernels: the element-wise ops, reductions, products and copies of
+ * complex64 / complex128 tensors.
+ *
+ * The kernels of the real families (elementwise.c, reduce.c, matmul.c) hand
+ * a call with a complex operand, result or scalar here (TPU_ROUTE_COMPLEX,
+ * kernels.h); this file picks the computation by the call's op family.
+ * Element-wise work runs through one strided engine: operands broadcast to
+ * the output, chunks of up to TPU_CHUNK elements are loaded as double
+ * complex (real dtypes with imaginary part 0), computed, and stored in the
+ * output's dtype (a real output takes the real part: abs, angle, eq).
+ * Products are built from the real GEMM (four real products, so they follow
+ * the float32 matmul precision like every real product).
+ */
+#include <complex.h>
+#include <stdlib.h>
+
+#include "kernels.h"
+#include "matmul.h"
+#include "tpu/parallel.h"
+
+typedef double _Complex zc_t;
+
+#define ZMAX_IN 3
+
+/* out = f(in[0..nin-1]) over n contiguous elements */
+typedef void (*zbody_t)(const void* ctx, int64_t n, zc_t* out, const zc_t* const* in);
+
+bool tpu_call_has_complex(const tpu_call_t* c) {
+  for (int i = 0; i < c->nargs; i++) {
+    const tpu_arg_t* a = &c->args[i];
+    if (a->kind == TPU_ARG_COMPLEX) return true;
+    if (a->kind == TPU_ARG_TENSOR && tpu_dtype_is_complex(a->v.t->dtype)) return true;
+  }
+  for (int o = 0; o < c->nouts; o++)
+    if (tpu_dtype_is_complex(c->outs[o].dtype)) return true;
+  return false;
+}
+
+static inline zc_t load_z(const char* p, tpu_dtype_t dt) {
+  if (dt == TPU_C64) return CMPLX(((const float*)p)[0], ((const float*)p)[1]);
+  if (dt == TPU_C128) return CMPLX(((const double*)p)[0], ((const double*)p)[1]);
+  return CMPLX(tpu_load_f64(p, dt), 0.0);
+}
+
+static inline void store_z(char* p, tpu_dtype_t dt, zc_t v) {
+  if (dt == TPU_C64) {
+    ((float*)p)[0] = (float)creal(v);
+    ((float*)p)[1] = (float)cimag(v);
+  } else if (dt == TPU_C128) {
+    ((double*)p)[0] = creal(v);
+    ((double*)p)[1] = cimag(v);
+  } else {
+    tpu_store_f64(p, dt, creal(v));
+  }
+}
+
+/* ---- the element-wise engine ---- */
+typedef struct zjob {
+  const tpu_tensor_t* out;
+  const tpu_tensor_t* in[ZMAX_IN];
+  int nin;
+  int64_t st[ZMAX_IN + 1][TPU_MAX_DIMS]; /* byte strides over out's dims; [0] = out */
+  zbody_t body;
+  const void* ctx;
+} zjob_t;
+
+static void zjob_range(void* vctx, int64_t begin, int64_t end) {
+  const zjob_t* j = vctx;
+  const tpu_tensor_t* out = j->out;
+  const int nd = out->ndim, nops = j->nin + 1;
+  zc_t buf[ZMAX_IN + 1][TPU_CHUNK];
+  const zc_t* ins[ZMAX_IN];
+  for (int k = 0; k < j->nin; k++) ins[k] = buf[k + 1];
+  int64_t idx[TPU_MAX_DIMS];
+  for (int64_t lo = begin; lo < end; lo += TPU_CHUNK) {
+    const int64_t n = end - lo < TPU_CHUNK ? end - lo : TPU_CHUNK;
+    char* ptr[ZMAX_IN + 1];
+    int64_t rem = lo;
+    for (int d = nd - 1; d >= 0; d--) {
+      idx[d] = rem % out->sizes[d];
+      rem /= out->sizes[d];
+    }
+    char* base[ZMAX_IN + 1] = {out->data};
+    for (int k = 0; k < j->nin; k++) base[k + 1] = j->in[k]->data;
+    for (int k = 0; k < nops; k++) {
+      ptr[k] = base[k];
+      for (int d = 0; d < nd; d++) ptr[k] += idx[d] * j->st[k][d];
+    }
+    /* gather the inputs, remembering out's addresses */
+    char* oaddr[TPU_CHUNK];
+    for (int64_t e = 0; e < n; e++) {
+      oaddr[e] = ptr[0];
+      for (int k = 0; k < j->nin; k++) buf[k + 1][e] = load_z(ptr[k + 1], j->in[k]->dtype);
+      for (int d = nd - 1; d >= 0; d--) { /* advance the odometer */
+        for (int k = 0; k < nops; k++) ptr[k] += j->st[k][d];
+        if (++idx[d] < out->sizes[d]) break;
+        for (int k = 0; k < nops; k++) ptr[k] -= j->st[k][d] * out->sizes[d];
+        idx[d] = 0;
+      }
+    }
+    j->body(j->ctx, n, buf[0], ins);
+    for (int64_t e = 0; e < n; e++) store_z(oaddr[e], out->dtype, buf[0][e]);
+  }
+}
+
+/* Runs body over out = f(in...) with in broadcast to out's shape. */
+static tpu_status_t zmap(const char* op, const tpu_tensor_t* out, const tpu_tensor_t* const* in,
+                         int nin, zbody_t body, const void* ctx) {
+  zjob_t j;
+  memset(&j, 0, sizeof j);
+  j.out = out;
+  j.nin = nin;
+  j.body = body;
+  j.ctx = ctx;
+  const int nd = out->ndim;
+  for (int d = 0; d < nd; d++) j.st[0][d] = out->strides[d] * (int64_t)tpu_dtype_size(out->dtype);
+  for (int k = 0; k < nin; k++) {
+    const tpu_tensor_t* t = in[k];
+    j.in[k] = t;
+    TPU_CHECK_ARG(t->ndim <= nd, "%s: operand %d has %d dims, the result %d", op, k,
+                  (int)t->ndim, nd);
+    const int64_t es = (int64_t)tpu_dtype_size(t->dtype);
+    for (int d = 0; d < nd; d++) {
+      const int td = d - (nd - t->ndim);
+      if (td < 0 || t->sizes[td] == 1) {
+        j.st[k + 1][d] = 0;
+        continue;
+      }
+      TPU_CHECK_ARG(t->sizes[td] == out->sizes[d],
+                    "%s: operand %d of size %lld at dim %d does not broadcast to %lld", op, k,
+                    (long long)t->sizes[td], td, (long long)out->sizes[d]);
+      j.st[k + 1][d] = t->strides[td] * es;
+    }
+  }
+  const int64_t n = tpu_tensor_numel(out);
+  if (n > 0) tpu_parallel_for(n, 1 << 14, zjob_range, &j);
+  return TPU_OK;
+}
+
+/* A 0-d tensor holding the complex number z (complex128). */
+static const tpu_tensor_t* scalar_z(tpu_tensor_t* tmp, const double z[2]) {
+  tpu_tensor_make_contig(tmp, tmp->inline_value, TPU_C128, 0, NULL);
+  tmp->flags = TPU_TENSOR_WRAPPED_NUMBER | TPU_TENSOR_CPU_SCALAR;
+  memcpy(tmp->inline_value, z, 16);
+  return tmp;
+}
+
+/* argument i as an operand: the tensor, or the scalar as a 0-d tensor */
+static const tpu_tensor_t* operand(const tpu_call_t* c, int i, tpu_tensor_t* tmp) {
+  const tpu_tensor_t* t = tpu_arg_tensor(c, i);
+  if (t) return t;
+  double z[2] = {0, 0};
+  (void)tpu_arg_complex(c, i, z);
+  return scalar_z(tmp, z);
+}
+
+/* ---- bodies ---- */
+typedef struct zctx {
+  zc_t s; /* alpha, fill value */
+  int op; /* unary: which function */
+} zctx_t;
+
+static void b_add(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  const zc_t s = ((const zctx_t*)v)->s;
+  for (int64_t i = 0; i < n; i++) o[i] = in[0][i] + s * in[1][i];
+}
+static void b_mul(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  (void)v;
+  for (int64_t i = 0; i < n; i++) o[i] = in[0][i] * in[1][i];
+}
+static void b_div(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  (void)v;
+  for (int64_t i = 0; i < n; i++) o[i] = in[0][i] / in[1][i];
+}
+static zc_t zpow(zc_t a, zc_t b) {
+  if (b == 0) return 1;
+  if (a == 0) return creal(b) > 0 && cimag(b) == 0 ? 0 : cpow(a, b);
+  if (cimag(b) == 0 && creal(b) == 2) return a * a;
+  return cpow(a, b);
+}
+static void b_pow(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  (void)v;
+  for (int64_t i = 0; i < n; i++) o[i] = zpow(in[0][i], in[1][i]);
+}
+static void b_eq(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  const bool ne = ((const zctx_t*)v)->op;
+  for (int64_t i = 0; i < n; i++) o[i] = (in[0][i] == in[1][i]) != ne;
+}
+static void b_complex(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  (void)v;
+  for (int64_t i = 0; i < n; i++) o[i] = CMPLX(creal(in[0][i]), creal(in[1][i]));
+}
+static void b_polar(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  (void)v;
+  for (int64_t i = 0; i < n; i++) {
+    const double r = creal(in[0][i]), t = creal(in[1][i]);
+    o[i] = CMPLX(r * cos(t), r * sin(t));
+  }
+}
+static void b_where(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  (void)v;
+  for (int64_t i = 0; i < n; i++) o[i] = creal(in[0][i]) != 0 ? in[1][i] : in[2][i];
+}
+static void b_fill(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  (void)in;
+  const zc_t s = ((const zctx_t*)v)->s;
+  for (int64_t i = 0; i < n; i++) o[i] = s;
+}
+static void b_copy(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  (void)v;
+  memcpy(o, in[0], (size_t)n * sizeof(zc_t));
+}
+
+/* The unary functions, by the op family that computes them. */
+#define ZUNARY(X)                                                           \
+  X(neg, -z) X(conj_physical, conj(z)) X(_conj_physical, conj(z))          \
+  X(abs, cabs(z)) X(angle, carg(z)) X(sgn, z == 0 ? 0 : z / cabs(z))        \
+  X(exp, cexp(z)) X(expm1, cexp(z) - 1) X(log, clog(z))                     \
+  X(log2, clog(z) / M_LN2) X(log10, clog(z) / M_LN10) X(log1p, clog(1 + z)) \
+  X(sqrt, csqrt(z)) X(rsqrt, 1 / csqrt(z)) X(reciprocal, 1 / z)             \
+  X(sin, csin(z)) X(cos, ccos(z)) X(tan, ctan(z)) X(sinh, csinh(z))         \
+  X(cosh, ccosh(z)) X(tanh, ctanh(z)) X(asin, casin(z)) X(acos, cacos(z))   \
+  X(atan, catan(z)) X(asinh, casinh(z)) X(acosh, cacosh(z))                 \
+  X(atanh, catanh(z)) X(sigmoid, 1 / (1 + cexp(-z)))                        \
+  X(isnan, isnan(creal(z)) || isnan(cimag(z)))                              \
+  X(isfinite, isfinite(creal(z)) && isfinite(cimag(z)))                     \
+  X(isinf, isinf(creal(z)) || isinf(cimag(z)))
+
+enum {
+#define X(name, expr) ZU_##name,
+  ZUNARY(X)
+#undef X
+  ZU_COUNT
+};
+
+static void b_unary(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  const int op = ((const zctx_t*)v)->op;
+  const zc_t* a = in[0];
+  switch (op) {
+#define X(name, expr)                                        \
+  case ZU_##name:                                            \
+    for (int64_t i = 0; i < n; i++) {                        \
+      const zc_t z = a[i];                                   \
+      o[i] = (expr);                                         \
+    }                                                        \
+    break;
+    ZUNARY(X)
+#undef X
+    default: break;
+  }
+}
+
+static int unary_of(tpu_op_id_t id) {
+  switch (id) {
+#define X(name, expr) case TPU_OPID_##name: return ZU_##name;
+    ZUNARY(X)
+#undef X
+    default: return -1;
+  }
+}
+
+/* ---- copies ---- */
+tpu_status_t tpu_complex_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src) {
+  if (dst->dtype == src->dtype && tpu_tensor_is_contiguous(dst) && tpu_tensor_is_contiguous(src) &&
+      tpu_tensor_numel(dst) == tpu_tensor_numel(src)) {
+    const size_t bytes = (size_t)tpu_tensor_numel(dst) * tpu_dtype_size(dst->dtype);
+    if (bytes && dst->data != src->data) memmove(dst->data, src->data, bytes);
+    return TPU_OK;
+  }
+  const tpu_tensor_t* in[1] = {src};
+  return zmap("copy", dst, in, 1, b_copy, NULL);
+}
+
+/* ---- reductions: sum, mean, prod over a set of dims ---- */
+tpu_status_t tpu_complex_reduce(const tpu_call_t* c, int dim_arg) {
+  const tpu_op_id_t id = c->op ? c->op->id : TPU_OPID_NONE;
+  const char* op = c->op ? c->op->name : "reduction";
+  if (id != TPU_OPID_sum && id != TPU_OPID_mean && id != TPU_OPID_prod)
+    return TPU_ERR(UNIMPLEMENTED, "%s is not implemented for complex dtypes on tpu", op);
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  const tpu_tensor_t* out = &c->outs[0];
+  const int nd = in->ndim;
+  uint64_t mask = 0;
+  const tpu_arg_t* da = dim_arg >= 0 && dim_arg < c->nargs ? &c->args[dim_arg] : NULL;
+  int64_t dl[TPU_MAX_DIMS];
+  int ndl = 0;
+  if (da && da->kind == TPU_ARG_INT) dl[ndl++] = da->v.i;
+  else if (da && da->kind == TPU_ARG_INTLIST)
+    for (int k = 0; k < da->n && ndl < TPU_MAX_DIMS; k++) dl[ndl++] = da->v.ilist[k];
+  for (int k = 0; k < ndl; k++) {
+    const int64_t d = dl[k] < 0 ? dl[k] + nd : dl[k];
+    if (nd == 0 && (d == 0 || d == -1)) continue;
+    TPU_CHECK_ARG(d >= 0 && d < nd, "%s: dim %lld out of range for a %d-D tensor", op, (long long)dl[k], nd);
+    mask |= 1ull << d;
+  }
+  if (ndl == 0) mask = nd ? (nd == 64 ? ~0ull : (1ull << nd) - 1) : 0;
+  const int64_t on = tpu_tensor_numel(out), n = tpu_tensor_numel(in);
+  zc_t* acc = malloc((size_t)(on > 0 ? on : 1) * sizeof(zc_t));
+  if (!acc) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for %lld accumulators", op, (long long)on);
+  const zc_t init = id == TPU_OPID_prod ? 1 : 0;
+  for (int64_t i = 0; i < on; i++) acc[i] = init;
+  int64_t idx[TPU_MAX_DIMS] = {0}, count = 1;
+  for (int d = 0; d < nd; d++)
+    if (mask >> d & 1) count *= in->sizes[d];
+  const int64_t es = (int64_t)tpu_dtype_size(in->dtype);
+  for (int64_t e = 0; e < n; e++) {
+    int64_t off = 0, oi = 0;
+    for (int d = 0; d < nd; d++) {
+      off += idx[d] * in->strides[d];
+      if (!(mask >> d & 1)) oi = oi * in->sizes[d] + idx[d];
+    }
+    const zc_t v = load_z((const char*)in->data + off * es, in->dtype);
+    if (id == TPU_OPID_prod) acc[oi] *= v;
+    else acc[oi] += v;
+    for (int d = nd - 1; d >= 0; d--) {
+      if (++idx[d] < in->sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+  if (id == TPU_OPID_mean)
+    for (int64_t i = 0; i < on; i++) acc[i] /= (double)count;
+  for (int64_t i = 0; i < on; i++) store_z(tpu_tensor_elem_ptr(out, i), out->dtype, acc[i]);
+  free(acc);
+  return TPU_OK;
+}
+
+/* ---- products ---- */
+/* The real (part 0) or imaginary (part 1) plane of complex t as a real view;
+ * a real t is its own real plane. */
+static tpu_tensor_t plane(const tpu_tensor_t* t, int part) {
+  tpu_tensor_t v = *t;
+  if (!tpu_dtype_is_complex(t->dtype)) return v;
+  v.dtype = tpu_dtype_complex_part(t->dtype);
+  for (int d = 0; d < v.ndim; d++) v.strides[d] *= 2;
+  v.data = (char*)t->data + part * (int64_t)tpu_dtype_size(v.dtype);
+  return v;
+}
+
+/* c = beta * self + alpha * (a @ b), complex, from four real products:
+ * re = ar br - ai bi, im = ar bi + ai br. `batched`: 3-D operands. a, b must
+ * not overlap c (the caller copies). */
+static tpu_status_t zgemm(const tpu_tensor_t* a, const tpu_tensor_t* b, const tpu_tensor_t* c,
+                          double alpha, double beta, const tpu_tensor_t* self, bool batched) {
+  tpu_status_t (*g)(const tpu_tensor_t*, const tpu_tensor_t*, const tpu_tensor_t*, double, double,
+                    const tpu_tensor_t*) = batched ? tpu_gemm_batched : tpu_gemm;
+  tpu_tensor_t ar = plane(a, 0), ai = plane(a, 1), br = plane(b, 0), bi = plane(b, 1);
+  tpu_tensor_t cr = plane(c, 0), ci = plane(c, 1);
+  const bool ca = tpu_dtype_is_complex(a->dtype), cb = tpu_dtype_is_complex(b->dtype);
+  tpu_tensor_t sr, si;
+  const bool has_self = self && beta != 0;
+  if (has_self) {
+    sr = plane(self, 0);
+    si = plane(self, 1);
+  }
+  tpu_status_t st;
+  /* real part */
+  st = g(&ar, &br, &cr, alpha, has_self ? beta : 0, has_self ? &sr : NULL);
+  if (!st && ca && cb) st = g(&ai, &bi, &cr, -alpha, 1, &cr);
+  /* imaginary part */
+  if (!st) {
+    if (cb) st = g(&ar, &bi, &ci, alpha, has_self && tpu_dtype_is_complex(self->dtype) ? beta : 0,
+                   has_self && tpu_dtype_is_complex(self->dtype) ? &si : NULL);
+    else if (ca) st = g(&ai, &br, &ci, alpha, has_self && tpu_dtype_is_complex(self->dtype) ? beta : 0,
+                        has_self && tpu_dtype_is_complex(self->dtype) ? &si : NULL);
+  }
+  if (!st && ca && cb) st = g(&ai, &br, &ci, alpha, 1, &ci);
+  return st;
+}
+
+static bool overlaps(const tpu_tensor_t* x, const tpu_tensor_t* y) {
+  const int64_t nx = tpu_tensor_numel(x), ny = tpu_tensor_numel(y);
+  if (!nx || !ny) return false;
+  int64_t xlo = 0, xhi = 0, ylo = 0, yhi = 0;
+  for (int d = 0; d < x->ndim; d++) xhi += (x->sizes[d] - 1) * x->strides[d];
+  for (int d = 0; d < y->ndim; d++) yhi += (y->sizes[d] - 1) * y->strides[d];
+  const char* xa = (const char*)x->data + xlo;
+  const char* ya = (const char*)y->data + ylo;
+  const char* xb = (const char*)x->data + (xhi + 1) * (int64_t)tpu_dtype_size(x->dtype);
+  const char* yb = (const char*)y->data + (yhi + 1) * (int64_t)tpu_dtype_size(y->dtype);
+  return xa < yb && ya < xb;
+}
+
+/* A contiguous copy of t in host memory (freed by the caller) when it
+ * overlaps out; t itself otherwise. */
+static tpu_status_t separate(const tpu_tensor_t* t, const tpu_tensor_t* out, tpu_tensor_t* tmp,
+                             void** owned, const tpu_tensor_t** res) {
+  *owned = NULL;
+  *res = t;
+  if (!overlaps(t, out)) return TPU_OK;
+  const int64_t n = tpu_tensor_numel(t);
+  *owned = malloc((size_t)n * tpu_dtype_size(t->dtype));
+  if (!*owned) return TPU_ERR(RESOURCE_EXHAUSTED, "complex product: no host memory for an operand copy");
+  tpu_tensor_make_contig(tmp, *owned, t->dtype, t->ndim, t->sizes);
+  *res = tmp;
+  return tpu_complex_copy(tmp, t);
+}
+
+static tpu_status_t zproduct(const tpu_call_t* c, const char* op, const tpu_tensor_t* a,
+                             const tpu_tensor_t* b, const tpu_tensor_t* self, double alpha,
+                             double beta, bool batched) {
+  const tpu_tensor_t* out = &c->outs[0];
+  TPU_CHECK_ARG(tpu_dtype_is_complex(out->dtype), "%s: complex operands need a complex result, got %s",
+                op, tpu_dtype_name(out->dtype));
+  tpu_tensor_t ta, tb, ts;
+  void *oa, *ob, *os = NULL;
+  const tpu_tensor_t *pa, *pb, *ps = self;
+  tpu_status_t st = separate(a, out, &ta, &oa, &pa);
+  if (!st) st = separate(b, out, &tb, &ob, &pb);
+  if (!st && self && self->data != out->data) st = separate(self, out, &ts, &os, &ps);
+  if (!st) st = zgemm(pa, pb, out, alpha, beta, ps, batched);
+  free(oa);
+  free(ob);
+  free(os);
+  return st;
+}
+
+/* dot / vdot: sum of a * b (vdot: conj(a) * b) in double complex */
+static tpu_status_t zdot(const tpu_call_t* c, bool conj_a) {
+  const tpu_tensor_t* a = tpu_arg_tensor(c, 0);
+  const tpu_tensor_t* b = tpu_arg_tensor(c, 1);
+  zc_t acc = 0;
+  const int64_t n = tpu_tensor_numel(a);
+  for (int64_t i = 0; i < n; i++) {
+    const zc_t x = load_z(tpu_tensor_elem_ptr(a, i), a->dtype);
+    acc += (conj_a ? conj(x) : x) * load_z(tpu_tensor_elem_ptr(b, i), b->dtype);
+  }
+  store_z(c->outs[0].data, c->outs[0].dtype, acc);
+  return TPU_OK;
+}
+
+/* t (complex) as the real tensor of its parts: one more dim of size 2 */
+static tpu_tensor_t as_real(const tpu_tensor_t* t) {
+  tpu_tensor_t v = *t;
+  v.dtype = tpu_dtype_complex_part(t->dtype);
+  for (int d = 0; d < t->ndim; d++) v.strides[d] = t->strides[d] * 2;
+  v.sizes[t->ndim] = 2;
+  v.strides[t->ndim] = 1;
+  v.ndim = t->ndim + 1;
+  return v;
+}
+
+/* normal_ / uniform_ of a complex tensor: the real kernel on its parts, as
+ * PyTorch does (normal_: each part with std / sqrt(2)) */
+static tpu_status_t zrandom(const tpu_call_t* c, bool normal) {
+  const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
+  if (!self || !tpu_dtype_is_complex(self->dtype) || self->ndim >= TPU_MAX_DIMS || c->nargs > 8)
+    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for these complex arguments on tpu", c->op->name);
+  tpu_tensor_t rv = as_real(self), ro = as_real(&c->outs[0]);
+  tpu_arg_t args[8];
+  memcpy(args, c->args, sizeof(tpu_arg_t) * (size_t)c->nargs);
+  args[0].v.t = &rv;
+  if (normal && c->nargs > 2) {
+    args[2].kind = TPU_ARG_DOUBLE;
+    args[2].v.d = tpu_arg_f64(c, 2, 1.0) / sqrt(2.0);
+  }
+  tpu_call_t c2 = *c;
+  c2.args = args;
+  c2.outs = &ro;
+  return c->op->fn(&c2);
+}
+
+tpu_status_t tpu_complex_on_abs(const tpu_call_t* c) {
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  if (!in || !tpu_dtype_is_complex(in->dtype) || c->nargs > 8)
+    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for these complex arguments on tpu", c->op->name);
+  const int64_t n = tpu_tensor_numel(in);
+  const tpu_dtype_t part = tpu_dtype_complex_part(in->dtype);
+  void* buf = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(part));
+  if (!buf) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for %lld magnitudes", c->op->name, (long long)n);
+  tpu_tensor_t mag;
+  tpu_tensor_make_contig(&mag, buf, part, in->ndim, in->sizes);
+  zctx_t cx = {0, ZU_abs};
+  const tpu_tensor_t* ins[1] = {in};
+  tpu_status_t st = zmap(c->op->name, &mag, ins, 1, b_unary, &cx);
+  if (!st) {
+    tpu_arg_t args[8];
+    memcpy(args, c->args, sizeof(tpu_arg_t) * (size_t)c->nargs);
+    args[0].v.t = &mag;
+    tpu_call_t c2 = *c;
+    c2.args = args;
+    st = c->op->fn(&c2);
+  }
+  free(buf);
+  return st;
+}
+
+/* ---- the dispatch ---- */
+tpu_status_t tpu_complex_call(const tpu_call_t* c) {
+  const tpu_op_id_t id = c->op ? c->op->id : TPU_OPID_NONE;
+  const char* op = c->op ? c->op->name : "complex op";
+  const tpu_tensor_t* out = c->nouts ? &c->outs[0] : NULL;
+  tpu_tensor_t t0, t1, t2;
+  zctx_t cx = {0, 0};
+  const int u = unary_of(id);
+  if (u >= 0) {
+    cx.op = u;
+    const tpu_tensor_t* in[1] = {tpu_arg_tensor(c, 0)};
+    return zmap(op, out, in, 1, b_unary, &cx);
+  }
+  switch (id) {
+    case TPU_OPID_add:
+    case TPU_OPID_sub: {
+      double al[2] = {1, 0};
+      (void)tpu_arg_complex(c, 2, al);
+      cx.s = CMPLX(al[0], al[1]) * (id == TPU_OPID_sub ? -1 : 1);
+      const tpu_tensor_t* in[2] = {operand(c, 0, &t0), operand(c, 1, &t1)};
+      return zmap(op, out, in, 2, b_add, &cx);
+    }
+    case TPU_OPID_rsub: { /* other - alpha * self */
+      double al[2] = {1, 0};
+      (void)tpu_arg_complex(c, 2, al);
+      cx.s = -CMPLX(al[0], al[1]);
+      const tpu_tensor_t* in[2] = {operand(c, 1, &t1), operand(c, 0, &t0)};
+      return zmap(op, out, in, 2, b_add, &cx);
+    }
+    case TPU_OPID_mul:
+    case TPU_OPID_div:
+    case TPU_OPID_pow: {
+      if (id == TPU_OPID_div && c->nargs > 2 && c->args[2].kind == TPU_ARG_STRING)
+        return TPU_ERR(UNIMPLEMENTED, "%s: rounding_mode is not supported for complex inputs", op);
+      const tpu_tensor_t* in[2] = {operand(c, 0, &t0), operand(c, 1, &t1)};
+      return zmap(op, out, in, 2, id == TPU_OPID_mul ? b_mul : id == TPU_OPID_div ? b_div : b_pow,
+                  &cx);
+    }
+    case TPU_OPID_eq:
+    case TPU_OPID_ne: {
+      cx.op = id == TPU_OPID_ne;
+      const tpu_tensor_t* in[2] = {operand(c, 0, &t0), operand(c, 1, &t1)};
+      return zmap(op, out, in, 2, b_eq, &cx);
+    }
+    case TPU_OPID_complex:
+    case TPU_OPID_polar: {
+      const tpu_tensor_t* in[2] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1)};
+      return zmap(op, out, in, 2, id == TPU_OPID_complex ? b_complex : b_polar, &cx);
+    }
+    case TPU_OPID_where: {
+      const tpu_tensor_t* in[3] = {tpu_arg_tensor(c, 0), operand(c, 1, &t1), operand(c, 2, &t2)};
+      return zmap(op, out, in, 3, b_where, &cx);
+    }
+    case TPU_OPID_masked_fill: {
+      const tpu_tensor_t* in[3] = {tpu_arg_tensor(c, 1), operand(c, 2, &t2), tpu_arg_tensor(c, 0)};
+      return zmap(op, out, in, 3, b_where, &cx);
+    }
+    case TPU_OPID_fill:
+    case TPU_OPID_zero: {
+      double v[2] = {0, 0};
+      if (id == TPU_OPID_fill) (void)tpu_arg_complex(c, 1, v);
+      cx.s = CMPLX(v[0], v[1]);
+      return zmap(op, out, NULL, 0, b_fill, &cx);
+    }
+    case TPU_OPID_copy: {
+      const tpu_tensor_t* src = tpu_arg_tensor(c, 1);
+      const tpu_tensor_t* in[1] = {src};
+      if (src->ndim == out->ndim) {
+        bool same = true;
+        for (int d = 0; d < out->ndim; d++) same = same && src->sizes[d] == out->sizes[d];
+        if (same) return tpu_complex_copy(out, src);
+      }
+      return zmap(op, out, in, 1, b_copy, &cx);
+    }
+    case TPU_OPID_mm:
+    case TPU_OPID_bmm:
+      return zproduct(c, op, tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), NULL, 1, 0,
+                      id == TPU_OPID_bmm);
+    case TPU_OPID_mv: {
+      const tpu_tensor_t* a = tpu_arg_tensor(c, 0);
+      tpu_tensor_t b = *tpu_arg_tensor(c, 1);
+      b.ndim = 2;
+      b.sizes[1] = 1;
+      b.strides[1] = 1;
+      tpu_call_t c2 = *c;
+      tpu_tensor_t o = c->outs[0];
+      o.ndim = 2;
+      o.sizes[1] = 1;
+      o.strides[1] = 1;
+      c2.outs = &o;
+      return zproduct(&c2, op, a, &b, NULL, 1, 0, false);
+    }
+    case TPU_OPID_addmm: {
+      double beta[2] = {1, 0}, alpha[2] = {1, 0};
+      (void)tpu_arg_complex(c, 3, beta);
+      (void)tpu_arg_complex(c, 4, alpha);
+      if (beta[1] != 0 || alpha[1] != 0)
+        return TPU_ERR(UNIMPLEMENTED, "%s: complex alpha or beta is not supported on tpu", op);
+      return zproduct(c, op, tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2), tpu_arg_tensor(c, 0),
+                      alpha[0], beta[0], false);
+    }
+    case TPU_OPID_normal:
+    case TPU_OPID_uniform:
+      return zrandom(c, id == TPU_OPID_normal);
+    case TPU_OPID_dot:
+    case TPU_OPID_vdot:
+      return zdot(c, id == TPU_OPID_vdot);
+    default:
+      return TPU_ERR(UNIMPLEMENTED, "%s is not implemented for complex dtypes on tpu", op);
+  }
+}
+
+/* complex(real, imag), polar(abs, angle), conj_physical(self) */
+tpu_status_t tpu_k_complex(const tpu_call_t* c) { return tpu_complex_call(c); }
+tpu_status_t tpu_k_polar(const tpu_call_t* c) { return tpu_complex_call(c); }
+/* conj_physical of a real tensor is a copy */
+tpu_status_t tpu_k_conj_physical(const tpu_call_t* c) {
+  if (!tpu_call_has_complex(c)) return tpu_copy_strided(&c->outs[0], tpu_arg_tensor(c, 0));
+  return tpu_complex_call(c);
+}
