@@ -11,14 +11,8 @@ from util import assert_same, check_op, make
 DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-10)}
 
-
-@pytest.fixture(autouse=True)
-def highest_precision():
-    """Gradient formulas run matmuls on tpu; compare at "highest"."""
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    yield
-    torch.set_float32_matmul_precision(old)
+# gradient formulas run matmuls on tpu: compare at "highest" (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("highest_precision")
 
 
 def symmetric(shape, dtype, seed):

@@ -15,10 +15,10 @@
 #include <stdlib.h>
 
 #include "kernels.h"
+#include "zvalue.h"
 #include "matmul.h"
 #include "tpu/parallel.h"
 
-typedef double _Complex zc_t;
 
 #define ZMAX_IN 3
 
@@ -34,24 +34,6 @@ bool tpu_call_has_complex(const tpu_call_t* c) {
   for (int o = 0; o < c->nouts; o++)
     if (tpu_dtype_is_complex(c->outs[o].dtype)) return true;
   return false;
-}
-
-static inline zc_t load_z(const char* p, tpu_dtype_t dt) {
-  if (dt == TPU_C64) return CMPLX(((const float*)p)[0], ((const float*)p)[1]);
-  if (dt == TPU_C128) return CMPLX(((const double*)p)[0], ((const double*)p)[1]);
-  return CMPLX(tpu_load_f64(p, dt), 0.0);
-}
-
-static inline void store_z(char* p, tpu_dtype_t dt, zc_t v) {
-  if (dt == TPU_C64) {
-    ((float*)p)[0] = (float)creal(v);
-    ((float*)p)[1] = (float)cimag(v);
-  } else if (dt == TPU_C128) {
-    ((double*)p)[0] = creal(v);
-    ((double*)p)[1] = cimag(v);
-  } else {
-    tpu_store_f64(p, dt, creal(v));
-  }
 }
 
 /* ---- the element-wise engine ---- */
@@ -90,7 +72,7 @@ static void zjob_range(void* vctx, int64_t begin, int64_t end) {
     char* oaddr[TPU_CHUNK];
     for (int64_t e = 0; e < n; e++) {
       oaddr[e] = ptr[0];
-      for (int k = 0; k < j->nin; k++) buf[k + 1][e] = load_z(ptr[k + 1], j->in[k]->dtype);
+      for (int k = 0; k < j->nin; k++) buf[k + 1][e] = tpu_load_z(ptr[k + 1], j->in[k]->dtype);
       for (int d = nd - 1; d >= 0; d--) { /* advance the odometer */
         for (int k = 0; k < nops; k++) ptr[k] += j->st[k][d];
         if (++idx[d] < out->sizes[d]) break;
@@ -99,7 +81,7 @@ static void zjob_range(void* vctx, int64_t begin, int64_t end) {
       }
     }
     j->body(j->ctx, n, buf[0], ins);
-    for (int64_t e = 0; e < n; e++) store_z(oaddr[e], out->dtype, buf[0][e]);
+    for (int64_t e = 0; e < n; e++) tpu_store_z(oaddr[e], out->dtype, buf[0][e]);
   }
 }
 
@@ -309,7 +291,7 @@ tpu_status_t tpu_complex_reduce(const tpu_call_t* c, int dim_arg) {
       off += idx[d] * in->strides[d];
       if (!(mask >> d & 1)) oi = oi * in->sizes[d] + idx[d];
     }
-    const zc_t v = load_z((const char*)in->data + off * es, in->dtype);
+    const zc_t v = tpu_load_z((const char*)in->data + off * es, in->dtype);
     if (id == TPU_OPID_prod) acc[oi] *= v;
     else acc[oi] += v;
     for (int d = nd - 1; d >= 0; d--) {
@@ -319,7 +301,7 @@ tpu_status_t tpu_complex_reduce(const tpu_call_t* c, int dim_arg) {
   }
   if (id == TPU_OPID_mean)
     for (int64_t i = 0; i < on; i++) acc[i] /= (double)count;
-  for (int64_t i = 0; i < on; i++) store_z(tpu_tensor_elem_ptr(out, i), out->dtype, acc[i]);
+  for (int64_t i = 0; i < on; i++) tpu_store_z(tpu_tensor_elem_ptr(out, i), out->dtype, acc[i]);
   free(acc);
   return TPU_OK;
 }
@@ -421,10 +403,10 @@ static tpu_status_t zdot(const tpu_call_t* c, bool conj_a) {
   zc_t acc = 0;
   const int64_t n = tpu_tensor_numel(a);
   for (int64_t i = 0; i < n; i++) {
-    const zc_t x = load_z(tpu_tensor_elem_ptr(a, i), a->dtype);
-    acc += (conj_a ? conj(x) : x) * load_z(tpu_tensor_elem_ptr(b, i), b->dtype);
+    const zc_t x = tpu_load_z(tpu_tensor_elem_ptr(a, i), a->dtype);
+    acc += (conj_a ? conj(x) : x) * tpu_load_z(tpu_tensor_elem_ptr(b, i), b->dtype);
   }
-  store_z(c->outs[0].data, c->outs[0].dtype, acc);
+  tpu_store_z(c->outs[0].data, c->outs[0].dtype, acc);
   return TPU_OK;
 }
 

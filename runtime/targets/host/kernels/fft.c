@@ -21,9 +21,9 @@
 #include <stdlib.h>
 
 #include "kernels.h"
+#include "zvalue.h"
 #include "tpu/parallel.h"
 
-typedef double _Complex zc_t;
 
 #define FFT_MAX_FACTORS 64
 #define FFT_MAX_DIRECT_RADIX 13
@@ -243,24 +243,6 @@ typedef struct fft_job {
   _Atomic int failed;
 } fft_job_t;
 
-static inline zc_t ld(const char* p, tpu_dtype_t dt) {
-  if (dt == TPU_C64) return CMPLX(((const float*)p)[0], ((const float*)p)[1]);
-  if (dt == TPU_C128) return CMPLX(((const double*)p)[0], ((const double*)p)[1]);
-  return CMPLX(tpu_load_f64(p, dt), 0.0);
-}
-
-static inline void st(char* p, tpu_dtype_t dt, zc_t v) {
-  if (dt == TPU_C64) {
-    ((float*)p)[0] = (float)creal(v);
-    ((float*)p)[1] = (float)cimag(v);
-  } else if (dt == TPU_C128) {
-    ((double*)p)[0] = creal(v);
-    ((double*)p)[1] = cimag(v);
-  } else {
-    tpu_store_f64(p, dt, creal(v));
-  }
-}
-
 /* Byte offsets of line l's first element in src and dst. */
 static void line_offsets(const fft_job_t* j, int64_t l, int64_t* so, int64_t* dof) {
   const tpu_tensor_t *src = j->src, *dst = j->dst;
@@ -301,16 +283,16 @@ static void real_pair(const fft_job_t* j, int64_t l, zc_t* buf, zc_t* buf2, zc_t
     plan_exec(j->plan, buf, work);
     for (int64_t k = 0; k < dlen; k++) {
       const zc_t z = buf[k], zc = conj(buf[k == 0 ? 0 : n - k]);
-      st(dp[0] + k * dstr, dst->dtype, (z + zc) * (0.5 * j->scale));
-      st(dp[1] + k * dstr, dst->dtype, mul_i(zc - z) * (0.5 * j->scale));
+      tpu_store_z(dp[0] + k * dstr, dst->dtype, (z + zc) * (0.5 * j->scale));
+      tpu_store_z(dp[1] + k * dstr, dst->dtype, mul_i(zc - z) * (0.5 * j->scale));
     }
     return;
   }
   /* K_C2R */
   const int64_t half = n / 2, h = half + 1 < slen ? half + 1 : slen;
   for (int64_t k = 0; k <= half; k++) {
-    buf[k] = k < h ? ld(sp[0] + k * sst, src->dtype) : 0;
-    buf2[k] = k < h ? ld(sp[1] + k * sst, src->dtype) : 0;
+    buf[k] = k < h ? tpu_load_z(sp[0] + k * sst, src->dtype) : 0;
+    buf2[k] = k < h ? tpu_load_z(sp[1] + k * sst, src->dtype) : 0;
   }
   buf[0] = creal(buf[0]);
   buf2[0] = creal(buf2[0]);
@@ -323,8 +305,8 @@ static void real_pair(const fft_job_t* j, int64_t l, zc_t* buf, zc_t* buf2, zc_t
   for (int64_t k = 0; k < n; k++) buf[k] = conj(buf[k]);
   plan_exec(j->plan, buf, work);
   for (int64_t k = 0; k < dlen; k++) { /* conj(result): re = x1, -im = x2 */
-    st(dp[0] + k * dstr, dst->dtype, creal(buf[k]) * j->scale);
-    st(dp[1] + k * dstr, dst->dtype, -cimag(buf[k]) * j->scale);
+    tpu_store_z(dp[0] + k * dstr, dst->dtype, creal(buf[k]) * j->scale);
+    tpu_store_z(dp[1] + k * dstr, dst->dtype, -cimag(buf[k]) * j->scale);
   }
 }
 
@@ -354,10 +336,10 @@ static void lines_range(void* vctx, int64_t begin, int64_t end) {
     char* dp = (char*)dst->data + dof;
     if (j->kind == K_C2R) {
       const int64_t h = n / 2 + 1 < slen ? n / 2 + 1 : slen;
-      for (int64_t k = 0; k < h; k++) buf[k] = ld(sp + k * sst, src->dtype);
+      for (int64_t k = 0; k < h; k++) buf[k] = tpu_load_z(sp + k * sst, src->dtype);
       for (int64_t k = h; k < n; k++) buf[k] = k > n / 2 ? conj(buf[n - k]) : 0;
     } else {
-      for (int64_t k = 0; k < n; k++) buf[k] = k < slen ? ld(sp + k * sst, src->dtype) : 0;
+      for (int64_t k = 0; k < n; k++) buf[k] = k < slen ? tpu_load_z(sp + k * sst, src->dtype) : 0;
     }
     if (j->forward) {
       plan_exec(j->plan, buf, work);
@@ -366,7 +348,7 @@ static void lines_range(void* vctx, int64_t begin, int64_t end) {
       plan_exec(j->plan, buf, work);
       for (int64_t k = 0; k < n; k++) buf[k] = conj(buf[k]);
     }
-    for (int64_t k = 0; k < dlen; k++) st(dp + k * dstr, dst->dtype, buf[k] * j->scale);
+    for (int64_t k = 0; k < dlen; k++) tpu_store_z(dp + k * dstr, dst->dtype, buf[k] * j->scale);
   }
   free(buf);
 }
