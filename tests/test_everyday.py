@@ -401,5 +401,13 @@ def test_meta_kernels_keep_pytorch_checks(deterministic):
                 x.median(dim=2)
             assert x.median(dim=-1, keepdim=True)[0].shape == (2, 1)
             assert x.mode(dim=0)[1].shape == (3,) and x.mode(dim=0)[1].dtype == torch.long
+            s = torch.tensor(2.5, device=dev)  # a scalar's dim 0 / -1, keepdim or not: a scalar
+            for d, keep in ((0, True), (-1, False)):
+                v, i = s.median(dim=d, keepdim=keep)
+                assert v.shape == () and i.shape == (), (d, keep, v.shape, i.shape)
+                if dev == "tpu":
+                    assert v.item() == 2.5 and i.item() == 0
+            with pytest.raises(IndexError, match="Dimension out of range"):
+                s.nanmedian(dim=1)
     finally:
         torch.use_deterministic_algorithms(old)

@@ -17,6 +17,8 @@ def _reduced(x, dim, keepdim):
     """The shape of reducing x over `dim`, which is checked as PyTorch checks it."""
     from torch._prims_common import reduction_dims
     dims = reduction_dims(x.shape, (dim,))  # IndexError for a dim out of range
+    if x.dim() == 0:  # dim 0 or -1 of a scalar: a scalar, keepdim or not
+        return ()
     shape = list(x.shape)
     for d in dims:
         if keepdim:
