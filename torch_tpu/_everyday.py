@@ -51,6 +51,41 @@ _SHAPE_ONLY = {
 }
 
 
+_C10_NAMES = {torch.float16: "Half", torch.float32: "Float", torch.float64: "Double",
+              torch.bfloat16: "BFloat16", torch.complex32: "ComplexHalf",
+              torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+              torch.int8: "Char", torch.uint8: "Byte", torch.int16: "Short", torch.int32: "Int",
+              torch.int64: "Long", torch.bool: "Bool"}
+
+
+def _c10_name(dt):
+    return _C10_NAMES.get(dt, str(dt).removeprefix("torch."))
+
+
+def _check_complex(real, imag, *, out=None):
+    # CPU's checks (ATen's complex_check_dtype), which PyTorch's Python meta kernel lacks
+    ok = (torch.float16, torch.float32, torch.float64)
+    torch._check(real.dtype in ok and imag.dtype in ok,
+                 lambda: f"Expected both inputs to be Half, Float or Double tensors but got "
+                         f"{_c10_name(real.dtype)} and {_c10_name(imag.dtype)}")
+    torch._check(real.dtype == imag.dtype,
+                 lambda: f"Expected object of scalar type {_c10_name(real.dtype)} but got scalar "
+                         f"type {_c10_name(imag.dtype)} for second argument")
+    if out is not None:
+        want = {torch.float16: torch.complex32, torch.float32: torch.complex64,
+                torch.float64: torch.complex128}[real.dtype]
+        torch._check(out.dtype == want,
+                     lambda: f"Expected object of scalar type {_c10_name(want)} but got scalar "
+                             f"type {_c10_name(out.dtype)} for argument 'out'")
+
+
+# checks CPU makes that PyTorch's Python meta kernel does not, run before it on meta tensors
+_CHECKED = {
+    "aten::complex": _check_complex,
+    "aten::complex.out": _check_complex,
+}
+
+
 def deterministic_meta(qual_name, fn):
     """The meta kernel the bridge should use for `qual_name` ("aten::histc", with the
     overload when not default): for the ops whose Python meta kernel raises PyTorch's CUDA
@@ -58,6 +93,13 @@ def deterministic_meta(qual_name, fn):
     the same way without the alert, for meta tensors only (fake tensors of a real device,
     cuda's included, keep PyTorch's kernel); `fn` itself for every other op."""
     shape_only = _SHAPE_ONLY.get(qual_name.replace(".default", ""))
+    check = _CHECKED.get(qual_name.replace(".default", ""))
+    if check is not None:
+        def checked(*args, **kwargs):
+            if any(isinstance(a, torch.Tensor) and a.device.type == "meta" for a in args):
+                check(*args, **kwargs)
+            return fn(*args, **kwargs)
+        return checked
     if shape_only is None:
         return fn
 

@@ -292,6 +292,7 @@ enum CheckFamily {
   kFamLayerNorm,
   kFamScanOut,  // logcumsumexp / cummax / cummin with out=: CPU checks the outputs' dtypes
   kFamGridSampler,  // grid_sampler_2d/3d: the Python meta function checks less than CPU
+  kFamConvolution,  // convolution: the C++ meta kernel skips CPU's stride/dilation/padding checks
 };
 
 bool in_list(const std::string& s, std::initializer_list<const char*> names) {
@@ -324,6 +325,7 @@ void classify_checks(const std::string& base, const c10::FunctionSchema& schema,
   else if (b == "native_layer_norm") info.family = kFamLayerNorm;
   else if (in_list(b, {"logcumsumexp", "cummax", "cummin"})) info.family = kFamScanOut;
   else if (in_list(b, {"grid_sampler_2d", "grid_sampler_3d"})) info.family = kFamGridSampler;
+  else if (in_list(b, {"convolution", "_convolution"})) info.family = kFamConvolution;
   else if (in_list(b, {"cauchy", "exponential", "geometric", "log_normal", "normal", "uniform",
                        "random", "bernoulli"})) {
     // only overloads whose one tensor is self (the rest scalars / generator)
@@ -762,6 +764,20 @@ void check_args(const c10::OperatorHandle& op, const OpInfo& info, const c10::IV
       TORCH_CHECK(replacement || samples <= categories,
                   "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
       TORCH_CHECK(categories <= (int64_t(1) << 24), "number of categories cannot exceed 2^24");
+      break;
+    }
+    case kFamConvolution: {
+      // (input, weight, bias, stride, padding, dilation, ...): ATen's checks
+      // (check_input_shape_forward), raised here so that a deferred call
+      // raises at the op too; the kernel checks again
+      if (n < 6) return;
+      auto each = [&](int i, auto ok, const char* msg) {
+        if (!args[i].isIntList()) return;
+        for (int64_t v : args[i].toDimVector()) TORCH_CHECK(ok(v), msg);
+      };
+      each(3, [](int64_t v) { return v > 0; }, "non-positive stride is not supported");
+      each(4, [](int64_t v) { return v >= 0; }, "negative padding is not supported");
+      each(5, [](int64_t v) { return v > 0; }, "dilation should be greater than zero");
       break;
     }
     case kFamLayerNorm: {
