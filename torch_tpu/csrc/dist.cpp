@@ -149,18 +149,20 @@ tpu_status_t run_job(void* p) {
 void destroy_job(void* p) { delete static_cast<Job*>(p); }
 tpu_status_t run_job_here(const void* p) { return run_job(const_cast<void*>(p)); }
 
-// A collective of at most TORCH_TPU_DIST_INLINE_MAX_BYTES (default 256 KiB)
-// whose current and communication streams are both idle runs on the calling
-// thread: nothing is queued before it, so the order is the same, and it takes
-// microseconds, less than handing it to the stream's worker and back (the
-// caller would wait for it in wait() anyway). Larger ones stay on the worker:
-// back to back, the caller then queues the next while the workers run this
-// one (with every size inline, 1 MiB all_gathers back to back took about 3x
-// longer on a loaded 2-core machine, though one alone took less).
+// A collective of at most TORCH_TPU_DIST_INLINE_MAX_BYTES (default 2 MiB, its
+// buffers' bytes together) whose current and communication streams are both
+// idle runs on the calling thread: nothing is queued before it, so the order
+// is the same, and it takes less than handing it to the stream's worker and
+// back (the caller would wait for it in wait() anyway). On an idle 2-core
+// machine the hand-off was most of a 1-2 MiB collective's time: inline, 1 MiB
+// all_reduce went from 6x to 10x Gloo's bus bandwidth (bench/collectives.py).
+// Larger ones stay on the worker: back to back, the caller then queues the
+// next while the workers run this one (with every size inline, 1 MiB
+// all_gathers back to back took about 3x longer on a loaded machine).
 size_t inline_max_bytes() {
   static const size_t v = [] {
     const char* e = std::getenv("TORCH_TPU_DIST_INLINE_MAX_BYTES");
-    return e && *e ? (size_t)std::strtoull(e, nullptr, 10) : (size_t)256 << 10;
+    return e && *e ? (size_t)std::strtoull(e, nullptr, 10) : (size_t)2 << 20;
   }();
   return v;
 }
