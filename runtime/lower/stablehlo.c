@@ -276,10 +276,8 @@ static ref_t f32_to_f8(em_t* e, ref_t x, tpu_dtype_t dt) {
   return bitcast(e, select3(e, compare(e, "NE", x, x), nan, bitcast(e, r, TPU_U8)), dt);
 }
 
-static bool is_f8(tpu_dtype_t dt) {
-  return dt == TPU_F8E5M2 || dt == TPU_F8E4M3FN || dt == TPU_F8E5M2FNUZ || dt == TPU_F8E4M3FNUZ ||
-         dt == TPU_F8E8M0FNU;
-}
+/* the narrow dtypes that convert as values (float4_x2 only moves) */
+static bool is_f8(tpu_dtype_t dt) { return tpu_dtype_is_narrow(dt) && dt != TPU_F4E2M1FNX2; }
 
 ref_t convert(em_t* e, ref_t a, tpu_dtype_t dt) {
   if (a.dt == dt) return a;
