@@ -529,3 +529,122 @@ def test_scaled_mm_large_weight_no_float32_copy(fmt):
     else:
         ref = _unpack_fp4(a[:4].cpu()) @ _unpack_fp4(b.t().cpu()).t()  # scales multiply to 1
     torch.testing.assert_close(out[:4].cpu().double(), ref, rtol=1e-5, atol=1e-3)
+
+
+# ---- torch.nn.functional.scaled_mm (_scaled_mm_v2) ----
+
+def _v2(*args, **kw):
+    from torch.nn.functional import scaled_mm
+    return scaled_mm(*args, **kw)
+
+
+def _to_dev(x):
+    if isinstance(x, torch.Tensor):
+        return x.to(DEV)
+    if isinstance(x, list):
+        return [_to_dev(y) for y in x]
+    return x
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn, None],
+                         ids=str)
+def test_scaled_mm_v2_vs_cpu(out_dtype):
+    """TensorWise and RowWise recipes, bias, contraction dims: CPU's results and dtypes
+    (the v2 default output dtype is bfloat16, not mat_a's)."""
+    from torch.nn.functional import ScalingType as S
+    m, k, n = 33, 96, 48
+    a, b = _fp8_operands(m, k, n)
+    g = torch.Generator().manual_seed(9)
+    kw = {} if out_dtype is None else {"output_dtype": out_dtype}
+    cases = [
+        (a, b, torch.tensor(0.75), S.TensorWise, torch.tensor(1.5), S.TensorWise, {}),
+        (a, b, torch.rand(m, 1, generator=g) + 0.5, S.RowWise,
+         torch.rand(1, n, generator=g) + 0.5, S.RowWise, {}),
+        # contraction dims are checked against the sizes, the product stays a @ b (CPU's)
+        (a, b, torch.tensor(2.0), S.TensorWise, torch.tensor(0.5), S.TensorWise,
+         {"contraction_dim": [1, 0]}),
+    ]
+    if out_dtype in (torch.float32, torch.bfloat16):
+        cases.append((a, b, torch.tensor(1.0), S.TensorWise, torch.tensor(1.0), S.TensorWise,
+                      {"bias": torch.randn(n, generator=g).to(out_dtype)}))
+    for ma, mb, sa, ra, sb, rb, extra in cases:
+        ref = _v2(ma, mb, sa, ra, sb, rb, **kw, **extra)
+        got = _v2(ma.to(DEV), mb.to(DEV), sa.to(DEV), ra, sb.to(DEV), rb, **kw,
+                  **{k2: _to_dev(v) for k2, v in extra.items()})
+        assert got.dtype == ref.dtype and got.shape == ref.shape == (m, n)
+        if ref.dtype == torch.float32:
+            torch.testing.assert_close(got.cpu(), ref, rtol=1e-5, atol=1e-4)
+        else:
+            same = (bits(got) == bits(ref)) if ref.element_size() == 1 else \
+                (got.cpu().view(torch.int16) == ref.view(torch.int16))
+            assert float(same.float().mean()) > 0.97
+
+
+def test_scaled_mm_v2_errors_as_cpu():
+    from torch.nn.functional import ScalingType as S
+    a, b = _fp8_operands(16, 32, 16)
+    one = torch.tensor(1.0)
+    bad = [
+        ((a, b, one, S.TensorWise, torch.ones(1, 16), S.RowWise), ValueError,
+         "Invalid scaling configuration"),
+        ((a.bfloat16(), b.bfloat16(), one, S.TensorWise, one, S.TensorWise), ValueError,
+         "Invalid scaling configuration"),
+        ((a, b, one, S.TensorWise, one, S.TensorWise), ValueError, "with contraction dims"),
+        ((a, b[:16], one, S.TensorWise, one, S.TensorWise), ValueError, r"\(16x32 and 16x16\)$"),
+    ]
+    for i, (args, exc, msg) in enumerate(bad):
+        kw = {"contraction_dim": [0, 0]} if i == 2 else {}  # 16 rows of a, 32 of b
+        with pytest.raises(exc, match=msg):
+            _v2(*args, **kw)
+        with pytest.raises(exc, match=msg):
+            _v2(*[_to_dev(x) for x in args], **kw)
+    # the device keeps working
+    got = _v2(a.to(DEV), b.to(DEV), one.to(DEV), S.TensorWise, one.to(DEV), S.TensorWise,
+              output_dtype=torch.float32)
+    torch.testing.assert_close(got.cpu(), _v2(a, b, one, S.TensorWise, one, S.TensorWise,
+                                               output_dtype=torch.float32))
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4", "nvfp4", "nvfp4_two_level"])
+def test_scaled_mm_v2_block_scaled(fmt):
+    """MX (BlockWise1x32) and NVFP4 (BlockWise1x16, optionally with a TensorWise global
+    scale per operand: the product times both, then the bias) with SWIZZLE_32_4_4
+    scales, against a float64 reference (CPU has no kernel for these); unswizzled
+    block scales raise CUDA's ValueError."""
+    from torch.nn.functional import ScalingType as S, SwizzleType as W
+    from torch.testing._internal.common_quantized import to_blocked
+    m, k, n = 40, 128, 72
+    g = torch.Generator().manual_seed(11)
+    block = 32 if fmt.startswith("mx") else 16
+    if fmt == "mxfp8":
+        a, b = _fp8_operands(m, k, n)
+        a_val, b_val, a_dev, b_dev = a.double(), b.double(), a.to(DEV), b.to(DEV)
+    else:
+        ap = torch.randint(0, 256, (m, k // 2), generator=g, dtype=torch.int32).to(torch.uint8)
+        bp = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.int32).to(torch.uint8)
+        a_val, b_val = _unpack_fp4(ap), _unpack_fp4(bp).t()
+        a_dev, b_dev = ap.view(F4).to(DEV), bp.view(F4).to(DEV).t()
+    sdt = torch.float8_e8m0fnu if fmt.startswith("mx") else torch.float8_e4m3fn
+    if sdt == torch.float8_e8m0fnu:
+        sa = torch.randint(120, 134, (m, k // block), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
+        sb = torch.randint(120, 134, (n, k // block), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
+    else:
+        sa = (torch.rand(m, k // block, generator=g) + 0.25).to(sdt)
+        sb = (torch.rand(n, k // block, generator=g) + 0.25).to(sdt)
+    ref = _mx_reference(a_val, b_val, sa.float(), sb.float(), block)
+    recipe = S.BlockWise1x32 if fmt.startswith("mx") else S.BlockWise1x16
+    scale_a, scale_b = [to_blocked(sa).to(DEV)], [to_blocked(sb).to(DEV)]
+    recipe_a, swz = [recipe], [W.SWIZZLE_32_4_4]
+    bias = torch.randn(n, generator=g).bfloat16()
+    if fmt == "nvfp4_two_level":
+        scale_a.append(torch.tensor(0.25).to(DEV))
+        scale_b.append(torch.tensor(3.0).to(DEV))
+        recipe_a, swz = [recipe, S.TensorWise], [W.SWIZZLE_32_4_4, W.NO_SWIZZLE]
+        ref = ref * 0.75
+    ref = ref + bias.double()
+    got = _v2(a_dev, b_dev, scale_a, recipe_a, scale_b, list(recipe_a), swizzle_a=swz,
+              swizzle_b=list(swz), bias=bias.to(DEV), output_dtype=torch.bfloat16)
+    assert got.shape == (m, n) and got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.cpu().double(), ref, rtol=1e-2, atol=1e-2 * float(ref.abs().max()))
+    with pytest.raises(ValueError, match="SWIZZLE_32_4_4"):
+        _v2(a_dev, b_dev, scale_a[:1], [recipe], scale_b[:1], [recipe], output_dtype=torch.bfloat16)

@@ -59,23 +59,39 @@ tpu_status_t tpu_k_scaled_mm(const tpu_call_t* c) {
                    tpu_dtype_name(sa->dtype));
   }
 
-  /* CPU divides a float8 e4m3fn / e5m2 result by scale_result before rounding
-   * it: then the sum goes through a float32 buffer */
-  float inv = 1.0f;
+  /* The float32 sum is scaled once more before it is rounded when CPU divides
+   * a float8 e4m3fn / e5m2 result by scale_result (after the bias), or when
+   * _scaled_mm_v2's two-level NVFP4 gives global scales (args 8 and 9: the
+   * sum times their product, then the bias, as cuBLAS's alpha): then the sum
+   * goes through a float32 buffer. */
+  const tpu_tensor_t* ga = c->nargs > 9 ? tpu_arg_tensor(c, 8) : NULL;
+  const tpu_tensor_t* gb = c->nargs > 9 ? tpu_arg_tensor(c, 9) : NULL;
+  float mul = 1.0f;
+  bool late_bias = false;
   if (sr && (out->dtype == TPU_F8E4M3FN || out->dtype == TPU_F8E5M2))
-    inv = 1.0f / *(const float*)sr->data;
-  if (inv == 1.0f) {
-    st = tpu_gemm_scaled(a, b, out, &scale[0], &scale[1], bias);
-  } else {
-    float* tmp = malloc(sizeof(float) * (size_t)(m * n));
-    if (!tmp) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op);
-    tpu_tensor_t t;
-    const int64_t ts[2] = {m, n};
-    tpu_tensor_make_contig(&t, tmp, TPU_F32, 2, ts);
-    st = tpu_gemm_scaled(a, b, &t, &scale[0], &scale[1], bias);
-    for (int64_t i = 0; i < m * n && !st; i++) tmp[i] *= inv;
-    if (!st) st = tpu_copy_strided(out, &t);
-    free(tmp);
+    mul = 1.0f / *(const float*)sr->data;
+  if (ga && gb) {
+    if (ga->dtype != TPU_F32 || gb->dtype != TPU_F32)
+      return TPU_ERR(INVALID_ARGUMENT, "%s: global scales must be float32", op);
+    mul = *(const float*)ga->data * *(const float*)gb->data;
+    late_bias = bias != NULL;
   }
+  if (mul == 1.0f && !late_bias) return tpu_gemm_scaled(a, b, out, &scale[0], &scale[1], bias);
+  float* tmp = malloc(sizeof(float) * (size_t)(m * n + (late_bias ? n : 0)));
+  if (!tmp) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory", op);
+  tpu_tensor_t t, bt;
+  const int64_t ts[2] = {m, n}, bs[2] = {1, n};
+  tpu_tensor_make_contig(&t, tmp, TPU_F32, 2, ts);
+  st = tpu_gemm_scaled(a, b, &t, &scale[0], &scale[1], late_bias ? NULL : bias);
+  const float* brow = tmp + m * n;
+  if (!st && late_bias) { /* the bias row [1, N] in float32 */
+    tpu_tensor_make_contig(&bt, tmp + m * n, TPU_F32, 2, bs);
+    st = tpu_copy_strided(&bt, bias);
+  }
+  for (int64_t i = 0; i < m && !st; i++)
+    for (int64_t j = 0; j < n; j++)
+      tmp[i * n + j] = tmp[i * n + j] * mul + (late_bias ? brow[j] : 0.0f);
+  if (!st) st = tpu_copy_strided(out, &t);
+  free(tmp);
   return st;
 }
