@@ -148,3 +148,58 @@ for a, b in zip(torch.unique(x.to("tpu"), return_inverse=True, return_counts=Tru
                 torch.unique(x, return_inverse=True, return_counts=True)):
     assert torch.equal(a.cpu(), b), (a, b)
 """)
+
+
+def test_scaled_mm_block_scaled_and_float4():
+    """MXFP8, MXFP4 and NVFP4 (block scales in cuBLAS's swizzled layout), through
+    torch._scaled_mm and torch.nn.functional.scaled_mm (NVFP4 also two-level, with a
+    global scale per operand), against a float64 reference: CPU has no kernel for them."""
+    run("""
+from torch.testing._internal.common_quantized import to_blocked
+from torch.nn.functional import scaled_mm, ScalingType as S, SwizzleType as W
+lut = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                    -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=torch.float64)
+def unpack(p):
+    u = p.long()
+    return torch.stack([lut[u & 15], lut[u >> 4]], -1).reshape(u.shape[0], -1)
+g = torch.Generator().manual_seed(5)
+m, k, n = 40, 160, 72
+for fmt in ("mxfp8", "mxfp4", "nvfp4", "nvfp4_two_level"):
+    block = 32 if fmt.startswith("mx") else 16
+    if fmt == "mxfp8":
+        a = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
+        b = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn).t()
+        av, bv, ad, bd = a.double(), b.double(), a.to("tpu"), b.to("tpu")
+    else:
+        ap = torch.randint(0, 256, (m, k // 2), generator=g, dtype=torch.int32).to(torch.uint8)
+        bp = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.int32).to(torch.uint8)
+        av, bv = unpack(ap), unpack(bp).t()
+        ad = ap.view(torch.float4_e2m1fn_x2).to("tpu")
+        bd = bp.view(torch.float4_e2m1fn_x2).to("tpu").t()
+    kb = k // block
+    if block == 32:
+        sdt = torch.float8_e8m0fnu
+        sa = torch.randint(120, 134, (m, kb), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
+        sb = torch.randint(120, 134, (n, kb), generator=g, dtype=torch.int32).to(torch.uint8).view(sdt)
+    else:
+        sdt = torch.float8_e4m3fn
+        sa = (torch.rand(m, kb, generator=g) + 0.25).to(sdt)
+        sb = (torch.rand(n, kb, generator=g) + 0.25).to(sdt)
+    ref = (av * sa.double().repeat_interleave(block, 1)) @ (bv * sb.double().repeat_interleave(block, 1).t())
+    bias = torch.randn(n, generator=g).bfloat16()
+    if fmt == "nvfp4_two_level":
+        recipe, swz = [S.BlockWise1x16, S.TensorWise], [W.SWIZZLE_32_4_4, W.NO_SWIZZLE]
+        got = scaled_mm(ad, bd, [to_blocked(sa).to("tpu"), torch.tensor(0.5).to("tpu")], recipe,
+                        [to_blocked(sb).to("tpu"), torch.tensor(3.0).to("tpu")], recipe,
+                        swizzle_a=swz, swizzle_b=swz, bias=bias.to("tpu"), output_dtype=torch.bfloat16)
+        want = ref * 1.5 + bias.double()
+    else:
+        got = torch._scaled_mm(ad, bd, to_blocked(sa).to("tpu"), to_blocked(sb).to("tpu"),
+                               bias=bias.to("tpu"), out_dtype=torch.bfloat16)
+        want = ref + bias.double()
+    assert got.shape == (m, n) and got.dtype == torch.bfloat16, (got.shape, got.dtype)
+    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-2, atol=1e-2 * float(want.abs().max()))
+    got32 = torch._scaled_mm(ad, bd, to_blocked(sa).to("tpu"), to_blocked(sb).to("tpu"),
+                             out_dtype=torch.float32)
+    torch.testing.assert_close(got32.cpu().double(), ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
+""")

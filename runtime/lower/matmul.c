@@ -140,31 +140,95 @@ static bool lower_convolution_2(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* float4_e2m1fn_x2 bytes (moved as ui8), `lines` x `pairs` with the pairs along
+ * dim `kdim` (1: A, M x K/2; 0: B, K/2 x N), as float32 values with K = 2 *
+ * pairs along that dim, element 2i in the low nibble: the e2m1 magnitudes
+ * 0, .5, 1, 1.5, 2, 3, 4, 6 of codes 0..7 are c / 2 below 4, c - 2 below 6
+ * and 2 (c - 4) above, negative where bit 3 is set. */
+static ref_t decode_f4(em_t* e, ref_t x, int kdim) {
+  const int64_t r = x.sz[0], c = x.sz[1];
+  ref_t lo = binop(e, "stablehlo.and", x, cst_like(e, TPU_U8, 15, 2, x.sz));
+  ref_t hi = binop(e, "stablehlo.shift_right_logical", x, cst_like(e, TPU_U8, 4, 2, x.sz));
+  ref_t half[2];
+  for (int h = 0; h < 2; h++) {
+    ref_t code = convert(e, h ? hi : lo, TPU_F32);
+    ref_t neg = compare(e, "GE", code, cst_like(e, TPU_F32, 8, 2, x.sz));
+    ref_t mag = select3(e, neg, binop(e, "stablehlo.subtract", code, cst_like(e, TPU_F32, 8, 2, x.sz)),
+                        code);
+    ref_t v = select3(e, compare(e, "LT", mag, cst_like(e, TPU_F32, 4, 2, x.sz)),
+                      scalar_op(e, "stablehlo.multiply", mag, 0.5),
+                      select3(e, compare(e, "LT", mag, cst_like(e, TPU_F32, 6, 2, x.sz)),
+                              scalar_op(e, "stablehlo.subtract", mag, 2.0),
+                              scalar_op(e, "stablehlo.multiply",
+                                        scalar_op(e, "stablehlo.subtract", mag, 4.0), 2.0)));
+    v = select3(e, neg, unop(e, "stablehlo.negate", v), v);
+    /* a unit dim after the pairs' dim, for the interleave */
+    half[h] = kdim == 1 ? reshape(e, v, 3, (int64_t[]){r, c, 1}) : reshape(e, v, 3, (int64_t[]){r, 1, c});
+  }
+  const int64_t isz[3] = {r, kdim == 1 ? c : 2, kdim == 1 ? 2 : c};
+  ref_t both = emit(e, "stablehlo.concatenate", 2, half, mkref(TPU_F32, 3, isz), "dimension = %d : i64",
+                    kdim == 1 ? 2 : 1);
+  return kdim == 1 ? reshape(e, both, 2, (int64_t[]){r, 2 * c}) : reshape(e, both, 2, (int64_t[]){2 * r, c});
+}
+
+/* Block scales in cuBLAS's swizzled layout (the host kernel's swizzled_index,
+ * kernels/matmul.c: 128 x 4 tiles of lines x k blocks, line l = 32 a + b of a
+ * tile at b * 16 + a * 4 + kb % 4), as float32 [lines, k] with each block's
+ * scale repeated over its blk steps. */
+static ref_t block_scales(em_t* e, ref_t codes, int64_t lines, int64_t k, int64_t blk) {
+  const int64_t kblocks = (k + blk - 1) / blk, mt = (lines + 127) / 128, kt = (kblocks + 3) / 4;
+  ref_t t = reshape(e, codes, 5, (int64_t[]){mt, kt, 32, 4, 4});
+  t = transpose(e, t, (int64_t[]){0, 3, 2, 1, 4}); /* (tile, a, b, k tile, kb % 4) */
+  t = reshape(e, t, 2, (int64_t[]){mt * 128, kt * 4});
+  t = convert(e, slice(e, t, (int64_t[]){0, 0}, (int64_t[]){lines, kblocks}), TPU_F32);
+  t = bcast_dims(e, t, 3, (int64_t[]){lines, kblocks, blk}, (int64_t[]){0, 1});
+  t = reshape(e, t, 2, (int64_t[]){lines, kblocks * blk});
+  return slice(e, t, (int64_t[]){0, 0}, (int64_t[]){lines, k});
+}
+
 /* _scaled_mm(self, mat2, scale_a, scale_b, bias, scale_result, out_dtype,
- * use_fast_accum) with float8 operands and float32 scales, one per tensor or
- * one per row of A / column of B, as PyTorch CPU computes it (the host
- * kernel's comment, targets/host/kernels/scaled_mm.c): the decoded values
- * times their scales in float32, a float32 product (HIGHEST: the operands are
- * no longer bfloat16-exact), the bias added in float32, a float8 result
- * divided by scale_result, one rounding to the output dtype. Block scales
- * (MX / NVFP4) and float4 operands are left to the fallback's error. */
+ * use_fast_accum), as the host kernel computes it (targets/host/kernels/
+ * scaled_mm.c): the decoded values times their scales in float32, a float32
+ * product (HIGHEST: the operands are no longer bfloat16-exact), the bias
+ * added in float32, a float8 result divided by scale_result, one rounding to
+ * the output dtype. Scales: float32 per tensor or per row of A / column of
+ * B, or the block scales of MXFP8 / MXFP4 (float8_e8m0fnu, 32 steps) and
+ * NVFP4 (float8_e4m3fn, 16) in cuBLAS's swizzled layout; float4 operands are
+ * decoded from their bytes (decode_f4). _scaled_mm_v2's two-level NVFP4
+ * passes float32 global scales as args 8 and 9: the sum times both, before
+ * the bias. The bridge has checked the configuration. */
 static bool lower_scaled_mm(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!is_tensor(n, 0) || !is_tensor(n, 1) || !is_tensor(n, 2) || !is_tensor(n, 3)) return false;
   const tpu_tensor_t *ta = c->args[0].v.t, *tb = c->args[1].v.t;
   const tpu_tensor_t *tsa = c->args[2].v.t, *tsb = c->args[3].v.t;
-  if (ta->ndim != 2 || tb->ndim != 2 || ta->dtype == TPU_F4E2M1FNX2 || tsa->dtype != TPU_F32 ||
-      tsb->dtype != TPU_F32)
+  if (ta->ndim != 2 || tb->ndim != 2) return false;
+  const bool fp4 = ta->dtype == TPU_F4E2M1FNX2;
+  const bool blockwise = tsa->dtype == TPU_F8E8M0FNU || tsa->dtype == TPU_F8E4M3FN;
+  if (fp4 != (tb->dtype == TPU_F4E2M1FNX2) || (!blockwise && (fp4 || tsa->dtype != TPU_F32 ||
+                                                               tsb->dtype != TPU_F32)))
     return false;
-  const int64_t m = ta->sizes[0], k = ta->sizes[1], nn = tb->sizes[1];
-  const int64_t na = tpu_tensor_numel(tsa), nb = tpu_tensor_numel(tsb);
-  if ((na != 1 && na != m) || (nb != 1 && nb != nn)) return false;
-  ref_t a = convert(e, arg(n, 0), TPU_F32), b = convert(e, arg(n, 1), TPU_F32);
-  ref_t sa = reshape(e, arg(n, 2), na == 1 ? 0 : 1, (int64_t[]){m});
-  ref_t sb = reshape(e, arg(n, 3), nb == 1 ? 0 : 1, (int64_t[]){nn});
-  a = binop(e, "stablehlo.multiply", a, bcast_dims(e, sa, 2, (int64_t[]){m, k}, (int64_t[]){0}));
-  b = binop(e, "stablehlo.multiply", b, bcast_dims(e, sb, 2, (int64_t[]){k, nn}, (int64_t[]){1}));
+  const int64_t m = ta->sizes[0], k = ta->sizes[1] * (fp4 ? 2 : 1), nn = tb->sizes[1];
+  ref_t a = fp4 ? decode_f4(e, arg(n, 0), 1) : convert(e, arg(n, 0), TPU_F32);
+  ref_t b = fp4 ? decode_f4(e, arg(n, 1), 0) : convert(e, arg(n, 1), TPU_F32);
+  if (blockwise) {
+    const int64_t blk = tsa->dtype == TPU_F8E8M0FNU ? 32 : 16;
+    a = binop(e, "stablehlo.multiply", a, block_scales(e, arg(n, 2), m, k, blk));
+    b = binop(e, "stablehlo.multiply", b,
+              transpose(e, block_scales(e, arg(n, 3), nn, k, blk), (int64_t[]){1, 0}));
+  } else {
+    const int64_t na = tpu_tensor_numel(tsa), nb = tpu_tensor_numel(tsb);
+    if ((na != 1 && na != m) || (nb != 1 && nb != nn)) return false;
+    ref_t sa = reshape(e, arg(n, 2), na == 1 ? 0 : 1, (int64_t[]){m});
+    ref_t sb = reshape(e, arg(n, 3), nb == 1 ? 0 : 1, (int64_t[]){nn});
+    a = binop(e, "stablehlo.multiply", a, bcast_dims(e, sa, 2, (int64_t[]){m, k}, (int64_t[]){0}));
+    b = binop(e, "stablehlo.multiply", b, bcast_dims(e, sb, 2, (int64_t[]){k, nn}, (int64_t[]){1}));
+  }
   ref_t r = dot_general(e, a, b, 0, 1, 0, mkref(TPU_F32, 2, (int64_t[]){m, nn}), TPU_PRECISION_HIGHEST);
+  if (c->nargs > 9 && is_tensor(n, 8) && is_tensor(n, 9)) { /* _scaled_mm_v2's NVFP4 global scales */
+    ref_t g = binop(e, "stablehlo.multiply", reshape(e, arg(n, 8), 0, NULL), reshape(e, arg(n, 9), 0, NULL));
+    r = binop(e, "stablehlo.multiply", r, bcast(e, g, 2, (int64_t[]){m, nn}));
+  }
   if (is_tensor(n, 4))
     r = binop(e, "stablehlo.add", r,
               bcast_dims(e, reshape(e, convert(e, arg(n, 4), TPU_F32), 1, (int64_t[]){nn}), 2,
