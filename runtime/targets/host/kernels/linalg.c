@@ -174,21 +174,10 @@ typedef enum mat_op { MAT_N = 0, MAT_T = 1, MAT_C = 2, MAT_H = 3 } mat_op_t;
 #define LA_ABS(x) fabs(x)
 #define LA_ABS2(x) ((x) * (x))
 #define LA_ABS1(x) fabs(x)
+#define LA_SGN(x) (double)(((x) > 0) - ((x) < 0))
 #define LA_NAN NAN
 #define LA_COMPLEX 0
 #include "linalg_lu.h"
-#undef LA
-#undef LA_T
-#undef LA_LOAD
-#undef LA_STORE
-#undef LA_MUL
-#undef LA_CONJ
-#undef LA_REAL
-#undef LA_ABS
-#undef LA_ABS2
-#undef LA_ABS1
-#undef LA_NAN
-#undef LA_COMPLEX
 
 static inline zc_t z_mul(zc_t a, zc_t b) {
   double ar = creal(a), ai = cimag(a), br = creal(b), bi = cimag(b);
@@ -205,21 +194,10 @@ static inline zc_t z_mul(zc_t a, zc_t b) {
 #define LA_ABS(x) cabs(x)
 #define LA_ABS2(x) (creal(x) * creal(x) + cimag(x) * cimag(x))
 #define LA_ABS1(x) (fabs(creal(x)) + fabs(cimag(x)))
+#define LA_SGN(x) (cabs(x) == 0.0 ? 0.0 : (x) / cabs(x))
 #define LA_NAN CMPLX(NAN, NAN)
 #define LA_COMPLEX 1
 #include "linalg_lu.h"
-#undef LA
-#undef LA_T
-#undef LA_LOAD
-#undef LA_STORE
-#undef LA_MUL
-#undef LA_CONJ
-#undef LA_REAL
-#undef LA_ABS
-#undef LA_ABS2
-#undef LA_ABS1
-#undef LA_NAN
-#undef LA_COMPLEX
 
 /* Householder QR of the m x n matrix a in place (LAPACK geqrf layout: R on
  * and above the diagonal, reflector j's v below it with v[j] = 1 implied);

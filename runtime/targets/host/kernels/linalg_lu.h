@@ -12,8 +12,10 @@
  *   LA_REAL(x)       real part
  *   LA_ABS(x)        modulus; LA_ABS2(x) its square
  *   LA_ABS1(x)       |re| + |im|: the pivot size of LAPACK's i?amax
+ *   LA_SGN(x)        torch.sgn: x / |x|, 0 for 0 (real: -1, 0 or 1; 0 for NaN)
  *   LA_NAN           NaN (complex: NaN in both parts)
  *   LA_COMPLEX       whether the instance's inputs are complex (0 or 1)
+ * (undefined again at the end of the file)
  * and the helpers of linalg.c: mat_view_t, mat_of, vec_of, elem_ptr,
  * batch_offset, batch_count, OOM, has_elems, unsqueeze_last, check_dtype,
  * check_matrix_of, load_pivots, info_error and not_pd_error.
@@ -331,7 +333,7 @@ static tpu_status_t LA(k_linalg_inv_ex)(const tpu_call_t* call) {
 
 /* det / slogdet from each matrix's LU diagonal (read back from the LU
  * output, as CPU's composite does) and pivots: det = sign(P) prod(d);
- * sign = sign(P) prod(d / |d|) (0 for a zero d), logabsdet = sum log |d|.
+ * sign = sign(P) prod(sgn(d)), logabsdet = sum log |d|.
  * CPU factors a contiguous real A as A^T (its backward formulas rely on the
  * choice), a complex A as it is; so do we, for equal LU outputs. */
 static tpu_status_t LA(lu_det_batches)(const char* op, const tpu_tensor_t* A,
@@ -358,9 +360,8 @@ static tpu_status_t LA(lu_det_batches)(const char* op, const tpu_tensor_t* A,
       if (det) {
         r = LA_MUL(r, d);
       } else {
-        double ad = LA_ABS(d);
-        r = ad == 0.0 ? 0.0 : LA_MUL(r, d / ad);
-        logabsdet += log(ad);
+        r = LA_MUL(r, LA_SGN(d));
+        logabsdet += log(LA_ABS(d));
       }
     }
     if (det) {
@@ -711,3 +712,18 @@ static tpu_status_t LA(k_linalg_matrix_exp)(const tpu_call_t* call) {
   free(a), free(piv);
   return NULL;
 }
+
+/* The parameters end with the instance. */
+#undef LA
+#undef LA_T
+#undef LA_LOAD
+#undef LA_STORE
+#undef LA_MUL
+#undef LA_CONJ
+#undef LA_REAL
+#undef LA_ABS
+#undef LA_ABS2
+#undef LA_ABS1
+#undef LA_SGN
+#undef LA_NAN
+#undef LA_COMPLEX
