@@ -5,7 +5,8 @@
  * cross product.
  *
  * Every matrix kernel works on float32/float64 matrices batched over leading
- * dims.
+ * dims; the LU / Cholesky / triangular family and the matrix exponential
+ * (linalg_lu.h) also on complex64/complex128, in double complex.
  * Each matrix is gathered into a row-major double buffer, factored there, and
  * written back through the output's strides (the bridge allocates outputs
  * with the meta kernel's strides, often column-major). Batch dims of inputs
