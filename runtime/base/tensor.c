@@ -98,15 +98,19 @@ static const char* const k_uint_ops[] = {
 /* The complex dtypes: the families whose host kernels take complex operands
  * (complex.c, fft.c, and the byte-moving shape and index kernels). Sorted. */
 static const char* const k_complex_ops[] = {
-    "_conj_physical", "_fft_c2c", "_fft_c2r", "_fft_r2c", "_index_put_impl", "_to_copy",
+    "_cholesky_solve_helper", "_conj_physical", "_fft_c2c", "_fft_c2r", "_fft_r2c",
+    "_index_put_impl", "_linalg_det", "_linalg_slogdet", "_linalg_solve_ex", "_to_copy",
     "abs", "acos", "acosh", "add", "addmm", "angle", "asin", "asinh", "atan", "atanh",
-    "bmm", "cat", "clone", "complex", "conj_physical", "constant_pad_nd", "copy", "cos",
+    "bmm", "cat", "cholesky", "cholesky_inverse", "clone", "complex", "conj_physical",
+    "constant_pad_nd", "copy", "cos",
     "cosh", "div", "dot", "eq", "exp", "expm1", "fill", "flip", "index", "index_put",
-    "index_select", "isfinite", "isinf", "isnan", "linalg_vector_norm", "log", "log10",
-    "log1p", "log2", "masked_fill", "masked_select", "mean", "mm", "mul", "mv",
+    "index_select", "isfinite", "isinf", "isnan", "linalg_cholesky_ex", "linalg_inv_ex",
+    "linalg_lu", "linalg_lu_factor_ex", "linalg_lu_solve", "linalg_matrix_exp",
+    "linalg_solve_triangular", "linalg_vector_norm", "log", "log10",
+    "log1p", "log2", "lu_unpack", "masked_fill", "masked_select", "mean", "mm", "mul", "mv",
     "narrow_copy", "ne", "neg", "normal", "polar", "pow", "prod", "reciprocal", "repeat",
     "roll", "rsqrt", "rsub", "sgn", "sigmoid", "sin", "sinh", "sqrt", "stack", "sub", "sum",
-    "tan", "tanh", "uniform", "vdot", "where", "zero",
+    "tan", "tanh", "triangular_solve", "uniform", "vdot", "where", "zero",
 };
 
 bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {

@@ -84,6 +84,42 @@ static void test_cholesky(void) {
   tpu_status_free(st);
 }
 
+static void test_complex_lu_cholesky(void) {
+  /* complex128 (re, im pairs). LU of [[2.9+2.9i 1] [4.2 3-i]] keeps row 0:
+   * LAPACK's pivot size |re| + |im| is 5.8 against 4.2 (the moduli, 4.10 and
+   * 4.2, would swap). */
+  double a[8] = {2.9, 2.9, 1, 0, 4.2, 0, 3, -1}, lu[8];
+  int32_t piv[2], info = -1;
+  int64_t s2[2] = {2, 2}, s1[1] = {2};
+  tpu_tensor_t A = tt_make(a, TPU_C128, 2, s2), LU = tt_make(lu, TPU_C128, 2, s2);
+  tpu_tensor_t P = tt_make(piv, TPU_I32, 1, s1), I = tt_make(&info, TPU_I32, 0, NULL);
+  tpu_arg_t args[3] = {ta_t(&A), ta_b(true), ta_b(false)};
+  tpu_tensor_t outs[3] = {LU, P, I};
+  CHECK_OK(tt_run("linalg_lu_factor_ex", args, 3, outs, 3));
+  CHECK(piv[0] == 1 && piv[1] == 2 && info == 0);
+  /* L(1,0) = 4.2 / (2.9+2.9i) = (0.7241..)(1 - i) */
+  CHECK_NEAR(lu[4], 4.2 / 5.8, 1e-15);
+  CHECK_NEAR(lu[5], -4.2 / 5.8, 1e-15);
+
+  /* The Hermitian [[4 2i] [-2i 5]] = L L^H with L = [[2 0] [-i 2]]. */
+  double h[8] = {4, 0, 0, 2, 0, -2, 5, 0}, l[8];
+  tpu_tensor_t H = tt_make(h, TPU_C128, 2, s2), L = tt_make(l, TPU_C128, 2, s2);
+  tpu_arg_t cargs[3] = {ta_t(&H), ta_b(false), ta_b(false)};
+  tpu_tensor_t couts[2] = {L, I};
+  CHECK_OK(tt_run("linalg_cholesky_ex", cargs, 3, couts, 2));
+  CHECK(info == 0);
+  CHECK_NEAR(l[0], 2, 1e-15);
+  CHECK_NEAR(l[2], 0, 0);
+  CHECK_NEAR(l[4], 0, 1e-15);
+  CHECK_NEAR(l[5], -1, 1e-15);
+  CHECK_NEAR(l[6], 2, 1e-15);
+  /* [[1 2i] [-2i 1]] fails at 2, leaving the failed pivot 1 - |2i|^2. */
+  h[3] = 2, h[5] = -2, h[0] = h[6] = 1;
+  CHECK_OK(tt_run("linalg_cholesky_ex", cargs, 3, couts, 2));
+  CHECK(info == 2);
+  CHECK_NEAR(l[6], -3, 1e-15);
+}
+
 static void test_svd_eigh(void) {
   /* [[3 0] [4 5]] has singular values sqrt(45) and sqrt(5); the symmetric
    * [[2 1] [1 2]] has eigenvalues 1 and 3. */
@@ -134,6 +170,7 @@ int main(void) {
   test_lu_factor();
   test_solve_det_inv();
   test_cholesky();
+  test_complex_lu_cholesky();
   test_svd_eigh();
   test_qr();
   TEST_MAIN_END();

@@ -5,7 +5,8 @@
  * cross product.
  *
  * Every matrix kernel works on float32/float64 matrices batched over leading
- * dims.
+ * dims; the LU / Cholesky / triangular family and the matrix exponential
+ * (linalg_lu.h) also on complex64/complex128, in double complex.
  * Each matrix is gathered into a row-major double buffer, factored there, and
  * written back through the output's strides (the bridge allocates outputs
  * with the meta kernel's strides, often column-major). Batch dims of inputs
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 
 #include "kernels.h"
+#include "zvalue.h"
 
 /* ------------------------------------------------------------------ access */
 
@@ -81,34 +83,21 @@ static int64_t batch_count(int nb, const int64_t* bsizes) {
   return n;
 }
 
-/* Gathers the r x c matrix at offset off into dst (row-major); with `trans`
- * dst receives its c x r transpose. */
-static void load_mat(const mat_view_t* v, int64_t off, bool trans, double* dst) {
-  for (int64_t i = 0; i < v->rows; i++)
-    for (int64_t j = 0; j < v->cols; j++) {
-      double x = tpu_load_f64(elem_ptr(v, off, i, j), v->t->dtype);
-      if (trans) dst[j * v->rows + i] = x;
-      else dst[i * v->cols + j] = x;
-    }
-}
-
-/* Scatters src (row-major v->rows x v->cols; with `trans` its transpose
- * cols x rows) into the matrix at offset off. */
-static void store_mat(const mat_view_t* v, int64_t off, bool trans, const double* src) {
-  for (int64_t i = 0; i < v->rows; i++)
-    for (int64_t j = 0; j < v->cols; j++)
-      tpu_store_f64(elem_ptr(v, off, i, j), v->t->dtype,
-                    trans ? src[j * v->rows + i] : src[i * v->cols + j]);
+/* float32/float64, and with complex_ok complex64/complex128 */
+static tpu_status_t check_dtype(const char* op, const tpu_tensor_t* t, bool complex_ok) {
+  if (t->dtype == TPU_F32 || t->dtype == TPU_F64) return NULL;
+  if (complex_ok && tpu_dtype_is_complex(t->dtype)) return NULL;
+  return TPU_ERR(UNIMPLEMENTED, "%s: dtype %s is not supported (float32, float64%s)", op,
+                 tpu_dtype_name(t->dtype), complex_ok ? ", complex64, complex128" : "");
 }
 
 static tpu_status_t check_float(const char* op, const tpu_tensor_t* t) {
-  if (t->dtype == TPU_F32 || t->dtype == TPU_F64) return NULL;
-  return TPU_ERR(UNIMPLEMENTED, "%s: dtype %s is not supported (float32, float64)", op,
-                 tpu_dtype_name(t->dtype));
+  return check_dtype(op, t, false);
 }
 
-static tpu_status_t check_matrix(const char* op, const tpu_tensor_t* t, bool square) {
-  tpu_status_t st = check_float(op, t);
+static tpu_status_t check_matrix_of(const char* op, const tpu_tensor_t* t, bool square,
+                                    bool complex_ok) {
+  tpu_status_t st = check_dtype(op, t, complex_ok);
   if (st) return st;
   if (t->ndim < 2)
     return TPU_ERR(INVALID_ARGUMENT, "%s: expected a tensor with 2 or more dimensions, got %d",
@@ -117,6 +106,10 @@ static tpu_status_t check_matrix(const char* op, const tpu_tensor_t* t, bool squ
     return TPU_ERR(INVALID_ARGUMENT, "%s: A must be batches of square matrices, got %lld by %lld",
                    op, (long long)t->sizes[t->ndim - 2], (long long)t->sizes[t->ndim - 1]);
   return NULL;
+}
+
+static tpu_status_t check_matrix(const char* op, const tpu_tensor_t* t, bool square) {
+  return check_matrix_of(op, t, square, false);
 }
 
 /* A descriptor of t with a trailing size-1 dim: a vector right-hand side
@@ -138,113 +131,74 @@ static double* scratch(int64_t n) { return (double*)malloc(sizeof(double) * (siz
 
 #define OOM(op) TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for scratch", op)
 
-/* ------------------------------------------------------------ dense kernels */
-
-/* LU with partial pivoting of the m x n matrix a (in place, LAPACK getrf
- * semantics): piv[0..min(m,n)) 1-based; returns info. */
-static int lu_factor(double* a, int64_t m, int64_t n, int32_t* piv) {
-  int64_t k = m < n ? m : n;
-  int info = 0;
+/* Reads the 1-based pivots of batch offset off, bounds-checked. */
+static tpu_status_t load_pivots(const char* op, const mat_view_t* pv, int64_t off, int64_t k,
+                                int64_t m, int32_t* p) {
   for (int64_t j = 0; j < k; j++) {
-    int64_t p = j;
-    double best = fabs(a[j * n + j]);
-    for (int64_t i = j + 1; i < m; i++)
-      if (fabs(a[i * n + j]) > best) best = fabs(a[i * n + j]), p = i;
-    piv[j] = (int32_t)(p + 1);
-    if (a[p * n + j] != 0.0) {
-      if (p != j)
-        for (int64_t c = 0; c < n; c++) {
-          double t = a[j * n + c];
-          a[j * n + c] = a[p * n + c];
-          a[p * n + c] = t;
-        }
-      for (int64_t i = j + 1; i < m; i++) a[i * n + j] /= a[j * n + j];
-    } else if (info == 0) {
-      info = (int)(j + 1);
-    }
-    for (int64_t i = j + 1; i < m; i++) {
-      double l = a[i * n + j];
-      if (l != 0.0)
-        for (int64_t c = j + 1; c < n; c++) a[i * n + c] -= l * a[j * n + c];
-    }
+    int64_t x = tpu_load_i64(elem_ptr(pv, off, j, 0), pv->t->dtype);
+    if (x < 1 || x > m)
+      return TPU_ERR(OUT_OF_RANGE, "%s: pivot %lld is out of bounds for %lld rows", op,
+                     (long long)x, (long long)m);
+    p[j] = (int32_t)x;
   }
-  return info;
+  return NULL;
 }
 
-/* Solves op(T) Y = C in place (C: n x nrhs row-major) for the triangle of
- * the n x n matrix a; op(T) = T^T with `trans`. Only that triangle is read. */
-static void tri_solve(const double* a, int64_t n, double* c, int64_t nrhs, bool lower, bool trans,
-                      bool unit) {
-  bool fwd = lower != trans; /* op(T) is lower triangular: forward substitution */
-  for (int64_t s = 0; s < n; s++) {
-    int64_t i = fwd ? s : n - 1 - s;
-    for (int64_t t = 0; t < s; t++) {
-      int64_t j = fwd ? t : n - 1 - t;
-      double tij = trans ? a[j * n + i] : a[i * n + j];
-      if (tij != 0.0)
-        for (int64_t r = 0; r < nrhs; r++) c[i * nrhs + r] -= tij * c[j * nrhs + r];
-    }
-    if (!unit)
-      for (int64_t r = 0; r < nrhs; r++) c[i * nrhs + r] /= a[i * n + i];
-  }
+static tpu_status_t info_error(const char* op, int info) {
+  return TPU_ERR(INVALID_ARGUMENT,
+                 "%s: The diagonal element %d is zero, the inversion could not be completed "
+                 "because the input matrix is singular.",
+                 op, info);
 }
 
-/* Swaps rows j and piv[j]-1 of c (n x nrhs) for j ascending, or descending
- * with `reverse`. */
-static void apply_pivots(double* c, int64_t nrhs, const int32_t* piv, int64_t k, bool reverse) {
-  for (int64_t s = 0; s < k; s++) {
-    int64_t j = reverse ? k - 1 - s : s, p = piv[j] - 1;
-    if (p != j)
-      for (int64_t r = 0; r < nrhs; r++) {
-        double t = c[j * nrhs + r];
-        c[j * nrhs + r] = c[p * nrhs + r];
-        c[p * nrhs + r] = t;
-      }
-  }
+static tpu_status_t not_pd_error(const char* op, int info) {
+  return TPU_ERR(INVALID_ARGUMENT,
+                 "%s: The factorization could not be completed because the input is not "
+                 "positive-definite (the leading minor of order %d is not positive-definite).",
+                 op, info);
 }
 
-/* Solves A Y = C (or A^T Y = C with `trans`) given A = P L U from lu_factor. */
-static void lu_solve(const double* lu, int64_t n, const int32_t* piv, double* c, int64_t nrhs,
-                     bool trans) {
-  if (!trans) {
-    apply_pivots(c, nrhs, piv, n, false);
-    tri_solve(lu, n, c, nrhs, true, false, true);
-    tri_solve(lu, n, c, nrhs, false, false, false);
-  } else {
-    tri_solve(lu, n, c, nrhs, false, true, false);
-    tri_solve(lu, n, c, nrhs, true, true, true);
-    apply_pivots(c, nrhs, piv, n, true);
-  }
+/* How a matrix is read or applied: transposed (MAT_T), conjugated (MAT_C),
+ * or both (MAT_H, the adjoint). */
+typedef enum mat_op { MAT_N = 0, MAT_T = 1, MAT_C = 2, MAT_H = 3 } mat_op_t;
+
+/* The LU / Cholesky / triangular family (linalg_lu.h): the real instance
+ * keeps the plain names (QR, eigh and lstsq below use its load_mat,
+ * store_mat, tri_solve and lower_from), the complex one is z_-prefixed. */
+#define LA(name) name
+#define LA_T double
+#define LA_LOAD(p, dt) tpu_load_f64(p, dt)
+#define LA_STORE(p, dt, v) tpu_store_f64(p, dt, v)
+#define LA_MUL(a, b) ((a) * (b))
+#define LA_CONJ(x) (x)
+#define LA_REAL(x) (x)
+#define LA_ABS(x) fabs(x)
+#define LA_ABS2(x) ((x) * (x))
+#define LA_ABS1(x) fabs(x)
+#define LA_SGN(x) (double)(((x) > 0) - ((x) < 0))
+#define LA_NAN NAN
+#define LA_COMPLEX 0
+#include "linalg_lu.h"
+
+static inline zc_t z_mul(zc_t a, zc_t b) {
+  double ar = creal(a), ai = cimag(a), br = creal(b), bi = cimag(b);
+  return CMPLX(ar * br - ai * bi, ar * bi + ai * br);
 }
 
-/* Cholesky of the symmetric n x n matrix a (lower triangle read) into its
- * lower triangle L (a = L L^T); the strict upper triangle is zeroed. Returns
- * info (order of the first leading minor that is not positive-definite). */
-static int cholesky(double* a, int64_t n) {
-  for (int64_t j = 0; j < n; j++) {
-    double d = a[j * n + j];
-    for (int64_t k = 0; k < j; k++) d -= a[j * n + k] * a[j * n + k];
-    if (!(d > 0.0)) return (int)(j + 1);
-    d = sqrt(d);
-    a[j * n + j] = d;
-    for (int64_t i = j + 1; i < n; i++) {
-      double s = a[i * n + j];
-      for (int64_t k = 0; k < j; k++) s -= a[i * n + k] * a[j * n + k];
-      a[i * n + j] = s / d;
-    }
-  }
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = i + 1; j < n; j++) a[i * n + j] = 0.0;
-  return 0;
-}
-
-/* Copies the `upper` triangle of a into the lower one, transposed, so the
- * lower triangle holds the matrix as read from that triangle. */
-static void lower_from(double* a, int64_t n, bool upper) {
-  if (!upper) return;
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = 0; j < i; j++) a[i * n + j] = a[j * n + i];
-}
+#define LA(name) z_##name
+#define LA_T zc_t
+#define LA_LOAD(p, dt) tpu_load_z(p, dt)
+#define LA_STORE(p, dt, v) tpu_store_z(p, dt, v)
+#define LA_MUL(a, b) z_mul(a, b)
+#define LA_CONJ(x) conj(x)
+#define LA_REAL(x) creal(x)
+#define LA_ABS(x) cabs(x)
+#define LA_ABS2(x) (creal(x) * creal(x) + cimag(x) * cimag(x))
+#define LA_ABS1(x) (fabs(creal(x)) + fabs(cimag(x)))
+#define LA_SGN(x) (cabs(x) == 0.0 ? 0.0 : (x) / cabs(x))
+#define LA_NAN CMPLX(NAN, NAN)
+#define LA_COMPLEX 1
+#include "linalg_lu.h"
 
 /* Householder QR of the m x n matrix a in place (LAPACK geqrf layout: R on
  * and above the diagonal, reflector j's v below it with v[j] = 1 implied);
@@ -482,495 +436,30 @@ static void jacobi_eigh(double* a, int64_t n, double* w, double* v) {
     }
 }
 
-/* ------------------------------------------------------------ LU kernels */
+/* ------------------------------------------- LU / Cholesky / triangular */
 
-/* Factors every matrix of A (A^T with `trans`) into LU (same batch shape),
- * pivots and, when given, info. Returns the first nonzero info (0 if none). */
-static tpu_status_t lu_factor_batches(const char* op, const tpu_tensor_t* A, bool trans,
-                                      const tpu_tensor_t* LU, const tpu_tensor_t* piv,
-                                      const tpu_tensor_t* info, int* first_info) {
-  mat_view_t av = mat_of(A), lv = mat_of(LU), pv = vec_of(piv);
-  int64_t m = lv.rows, n = lv.cols, k = m < n ? m : n;
-  int nb = A->ndim - 2;
-  int64_t nbatch = batch_count(nb, A->sizes);
-  double* a = scratch(m * n);
-  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(k > 0 ? k : 1));
-  if (!a || !p) {
-    free(a), free(p);
-    return OOM(op);
+/* The family's kernels: a call with a complex tensor runs the complex
+ * instance of linalg_lu.h, any other the real one. */
+#define LA_ENTRY(name)                                                           \
+  tpu_status_t tpu_k_##name(const tpu_call_t* call) {                            \
+    return tpu_call_has_complex(call) ? z_k_##name(call) : k_##name(call);       \
   }
-  *first_info = 0;
-  for (int64_t b = 0; b < nbatch; b++) {
-    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), trans, a);
-    int inf = lu_factor(a, m, n, p);
-    if (inf && !*first_info) *first_info = inf;
-    store_mat(&lv, batch_offset(LU, 2, nb, A->sizes, b), false, a);
-    int64_t poff = batch_offset(piv, 1, nb, A->sizes, b);
-    for (int64_t j = 0; j < k; j++) tpu_store_i64(elem_ptr(&pv, poff, j, 0), piv->dtype, p[j]);
-    if (info && info->dtype != TPU_DTYPE_NONE && tpu_tensor_numel(info) > 0)
-      tpu_store_i64(tpu_tensor_elem_ptr(info, b), info->dtype, inf);
-  }
-  free(a), free(p);
-  return NULL;
-}
-
-/* Reads the 1-based pivots of batch offset off, bounds-checked. */
-static tpu_status_t load_pivots(const char* op, const mat_view_t* pv, int64_t off, int64_t k,
-                                int64_t m, int32_t* p) {
-  for (int64_t j = 0; j < k; j++) {
-    int64_t x = tpu_load_i64(elem_ptr(pv, off, j, 0), pv->t->dtype);
-    if (x < 1 || x > m)
-      return TPU_ERR(OUT_OF_RANGE, "%s: pivot %lld is out of bounds for %lld rows", op,
-                     (long long)x, (long long)m);
-    p[j] = (int32_t)x;
-  }
-  return NULL;
-}
-
-/* out = solve of A X = B through A's LU (pivots), with lu_solve's `left` and
- * `adjoint`; batch dims of LU, pivots and B broadcast to out's. */
-static tpu_status_t lu_solve_batches(const char* op, const tpu_tensor_t* LU,
-                                     const tpu_tensor_t* piv, const tpu_tensor_t* B,
-                                     const tpu_tensor_t* out, bool left, bool adjoint) {
-  mat_view_t lv = mat_of(LU), pv = vec_of(piv), bv = mat_of(B), ov = mat_of(out);
-  int64_t n = lv.rows;
-  int64_t nrhs = left ? ov.cols : ov.rows;
-  bool trans = adjoint != !left;
-  int nb = out->ndim - 2;
-  int64_t nbatch = batch_count(nb, out->sizes);
-  double* a = scratch(n * n);
-  double* c = scratch(n * nrhs);
-  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
-  tpu_status_t st = NULL;
-  if (!a || !c || !p) st = OOM(op);
-  for (int64_t b = 0; b < nbatch && !st; b++) {
-    load_mat(&lv, batch_offset(LU, 2, nb, out->sizes, b), false, a);
-    st = load_pivots(op, &pv, batch_offset(piv, 1, nb, out->sizes, b), n, n, p);
-    if (st) break;
-    load_mat(&bv, batch_offset(B, 2, nb, out->sizes, b), !left, c);
-    lu_solve(a, n, p, c, nrhs, trans);
-    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), !left, c);
-  }
-  free(a), free(c), free(p);
-  return st;
-}
-
-static tpu_status_t info_error(const char* op, int info) {
-  return TPU_ERR(INVALID_ARGUMENT,
-                 "%s: The diagonal element %d is zero, the inversion could not be completed "
-                 "because the input matrix is singular.",
-                 op, info);
-}
-
-/* linalg_lu_factor_ex(A, *, pivot, check_errors) -> (LU, pivots, info) */
-tpu_status_t tpu_k_linalg_lu_factor_ex(const tpu_call_t* call) {
-  const char* op = "linalg.lu_factor_ex";
-  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
-  tpu_status_t st = check_matrix(op, A, false);
-  if (st) return st;
-  if (!tpu_arg_bool(call, 1, true))
-    return TPU_ERR(INVALID_ARGUMENT, "%s: LU without pivoting is not implemented on tpu", op);
-  int info;
-  st = lu_factor_batches(op, A, false, &call->outs[0], &call->outs[1], &call->outs[2], &info);
-  if (!st && info && tpu_arg_bool(call, 2, false)) st = info_error(op, info);
-  return st;
-}
-
-/* linalg_lu_solve(LU, pivots, B, *, left, adjoint) -> out */
-tpu_status_t tpu_k_linalg_lu_solve(const tpu_call_t* call) {
-  const char* op = "linalg.lu_solve";
-  const tpu_tensor_t *LU = tpu_arg_tensor(call, 0), *B = tpu_arg_tensor(call, 2);
-  tpu_status_t st = check_matrix(op, LU, true);
-  if (!st) st = check_matrix(op, B, false);
-  if (st) return st;
-  return lu_solve_batches(op, LU, tpu_arg_tensor(call, 1), B, &call->outs[0],
-                          tpu_arg_bool(call, 3, true), tpu_arg_bool(call, 4, false));
-}
-
-/* CPU's det and slogdet factor A^T instead of A when A is contiguous (their
- * backward formulas rely on the choice); so do we, for equal LU outputs.
- * solve_ex always factors A. */
-static bool use_transpose(const tpu_tensor_t* A) { return tpu_tensor_is_contiguous(A); }
-
-/* _linalg_solve_ex(A, B, *, left, check_errors) -> (result, LU, pivots, info) */
-tpu_status_t tpu_k_linalg_solve_ex(const tpu_call_t* call) {
-  const char* op = "linalg.solve_ex";
-  const tpu_tensor_t *A = tpu_arg_tensor(call, 0), *B = tpu_arg_tensor(call, 1);
-  tpu_status_t st = check_matrix(op, A, true);
-  if (!st) st = check_float(op, B);
-  if (st) return st;
-  bool left = tpu_arg_bool(call, 2, true);
-  int info;
-  st = lu_factor_batches(op, A, false, &call->outs[1], &call->outs[2], &call->outs[3], &info);
-  if (st) return st;
-  /* A vector right-hand side (B of shape A.shape[:-1], or 1-d) is an n x 1
-   * matrix. */
-  bool vec = B->ndim == 1;
-  if (B->ndim == A->ndim - 1) {
-    vec = true;
-    for (int d = 0; d < B->ndim; d++) vec = vec && B->sizes[d] == A->sizes[d];
-  }
-  tpu_tensor_t b2 = vec ? unsqueeze_last(B) : *B, r2 = vec ? unsqueeze_last(&call->outs[0]) : call->outs[0];
-  st = lu_solve_batches(op, &call->outs[1], &call->outs[2], &b2, &r2, left, false);
-  if (!st && info && tpu_arg_bool(call, 3, false)) st = info_error(op, info);
-  return st;
-}
-
-/* linalg_inv_ex(A, *, check_errors) -> (inverse, info) */
-tpu_status_t tpu_k_linalg_inv_ex(const tpu_call_t* call) {
-  const char* op = "linalg.inv_ex";
-  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
-  tpu_status_t st = check_matrix(op, A, true);
-  if (st) return st;
-  const tpu_tensor_t *inv = &call->outs[0], *info = &call->outs[1];
-  mat_view_t av = mat_of(A), iv = mat_of(inv);
-  int64_t n = av.rows;
-  int nb = A->ndim - 2;
-  int64_t nbatch = batch_count(nb, A->sizes);
-  double *a = scratch(n * n), *c = scratch(n * n);
-  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
-  if (!a || !c || !p) {
-    free(a), free(c), free(p);
-    return OOM(op);
-  }
-  int first = 0;
-  for (int64_t b = 0; b < nbatch; b++) {
-    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
-    int inf = lu_factor(a, n, n, p);
-    for (int64_t i = 0; i < n * n; i++) c[i] = (i % (n + 1)) == 0 ? 1.0 : 0.0;
-    lu_solve(a, n, p, c, n, false);
-    store_mat(&iv, batch_offset(inv, 2, nb, A->sizes, b), false, c);
-    if (has_elems(info)) tpu_store_i64(tpu_tensor_elem_ptr(info, b), info->dtype, inf);
-    if (inf && !first) first = inf;
-  }
-  free(a), free(c), free(p);
-  if (first && tpu_arg_bool(call, 1, false)) return info_error(op, first);
-  return NULL;
-}
-
-/* Visits each matrix's LU diagonal (read back from the LU output, as CPU's
- * composite does) and pivots; fn receives (sign of the permutation, diag). */
-typedef void (*lu_diag_fn_t)(void* ctx, int64_t b, double perm_sign, const double* diag, int64_t n);
-
-static tpu_status_t lu_det_batches(const char* op, const tpu_tensor_t* A, const tpu_tensor_t* LU,
-                                   const tpu_tensor_t* piv, lu_diag_fn_t fn, void* ctx) {
-  int info;
-  tpu_status_t st = lu_factor_batches(op, A, use_transpose(A), LU, piv, NULL, &info);
-  if (st) return st;
-  mat_view_t lv = mat_of(LU), pv = vec_of(piv);
-  int64_t n = lv.rows;
-  int nb = A->ndim - 2;
-  int64_t nbatch = batch_count(nb, A->sizes);
-  double* d = scratch(n);
-  if (!d) return OOM(op);
-  for (int64_t b = 0; b < nbatch; b++) {
-    int64_t loff = batch_offset(LU, 2, nb, A->sizes, b), poff = batch_offset(piv, 1, nb, A->sizes, b);
-    double sign = 1.0;
-    for (int64_t j = 0; j < n; j++) {
-      d[j] = tpu_load_f64(elem_ptr(&lv, loff, j, j), LU->dtype);
-      if (tpu_load_i64(elem_ptr(&pv, poff, j, 0), piv->dtype) != j + 1) sign = -sign;
-    }
-    fn(ctx, b, sign, d, n);
-  }
-  free(d);
-  return NULL;
-}
-
-static void det_store(void* ctx, int64_t b, double sign, const double* d, int64_t n) {
-  const tpu_tensor_t* out = (const tpu_tensor_t*)ctx;
-  double r = sign;
-  for (int64_t j = 0; j < n; j++) r *= d[j];
-  tpu_store_f64(tpu_tensor_elem_ptr(out, b), out->dtype, r);
-}
-
-/* _linalg_det(A) -> (result, LU, pivots) */
-tpu_status_t tpu_k_linalg_det(const tpu_call_t* call) {
-  const char* op = "linalg.det";
-  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
-  tpu_status_t st = check_matrix(op, A, true);
-  if (st) return st;
-  return lu_det_batches(op, A, &call->outs[1], &call->outs[2], det_store, &call->outs[0]);
-}
-
-static void slogdet_store(void* ctx, int64_t b, double sign, const double* d, int64_t n) {
-  const tpu_tensor_t* outs = (const tpu_tensor_t*)ctx;
-  double logabs = 0.0;
-  for (int64_t j = 0; j < n; j++) {
-    if (d[j] < 0) sign = -sign;
-    if (d[j] == 0) sign = 0.0;
-    logabs += log(fabs(d[j]));
-  }
-  tpu_store_f64(tpu_tensor_elem_ptr(&outs[0], b), outs[0].dtype, sign);
-  tpu_store_f64(tpu_tensor_elem_ptr(&outs[1], b), outs[1].dtype, logabs);
-}
-
-/* _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots) */
-tpu_status_t tpu_k_linalg_slogdet(const tpu_call_t* call) {
-  const char* op = "linalg.slogdet";
-  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
-  tpu_status_t st = check_matrix(op, A, true);
-  if (st) return st;
-  return lu_det_batches(op, A, &call->outs[2], &call->outs[3], slogdet_store, call->outs);
-}
-
-/* Writes P (m x m), L (m x k) and U (k x n) of batch b from the m x n LU
- * buffer and pivots; each of P/L/U may be empty (skipped). */
-static void lu_unpack_one(const double* lu, int64_t m, int64_t n, const int32_t* piv,
-                          const tpu_tensor_t* P, const tpu_tensor_t* L, const tpu_tensor_t* U,
-                          int nb, const int64_t* bsizes, int64_t b, double* tmp) {
-  int64_t k = m < n ? m : n;
-  if (has_elems(P)) {
-    /* perm[i]: the row of A that lands in row i of P^T A = L U. */
-    int64_t* perm = (int64_t*)tmp;
-    for (int64_t i = 0; i < m; i++) perm[i] = i;
-    for (int64_t j = 0; j < k; j++) {
-      int64_t t = perm[j];
-      perm[j] = perm[piv[j] - 1], perm[piv[j] - 1] = t;
-    }
-    mat_view_t v = mat_of(P);
-    int64_t off = batch_offset(P, 2, nb, bsizes, b);
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < m; j++) tpu_store_f64(elem_ptr(&v, off, i, j), P->dtype, 0.0);
-    for (int64_t i = 0; i < m; i++) tpu_store_f64(elem_ptr(&v, off, perm[i], i), P->dtype, 1.0);
-  }
-  if (has_elems(L)) {
-    mat_view_t v = mat_of(L);
-    int64_t off = batch_offset(L, 2, nb, bsizes, b);
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < k; j++)
-        tpu_store_f64(elem_ptr(&v, off, i, j), L->dtype,
-                      i == j ? 1.0 : i > j ? lu[i * n + j] : 0.0);
-  }
-  if (has_elems(U)) {
-    mat_view_t v = mat_of(U);
-    int64_t off = batch_offset(U, 2, nb, bsizes, b);
-    for (int64_t i = 0; i < k; i++)
-      for (int64_t j = 0; j < n; j++)
-        tpu_store_f64(elem_ptr(&v, off, i, j), U->dtype, j >= i ? lu[i * n + j] : 0.0);
-  }
-}
-
-/* Shared by linalg_lu (factor == true: LU from A) and lu_unpack (LU and
- * pivots given). */
-static tpu_status_t lu_unpack_batches(const char* op, const tpu_tensor_t* A,
-                                      const tpu_tensor_t* piv_in, bool factor,
-                                      const tpu_call_t* call) {
-  tpu_status_t st = check_matrix(op, A, false);
-  if (st) return st;
-  mat_view_t av = mat_of(A);
-  int64_t m = av.rows, n = av.cols, k = m < n ? m : n;
-  int nb = A->ndim - 2;
-  int64_t nbatch = batch_count(nb, A->sizes);
-  double *a = scratch(m * n), *tmp = scratch(m);
-  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(k > 0 ? k : 1));
-  if (!a || !tmp || !p) st = OOM(op);
-  mat_view_t pv = piv_in ? vec_of(piv_in) : av;
-  for (int64_t b = 0; b < nbatch && !st; b++) {
-    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
-    if (factor) lu_factor(a, m, n, p);
-    else st = load_pivots(op, &pv, batch_offset(piv_in, 1, nb, A->sizes, b), k, m, p);
-    if (!st)
-      lu_unpack_one(a, m, n, p, &call->outs[0], &call->outs[1], &call->outs[2], nb, A->sizes, b,
-                    tmp);
-  }
-  free(a), free(tmp), free(p);
-  return st;
-}
-
-/* linalg_lu(A, *, pivot) -> (P, L, U) */
-tpu_status_t tpu_k_linalg_lu(const tpu_call_t* call) {
-  if (!tpu_arg_bool(call, 1, true))
-    return TPU_ERR(INVALID_ARGUMENT, "linalg.lu: LU without pivoting is not implemented on tpu");
-  return lu_unpack_batches("linalg.lu", tpu_arg_tensor(call, 0), NULL, true, call);
-}
-
-/* lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots) -> (P, L, U) */
-tpu_status_t tpu_k_lu_unpack(const tpu_call_t* call) {
-  const tpu_tensor_t* piv = tpu_arg_tensor(call, 1);
-  if (piv->dtype != TPU_I32 && piv->dtype != TPU_I64)
-    return TPU_ERR(INVALID_ARGUMENT, "lu_unpack: LU_pivots must be an integer tensor, got %s",
-                   tpu_dtype_name(piv->dtype));
-  return lu_unpack_batches("lu_unpack", tpu_arg_tensor(call, 0), piv, false, call);
-}
-
-/* ------------------------------------------------------ Cholesky kernels */
-
-static tpu_status_t not_pd_error(const char* op, int info) {
-  return TPU_ERR(INVALID_ARGUMENT,
-                 "%s: The factorization could not be completed because the input is not "
-                 "positive-definite (the leading minor of order %d is not positive-definite).",
-                 op, info);
-}
-
-/* Cholesky of every matrix of A into out (lower, or its transpose with
- * `upper`, which also reads A's upper triangle); info per matrix when given. */
-static tpu_status_t cholesky_batches(const char* op, const tpu_tensor_t* A, bool upper,
-                                     const tpu_tensor_t* out, const tpu_tensor_t* info,
-                                     int* first_info) {
-  tpu_status_t st = check_matrix(op, A, true);
-  if (st) return st;
-  mat_view_t av = mat_of(A), ov = mat_of(out);
-  int64_t n = av.rows;
-  int nb = A->ndim - 2;
-  int64_t nbatch = batch_count(nb, A->sizes);
-  double* a = scratch(n * n);
-  if (!a) return OOM(op);
-  *first_info = 0;
-  for (int64_t b = 0; b < nbatch; b++) {
-    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
-    lower_from(a, n, upper);
-    int inf = cholesky(a, n);
-    if (inf && !*first_info) *first_info = inf;
-    store_mat(&ov, batch_offset(out, 2, nb, A->sizes, b), upper, a);
-    if (info && has_elems(info)) tpu_store_i64(tpu_tensor_elem_ptr(info, b), info->dtype, inf);
-  }
-  free(a);
-  return NULL;
-}
-
-/* linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info) */
-tpu_status_t tpu_k_linalg_cholesky_ex(const tpu_call_t* call) {
-  const char* op = "linalg.cholesky_ex";
-  int info;
-  tpu_status_t st = cholesky_batches(op, tpu_arg_tensor(call, 0), tpu_arg_bool(call, 1, false),
-                                     &call->outs[0], &call->outs[1], &info);
-  if (!st && info && tpu_arg_bool(call, 2, false)) st = not_pd_error(op, info);
-  return st;
-}
-
-/* cholesky(self, upper) -> out; fails for inputs that are not PD. */
-tpu_status_t tpu_k_cholesky(const tpu_call_t* call) {
-  const char* op = "cholesky";
-  int info;
-  tpu_status_t st = cholesky_batches(op, tpu_arg_tensor(call, 0), tpu_arg_bool(call, 1, false),
-                                     &call->outs[0], NULL, &info);
-  if (!st && info) st = not_pd_error(op, info);
-  return st;
-}
-
-/* Solves (L L^T) X = C in place for the lower-triangular factor l. */
-static void cholesky_solve(const double* l, int64_t n, double* c, int64_t nrhs) {
-  tri_solve(l, n, c, nrhs, true, false, false);
-  tri_solve(l, n, c, nrhs, true, true, false);
-}
-
-/* cholesky_inverse(self, upper) -> out = (L L^T)^-1 or (U^T U)^-1 */
-tpu_status_t tpu_k_cholesky_inverse(const tpu_call_t* call) {
-  const char* op = "cholesky_inverse";
-  const tpu_tensor_t *F = tpu_arg_tensor(call, 0), *out = &call->outs[0];
-  tpu_status_t st = check_matrix(op, F, true);
-  if (st) return st;
-  bool upper = tpu_arg_bool(call, 1, false);
-  mat_view_t fv = mat_of(F), ov = mat_of(out);
-  int64_t n = fv.rows;
-  int nb = F->ndim - 2;
-  int64_t nbatch = batch_count(nb, F->sizes);
-  double *l = scratch(n * n), *c = scratch(n * n);
-  if (!l || !c) {
-    free(l), free(c);
-    return OOM(op);
-  }
-  for (int64_t b = 0; b < nbatch; b++) {
-    /* With `upper`, the factor U = L^T: load it transposed as L. */
-    load_mat(&fv, batch_offset(F, 2, nb, F->sizes, b), upper, l);
-    for (int64_t i = 0; i < n * n; i++) c[i] = (i % (n + 1)) == 0 ? 1.0 : 0.0;
-    cholesky_solve(l, n, c, n);
-    store_mat(&ov, batch_offset(out, 2, nb, F->sizes, b), false, c);
-  }
-  free(l), free(c);
-  return NULL;
-}
-
-/* _cholesky_solve_helper(self=B, A=factor, upper) -> out */
-tpu_status_t tpu_k_cholesky_solve_helper(const tpu_call_t* call) {
-  const char* op = "cholesky_solve";
-  const tpu_tensor_t *B = tpu_arg_tensor(call, 0), *F = tpu_arg_tensor(call, 1);
-  const tpu_tensor_t* out = &call->outs[0];
-  tpu_status_t st = check_matrix(op, F, true);
-  if (!st) st = check_matrix(op, B, false);
-  if (st) return st;
-  bool upper = tpu_arg_bool(call, 2, false);
-  mat_view_t fv = mat_of(F), bv = mat_of(B), ov = mat_of(out);
-  int64_t n = fv.rows, nrhs = ov.cols;
-  int nb = out->ndim - 2;
-  int64_t nbatch = batch_count(nb, out->sizes);
-  double *l = scratch(n * n), *c = scratch(n * nrhs);
-  if (!l || !c) {
-    free(l), free(c);
-    return OOM(op);
-  }
-  for (int64_t b = 0; b < nbatch; b++) {
-    load_mat(&fv, batch_offset(F, 2, nb, out->sizes, b), upper, l);
-    load_mat(&bv, batch_offset(B, 2, nb, out->sizes, b), false, c);
-    cholesky_solve(l, n, c, nrhs);
-    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, c);
-  }
-  free(l), free(c);
-  return NULL;
-}
-
-/* linalg_solve_triangular(self=A, B, *, upper, left, unitriangular) -> out */
-tpu_status_t tpu_k_linalg_solve_triangular(const tpu_call_t* call) {
-  const char* op = "linalg.solve_triangular";
-  const tpu_tensor_t *A = tpu_arg_tensor(call, 0), *B = tpu_arg_tensor(call, 1);
-  const tpu_tensor_t* out = &call->outs[0];
-  tpu_status_t st = check_matrix(op, A, true);
-  if (!st) st = check_matrix(op, B, false);
-  if (st) return st;
-  bool upper = tpu_arg_bool(call, 2, false), left = tpu_arg_bool(call, 3, true);
-  bool unit = tpu_arg_bool(call, 4, false);
-  mat_view_t av = mat_of(A), bv = mat_of(B), ov = mat_of(out);
-  int64_t n = av.rows, nrhs = left ? ov.cols : ov.rows;
-  int nb = out->ndim - 2;
-  int64_t nbatch = batch_count(nb, out->sizes);
-  double *a = scratch(n * n), *c = scratch(n * nrhs);
-  if (!a || !c) {
-    free(a), free(c);
-    return OOM(op);
-  }
-  for (int64_t b = 0; b < nbatch; b++) {
-    /* X A = B is A^T X^T = B^T. */
-    load_mat(&av, batch_offset(A, 2, nb, out->sizes, b), false, a);
-    load_mat(&bv, batch_offset(B, 2, nb, out->sizes, b), !left, c);
-    tri_solve(a, n, c, nrhs, !upper, !left, unit);
-    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), !left, c);
-  }
-  free(a), free(c);
-  return NULL;
-}
-
-/* triangular_solve(self=B, A, upper, transpose, unitriangular) ->
- * (solution X with op(A) X = B, cloned_coefficient = A over the broadcast
- * batch); op(A) is A or A^T. */
-tpu_status_t tpu_k_triangular_solve(const tpu_call_t* call) {
-  const char* op = "triangular_solve";
-  const tpu_tensor_t *B = tpu_arg_tensor(call, 0), *A = tpu_arg_tensor(call, 1);
-  const tpu_tensor_t *X = &call->outs[0], *AC = &call->outs[1];
-  tpu_status_t st = check_matrix(op, A, true);
-  if (!st) st = check_matrix(op, B, false);
-  if (st) return st;
-  bool upper = tpu_arg_bool(call, 2, true), trans = tpu_arg_bool(call, 3, false);
-  bool unit = tpu_arg_bool(call, 4, false);
-  mat_view_t av = mat_of(A), bv = mat_of(B), xv = mat_of(X), cv = mat_of(AC);
-  int64_t n = av.rows, nrhs = xv.cols;
-  int nb = X->ndim - 2;
-  int64_t nbatch = batch_count(nb, X->sizes);
-  bool copy_a = has_elems(AC);
-  double *a = scratch(n * n), *c = scratch(n * nrhs);
-  if (!a || !c) {
-    free(a), free(c);
-    return OOM(op);
-  }
-  for (int64_t b = 0; b < nbatch; b++) {
-    load_mat(&av, batch_offset(A, 2, nb, X->sizes, b), false, a);
-    load_mat(&bv, batch_offset(B, 2, nb, X->sizes, b), false, c);
-    tri_solve(a, n, c, nrhs, !upper, trans, unit);
-    store_mat(&xv, batch_offset(X, 2, nb, X->sizes, b), false, c);
-    if (copy_a) store_mat(&cv, batch_offset(AC, 2, nb, X->sizes, b), false, a);
-  }
-  free(a), free(c);
-  return NULL;
-}
+LA_ENTRY(linalg_lu_factor_ex)
+LA_ENTRY(linalg_lu_solve)
+LA_ENTRY(linalg_solve_ex)
+LA_ENTRY(linalg_inv_ex)
+LA_ENTRY(linalg_det)
+LA_ENTRY(linalg_slogdet)
+LA_ENTRY(linalg_lu)
+LA_ENTRY(lu_unpack)
+LA_ENTRY(linalg_cholesky_ex)
+LA_ENTRY(cholesky)
+LA_ENTRY(cholesky_inverse)
+LA_ENTRY(cholesky_solve_helper)
+LA_ENTRY(linalg_solve_triangular)
+LA_ENTRY(triangular_solve)
+LA_ENTRY(linalg_matrix_exp)
+#undef LA_ENTRY
 
 /* ------------------------------------------------------------ QR kernels */
 
@@ -1250,108 +739,6 @@ tpu_status_t tpu_k_linalg_cross(const tpu_call_t* call) {
       }
     }
   }
-  return NULL;
-}
-
-/* ------------------------------------------------------------------ matrix exponential */
-
-/* c = a @ b for n x n row-major matrices (c distinct from a and b) */
-static void mat_mul(const double* a, const double* b, double* c, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    double* ci = c + i * n;
-    for (int64_t j = 0; j < n; j++) ci[j] = 0;
-    for (int64_t k = 0; k < n; k++) {
-      const double aik = a[i * n + k];
-      const double* bk = b + k * n;
-      for (int64_t j = 0; j < n; j++) ci[j] += aik * bk[j];
-    }
-  }
-}
-
-/* exp(a) for one n x n matrix, in place: the degree-13 Pade approximant with
- * scaling and squaring (Higham, "The scaling and squaring method for the
- * matrix exponential revisited", 2005): a is scaled by 2^-s until its 1-norm
- * is at most theta_13, r = q^-1 p, then squared s times. w: 7 n^2 doubles,
- * piv: n ints. A matrix with a non-finite entry gives NaN everywhere. */
-static void matrix_exp_one(double* a, int64_t n, double* w, int32_t* piv) {
-  static const double b[14] = {64764752532480000.0, 32382376266240000.0, 7771770303897600.0,
-                               1187353796428800.0,  129060195264000.0,   10559470521600.0,
-                               670442572800.0,      33522128640.0,       1323241920.0,
-                               40840800.0,          960960.0,            16380.0,
-                               182.0,               1.0};
-  const double theta13 = 5.371920351148152;
-  const int64_t nn = n * n;
-  double norm = 0;
-  for (int64_t j = 0; j < n; j++) {
-    double col = 0;
-    for (int64_t i = 0; i < n; i++) col += fabs(a[i * n + j]);
-    norm = col > norm || col != col ? col : norm;
-  }
-  if (!isfinite(norm)) {
-    for (int64_t i = 0; i < nn; i++) a[i] = NAN;
-    return;
-  }
-  int s = 0;
-  if (norm > theta13) s = (int)ceil(log2(norm / theta13));
-  const double scale = ldexp(1.0, -s);
-  double *a2 = w, *a4 = w + nn, *a6 = w + 2 * nn, *u = w + 3 * nn, *v = w + 4 * nn;
-  double *t = w + 5 * nn, *q = w + 6 * nn;
-  for (int64_t i = 0; i < nn; i++) a[i] *= scale;
-  mat_mul(a, a, a2, n);
-  mat_mul(a2, a2, a4, n);
-  mat_mul(a4, a2, a6, n);
-  /* u = a (a6 (b13 a6 + b11 a4 + b9 a2) + b7 a6 + b5 a4 + b3 a2 + b1 I),
-   * v = a6 (b12 a6 + b10 a4 + b8 a2) + b6 a6 + b4 a4 + b2 a2 + b0 I */
-  for (int64_t i = 0; i < nn; i++) t[i] = b[13] * a6[i] + b[11] * a4[i] + b[9] * a2[i];
-  mat_mul(a6, t, q, n);
-  for (int64_t i = 0; i < nn; i++)
-    q[i] += b[7] * a6[i] + b[5] * a4[i] + b[3] * a2[i] + (i % (n + 1) == 0 ? b[1] : 0);
-  mat_mul(a, q, u, n);
-  for (int64_t i = 0; i < nn; i++) t[i] = b[12] * a6[i] + b[10] * a4[i] + b[8] * a2[i];
-  mat_mul(a6, t, v, n);
-  for (int64_t i = 0; i < nn; i++)
-    v[i] += b[6] * a6[i] + b[4] * a4[i] + b[2] * a2[i] + (i % (n + 1) == 0 ? b[0] : 0);
-  /* (v - u) r = v + u */
-  for (int64_t i = 0; i < nn; i++) {
-    q[i] = v[i] - u[i];
-    a[i] = v[i] + u[i];
-  }
-  lu_factor(q, n, n, piv);
-  lu_solve(q, n, piv, a, n, false);
-  for (int k = 0; k < s; k++) {
-    mat_mul(a, a, t, n);
-    memcpy(a, t, sizeof(double) * (size_t)nn);
-  }
-}
-
-/* linalg_matrix_exp(self): exp of each square matrix, computed in double. */
-tpu_status_t tpu_k_linalg_matrix_exp(const tpu_call_t* call) {
-  const char* op = "linalg.matrix_exp";
-  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
-  const tpu_tensor_t* out = &call->outs[0];
-  if (!tpu_dtype_is_float(A->dtype))
-    return TPU_ERR(UNIMPLEMENTED, "%s: dtype %s is not supported (floating types)", op,
-                   tpu_dtype_name(A->dtype));
-  if (A->ndim < 2 || A->sizes[A->ndim - 1] != A->sizes[A->ndim - 2])
-    return TPU_ERR(INVALID_ARGUMENT,
-                   "%s: Expected a square matrix or batches of square matrices, got %d dims", op,
-                   (int)A->ndim);
-  mat_view_t av = mat_of(A), ov = mat_of(out);
-  const int64_t n = av.rows;
-  const int nb = A->ndim - 2;
-  const int64_t nbatch = batch_count(nb, A->sizes);
-  double* a = scratch(8 * n * n);
-  int32_t* piv = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
-  if (!a || !piv) {
-    free(a), free(piv);
-    return OOM(op);
-  }
-  for (int64_t bi = 0; bi < nbatch && n > 0; bi++) {
-    load_mat(&av, batch_offset(A, 2, nb, A->sizes, bi), false, a);
-    matrix_exp_one(a, n, a + n * n, piv);
-    store_mat(&ov, batch_offset(out, 2, nb, A->sizes, bi), false, a);
-  }
-  free(a), free(piv);
   return NULL;
 }
 
