@@ -226,3 +226,19 @@ def test_errors(mode, dtype):
         d.scatter(0, torch.tensor([[0]], device=DEV), src).cpu()
     with pytest.raises(IndexError, match="same number of elements"):
         d.put(torch.tensor([0, 1], device=DEV), torch.ones(3, dtype=dtype, device=DEV)).cpu()
+
+
+def test_complex_scalar_into_real(mode):
+    """A complex value or alpha with an imaginary part is refused for a real tensor as on CPU;
+    one with imaginary part 0 is taken."""
+    for dev in (DEV, "cpu"):
+        x, i = torch.ones(3, 2, device=dev), torch.tensor([[0]], device=dev)
+        with pytest.raises(RuntimeError, match="cannot be converted to type"):
+            x.scatter(0, i, 1j).cpu()
+        with pytest.raises(RuntimeError, match="cannot be converted to type"):
+            x.index_add(0, i[0], torch.ones(1, 2, device=dev), alpha=2j).cpu()
+    x = torch.ones(3, 2)
+    assert_same(x.to(DEV).scatter(0, torch.tensor([[0]], device=DEV), 2 + 0j),
+                x.scatter(0, torch.tensor([[0]]), 2 + 0j))
+    assert_same(x.to(DEV).index_add(0, torch.tensor([1], device=DEV), torch.ones(1, 2, device=DEV), alpha=3 + 0j),
+                x.index_add(0, torch.tensor([1]), torch.ones(1, 2), alpha=3 + 0j))

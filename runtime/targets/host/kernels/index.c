@@ -255,6 +255,16 @@ static const tpu_tensor_t* scalar_desc(const tpu_call_t* c, int i, tpu_dtype_t d
   return tmp;
 }
 
+/* CPU refuses a complex scalar argument i with an imaginary part for a real
+ * dtype dt (it does not drop the imaginary part). */
+static tpu_status_t check_real_scalar(const char* op, const tpu_call_t* c, int i, tpu_dtype_t dt) {
+  const tpu_arg_t* a = &c->args[i];
+  if (i >= c->nargs || a->kind != TPU_ARG_COMPLEX || a->v.c[1] == 0 || tpu_dtype_is_complex(dt))
+    return TPU_OK;
+  return TPU_ERR(INVALID_ARGUMENT, "%s: value cannot be converted to type %s without overflow", op,
+                 tpu_dtype_name(dt));
+}
+
 static void shape_str(char* buf, size_t cap, int nd, const int64_t* sizes) {
   size_t n = (size_t)snprintf(buf, cap, "[");
   for (int d = 0; d < nd && n < cap; d++)
@@ -651,6 +661,7 @@ static tpu_status_t scatter_args(const char* op, const tpu_call_t* c, scatter_ar
     a->src = as_nd(c->args[3].v.t, &a->t_src);
     TPU_RETURN_IF_ERROR(check_same_dtype(op, a->self, a->src, "src"));
   } else {
+    TPU_RETURN_IF_ERROR(check_real_scalar(op, c, 3, a->out->dtype));
     a->src = scalar_desc(c, 3, a->out->dtype, &a->t_src);
   }
   return copy_self(a->out, a->self);
@@ -864,7 +875,10 @@ static tpu_status_t index_accumulate(const char* op, const tpu_call_t* c, red_t 
   double alpha = red == RED_ADD ? tpu_arg_f64(c, 4, 1.0) : 1.0;
   int64_t ialpha = red == RED_ADD ? tpu_arg_i64(c, 4, 1) : 1;
   double zalpha[2] = {alpha, 0};
-  if (red == RED_ADD) (void)tpu_arg_complex(c, 4, zalpha);
+  if (red == RED_ADD) {
+    TPU_RETURN_IF_ERROR(check_real_scalar(op, c, 4, a.out->dtype));
+    (void)tpu_arg_complex(c, 4, zalpha);
+  }
   /* PyTorch's CPU index_add runs as scatter_add when alpha is 1 and the
    * index int64 along the first or last dim of a tensor with 2+ dims: then
    * it accumulates f16/bf16 in float and raises RuntimeError for a bad
