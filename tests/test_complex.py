@@ -282,6 +282,3 @@ def test_refusals(mode):
         torch.div(d, d, rounding_mode="floor")
     with pytest.raises(NotImplementedError, match=r"aten::cumsum.*ComplexFloat.*tpu"):
         torch.cumsum(d, 0)
-    with pytest.raises(NotImplementedError, match="accumulate=True is not implemented for complex"):
-        d.index_put_((torch.tensor([0], device=DEV),), d[:1].clone(), accumulate=True)
-        torch.tpu.synchronize()

@@ -113,17 +113,38 @@ static const char* const k_complex_ops[] = {
     "tan", "tanh", "triangular_solve", "uniform", "vdot", "where", "zero",
 };
 
-bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {
-  if (base && tpu_dtype_is_complex(dt)) {
-    int lo = 0, hi = (int)(sizeof k_complex_ops / sizeof k_complex_ops[0]) - 1;
-    while (lo <= hi) {
-      const int mid = (lo + hi) / 2, c = strcmp(base, k_complex_ops[mid]);
-      if (c == 0) return true;
-      if (c < 0) hi = mid - 1;
-      else lo = mid + 1;
-    }
-    return false;
+/* More complex families: the data-movement kernels that take any element size
+ * or split a complex tensor into its real parts (index.c, shape.c, pads,
+ * im2col), and the truth-value ops (nonzero, any/all, logical_*: a complex is
+ * true when its real or imaginary part is nonzero). Sorted. */
+static const char* const k_complex_move_ops[] = {
+    "all", "any", "channel_shuffle", "col2im", "count_nonzero", "eye", "gather", "im2col",
+    "index_add", "index_copy", "index_fill", "logical_and", "logical_not", "logical_or",
+    "logical_xor", "masked_scatter", "nonzero", "nonzero_static", "put", "reflection_pad1d",
+    "reflection_pad1d_backward", "reflection_pad2d", "reflection_pad2d_backward",
+    "reflection_pad3d", "reflection_pad3d_backward", "replication_pad1d",
+    "replication_pad1d_backward", "replication_pad2d", "replication_pad2d_backward",
+    "replication_pad3d", "replication_pad3d_backward", "scatter", "scatter_add",
+    "scatter_reduce", "take", "tril", "triu",
+};
+
+/* Whether `base` is one of the n sorted names of `list`. */
+static bool in_sorted(const char* const* list, int n, const char* base) {
+  int lo = 0, hi = n - 1;
+  while (lo <= hi) {
+    const int mid = (lo + hi) / 2, c = strcmp(base, list[mid]);
+    if (c == 0) return true;
+    if (c < 0) hi = mid - 1;
+    else lo = mid + 1;
   }
+  return false;
+}
+
+bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {
+  if (base && tpu_dtype_is_complex(dt))
+    return in_sorted(k_complex_ops, (int)(sizeof k_complex_ops / sizeof k_complex_ops[0]), base) ||
+           in_sorted(k_complex_move_ops,
+                     (int)(sizeof k_complex_move_ops / sizeof k_complex_move_ops[0]), base);
   if (base && (dt == TPU_U16 || dt == TPU_U32 || dt == TPU_U64)) {
     for (size_t i = 0; i < sizeof k_uint_ops / sizeof k_uint_ops[0]; i++)
       if (strcmp(base, k_uint_ops[i]) == 0) return true;

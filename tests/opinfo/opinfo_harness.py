@@ -20,9 +20,9 @@ from torch.utils._pytree import tree_flatten, tree_leaves
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool)
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# Swept only when asked for (tools/op_coverage.py --dtypes complex64): compared
-# with assert_close's complex64 defaults, forward only.
-OPTIONAL_DTYPES = (torch.complex64,)
+# Swept only when asked for (tools/op_coverage.py --dtypes complex64 complex128):
+# compared with assert_close's complex defaults, forward only.
+OPTIONAL_DTYPES = (torch.complex64, torch.complex128)
 DEFAULT_SAMPLES = 4
 # float32 matmuls run at CPU's precision: the tpu default ("medium") rounds their
 # inputs to bfloat16 by design (torch_tpu/precision.py), which is not a conformance bug.

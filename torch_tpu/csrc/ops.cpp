@@ -1368,6 +1368,10 @@ void match_cpu_outputs(const OpInfo& info, const c10::IValue* args, size_t nargs
              !out.empty() && out[0].defined && args[0].isTensor()) {
     const at::Tensor like = at::empty_like(to_meta(args[0].toTensor()));
     out[0].strides.assign(like.strides().begin(), like.strides().end());
+  } else if (info.name == "nonzero_static" && !out.empty() && out[0].defined &&
+             out[0].sizes.size() == 2) {
+    // CPU's kernel returns a row-major [size, ndim] result, the meta kernel nonzero's layout
+    out[0].strides.assign({std::max<int64_t>(out[0].sizes[1], 1), 1});
   } else if (info.name == "native_layer_norm" && out.size() >= 3 && args[0].isTensor()) {
     out[1].dtype = out[2].dtype = args[0].toTensor().scalar_type();
   } else if ((info.name == "multi_margin_loss" || info.name == "multilabel_margin_loss_forward") &&

@@ -615,6 +615,7 @@ static chunk_t unfold_chunk(const geo_t* g, char* img, char* mat) {
 /* im2col(self, kernel_size, dilation, padding, stride) -> (N, C*kh*kw, L) */
 tpu_status_t tpu_k_im2col(const tpu_call_t* call) {
   const char* op = "im2col";
+  if (tpu_call_has_complex(call)) return tpu_complex_by_parts(call);
   const tpu_tensor_t* x0 = tpu_arg_tensor(call, 0);
   if (!x0) return TPU_ERR(INVALID_ARGUMENT, "%s: missing input", op);
   tpu_tensor_t x, y;
@@ -638,6 +639,7 @@ tpu_status_t tpu_k_im2col(const tpu_call_t* call) {
  * (N, C, H, W): the sum of each column's window */
 tpu_status_t tpu_k_col2im(const tpu_call_t* call) {
   const char* op = "col2im";
+  if (tpu_call_has_complex(call)) return tpu_complex_by_parts(call);
   const tpu_tensor_t* x0 = tpu_arg_tensor(call, 0);
   if (!x0) return TPU_ERR(INVALID_ARGUMENT, "%s: missing input", op);
   tpu_tensor_t x, y;

@@ -532,10 +532,22 @@ tpu_status_t tpu_k_lt(const tpu_call_t* c) { return binary("lt", c, &lt_loops, 0
 tpu_status_t tpu_k_le(const tpu_call_t* c) { return binary("le", c, &le_loops, 0, false); }
 tpu_status_t tpu_k_gt(const tpu_call_t* c) { return binary("gt", c, &gt_loops, 0, false); }
 tpu_status_t tpu_k_ge(const tpu_call_t* c) { return binary("ge", c, &ge_loops, 0, false); }
-tpu_status_t tpu_k_logical_and(const tpu_call_t* c) { return binary("logical_and", c, &logical_and_loops, 0, false); }
-tpu_status_t tpu_k_logical_or(const tpu_call_t* c) { return binary("logical_or", c, &logical_or_loops, 0, false); }
-tpu_status_t tpu_k_logical_xor(const tpu_call_t* c) { return binary("logical_xor", c, &logical_xor_loops, 0, false); }
-tpu_status_t tpu_k_logical_not(const tpu_call_t* c) { return unary("logical_not", c, &logical_not_loops, false); }
+tpu_status_t tpu_k_logical_and(const tpu_call_t* c) {
+  if (tpu_call_has_complex(c)) return tpu_complex_on_truth(c);
+  return binary("logical_and", c, &logical_and_loops, 0, false);
+}
+tpu_status_t tpu_k_logical_or(const tpu_call_t* c) {
+  if (tpu_call_has_complex(c)) return tpu_complex_on_truth(c);
+  return binary("logical_or", c, &logical_or_loops, 0, false);
+}
+tpu_status_t tpu_k_logical_xor(const tpu_call_t* c) {
+  if (tpu_call_has_complex(c)) return tpu_complex_on_truth(c);
+  return binary("logical_xor", c, &logical_xor_loops, 0, false);
+}
+tpu_status_t tpu_k_logical_not(const tpu_call_t* c) {
+  if (tpu_call_has_complex(c)) return tpu_complex_on_truth(c);
+  return unary("logical_not", c, &logical_not_loops, false);
+}
 tpu_status_t tpu_k_bitwise_and(const tpu_call_t* c) { return binary("bitwise_and", c, &bitwise_and_loops, 0, false); }
 tpu_status_t tpu_k_bitwise_or(const tpu_call_t* c) { return binary("bitwise_or", c, &bitwise_or_loops, 0, false); }
 tpu_status_t tpu_k_bitwise_xor(const tpu_call_t* c) { return binary("bitwise_xor", c, &bitwise_xor_loops, 0, false); }

@@ -445,6 +445,7 @@ done:
  * nonzero elements (row-major), rows past the count filled with fill_value */
 tpu_status_t tpu_k_nonzero_static(const tpu_call_t* c) {
   const char* op = "nonzero_static";
+  if (tpu_call_has_complex(c)) return tpu_complex_on_truth(c);
   const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
   const tpu_tensor_t* out = &c->outs[0];
   int64_t size = tpu_arg_i64(c, 1, 0), fill = tpu_arg_i64(c, 2, -1);

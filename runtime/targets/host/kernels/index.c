@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "kernels.h"
+#include "zvalue.h"
 
 #define WALK_MAX_OPS (TPU_MAX_DIMS + 2)
 #define WALK_GRAIN 16384 /* elements per parallel task at least */
@@ -150,6 +151,7 @@ typedef struct {
   size_t esz;
   red_t red;
   double alpha;   /* RED_ADD: dst += alpha * src */
+  double alpha_im; /* complex dtypes: alpha's imaginary part */
   int64_t ialpha;
 } index_ctx_t;
 
@@ -167,11 +169,15 @@ static int64_t indexed_offset(const index_ctx_t* cx, char* const* p) {
 }
 
 /* dst = dst (op) src, stored in dst's dtype; floats combine in double,
- * integers with two's complement wrap-around, NaN propagates through max/min. */
+ * complex values in double complex (sum and product only), integers with
+ * two's complement wrap-around, NaN propagates through max/min. */
 static void combine(char* dst, const char* src, const index_ctx_t* cx) {
   tpu_dtype_t dt = cx->dt;
   if (cx->red == RED_COPY) {
     copy_elem(dst, src, cx->esz);
+  } else if (tpu_dtype_is_complex(dt)) {
+    zc_t a = tpu_load_z(dst, dt), b = tpu_load_z(src, cx->src_dt);
+    tpu_store_z(dst, dt, cx->red == RED_MUL ? a * b : a + CMPLX(cx->alpha, cx->alpha_im) * b);
   } else if (tpu_dtype_is_float(dt)) {
     double a = tpu_load_f64(dst, dt), b = tpu_load_f64(src, cx->src_dt), r;
     switch (cx->red) {
@@ -236,11 +242,27 @@ static const tpu_tensor_t* scalar_desc(const tpu_call_t* c, int i, tpu_dtype_t d
   tmp->dtype = dt;
   tmp->data = tmp->inline_value;
   const tpu_arg_t* a = &c->args[i];
+  if (tpu_dtype_is_complex(dt)) {
+    double z[2] = {0, 0};
+    (void)tpu_arg_complex(c, i, z);
+    tpu_store_z(tmp->data, dt, CMPLX(z[0], z[1]));
+    return tmp;
+  }
   bool as_float = a->kind == TPU_ARG_DOUBLE ||
                   (a->kind == TPU_ARG_TENSOR && tpu_dtype_is_float(a->v.t->dtype));
   if (as_float) tpu_store_f64(tmp->data, dt, tpu_arg_f64(c, i, 0));
   else tpu_store_i64(tmp->data, dt, tpu_arg_i64(c, i, 0));
   return tmp;
+}
+
+/* CPU refuses a complex scalar argument i with an imaginary part for a real
+ * dtype dt (it does not drop the imaginary part). */
+static tpu_status_t check_real_scalar(const char* op, const tpu_call_t* c, int i, tpu_dtype_t dt) {
+  const tpu_arg_t* a = &c->args[i];
+  if (i >= c->nargs || a->kind != TPU_ARG_COMPLEX || a->v.c[1] == 0 || tpu_dtype_is_complex(dt))
+    return TPU_OK;
+  return TPU_ERR(INVALID_ARGUMENT, "%s: value cannot be converted to type %s without overflow", op,
+                 tpu_dtype_name(dt));
 }
 
 static void shape_str(char* buf, size_t cap, int nd, const int64_t* sizes) {
@@ -639,6 +661,7 @@ static tpu_status_t scatter_args(const char* op, const tpu_call_t* c, scatter_ar
     a->src = as_nd(c->args[3].v.t, &a->t_src);
     TPU_RETURN_IF_ERROR(check_same_dtype(op, a->self, a->src, "src"));
   } else {
+    TPU_RETURN_IF_ERROR(check_real_scalar(op, c, 3, a->out->dtype));
     a->src = scalar_desc(c, 3, a->out->dtype, &a->t_src);
   }
   return copy_self(a->out, a->self);
@@ -664,7 +687,9 @@ static void mean_visit(void* c, char* const* p) {
   const index_ctx_t* cx = c;
   int64_t n = *(const int64_t*)p[1];
   if (n == 0) n = 1;
-  if (tpu_dtype_is_float(cx->dt)) {
+  if (tpu_dtype_is_complex(cx->dt)) {
+    tpu_store_z(p[0], cx->dt, tpu_load_z(p[0], cx->dt) / (double)n);
+  } else if (tpu_dtype_is_float(cx->dt)) {
     tpu_store_f64(p[0], cx->dt, tpu_load_f64(p[0], cx->dt) / (double)n);
   } else { /* floor division like PyTorch for integral means */
     int64_t a = tpu_load_i64(p[0], cx->dt), q = a / n;
@@ -799,6 +824,9 @@ tpu_status_t tpu_k_scatter_reduce(const tpu_call_t* c) {
   scatter_args_t a;
   TPU_RETURN_IF_ERROR(scatter_args(op, c, &a));
   if (a.src->ndim == 0) return TPU_ERR(INVALID_ARGUMENT, "%s: src must be a tensor", op);
+  if ((red == RED_MAX || red == RED_MIN) && tpu_dtype_is_complex(a.out->dtype))
+    return TPU_ERR(UNIMPLEMENTED, "\"scatter_gather_tensor_cpu_reduce_%s\" not implemented for '%s'",
+                   reduce, a.out->dtype == TPU_C64 ? "ComplexFloat" : "ComplexDouble");
   return scatter_reduce_run(op, &a, red, include_self, !strcmp(reduce, "mean"));
 }
 
@@ -846,13 +874,18 @@ static tpu_status_t index_accumulate(const char* op, const tpu_call_t* c, red_t 
   /* index_add's alpha (index_copy.out has out there) */
   double alpha = red == RED_ADD ? tpu_arg_f64(c, 4, 1.0) : 1.0;
   int64_t ialpha = red == RED_ADD ? tpu_arg_i64(c, 4, 1) : 1;
+  double zalpha[2] = {alpha, 0};
+  if (red == RED_ADD) {
+    TPU_RETURN_IF_ERROR(check_real_scalar(op, c, 4, a.out->dtype));
+    (void)tpu_arg_complex(c, 4, zalpha);
+  }
   /* PyTorch's CPU index_add runs as scatter_add when alpha is 1 and the
    * index int64 along the first or last dim of a tensor with 2+ dims: then
    * it accumulates f16/bf16 in float and raises RuntimeError for a bad
    * index; otherwise it adds in the dtype and raises IndexError. With 2+
    * dims and nothing to add or nothing to add into it checks no index. */
   int nd = tpu_arg_tensor(c, 0)->ndim;
-  bool scatter_path = red == RED_ADD && alpha == 1.0 && nd > 1 && (a.dim == 0 || a.dim == nd - 1) &&
+  bool scatter_path = red == RED_ADD && alpha == 1.0 && zalpha[1] == 0 && nd > 1 && (a.dim == 0 || a.dim == nd - 1) &&
                       a.index->dtype == TPU_I64;
   if (red == RED_ADD && nd > 1 &&
       (tpu_tensor_numel(a.index) == 0 || tpu_tensor_numel(tpu_arg_tensor(c, 0)) == 0))
@@ -870,6 +903,7 @@ static tpu_status_t index_accumulate(const char* op, const tpu_call_t* c, red_t 
   dim_walk(&w, &cx, a.self->ndim, a.shape, a.dim, &acc.t, src, a.index, false);
   cx.red = red;
   cx.alpha = alpha;
+  cx.alpha_im = zalpha[1];
   cx.ialpha = ialpha;
   w.serial_dims = 1ull << a.dim;
   w.visit = scatter_visit;
@@ -1163,9 +1197,6 @@ tpu_status_t tpu_k_index(const tpu_call_t* c) {
  * task, so duplicates accumulate (or overwrite) in row-major order. */
 tpu_status_t tpu_k_index_put(const tpu_call_t* c) {
   const char* op = "index_put()";
-  if (tpu_arg_bool(c, 3, false) && tpu_call_has_complex(c))
-    return TPU_ERR(UNIMPLEMENTED, "index_put_ with accumulate=True is not implemented for complex "
-                   "dtypes on tpu");
   const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
   const tpu_tensor_t* values = tpu_arg_tensor(c, 2);
   const tpu_tensor_t* out = &c->outs[0];
@@ -1276,6 +1307,8 @@ static inline bool elem_nonzero(const char* p, tpu_dtype_t dt) {
     case TPU_I32: return *(const int32_t*)p != 0;
     case TPU_F64: return *(const double*)p != 0;
     case TPU_I64: return *(const int64_t*)p != 0;
+    case TPU_C64: return ((const float*)p)[0] != 0 || ((const float*)p)[1] != 0;
+    case TPU_C128: return ((const double*)p)[0] != 0 || ((const double*)p)[1] != 0;
     default: return *(const uint8_t*)p != 0;
   }
 }
@@ -1374,4 +1407,74 @@ tpu_status_t tpu_k_nonzero(const tpu_call_t* c) {
   tpu_parallel_for(nblocks, 1, nz_blocks, &cx);
   free(counts);
   return TPU_OK;
+}
+
+/* ---- truth values of complex operands ---- */
+#define TRUTH_MAX_ARGS 16
+
+static void truth_visit(void* c, char* const* p) {
+  *(uint8_t*)p[0] = elem_nonzero(p[1], *(const tpu_dtype_t*)c);
+}
+
+/* A new contiguous bool tensor of t's shape in *out, holding t's truth values
+ * when `fill`; *buf receives the memory (caller frees). */
+static tpu_status_t truth_tensor(const char* op, const tpu_tensor_t* t, bool fill, tpu_tensor_t* out,
+                                 void** buf) {
+  int64_t n = tpu_tensor_numel(t);
+  *buf = malloc((size_t)(n > 0 ? n : 1));
+  if (!*buf) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for %lld truth values", op,
+                            (long long)n);
+  tpu_tensor_make_contig(out, *buf, TPU_BOOL, t->ndim, t->sizes);
+  out->flags = t->flags & TPU_TENSOR_WRAPPED_NUMBER;
+  if (!fill) return TPU_OK;
+  walk_t w = {0};
+  w.ndim = t->ndim;
+  w.nops = 2;
+  memcpy(w.sizes, t->sizes, sizeof(int64_t) * (size_t)t->ndim);
+  walk_operand(&w, 0, out);
+  walk_operand(&w, 1, t);
+  tpu_dtype_t dt = t->dtype;
+  w.ctx = &dt;
+  w.visit = truth_visit;
+  walk_run(&w);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_complex_on_truth(const tpu_call_t* c) {
+  const char* op = c->op ? c->op->name : "complex op";
+  if (c->nargs > TRUTH_MAX_ARGS || c->nouts > TRUTH_MAX_ARGS)
+    return TPU_ERR(INTERNAL, "%s: too many arguments for a complex truth-value call", op);
+  tpu_arg_t args[TRUTH_MAX_ARGS];
+  tpu_tensor_t ins[TRUTH_MAX_ARGS], outs[TRUTH_MAX_ARGS];
+  void* bufs[2 * TRUTH_MAX_ARGS];
+  int nbufs = 0;
+  memcpy(args, c->args, sizeof(tpu_arg_t) * (size_t)c->nargs);
+  memcpy(outs, c->outs, sizeof(tpu_tensor_t) * (size_t)c->nouts);
+  tpu_status_t st = TPU_OK;
+  for (int i = 0; i < c->nargs && !st; i++) {
+    if (args[i].kind == TPU_ARG_COMPLEX) {
+      bool b = args[i].v.c[0] != 0 || args[i].v.c[1] != 0;
+      args[i].kind = TPU_ARG_BOOL;
+      args[i].v.b = b;
+    } else if (args[i].kind == TPU_ARG_TENSOR && tpu_dtype_is_complex(args[i].v.t->dtype)) {
+      st = truth_tensor(op, args[i].v.t, true, &ins[i], &bufs[nbufs]);
+      if (!st) nbufs++;
+      args[i].v.t = &ins[i];
+    }
+  }
+  for (int o = 0; o < c->nouts && !st; o++) {
+    if (!tpu_dtype_is_complex(outs[o].dtype)) continue;
+    st = truth_tensor(op, &c->outs[o], false, &outs[o], &bufs[nbufs]);
+    if (!st) nbufs++;
+  }
+  if (!st) {
+    tpu_call_t c2 = *c;
+    c2.args = args;
+    c2.outs = outs;
+    st = c->op->fn(&c2);
+  }
+  for (int o = 0; o < c->nouts && !st; o++)
+    if (tpu_dtype_is_complex(c->outs[o].dtype)) st = tpu_copy_strided(&c->outs[o], &outs[o]);
+  for (int k = 0; k < nbufs; k++) free(bufs[k]);
+  return st;
 }

@@ -120,6 +120,17 @@ tpu_status_t tpu_complex_reduce(const tpu_call_t* call, int dim_arg);
 tpu_status_t tpu_complex_on_abs(const tpu_call_t* call);
 /* Converting copy where src or dst is complex (tpu_copy_strided's path). */
 tpu_status_t tpu_complex_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src);
+/* A complex call run by the call's own real kernel twice (complex_parts.c):
+ * over the real parts, then the imaginary parts, of every complex tensor
+ * argument and result. For ops linear with real weights (padding, im2col);
+ * a complex scalar argument is UNIMPLEMENTED. */
+tpu_status_t tpu_complex_by_parts(const tpu_call_t* call);
+/* A call of a truth-value op (logical_*, any, all, count_nonzero,
+ * nonzero_static) with complex operands (index.c): reruns the call's kernel
+ * with each complex argument replaced by its truth values (bool: real or
+ * imaginary part nonzero); complex results are computed as bool and
+ * converted. */
+tpu_status_t tpu_complex_on_truth(const tpu_call_t* call);
 
 /* elu with scale / input_scale other than 1 (misc.c), called by elu */
 tpu_status_t tpu_elu_scaled(const tpu_call_t* call);

@@ -1060,6 +1060,8 @@ static tpu_status_t reduce(const tpu_call_t* c, const char* op, rkind_t kind, in
                            double param) {
   if ((kind == R_SUM || kind == R_MEAN || kind == R_PROD) && tpu_call_has_complex(c))
     return tpu_complex_reduce(c, dim_arg);
+  if ((kind == R_ALL || kind == R_ANY || kind == R_COUNT) && tpu_call_has_complex(c))
+    return tpu_complex_on_truth(c);
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
   int nouts = kind == R_MINMAX ? 2 : (c->nouts > 1 ? 2 : 1);
   if (!in || c->nouts < nouts)

@@ -421,6 +421,7 @@ static bool pad_table(pad_kind_t kind, int64_t pad_l, int64_t in, int64_t out, i
  * grad_input. padding holds (left, right) pairs from the last dim. */
 static tpu_status_t pad_op(const char* op, const tpu_call_t* call, pad_kind_t kind, int nsp,
                            bool backward) {
+  if (tpu_call_has_complex(call)) return tpu_complex_by_parts(call);
   const tpu_tensor_t* src = tpu_arg_tensor(call, 0);
   const tpu_tensor_t* dst = &call->outs[0];
   int pad_arg = backward ? 2 : 1;
