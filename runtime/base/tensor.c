@@ -98,15 +98,17 @@ static const char* const k_uint_ops[] = {
 /* The complex dtypes: the families whose host kernels take complex operands
  * (complex.c, fft.c, and the byte-moving shape and index kernels). Sorted. */
 static const char* const k_complex_ops[] = {
-    "_conj_physical", "_fft_c2c", "_fft_c2r", "_fft_r2c", "_index_put_impl", "_to_copy",
-    "abs", "acos", "acosh", "add", "addmm", "angle", "asin", "asinh", "atan", "atanh",
-    "bmm", "cat", "clone", "complex", "conj_physical", "constant_pad_nd", "copy", "cos",
-    "cosh", "div", "dot", "eq", "exp", "expm1", "fill", "flip", "index", "index_put",
-    "index_select", "isfinite", "isinf", "isnan", "linalg_vector_norm", "log", "log10",
-    "log1p", "log2", "masked_fill", "masked_select", "mean", "mm", "mul", "mv",
-    "narrow_copy", "ne", "neg", "normal", "polar", "pow", "prod", "reciprocal", "repeat",
-    "roll", "rsqrt", "rsub", "sgn", "sigmoid", "sin", "sinh", "sqrt", "stack", "sub", "sum",
-    "tan", "tanh", "uniform", "vdot", "where", "zero",
+    "_conj_physical", "_fft_c2c", "_fft_c2r", "_fft_r2c", "_index_put_impl", "_to_copy", "abs",
+    "acos", "acosh", "add", "addbmm", "addcdiv", "addcmul", "addmm", "addmv", "angle", "asin",
+    "asinh", "atan", "atanh", "baddbmm", "bmm", "cat", "clone", "complex", "conj_physical",
+    "constant_pad_nd", "copy", "cos", "cosh", "cumprod", "cumsum", "div", "dot", "eq", "exp",
+    "exp2", "expm1", "fill", "flip", "index", "index_put", "index_select", "isfinite", "isinf",
+    "isnan", "lerp", "linalg_cross", "linalg_vector_norm", "linspace", "log", "log10", "log1p",
+    "log2", "logaddexp", "logcumsumexp", "logspace", "logsumexp", "masked_fill",
+    "masked_select", "mean", "mm", "mul", "mv", "narrow_copy", "ne", "neg", "norm", "normal",
+    "polar", "pow", "prod", "reciprocal", "renorm", "repeat", "roll", "rsqrt", "rsub", "sgn",
+    "sigmoid", "silu", "sin", "sinc", "sinh", "sqrt", "stack", "std", "std_mean", "sub", "sum",
+    "tan", "tanh", "trace", "uniform", "var", "var_mean", "vdot", "where", "zero",
 };
 
 bool tpu_dtype_narrow_op_takes(const char* base, tpu_dtype_t dt) {
