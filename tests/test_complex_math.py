@@ -60,10 +60,11 @@ def test_pow(mode, dtype):
     # large results: complex64 computes in float like CPU's cpowf
     x, y = crand((8, 8), dtype, 4, 2.0), crand((8, 8), dtype, 5, 2.0)
     same(torch.pow, x, y, dtype=dtype)
-    for e in (2, 3, -2, 0.5, -0.5, -1, 2.5, 1 + 1j, 0):
-        same(lambda a: torch.pow(a, e), x, dtype=dtype)
-    same(lambda a: torch.pow(2.0, a), x, dtype=dtype)
     zero = torch.zeros(3, dtype=dtype)
+    for e in (2, 3, -2, 0.5, -0.5, -1, 2.5, 1 + 1j, 0, 1, 1 + 0j):
+        same(lambda a: torch.pow(a, e), x, dtype=dtype)
+        same(lambda a: torch.pow(a, e), zero, dtype=dtype)
+    same(lambda a: torch.pow(2.0, a), x, dtype=dtype)
     same(lambda a, b: torch.pow(a, b[:3]), zero, y[0], dtype=dtype)
 
 

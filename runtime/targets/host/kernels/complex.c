@@ -184,11 +184,13 @@ static void b_div(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
   for (int64_t i = 0; i < n; i++) o[i] = in[0][i] / in[1][i];
 }
 /* pow as CPU's kernels: std::pow of the dtype's complex (C's cpowf / cpow),
- * and for a Scalar exponent of 2, 3, -2, 0.5, -0.5 or -1 the products,
- * square roots and reciprocals PyTorch picks instead. */
-enum { ZPOW_ANY, ZPOW_SQ, ZPOW_CUBE, ZPOW_INVSQ, ZPOW_SQRT, ZPOW_RSQRT, ZPOW_RECIP };
+ * and for a Scalar exponent of 0, 1, 2, 3, -2, 0.5, -0.5 or -1 the fill,
+ * copy, products, square roots and reciprocals PyTorch picks instead. */
+enum { ZPOW_ANY, ZPOW_ZERO, ZPOW_ONE, ZPOW_SQ, ZPOW_CUBE, ZPOW_INVSQ, ZPOW_SQRT, ZPOW_RSQRT, ZPOW_RECIP };
 static zc_t zpow(zc_t a, zc_t b, int how, bool single) {
   switch (how) {
+    case ZPOW_ZERO: return 1;
+    case ZPOW_ONE: return a;
     case ZPOW_SQ: return zmul(a, a);
     case ZPOW_CUBE: return zmul(zmul(a, a), a);
     case ZPOW_INVSQ: return 1 / zmul(a, a);
@@ -206,7 +208,7 @@ static int pow_special(const tpu_call_t* c) {
   double e[2];
   if (c->nargs < 2 || c->args[1].kind == TPU_ARG_TENSOR || !tpu_arg_complex(c, 1, e) || e[1] != 0)
     return ZPOW_ANY;
-  return e[0] == 2 ? ZPOW_SQ : e[0] == 3 ? ZPOW_CUBE : e[0] == -2 ? ZPOW_INVSQ
+  return e[0] == 0 ? ZPOW_ZERO : e[0] == 1 ? ZPOW_ONE : e[0] == 2 ? ZPOW_SQ : e[0] == 3 ? ZPOW_CUBE : e[0] == -2 ? ZPOW_INVSQ
        : e[0] == 0.5 ? ZPOW_SQRT : e[0] == -0.5 ? ZPOW_RSQRT : e[0] == -1 ? ZPOW_RECIP : ZPOW_ANY;
 }
 /* addcmul: self + value * t1 * t2; addcdiv: self + value * t1 / t2 */
