@@ -99,18 +99,20 @@ static const char* const k_uint_ops[] = {
  * (complex.c, fft.c, and the byte-moving shape and index kernels). Sorted. */
 static const char* const k_complex_ops[] = {
     "_cholesky_solve_helper", "_conj_physical", "_fft_c2c", "_fft_c2r", "_fft_r2c",
-    "_index_put_impl", "_linalg_det", "_linalg_slogdet", "_linalg_solve_ex", "_to_copy",
-    "abs", "acos", "acosh", "add", "addmm", "angle", "asin", "asinh", "atan", "atanh",
-    "bmm", "cat", "cholesky", "cholesky_inverse", "clone", "complex", "conj_physical",
-    "constant_pad_nd", "copy", "cos",
-    "cosh", "div", "dot", "eq", "exp", "expm1", "fill", "flip", "index", "index_put",
-    "index_select", "isfinite", "isinf", "isnan", "linalg_cholesky_ex", "linalg_inv_ex",
-    "linalg_lu", "linalg_lu_factor_ex", "linalg_lu_solve", "linalg_matrix_exp",
-    "linalg_solve_triangular", "linalg_vector_norm", "log", "log10",
-    "log1p", "log2", "lu_unpack", "masked_fill", "masked_select", "mean", "mm", "mul", "mv",
-    "narrow_copy", "ne", "neg", "normal", "polar", "pow", "prod", "reciprocal", "repeat",
-    "roll", "rsqrt", "rsub", "sgn", "sigmoid", "sin", "sinh", "sqrt", "stack", "sub", "sum",
-    "tan", "tanh", "triangular_solve", "uniform", "vdot", "where", "zero",
+    "_index_put_impl", "_linalg_det", "_linalg_slogdet", "_linalg_solve_ex", "_to_copy", "abs",
+    "acos", "acosh", "add", "addbmm", "addcdiv", "addcmul", "addmm", "addmv", "angle", "asin",
+    "asinh", "atan", "atanh", "baddbmm", "bmm", "cat", "cholesky", "cholesky_inverse", "clone",
+    "complex", "conj_physical", "constant_pad_nd", "copy", "cos", "cosh", "cumprod", "cumsum",
+    "div", "dot", "eq", "exp", "exp2", "expm1", "fill", "flip", "index", "index_put",
+    "index_select", "isfinite", "isinf", "isnan", "lerp", "linalg_cholesky_ex", "linalg_cross",
+    "linalg_inv_ex", "linalg_lu", "linalg_lu_factor_ex", "linalg_lu_solve", "linalg_matrix_exp",
+    "linalg_solve_triangular", "linalg_vector_norm", "linspace", "log", "log10", "log1p", "log2",
+    "logaddexp", "logcumsumexp", "logspace", "logsumexp", "lu_unpack", "masked_fill",
+    "masked_select", "mean", "mm", "mul", "mv", "narrow_copy", "ne", "neg", "norm", "normal",
+    "polar", "pow", "prod", "reciprocal", "renorm", "repeat", "roll", "rsqrt", "rsub", "sgn",
+    "sigmoid", "silu", "sin", "sinc", "sinh", "sqrt", "stack", "std", "std_mean", "sub", "sum",
+    "tan", "tanh", "trace", "triangular_solve", "uniform", "var", "var_mean", "vdot", "where",
+    "zero",
 };
 
 /* More complex families: the data-movement kernels that take any element size

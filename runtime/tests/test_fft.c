@@ -91,7 +91,7 @@ static void test_complex_ops(void) {
   CHECK(tpu_dtype_size(TPU_C64) == 8 && tpu_dtype_size(TPU_C128) == 16);
   CHECK(tpu_dtype_promote(TPU_C64, TPU_F64) == TPU_C128);
   CHECK(tpu_dtype_promote(TPU_C64, TPU_I64) == TPU_C64);
-  CHECK(tpu_dtype_narrow_op_takes("mul", TPU_C64) && !tpu_dtype_narrow_op_takes("cumsum", TPU_C128));
+  CHECK(tpu_dtype_narrow_op_takes("mul", TPU_C64) && !tpu_dtype_narrow_op_takes("cummax", TPU_C128));
   float a[4] = {1, 2, 3, -1}, b[4] = {0.5f, -1, 2, 2}, o[4];
   int64_t s[1] = {2};
   tpu_tensor_t ta = tt_make(a, TPU_C64, 1, s), tb = tt_make(b, TPU_C64, 1, s), to = tt_make(o, TPU_C64, 1, s);

@@ -20,7 +20,7 @@
 #include "tpu/parallel.h"
 
 
-#define ZMAX_IN 3
+#define ZMAX_IN 4
 
 /* out = f(in[0..nin-1]) over n contiguous elements */
 typedef void (*zbody_t)(const void* ctx, int64_t n, zc_t* out, const zc_t* const* in);
@@ -138,9 +138,38 @@ static const tpu_tensor_t* operand(const tpu_call_t* c, int i, tpu_tensor_t* tmp
 
 /* ---- bodies ---- */
 typedef struct zctx {
-  zc_t s; /* alpha, fill value */
-  int op; /* unary: which function */
+  zc_t s;      /* alpha, fill value, weight */
+  int op;      /* unary: which function; pow: a special exponent */
+  bool single; /* complex64 result: constants (and pow) in float, as CPU */
+  zc_t t;      /* beta */
 } zctx_t;
+
+/* a * b as c10::complex multiplies (no C99 infinity recovery) */
+static inline zc_t zmul(zc_t a, zc_t b) {
+  return CMPLX(creal(a) * creal(b) - cimag(a) * cimag(b), creal(a) * cimag(b) + cimag(a) * creal(b));
+}
+
+/* log(1 + z) as c10's CPU log1p computes it */
+static zc_t zlog1p(zc_t z) {
+  const zc_t u = z + 1;
+  if (u == 1) return z;
+  const zc_t lu = clog(u);
+  return u - 1 == z ? lu : lu * (z / (u - 1));
+}
+
+/* log(exp(x) + exp(y)) as PyTorch's complex _log_add_exp_helper (logaddexp,
+ * logcumsumexp): the operand of larger real part factored out */
+static zc_t zlog_add_exp(zc_t x, zc_t y) {
+  zc_t lo, hi;
+  if (isnan(creal(y)) || isnan(cimag(y))) lo = hi = y;
+  else if (isnan(creal(x)) || isnan(cimag(x))) lo = hi = x;
+  else if (creal(x) < creal(y)) lo = x, hi = y;
+  else lo = y, hi = x;
+  if (isnan(creal(lo)) || isnan(cimag(lo))) return CMPLX(NAN, NAN);
+  if (!isfinite(creal(lo)) && creal(lo) == creal(hi))
+    return creal(lo) < 0 ? lo : clog(cexp(lo) + cexp(hi));
+  return zlog1p(cexp(lo - hi)) + hi;
+}
 
 static void b_add(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
   const zc_t s = ((const zctx_t*)v)->s;
@@ -154,15 +183,60 @@ static void b_div(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
   (void)v;
   for (int64_t i = 0; i < n; i++) o[i] = in[0][i] / in[1][i];
 }
-static zc_t zpow(zc_t a, zc_t b) {
-  if (b == 0) return 1;
-  if (a == 0) return creal(b) > 0 && cimag(b) == 0 ? 0 : cpow(a, b);
-  if (cimag(b) == 0 && creal(b) == 2) return a * a;
-  return cpow(a, b);
+/* pow as CPU's kernels: std::pow of the dtype's complex (C's cpowf / cpow),
+ * and for a Scalar exponent of 0, 1, 2, 3, -2, 0.5, -0.5 or -1 the fill,
+ * copy, products, square roots and reciprocals PyTorch picks instead. */
+enum { ZPOW_ANY, ZPOW_ZERO, ZPOW_ONE, ZPOW_SQ, ZPOW_CUBE, ZPOW_INVSQ, ZPOW_SQRT, ZPOW_RSQRT, ZPOW_RECIP };
+static zc_t zpow(zc_t a, zc_t b, int how, bool single) {
+  switch (how) {
+    case ZPOW_ZERO: return 1;
+    case ZPOW_ONE: return a;
+    case ZPOW_SQ: return zmul(a, a);
+    case ZPOW_CUBE: return zmul(zmul(a, a), a);
+    case ZPOW_INVSQ: return 1 / zmul(a, a);
+    case ZPOW_SQRT: return csqrt(a);
+    case ZPOW_RSQRT: return 1 / csqrt(a);
+    case ZPOW_RECIP: return 1 / a;
+    default: return single ? (zc_t)cpowf((float _Complex)a, (float _Complex)b) : cpow(a, b);
+  }
 }
 static void b_pow(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  const zctx_t* cx = v;
+  for (int64_t i = 0; i < n; i++) o[i] = zpow(in[0][i], in[1][i], cx->op, cx->single);
+}
+static int pow_special(const tpu_call_t* c) {
+  double e[2];
+  if (c->nargs < 2 || c->args[1].kind == TPU_ARG_TENSOR || !tpu_arg_complex(c, 1, e) || e[1] != 0)
+    return ZPOW_ANY;
+  return e[0] == 0 ? ZPOW_ZERO : e[0] == 1 ? ZPOW_ONE : e[0] == 2 ? ZPOW_SQ : e[0] == 3 ? ZPOW_CUBE : e[0] == -2 ? ZPOW_INVSQ
+       : e[0] == 0.5 ? ZPOW_SQRT : e[0] == -0.5 ? ZPOW_RSQRT : e[0] == -1 ? ZPOW_RECIP : ZPOW_ANY;
+}
+/* addcmul: self + value * t1 * t2; addcdiv: self + value * t1 / t2 */
+static void b_addcmul(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  const zc_t s = ((const zctx_t*)v)->s;
+  for (int64_t i = 0; i < n; i++) o[i] = in[0][i] + s * in[1][i] * in[2][i];
+}
+static void b_addcdiv(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  const zc_t s = ((const zctx_t*)v)->s;
+  for (int64_t i = 0; i < n; i++) o[i] = in[0][i] + s * in[1][i] / in[2][i];
+}
+/* lerp(self, end, weight) by PyTorch's two forms, chosen by |weight| < 0.5;
+ * the weight is in[2] or, with two operands, the scalar s */
+static void b_lerp(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  const zctx_t* cx = v;
+  for (int64_t i = 0; i < n; i++) {
+    const zc_t a = in[0][i], b = in[1][i], w = cx->op ? in[2][i] : cx->s;
+    o[i] = cabs(w) < 0.5 ? a + w * (b - a) : b - (b - a) * (1 - w);
+  }
+}
+static void b_logaddexp(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
   (void)v;
-  for (int64_t i = 0; i < n; i++) o[i] = zpow(in[0][i], in[1][i]);
+  for (int64_t i = 0; i < n; i++) o[i] = zlog_add_exp(in[0][i], in[1][i]);
+}
+/* one component of a cross product: in0 * in1 - in2 * in3 */
+static void b_cross(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  (void)v;
+  for (int64_t i = 0; i < n; i++) o[i] = in[0][i] * in[1][i] - in[2][i] * in[3][i];
 }
 static void b_eq(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
   const bool ne = ((const zctx_t*)v)->op;
@@ -204,6 +278,8 @@ static void b_copy(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
   X(cosh, ccosh(z)) X(tanh, ctanh(z)) X(asin, casin(z)) X(acos, cacos(z))   \
   X(atan, catan(z)) X(asinh, casinh(z)) X(acosh, cacosh(z))                 \
   X(atanh, catanh(z)) X(sigmoid, 1 / (1 + cexp(-z)))                        \
+  X(silu, z / (1 + cexp(-z))) X(exp2, cexp(ZCONST(M_LN2) * z))              \
+  X(sinc, z == 0 ? 1 : csin(ZCONST(M_PI) * z) / (ZCONST(M_PI) * z))         \
   X(isnan, isnan(creal(z)) || isnan(cimag(z)))                              \
   X(isfinite, isfinite(creal(z)) && isfinite(cimag(z)))                     \
   X(isinf, isinf(creal(z)) || isinf(cimag(z)))
@@ -215,8 +291,12 @@ enum {
   ZU_COUNT
 };
 
+/* a constant as CPU holds it: in float for complex64 */
+#define ZCONST(k) (single ? (double)(float)(k) : (k))
+
 static void b_unary(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
   const int op = ((const zctx_t*)v)->op;
+  const bool single = ((const zctx_t*)v)->single;
   const zc_t* a = in[0];
   switch (op) {
 #define X(name, expr)                                        \
@@ -230,6 +310,7 @@ static void b_unary(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
 #undef X
     default: break;
   }
+  (void)single;
 }
 
 static int unary_of(tpu_op_id_t id) {
@@ -253,56 +334,105 @@ tpu_status_t tpu_complex_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src) 
   return zmap("copy", dst, in, 1, b_copy, NULL);
 }
 
-/* ---- reductions: sum, mean, prod over a set of dims ---- */
-tpu_status_t tpu_complex_reduce(const tpu_call_t* c, int dim_arg) {
-  const tpu_op_id_t id = c->op ? c->op->id : TPU_OPID_NONE;
-  const char* op = c->op ? c->op->name : "reduction";
-  if (id != TPU_OPID_sum && id != TPU_OPID_mean && id != TPU_OPID_prod)
-    return TPU_ERR(UNIMPLEMENTED, "%s is not implemented for complex dtypes on tpu", op);
-  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
-  const tpu_tensor_t* out = &c->outs[0];
-  const int nd = in->ndim;
-  uint64_t mask = 0;
+/* ---- reductions over a set of dims ---- */
+/* The dims named by args[dim_arg] (int or int list; absent, none or empty:
+ * every dim) as a bit mask over nd dims. */
+static tpu_status_t zdims(const tpu_call_t* c, const char* op, int dim_arg, int nd, uint64_t* mask) {
   const tpu_arg_t* da = dim_arg >= 0 && dim_arg < c->nargs ? &c->args[dim_arg] : NULL;
   int64_t dl[TPU_MAX_DIMS];
   int ndl = 0;
   if (da && da->kind == TPU_ARG_INT) dl[ndl++] = da->v.i;
   else if (da && da->kind == TPU_ARG_INTLIST)
     for (int k = 0; k < da->n && ndl < TPU_MAX_DIMS; k++) dl[ndl++] = da->v.ilist[k];
+  *mask = 0;
   for (int k = 0; k < ndl; k++) {
     const int64_t d = dl[k] < 0 ? dl[k] + nd : dl[k];
     if (nd == 0 && (d == 0 || d == -1)) continue;
     TPU_CHECK_ARG(d >= 0 && d < nd, "%s: dim %lld out of range for a %d-D tensor", op, (long long)dl[k], nd);
-    mask |= 1ull << d;
+    *mask |= 1ull << d;
   }
-  if (ndl == 0) mask = nd ? (nd == 64 ? ~0ull : (1ull << nd) - 1) : 0;
-  const int64_t on = tpu_tensor_numel(out), n = tpu_tensor_numel(in);
-  zc_t* acc = malloc((size_t)(on > 0 ? on : 1) * sizeof(zc_t));
-  if (!acc) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for %lld accumulators", op, (long long)on);
-  const zc_t init = id == TPU_OPID_prod ? 1 : 0;
-  for (int64_t i = 0; i < on; i++) acc[i] = init;
-  int64_t idx[TPU_MAX_DIMS] = {0}, count = 1;
-  for (int d = 0; d < nd; d++)
-    if (mask >> d & 1) count *= in->sizes[d];
-  const int64_t es = (int64_t)tpu_dtype_size(in->dtype);
+  if (ndl == 0) *mask = nd ? (nd == 64 ? ~0ull : (1ull << nd) - 1) : 0;
+  return TPU_OK;
+}
+
+/* Calls visit(ctx, oi, v) for every element v of `in` in row-major order; oi
+ * is the element's output index (row-major over the dims not in mask). */
+static void zwalk(const tpu_tensor_t* in, uint64_t mask, void (*visit)(void*, int64_t, zc_t),
+                  void* ctx) {
+  const int nd = in->ndim;
+  const int64_t n = tpu_tensor_numel(in), es = (int64_t)tpu_dtype_size(in->dtype);
+  int64_t idx[TPU_MAX_DIMS] = {0};
   for (int64_t e = 0; e < n; e++) {
     int64_t off = 0, oi = 0;
     for (int d = 0; d < nd; d++) {
       off += idx[d] * in->strides[d];
       if (!(mask >> d & 1)) oi = oi * in->sizes[d] + idx[d];
     }
-    const zc_t v = tpu_load_z((const char*)in->data + off * es, in->dtype);
-    if (id == TPU_OPID_prod) acc[oi] *= v;
-    else acc[oi] += v;
+    visit(ctx, oi, tpu_load_z((const char*)in->data + off * es, in->dtype));
     for (int d = nd - 1; d >= 0; d--) {
       if (++idx[d] < in->sizes[d]) break;
       idx[d] = 0;
     }
   }
-  if (id == TPU_OPID_mean)
-    for (int64_t i = 0; i < on; i++) acc[i] /= (double)count;
-  for (int64_t i = 0; i < on; i++) tpu_store_z(tpu_tensor_elem_ptr(out, i), out->dtype, acc[i]);
-  free(acc);
+}
+
+typedef struct zacc {
+  zc_t* acc;
+  double* re; /* logsumexp: each output's largest real part, then its shift */
+} zacc_t;
+
+static void v_sum(void* v, int64_t oi, zc_t x) { ((zacc_t*)v)->acc[oi] += x; }
+static void v_prod(void* v, int64_t oi, zc_t x) { ((zacc_t*)v)->acc[oi] *= x; }
+static void v_max_re(void* v, int64_t oi, zc_t x) { /* amax: NaN wins */
+  double* m = &((zacc_t*)v)->re[oi];
+  if (creal(x) > *m || creal(x) != creal(x)) *m = *m != *m ? *m : creal(x);
+}
+static void v_sum_exp(void* v, int64_t oi, zc_t x) {
+  zacc_t* a = v;
+  a->acc[oi] += cexp(x - a->re[oi]);
+}
+
+/* sum, mean, prod and logsumexp over the dims of args[dim_arg], accumulated
+ * in double complex in input order. logsumexp follows PyTorch's composite:
+ * the largest real part m of each output (0 where infinite) shifts the
+ * inputs, log(sum(exp(x - m))) + m. */
+tpu_status_t tpu_complex_reduce(const tpu_call_t* c, int dim_arg) {
+  const tpu_op_id_t id = c->op ? c->op->id : TPU_OPID_NONE;
+  const char* op = c->op ? c->op->name : "reduction";
+  if (id != TPU_OPID_sum && id != TPU_OPID_mean && id != TPU_OPID_prod && id != TPU_OPID_logsumexp)
+    return TPU_ERR(UNIMPLEMENTED, "%s is not implemented for complex dtypes on tpu", op);
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  const tpu_tensor_t* out = &c->outs[0];
+  const int nd = in->ndim;
+  uint64_t mask;
+  TPU_RETURN_IF_ERROR(zdims(c, op, dim_arg, nd, &mask));
+  const int64_t on = tpu_tensor_numel(out);
+  const size_t slots = (size_t)(on > 0 ? on : 1);
+  zacc_t a = {malloc(slots * sizeof(zc_t)), id == TPU_OPID_logsumexp ? malloc(slots * sizeof(double)) : NULL};
+  if (!a.acc || (id == TPU_OPID_logsumexp && !a.re)) {
+    free(a.acc);
+    free(a.re);
+    return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for %lld accumulators", op, (long long)on);
+  }
+  const zc_t init = id == TPU_OPID_prod ? 1 : 0;
+  for (int64_t i = 0; i < on; i++) a.acc[i] = init;
+  if (id == TPU_OPID_logsumexp) {
+    for (int64_t i = 0; i < on; i++) a.re[i] = -INFINITY;
+    zwalk(in, mask, v_max_re, &a);
+    for (int64_t i = 0; i < on; i++) a.re[i] = isinf(a.re[i]) ? 0 : a.re[i];
+  }
+  zwalk(in, mask, id == TPU_OPID_prod ? v_prod : id == TPU_OPID_logsumexp ? v_sum_exp : v_sum, &a);
+  int64_t count = 1;
+  for (int d = 0; d < nd; d++)
+    if (mask >> d & 1) count *= in->sizes[d];
+  for (int64_t i = 0; i < on; i++) {
+    zc_t r = a.acc[i];
+    if (id == TPU_OPID_mean) r /= (double)count;
+    if (id == TPU_OPID_logsumexp) r = clog(r) + a.re[i];
+    tpu_store_z(tpu_tensor_elem_ptr(out, i), out->dtype, r);
+  }
+  free(a.acc);
+  free(a.re);
   return TPU_OK;
 }
 
@@ -377,22 +507,46 @@ static tpu_status_t separate(const tpu_tensor_t* t, const tpu_tensor_t* out, tpu
   return tpu_complex_copy(tmp, t);
 }
 
-static tpu_status_t zproduct(const tpu_call_t* c, const char* op, const tpu_tensor_t* a,
-                             const tpu_tensor_t* b, const tpu_tensor_t* self, double alpha,
-                             double beta, bool batched) {
-  const tpu_tensor_t* out = &c->outs[0];
-  TPU_CHECK_ARG(tpu_dtype_is_complex(out->dtype), "%s: complex operands need a complex result, got %s",
-                op, tpu_dtype_name(out->dtype));
-  tpu_tensor_t ta, tb, ts;
-  void *oa, *ob, *os = NULL;
+/* out = beta * self + alpha * p */
+static void b_axpby(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  const zctx_t* cx = v;
+  for (int64_t i = 0; i < n; i++) o[i] = cx->t * in[0][i] + cx->s * in[1][i];
+}
+static void b_scale(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
+  const zc_t s = ((const zctx_t*)v)->s;
+  for (int64_t i = 0; i < n; i++) o[i] = s * in[0][i];
+}
+
+tpu_status_t tpu_complex_gemm(const char* op, const tpu_tensor_t* a, const tpu_tensor_t* b,
+                              const tpu_tensor_t* c, const double alpha[2], const double beta[2],
+                              const tpu_tensor_t* self, bool batched) {
+  TPU_CHECK_ARG(tpu_dtype_is_complex(c->dtype), "%s: complex operands need a complex result, got %s",
+                op, tpu_dtype_name(c->dtype));
+  tpu_tensor_t ta, tb, ts, tp;
+  void *oa, *ob, *os = NULL, *prod = NULL;
   const tpu_tensor_t *pa, *pb, *ps = self;
-  tpu_status_t st = separate(a, out, &ta, &oa, &pa);
-  if (!st) st = separate(b, out, &tb, &ob, &pb);
-  if (!st && self && self->data != out->data) st = separate(self, out, &ts, &os, &ps);
-  if (!st) st = zgemm(pa, pb, out, alpha, beta, ps, batched);
+  tpu_status_t st = separate(a, c, &ta, &oa, &pa);
+  if (!st) st = separate(b, c, &tb, &ob, &pb);
+  if (!st && self && self->data != c->data) st = separate(self, c, &ts, &os, &ps);
+  if (!st && alpha[1] == 0 && beta[1] == 0) {
+    st = zgemm(pa, pb, c, alpha[0], beta[0], ps, batched);
+  } else if (!st) { /* a complex scale: the product first, then the sum */
+    const int64_t n = tpu_tensor_numel(c);
+    prod = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(c->dtype));
+    if (!prod) st = TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a %lld-element product", op, (long long)n);
+    if (!st) {
+      tpu_tensor_make_contig(&tp, prod, c->dtype, c->ndim, c->sizes);
+      st = zgemm(pa, pb, &tp, 1, 0, NULL, batched);
+    }
+    const zctx_t cx = {CMPLX(alpha[0], alpha[1]), 0, false, CMPLX(beta[0], beta[1])};
+    const bool use_self = ps && (beta[0] != 0 || beta[1] != 0);
+    const tpu_tensor_t* in[2] = {use_self ? ps : &tp, &tp};
+    if (!st) st = use_self ? zmap(op, c, in, 2, b_axpby, &cx) : zmap(op, c, in, 1, b_scale, &cx);
+  }
   free(oa);
   free(ob);
   free(os);
+  free(prod);
   return st;
 }
 
@@ -451,7 +605,7 @@ tpu_status_t tpu_complex_on_abs(const tpu_call_t* c) {
   if (!buf) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for %lld magnitudes", c->op->name, (long long)n);
   tpu_tensor_t mag;
   tpu_tensor_make_contig(&mag, buf, part, in->ndim, in->sizes);
-  zctx_t cx = {0, ZU_abs};
+  zctx_t cx = {0, ZU_abs, false, 0};
   const tpu_tensor_t* ins[1] = {in};
   tpu_status_t st = zmap(c->op->name, &mag, ins, 1, b_unary, &cx);
   if (!st) {
@@ -466,13 +620,233 @@ tpu_status_t tpu_complex_on_abs(const tpu_call_t* c) {
   return st;
 }
 
+/* ---- scans: cumsum, cumprod, logcumsumexp ---- */
+/* Lines along one dim, each scanned in order from its first element with a
+ * double complex accumulator, as CPU's kernels (stored in out's dtype). */
+typedef struct zscan {
+  const tpu_tensor_t *in, *out;
+  int dim;
+  tpu_op_id_t id;
+} zscan_t;
+
+static void zscan_range(void* v, int64_t begin, int64_t end) {
+  const zscan_t* s = v;
+  const tpu_tensor_t *in = s->in, *out = s->out;
+  const int nd = in->ndim, dim = s->dim;
+  const int64_t len = nd ? in->sizes[dim] : 1;
+  const int64_t ie = (int64_t)tpu_dtype_size(in->dtype), oe = (int64_t)tpu_dtype_size(out->dtype);
+  const int64_t is = nd ? in->strides[dim] * ie : 0, os = nd ? out->strides[dim] * oe : 0;
+  for (int64_t line = begin; line < end; line++) {
+    int64_t rem = line, ioff = 0, ooff = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+      if (d == dim) continue;
+      const int64_t i = rem % in->sizes[d];
+      rem /= in->sizes[d];
+      ioff += i * in->strides[d];
+      ooff += i * out->strides[d];
+    }
+    const char* pi = (const char*)in->data + ioff * ie;
+    char* po = (char*)out->data + ooff * oe;
+    zc_t acc = s->id == TPU_OPID_cumprod ? 1 : s->id == TPU_OPID_logcumsumexp ? -INFINITY : 0;
+    for (int64_t t = 0; t < len; t++, pi += is, po += os) {
+      const zc_t x = tpu_load_z(pi, in->dtype);
+      acc = s->id == TPU_OPID_cumsum ? acc + x
+          : s->id == TPU_OPID_cumprod ? zmul(acc, x) : zlog_add_exp(x, acc);
+      tpu_store_z(po, out->dtype, acc);
+    }
+  }
+}
+
+/* cumsum(self, dim, *, dtype), cumprod(...), logcumsumexp(self, dim) */
+static tpu_status_t zscan(const tpu_call_t* c, const char* op, tpu_op_id_t id) {
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  const int nd = in->ndim;
+  int64_t dim = tpu_arg_i64(c, 1, 0);
+  if (dim < 0) dim += nd ? nd : 1;
+  TPU_CHECK_ARG(dim >= 0 && dim < (nd ? nd : 1), "%s: dim %lld out of range for a %d-D tensor", op,
+                (long long)tpu_arg_i64(c, 1, 0), nd);
+  zscan_t s = {in, &c->outs[0], (int)dim, id};
+  const int64_t n = tpu_tensor_numel(in), len = nd ? in->sizes[dim] : 1;
+  if (n == 0) return TPU_OK;
+  const int64_t lines = n / len;
+  tpu_parallel_for(lines, (1 << 14) / len + 1, zscan_range, &s);
+  return TPU_OK;
+}
+
+/* ---- var, std and their _mean variants ---- */
+/* As CPU: the real kernel's variance of the real and of the imaginary parts,
+ * added in the result's dtype (std: then its square root); the means make
+ * the complex mean. */
+static tpu_status_t zvar(const tpu_call_t* c, bool take_sqrt) {
+  const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
+  const char* op = c->op->name;
+  const int nouts = c->nouts > 1 ? 2 : 1;
+  if (!in || !tpu_dtype_is_complex(in->dtype) || c->nargs > 8)
+    return TPU_ERR(UNIMPLEMENTED, "%s: not implemented for these complex arguments on tpu", op);
+  tpu_tensor_t parts[2][2]; /* [part][out] */
+  void* bufs[2][2] = {{NULL, NULL}, {NULL, NULL}};
+  tpu_status_t st = TPU_OK;
+  for (int p = 0; p < 2 && !st; p++)
+    for (int o = 0; o < nouts && !st; o++) {
+      const tpu_tensor_t* out = &c->outs[o];
+      const tpu_dtype_t dt = tpu_dtype_is_complex(out->dtype) ? tpu_dtype_complex_part(out->dtype) : out->dtype;
+      const int64_t n = tpu_tensor_numel(out);
+      bufs[p][o] = malloc((size_t)(n > 0 ? n : 1) * tpu_dtype_size(dt));
+      if (!bufs[p][o]) st = TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for %lld results", op, (long long)n);
+      else tpu_tensor_make_contig(&parts[p][o], bufs[p][o], dt, out->ndim, out->sizes);
+    }
+  for (int p = 0; p < 2 && !st; p++) {
+    tpu_arg_t args[8];
+    memcpy(args, c->args, sizeof(tpu_arg_t) * (size_t)c->nargs);
+    tpu_tensor_t pv = plane(in, p);
+    args[0].v.t = &pv;
+    tpu_call_t c2 = *c;
+    c2.args = args;
+    c2.outs = parts[p];
+    c2.nouts = nouts;
+    st = tpu_k_var(&c2);
+  }
+  if (!st) {
+    const tpu_tensor_t* out = &c->outs[0];
+    const int64_t n = tpu_tensor_numel(out);
+    for (int64_t i = 0; i < n; i++) {
+      char* po = tpu_tensor_elem_ptr(out, i);
+      tpu_store_f64(po, out->dtype, tpu_tensor_get_f64(&parts[0][0], i) + tpu_tensor_get_f64(&parts[1][0], i));
+      if (take_sqrt) tpu_store_f64(po, out->dtype, sqrt(tpu_load_f64(po, out->dtype)));
+    }
+    if (nouts > 1) {
+      const tpu_tensor_t* mean = &c->outs[1];
+      for (int64_t i = 0; i < tpu_tensor_numel(mean); i++)
+        tpu_store_z(tpu_tensor_elem_ptr(mean, i), mean->dtype,
+                    CMPLX(tpu_tensor_get_f64(&parts[0][1], i), tpu_tensor_get_f64(&parts[1][1], i)));
+    }
+  }
+  for (int p = 0; p < 2; p++)
+    for (int o = 0; o < 2; o++) free(bufs[p][o]);
+  return st;
+}
+
+/* ---- linalg_cross(self, other, *, dim=-1) ---- */
+/* component k of t along out's dim d: a view of size 1 there (t broadcasts
+ * where its dim is missing or of size 1) */
+static tpu_tensor_t component(const tpu_tensor_t* t, int nd, int d, int k) {
+  tpu_tensor_t v = *t;
+  const int td = d - (nd - t->ndim);
+  if (td >= 0 && t->sizes[td] != 1) {
+    v.sizes[td] = 1;
+    v.data = (char*)t->data + (int64_t)k * t->strides[td] * (int64_t)tpu_dtype_size(t->dtype);
+  }
+  return v;
+}
+
+static tpu_status_t zcross(const tpu_call_t* c, const char* op) {
+  const tpu_tensor_t *a = tpu_arg_tensor(c, 0), *b = tpu_arg_tensor(c, 1);
+  const tpu_tensor_t* out = &c->outs[0];
+  const int nd = out->ndim;
+  int64_t dim = tpu_arg_i64(c, 2, -1);
+  if (dim < 0) dim += nd;
+  TPU_CHECK_ARG(dim >= 0 && dim < nd && out->sizes[dim] == 3, "%s: dimension %lld does not have size 3",
+                op, (long long)tpu_arg_i64(c, 2, -1));
+  for (int k = 0; k < 3; k++) {
+    const int k1 = (k + 1) % 3, k2 = (k + 2) % 3;
+    tpu_tensor_t ok = component(out, nd, (int)dim, k);
+    tpu_tensor_t v[4] = {component(a, nd, (int)dim, k1), component(b, nd, (int)dim, k2),
+                         component(a, nd, (int)dim, k2), component(b, nd, (int)dim, k1)};
+    const tpu_tensor_t* in[4] = {&v[0], &v[1], &v[2], &v[3]};
+    TPU_RETURN_IF_ERROR(zmap(op, &ok, in, 4, b_cross, NULL));
+  }
+  return TPU_OK;
+}
+
+/* ---- linspace / logspace (start, end, steps[, base]) ---- */
+/* As CPU: linspace steps from start (first half) or back from end in the
+ * dtype's complex arithmetic (complex64: float); logspace takes base to
+ * each point as std::pow(double, complex) does: polar(base^re, im ln base). */
+static tpu_status_t zspaced(const tpu_call_t* c, const char* op, bool logspace) {
+  const tpu_tensor_t* out = &c->outs[0];
+  const int64_t steps = tpu_arg_i64(c, 2, 0);
+  TPU_CHECK_ARG(steps >= 0, "%s: number of steps must be non-negative", op);
+  TPU_CHECK_ARG(tpu_tensor_numel(out) == steps, "%s: expected an output of %lld elements", op,
+                (long long)steps);
+  const double base = logspace ? tpu_arg_f64(c, 3, 10.0) : 0;
+  const bool single = out->dtype == TPU_C64;
+#define R(x) (single ? (double)(float)(x) : (x))
+  double s0[2] = {0, 0}, s[2], e[2] = {0, 0};
+  (void)tpu_arg_complex(c, 0, s0);
+  (void)tpu_arg_complex(c, 1, e);
+  for (int k = 0; k < 2; k++) s[k] = R(s0[k]), e[k] = R(e[k]);
+  double st[2] = {0, 0};
+  if (steps > 1)
+    for (int k = 0; k < 2; k++) {
+      const double diff = R(e[k] - s[k]);
+      /* logspace divides by complex(steps - 1): c10's scaled division */
+      st[k] = logspace ? R(diff * R(1.0 / (double)R((double)(steps - 1))))
+                       : R(diff / R((double)(steps - 1)));
+    }
+  const int64_t half = steps / 2;
+  for (int64_t i = 0; i < steps; i++) {
+    double v[2];
+    for (int k = 0; k < 2; k++) {
+      if (steps == 1) v[k] = logspace ? s0[k] : s[k]; /* CPU: pow(base, start) in double */
+      else if (i < half) v[k] = R(s[k] + R(st[k] * R((double)i)));
+      else v[k] = R(e[k] - R(st[k] * R((double)(steps - i - 1))));
+    }
+    zc_t z = CMPLX(v[0], v[1]);
+    if (logspace)
+      z = base > 0 ? pow(base, v[0]) * CMPLX(cos(v[1] * log(base)), sin(v[1] * log(base)))
+                   : cpow(CMPLX(base, 0), z);
+    tpu_store_z(tpu_tensor_elem_ptr(out, i), out->dtype, z);
+  }
+#undef R
+  return TPU_OK;
+}
+
+/* ---- trace: the diagonal's sum in double complex ---- */
+static tpu_status_t ztrace(const tpu_call_t* c, const char* op) {
+  const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
+  TPU_CHECK_ARG(self && self->ndim == 2, "%s: expected a matrix, but got tensor with dim %d", op,
+                self ? self->ndim : -1);
+  const int64_t n = self->sizes[0] < self->sizes[1] ? self->sizes[0] : self->sizes[1];
+  const int64_t step = (self->strides[0] + self->strides[1]) * (int64_t)tpu_dtype_size(self->dtype);
+  zc_t acc = 0;
+  for (int64_t i = 0; i < n; i++) acc += tpu_load_z((const char*)self->data + i * step, self->dtype);
+  tpu_store_z(tpu_tensor_elem_ptr(&c->outs[0], 0), c->outs[0].dtype, acc);
+  return TPU_OK;
+}
+
+/* ---- renorm's complex halves (margin.c computes the factors) ---- */
+double* tpu_complex_stage_abs(const tpu_tensor_t* t) {
+  const int64_t n = tpu_tensor_numel(t);
+  double* m = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+  if (!m) return NULL;
+  tpu_tensor_t mt;
+  tpu_tensor_make_contig(&mt, m, TPU_F64, t->ndim, t->sizes);
+  zctx_t cx = {0, ZU_abs, false, 0};
+  const tpu_tensor_t* ins[1] = {t};
+  if (zmap("abs", &mt, ins, 1, b_unary, &cx)) {
+    free(m);
+    return NULL;
+  }
+  return m;
+}
+
+tpu_status_t tpu_complex_scale_slices(const tpu_tensor_t* out, const tpu_tensor_t* self, int dim,
+                                      const double* factors) {
+  tpu_tensor_t f;
+  int64_t sizes[TPU_MAX_DIMS];
+  for (int d = 0; d < self->ndim; d++) sizes[d] = d == dim ? self->sizes[d] : 1;
+  tpu_tensor_make_contig(&f, (void*)factors, TPU_F64, self->ndim, sizes);
+  const tpu_tensor_t* in[2] = {self, &f};
+  return zmap("renorm", out, in, 2, b_mul, NULL);
+}
+
 /* ---- the dispatch ---- */
 tpu_status_t tpu_complex_call(const tpu_call_t* c) {
   const tpu_op_id_t id = c->op ? c->op->id : TPU_OPID_NONE;
   const char* op = c->op ? c->op->name : "complex op";
   const tpu_tensor_t* out = c->nouts ? &c->outs[0] : NULL;
   tpu_tensor_t t0, t1, t2;
-  zctx_t cx = {0, 0};
+  zctx_t cx = {0, 0, out && out->dtype == TPU_C64, 0};
   const int u = unary_of(id);
   if (u >= 0) {
     cx.op = u;
@@ -497,13 +871,47 @@ tpu_status_t tpu_complex_call(const tpu_call_t* c) {
     }
     case TPU_OPID_mul:
     case TPU_OPID_div:
-    case TPU_OPID_pow: {
+    case TPU_OPID_pow:
+    case TPU_OPID_logaddexp: {
       if (id == TPU_OPID_div && c->nargs > 2 && c->args[2].kind == TPU_ARG_STRING)
         return TPU_ERR(UNIMPLEMENTED, "%s: rounding_mode is not supported for complex inputs", op);
+      if (id == TPU_OPID_pow) cx.op = pow_special(c);
       const tpu_tensor_t* in[2] = {operand(c, 0, &t0), operand(c, 1, &t1)};
-      return zmap(op, out, in, 2, id == TPU_OPID_mul ? b_mul : id == TPU_OPID_div ? b_div : b_pow,
-                  &cx);
+      return zmap(op, out, in, 2, id == TPU_OPID_mul ? b_mul : id == TPU_OPID_div ? b_div
+                                  : id == TPU_OPID_pow ? b_pow : b_logaddexp, &cx);
     }
+    case TPU_OPID_addcmul:
+    case TPU_OPID_addcdiv: {
+      double v[2] = {1, 0};
+      (void)tpu_arg_complex(c, 3, v);
+      cx.s = CMPLX(v[0], v[1]);
+      const tpu_tensor_t* in[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2)};
+      return zmap(op, out, in, 3, id == TPU_OPID_addcmul ? b_addcmul : b_addcdiv, &cx);
+    }
+    case TPU_OPID_lerp: {
+      double w[2] = {0, 0};
+      cx.op = c->args[2].kind == TPU_ARG_TENSOR;
+      if (!cx.op) (void)tpu_arg_complex(c, 2, w);
+      cx.s = CMPLX(w[0], w[1]);
+      const tpu_tensor_t* in[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2)};
+      return zmap(op, out, in, cx.op ? 3 : 2, b_lerp, &cx);
+    }
+    case TPU_OPID_cumsum:
+    case TPU_OPID_cumprod:
+    case TPU_OPID_logcumsumexp:
+      return zscan(c, op, id);
+    case TPU_OPID_var:
+    case TPU_OPID_var_mean:
+    case TPU_OPID_std:
+    case TPU_OPID_std_mean:
+      return zvar(c, id == TPU_OPID_std || id == TPU_OPID_std_mean);
+    case TPU_OPID_linalg_cross:
+      return zcross(c, op);
+    case TPU_OPID_linspace:
+    case TPU_OPID_logspace:
+      return zspaced(c, op, id == TPU_OPID_logspace);
+    case TPU_OPID_trace:
+      return ztrace(c, op);
     case TPU_OPID_eq:
     case TPU_OPID_ne: {
       cx.op = id == TPU_OPID_ne;
@@ -539,33 +947,6 @@ tpu_status_t tpu_complex_call(const tpu_call_t* c) {
         if (same) return tpu_complex_copy(out, src);
       }
       return zmap(op, out, in, 1, b_copy, &cx);
-    }
-    case TPU_OPID_mm:
-    case TPU_OPID_bmm:
-      return zproduct(c, op, tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), NULL, 1, 0,
-                      id == TPU_OPID_bmm);
-    case TPU_OPID_mv: {
-      const tpu_tensor_t* a = tpu_arg_tensor(c, 0);
-      tpu_tensor_t b = *tpu_arg_tensor(c, 1);
-      b.ndim = 2;
-      b.sizes[1] = 1;
-      b.strides[1] = 1;
-      tpu_call_t c2 = *c;
-      tpu_tensor_t o = c->outs[0];
-      o.ndim = 2;
-      o.sizes[1] = 1;
-      o.strides[1] = 1;
-      c2.outs = &o;
-      return zproduct(&c2, op, a, &b, NULL, 1, 0, false);
-    }
-    case TPU_OPID_addmm: {
-      double beta[2] = {1, 0}, alpha[2] = {1, 0};
-      (void)tpu_arg_complex(c, 3, beta);
-      (void)tpu_arg_complex(c, 4, alpha);
-      if (beta[1] != 0 || alpha[1] != 0)
-        return TPU_ERR(UNIMPLEMENTED, "%s: complex alpha or beta is not supported on tpu", op);
-      return zproduct(c, op, tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2), tpu_arg_tensor(c, 0),
-                      alpha[0], beta[0], false);
     }
     case TPU_OPID_normal:
     case TPU_OPID_uniform:

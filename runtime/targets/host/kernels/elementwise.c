@@ -845,6 +845,7 @@ tpu_status_t tpu_k_zero(const tpu_call_t* c) {
 }
 
 tpu_status_t tpu_k_lerp(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   if (c->args[2].kind == TPU_ARG_TENSOR) {
     const tpu_tensor_t* ins[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), c->args[2].v.t};
     return run("lerp", c, ins, 3, &lerp_t_loops, 0, 0, false);
@@ -854,11 +855,13 @@ tpu_status_t tpu_k_lerp(const tpu_call_t* c) {
 }
 
 tpu_status_t tpu_k_addcmul(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   const tpu_tensor_t* ins[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2)};
   return run("addcmul", c, ins, 3, &addcmul_loops, S01_OF(addcmul), false);
 }
 
 tpu_status_t tpu_k_addcdiv(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   const tpu_tensor_t* ins[3] = {tpu_arg_tensor(c, 0), tpu_arg_tensor(c, 1), tpu_arg_tensor(c, 2)};
   if (!tpu_dtype_is_float(ins[1]->dtype) && !tpu_dtype_is_float(ins[2]->dtype))
     return TPU_ERR(INVALID_ARGUMENT,

@@ -118,6 +118,19 @@ tpu_status_t tpu_complex_reduce(const tpu_call_t* call, int dim_arg);
 /* A real-valued op of a complex input's magnitudes (linalg_vector_norm):
  * reruns the call's kernel with argument 0 replaced by |self|. */
 tpu_status_t tpu_complex_on_abs(const tpu_call_t* call);
+/* c = beta * self + alpha * (a @ b) with complex operands or scalars (alpha,
+ * beta: real and imaginary parts): four real GEMMs on the parts, so the
+ * float32 matmul precision applies; a complex alpha or beta scales the
+ * product afterwards. `batched`: 3-D operands. */
+tpu_status_t tpu_complex_gemm(const char* op, const tpu_tensor_t* a, const tpu_tensor_t* b,
+                              const tpu_tensor_t* c, const double alpha[2], const double beta[2],
+                              const tpu_tensor_t* self, bool batched);
+/* renorm of complex input: the magnitudes |t| as contiguous doubles (NULL
+ * when out of host memory; the caller frees), and out = self * factors[k]
+ * for each slice k along dim. */
+double* tpu_complex_stage_abs(const tpu_tensor_t* t);
+tpu_status_t tpu_complex_scale_slices(const tpu_tensor_t* out, const tpu_tensor_t* self, int dim,
+                                      const double* factors);
 /* Converting copy where src or dst is complex (tpu_copy_strided's path). */
 tpu_status_t tpu_complex_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src);
 /* A complex call run by the call's own real kernel twice (complex_parts.c):

@@ -682,6 +682,7 @@ static int64_t bcast_offset(const tpu_tensor_t* t, const tpu_tensor_t* out, cons
  * broadcast to out's shape. Floats compute in double, integers in wrapping
  * 64-bit arithmetic. */
 tpu_status_t tpu_k_linalg_cross(const tpu_call_t* call) {
+  TPU_ROUTE_COMPLEX(call);
   const tpu_tensor_t *a = tpu_arg_tensor(call, 0), *b = tpu_arg_tensor(call, 1);
   const tpu_tensor_t* out = &call->outs[0];
   int64_t dim = tpu_arg_i64(call, 2, -1);

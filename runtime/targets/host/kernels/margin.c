@@ -33,7 +33,8 @@ tpu_status_t tpu_k_renorm(const tpu_call_t* c) {
   double p = tpu_arg_f64(c, 1, 2), maxnorm = tpu_arg_f64(c, 3, 1);
   int64_t dim = tpu_arg_i64(c, 2, 0);
   TPU_CHECK_ARG(self, "%s: expected a tensor", op);
-  TPU_CHECK_ARG(tpu_dtype_is_float(self->dtype),
+  const bool cx = tpu_dtype_is_complex(self->dtype);
+  TPU_CHECK_ARG(tpu_dtype_is_float(self->dtype) || cx,
                 "%s: Expected a floating point tensor as input. Got %s", op,
                 tpu_dtype_name(self->dtype));
   TPU_CHECK_ARG(p > 0, "%s: non-positive-norm not supported (p=%g)", op, p);
@@ -47,7 +48,8 @@ tpu_status_t tpu_k_renorm(const tpu_call_t* c) {
   if (dim < 0) dim += self->ndim;
   int64_t n = tpu_tensor_numel(self);
   if (n == 0) return TPU_OK;
-  double* x = tpu_stage_f64(self, false);
+  /* complex input: the norms of the magnitudes, out = self * factor */
+  double* x = cx ? tpu_complex_stage_abs(self) : tpu_stage_f64(self, false);
   if (!x) return OOM(op);
   int64_t D = self->sizes[dim], inner = 1;
   for (int d = (int)dim + 1; d < self->ndim; d++) inner *= self->sizes[d];
@@ -76,7 +78,13 @@ tpu_status_t tpu_k_renorm(const tpu_call_t* c) {
     double norm = pinf || p == 1 ? acc[k] : (p == 2 ? sqrt(acc[k]) : pow(acc[k], 1 / p));
     /* the factor as PyTorch computes it: in float for float32 and below */
     double f = norm > maxnorm ? maxnorm / (norm + 1e-7) : 1.0;
-    acc[k] = self->dtype != TPU_F64 ? (double)(float)f : f;
+    acc[k] = self->dtype != TPU_F64 && self->dtype != TPU_C128 ? (double)(float)f : f;
+  }
+  if (cx) {
+    free(x);
+    tpu_status_t s = tpu_complex_scale_slices(out, self, (int)dim, acc);
+    free(acc);
+    return s;
   }
   for (int64_t o = 0; o < outer; o++)
     for (int64_t k = 0; k < D; k++) {

@@ -1232,8 +1232,6 @@ tpu_status_t tpu_gemm_batched(const tpu_tensor_t* a, const tpu_tensor_t* b,
 }
 
 /* ---- kernels ---- */
-#define BETA(i) tpu_arg_f64(call, i, 1.0)
-#define ALPHA(i) tpu_arg_f64(call, i, 1.0)
 
 /* 2-d views of vectors: v as an n x 1 column or a 1 x n row; a 0-d tensor
  * stays 0-d (it broadcasts). */
@@ -1265,28 +1263,43 @@ static tpu_status_t check_vector(const char* op, const char* what, const tpu_ten
   return TPU_OK;
 }
 
+/* c = beta * self + alpha * (a @ b) with the call's alpha (args[4]) and, when
+ * `scaled_self`, its beta (args[3]); beta 1 otherwise. Complex operands or
+ * scalars take the complex product. */
+static tpu_status_t product(const tpu_call_t* call, const tpu_tensor_t* a, const tpu_tensor_t* b,
+                           const tpu_tensor_t* c, const tpu_tensor_t* self, bool scaled_self,
+                           bool batched) {
+  double alpha[2] = {1, 0}, beta[2] = {1, 0};
+  if (self) {
+    (void)tpu_arg_complex(call, 4, alpha);
+    if (scaled_self) (void)tpu_arg_complex(call, 3, beta);
+  }
+  if (tpu_call_has_complex(call))
+    return tpu_complex_gemm(call->op ? call->op->name : "matmul", a, b, c, alpha, beta, self, batched);
+  return batched ? tpu_gemm_batched(a, b, c, alpha[0], beta[0], self)
+                 : tpu_gemm(a, b, c, alpha[0], beta[0], self);
+}
+
 tpu_status_t tpu_k_mm(const tpu_call_t* call) {
-  TPU_ROUTE_COMPLEX(call);
-  return tpu_gemm(tpu_arg_tensor(call, 0), tpu_arg_tensor(call, 1), &call->outs[0], 1, 0, NULL);
+  return product(call, tpu_arg_tensor(call, 0), tpu_arg_tensor(call, 1), &call->outs[0], NULL,
+                 false, false);
 }
 
 tpu_status_t tpu_k_bmm(const tpu_call_t* call) {
-  TPU_ROUTE_COMPLEX(call);
-  return tpu_gemm_batched(tpu_arg_tensor(call, 0), tpu_arg_tensor(call, 1), &call->outs[0], 1, 0,
-                          NULL);
+  return product(call, tpu_arg_tensor(call, 0), tpu_arg_tensor(call, 1), &call->outs[0], NULL,
+                 false, true);
 }
 
 /* addmm(self, mat1, mat2, *, beta, alpha) and addmm_ */
 tpu_status_t tpu_k_addmm(const tpu_call_t* call) {
-  TPU_ROUTE_COMPLEX(call);
-  return tpu_gemm(tpu_arg_tensor(call, 1), tpu_arg_tensor(call, 2), &call->outs[0], ALPHA(4),
-                  BETA(3), tpu_arg_tensor(call, 0));
+  return product(call, tpu_arg_tensor(call, 1), tpu_arg_tensor(call, 2), &call->outs[0],
+                 tpu_arg_tensor(call, 0), true, false);
 }
 
 /* baddbmm(self, batch1, batch2, *, beta, alpha) and baddbmm_ */
 tpu_status_t tpu_k_baddbmm(const tpu_call_t* call) {
-  return tpu_gemm_batched(tpu_arg_tensor(call, 1), tpu_arg_tensor(call, 2), &call->outs[0],
-                          ALPHA(4), BETA(3), tpu_arg_tensor(call, 0));
+  return product(call, tpu_arg_tensor(call, 1), tpu_arg_tensor(call, 2), &call->outs[0],
+                 tpu_arg_tensor(call, 0), true, true);
 }
 
 /* addbmm(self, batch1, batch2, *, beta, alpha): beta * self + alpha * sum_b
@@ -1296,7 +1309,6 @@ tpu_status_t tpu_k_addbmm(const tpu_call_t* call) {
   const tpu_tensor_t* b1 = tpu_arg_tensor(call, 1);
   const tpu_tensor_t* b2 = tpu_arg_tensor(call, 2);
   const tpu_tensor_t* out = &call->outs[0];
-  double beta = BETA(3), alpha = ALPHA(4);
   if (!b1 || !b2 || b1->ndim != 3 || b2->ndim != 3)
     return TPU_ERR(INVALID_ARGUMENT, "addbmm: batch1 and batch2 must be 3-D tensors");
   if (b1->sizes[0] != b2->sizes[0])
@@ -1317,7 +1329,7 @@ tpu_status_t tpu_k_addbmm(const tpu_call_t* call) {
     if (nb == 0) m1.sizes[1] = m2.sizes[0] = 0;
     m1.data = (char*)b1->data + i * b1->strides[0] * (int64_t)tpu_dtype_size(b1->dtype);
     m2.data = (char*)b2->data + i * b2->strides[0] * (int64_t)tpu_dtype_size(b2->dtype);
-    TPU_RETURN_IF_ERROR(tpu_gemm(&m1, &m2, out, alpha, i == 0 ? beta : 1.0, i == 0 ? self : out));
+    TPU_RETURN_IF_ERROR(product(call, &m1, &m2, out, i == 0 ? self : out, i == 0, false));
   }
   return TPU_OK;
 }
@@ -1331,16 +1343,15 @@ tpu_status_t tpu_k_addmv(const tpu_call_t* call) {
   if (!self || self->ndim > 1)
     return TPU_ERR(INVALID_ARGUMENT, "addmv: self must be 0-D or 1-D");
   tpu_tensor_t v = as_column(vec), o = as_column(&call->outs[0]), s = as_column(self);
-  return tpu_gemm(tpu_arg_tensor(call, 1), &v, &o, ALPHA(4), BETA(3), &s);
+  return product(call, tpu_arg_tensor(call, 1), &v, &o, &s, true, false);
 }
 
 tpu_status_t tpu_k_mv(const tpu_call_t* call) {
-  TPU_ROUTE_COMPLEX(call);
   const tpu_tensor_t* vec = tpu_arg_tensor(call, 1);
   TPU_RETURN_IF_ERROR(check_vector("mv", "vec", vec));
   TPU_RETURN_IF_ERROR(check_vector("mv", "out", &call->outs[0]));
   tpu_tensor_t v = as_column(vec), o = as_column(&call->outs[0]);
-  return tpu_gemm(tpu_arg_tensor(call, 0), &v, &o, 1, 0, NULL);
+  return product(call, tpu_arg_tensor(call, 0), &v, &o, NULL, false, false);
 }
 
 tpu_status_t tpu_k_dot(const tpu_call_t* call) {

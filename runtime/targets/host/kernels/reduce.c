@@ -1058,7 +1058,8 @@ static bool is_extreme(rkind_t k) {
  * into call->outs. */
 static tpu_status_t reduce(const tpu_call_t* c, const char* op, rkind_t kind, int dim_arg,
                            double param) {
-  if ((kind == R_SUM || kind == R_MEAN || kind == R_PROD) && tpu_call_has_complex(c))
+  if ((kind == R_SUM || kind == R_MEAN || kind == R_PROD || kind == R_LSE) &&
+      tpu_call_has_complex(c))
     return tpu_complex_reduce(c, dim_arg);
   if ((kind == R_ALL || kind == R_ANY || kind == R_COUNT) && tpu_call_has_complex(c))
     return tpu_complex_on_truth(c);
@@ -1183,6 +1184,7 @@ static void scan_range(void* ctx, int64_t begin, int64_t end) {
 /* A scan of args[0] along the dim in args[dim_arg] into outs[0..nouts). */
 static tpu_status_t scan(const tpu_call_t* c, const char* op, rkind_t kind, int dim_arg,
                          const tpu_tensor_t* outs, int nouts) {
+  if (kind == S_CUMSUM || kind == S_CUMPROD || kind == S_LOGCUMSUMEXP) TPU_ROUTE_COMPLEX(c);
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
   if (!in || !outs || tpu_arg_is_none(c, dim_arg))
     return TPU_ERR(INTERNAL, "%s(): expected an input tensor, a dim and outputs", op);
@@ -1239,9 +1241,11 @@ tpu_status_t tpu_k_logsumexp(const tpu_call_t* c) { return reduce(c, "logsumexp"
 /* var/std(self, dim=None, *, correction=None, keepdim=False); the _mean
  * variants also return the mean as outs[1]. */
 tpu_status_t tpu_k_var(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   return reduce(c, "var", R_VAR, 1, tpu_arg_is_none(c, 2) ? 1.0 : tpu_arg_f64(c, 2, 1.0));
 }
 tpu_status_t tpu_k_std(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   return reduce(c, "std", R_STD, 1, tpu_arg_is_none(c, 2) ? 1.0 : tpu_arg_f64(c, 2, 1.0));
 }
 

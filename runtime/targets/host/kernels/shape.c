@@ -343,6 +343,7 @@ tpu_status_t tpu_k_arange(const tpu_call_t* c) {
 /* linspace/logspace (start, end, steps[, base]) in every overload: start and
  * end may be numbers or 0-d tensors. */
 static tpu_status_t spaced(const char* op, const tpu_call_t* c, seq_kind_t kind) {
+  TPU_ROUTE_COMPLEX(c);
   double base = kind == SEQ_LOGSPACE ? tpu_arg_f64(c, 3, 10.0) : 0; /* linspace.out: arg 3 is out */
   seq_t s = {kind, &c->outs[0], tpu_arg_f64(c, 0, 0), tpu_arg_f64(c, 1, 0), 0, base,
              tpu_arg_i64(c, 2, 0), false, 0, 0};

@@ -352,7 +352,10 @@ static tpu_status_t binary_plain(const char* op, const tpu_call_t* c, const tpu_
 
 tpu_status_t tpu_k_erfinv(const tpu_call_t* c) { return unary("erfinv", c, &erfinv_loops); }
 tpu_status_t tpu_k_digamma(const tpu_call_t* c) { return unary("digamma", c, &digamma_loops); }
-tpu_status_t tpu_k_sinc(const tpu_call_t* c) { return unary("sinc", c, &sinc_loops); }
+tpu_status_t tpu_k_sinc(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
+  return unary("sinc", c, &sinc_loops);
+}
 tpu_status_t tpu_k_i0(const tpu_call_t* c) { return unary("i0", c, &i0_loops); }
 tpu_status_t tpu_k_i0e(const tpu_call_t* c) { return unary("special_i0e", c, &i0e_loops); }
 tpu_status_t tpu_k_i1(const tpu_call_t* c) { return unary("special_i1", c, &i1_loops); }
@@ -362,6 +365,7 @@ tpu_status_t tpu_k_xlog1py(const tpu_call_t* c) {
   return binary_plain("special_xlog1py", c, &xlog1py_loops);
 }
 tpu_status_t tpu_k_logaddexp(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   return binary_plain("logaddexp", c, &logaddexp_loops);
 }
 tpu_status_t tpu_k_logaddexp2(const tpu_call_t* c) {

@@ -57,6 +57,7 @@ tpu_status_t tpu_k_max_unpool3d(const tpu_call_t* c) { return max_unpool("max_un
 /* trace(self): the sum of the main diagonal of a matrix, accumulated in
  * double (int64 for integers) */
 tpu_status_t tpu_k_trace(const tpu_call_t* c) {
+  TPU_ROUTE_COMPLEX(c);
   const tpu_tensor_t* self = tpu_arg_tensor(c, 0);
   const tpu_tensor_t* out = &c->outs[0];
   if (!self || self->ndim != 2)
