@@ -15,6 +15,15 @@ BWD = "_scaled_dot_product_fused_attention_overrideable_backward"
 TOL = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (3e-2, 3e-2), torch.float16: (4e-3, 4e-3)}
 
 
+@pytest.fixture(autouse=True)
+def fused_at_every_size():
+    """These tests exercise the fused kernel at small sizes, where sdpa's default would be
+    the math path (TORCH_TPU_SDPA_FUSED_MIN_SCORES; test_short_sequences_default_to_math)."""
+    prev = torch_tpu._C.set_sdpa_fused_min_scores(0)
+    yield
+    torch_tpu._C.set_sdpa_fused_min_scores(prev)
+
+
 def rand(shape, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
@@ -552,3 +561,27 @@ def test_defer_and_fuse_gpt_attention_matches_cpu():
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=2e-5, rtol=2e-5)
     assert peak < B * H * T * T * 4 // 4, peak
+
+
+def test_short_sequences_default_to_math():
+    """With every backend enabled, fewer than TORCH_TPU_SDPA_FUSED_MIN_SCORES queries x keys
+    (default 256 x 256) take the math path, which is faster there on the host target; the
+    fused kernel still runs where the user asks for it, with dropout, and from that size."""
+    torch_tpu._C.set_sdpa_fused_min_scores(256 * 256)
+    q, k, v = (rand((1, 2, 64, 16), torch.float32, s) for s in (1, 2, 3))
+    grad = rand((1, 2, 64, 16), torch.float32, 4)
+    want = reference(q, k, v, grad, torch.float32, is_causal=True)
+    with torch.tpu.precision("highest"):
+        got, nf, nb = fused_calls(lambda: run(q, k, v, grad, "tpu", is_causal=True))
+        assert (nf, nb) == (0, 0)
+        for g, w in zip(got, want):
+            check_close(g, w, torch.float32)
+        with sdpa_kernel(SDPBackend.OVERRIDEABLE):
+            _, nf, nb = fused_calls(lambda: run(q, k, v, grad, "tpu", is_causal=True))
+        assert (nf, nb) == (1, 1)
+        _, nf, _ = fused_calls(lambda: run(q, k, v, grad, "tpu", dropout_p=0.5))
+        assert nf == 1
+        q2, k2, v2 = (rand((1, 1, 256, 8), torch.float32, s) for s in (5, 6, 7))
+        _, nf, nb = fused_calls(lambda: run(q2, k2, v2, rand((1, 1, 256, 8), torch.float32, 8),
+                                            "tpu", is_causal=True))
+        assert (nf, nb) == (1, 1)

@@ -21,14 +21,17 @@ match never exist in memory and the backward needs no saved probabilities.
 A match needs: tpu tensors of one float dtype (float32, bfloat16, float16), 3-d or 4-d q, k,
 v with equal leading dims (no broadcasting matmul), static sizes, every intermediate (scores,
 scaled, masked, probabilities, dropped) used only by the next step, a scale that is a Python
-number and a masked_fill value of -inf exactly (-1e9 differs on fully masked rows). Anything
-else is left as it is.
+number and a masked_fill value of -inf exactly (-1e9 differs on fully masked rows), and (without
+dropout) at least TORCH_TPU_SDPA_FUSED_MIN_SCORES queries x keys, below which sdpa would take
+the math path anyway (attention.cpp). Anything else is left as it is.
 """
 import math
 import operator
 
 import torch
 import torch.nn.functional as F
+
+from . import _C
 
 _MATMUL = {operator.matmul, torch.matmul}
 _SOFTMAX = {F.softmax, torch.softmax, torch.nn.functional.softmax}
@@ -195,6 +198,8 @@ def _match(graph, out):
     tq, tk = qv.shape[-2], kv.shape[-2]
     if qv.shape[-1] != kv.shape[-1] or tuple(sv.shape) != tuple(qv.shape[:-1]) + (tk,):
         return None
+    if dropout_p == 0.0 and tq * tk < _C.sdpa_fused_min_scores():
+        return None  # sdpa would take the math path: the graph's own ops are that already
     attn_mask = None
     if mask is not None:
         mv = _val(mask)

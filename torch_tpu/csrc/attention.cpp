@@ -19,6 +19,8 @@
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_native.h>
 
+#include <atomic>
+
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -93,12 +95,42 @@ bool fused_takes(const Tensor& q, const Tensor& k, const Tensor& v,
   return true;
 }
 
+}  // namespace
+
+// The fewest scores (queries x keys) for which the fused kernel is the default
+// choice when the math path is enabled too. Below it the math path is faster on
+// the host target: its few large GEMMs amortize their operand packing, while
+// the fused kernel packs every block's queries, probabilities and gradients
+// (bench/attention.py, one thread: fused 0.76x the math path at T = 128,
+// 0.95x at 256, 1.3x at 512). TORCH_TPU_SDPA_FUSED_MIN_SCORES overrides it
+// (0: fused whenever it takes the inputs).
+std::atomic<int64_t>& fused_min_scores() {
+  static std::atomic<int64_t> v{[] {
+    const char* e = std::getenv("TORCH_TPU_SDPA_FUSED_MIN_SCORES");
+    return e && e[0] ? std::strtoll(e, nullptr, 10) : int64_t{256 * 256};
+  }()};
+  return v;
+}
+
+int64_t sdpa_fused_min_scores() { return fused_min_scores().load(); }
+
+int64_t set_sdpa_fused_min_scores(int64_t n) { return fused_min_scores().exchange(n); }
+
+namespace {
+
 int64_t tpu_fused_sdp_choice(const Tensor& q, const Tensor& k, const Tensor& v,
                              const std::optional<Tensor>& mask, double dropout_p, bool is_causal,
                              std::optional<double> scale, bool enable_gqa) {
   auto& ctx = at::globalContext();
+  // short sequences take the math path when the user left it enabled (no dropout: the
+  // fused kernel's dropout mask is the one every mode draws)
+  bool short_seq = false;
+  if (dropout_p == 0.0 && q.dim() >= 2 && k.dim() >= 2) {
+    const auto tq = q.sym_size(-2).maybe_as_int(), tk = k.sym_size(-2).maybe_as_int();
+    short_seq = tq && tk && *tq * *tk < sdpa_fused_min_scores();
+  }
   if (ctx.userEnabledOverrideableSDP() && !env_forces_math() &&
-      fused_takes(q, k, v, mask, enable_gqa))
+      !(short_seq && ctx.userEnabledMathSDP()) && fused_takes(q, k, v, mask, enable_gqa))
     return static_cast<int64_t>(at::SDPBackend::overrideable);
   if (ctx.userEnabledMathSDP()) return static_cast<int64_t>(at::SDPBackend::math);
   return static_cast<int64_t>(at::SDPBackend::error);

@@ -89,5 +89,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 // functional tensors, static sizes) chooses the fused ops, so a compiled graph keeps
 // attention as one node per direction. Returns the previous setting.
 bool set_sdpa_traced(bool on);
+// The fewest queries x keys for which sdpa defaults to the fused kernel (attention.cpp).
+int64_t sdpa_fused_min_scores();
+// Sets it (tests); returns the previous value.
+int64_t set_sdpa_fused_min_scores(int64_t n);
 
 }  // namespace torch_tpu

@@ -138,6 +138,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     for (int d = 0; d < tpu_device_count(); d++) materialize_device(d);
   });
   m.def("set_sdpa_traced", &set_sdpa_traced);
+  m.def("sdpa_fused_min_scores", &sdpa_fused_min_scores);
+  m.def("set_sdpa_fused_min_scores", &set_sdpa_fused_min_scores);
   m.def("set_whole_graph", [](bool on) { tpu_trace_set_whole_graph(on); });
   m.def("trace_length", [](int d) { return tpu_trace_length(d); });
   m.def("lazy_buffers", [] { return tpu_lazy_count(); });
