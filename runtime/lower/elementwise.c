@@ -51,10 +51,20 @@ static ref_t trunc_of(em_t* e, ref_t q) {
   return select3(e, compare(e, "LT", q, like(e, q, 0)), unop(e, "stablehlo.ceil", q), unop(e, "stablehlo.floor", q));
 }
 
+/* whether tensor argument i is complex */
+static bool complex_arg(const node_t* n, int i) {
+  return is_tensor(n, i) && tpu_dtype_is_complex(n->c->args[i].v.t->dtype);
+}
+
 static bool lower_unary(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   const recipe_t* r = recipe_of(n, R_UNARY);
   if (!r || !is_tensor(n, 0)) return false;
+  if (complex_arg(n, 0) && !tpu_dtype_is_complex(odt)) { /* abs: the magnitude, of the part type */
+    if (!IS_OP(abs)) return false;
+    outs[0] = abs_of(e, arg(n, 0));
+    return true;
+  }
   outs[0] = unop(e, r->op, arg_out(n, 0, odt));
   return true;
 }
@@ -96,10 +106,10 @@ static bool lower_div(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (IS_OP(div) || IS_OP(floor_divide)) {
     const char* mode = IS_OP(floor_divide) ? "floor" : tpu_arg_str(c, 2, NULL);
-    if (mode && odt == TPU_BOOL) return false;
+    if (mode && (odt == TPU_BOOL || tpu_dtype_is_complex(odt))) return false;
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
     ref_t q = binop(e, "stablehlo.divide", a, b); /* integers: truncated */
-    if (!tpu_dtype_is_float(odt)) {
+    if (!tpu_dtype_is_float(odt) && !tpu_dtype_is_complex(odt)) {
       if (!mode) return false; /* true division of integers is float (odt says so) */
       if (!strcmp(mode, "floor")) { /* one less where the remainder is nonzero and the signs differ */
         ref_t r = binop(e, "stablehlo.remainder", a, b), zero = like(e, r, 0);
@@ -294,6 +304,20 @@ static bool lower_lerp(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_isneginf(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
+  if ((IS_OP(isinf) || IS_OP(isfinite)) && complex_arg(n, 0)) { /* either part infinite; both finite */
+    ref_t x = arg(n, 0), part[2] = {re_part(e, x), im_part(e, x)}, f[2];
+    for (int k = 0; k < 2; k++)
+      f[k] = IS_OP(isinf) ? compare(e, "EQ", unop(e, "stablehlo.abs", part[k]), like(e, part[k], INFINITY))
+                          : emit(e, "stablehlo.is_finite", 1, &part[k], mkref(TPU_BOOL, x.nd, x.sz), NULL);
+    outs[0] = binop(e, IS_OP(isinf) ? "stablehlo.or" : "stablehlo.and", f[0], f[1]);
+    return true;
+  }
+  if (IS_OP(isfinite) && is_tensor(n, 0)) {
+    ref_t x = arg(n, 0);
+    outs[0] = tpu_dtype_is_float(x.dt) ? emit(e, "stablehlo.is_finite", 1, &x, mkref(TPU_BOOL, x.nd, x.sz), NULL)
+                                       : cst_like(e, TPU_BOOL, 1, o->ndim, o->sizes);
+    return true;
+  }
   if ((IS_OP(isneginf) || IS_OP(isposinf) || IS_OP(isinf)) && is_tensor(n, 0)) {
     const tpu_tensor_t* x = c->args[0].v.t;
     if (!tpu_dtype_is_float(x->dtype)) {
@@ -366,6 +390,9 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
       x = select3(e, compare(e, "EQ", x, like(e, x, -INFINITY)), ninf, x);
     }
     outs[0] = x;
+  } else if (IS_OP(angle) && complex_arg(n, 0)) { /* atan2(imag, real) */
+    ref_t x = arg(n, 0);
+    outs[0] = binop(e, "stablehlo.atan2", im_part(e, x), re_part(e, x));
   } else if (IS_OP(angle) && fl) { /* real input: 0, pi below zero, NaN kept */
     ref_t x = arg_out(n, 0, odt);
     outs[0] = select3(e, is_nan(e, x), x, select3(e, compare(e, "LT", x, like(e, x, 0)), like(e, x, M_PI), like(e, x, 0)));
@@ -427,6 +454,28 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
   } else {
     return false;
   }
+  return true;
+}
+
+/* conj_physical: the imaginary part negated (a copy of a real tensor);
+ * complex(real, imag); polar(abs, angle) = abs (cos angle + i sin angle), as
+ * PyTorch's CPU kernel computes it */
+static bool lower_complex(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0)) return false;
+  if (IS_OP(conj_physical) || IS_OP(_conj_physical)) {
+    ref_t x = arg_out(n, 0, odt);
+    outs[0] = conj_of(e, x);
+    return true;
+  }
+  if (!tpu_dtype_is_complex(odt) || !is_tensor(n, 1)) return false;
+  const tpu_dtype_t part = tpu_dtype_complex_part(odt);
+  ref_t a = arg_out(n, 0, part), b = arg_out(n, 1, part);
+  if (IS_OP(complex)) outs[0] = make_complex(e, a, b);
+  else if (IS_OP(polar))
+    outs[0] = make_complex(e, binop(e, "stablehlo.multiply", a, unop(e, "stablehlo.cosine", b)),
+                           binop(e, "stablehlo.multiply", a, unop(e, "stablehlo.sine", b)));
+  else return false;
   return true;
 }
 
@@ -517,6 +566,7 @@ static bool lower_remainder_any(node_t* n, const char* base, ref_t* outs) {
 
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
+    {"_conj_physical", lower_complex},
     {"abs", lower_unary},
     {"acos", lower_unary},
     {"acosh", lower_unary},
@@ -537,6 +587,8 @@ static const tpu_lower_entry_t k_entries[] = {
     {"clamp", lower_clamp},
     {"clamp_max", lower_clamp},
     {"clamp_min", lower_clamp},
+    {"complex", lower_complex},
+    {"conj_physical", lower_complex},
     {"copysign", lower_formula},
     {"cos", lower_unary},
     {"cosh", lower_unary},
@@ -560,6 +612,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"gt", lower_compare},
     {"heaviside", lower_formula},
     {"hypot", lower_formula},
+    {"isfinite", lower_isneginf},
     {"isin", lower_isin},
     {"isinf", lower_isneginf},
     {"isnan", lower_isnan},
@@ -589,6 +642,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"ne", lower_compare},
     {"neg", lower_unary},
     {"nextafter", lower_binary},
+    {"polar", lower_complex},
     {"pow", lower_binary},
     {"reciprocal", lower_reciprocal},
     {"relu", lower_relu},
