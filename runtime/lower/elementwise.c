@@ -51,6 +51,29 @@ static ref_t trunc_of(em_t* e, ref_t q) {
   return select3(e, compare(e, "LT", q, like(e, q, 0)), unop(e, "stablehlo.ceil", q), unop(e, "stablehlo.floor", q));
 }
 
+static ref_t sign_bit(em_t* e, ref_t x);
+
+/* Complex op `op` of x with C's signed zeros on its branch cuts, which XLA's
+ * square root and inverse functions ignore. Each is conjugate-symmetric,
+ * f(conj z) = conj f(z), and the odd ones f(-z) = -f(z) too: f is computed
+ * where the imaginary part (odd: both parts) is nonnegative, and a part of
+ * the result negated where that of x has its sign bit. */
+static ref_t on_branch_cut(em_t* e, const char* op, ref_t x, bool odd) {
+  ref_t re = re_part(e, x), im = im_part(e, x);
+  ref_t f = unop(e, op, make_complex(e, odd ? unop(e, "stablehlo.abs", re) : re, unop(e, "stablehlo.abs", im)));
+  ref_t fr = re_part(e, f), fi = im_part(e, f);
+  if (odd) fr = select3(e, sign_bit(e, re), unop(e, "stablehlo.negate", fr), fr);
+  fi = select3(e, sign_bit(e, im), unop(e, "stablehlo.negate", fi), fi);
+  return make_complex(e, fr, fi);
+}
+
+/* e^z as C's cexp where the real part is -inf (zero, whatever the imaginary
+ * part; XLA's gives NaN for an infinite or NaN one) */
+static ref_t complex_exp(em_t* e, ref_t z) {
+  ref_t re = re_part(e, z);
+  return select3(e, compare(e, "EQ", re, like(e, re, -INFINITY)), like(e, z, 0), unop(e, "stablehlo.exponential", z));
+}
+
 /* whether tensor argument i is complex */
 static bool complex_arg(const node_t* n, int i) {
   return is_tensor(n, i) && tpu_dtype_is_complex(n->c->args[i].v.t->dtype);
@@ -63,6 +86,15 @@ static bool lower_unary(node_t* n, const char* base, ref_t* outs) {
   if (complex_arg(n, 0) && !tpu_dtype_is_complex(odt)) { /* abs: the magnitude, of the part type */
     if (!IS_OP(abs)) return false;
     outs[0] = abs_of(e, arg(n, 0));
+    return true;
+  }
+  if (tpu_dtype_is_complex(odt)) { /* complex64 in complex128, rounded once, as the host kernels */
+    const bool odd = IS_OP(asin) || IS_OP(asinh) || IS_OP(atan) || IS_OP(atanh);
+    ref_t x = arg_out(n, 0, IS_OP(neg) ? odt : TPU_C128), y;
+    if (IS_OP(exp)) y = complex_exp(e, x);
+    else if (odd || IS_OP(sqrt) || IS_OP(rsqrt) || IS_OP(acos) || IS_OP(acosh)) y = on_branch_cut(e, r->op, x, odd);
+    else y = unop(e, r->op, x);
+    outs[0] = convert(e, y, odt);
     return true;
   }
   outs[0] = unop(e, r->op, arg_out(n, 0, odt));
@@ -457,6 +489,34 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
   return true;
 }
 
+/* pow on complex values as PyTorch's CPU kernel: a number exponent of 0
+ * fills ones, 1 copies, 2, 3 and -2 multiply, 0.5, -0.5 and -1 are sqrt,
+ * rsqrt and reciprocal; anything else is C's cpow, exp(w log z) */
+static bool lower_pow_complex(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  ref_t z = arg_out(n, 0, odt);
+  double w[2] = {0, 1};
+  if (is_number(n, 1) && tpu_arg_complex(c, 1, w) && w[1] == 0) {
+    const double p = w[0];
+    ref_t sq = p == 2 || p == 3 || p == -2 ? binop(e, "stablehlo.multiply", z, z) : z;
+    if (p == 0) outs[0] = like(e, z, 1);
+    else if (p == 1) outs[0] = z;
+    else if (p == 2) outs[0] = sq;
+    else if (p == 3) outs[0] = binop(e, "stablehlo.multiply", sq, z);
+    else if (p == -2) outs[0] = binop(e, "stablehlo.divide", like(e, z, 1), sq);
+    else if (p == 0.5) outs[0] = on_branch_cut(e, "stablehlo.sqrt", z, false);
+    else if (p == -0.5) outs[0] = on_branch_cut(e, "stablehlo.rsqrt", z, false);
+    else if (p == -1) outs[0] = binop(e, "stablehlo.divide", like(e, z, 1), z);
+    if (p == 0 || p == 1 || p == 2 || p == 3 || p == -2 || p == 0.5 || p == -0.5 || p == -1) return true;
+  }
+  outs[0] = complex_exp(e, binop(e, "stablehlo.multiply", arg_out(n, 1, odt), unop(e, "stablehlo.log", z)));
+  return true;
+}
+
+static bool lower_pow(node_t* n, const char* base, ref_t* outs) {
+  return tpu_dtype_is_complex(n->o->dtype) ? lower_pow_complex(n, base, outs) : lower_binary(n, base, outs);
+}
+
 /* conj_physical: the imaginary part negated (a copy of a real tensor);
  * complex(real, imag); polar(abs, angle) = abs (cos angle + i sin angle), as
  * PyTorch's CPU kernel computes it */
@@ -643,7 +703,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"neg", lower_unary},
     {"nextafter", lower_binary},
     {"polar", lower_complex},
-    {"pow", lower_binary},
+    {"pow", lower_pow},
     {"reciprocal", lower_reciprocal},
     {"relu", lower_relu},
     {"remainder", lower_remainder_any},

@@ -316,7 +316,16 @@ ref_t conj_of(em_t* e, ref_t a) {
 }
 
 ref_t abs_of(em_t* e, ref_t a) {
-  return emit(e, "stablehlo.abs", 1, &a, mkref(tpu_dtype_complex_part(a.dt), a.nd, a.sz), NULL);
+  ref_t r = emit(e, "stablehlo.abs", 1, &a, mkref(tpu_dtype_complex_part(a.dt), a.nd, a.sz), NULL);
+  if (!tpu_dtype_is_complex(a.dt)) return r;
+  /* C's hypot, as PyTorch's std::abs: infinite when a part is, else NaN when
+   * a part is (XLA's can drop a NaN part) */
+  ref_t re = unop(e, "stablehlo.abs", re_part(e, a)), im = unop(e, "stablehlo.abs", im_part(e, a));
+  ref_t inf = cst_like(e, r.dt, INFINITY, r.nd, r.sz);
+  ref_t nan = binop(e, "stablehlo.or", compare(e, "NE", re, re), compare(e, "NE", im, im));
+  ref_t any_inf = binop(e, "stablehlo.or", compare(e, "EQ", re, inf), compare(e, "EQ", im, inf));
+  r = select3(e, nan, binop(e, "stablehlo.add", re, im), r);
+  return select3(e, any_inf, inf, r);
 }
 
 ref_t convert(em_t* e, ref_t a, tpu_dtype_t dt) {
@@ -392,6 +401,10 @@ ref_t select3(em_t* e, ref_t p, ref_t a, ref_t b) {
 }
 
 ref_t scalar_op(em_t* e, const char* op, ref_t a, double v) {
+  /* a complex value times (over) a real number: each part, as PyTorch's
+   * complex-by-real operators (a complex product would make inf * 0 = NaN) */
+  if (tpu_dtype_is_complex(a.dt) && (!strcmp(op, "stablehlo.multiply") || !strcmp(op, "stablehlo.divide")))
+    return make_complex(e, scalar_op(e, op, re_part(e, a), v), scalar_op(e, op, im_part(e, a), v));
   return binop(e, op, a, cst_like(e, a.dt, v, a.nd, a.sz));
 }
 
