@@ -1152,6 +1152,63 @@ static ref_t param_for(em_t* e, const tpu_tensor_t* t) {
 
 static bool overlaps(const val_t* v, uintptr_t lo, uintptr_t hi) { return v->lo < hi && lo < v->hi; }
 
+/* The n elements of 1-D `flat` (a value's memory in order) as elements of dt,
+ * the same bytes: a complex value as its (real, imag) pairs, widths changed
+ * by bitcast_convert. NO_REF for booleans (no bit pattern to reinterpret) or
+ * bytes that dt's elements do not divide. */
+static ref_t reinterpret_flat(em_t* e, ref_t flat, tpu_dtype_t dt) {
+  const int64_t n = flat.sz[0];
+  ref_t bad = mkref(dt, 0, NULL);
+  if (flat.dt == dt) return flat;
+  if (flat.dt == TPU_BOOL || dt == TPU_BOOL) return bad;
+  if (tpu_dtype_is_complex(flat.dt)) { /* the parts, interleaved */
+    const int64_t one[2] = {n, 1}, two[2] = {n, 2}, m = 2 * n;
+    ref_t in[2] = {reshape(e, re_part(e, flat), 2, one), reshape(e, im_part(e, flat), 2, one)};
+    ref_t pairs = emit(e, "stablehlo.concatenate", 2, in, mkref(in[0].dt, 2, two), "dimension = 1 : i64");
+    return reinterpret_flat(e, reshape(e, pairs, 1, &m), dt);
+  }
+  if (tpu_dtype_is_complex(dt)) { /* pairs of the part type combined */
+    ref_t p = reinterpret_flat(e, flat, tpu_dtype_complex_part(dt));
+    if (p.id == NO_REF || p.sz[0] % 2) return bad;
+    const int64_t two[2] = {p.sz[0] / 2, 2};
+    p = reshape(e, p, 2, two);
+    ref_t part[2];
+    for (int k = 0; k < 2; k++)
+      part[k] = reshape(e, slice(e, p, (int64_t[]){0, k}, (int64_t[]){two[0], k + 1}), 1, two);
+    return make_complex(e, part[0], part[1]);
+  }
+  const int64_t sa = (int64_t)tpu_dtype_size(flat.dt), sb = (int64_t)tpu_dtype_size(dt);
+  if ((n * sa) % sb) return bad;
+  const int64_t m = n * sa / sb;
+  if (sa == sb) return bitcast(e, flat, dt);
+  if (sa > sb) /* each element into sa / sb narrower ones */
+    return reshape(e, emit(e, "stablehlo.bitcast_convert", 1, &flat, mkref(dt, 2, (int64_t[]){n, sa / sb}), NULL), 1, &m);
+  ref_t groups = reshape(e, flat, 2, (int64_t[]){m, sb / sa});
+  return emit(e, "stablehlo.bitcast_convert", 1, &groups, mkref(dt, 1, &m), NULL);
+}
+
+/* View t read as another dtype than the value the graph last wrote around it
+ * (view_as_real of a complex result, x.view(torch.int32) of a float one):
+ * the value's memory reinterpreted, then t derived from it. NO_REF when no
+ * such value holds all of t or the bytes do not reinterpret. */
+static ref_t read_retyped(em_t* e, const tpu_tensor_t* t, uintptr_t lo, uintptr_t hi) {
+  ref_t bad = mkref(t->dtype, 0, NULL);
+  for (int i = e->nv - 1; i >= 0; i--) {
+    const val_t* v = &e->v[i];
+    if (v->superseded || v->alias || !v->written || v->r.dt == t->dtype || !(v->lo <= lo && hi <= v->hi && lo < hi))
+      continue;
+    if (!val_dense(v)) return bad;
+    const int64_t N = numel(&v->r);
+    ref_t flat = reinterpret_flat(e, memory_order(e, v, 1, &N), t->dtype);
+    if (flat.id == NO_REF) return bad;
+    val_t w = *v; /* the same memory, as flat elements of t's dtype */
+    w.r = flat;
+    w.st[0] = 1;
+    return derive(e, &w, t);
+  }
+  return bad;
+}
+
 /* the value a tensor argument reads */
 ref_t read_tensor(em_t* e, const tpu_tensor_t* t) {
   if ((t->flags & TPU_TENSOR_CPU_SCALAR) && tpu_dtype_is_complex(t->dtype)) {
@@ -1170,6 +1227,14 @@ ref_t read_tensor(em_t* e, const tpu_tensor_t* t) {
     const val_t* v = &e->v[i];
     if (!v->superseded && !v->alias && v->r.dt == t->dtype && v->lo <= lo && hi <= v->hi && lo < hi)
       base = i;
+  }
+  if (base < 0) { /* written by the graph as another dtype? */
+    ref_t r = read_retyped(e, t, lo, hi);
+    if (r.id != NO_REF) {
+      int k = val_push(e, r, t);
+      if (k >= 0) e->v[k].alias = true;
+      return r;
+    }
   }
   if (base < 0) { /* memory from before the graph: a parameter */
     param_for(e, t);
