@@ -202,9 +202,11 @@ ref_t scale_by(node_t* n, int i, ref_t x, double dflt);
 double lower_arg_f64(const tpu_call_t* c, int i, double dflt);
 int64_t lower_arg_i64(const tpu_call_t* c, int i, int64_t dflt);
 bool lower_arg_bool(const tpu_call_t* c, int i, bool dflt);
+bool lower_arg_complex(const tpu_call_t* c, int i, double out_c[2]);
 #define tpu_arg_f64(c, i, dflt) lower_arg_f64((c), (i), (dflt))
 #define tpu_arg_i64(c, i, dflt) lower_arg_i64((c), (i), (dflt))
 #define tpu_arg_bool(c, i, dflt) lower_arg_bool((c), (i), (dflt))
+#define tpu_arg_complex(c, i, out_c) lower_arg_complex((c), (i), (out_c))
 ref_t arg_out(node_t* n, int i, tpu_dtype_t dt);
 ref_t out_ref(const node_t* n, tpu_dtype_t dt);
 tpu_dtype_t common_type(node_t* n, int a, int b);

@@ -1351,6 +1351,10 @@ bool lower_arg_bool(const tpu_call_t* c, int i, bool dflt) {
   note_read(c, i);
   return (tpu_arg_bool)(c, i, dflt);
 }
+bool lower_arg_complex(const tpu_call_t* c, int i, double out_c[2]) {
+  note_read(c, i);
+  return (tpu_arg_complex)(c, i, out_c);
+}
 
 /* whether argument i (a floating number, or a floating CPU scalar) is read as a parameter */
 static bool lifted(const node_t* n, int i) {
