@@ -509,7 +509,10 @@ static bool lower_pow_complex(node_t* n, const char* base, ref_t* outs) {
     else if (p == -1) outs[0] = binop(e, "stablehlo.divide", like(e, z, 1), z);
     if (p == 0 || p == 1 || p == 2 || p == 3 || p == -2 || p == 0.5 || p == -0.5 || p == -1) return true;
   }
-  outs[0] = complex_exp(e, binop(e, "stablehlo.multiply", arg_out(n, 1, odt), unop(e, "stablehlo.log", z)));
+  /* in complex128, rounded once, as the unary math */
+  ref_t y = complex_exp(e, binop(e, "stablehlo.multiply", arg_out(n, 1, TPU_C128),
+                                 unop(e, "stablehlo.log", convert(e, z, TPU_C128))));
+  outs[0] = convert(e, y, odt);
   return true;
 }
 
