@@ -3,8 +3,15 @@ CPU: element-wise math (with C's values where XLA's differ: signed zeros on bran
 hypot's NaN rules, pow's special exponents), casts to and from complex, complex numbers as
 constants keyed by value, views of the parts (also inside one DeferAndFuse graph, where a
 float view reads a complex value the graph wrote), the conjugate bit, reductions, products,
-polar/complex, and every torch.fft function with each norm mode."""
-from tests.test_pjrt_target import pytestmark, run_pjrt  # noqa: F401  (the skip mark)
+polar/complex, every torch.fft function with each norm mode, and complex randn / uniform_ /
+normal_ drawing the host target's numbers."""
+import os
+import subprocess
+import sys
+
+import torch
+
+from tests.test_pjrt_target import ROOT, pytestmark, run_pjrt  # noqa: F401  (the skip mark)
 
 HELPERS = """
 CX = (torch.complex64, torch.complex128)
@@ -186,3 +193,31 @@ for dt in CX:
     # r2c with the whole spectrum (onesided=False): stft's path
     both(lambda a: torch.ops.aten._fft_r2c(a, [1, 2], 0, False), r, what="r2c two-sided")
 """)
+
+
+RANDOM = """
+import sys, torch, torch_tpu
+out = {}
+for dt in (torch.complex64, torch.complex128):
+    torch.manual_seed(3)
+    out[f"randn {dt}"] = torch.randn(5, 3, dtype=dt, device="tpu").cpu()
+    torch.manual_seed(4)
+    out[f"uniform_ {dt}"] = torch.empty(4, 2, dtype=dt, device="tpu").uniform_(-1, 2).cpu()
+    torch.manual_seed(5)
+    out[f"normal_ {dt}"] = torch.zeros(6, 4, dtype=dt, device="tpu").t().normal_(1, 3).cpu()
+torch.save(out, sys.argv[1])
+"""
+
+
+def test_complex_random_draws_the_host_targets_numbers(tmp_path):
+    got = {}
+    for target in ("host", "pjrt"):
+        path = str(tmp_path / target)
+        env = dict(os.environ, TORCH_TPU_TARGET=target, PYTHONPATH=ROOT)
+        env.pop("TORCH_TPU_PJRT_PLUGIN", None)
+        r = subprocess.run([sys.executable, "-c", RANDOM, path], env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+        got[target] = torch.load(path)
+    for name, want in got["host"].items():
+        torch.testing.assert_close(got["pjrt"][name], want, atol=1e-6, rtol=1e-6, msg=lambda m: f"{name}: {m}")
