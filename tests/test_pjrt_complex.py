@@ -192,6 +192,11 @@ for dt in CX:
     both(lambda a: torch.fft.fft(a.conj()), x, what="fft of a conj view")
     # r2c with the whole spectrum (onesided=False): stft's path
     both(lambda a: torch.ops.aten._fft_r2c(a, [1, 2], 0, False), r, what="r2c two-sided")
+    # a compiled graph: one program with the transforms and a float view of a complex value
+    def spectrum(a):
+        s = torch.fft.rfft(a, dim=0, norm="ortho")
+        return torch.fft.irfft(s * s.conj() + 1j, n=4, dim=0) + torch.view_as_real(s).sum()
+    both(torch.compile(spectrum, backend="tpu"), r, what="compiled")
 """)
 
 
