@@ -81,6 +81,7 @@ for dt in CX:
         close(getattr(torch, op)(z.to("tpu"))[keep.to("tpu")], want[keep], f"{op} {dt}")
     # C's hypot: infinite when a part is, else NaN when a part is
     close(z.to("tpu").abs(), z.abs(), f"abs {dt}")
+    close(z.to("tpu").sgn(), z.sgn(), f"sgn {dt}")  # z / |z|: NaN parts stay NaN
     both(torch.isnan, z, what="isnan")
     both(torch.isinf, z, what="isinf")
     both(torch.isfinite, z, what="isfinite")

@@ -91,9 +91,17 @@ static bool lower_unary(node_t* n, const char* base, ref_t* outs) {
   if (tpu_dtype_is_complex(odt)) { /* complex64 in complex128, rounded once, as the host kernels */
     const bool odd = IS_OP(asin) || IS_OP(asinh) || IS_OP(atan) || IS_OP(atanh);
     ref_t x = arg_out(n, 0, IS_OP(neg) ? odt : TPU_C128), y;
-    if (IS_OP(exp)) y = complex_exp(e, x);
-    else if (odd || IS_OP(sqrt) || IS_OP(rsqrt) || IS_OP(acos) || IS_OP(acosh)) y = on_branch_cut(e, r->op, x, odd);
-    else y = unop(e, r->op, x);
+    if (IS_OP(exp)) {
+      y = complex_exp(e, x);
+    } else if (IS_OP(sgn)) { /* z / |z|, 0 at 0, as PyTorch's sgn (XLA's sign drops a NaN part) */
+      ref_t m = abs_of(e, x);
+      y = make_complex(e, binop(e, "stablehlo.divide", re_part(e, x), m), binop(e, "stablehlo.divide", im_part(e, x), m));
+      y = select3(e, compare(e, "EQ", x, like(e, x, 0)), like(e, x, 0), y);
+    } else if (odd || IS_OP(sqrt) || IS_OP(rsqrt) || IS_OP(acos) || IS_OP(acosh)) {
+      y = on_branch_cut(e, r->op, x, odd);
+    } else {
+      y = unop(e, r->op, x);
+    }
     outs[0] = convert(e, y, odt);
     return true;
   }
