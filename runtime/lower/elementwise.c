@@ -51,10 +51,60 @@ static ref_t trunc_of(em_t* e, ref_t q) {
   return select3(e, compare(e, "LT", q, like(e, q, 0)), unop(e, "stablehlo.ceil", q), unop(e, "stablehlo.floor", q));
 }
 
+static ref_t sign_bit(em_t* e, ref_t x);
+
+/* Complex op `op` of x with C's signed zeros on its branch cuts, which XLA's
+ * square root and inverse functions ignore. Each is conjugate-symmetric,
+ * f(conj z) = conj f(z), and the odd ones f(-z) = -f(z) too: f is computed
+ * where the imaginary part (odd: both parts) is nonnegative, and a part of
+ * the result negated where that of x has its sign bit. */
+static ref_t on_branch_cut(em_t* e, const char* op, ref_t x, bool odd) {
+  ref_t re = re_part(e, x), im = im_part(e, x);
+  ref_t f = unop(e, op, make_complex(e, odd ? unop(e, "stablehlo.abs", re) : re, unop(e, "stablehlo.abs", im)));
+  ref_t fr = re_part(e, f), fi = im_part(e, f);
+  if (odd) fr = select3(e, sign_bit(e, re), unop(e, "stablehlo.negate", fr), fr);
+  fi = select3(e, sign_bit(e, im), unop(e, "stablehlo.negate", fi), fi);
+  return make_complex(e, fr, fi);
+}
+
+/* e^z as C's cexp where the real part is -inf (zero, whatever the imaginary
+ * part; XLA's gives NaN for an infinite or NaN one) */
+static ref_t complex_exp(em_t* e, ref_t z) {
+  ref_t re = re_part(e, z);
+  return select3(e, compare(e, "EQ", re, like(e, re, -INFINITY)), like(e, z, 0), unop(e, "stablehlo.exponential", z));
+}
+
+/* whether tensor argument i is complex */
+static bool complex_arg(const node_t* n, int i) {
+  return is_tensor(n, i) && tpu_dtype_is_complex(n->c->args[i].v.t->dtype);
+}
+
 static bool lower_unary(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   const recipe_t* r = recipe_of(n, R_UNARY);
   if (!r || !is_tensor(n, 0)) return false;
+  if (complex_arg(n, 0) && !tpu_dtype_is_complex(odt)) { /* abs: the magnitude, of the part type */
+    if (!IS_OP(abs)) return false;
+    outs[0] = abs_of(e, arg(n, 0));
+    return true;
+  }
+  if (tpu_dtype_is_complex(odt)) { /* complex64 in complex128, rounded once, as the host kernels */
+    const bool odd = IS_OP(asin) || IS_OP(asinh) || IS_OP(atan) || IS_OP(atanh);
+    ref_t x = arg_out(n, 0, IS_OP(neg) ? odt : TPU_C128), y;
+    if (IS_OP(exp)) {
+      y = complex_exp(e, x);
+    } else if (IS_OP(sgn)) { /* z / |z|, 0 at 0, as PyTorch's sgn (XLA's sign drops a NaN part) */
+      ref_t m = abs_of(e, x);
+      y = make_complex(e, binop(e, "stablehlo.divide", re_part(e, x), m), binop(e, "stablehlo.divide", im_part(e, x), m));
+      y = select3(e, compare(e, "EQ", x, like(e, x, 0)), like(e, x, 0), y);
+    } else if (odd || IS_OP(sqrt) || IS_OP(rsqrt) || IS_OP(acos) || IS_OP(acosh)) {
+      y = on_branch_cut(e, r->op, x, odd);
+    } else {
+      y = unop(e, r->op, x);
+    }
+    outs[0] = convert(e, y, odt);
+    return true;
+  }
   outs[0] = unop(e, r->op, arg_out(n, 0, odt));
   return true;
 }
@@ -96,10 +146,10 @@ static bool lower_div(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (IS_OP(div) || IS_OP(floor_divide)) {
     const char* mode = IS_OP(floor_divide) ? "floor" : tpu_arg_str(c, 2, NULL);
-    if (mode && odt == TPU_BOOL) return false;
+    if (mode && (odt == TPU_BOOL || tpu_dtype_is_complex(odt))) return false;
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
     ref_t q = binop(e, "stablehlo.divide", a, b); /* integers: truncated */
-    if (!tpu_dtype_is_float(odt)) {
+    if (!tpu_dtype_is_float(odt) && !tpu_dtype_is_complex(odt)) {
       if (!mode) return false; /* true division of integers is float (odt says so) */
       if (!strcmp(mode, "floor")) { /* one less where the remainder is nonzero and the signs differ */
         ref_t r = binop(e, "stablehlo.remainder", a, b), zero = like(e, r, 0);
@@ -294,6 +344,20 @@ static bool lower_lerp(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_isneginf(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
+  if ((IS_OP(isinf) || IS_OP(isfinite)) && complex_arg(n, 0)) { /* either part infinite; both finite */
+    ref_t x = arg(n, 0), part[2] = {re_part(e, x), im_part(e, x)}, f[2];
+    for (int k = 0; k < 2; k++)
+      f[k] = IS_OP(isinf) ? compare(e, "EQ", unop(e, "stablehlo.abs", part[k]), like(e, part[k], INFINITY))
+                          : emit(e, "stablehlo.is_finite", 1, &part[k], mkref(TPU_BOOL, x.nd, x.sz), NULL);
+    outs[0] = binop(e, IS_OP(isinf) ? "stablehlo.or" : "stablehlo.and", f[0], f[1]);
+    return true;
+  }
+  if (IS_OP(isfinite) && is_tensor(n, 0)) {
+    ref_t x = arg(n, 0);
+    outs[0] = tpu_dtype_is_float(x.dt) ? emit(e, "stablehlo.is_finite", 1, &x, mkref(TPU_BOOL, x.nd, x.sz), NULL)
+                                       : cst_like(e, TPU_BOOL, 1, o->ndim, o->sizes);
+    return true;
+  }
   if ((IS_OP(isneginf) || IS_OP(isposinf) || IS_OP(isinf)) && is_tensor(n, 0)) {
     const tpu_tensor_t* x = c->args[0].v.t;
     if (!tpu_dtype_is_float(x->dtype)) {
@@ -366,6 +430,9 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
       x = select3(e, compare(e, "EQ", x, like(e, x, -INFINITY)), ninf, x);
     }
     outs[0] = x;
+  } else if (IS_OP(angle) && complex_arg(n, 0)) { /* atan2(imag, real) */
+    ref_t x = arg(n, 0);
+    outs[0] = binop(e, "stablehlo.atan2", im_part(e, x), re_part(e, x));
   } else if (IS_OP(angle) && fl) { /* real input: 0, pi below zero, NaN kept */
     ref_t x = arg_out(n, 0, odt);
     outs[0] = select3(e, is_nan(e, x), x, select3(e, compare(e, "LT", x, like(e, x, 0)), like(e, x, M_PI), like(e, x, 0)));
@@ -427,6 +494,59 @@ static bool lower_formula(node_t* n, const char* base, ref_t* outs) {
   } else {
     return false;
   }
+  return true;
+}
+
+/* pow on complex values as PyTorch's CPU kernel: a number exponent of 0
+ * fills ones, 1 copies, 2, 3 and -2 multiply, 0.5, -0.5 and -1 are sqrt,
+ * rsqrt and reciprocal; anything else is C's cpow, exp(w log z) */
+static bool lower_pow_complex(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  ref_t z = arg_out(n, 0, odt);
+  double w[2] = {0, 1};
+  if (is_number(n, 1) && tpu_arg_complex(c, 1, w) && w[1] == 0) {
+    const double p = w[0];
+    ref_t sq = p == 2 || p == 3 || p == -2 ? binop(e, "stablehlo.multiply", z, z) : z;
+    if (p == 0) outs[0] = like(e, z, 1);
+    else if (p == 1) outs[0] = z;
+    else if (p == 2) outs[0] = sq;
+    else if (p == 3) outs[0] = binop(e, "stablehlo.multiply", sq, z);
+    else if (p == -2) outs[0] = binop(e, "stablehlo.divide", like(e, z, 1), sq);
+    else if (p == 0.5) outs[0] = on_branch_cut(e, "stablehlo.sqrt", z, false);
+    else if (p == -0.5) outs[0] = on_branch_cut(e, "stablehlo.rsqrt", z, false);
+    else if (p == -1) outs[0] = binop(e, "stablehlo.divide", like(e, z, 1), z);
+    if (p == 0 || p == 1 || p == 2 || p == 3 || p == -2 || p == 0.5 || p == -0.5 || p == -1) return true;
+  }
+  /* in complex128, rounded once, as the unary math */
+  ref_t y = complex_exp(e, binop(e, "stablehlo.multiply", arg_out(n, 1, TPU_C128),
+                                 unop(e, "stablehlo.log", convert(e, z, TPU_C128))));
+  outs[0] = convert(e, y, odt);
+  return true;
+}
+
+static bool lower_pow(node_t* n, const char* base, ref_t* outs) {
+  return tpu_dtype_is_complex(n->o->dtype) ? lower_pow_complex(n, base, outs) : lower_binary(n, base, outs);
+}
+
+/* conj_physical: the imaginary part negated (a copy of a real tensor);
+ * complex(real, imag); polar(abs, angle) = abs (cos angle + i sin angle), as
+ * PyTorch's CPU kernel computes it */
+static bool lower_complex(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!is_tensor(n, 0)) return false;
+  if (IS_OP(conj_physical) || IS_OP(_conj_physical)) {
+    ref_t x = arg_out(n, 0, odt);
+    outs[0] = conj_of(e, x);
+    return true;
+  }
+  if (!tpu_dtype_is_complex(odt) || !is_tensor(n, 1)) return false;
+  const tpu_dtype_t part = tpu_dtype_complex_part(odt);
+  ref_t a = arg_out(n, 0, part), b = arg_out(n, 1, part);
+  if (IS_OP(complex)) outs[0] = make_complex(e, a, b);
+  else if (IS_OP(polar))
+    outs[0] = make_complex(e, binop(e, "stablehlo.multiply", a, unop(e, "stablehlo.cosine", b)),
+                           binop(e, "stablehlo.multiply", a, unop(e, "stablehlo.sine", b)));
+  else return false;
   return true;
 }
 
@@ -517,6 +637,7 @@ static bool lower_remainder_any(node_t* n, const char* base, ref_t* outs) {
 
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
+    {"_conj_physical", lower_complex},
     {"abs", lower_unary},
     {"acos", lower_unary},
     {"acosh", lower_unary},
@@ -537,6 +658,8 @@ static const tpu_lower_entry_t k_entries[] = {
     {"clamp", lower_clamp},
     {"clamp_max", lower_clamp},
     {"clamp_min", lower_clamp},
+    {"complex", lower_complex},
+    {"conj_physical", lower_complex},
     {"copysign", lower_formula},
     {"cos", lower_unary},
     {"cosh", lower_unary},
@@ -560,6 +683,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"gt", lower_compare},
     {"heaviside", lower_formula},
     {"hypot", lower_formula},
+    {"isfinite", lower_isneginf},
     {"isin", lower_isin},
     {"isinf", lower_isneginf},
     {"isnan", lower_isnan},
@@ -589,7 +713,8 @@ static const tpu_lower_entry_t k_entries[] = {
     {"ne", lower_compare},
     {"neg", lower_unary},
     {"nextafter", lower_binary},
-    {"pow", lower_binary},
+    {"polar", lower_complex},
+    {"pow", lower_pow},
     {"reciprocal", lower_reciprocal},
     {"relu", lower_relu},
     {"remainder", lower_remainder_any},

@@ -1,6 +1,7 @@
 /* The lowering layer's internal interface: the emitter core (lower/stablehlo.c)
  * that the per-family lowering files (lower/elementwise.c, reduce.c, matmul.c,
- * nn.c, shape.c, index.c, linalg.c, special.c) build their StableHLO from.
+ * nn.c, shape.c, index.c, linalg.c, special.c, random.c, fft.c) build their
+ * StableHLO from.
  *
  * A lowering function receives the call as a node_t, the op's base name ("add"
  * for add_.Tensor, see base_name) and outs, which it fills by output index. It
@@ -109,7 +110,7 @@ typedef struct {
 
 extern const tpu_lower_table_t tpu_lower_elementwise, tpu_lower_shape, tpu_lower_matmul,
     tpu_lower_reduce, tpu_lower_nn, tpu_lower_index, tpu_lower_linalg, tpu_lower_special,
-    tpu_lower_random;
+    tpu_lower_random, tpu_lower_fft;
 
 /* The entry for an op id, or NULL; the tables' names are resolved to ids once. */
 const tpu_lower_entry_t* tpu_lower_find_id(tpu_op_id_t id);
@@ -125,7 +126,18 @@ const char* i64arr(char* buf, size_t cap, int n, const int64_t* v);
 int64_t numel(const ref_t* r);
 ref_t mkref(tpu_dtype_t dt, int nd, const int64_t* sz);
 ref_t emit(em_t* e, const char* op, int n, const ref_t* in, ref_t res, const char* fmt, ...);
-ref_t cst(em_t* e, tpu_dtype_t dt, double v);
+ref_t cst(em_t* e, tpu_dtype_t dt, double v); /* a complex dt: v + 0i */
+/* re + im i as a 0-d constant of complex dtype dt */
+ref_t cst_complex(em_t* e, tpu_dtype_t dt, double re, double im);
+/* A complex value's real and imaginary parts (of its part type); a real
+ * value is its own real part and has a zero imaginary part. */
+ref_t re_part(em_t* e, ref_t a);
+ref_t im_part(em_t* e, ref_t a);
+/* re + im i from two values of float32 (-> complex64) or float64 */
+ref_t make_complex(em_t* e, ref_t re, ref_t im);
+/* the conjugate (a real value itself); |a| (of the part type for a complex a) */
+ref_t conj_of(em_t* e, ref_t a);
+ref_t abs_of(em_t* e, ref_t a);
 ref_t reshape(em_t* e, ref_t a, int nd, const int64_t* sz);
 ref_t transpose(em_t* e, ref_t a, const int64_t* perm);
 ref_t bcast_dims(em_t* e, ref_t a, int nd, const int64_t* sz, const int64_t* dims);
@@ -190,9 +202,11 @@ ref_t scale_by(node_t* n, int i, ref_t x, double dflt);
 double lower_arg_f64(const tpu_call_t* c, int i, double dflt);
 int64_t lower_arg_i64(const tpu_call_t* c, int i, int64_t dflt);
 bool lower_arg_bool(const tpu_call_t* c, int i, bool dflt);
+bool lower_arg_complex(const tpu_call_t* c, int i, double out_c[2]);
 #define tpu_arg_f64(c, i, dflt) lower_arg_f64((c), (i), (dflt))
 #define tpu_arg_i64(c, i, dflt) lower_arg_i64((c), (i), (dflt))
 #define tpu_arg_bool(c, i, dflt) lower_arg_bool((c), (i), (dflt))
+#define tpu_arg_complex(c, i, out_c) lower_arg_complex((c), (i), (out_c))
 ref_t arg_out(node_t* n, int i, tpu_dtype_t dt);
 ref_t out_ref(const node_t* n, tpu_dtype_t dt);
 tpu_dtype_t common_type(node_t* n, int a, int b);

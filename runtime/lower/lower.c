@@ -10,7 +10,7 @@
 static const tpu_lower_table_t* const k_tables[] = {
     &tpu_lower_elementwise, &tpu_lower_shape, &tpu_lower_matmul,
     &tpu_lower_reduce,      &tpu_lower_nn,    &tpu_lower_index,  &tpu_lower_linalg,
-    &tpu_lower_special,     &tpu_lower_random,
+    &tpu_lower_special,     &tpu_lower_random, &tpu_lower_fft,
 };
 #define NTABLES (sizeof k_tables / sizeof k_tables[0])
 

@@ -3,8 +3,8 @@
  * The graph printer (tpu_graph_print, exec/graph.h) lowers each node through
  * these tables; an op without an entry becomes stablehlo.custom_call
  * @aten.<overload>. The entries are kept per op family (runtime/lower/:
- * elementwise.c, shape.c, matmul.c, reduce.c, nn.c, index.c), each table
- * sorted by name. */
+ * elementwise.c, shape.c, matmul.c, reduce.c, nn.c, index.c, linalg.c,
+ * special.c, random.c, fft.c), each table sorted by name. */
 #ifndef TPU_LOWER_LOWER_H
 #define TPU_LOWER_LOWER_H
 

@@ -24,14 +24,20 @@ static bool lower_mm(node_t* n, const char* base, ref_t* outs) {
      * bias included, as PyTorch does */
     const tpu_dtype_t ct = acc_type(odt);
     ref_t a = convert(e, arg(n, i0), odt), b = convert(e, arg(n, i0 + 1), odt);
+    if (!strcmp(base, "vdot") && tpu_dtype_is_complex(odt)) /* conj(a) . b */
+      a = conj_of(e, a);
     const bool batched = strstr(base, "bmm") != NULL;
     ref_t r = dot_general(e, a, b, batched ? 1 : 0, a.nd - 1, batched ? 1 : 0, out_ref(n, ct), c->precision);
-    if (add) {
+    if (add) { /* complex alpha and beta scale as values, real ones as before */
+      const bool cx_beta = i0 + 2 < c->nargs && c->args[i0 + 2].kind == TPU_ARG_COMPLEX;
+      const bool cx_alpha = i0 + 3 < c->nargs && c->args[i0 + 3].kind == TPU_ARG_COMPLEX;
       double beta = tpu_arg_f64(c, i0 + 2, 1.0), alpha = tpu_arg_f64(c, i0 + 3, 1.0);
-      if (alpha != 1.0) r = scalar_op(e, "stablehlo.multiply", r, alpha);
-      if (beta != 0.0) {
+      if (cx_alpha) r = binop(e, "stablehlo.multiply", r, arg_as(n, i0 + 3, ct, r.nd, r.sz));
+      else if (alpha != 1.0) r = scalar_op(e, "stablehlo.multiply", r, alpha);
+      if (cx_beta || beta != 0.0) {
         ref_t s = arg_out(n, 0, ct);
-        if (beta != 1.0) s = scalar_op(e, "stablehlo.multiply", s, beta);
+        if (cx_beta) s = binop(e, "stablehlo.multiply", s, arg_as(n, i0 + 2, ct, s.nd, s.sz));
+        else if (beta != 1.0) s = scalar_op(e, "stablehlo.multiply", s, beta);
         r = binop(e, "stablehlo.add", s, r);
       }
     }

@@ -121,52 +121,63 @@ static ref_t std_normal(em_t* e, const ref_t* w) {
   return binop(e, "stablehlo.multiply", r, a);
 }
 
-/* number or tensor argument i as f64 broadcast to the output; dflt when absent */
-static ref_t param(node_t* n, int i, double dflt) {
-  if (is_tensor(n, i) || is_number(n, i)) return arg_out(n, i, TPU_F64);
-  return cst_like(n->e, TPU_F64, dflt, n->o->ndim, n->o->sizes);
+/* number or tensor argument i as f64 broadcast to (nd, sz); dflt when absent */
+static ref_t param(node_t* n, int i, double dflt, int nd, const int64_t* sz) {
+  if (is_tensor(n, i) || is_number(n, i)) return arg_as(n, i, TPU_F64, nd, sz);
+  return cst_like(n->e, TPU_F64, dflt, nd, sz);
 }
 
 static ref_t mul(em_t* e, ref_t a, ref_t b) { return binop(e, "stablehlo.multiply", a, b); }
 static ref_t add(em_t* e, ref_t a, ref_t b) { return binop(e, "stablehlo.add", a, b); }
 
 /* uniform, normal, log_normal, cauchy, exponential, geometric: one float
- * output (geometric: any dtype) from its own blocks */
+ * output (geometric: any dtype) from its own blocks. A complex uniform_ /
+ * normal_ draws its parts as a real tensor of one more dim of 2, as the host
+ * (normal_: each part with std / sqrt(2), as PyTorch), from number arguments. */
 static bool lower_dist(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  const int nd = o->ndim;
-  const int64_t* sz = o->sizes;
+  const bool cx = tpu_dtype_is_complex(odt);
+  int64_t psz[TPU_MAX_DIMS];
+  if (cx && (o->ndim >= TPU_MAX_DIMS || (strcmp(base, "uniform") && strcmp(base, "normal")) || strcmp(ovl, "") ||
+             is_tensor(n, 1) || is_tensor(n, 2)))
+    return false;
+  memcpy(psz, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
+  psz[o->ndim] = 2;
+  const int nd = o->ndim + cx;
+  const int64_t* sz = cx ? psz : o->sizes;
+  const tpu_dtype_t vdt = tpu_dtype_complex_part(odt); /* the values' (parts') dtype */
   const bool geometric = !strcmp(base, "geometric");
-  if (!tpu_dtype_is_float(odt) && !(geometric && tpu_dtype_is_supported(odt) && odt != TPU_BOOL))
+  if (!tpu_dtype_is_float(vdt) && !(geometric && tpu_dtype_is_supported(odt) && odt != TPU_BOOL))
     return false;
   ref_t w[4];
   ref_t v;
   if (!strcmp(base, "uniform")) {
-    ref_t a = param(n, 1, 0.0), b = param(n, 2, 1.0);
+    ref_t a = param(n, 1, 0.0, nd, sz), b = param(n, 2, 1.0, nd, sz);
     philox(n, nd, sz, w);
     v = add(e, a, mul(e, u01(e, w[0], w[1]), binop(e, "stablehlo.subtract", b, a)));
-    if (odt != TPU_F64) v = convert(e, convert(e, v, odt), TPU_F64); /* rounded to the dtype */
+    if (vdt != TPU_F64) v = convert(e, convert(e, v, vdt), TPU_F64); /* rounded to the dtype */
     /* rounding reached `to`: keep [from, to) */
     ref_t hit = binop(e, "stablehlo.and", compare(e, "GE", v, b), compare(e, "GT", b, a));
     v = select3(e, hit, a, v);
   } else if (!strcmp(base, "normal")) {
     const int m = !strcmp(ovl, "") || !strcmp(ovl, "out") ? 1 : 0; /* normal_(self, mean, std) */
-    ref_t mean = param(n, m, 0.0), sd = param(n, m + 1, 1.0);
+    ref_t mean = param(n, m, 0.0, nd, sz), sd = param(n, m + 1, 1.0, nd, sz);
+    if (cx) sd = scalar_op(e, "stablehlo.divide", sd, sqrt(2.0));
     philox(n, nd, sz, w);
     v = add(e, mean, mul(e, sd, std_normal(e, w)));
   } else if (!strcmp(base, "log_normal")) {
-    ref_t mean = param(n, 1, 1.0), sd = param(n, 2, 2.0);
+    ref_t mean = param(n, 1, 1.0, nd, sz), sd = param(n, 2, 2.0, nd, sz);
     philox(n, nd, sz, w);
     v = unop(e, "stablehlo.exponential", add(e, mean, mul(e, sd, std_normal(e, w))));
   } else if (!strcmp(base, "cauchy")) {
-    ref_t median = param(n, 1, 0.0), sigma = param(n, 2, 1.0);
+    ref_t median = param(n, 1, 0.0, nd, sz), sigma = param(n, 2, 1.0, nd, sz);
     philox(n, nd, sz, w);
     ref_t t = scalar_op(e, "stablehlo.subtract", u01_open(e, w[0], w[1]), 0.5);
     t = scalar_op(e, "stablehlo.multiply", t, PI);
     ref_t tan = binop(e, "stablehlo.divide", unop(e, "stablehlo.sine", t), unop(e, "stablehlo.cosine", t));
     v = add(e, median, mul(e, sigma, tan));
   } else if (!strcmp(base, "exponential")) {
-    ref_t lambd = param(n, 1, 1.0);
+    ref_t lambd = param(n, 1, 1.0, nd, sz);
     philox(n, nd, sz, w);
     ref_t lg = unop(e, "stablehlo.log", u01_open(e, w[0], w[1]));
     v = binop(e, "stablehlo.divide", unop(e, "stablehlo.negate", lg), lambd);
@@ -177,7 +188,19 @@ static bool lower_dist(node_t* n, const char* base, ref_t* outs) {
     ref_t lg = unop(e, "stablehlo.log", u01_open(e, w[0], w[1]));
     v = unop(e, "stablehlo.ceil", scalar_op(e, "stablehlo.divide", lg, log1p(-p)));
   }
-  outs[0] = convert(e, v, odt);
+  v = convert(e, v, vdt);
+  if (cx) { /* (re, im) pairs along the last dim */
+    int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS];
+    memcpy(hi, psz, sizeof(int64_t) * (size_t)nd);
+    ref_t part[2];
+    for (int k = 0; k < 2; k++) {
+      lo[nd - 1] = k;
+      hi[nd - 1] = k + 1;
+      part[k] = reshape(e, slice(e, v, lo, hi), o->ndim, o->sizes);
+    }
+    v = make_complex(e, part[0], part[1]);
+  }
+  outs[0] = v;
   return true;
 }
 

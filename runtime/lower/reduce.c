@@ -146,7 +146,9 @@ static bool lower_linalg_vector_norm(node_t* n, const char* base, ref_t* outs) {
     int64_t dims[TPU_MAX_DIMS];
     int nr = red_dims(n, 2, x->ndim, dims);
     tpu_dtype_t ct = acc_type(odt);
-    ref_t r = pnorm(e, convert(e, arg(n, 0), ct), tpu_arg_f64(c, 1, 2), nr, dims);
+    ref_t a = arg(n, 0);
+    if (tpu_dtype_is_complex(a.dt)) a = abs_of(e, a); /* the norm of the magnitudes */
+    ref_t r = pnorm(e, convert(e, a, ct), tpu_arg_f64(c, 1, 2), nr, dims);
     outs[0] = reshape(e, convert(e, r, odt), o->ndim, o->sizes);
     return true;
   }

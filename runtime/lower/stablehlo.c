@@ -68,6 +68,8 @@ const char* tpu_lower_elt_type(tpu_dtype_t dt) {
     case TPU_I8: return "i8";
     case TPU_U8: return "ui8";
     case TPU_BOOL: return "i1";
+    case TPU_C64: return "complex<f32>";
+    case TPU_C128: return "complex<f64>";
     default: return "none";
   }
 }
@@ -182,6 +184,7 @@ static ref_t end_constant(em_t* e, ref_t r, const char* close) {
 }
 
 ref_t cst(em_t* e, tpu_dtype_t dt, double v) {
+  if (tpu_dtype_is_complex(dt)) return cst_complex(e, dt, v, 0);
   ref_t r = mkref(dt, 0, NULL);
   r.id = e->next++;
   fprintf(e->f, "    %%%d = \"stablehlo.constant\"() {value = dense<", r.id);
@@ -190,6 +193,18 @@ ref_t cst(em_t* e, tpu_dtype_t dt, double v) {
   else if (v >= 9223372036854775807.0) fprintf(e->f, "%" PRId64, INT64_MAX); /* (int64_t)2^63 overflows */
   else fprintf(e->f, "%" PRId64, (int64_t)v);
   return end_constant(e, r, ">");
+}
+
+/* complex constant re + im i (dense<(re, im)>) of a complex dtype */
+ref_t cst_complex(em_t* e, tpu_dtype_t dt, double re, double im) {
+  const tpu_dtype_t part = tpu_dtype_complex_part(dt);
+  ref_t r = mkref(dt, 0, NULL);
+  r.id = e->next++;
+  fprintf(e->f, "    %%%d = \"stablehlo.constant\"() {value = dense<(", r.id);
+  float_literal(e->f, part, re);
+  fputs(", ", e->f);
+  float_literal(e->f, part, im);
+  return end_constant(e, r, ")>");
 }
 
 ref_t reshape(em_t* e, ref_t a, int nd, const int64_t* sz) {
@@ -279,8 +294,52 @@ static ref_t f32_to_f8(em_t* e, ref_t x, tpu_dtype_t dt) {
 /* the narrow dtypes that convert as values (float4_x2 only moves) */
 static bool is_f8(tpu_dtype_t dt) { return tpu_dtype_is_narrow(dt) && dt != TPU_F4E2M1FNX2; }
 
+/* ---- complex values ---- */
+ref_t re_part(em_t* e, ref_t a) {
+  if (!tpu_dtype_is_complex(a.dt)) return a;
+  return emit(e, "stablehlo.real", 1, &a, mkref(tpu_dtype_complex_part(a.dt), a.nd, a.sz), NULL);
+}
+
+ref_t im_part(em_t* e, ref_t a) {
+  if (!tpu_dtype_is_complex(a.dt)) return cst_like(e, a.dt, 0, a.nd, a.sz);
+  return emit(e, "stablehlo.imag", 1, &a, mkref(tpu_dtype_complex_part(a.dt), a.nd, a.sz), NULL);
+}
+
+ref_t make_complex(em_t* e, ref_t re, ref_t im) {
+  ref_t in[2] = {re, im};
+  return emit(e, "stablehlo.complex", 2, in, mkref(re.dt == TPU_F64 ? TPU_C128 : TPU_C64, re.nd, re.sz), NULL);
+}
+
+ref_t conj_of(em_t* e, ref_t a) {
+  if (!tpu_dtype_is_complex(a.dt)) return a;
+  return make_complex(e, re_part(e, a), unop(e, "stablehlo.negate", im_part(e, a)));
+}
+
+ref_t abs_of(em_t* e, ref_t a) {
+  ref_t r = emit(e, "stablehlo.abs", 1, &a, mkref(tpu_dtype_complex_part(a.dt), a.nd, a.sz), NULL);
+  if (!tpu_dtype_is_complex(a.dt)) return r;
+  /* C's hypot, as PyTorch's std::abs: infinite when a part is, else NaN when
+   * a part is (XLA's can drop a NaN part) */
+  ref_t re = unop(e, "stablehlo.abs", re_part(e, a)), im = unop(e, "stablehlo.abs", im_part(e, a));
+  ref_t inf = cst_like(e, r.dt, INFINITY, r.nd, r.sz);
+  ref_t nan = binop(e, "stablehlo.or", compare(e, "NE", re, re), compare(e, "NE", im, im));
+  ref_t any_inf = binop(e, "stablehlo.or", compare(e, "EQ", re, inf), compare(e, "EQ", im, inf));
+  r = select3(e, nan, binop(e, "stablehlo.add", re, im), r);
+  return select3(e, any_inf, inf, r);
+}
+
 ref_t convert(em_t* e, ref_t a, tpu_dtype_t dt) {
   if (a.dt == dt) return a;
+  /* complex: through the parts (XLA converts neither complex -> real nor
+   * between complex widths); complex -> real keeps the real part, real ->
+   * complex has a zero imaginary part, as PyTorch */
+  if (tpu_dtype_is_complex(dt)) {
+    const tpu_dtype_t part = tpu_dtype_complex_part(dt);
+    ref_t re = convert(e, re_part(e, a), part);
+    return make_complex(e, re, tpu_dtype_is_complex(a.dt) ? convert(e, im_part(e, a), part)
+                                                          : cst_like(e, part, 0, a.nd, a.sz));
+  }
+  if (tpu_dtype_is_complex(a.dt)) return convert(e, re_part(e, a), dt);
   if (is_f8(dt)) /* PyTorch converts through float32 */
     return f32_to_f8(e, convert(e, a, TPU_F32), dt);
   if (is_f8(a.dt) && !tpu_dtype_is_float(dt) && dt != TPU_F32) /* to integers through float32 */
@@ -322,7 +381,7 @@ ref_t binop(em_t* e, const char* op, ref_t a, ref_t b) {
 ref_t unop(em_t* e, const char* op, ref_t a) { return emit(e, op, 1, &a, a, NULL); }
 
 static const char* cmp_type(tpu_dtype_t dt) {
-  if (tpu_dtype_is_float(dt)) return "FLOAT";
+  if (tpu_dtype_is_float(dt) || tpu_dtype_is_complex(dt)) return "FLOAT";
   return dt == TPU_U8 || dt == TPU_U16 || dt == TPU_U32 || dt == TPU_U64 || dt == TPU_BOOL
              ? "UNSIGNED"
              : "SIGNED";
@@ -342,6 +401,10 @@ ref_t select3(em_t* e, ref_t p, ref_t a, ref_t b) {
 }
 
 ref_t scalar_op(em_t* e, const char* op, ref_t a, double v) {
+  /* a complex value times (over) a real number: each part, as PyTorch's
+   * complex-by-real operators (a complex product would make inf * 0 = NaN) */
+  if (tpu_dtype_is_complex(a.dt) && (!strcmp(op, "stablehlo.multiply") || !strcmp(op, "stablehlo.divide")))
+    return make_complex(e, scalar_op(e, op, re_part(e, a), v), scalar_op(e, op, im_part(e, a), v));
   return binop(e, op, a, cst_like(e, a.dt, v, a.nd, a.sz));
 }
 
@@ -771,7 +834,8 @@ ref_t centred_sum_squares(em_t* e, ref_t a, int nr, const int64_t* dims, double 
 
 ref_t dot_general(em_t* e, ref_t a, ref_t b, int nbatch, int ca, int cb, ref_t res,
                          tpu_precision_t p) {
-  const char* prec = a.dt != TPU_F32 || p == TPU_PRECISION_MEDIUM ? "DEFAULT"
+  /* complex64 follows the float32 mode, as the host's four real products do */
+  const char* prec = tpu_dtype_complex_part(a.dt) != TPU_F32 || p == TPU_PRECISION_MEDIUM ? "DEFAULT"
                      : p == TPU_PRECISION_HIGH                     ? "HIGH"
                                                                    : "HIGHEST";
   char batch[320] = "";
@@ -1088,8 +1152,70 @@ static ref_t param_for(em_t* e, const tpu_tensor_t* t) {
 
 static bool overlaps(const val_t* v, uintptr_t lo, uintptr_t hi) { return v->lo < hi && lo < v->hi; }
 
+/* The n elements of 1-D `flat` (a value's memory in order) as elements of dt,
+ * the same bytes: a complex value as its (real, imag) pairs, widths changed
+ * by bitcast_convert. NO_REF for booleans (no bit pattern to reinterpret) or
+ * bytes that dt's elements do not divide. */
+static ref_t reinterpret_flat(em_t* e, ref_t flat, tpu_dtype_t dt) {
+  const int64_t n = flat.sz[0];
+  ref_t bad = mkref(dt, 0, NULL);
+  if (flat.dt == dt) return flat;
+  if (flat.dt == TPU_BOOL || dt == TPU_BOOL) return bad;
+  if (tpu_dtype_is_complex(flat.dt)) { /* the parts, interleaved */
+    const int64_t one[2] = {n, 1}, two[2] = {n, 2}, m = 2 * n;
+    ref_t in[2] = {reshape(e, re_part(e, flat), 2, one), reshape(e, im_part(e, flat), 2, one)};
+    ref_t pairs = emit(e, "stablehlo.concatenate", 2, in, mkref(in[0].dt, 2, two), "dimension = 1 : i64");
+    return reinterpret_flat(e, reshape(e, pairs, 1, &m), dt);
+  }
+  if (tpu_dtype_is_complex(dt)) { /* pairs of the part type combined */
+    ref_t p = reinterpret_flat(e, flat, tpu_dtype_complex_part(dt));
+    if (p.id == NO_REF || p.sz[0] % 2) return bad;
+    const int64_t two[2] = {p.sz[0] / 2, 2};
+    p = reshape(e, p, 2, two);
+    ref_t part[2];
+    for (int k = 0; k < 2; k++)
+      part[k] = reshape(e, slice(e, p, (int64_t[]){0, k}, (int64_t[]){two[0], k + 1}), 1, two);
+    return make_complex(e, part[0], part[1]);
+  }
+  const int64_t sa = (int64_t)tpu_dtype_size(flat.dt), sb = (int64_t)tpu_dtype_size(dt);
+  if ((n * sa) % sb) return bad;
+  const int64_t m = n * sa / sb;
+  if (sa == sb) return bitcast(e, flat, dt);
+  if (sa > sb) /* each element into sa / sb narrower ones */
+    return reshape(e, emit(e, "stablehlo.bitcast_convert", 1, &flat, mkref(dt, 2, (int64_t[]){n, sa / sb}), NULL), 1, &m);
+  ref_t groups = reshape(e, flat, 2, (int64_t[]){m, sb / sa});
+  return emit(e, "stablehlo.bitcast_convert", 1, &groups, mkref(dt, 1, &m), NULL);
+}
+
+/* View t read as another dtype than the value the graph last wrote around it
+ * (view_as_real of a complex result, x.view(torch.int32) of a float one):
+ * the value's memory reinterpreted, then t derived from it. NO_REF when no
+ * such value holds all of t or the bytes do not reinterpret. */
+static ref_t read_retyped(em_t* e, const tpu_tensor_t* t, uintptr_t lo, uintptr_t hi) {
+  ref_t bad = mkref(t->dtype, 0, NULL);
+  for (int i = e->nv - 1; i >= 0; i--) {
+    const val_t* v = &e->v[i];
+    if (v->superseded || v->alias || !v->written || v->r.dt == t->dtype || !(v->lo <= lo && hi <= v->hi && lo < hi))
+      continue;
+    if (!val_dense(v)) return bad;
+    const int64_t N = numel(&v->r);
+    ref_t flat = reinterpret_flat(e, memory_order(e, v, 1, &N), t->dtype);
+    if (flat.id == NO_REF) return bad;
+    val_t w = *v; /* the same memory, as flat elements of t's dtype */
+    w.r = flat;
+    w.st[0] = 1;
+    return derive(e, &w, t);
+  }
+  return bad;
+}
+
 /* the value a tensor argument reads */
 ref_t read_tensor(em_t* e, const tpu_tensor_t* t) {
+  if ((t->flags & TPU_TENSOR_CPU_SCALAR) && tpu_dtype_is_complex(t->dtype)) {
+    const char* p = tpu_tensor_elem_ptr(t, 0);
+    const tpu_dtype_t part = tpu_dtype_complex_part(t->dtype);
+    return cst_complex(e, t->dtype, tpu_load_f64(p, part), tpu_load_f64(p + tpu_dtype_size(part), part));
+  }
   if ((t->flags & TPU_TENSOR_CPU_SCALAR) && !(lifting(e) && tpu_lower_lifts_scalar(t)))
     return cst(e, t->dtype, tpu_tensor_get_f64(t, 0));
   for (int i = e->nv - 1; i >= 0; i--)
@@ -1101,6 +1227,14 @@ ref_t read_tensor(em_t* e, const tpu_tensor_t* t) {
     const val_t* v = &e->v[i];
     if (!v->superseded && !v->alias && v->r.dt == t->dtype && v->lo <= lo && hi <= v->hi && lo < hi)
       base = i;
+  }
+  if (base < 0) { /* written by the graph as another dtype? */
+    ref_t r = read_retyped(e, t, lo, hi);
+    if (r.id != NO_REF) {
+      int k = val_push(e, r, t);
+      if (k >= 0) e->v[k].alias = true;
+      return r;
+    }
   }
   if (base < 0) { /* memory from before the graph: a parameter */
     param_for(e, t);
@@ -1178,7 +1312,7 @@ bool is_tensor(const node_t* n, int i) {
 bool is_number(const node_t* n, int i) {
   if (i >= n->c->nargs) return false;
   tpu_arg_kind_t k = n->c->args[i].kind;
-  return k == TPU_ARG_INT || k == TPU_ARG_DOUBLE || k == TPU_ARG_BOOL;
+  return k == TPU_ARG_INT || k == TPU_ARG_DOUBLE || k == TPU_ARG_BOOL || k == TPU_ARG_COMPLEX;
 }
 
 ref_t arg(node_t* n, int i) { return read_tensor(n->e, n->c->args[i].v.t); }
@@ -1217,6 +1351,10 @@ bool lower_arg_bool(const tpu_call_t* c, int i, bool dflt) {
   note_read(c, i);
   return (tpu_arg_bool)(c, i, dflt);
 }
+bool lower_arg_complex(const tpu_call_t* c, int i, double out_c[2]) {
+  note_read(c, i);
+  return (tpu_arg_complex)(c, i, out_c);
+}
 
 /* whether argument i (a floating number, or a floating CPU scalar) is read as a parameter */
 static bool lifted(const node_t* n, int i) {
@@ -1238,11 +1376,17 @@ static ref_t number_param(node_t* n, int i) {
 ref_t arg_as(node_t* n, int i, tpu_dtype_t dt, int nd, const int64_t* sz) {
   if (is_tensor(n, i)) return bcast(n->e, convert(n->e, arg(n, i), dt), nd, sz);
   if (lifted(n, i)) return bcast(n->e, convert(n->e, number_param(n, i), dt), nd, sz); /* a number */
+  if (tpu_dtype_is_complex(dt) && i < n->c->nargs && n->c->args[i].kind == TPU_ARG_COMPLEX) {
+    double v[2]; /* a complex number: a constant, keyed by value (targets/pjrt/progcache.c) */
+    tpu_arg_complex(n->c, i, v);
+    return bcast(n->e, cst_complex(n->e, dt, v[0], v[1]), nd, sz);
+  }
   return cst_like(n->e, dt, tpu_arg_f64(n->c, i, 0), nd, sz);
 }
 
 ref_t scale_by(node_t* n, int i, ref_t x, double dflt) {
-  if (lifted(n, i)) return binop(n->e, "stablehlo.multiply", x, arg_as(n, i, x.dt, x.nd, x.sz));
+  if (lifted(n, i) || (i < n->c->nargs && n->c->args[i].kind == TPU_ARG_COMPLEX))
+    return binop(n->e, "stablehlo.multiply", x, arg_as(n, i, x.dt, x.nd, x.sz));
   const double v = tpu_arg_f64(n->c, i, dflt);
   return v == 1.0 ? x : scalar_op(n->e, "stablehlo.multiply", x, v);
 }
@@ -1261,7 +1405,7 @@ tpu_dtype_t common_type(node_t* n, int a, int b) {
   if (k == 1 && is_number(n, b)) { /* a Python number takes part as a wrapped number */
     memset(&tmp, 0, sizeof tmp);
     tpu_arg_kind_t kind = n->c->args[b].kind;
-    tmp.dtype = kind == TPU_ARG_DOUBLE ? TPU_F64 : kind == TPU_ARG_BOOL ? TPU_BOOL : TPU_I64;
+    tmp.dtype = kind == TPU_ARG_DOUBLE ? TPU_F64 : kind == TPU_ARG_BOOL ? TPU_BOOL : kind == TPU_ARG_COMPLEX ? TPU_C128 : TPU_I64;
     tmp.flags = TPU_TENSOR_WRAPPED_NUMBER;
     ts[k++] = &tmp;
   }

@@ -116,6 +116,7 @@ static int op(wr_t* w, const char* name, const char* operands, const char* attrs
 
 static const char* zero_lit(tpu_dtype_t dt) {
   if (dt == TPU_BOOL) return "false";
+  if (tpu_dtype_is_complex(dt)) return "(0.000000e+00, 0.000000e+00)";
   return tpu_dtype_is_float(dt) ? "0.000000e+00" : "0";
 }
 
@@ -361,9 +362,51 @@ static int view_indices(wr_t* w, const view_t* v) {
   return reshape(w, acc, v->nd, v->sz, v->nd + 1, isz, TPU_I64);
 }
 
+/* A complex view as the view of its parts: float32 (float64) with one more
+ * dim, of size 2 and stride 1 (XLA bitcasts no complex type, so storages
+ * hold the parts and the program combines them). */
+static tpu_status_t parts_view(const view_t* v, view_t* out) {
+  if (v->nd >= TPU_MAX_DIMS)
+    return TPU_ERR(UNIMPLEMENTED, "pjrt target: a complex view of %d dims (at most %d)", v->nd, TPU_MAX_DIMS - 1);
+  *out = *v;
+  out->dt = tpu_dtype_complex_part(v->dt);
+  for (int d = 0; d < v->nd; d++) out->st[d] = 2 * v->st[d];
+  out->sz[v->nd] = 2;
+  out->st[v->nd] = 1;
+  out->nd = v->nd + 1;
+  return TPU_OK;
+}
+
+static tpu_status_t emit_read(wr_t* w, const store_t* s, int64_t off, const view_t* v, int* out);
+
+/* A complex view read: its parts view, split along the last dim and combined. */
+static tpu_status_t read_complex(wr_t* w, const store_t* s, int64_t off, const view_t* v, int* out) {
+  view_t pv;
+  int x;
+  tpu_status_t st = parts_view(v, &pv);
+  if (!st) st = emit_read(w, s, off, &pv, &x);
+  if (st) return st;
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS], one[TPU_MAX_DIMS];
+  memcpy(hi, pv.sz, sizeof(int64_t) * (size_t)pv.nd);
+  memcpy(one, v->sz, sizeof(int64_t) * (size_t)v->nd);
+  one[v->nd] = 1;
+  int part[2];
+  for (int k = 0; k < 2; k++) {
+    lo[v->nd] = k;
+    hi[v->nd] = k + 1;
+    part[k] = reshape(w, slice(w, x, pv.nd, pv.sz, lo, hi, pv.dt), pv.nd, one, v->nd, v->sz, pv.dt);
+  }
+  char o[64], in[2900];
+  snprintf(o, sizeof o, "%%v%d, %%v%d", part[0], part[1]);
+  snprintf(in, sizeof in, "%s, %s", ty(v->nd, v->sz, pv.dt), ty(v->nd, v->sz, pv.dt));
+  *out = op(w, "stablehlo.complex", o, NULL, in, ty(v->nd, v->sz, v->dt));
+  return TPU_OK;
+}
+
 /* The value of view v (at byte `off` of storage s) read. */
 static tpu_status_t emit_read(wr_t* w, const store_t* s, int64_t off, const view_t* v, int* out) {
   const int64_t B = s->B;
+  if (tpu_dtype_is_complex(v->dt)) return read_complex(w, s, off, v, out);
   if (numel_of(v) == 0) {
     *out = zeros(w, v->nd, v->sz, v->dt);
     return TPU_OK;
@@ -448,10 +491,34 @@ static tpu_status_t emit_read(wr_t* w, const store_t* s, int64_t off, const view
   return TPU_OK;
 }
 
+static tpu_status_t emit_write(wr_t* w, store_t* s, int64_t off, const view_t* v, int val);
+
+/* A complex value written: its parts, stacked along a last dim, into the parts view. */
+static tpu_status_t write_complex(wr_t* w, store_t* s, int64_t off, const view_t* v, int val) {
+  view_t pv;
+  tpu_status_t st = parts_view(v, &pv);
+  if (st) return st;
+  int64_t one[TPU_MAX_DIMS];
+  memcpy(one, v->sz, sizeof(int64_t) * (size_t)v->nd);
+  one[v->nd] = 1;
+  char r[24], o[64], in[2900], a[64];
+  int part[2];
+  for (int k = 0; k < 2; k++) {
+    int x = op(w, k ? "stablehlo.imag" : "stablehlo.real", ref(r, val), NULL, ty(v->nd, v->sz, v->dt),
+               ty(v->nd, v->sz, pv.dt));
+    part[k] = reshape(w, x, v->nd, v->sz, pv.nd, one, pv.dt);
+  }
+  snprintf(o, sizeof o, "%%v%d, %%v%d", part[0], part[1]);
+  snprintf(in, sizeof in, "%s, %s", ty(pv.nd, one, pv.dt), ty(pv.nd, one, pv.dt));
+  snprintf(a, sizeof a, "dimension = %d : i64", v->nd);
+  return emit_write(w, s, off, &pv, op(w, "stablehlo.concatenate", o, a, in, ty(pv.nd, pv.sz, pv.dt)));
+}
+
 /* Storage s with value val (of view v's shape) written into view v (at
  * byte `off`). */
 static tpu_status_t emit_write(wr_t* w, store_t* s, int64_t off, const view_t* v, int val) {
   const int64_t B = s->B;
+  if (tpu_dtype_is_complex(v->dt)) return write_complex(w, s, off, v, val);
   const int64_t n = numel_of(v);
   if (n == 0) return TPU_OK;
   chain_t c;
@@ -561,6 +628,7 @@ static int slot_of(slot_t* s, int* ns, const pj_block_t* b) {
  * (bytes for booleans, which have no same-width peer). */
 static tpu_dtype_t storage_type(const slot_t* sl, tpu_dtype_t first) {
   if (sl->has_buf && sl->in_dt != TPU_U8) return sl->in_dt;
+  first = tpu_dtype_complex_part(first); /* complex: its parts (parts_view) */
   if (first == TPU_DTYPE_NONE || first == TPU_BOOL) return TPU_U8;
   return sl->bytes % tpu_dtype_size(first) == 0 ? first : TPU_U8;
 }

@@ -120,10 +120,9 @@ static bool put_tensor(pj_call_key_t* k, const tpu_tensor_t* t) {
   put(k, t->sizes, sizeof(int64_t) * (size_t)nd);
   put(k, t->strides, sizeof(int64_t) * (size_t)nd);
   if (tpu_lower_lifts_scalar(t)) return put_host(k, t->data); /* read, or held: as a number */
-  if (t->flags & TPU_TENSOR_CPU_SCALAR) { /* embedded as a constant */
-    double v = tpu_tensor_get_f64(t, 0);
+  if (t->flags & TPU_TENSOR_CPU_SCALAR) { /* embedded as a constant: its bytes (both parts of a complex one) */
     put_u64(k, TAG_SCALAR);
-    put(k, &v, sizeof v);
+    put(k, tpu_tensor_elem_ptr(t, 0), tpu_dtype_size(t->dtype));
     return true;
   }
   pj_block_t b;
@@ -171,6 +170,9 @@ static bool put_call(pj_call_key_t* k, const tpu_call_t* c, uint32_t visible) {
         break;
       case TPU_ARG_BOOL:
         put_u64(k, a->v.b);
+        break;
+      case TPU_ARG_COMPLEX: /* a constant of the program (lower/stablehlo.c, arg_as): by value */
+        put(k, a->v.c, sizeof a->v.c);
         break;
       case TPU_ARG_INTLIST:
         put(k, a->v.ilist, sizeof(int64_t) * (size_t)a->n);
