@@ -98,13 +98,15 @@ static const char* const k_uint_ops[] = {
 /* The complex dtypes: the families whose host kernels take complex operands
  * (complex.c, fft.c, and the byte-moving shape and index kernels). Sorted. */
 static const char* const k_complex_ops[] = {
-    "_conj_physical", "_fft_c2c", "_fft_c2r", "_fft_r2c", "_index_put_impl", "_to_copy",
+    "_conj_physical", "_fft_c2c", "_fft_c2r", "_fft_r2c", "_index_put_impl",
+    "_linalg_eigh", "_linalg_eigvals", "_linalg_svd", "_to_copy",
     "abs", "acos", "acosh", "add", "addmm", "angle", "asin", "asinh", "atan", "atanh",
     "bmm", "cat", "clone", "complex", "conj_physical", "constant_pad_nd", "copy", "cos",
-    "cosh", "div", "dot", "eq", "exp", "expm1", "fill", "flip", "index", "index_put",
-    "index_select", "isfinite", "isinf", "isnan", "linalg_vector_norm", "log", "log10",
+    "cosh", "div", "dot", "eq", "exp", "expm1", "fill", "flip", "geqrf", "index", "index_put",
+    "index_select", "isfinite", "isinf", "isnan", "linalg_eig",
+    "linalg_householder_product", "linalg_qr", "linalg_vector_norm", "log", "log10",
     "log1p", "log2", "masked_fill", "masked_select", "mean", "mm", "mul", "mv",
-    "narrow_copy", "ne", "neg", "normal", "polar", "pow", "prod", "reciprocal", "repeat",
+    "narrow_copy", "ne", "neg", "normal", "ormqr", "polar", "pow", "prod", "reciprocal", "repeat",
     "roll", "rsqrt", "rsub", "sgn", "sigmoid", "sin", "sinh", "sqrt", "stack", "sub", "sum",
     "tan", "tanh", "uniform", "vdot", "where", "zero",
 };
