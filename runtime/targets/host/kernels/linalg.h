@@ -107,6 +107,19 @@ static inline void zstore_mat(const mat_view_t* v, int64_t off, bool adj, const 
                   adj ? conj(src[j * v->rows + i]) : src[i * v->cols + j]);
 }
 
+/* Complex elementary reflectors (zlinalg.c), H = I - tau v v^H with v[0] = 1.
+ * tpu_zlarfg generates the one with H^H x = (beta, 0, ...)^T, beta real, for
+ * the n entries of x at stride s (LAPACK zlarfg): x[0] becomes beta, x[1..]
+ * v[1..]; returns tau (0 when x is already (real, 0, ...)). */
+zc_t tpu_zlarfg(zc_t* x, int64_t n, int64_t s);
+/* c = (I - tau v v^H) c on rows r0 .. r0+len-1 and columns [c0, c1) of the
+ * row-major c (ldc columns); v[i] at v + i * vs, v[0] = 1 is not read. */
+void tpu_zreflect_left(const zc_t* v, int64_t vs, int64_t len, zc_t tau, zc_t* c, int64_t ldc,
+                       int64_t r0, int64_t c0, int64_t c1);
+/* c = c (I - tau v v^H) on columns r0 .. r0+len-1 and rows [q0, q1). */
+void tpu_zreflect_right(const zc_t* v, int64_t vs, int64_t len, zc_t tau, zc_t* c, int64_t ldc,
+                        int64_t r0, int64_t q0, int64_t q1);
+
 /* The complex kernels of the linalg families (zlinalg.c). Each kernel of
  * linalg.c whose op takes complex matrices hands a call with a complex input
  * to its counterpart; the calls and results are those of the real kernels. */

@@ -29,10 +29,7 @@ static double zabs2(zc_t z) { return creal(z) * creal(z) + cimag(z) * cimag(z); 
 
 /* ------------------------------------------------------------- reflectors */
 
-/* Generates H = I - tau v v^H (v[0] = 1) with H^H x = (beta, 0, ...)^T, beta
- * real, for the n entries of x at stride s (zlarfg). On return x[0] = beta
- * and x[1..] hold v[1..]; returns tau (0 when x is already (real, 0...)). */
-static zc_t zlarfg(zc_t* x, int64_t n, int64_t s) {
+zc_t tpu_zlarfg(zc_t* x, int64_t n, int64_t s) {
   zc_t alpha = x[0];
   double xnorm = 0.0;
   for (int64_t i = 1; i < n; i++) xnorm = hypot(xnorm, cabs(x[i * s]));
@@ -46,31 +43,29 @@ static zc_t zlarfg(zc_t* x, int64_t n, int64_t s) {
   return tau;
 }
 
-/* c = (I - tau v v^H) c on columns [c0, c1) of the m-row matrix c (row-major,
- * ldc columns), v = (1, a[j+1..m-1][j]) on rows j..m-1 (a: lda columns). */
-static void zreflect_left(const zc_t* a, int64_t lda, int64_t m, int64_t j, zc_t tau, zc_t* c,
-                          int64_t ldc, int64_t c0, int64_t c1) {
+void tpu_zreflect_left(const zc_t* v, int64_t vs, int64_t len, zc_t tau, zc_t* c, int64_t ldc,
+                       int64_t r0, int64_t c0, int64_t c1) {
   if (tau == 0.0) return;
+  c += r0 * ldc;
   for (int64_t col = c0; col < c1; col++) {
-    zc_t s = c[j * ldc + col];
-    for (int64_t i = j + 1; i < m; i++) s += conj(a[i * lda + j]) * c[i * ldc + col];
+    zc_t s = c[col];
+    for (int64_t i = 1; i < len; i++) s += conj(v[i * vs]) * c[i * ldc + col];
     s *= tau;
-    c[j * ldc + col] -= s;
-    for (int64_t i = j + 1; i < m; i++) c[i * ldc + col] -= s * a[i * lda + j];
+    c[col] -= s;
+    for (int64_t i = 1; i < len; i++) c[i * ldc + col] -= s * v[i * vs];
   }
 }
 
-/* c = c (I - tau v v^H) for c nr x m row-major, v as in zreflect_left. */
-static void zreflect_right(const zc_t* a, int64_t lda, int64_t m, int64_t j, zc_t tau, zc_t* c,
-                           int64_t nr) {
+void tpu_zreflect_right(const zc_t* v, int64_t vs, int64_t len, zc_t tau, zc_t* c, int64_t ldc,
+                        int64_t r0, int64_t q0, int64_t q1) {
   if (tau == 0.0) return;
-  for (int64_t r = 0; r < nr; r++) {
-    zc_t* row = c + r * m;
-    zc_t s = row[j];
-    for (int64_t i = j + 1; i < m; i++) s += row[i] * a[i * lda + j];
+  for (int64_t r = q0; r < q1; r++) {
+    zc_t* row = c + r * ldc + r0;
+    zc_t s = row[0];
+    for (int64_t i = 1; i < len; i++) s += row[i] * v[i * vs];
     s *= tau;
-    row[j] -= s;
-    for (int64_t i = j + 1; i < m; i++) row[i] -= s * conj(a[i * lda + j]);
+    row[0] -= s;
+    for (int64_t i = 1; i < len; i++) row[i] -= s * conj(v[i * vs]);
   }
 }
 
@@ -79,8 +74,8 @@ static void zreflect_right(const zc_t* a, int64_t lda, int64_t m, int64_t j, zc_
 static void zhouse_qr(zc_t* a, int64_t m, int64_t n, zc_t* tau) {
   int64_t k = m < n ? m : n;
   for (int64_t j = 0; j < k; j++) {
-    tau[j] = zlarfg(a + j * n + j, m - j, n);
-    zreflect_left(a, n, m, j, conj(tau[j]), a, n, j + 1, n);
+    tau[j] = tpu_zlarfg(a + j * n + j, m - j, n);
+    tpu_zreflect_left(a + j * n + j, n, m - j, conj(tau[j]), a, n, j, j + 1, n);
   }
 }
 
@@ -89,7 +84,8 @@ static void zform_q(const zc_t* a, int64_t lda, int64_t m, const zc_t* tau, int6
                     int64_t qc) {
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < qc; j++) q[i * qc + j] = i == j ? 1.0 : 0.0;
-  for (int64_t j = k - 1; j >= 0; j--) zreflect_left(a, lda, m, j, tau[j], q, qc, 0, qc);
+  for (int64_t j = k - 1; j >= 0; j--)
+    tpu_zreflect_left(a + j * lda + j, lda, m - j, tau[j], q, qc, j, 0, qc);
 }
 
 static tpu_status_t check_complex_matrix(const char* op, const tpu_tensor_t* t, bool square) {
@@ -242,8 +238,9 @@ tpu_status_t tpu_zk_ormqr(const tpu_call_t* call) {
     for (int64_t s = 0; s < k; s++) {
       int64_t j = ascending ? s : k - 1 - s;
       zc_t t = trans ? conj(tau[j]) : tau[j];
-      if (left) zreflect_left(v, nv, mv, j, t, c, nc, 0, nc);
-      else zreflect_right(v, nv, mv, j, t, c, mc);
+      const zc_t* vj = v + j * nv + j;
+      if (left) tpu_zreflect_left(vj, nv, mv - j, t, c, nc, j, 0, nc);
+      else tpu_zreflect_right(vj, nv, mv - j, t, c, nc, j, 0, mc);
     }
     zstore_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, c);
   }
