@@ -633,8 +633,8 @@ static void normalize_vector(zc_t* v, int64_t n, int64_t j, turn_t turn) {
   for (int64_t i = 0; i < n; i++) nrm = hypot(nrm, cabs(v[i * n + j]));
   for (int64_t i = 0; i < n; i++) {
     v[i * n + j] /= nrm;
-    double m2 = cabs1(v[i * n + j]) > 0.0 ? creal(v[i * n + j] * conj(v[i * n + j])) : 0.0;
-    if (m2 > best) best = m2, at = i;
+    double re = creal(v[i * n + j]), im = cimag(v[i * n + j]);
+    if (re * re + im * im > best) best = re * re + im * im, at = i;
   }
   if (turn == TURN_NONE) return;
   double f = creal(v[at * n + j]), g = cimag(v[at * n + j]), r = sqrt(best);
