@@ -118,7 +118,10 @@ static void balance(zc_t* a, int64_t n, int64_t* ilo, int64_t* ihi, double* scal
       for (int64_t j = k; j < n; j++)
         if (cabs1(a[i * n + j]) > best) best = cabs1(a[i * n + j]), ra = cabs(a[i * n + j]);
       if (c == 0.0 || r == 0.0) continue;
-      if (isnan(c + ca + r + ra)) return;
+      if (isnan(c + ca + r + ra)) { /* LAPACK stops here (info -3) */
+        *ilo = k, *ihi = l;
+        return;
+      }
       double g = r / sclfac, f = 1.0, s = c + r;
       while (c < g && fmax(f, fmax(c, ca)) < sfmax2 && fmin(r, fmin(g, ra)) > sfmin2) {
         f *= sclfac, c *= sclfac, ca *= sclfac;
@@ -144,7 +147,7 @@ static void balance(zc_t* a, int64_t n, int64_t* ilo, int64_t* ihi, double* scal
 /* gebak for right eigenvectors: undoes the balancing on the rows of v
  * (n x n, row-major). */
 static void balance_back(zc_t* v, int64_t n, int64_t ilo, int64_t ihi, const double* scale) {
-  for (int64_t i = ilo; i <= ihi; i++)
+  for (int64_t i = ilo; i <= ihi && ilo < ihi; i++) /* ilo == ihi: scale[ilo] is a permutation */
     for (int64_t j = 0; j < n; j++) v[i * n + j] *= scale[i];
   for (int64_t ii = 0; ii < n; ii++) {
     int64_t i = ii;
@@ -748,6 +751,7 @@ static void eig_range(void* vctx, int64_t begin, int64_t end) {
 
 static tpu_status_t eig_batches(const char* op, const tpu_tensor_t* A, const tpu_tensor_t* W,
                                 const tpu_tensor_t* V) {
+  const bool check_finite = V != NULL; /* CPU checks linalg_eig's input, not eigvals' */
   tpu_dtype_t dt = A->dtype;
   if (dt != TPU_F32 && dt != TPU_F64 && !tpu_dtype_is_complex(dt))
     return TPU_ERR(UNIMPLEMENTED, "%s: dtype %s is not supported (float32, float64, complex64, "
@@ -755,10 +759,10 @@ static tpu_status_t eig_batches(const char* op, const tpu_tensor_t* A, const tpu
   if (A->ndim < 2 || A->sizes[A->ndim - 1] != A->sizes[A->ndim - 2])
     return TPU_ERR(INVALID_ARGUMENT, "%s: A must be batches of square matrices", op);
   eig_ctx_t cx = {A, W, V, A->ndim - 2, 0, 0};
-  /* LAPACK does not converge on non-finite input: CPU refuses it first. */
+  /* LAPACK may not converge on non-finite input: CPU's linalg_eig refuses it first. */
   int64_t nb = batch_count(cx.nb, A->sizes);
   mat_view_t av = mat_of(A);
-  for (int64_t b = 0; b < nb; b++) {
+  for (int64_t b = 0; b < nb && check_finite; b++) {
     int64_t off = batch_offset(A, 2, cx.nb, A->sizes, b);
     for (int64_t i = 0; i < av.rows; i++)
       for (int64_t j = 0; j < av.cols; j++) {

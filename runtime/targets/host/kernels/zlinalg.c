@@ -255,17 +255,21 @@ static void zscale_column(zc_t* x, int64_t r, int64_t ld, int64_t j, zc_t s) {
   for (int64_t i = 0; i < r; i++) x[i * ld + j] *= s;
 }
 
-/* The unit phase that makes entry `anchor` of column j of v (n x n) real and
- * non-negative when multiplied in; when that entry is 0, the one making the
- * column's largest entry real and positive. */
-static zc_t anchor_phase(const zc_t* v, int64_t n, int64_t j, int64_t anchor) {
+/* Multiplies column j of v (n x n) by the unit phase that makes its entry
+ * `anchor` real and non-negative (when that entry is 0: its largest entry
+ * real and positive), and column j of w (wr rows, n columns) with it when w
+ * is not NULL. */
+static void turn_column(zc_t* v, int64_t n, int64_t j, int64_t anchor, zc_t* w, int64_t wr) {
   int64_t at = anchor;
   if (v[anchor * n + j] == 0.0)
     for (int64_t i = 0; i < n; i++)
       if (zabs2(v[i * n + j]) > zabs2(v[at * n + j])) at = i;
-  zc_t x = v[at * n + j];
-  double r = cabs(x);
-  return r > 0.0 ? conj(x) / r : 1.0;
+  double r = cabs(v[at * n + j]);
+  if (r == 0.0) return;
+  zc_t ph = conj(v[at * n + j]) / r;
+  zscale_column(v, n, n, j, ph);
+  v[at * n + j] = creal(v[at * n + j]);
+  if (w) zscale_column(w, wr, n, j, ph);
 }
 
 /* Swaps columns a and b of the r x ld row-major matrix x. */
@@ -356,11 +360,7 @@ static void zjacobi_svd(zc_t* w, int64_t m, int64_t n, double* s, zc_t* u, int64
     zswap_columns(v, n, n, j, b);
   }
   if (!u) return;
-  for (int64_t j = 0; j < n; j++) {
-    zc_t ph = anchor_phase(v, n, j, 0);
-    zscale_column(v, n, n, j, ph);
-    zscale_column(w, m, n, j, ph);
-  }
+  for (int64_t j = 0; j < n; j++) turn_column(v, n, j, 0, w, m);
   double tiny = (s[0] > 0 ? s[0] : 1.0) * DBL_EPSILON * (double)(m > n ? m : n);
   int64_t* done = (int64_t*)malloc(sizeof(int64_t) * (size_t)(uc > 0 ? uc : 1));
   zc_t* tmp = zscratch(m);
@@ -436,7 +436,7 @@ static void zjacobi_eigh(zc_t* a, int64_t n, double* w, zc_t* v, int64_t anchor)
     if (v) zswap_columns(v, n, n, j, b);
   }
   if (v)
-    for (int64_t j = 0; j < n; j++) zscale_column(v, n, n, j, anchor_phase(v, n, j, anchor));
+    for (int64_t j = 0; j < n; j++) turn_column(v, n, j, anchor, NULL, 0);
 }
 
 /* ------------------------------------------------------- spectral kernels */
