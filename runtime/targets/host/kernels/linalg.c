@@ -5,7 +5,7 @@
  * cross product.
  *
  * Every matrix kernel works on float32/float64 matrices batched over leading
- * dims.
+ * dims; the QR, SVD and eigh kernels hand complex matrices to zlinalg.c.
  * Each matrix is gathered into a row-major double buffer, factored there, and
  * written back through the output's strides (the bridge allocates outputs
  * with the meta kernel's strides, often column-major). Batch dims of inputs
