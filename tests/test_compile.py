@@ -130,10 +130,12 @@ def test_unknown_mode_names_the_valid_ones():
 
 def test_unlowerable_node_names_node_and_op():
     from torch_tpu.compile import LoweringError, unsupported_nodes
-    gm = torch.fx.symbolic_trace(lambda x: torch.ops.aten.linalg_eig.default(x))
-    assert unsupported_nodes(gm)[0][1] == "aten.linalg_eig.default"
-    f = torch.compile(lambda x: torch.linalg.eig(x)[0].abs(), backend="tpu")
-    with pytest.raises(Exception, match="linalg_eig"):
+    # an op without a tpu kernel (yet)
+    fq = torch.ops.aten.fake_quantize_per_tensor_affine_cachemask.default
+    gm = torch.fx.symbolic_trace(lambda x: fq(x, 0.5, 0, 0, 255))
+    assert unsupported_nodes(gm)[0][1] == "aten.fake_quantize_per_tensor_affine_cachemask.default"
+    f = torch.compile(lambda x: fq(x, 0.5, 0, 0, 255)[0].abs(), backend="tpu")
+    with pytest.raises(Exception, match="fake_quantize_per_tensor_affine_cachemask"):
         f(torch.randn(4, 4, device="tpu"))
     assert issubclass(LoweringError, RuntimeError)
 

@@ -79,10 +79,21 @@ def _check_complex(real, imag, *, out=None):
                              f"type {_c10_name(out.dtype)} for argument 'out'")
 
 
+def _check_matrix(name):
+    def check(input, *args, **kwargs):
+        # the Python meta kernel's check raises AssertionError; CPU's a RuntimeError
+        torch._check(input.dim() >= 2,
+                     lambda: f"{name}: The input tensor A must have at least 2 dimensions.")
+    return check
+
+
 # checks CPU makes that PyTorch's Python meta kernel does not, run before it on meta tensors
 _CHECKED = {
     "aten::complex": _check_complex,
     "aten::complex.out": _check_complex,
+    "aten::linalg_eig": _check_matrix("linalg.eig"),
+    "aten::linalg_eig.out": _check_matrix("linalg.eig"),
+    "aten::_linalg_eigvals": _check_matrix("linalg.eigvals"),
 }
 
 

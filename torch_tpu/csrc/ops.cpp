@@ -1372,6 +1372,20 @@ void match_cpu_outputs(const OpInfo& info, const c10::IValue* args, size_t nargs
              out[0].sizes.size() == 2) {
     // CPU's kernel returns a row-major [size, ndim] result, the meta kernel nonzero's layout
     out[0].strides.assign({std::max<int64_t>(out[0].sizes[1], 1), 1});
+  } else if (info.name == "linalg_eig" && out.size() >= 2 && out[1].sizes.size() >= 2) {
+    // CPU returns the eigenvectors as batched column-major matrices (LAPACK's
+    // layout); the meta kernel gives a meta input CUDA's row-major layout.
+    auto& v = out[1];
+    const size_t nd = v.sizes.size();
+    int64_t mult = 1;
+    for (size_t d : {nd - 2, nd - 1}) {
+      v.strides[d] = mult;
+      mult *= std::max<int64_t>(v.sizes[d], 1);
+    }
+    for (size_t d = nd - 2; d-- > 0;) {
+      v.strides[d] = mult;
+      mult *= std::max<int64_t>(v.sizes[d], 1);
+    }
   } else if (info.name == "native_layer_norm" && out.size() >= 3 && args[0].isTensor()) {
     out[1].dtype = out[2].dtype = args[0].toTensor().scalar_type();
   } else if ((info.name == "multi_margin_loss" || info.name == "multilabel_margin_loss_forward") &&

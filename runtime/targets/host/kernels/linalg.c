@@ -6,7 +6,8 @@
  *
  * Every matrix kernel works on float32/float64 matrices batched over leading
  * dims; the LU / Cholesky / triangular family and the matrix exponential
- * (linalg_lu.h) also on complex64/complex128, in double complex.
+ * (linalg_lu.h) also on complex64/complex128, in double complex; the QR,
+ * SVD and eigh kernels hand complex matrices to zlinalg.c.
  * Each matrix is gathered into a row-major double buffer, factored there, and
  * written back through the output's strides (the bridge allocates outputs
  * with the meta kernel's strides, often column-major). Batch dims of inputs
@@ -23,65 +24,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "kernels.h"
-#include "zvalue.h"
+#include "linalg.h"
 
 /* ------------------------------------------------------------------ access */
-
-/* A matrix view: element (i, j) of batch offset `off` (in elements). The
- * matrix dims are the tensor's last two. */
-typedef struct mat_view {
-  const tpu_tensor_t* t;
-  int64_t rows, cols, rs, cs;
-} mat_view_t;
-
-static mat_view_t mat_of(const tpu_tensor_t* t) {
-  mat_view_t v = {t, 1, 1, 0, 0};
-  if (t->ndim >= 2) {
-    v.rows = t->sizes[t->ndim - 2];
-    v.cols = t->sizes[t->ndim - 1];
-    v.rs = t->strides[t->ndim - 2];
-    v.cs = t->strides[t->ndim - 1];
-  }
-  return v;
-}
-
-/* The last dim of t as a vector (rows = size, cols = 1): pivots, tau,
- * singular values and eigenvalues, batched over the leading dims. */
-static mat_view_t vec_of(const tpu_tensor_t* t) {
-  mat_view_t v = {t, 1, 1, 0, 0};
-  if (t->ndim >= 1) {
-    v.rows = t->sizes[t->ndim - 1];
-    v.rs = t->strides[t->ndim - 1];
-  }
-  return v;
-}
-
-static void* elem_ptr(const mat_view_t* v, int64_t off, int64_t i, int64_t j) {
-  return (char*)v->t->data + (off + i * v->rs + j * v->cs) * (int64_t)tpu_dtype_size(v->t->dtype);
-}
-
-/* Element offset of batch `b` (row-major over `bsizes`, nb dims) in t, whose
- * leading t->ndim - mdims dims are its batch dims aligned to the right of
- * bsizes; size-1 dims broadcast. */
-static int64_t batch_offset(const tpu_tensor_t* t, int mdims, int nb, const int64_t* bsizes,
-                            int64_t b) {
-  int tb = t->ndim - mdims;
-  int64_t off = 0;
-  for (int d = nb - 1; d >= 0; d--) {
-    int64_t idx = b % bsizes[d];
-    b /= bsizes[d];
-    int td = d - (nb - tb);
-    if (td >= 0 && t->sizes[td] != 1) off += idx * t->strides[td];
-  }
-  return off;
-}
-
-static int64_t batch_count(int nb, const int64_t* bsizes) {
-  int64_t n = 1;
-  for (int d = 0; d < nb; d++) n *= bsizes[d];
-  return n;
-}
 
 /* float32/float64, and with complex_ok complex64/complex128 */
 static tpu_status_t check_dtype(const char* op, const tpu_tensor_t* t, bool complex_ok) {
@@ -121,15 +66,6 @@ static tpu_tensor_t unsqueeze_last(const tpu_tensor_t* t) {
   u.ndim++;
   return u;
 }
-
-static bool has_elems(const tpu_tensor_t* t) {
-  return t->dtype != TPU_DTYPE_NONE && tpu_tensor_numel(t) > 0;
-}
-
-/* Scratch of n doubles (at least one, so 0-size matrices need no cases). */
-static double* scratch(int64_t n) { return (double*)malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); }
-
-#define OOM(op) TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory for scratch", op)
 
 /* Reads the 1-based pivots of batch offset off, bounds-checked. */
 static tpu_status_t load_pivots(const char* op, const mat_view_t* pv, int64_t off, int64_t k,
@@ -467,6 +403,7 @@ LA_ENTRY(linalg_matrix_exp)
 tpu_status_t tpu_k_linalg_qr(const tpu_call_t* call) {
   const char* op = "linalg.qr";
   const tpu_tensor_t *A = tpu_arg_tensor(call, 0), *Q = &call->outs[0], *R = &call->outs[1];
+  if (tpu_dtype_is_complex(A->dtype)) return tpu_zk_linalg_qr(call);
   tpu_status_t st = check_matrix(op, A, false);
   if (st) return st;
   mat_view_t av = mat_of(A), qv = mat_of(Q), rv = mat_of(R);
@@ -510,6 +447,8 @@ tpu_status_t tpu_k_linalg_householder_product(const tpu_call_t* call) {
   const char* op = "linalg.householder_product";
   const tpu_tensor_t *V = tpu_arg_tensor(call, 0), *T = tpu_arg_tensor(call, 1);
   const tpu_tensor_t* out = &call->outs[0];
+  if (tpu_dtype_is_complex(V->dtype) || tpu_dtype_is_complex(T->dtype))
+    return tpu_zk_linalg_householder_product(call);
   tpu_status_t st = check_matrix(op, V, false);
   if (!st) st = check_float(op, T);
   if (st) return st;
@@ -540,6 +479,7 @@ tpu_status_t tpu_k_ormqr(const tpu_call_t* call) {
   const char* op = "ormqr";
   const tpu_tensor_t *V = tpu_arg_tensor(call, 0), *T = tpu_arg_tensor(call, 1);
   const tpu_tensor_t *C = tpu_arg_tensor(call, 2), *out = &call->outs[0];
+  if (tpu_call_has_complex(call)) return tpu_zk_ormqr(call);
   tpu_status_t st = check_matrix(op, V, false);
   if (!st) st = check_matrix(op, C, false);
   if (!st) st = check_float(op, T);
@@ -617,6 +557,7 @@ static void svd_range(void* vctx, int64_t begin, int64_t end) {
 tpu_status_t tpu_k_linalg_svd(const tpu_call_t* call) {
   const char* op = "linalg.svd";
   const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  if (tpu_dtype_is_complex(A->dtype)) return tpu_zk_linalg_svd(call);
   tpu_status_t st = check_matrix(op, A, false);
   if (st) return st;
   spectral_ctx_t cx = {call, A, A->ndim - 2, has_elems(&call->outs[0]) || has_elems(&call->outs[2]),
@@ -654,6 +595,7 @@ static void eigh_range(void* vctx, int64_t begin, int64_t end) {
 tpu_status_t tpu_k_linalg_eigh(const tpu_call_t* call) {
   const char* op = "linalg.eigh";
   const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  if (tpu_dtype_is_complex(A->dtype)) return tpu_zk_linalg_eigh(call);
   tpu_status_t st = check_matrix(op, A, true);
   if (st) return st;
   const char* uplo = tpu_arg_str(call, 1, "L");
@@ -752,6 +694,7 @@ tpu_status_t tpu_k_geqrf(const tpu_call_t* call) {
   const char* op = "geqrf";
   const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
   const tpu_tensor_t *QR = &call->outs[0], *T = &call->outs[1];
+  if (tpu_dtype_is_complex(A->dtype)) return tpu_zk_geqrf(call);
   tpu_status_t st = check_matrix(op, A, false);
   if (st) return st;
   mat_view_t av = mat_of(A), qv = mat_of(QR), tv = vec_of(T);
