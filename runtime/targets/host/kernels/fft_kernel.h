@@ -1,0 +1,498 @@
+/* The FFT kernels of one precision and instruction set. fft.c includes this
+ * file once per (FT, FATTR) pair: FT is the real type transforms compute in
+ * (float for complex64/float32 tensors, double for complex128/float64),
+ * FATTR the function attributes of the instruction set (vecmath.h), FN(x)
+ * the name of this copy's x, FT_C / FT_R the complex and real dtypes whose
+ * elements are FT.
+ *
+ * Lane layout: a block of w lines is transformed at once, each as one lane:
+ * element k of lane l lies at [k * w + l], real and imaginary parts in
+ * separate arrays. A Stockham stage over w lanes is the single-line stage
+ * with w times the stride, so every butterfly loop runs over w * s
+ * consecutive values and vectorizes across lanes (and across the
+ * interleaved sub-transforms of the later stages). */
+
+/* ---- Stockham stages: len = r m, a stride of sw values (s sub-transforms
+ * times w lanes). Input element (p + j m) of each, output (r p + j), the
+ * latter multiplied by the twiddle tw[p (r - 1) + j - 1]. ---- */
+
+FATTR static void FN(radix2)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,
+                             const FT* restrict xi, FT* restrict yr, FT* restrict yi) {
+  for (int64_t p = 0; p < m; p++) {
+    const FT wr = tw[2 * p], wi = tw[2 * p + 1];
+    const FT *a0r = xr + sw * p, *a0i = xi + sw * p, *a1r = a0r + sw * m, *a1i = a0i + sw * m;
+    FT *b0r = yr + 2 * sw * p, *b0i = yi + 2 * sw * p, *b1r = b0r + sw, *b1i = b0i + sw;
+    FFT_IVDEP
+    for (int64_t i = 0; i < sw; i++) {
+      const FT dr = a0r[i] - a1r[i], di = a0i[i] - a1i[i];
+      b0r[i] = a0r[i] + a1r[i];
+      b0i[i] = a0i[i] + a1i[i];
+      b1r[i] = CMUL_RE(dr, di, wr, wi);
+      b1i[i] = CMUL_IM(dr, di, wr, wi);
+    }
+  }
+}
+
+/* Leg k of butterfly p: input (p + k m), output (r p + k), both in units of sw. */
+#define LEG_IN(x, k) ((x) + sw * (p + (k) * m))
+#define LEG_OUT(y, r, k) ((y) + sw * ((r) * p + (k)))
+
+FATTR static void FN(radix3)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,
+                             const FT* restrict xi, FT* restrict yr, FT* restrict yi) {
+  const FT c = (FT)-0.5, s = (FT)0.86602540378443864676; /* cos, sin(2 pi / 3) */
+  for (int64_t p = 0; p < m; p++) {
+    const FT w1r = tw[4 * p], w1i = tw[4 * p + 1], w2r = tw[4 * p + 2], w2i = tw[4 * p + 3];
+    const FT *a0r = LEG_IN(xr, 0), *a0i = LEG_IN(xi, 0);
+    const FT *a1r = LEG_IN(xr, 1), *a1i = LEG_IN(xi, 1);
+    const FT *a2r = LEG_IN(xr, 2), *a2i = LEG_IN(xi, 2);
+    FT *b0r = LEG_OUT(yr, 3, 0), *b0i = LEG_OUT(yi, 3, 0);
+    FT *b1r = LEG_OUT(yr, 3, 1), *b1i = LEG_OUT(yi, 3, 1);
+    FT *b2r = LEG_OUT(yr, 3, 2), *b2i = LEG_OUT(yi, 3, 2);
+    FFT_IVDEP
+    for (int64_t i = 0; i < sw; i++) {
+      const FT t1r = a1r[i] + a2r[i], t1i = a1i[i] + a2i[i];
+      const FT t2r = a0r[i] + c * t1r, t2i = a0i[i] + c * t1i;
+      /* t3 = -i s (a1 - a2) */
+      const FT t3r = s * (a1i[i] - a2i[i]), t3i = s * (a2r[i] - a1r[i]);
+      b0r[i] = a0r[i] + t1r;
+      b0i[i] = a0i[i] + t1i;
+      b1r[i] = CMUL_RE(t2r + t3r, t2i + t3i, w1r, w1i);
+      b1i[i] = CMUL_IM(t2r + t3r, t2i + t3i, w1r, w1i);
+      b2r[i] = CMUL_RE(t2r - t3r, t2i - t3i, w2r, w2i);
+      b2i[i] = CMUL_IM(t2r - t3r, t2i - t3i, w2r, w2i);
+    }
+  }
+}
+
+FATTR static void FN(radix4)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,
+                             const FT* restrict xi, FT* restrict yr, FT* restrict yi) {
+  for (int64_t p = 0; p < m; p++) {
+    const FT* w = tw + 6 * p;
+    const FT w1r = w[0], w1i = w[1], w2r = w[2], w2i = w[3], w3r = w[4], w3i = w[5];
+    const FT *a0r = LEG_IN(xr, 0), *a0i = LEG_IN(xi, 0);
+    const FT *a1r = LEG_IN(xr, 1), *a1i = LEG_IN(xi, 1);
+    const FT *a2r = LEG_IN(xr, 2), *a2i = LEG_IN(xi, 2);
+    const FT *a3r = LEG_IN(xr, 3), *a3i = LEG_IN(xi, 3);
+    FT *b0r = LEG_OUT(yr, 4, 0), *b0i = LEG_OUT(yi, 4, 0);
+    FT *b1r = LEG_OUT(yr, 4, 1), *b1i = LEG_OUT(yi, 4, 1);
+    FT *b2r = LEG_OUT(yr, 4, 2), *b2i = LEG_OUT(yi, 4, 2);
+    FT *b3r = LEG_OUT(yr, 4, 3), *b3i = LEG_OUT(yi, 4, 3);
+    FFT_IVDEP
+    for (int64_t i = 0; i < sw; i++) {
+      const FT t0r = a0r[i] + a2r[i], t0i = a0i[i] + a2i[i];
+      const FT t1r = a0r[i] - a2r[i], t1i = a0i[i] - a2i[i];
+      const FT t2r = a1r[i] + a3r[i], t2i = a1i[i] + a3i[i];
+      /* t3 = -i (a1 - a3) */
+      const FT t3r = a1i[i] - a3i[i], t3i = a3r[i] - a1r[i];
+      b0r[i] = t0r + t2r;
+      b0i[i] = t0i + t2i;
+      b1r[i] = CMUL_RE(t1r + t3r, t1i + t3i, w1r, w1i);
+      b1i[i] = CMUL_IM(t1r + t3r, t1i + t3i, w1r, w1i);
+      b2r[i] = CMUL_RE(t0r - t2r, t0i - t2i, w2r, w2i);
+      b2i[i] = CMUL_IM(t0r - t2r, t0i - t2i, w2r, w2i);
+      b3r[i] = CMUL_RE(t1r - t3r, t1i - t3i, w3r, w3i);
+      b3i[i] = CMUL_IM(t1r - t3r, t1i - t3i, w3r, w3i);
+    }
+  }
+}
+
+FATTR static void FN(radix5)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,
+                             const FT* restrict xi, FT* restrict yr, FT* restrict yi) {
+  const FT c1 = (FT)0.30901699437494742410, c2 = (FT)-0.80901699437494742410;
+  const FT s1 = (FT)0.95105651629515357212, s2 = (FT)0.58778525229247312917;
+  for (int64_t p = 0; p < m; p++) {
+    const FT* w = tw + 8 * p;
+    const FT w1r = w[0], w1i = w[1], w2r = w[2], w2i = w[3];
+    const FT w3r = w[4], w3i = w[5], w4r = w[6], w4i = w[7];
+    const FT *a0r = LEG_IN(xr, 0), *a0i = LEG_IN(xi, 0);
+    const FT *a1r = LEG_IN(xr, 1), *a1i = LEG_IN(xi, 1);
+    const FT *a2r = LEG_IN(xr, 2), *a2i = LEG_IN(xi, 2);
+    const FT *a3r = LEG_IN(xr, 3), *a3i = LEG_IN(xi, 3);
+    const FT *a4r = LEG_IN(xr, 4), *a4i = LEG_IN(xi, 4);
+    FT *b0r = LEG_OUT(yr, 5, 0), *b0i = LEG_OUT(yi, 5, 0);
+    FT *b1r = LEG_OUT(yr, 5, 1), *b1i = LEG_OUT(yi, 5, 1);
+    FT *b2r = LEG_OUT(yr, 5, 2), *b2i = LEG_OUT(yi, 5, 2);
+    FT *b3r = LEG_OUT(yr, 5, 3), *b3i = LEG_OUT(yi, 5, 3);
+    FT *b4r = LEG_OUT(yr, 5, 4), *b4i = LEG_OUT(yi, 5, 4);
+    FFT_IVDEP
+    for (int64_t i = 0; i < sw; i++) {
+      const FT x0r = a0r[i], x0i = a0i[i];
+      const FT t1r = a1r[i] + a4r[i], t1i = a1i[i] + a4i[i];
+      const FT t2r = a2r[i] + a3r[i], t2i = a2i[i] + a3i[i];
+      const FT t3r = a1r[i] - a4r[i], t3i = a1i[i] - a4i[i];
+      const FT t4r = a2r[i] - a3r[i], t4i = a2i[i] - a3i[i];
+      const FT u1r = x0r + c1 * t1r + c2 * t2r, u1i = x0i + c1 * t1i + c2 * t2i;
+      const FT u2r = x0r + c2 * t1r + c1 * t2r, u2i = x0i + c2 * t1i + c1 * t2i;
+      /* v1 = -i (s1 t3 + s2 t4), v2 = -i (s2 t3 - s1 t4) */
+      const FT v1r = s1 * t3i + s2 * t4i, v1i = -(s1 * t3r + s2 * t4r);
+      const FT v2r = s2 * t3i - s1 * t4i, v2i = -(s2 * t3r - s1 * t4r);
+      b0r[i] = x0r + t1r + t2r;
+      b0i[i] = x0i + t1i + t2i;
+      b1r[i] = CMUL_RE(u1r + v1r, u1i + v1i, w1r, w1i);
+      b1i[i] = CMUL_IM(u1r + v1r, u1i + v1i, w1r, w1i);
+      b2r[i] = CMUL_RE(u2r + v2r, u2i + v2i, w2r, w2i);
+      b2i[i] = CMUL_IM(u2r + v2r, u2i + v2i, w2r, w2i);
+      b3r[i] = CMUL_RE(u2r - v2r, u2i - v2i, w3r, w3i);
+      b3i[i] = CMUL_IM(u2r - v2r, u2i - v2i, w3r, w3i);
+      b4r[i] = CMUL_RE(u1r - v1r, u1i - v1i, w4r, w4i);
+      b4i[i] = CMUL_IM(u1r - v1r, u1i - v1i, w4r, w4i);
+    }
+  }
+}
+
+/* Any odd radix up to FFT_MAX_DIRECT_RADIX, as a direct r-point DFT. */
+FATTR static void FN(radixg)(int r, int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,
+                             const FT* restrict xi, FT* restrict yr, FT* restrict yi) {
+  FT cr[FFT_MAX_DIRECT_RADIX], ci[FFT_MAX_DIRECT_RADIX];
+  for (int k = 0; k < r; k++) {
+    double re, im;
+    fft_unit(k, r, &re, &im);
+    cr[k] = (FT)re;
+    ci[k] = (FT)im;
+  }
+  const int64_t q = sw * m;
+  for (int64_t p = 0; p < m; p++) {
+    const FT *ar = xr + sw * p, *ai = xi + sw * p;
+    for (int j = 0; j < r; j++) {
+      FT *br = yr + sw * (r * p + j), *bi = yi + sw * (r * p + j);
+      for (int64_t i = 0; i < sw; i++) {
+        br[i] = ar[i];
+        bi[i] = ai[i];
+      }
+      for (int k = 1; k < r; k++) {
+        const FT c = cr[(j * k) % r], s = ci[(j * k) % r];
+        for (int64_t i = 0; i < sw; i++) {
+          const FT vr = ar[i + k * q], vi = ai[i + k * q];
+          br[i] += CMUL_RE(vr, vi, c, s);
+          bi[i] += CMUL_IM(vr, vi, c, s);
+        }
+      }
+      if (j == 0) continue;
+      const FT wr = tw[2 * (p * (r - 1) + j - 1)], wi = tw[2 * (p * (r - 1) + j - 1) + 1];
+      for (int64_t i = 0; i < sw; i++) {
+        const FT vr = br[i], vi = bi[i];
+        br[i] = CMUL_RE(vr, vi, wr, wi);
+        bi[i] = CMUL_IM(vr, vi, wr, wi);
+      }
+    }
+  }
+}
+
+/* y = x times c[k] on row k of the lanes (c interleaved complex); y may be x */
+FATTR static void FN(mul_rows)(int64_t rows, int64_t w, const FT* c, const FT* xr, const FT* xi,
+                               FT* yr, FT* yi) {
+  for (int64_t k = 0; k < rows; k++) {
+    const FT cr = c[2 * k], ci = c[2 * k + 1];
+    for (int64_t l = 0; l < w; l++) {
+      const FT vr = xr[k * w + l], vi = xi[k * w + l];
+      yr[k * w + l] = CMUL_RE(vr, vi, cr, ci);
+      yi[k * w + l] = CMUL_IM(vr, vi, cr, ci);
+    }
+  }
+}
+
+static void FN(exec)(const fft_plan_t* p, int64_t w, FT* ar, FT* ai, FT* br, FT* bi, FT* work,
+                     FT** out_r, FT** out_i);
+
+/* Bluestein: X_k = c_k sum_j (x_j c_j) conj(c_{k-j}), c_k = exp(-pi i k^2 / n),
+ * the sum a cyclic convolution of length m by FFTs. work: 4 m w values. */
+FATTR static void FN(bluestein)(const fft_plan_t* p, int64_t w, FT* xr, FT* xi, FT* work) {
+  const int64_t n = p->n, m = p->m;
+  FT *ar = work, *ai = ar + m * w, *br = ai + m * w, *bi = br + m * w;
+  FN(mul_rows)(n, w, p->chirp, xr, xi, ar, ai);
+  memset(ar + n * w, 0, (size_t)((m - n) * w) * sizeof(FT));
+  memset(ai + n * w, 0, (size_t)((m - n) * w) * sizeof(FT));
+  FT *zr, *zi, *ur, *ui;
+  FN(exec)(p->sub, w, ar, ai, br, bi, NULL, &zr, &zi);
+  FN(mul_rows)(m, w, p->bfft, zr, zi, zr, zi); /* bfft carries the 1/m */
+  FT *fr = zr == ar ? br : ar, *fi = zr == ar ? bi : ai;
+  FN(exec)(p->sub, w, zi, zr, fi, fr, NULL, &ui, &ur); /* inverse: parts swapped */
+  FN(mul_rows)(n, w, p->chirp, ur, ui, xr, xi);
+}
+
+/* Forward transforms of the w lanes of a = (ar, ai), with b as the other
+ * buffer of the same size (n w values each) and work as Bluestein's (4 m w
+ * values). *out_r, *out_i: the arrays holding the result (a or b). A
+ * backward transform is a forward one with the real and imaginary parts
+ * swapped on the way in and out. */
+FATTR static void FN(exec)(const fft_plan_t* p, int64_t w, FT* ar, FT* ai, FT* br, FT* bi, FT* work,
+                           FT** out_r, FT** out_i) {
+  if (p->sub) {
+    FN(bluestein)(p, w, ar, ai, work);
+    *out_r = ar;
+    *out_i = ai;
+    return;
+  }
+  const FT* tw = p->tw;
+  FT *xr = ar, *xi = ai, *yr = br, *yi = bi;
+  int64_t len = p->n, sw = w;
+  for (int f = 0; f < p->nf; f++) {
+    const int r = p->fac[f];
+    const int64_t m = len / r;
+    switch (r) {
+      case 2: FN(radix2)(m, sw, tw, xr, xi, yr, yi); break;
+      case 3: FN(radix3)(m, sw, tw, xr, xi, yr, yi); break;
+      case 4: FN(radix4)(m, sw, tw, xr, xi, yr, yi); break;
+      case 5: FN(radix5)(m, sw, tw, xr, xi, yr, yi); break;
+      default: FN(radixg)(r, m, sw, tw, xr, xi, yr, yi); break;
+    }
+    tw += 2 * m * (r - 1);
+    FT* t = xr;
+    xr = yr;
+    yr = t;
+    t = xi;
+    xi = yi;
+    yi = t;
+    len = m;
+    sw *= r;
+  }
+  *out_r = xr;
+  *out_i = xi;
+}
+
+static void FN(exec_any)(const fft_plan_t* p, int64_t w, void* ar, void* ai, void* br, void* bi,
+                         void* work, void** out_r, void** out_i) {
+  FT *r, *i;
+  FN(exec)(p, w, ar, ai, br, bi, work, &r, &i);
+  *out_r = r;
+  *out_i = i;
+}
+
+/* ---- lines of tensors <-> lane layout ----
+ * cnt elements along the job's dim from each of nl lines (byte offsets off)
+ * to lanes [0, nl) of a block of w lanes, or back; the store scales. Elements
+ * of another dtype than FT_C / FT_R take the generic conversions. */
+
+FATTR static void FN(load_c)(const tpu_tensor_t* t, int dim, const int64_t* off, int64_t nl,
+                             int64_t cnt, FT* restrict dr, FT* restrict di, int64_t w) {
+  const char* base = t->data;
+  const int64_t st = t->strides[dim];
+  if (t->dtype != FT_C) {
+    const int64_t sb = st * (int64_t)tpu_dtype_size(t->dtype);
+    for (int64_t l = 0; l < nl; l++)
+      for (int64_t k = 0; k < cnt; k++) {
+        const zc_t z = tpu_load_z(base + off[l] + k * sb, t->dtype);
+        dr[k * w + l] = (FT)creal(z);
+        di[k * w + l] = (FT)cimag(z);
+      }
+    return;
+  }
+  if (st == 1) {
+    for (int64_t l = 0; l < nl; l++) {
+      const FT* s = (const FT*)(base + off[l]);
+      for (int64_t k = 0; k < cnt; k++) {
+        dr[k * w + l] = s[2 * k];
+        di[k * w + l] = s[2 * k + 1];
+      }
+    }
+    return;
+  }
+  for (int64_t k = 0; k < cnt; k++)
+    for (int64_t l = 0; l < nl; l++) {
+      const FT* s = (const FT*)(base + off[l]) + 2 * k * st;
+      dr[k * w + l] = s[0];
+      di[k * w + l] = s[1];
+    }
+}
+
+FATTR static void FN(load_r)(const tpu_tensor_t* t, int dim, const int64_t* off, int64_t nl,
+                             int64_t cnt, FT* restrict d, int64_t w) {
+  const char* base = t->data;
+  const int64_t st = t->strides[dim];
+  if (t->dtype != FT_R) {
+    const int64_t sb = st * (int64_t)tpu_dtype_size(t->dtype);
+    for (int64_t l = 0; l < nl; l++)
+      for (int64_t k = 0; k < cnt; k++) d[k * w + l] = (FT)tpu_load_f64(base + off[l] + k * sb, t->dtype);
+    return;
+  }
+  if (st == 1) {
+    for (int64_t l = 0; l < nl; l++) {
+      const FT* s = (const FT*)(base + off[l]);
+      for (int64_t k = 0; k < cnt; k++) d[k * w + l] = s[k];
+    }
+    return;
+  }
+  for (int64_t k = 0; k < cnt; k++)
+    for (int64_t l = 0; l < nl; l++) d[k * w + l] = ((const FT*)(base + off[l]))[k * st];
+}
+
+FATTR static void FN(store_c)(const tpu_tensor_t* t, int dim, const int64_t* off, int64_t nl,
+                              int64_t cnt, const FT* restrict sr, const FT* restrict si, int64_t w,
+                              FT scale) {
+  char* base = t->data;
+  const int64_t st = t->strides[dim];
+  if (t->dtype != FT_C) {
+    const int64_t sb = st * (int64_t)tpu_dtype_size(t->dtype);
+    for (int64_t l = 0; l < nl; l++)
+      for (int64_t k = 0; k < cnt; k++)
+        tpu_store_z(base + off[l] + k * sb, t->dtype,
+                    CMPLX((double)(sr[k * w + l] * scale), (double)(si[k * w + l] * scale)));
+    return;
+  }
+  if (st == 1) {
+    for (int64_t l = 0; l < nl; l++) {
+      FT* d = (FT*)(base + off[l]);
+      for (int64_t k = 0; k < cnt; k++) {
+        d[2 * k] = sr[k * w + l] * scale;
+        d[2 * k + 1] = si[k * w + l] * scale;
+      }
+    }
+    return;
+  }
+  for (int64_t k = 0; k < cnt; k++)
+    for (int64_t l = 0; l < nl; l++) {
+      FT* d = (FT*)(base + off[l]) + 2 * k * st;
+      d[0] = sr[k * w + l] * scale;
+      d[1] = si[k * w + l] * scale;
+    }
+}
+
+FATTR static void FN(store_r)(const tpu_tensor_t* t, int dim, const int64_t* off, int64_t nl,
+                              int64_t cnt, const FT* restrict s, int64_t w, FT scale) {
+  char* base = t->data;
+  const int64_t st = t->strides[dim];
+  if (t->dtype != FT_R) {
+    const int64_t sb = st * (int64_t)tpu_dtype_size(t->dtype);
+    for (int64_t l = 0; l < nl; l++)
+      for (int64_t k = 0; k < cnt; k++)
+        tpu_store_f64(base + off[l] + k * sb, t->dtype, (double)(s[k * w + l] * scale));
+    return;
+  }
+  if (st == 1) {
+    for (int64_t l = 0; l < nl; l++) {
+      FT* d = (FT*)(base + off[l]);
+      for (int64_t k = 0; k < cnt; k++) d[k] = s[k * w + l] * scale;
+    }
+    return;
+  }
+  for (int64_t k = 0; k < cnt; k++)
+    for (int64_t l = 0; l < nl; l++) ((FT*)(base + off[l]))[k * st] = s[k * w + l] * scale;
+}
+
+static void FN(zero_rows)(FT* a, int64_t k0, int64_t k1, int64_t w) {
+  if (k1 > k0) memset(a + k0 * w, 0, (size_t)((k1 - k0) * w) * sizeof(FT));
+}
+
+static void FN(zero_lane)(FT* a, int64_t rows, int64_t w, int64_t l) {
+  for (int64_t k = 0; k < rows; k++) a[k * w + l] = 0;
+}
+
+/* Two real transforms from one complex Z = X1 + i X2: X1_k = (Z_k + conj
+ * Z_{n-k}) / 2 into f, X2_k = -i (Z_k - conj Z_{n-k}) / 2 into z itself,
+ * both times scale; rows k and n - k are done together. */
+FATTR static void FN(split_pair)(int64_t n, int64_t w, FT* restrict zr, FT* restrict zi,
+                                 FT* restrict fr, FT* restrict fi, FT scale) {
+  const FT h = (FT)0.5 * scale;
+  for (int64_t k = 0; k <= n / 2; k++) {
+    const int64_t k2 = k == 0 ? 0 : n - k;
+    for (int64_t l = 0; l < w; l++) {
+      const FT ar = zr[k * w + l], ai = zi[k * w + l], br = zr[k2 * w + l], bi = zi[k2 * w + l];
+      const FT x1r = h * (ar + br), x1i = h * (ai - bi), x2r = h * (ai + bi), x2i = h * (br - ar);
+      fr[k * w + l] = x1r;
+      fi[k * w + l] = x1i;
+      fr[k2 * w + l] = x1r;
+      fi[k2 * w + l] = -x1i;
+      zr[k * w + l] = x2r;
+      zi[k * w + l] = x2i;
+      zr[k2 * w + l] = x2r;
+      zi[k2 * w + l] = -x2i;
+    }
+  }
+}
+
+/* The inverse of split_pair for half spectra: a = X1, b = X2 (rows <= n/2,
+ * imaginary parts of the DC and Nyquist terms already 0) become Z = X1 + i X2
+ * in a, all n rows, from the Hermitian extensions (X_{n-k} = conj X_k). */
+FATTR static void FN(join_pair)(int64_t n, int64_t w, FT* restrict ar, FT* restrict ai,
+                                const FT* restrict br, const FT* restrict bi) {
+  const int64_t half = n / 2;
+  for (int64_t k = half + 1; k < n; k++) {
+    const int64_t k2 = n - k;
+    for (int64_t l = 0; l < w; l++) {
+      ar[k * w + l] = ar[k2 * w + l] + bi[k2 * w + l];
+      ai[k * w + l] = br[k2 * w + l] - ai[k2 * w + l];
+    }
+  }
+  for (int64_t k = 0; k <= half; k++)
+    for (int64_t l = 0; l < w; l++) {
+      const FT xr = ar[k * w + l], xi = ai[k * w + l];
+      ar[k * w + l] = xr - bi[k * w + l];
+      ai[k * w + l] = xi + br[k * w + l];
+    }
+}
+
+/* Lines [l0, l0 + nl) of the job. A complex job takes one line per lane; a
+ * real one two per lane (the even lines in the real parts, the odd ones in
+ * the imaginary parts). buf: fft_buf_elems values. */
+static void FN(block)(const fft_job_t* j, int64_t l0, int64_t nl, FT* buf) {
+  const tpu_tensor_t *src = j->src, *dst = j->dst;
+  const int dim = j->dim;
+  const int64_t n = j->n, slen = src->sizes[dim], dlen = dst->sizes[dim];
+  const bool cplx = j->kind == K_C2C;
+  const int64_t w = cplx ? nl : (nl + 1) / 2, nodd = cplx ? 0 : nl / 2;
+  /* real jobs: the even lines' offsets first, then the odd ones' */
+  int64_t so[2 * FFT_MAX_LANES], dof[2 * FFT_MAX_LANES];
+  for (int64_t i = 0; i < nl; i++) {
+    const int64_t at = cplx ? i : i % 2 ? w + i / 2 : i / 2;
+    fft_line_offsets(j, l0 + i, &so[at], &dof[at]);
+  }
+  FT *ar = buf, *ai = ar + n * w, *br = ai + n * w, *bi = br + n * w, *work = bi + n * w;
+  FT *zr, *zi;
+  const FT scale = (FT)j->scale;
+  if (j->kind == K_C2C) {
+    const int64_t cnt = slen < n ? slen : n;
+    FN(load_c)(src, dim, so, w, cnt, ar, ai, w);
+    FN(zero_rows)(ar, cnt, n, w);
+    FN(zero_rows)(ai, cnt, n, w);
+    if (j->forward) FN(exec)(j->plan, w, ar, ai, br, bi, work, &zr, &zi);
+    else FN(exec)(j->plan, w, ai, ar, bi, br, work, &zi, &zr);
+    FN(store_c)(dst, dim, dof, w, dlen, zr, zi, w, scale);
+  } else if (j->kind == K_R2C) {
+    const int64_t cnt = slen < n ? slen : n;
+    FN(load_r)(src, dim, so, w, cnt, ar, w);
+    FN(load_r)(src, dim, so + w, nodd, cnt, ai, w);
+    if (nodd < w) FN(zero_lane)(ai, cnt, w, w - 1);
+    FN(zero_rows)(ar, cnt, n, w);
+    FN(zero_rows)(ai, cnt, n, w);
+    FN(exec)(j->plan, w, ar, ai, br, bi, work, &zr, &zi);
+    FT *fr = zr == ar ? br : ar, *fi = zr == ar ? bi : ai;
+    FN(split_pair)(n, w, zr, zi, fr, fi, scale);
+    FN(store_c)(dst, dim, dof, w, dlen, fr, fi, w, 1);
+    FN(store_c)(dst, dim, dof + w, nodd, dlen, zr, zi, w, 1);
+  } else {
+    const int64_t half = n / 2, h = half + 1 < slen ? half + 1 : slen;
+    FN(load_c)(src, dim, so, w, h, ar, ai, w);
+    FN(load_c)(src, dim, so + w, nodd, h, br, bi, w);
+    if (nodd < w) {
+      FN(zero_lane)(br, h, w, w - 1);
+      FN(zero_lane)(bi, h, w, w - 1);
+    }
+    FT* parts[4] = {ar, ai, br, bi};
+    for (int q = 0; q < 4; q++) FN(zero_rows)(parts[q], h, half + 1, w);
+    FN(zero_rows)(ai, 0, 1, w); /* a real inverse ignores these imaginary parts */
+    FN(zero_rows)(bi, 0, 1, w);
+    if (n % 2 == 0) {
+      FN(zero_rows)(ai, half, half + 1, w);
+      FN(zero_rows)(bi, half, half + 1, w);
+    }
+    FN(join_pair)(n, w, ar, ai, br, bi);
+    FN(exec)(j->plan, w, ai, ar, bi, br, work, &zi, &zr);
+    FN(store_r)(dst, dim, dof, w, dlen, zr, w, scale);
+    FN(store_r)(dst, dim, dof + w, nodd, dlen, zi, w, scale);
+  }
+}
+
+/* tpu_parallel_for body: blocks [begin, end) of the job */
+static void FN(blocks)(void* ctx, int64_t begin, int64_t end) {
+  fft_job_t* j = ctx;
+  FT* buf = malloc(fft_buf_elems(j) * sizeof(FT));
+  if (!buf) {
+    j->failed = 1;
+    return;
+  }
+  for (int64_t b = begin; b < end; b++) {
+    const int64_t l0 = b * j->per_block, left = j->lines - l0;
+    FN(block)(j, l0, left < j->per_block ? left : j->per_block, buf);
+  }
+  free(buf);
+}
