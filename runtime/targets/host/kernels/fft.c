@@ -39,7 +39,7 @@
 #define FFT_MAX_FACTORS 64
 #define FFT_MAX_DIRECT_RADIX 13
 /* lines per block (per complex block; real blocks hold twice as many) */
-#define FFT_MAX_LANES 16
+#define FFT_MAX_LANES 64
 /* the bytes a block's buffers aim to stay within (the L2 cache) */
 #define FFT_BLOCK_BYTES (512 << 10)
 #define FFT_PLAN_CACHE 16
@@ -124,6 +124,84 @@ typedef struct fft_kernels {
   void (*blocks)(void* job, int64_t begin, int64_t end);
 } fft_kernels_t;
 
+#ifdef TPU_HAVE_AVX2_BUILD
+/* ---- 8 x 8 float tiles between rows (a line each) and lanes, AVX2 ---- */
+
+TPU_VM_AVX2_INLINE void fft_transpose8_avx2(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; i++) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+/* De-interleaving 8 complex values with shuffle_ps leaves them in the order
+ * 0 1 4 5 2 3 6 7; the tiles keep that order through the transpose and
+ * place each row by it, so no lane-crossing permute is needed. */
+static const int k_fft_tile_order[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+
+/* elements k0..k0+7 of 8 complex64 rows -> rows 0..7 (stride w) of 8 lanes */
+TPU_VM_AVX2_INLINE void fft_c64_tile_load_avx2(const float* const* rows, int64_t k0, float* dr,
+                                               float* di, int64_t w) {
+  __m256 re[8], im[8];
+  for (int j = 0; j < 8; j++) {
+    const __m256 a = _mm256_loadu_ps(rows[j] + 2 * k0), b = _mm256_loadu_ps(rows[j] + 2 * k0 + 8);
+    re[j] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    im[j] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  fft_transpose8_avx2(re);
+  fft_transpose8_avx2(im);
+  for (int i = 0; i < 8; i++) {
+    _mm256_storeu_ps(dr + k_fft_tile_order[i] * w, re[i]);
+    _mm256_storeu_ps(di + k_fft_tile_order[i] * w, im[i]);
+  }
+}
+
+/* the inverse, times scale */
+TPU_VM_AVX2_INLINE void fft_c64_tile_store_avx2(float* const* rows, int64_t k0, const float* sr,
+                                                const float* si, int64_t w, float scale) {
+  __m256 re[8], im[8];
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int i = 0; i < 8; i++) {
+    re[i] = _mm256_mul_ps(_mm256_loadu_ps(sr + k_fft_tile_order[i] * w), sc);
+    im[i] = _mm256_mul_ps(_mm256_loadu_ps(si + k_fft_tile_order[i] * w), sc);
+  }
+  fft_transpose8_avx2(re);
+  fft_transpose8_avx2(im);
+  for (int j = 0; j < 8; j++) {
+    _mm256_storeu_ps(rows[j] + 2 * k0, _mm256_unpacklo_ps(re[j], im[j]));
+    _mm256_storeu_ps(rows[j] + 2 * k0 + 8, _mm256_unpackhi_ps(re[j], im[j]));
+  }
+}
+
+TPU_VM_AVX2_INLINE void fft_f32_tile_load_avx2(const float* const* rows, int64_t k0, float* d,
+                                               int64_t w) {
+  __m256 v[8];
+  for (int j = 0; j < 8; j++) v[j] = _mm256_loadu_ps(rows[j] + k0);
+  fft_transpose8_avx2(v);
+  for (int i = 0; i < 8; i++) _mm256_storeu_ps(d + i * w, v[i]);
+}
+
+TPU_VM_AVX2_INLINE void fft_f32_tile_store_avx2(float* const* rows, int64_t k0, const float* s,
+                                                int64_t w, float scale) {
+  __m256 v[8];
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int i = 0; i < 8; i++) v[i] = _mm256_mul_ps(_mm256_loadu_ps(s + i * w), sc);
+  fft_transpose8_avx2(v);
+  for (int j = 0; j < 8; j++) _mm256_storeu_ps(rows[j] + k0, v[j]);
+}
+#endif
+
 #define FT float
 #define FT_C TPU_C64
 #define FT_R TPU_F32
@@ -135,7 +213,13 @@ typedef struct fft_kernels {
 #ifdef TPU_HAVE_AVX2_BUILD
 #define FN(x) fft_f_a_##x
 #define FATTR TPU_VEC_AVX2
+#define FFT_TILES
+#define FFT_TILE_LOAD_C fft_c64_tile_load_avx2
+#define FFT_TILE_STORE_C fft_c64_tile_store_avx2
+#define FFT_TILE_LOAD_R fft_f32_tile_load_avx2
+#define FFT_TILE_STORE_R fft_f32_tile_store_avx2
 #include "fft_kernel.h"
+#undef FFT_TILES
 #undef FN
 #undef FATTR
 #endif

@@ -260,8 +260,19 @@ static void FN(exec_any)(const fft_plan_t* p, int64_t w, void* ar, void* ai, voi
 
 /* ---- lines of tensors <-> lane layout ----
  * cnt elements along the job's dim from each of nl lines (byte offsets off)
- * to lanes [0, nl) of a block of w lanes, or back; the store scales. Elements
- * of another dtype than FT_C / FT_R take the generic conversions. */
+ * to lanes [0, nl) of a block of w lanes, or back; the stores scale. Three
+ * ways: elements of another dtype than FT_C / FT_R take the generic
+ * conversions; lines contiguous along the dim are transposed, by 8 x 8
+ * tiles where this copy has them (FFT_TILES); otherwise each element step
+ * reads or writes across the lines, one run of values when the lines are
+ * adjacent (a strided dim of a contiguous tensor). */
+
+/* the lines lie one element apart */
+static bool FN(adjacent)(const int64_t* off, int64_t nl, int64_t esize) {
+  for (int64_t l = 1; l < nl; l++)
+    if (off[l] != off[0] + l * esize) return false;
+  return true;
+}
 
 FATTR static void FN(load_c)(const tpu_tensor_t* t, int dim, const int64_t* off, int64_t nl,
                              int64_t cnt, FT* restrict dr, FT* restrict di, int64_t w) {
@@ -275,24 +286,43 @@ FATTR static void FN(load_c)(const tpu_tensor_t* t, int dim, const int64_t* off,
         dr[k * w + l] = (FT)creal(z);
         di[k * w + l] = (FT)cimag(z);
       }
-    return;
-  }
-  if (st == 1) {
-    for (int64_t l = 0; l < nl; l++) {
+  } else if (st == 1) {
+    int64_t l = 0, k;
+#ifdef FFT_TILES
+    for (; l + 8 <= nl; l += 8) {
+      const FT* rows[8];
+      for (int j = 0; j < 8; j++) rows[j] = (const FT*)(base + off[l + j]);
+      for (k = 0; k + 8 <= cnt; k += 8) FFT_TILE_LOAD_C(rows, k, dr + k * w + l, di + k * w + l, w);
+      for (; k < cnt; k++)
+        for (int j = 0; j < 8; j++) {
+          dr[k * w + l + j] = rows[j][2 * k];
+          di[k * w + l + j] = rows[j][2 * k + 1];
+        }
+    }
+#endif
+    for (; l < nl; l++) {
       const FT* s = (const FT*)(base + off[l]);
-      for (int64_t k = 0; k < cnt; k++) {
+      for (k = 0; k < cnt; k++) {
         dr[k * w + l] = s[2 * k];
         di[k * w + l] = s[2 * k + 1];
       }
     }
-    return;
-  }
-  for (int64_t k = 0; k < cnt; k++)
-    for (int64_t l = 0; l < nl; l++) {
-      const FT* s = (const FT*)(base + off[l]) + 2 * k * st;
-      dr[k * w + l] = s[0];
-      di[k * w + l] = s[1];
+  } else if (FN(adjacent)(off, nl, 2 * sizeof(FT))) {
+    for (int64_t k = 0; k < cnt; k++) {
+      const FT* s = (const FT*)(base + off[0]) + 2 * k * st;
+      for (int64_t l = 0; l < nl; l++) {
+        dr[k * w + l] = s[2 * l];
+        di[k * w + l] = s[2 * l + 1];
+      }
     }
+  } else {
+    for (int64_t k = 0; k < cnt; k++)
+      for (int64_t l = 0; l < nl; l++) {
+        const FT* s = (const FT*)(base + off[l]) + 2 * k * st;
+        dr[k * w + l] = s[0];
+        di[k * w + l] = s[1];
+      }
+  }
 }
 
 FATTR static void FN(load_r)(const tpu_tensor_t* t, int dim, const int64_t* off, int64_t nl,
@@ -303,17 +333,30 @@ FATTR static void FN(load_r)(const tpu_tensor_t* t, int dim, const int64_t* off,
     const int64_t sb = st * (int64_t)tpu_dtype_size(t->dtype);
     for (int64_t l = 0; l < nl; l++)
       for (int64_t k = 0; k < cnt; k++) d[k * w + l] = (FT)tpu_load_f64(base + off[l] + k * sb, t->dtype);
-    return;
-  }
-  if (st == 1) {
-    for (int64_t l = 0; l < nl; l++) {
-      const FT* s = (const FT*)(base + off[l]);
-      for (int64_t k = 0; k < cnt; k++) d[k * w + l] = s[k];
+  } else if (st == 1) {
+    int64_t l = 0, k;
+#ifdef FFT_TILES
+    for (; l + 8 <= nl; l += 8) {
+      const FT* rows[8];
+      for (int j = 0; j < 8; j++) rows[j] = (const FT*)(base + off[l + j]);
+      for (k = 0; k + 8 <= cnt; k += 8) FFT_TILE_LOAD_R(rows, k, d + k * w + l, w);
+      for (; k < cnt; k++)
+        for (int j = 0; j < 8; j++) d[k * w + l + j] = rows[j][k];
     }
-    return;
+#endif
+    for (; l < nl; l++) {
+      const FT* s = (const FT*)(base + off[l]);
+      for (k = 0; k < cnt; k++) d[k * w + l] = s[k];
+    }
+  } else if (FN(adjacent)(off, nl, sizeof(FT))) {
+    for (int64_t k = 0; k < cnt; k++) {
+      const FT* s = (const FT*)(base + off[0]) + k * st;
+      for (int64_t l = 0; l < nl; l++) d[k * w + l] = s[l];
+    }
+  } else {
+    for (int64_t k = 0; k < cnt; k++)
+      for (int64_t l = 0; l < nl; l++) d[k * w + l] = ((const FT*)(base + off[l]))[k * st];
   }
-  for (int64_t k = 0; k < cnt; k++)
-    for (int64_t l = 0; l < nl; l++) d[k * w + l] = ((const FT*)(base + off[l]))[k * st];
 }
 
 FATTR static void FN(store_c)(const tpu_tensor_t* t, int dim, const int64_t* off, int64_t nl,
@@ -327,24 +370,43 @@ FATTR static void FN(store_c)(const tpu_tensor_t* t, int dim, const int64_t* off
       for (int64_t k = 0; k < cnt; k++)
         tpu_store_z(base + off[l] + k * sb, t->dtype,
                     CMPLX((double)(sr[k * w + l] * scale), (double)(si[k * w + l] * scale)));
-    return;
-  }
-  if (st == 1) {
-    for (int64_t l = 0; l < nl; l++) {
+  } else if (st == 1) {
+    int64_t l = 0, k;
+#ifdef FFT_TILES
+    for (; l + 8 <= nl; l += 8) {
+      FT* rows[8];
+      for (int j = 0; j < 8; j++) rows[j] = (FT*)(base + off[l + j]);
+      for (k = 0; k + 8 <= cnt; k += 8) FFT_TILE_STORE_C(rows, k, sr + k * w + l, si + k * w + l, w, scale);
+      for (; k < cnt; k++)
+        for (int j = 0; j < 8; j++) {
+          rows[j][2 * k] = sr[k * w + l + j] * scale;
+          rows[j][2 * k + 1] = si[k * w + l + j] * scale;
+        }
+    }
+#endif
+    for (; l < nl; l++) {
       FT* d = (FT*)(base + off[l]);
-      for (int64_t k = 0; k < cnt; k++) {
+      for (k = 0; k < cnt; k++) {
         d[2 * k] = sr[k * w + l] * scale;
         d[2 * k + 1] = si[k * w + l] * scale;
       }
     }
-    return;
-  }
-  for (int64_t k = 0; k < cnt; k++)
-    for (int64_t l = 0; l < nl; l++) {
-      FT* d = (FT*)(base + off[l]) + 2 * k * st;
-      d[0] = sr[k * w + l] * scale;
-      d[1] = si[k * w + l] * scale;
+  } else if (FN(adjacent)(off, nl, 2 * sizeof(FT))) {
+    for (int64_t k = 0; k < cnt; k++) {
+      FT* d = (FT*)(base + off[0]) + 2 * k * st;
+      for (int64_t l = 0; l < nl; l++) {
+        d[2 * l] = sr[k * w + l] * scale;
+        d[2 * l + 1] = si[k * w + l] * scale;
+      }
     }
+  } else {
+    for (int64_t k = 0; k < cnt; k++)
+      for (int64_t l = 0; l < nl; l++) {
+        FT* d = (FT*)(base + off[l]) + 2 * k * st;
+        d[0] = sr[k * w + l] * scale;
+        d[1] = si[k * w + l] * scale;
+      }
+  }
 }
 
 FATTR static void FN(store_r)(const tpu_tensor_t* t, int dim, const int64_t* off, int64_t nl,
@@ -356,17 +418,30 @@ FATTR static void FN(store_r)(const tpu_tensor_t* t, int dim, const int64_t* off
     for (int64_t l = 0; l < nl; l++)
       for (int64_t k = 0; k < cnt; k++)
         tpu_store_f64(base + off[l] + k * sb, t->dtype, (double)(s[k * w + l] * scale));
-    return;
-  }
-  if (st == 1) {
-    for (int64_t l = 0; l < nl; l++) {
-      FT* d = (FT*)(base + off[l]);
-      for (int64_t k = 0; k < cnt; k++) d[k] = s[k * w + l] * scale;
+  } else if (st == 1) {
+    int64_t l = 0, k;
+#ifdef FFT_TILES
+    for (; l + 8 <= nl; l += 8) {
+      FT* rows[8];
+      for (int j = 0; j < 8; j++) rows[j] = (FT*)(base + off[l + j]);
+      for (k = 0; k + 8 <= cnt; k += 8) FFT_TILE_STORE_R(rows, k, s + k * w + l, w, scale);
+      for (; k < cnt; k++)
+        for (int j = 0; j < 8; j++) rows[j][k] = s[k * w + l + j] * scale;
     }
-    return;
+#endif
+    for (; l < nl; l++) {
+      FT* d = (FT*)(base + off[l]);
+      for (k = 0; k < cnt; k++) d[k] = s[k * w + l] * scale;
+    }
+  } else if (FN(adjacent)(off, nl, sizeof(FT))) {
+    for (int64_t k = 0; k < cnt; k++) {
+      FT* d = (FT*)(base + off[0]) + k * st;
+      for (int64_t l = 0; l < nl; l++) d[l] = s[k * w + l] * scale;
+    }
+  } else {
+    for (int64_t k = 0; k < cnt; k++)
+      for (int64_t l = 0; l < nl; l++) ((FT*)(base + off[l]))[k * st] = s[k * w + l] * scale;
   }
-  for (int64_t k = 0; k < cnt; k++)
-    for (int64_t l = 0; l < nl; l++) ((FT*)(base + off[l]))[k * st] = s[k * w + l] * scale;
 }
 
 static void FN(zero_rows)(FT* a, int64_t k0, int64_t k1, int64_t w) {
