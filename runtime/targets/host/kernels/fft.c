@@ -112,6 +112,7 @@ static void fft_line_offsets(const fft_job_t* j, int64_t l, int64_t* so, int64_t
 #else
 #define FFT_IVDEP
 #endif
+#define FFT_INLINE static inline __attribute__((always_inline))
 #define CMUL_RE(ar, ai, br, bi) ((ar) * (br) - (ai) * (bi))
 #define CMUL_IM(ar, ai, br, bi) ((ar) * (bi) + (ai) * (br))
 

@@ -13,132 +13,155 @@
  * interleaved sub-transforms of the later stages). */
 
 /* ---- Stockham stages: len = r m, a stride of sw values (s sub-transforms
- * times w lanes). Input element (p + j m) of each, output (r p + j), the
- * latter multiplied by the twiddle tw[p (r - 1) + j - 1]. ---- */
+ * times w lanes). Butterfly p < m reads elements p + k m and writes r p + k
+ * (k < r, in units of sw), output k > 0 multiplied by the twiddle
+ * tw[p (r - 1) + k - 1]. The twiddles of p = 0 are 1: that butterfly (the
+ * whole last stage, where m = 1) skips the products. ---- */
 
-FATTR static void FN(radix2)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,
-                             const FT* restrict xi, FT* restrict yr, FT* restrict yi) {
-  for (int64_t p = 0; p < m; p++) {
-    const FT wr = tw[2 * p], wi = tw[2 * p + 1];
-    const FT *a0r = xr + sw * p, *a0i = xi + sw * p, *a1r = a0r + sw * m, *a1i = a0i + sw * m;
-    FT *b0r = yr + 2 * sw * p, *b0i = yi + 2 * sw * p, *b1r = b0r + sw, *b1i = b0i + sw;
-    FFT_IVDEP
-    for (int64_t i = 0; i < sw; i++) {
-      const FT dr = a0r[i] - a1r[i], di = a0i[i] - a1i[i];
-      b0r[i] = a0r[i] + a1r[i];
-      b0i[i] = a0i[i] + a1i[i];
-      b1r[i] = CMUL_RE(dr, di, wr, wi);
-      b1i[i] = CMUL_IM(dr, di, wr, wi);
-    }
-  }
-}
-
-/* Leg k of butterfly p: input (p + k m), output (r p + k), both in units of sw. */
+/* Leg k of butterfly p: input (p + k m), output (r p + k), in units of sw. */
 #define LEG_IN(x, k) ((x) + sw * (p + (k) * m))
-#define LEG_OUT(y, r, k) ((y) + sw * ((r) * p + (k)))
+#define LEG_OUT(y, n_, k) ((y) + sw * ((n_) * p + (k)))
+/* output leg k of the loop below gets (vr, vi), times twiddle k when twiddle */
+#define PUT(k, vr, vi)                                   \
+  do {                                                   \
+    const FT pr_ = (vr), pi_ = (vi);                     \
+    if (twiddle) {                                       \
+      b##k##r[i] = CMUL_RE(pr_, pi_, w##k##r, w##k##i);  \
+      b##k##i[i] = CMUL_IM(pr_, pi_, w##k##r, w##k##i);  \
+    } else {                                             \
+      b##k##r[i] = pr_;                                  \
+      b##k##i[i] = pi_;                                  \
+    }                                                    \
+  } while (0)
+#define TW(k) const FT w##k##r = tw[2 * (k) - 2], w##k##i = tw[2 * (k) - 1]
+#define IN(k) const FT *a##k##r = LEG_IN(xr, k), *a##k##i = a##k##r + (xi - xr)
+#define OUT(n_, k) FT *b##k##r = LEG_OUT(yr, n_, k), *b##k##i = b##k##r + (yi - yr)
+/* the stage: butterfly 0 without twiddles, the others with theirs */
+#define STAGE(R)                                                                            \
+  FATTR static void FN(radix##R)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr, \
+                                 const FT* restrict xi, FT* restrict yr, FT* restrict yi) {  \
+    FN(bfly##R)(m, sw, 0, tw, xr, xi, yr, yi, false);                                       \
+    for (int64_t p = 1; p < m; p++)                                                         \
+      FN(bfly##R)(m, sw, p, tw + 2 * ((R) - 1) * p, xr, xi, yr, yi, true);                  \
+  }
+#define BFLY_ARGS                                                                         \
+  int64_t m, int64_t sw, int64_t p, const FT* tw, const FT* xr, const FT* xi, FT* yr, FT* yi, \
+      bool twiddle
 
-FATTR static void FN(radix3)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,
-                             const FT* restrict xi, FT* restrict yr, FT* restrict yi) {
+FATTR FFT_INLINE void FN(bfly2)(BFLY_ARGS) {
+  TW(1);
+  IN(0);
+  IN(1);
+  OUT(2, 0);
+  OUT(2, 1);
+  FFT_IVDEP
+  for (int64_t i = 0; i < sw; i++) {
+    b0r[i] = a0r[i] + a1r[i];
+    b0i[i] = a0i[i] + a1i[i];
+    PUT(1, a0r[i] - a1r[i], a0i[i] - a1i[i]);
+  }
+}
+STAGE(2)
+
+FATTR FFT_INLINE void FN(bfly3)(BFLY_ARGS) {
   const FT c = (FT)-0.5, s = (FT)0.86602540378443864676; /* cos, sin(2 pi / 3) */
-  for (int64_t p = 0; p < m; p++) {
-    const FT w1r = tw[4 * p], w1i = tw[4 * p + 1], w2r = tw[4 * p + 2], w2i = tw[4 * p + 3];
-    const FT *a0r = LEG_IN(xr, 0), *a0i = LEG_IN(xi, 0);
-    const FT *a1r = LEG_IN(xr, 1), *a1i = LEG_IN(xi, 1);
-    const FT *a2r = LEG_IN(xr, 2), *a2i = LEG_IN(xi, 2);
-    FT *b0r = LEG_OUT(yr, 3, 0), *b0i = LEG_OUT(yi, 3, 0);
-    FT *b1r = LEG_OUT(yr, 3, 1), *b1i = LEG_OUT(yi, 3, 1);
-    FT *b2r = LEG_OUT(yr, 3, 2), *b2i = LEG_OUT(yi, 3, 2);
-    FFT_IVDEP
-    for (int64_t i = 0; i < sw; i++) {
-      const FT t1r = a1r[i] + a2r[i], t1i = a1i[i] + a2i[i];
-      const FT t2r = a0r[i] + c * t1r, t2i = a0i[i] + c * t1i;
-      /* t3 = -i s (a1 - a2) */
-      const FT t3r = s * (a1i[i] - a2i[i]), t3i = s * (a2r[i] - a1r[i]);
-      b0r[i] = a0r[i] + t1r;
-      b0i[i] = a0i[i] + t1i;
-      b1r[i] = CMUL_RE(t2r + t3r, t2i + t3i, w1r, w1i);
-      b1i[i] = CMUL_IM(t2r + t3r, t2i + t3i, w1r, w1i);
-      b2r[i] = CMUL_RE(t2r - t3r, t2i - t3i, w2r, w2i);
-      b2i[i] = CMUL_IM(t2r - t3r, t2i - t3i, w2r, w2i);
-    }
+  TW(1);
+  TW(2);
+  IN(0);
+  IN(1);
+  IN(2);
+  OUT(3, 0);
+  OUT(3, 1);
+  OUT(3, 2);
+  FFT_IVDEP
+  for (int64_t i = 0; i < sw; i++) {
+    const FT t1r = a1r[i] + a2r[i], t1i = a1i[i] + a2i[i];
+    const FT t2r = a0r[i] + c * t1r, t2i = a0i[i] + c * t1i;
+    /* t3 = -i s (a1 - a2) */
+    const FT t3r = s * (a1i[i] - a2i[i]), t3i = s * (a2r[i] - a1r[i]);
+    b0r[i] = a0r[i] + t1r;
+    b0i[i] = a0i[i] + t1i;
+    PUT(1, t2r + t3r, t2i + t3i);
+    PUT(2, t2r - t3r, t2i - t3i);
   }
 }
+STAGE(3)
 
-FATTR static void FN(radix4)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,
-                             const FT* restrict xi, FT* restrict yr, FT* restrict yi) {
-  for (int64_t p = 0; p < m; p++) {
-    const FT* w = tw + 6 * p;
-    const FT w1r = w[0], w1i = w[1], w2r = w[2], w2i = w[3], w3r = w[4], w3i = w[5];
-    const FT *a0r = LEG_IN(xr, 0), *a0i = LEG_IN(xi, 0);
-    const FT *a1r = LEG_IN(xr, 1), *a1i = LEG_IN(xi, 1);
-    const FT *a2r = LEG_IN(xr, 2), *a2i = LEG_IN(xi, 2);
-    const FT *a3r = LEG_IN(xr, 3), *a3i = LEG_IN(xi, 3);
-    FT *b0r = LEG_OUT(yr, 4, 0), *b0i = LEG_OUT(yi, 4, 0);
-    FT *b1r = LEG_OUT(yr, 4, 1), *b1i = LEG_OUT(yi, 4, 1);
-    FT *b2r = LEG_OUT(yr, 4, 2), *b2i = LEG_OUT(yi, 4, 2);
-    FT *b3r = LEG_OUT(yr, 4, 3), *b3i = LEG_OUT(yi, 4, 3);
-    FFT_IVDEP
-    for (int64_t i = 0; i < sw; i++) {
-      const FT t0r = a0r[i] + a2r[i], t0i = a0i[i] + a2i[i];
-      const FT t1r = a0r[i] - a2r[i], t1i = a0i[i] - a2i[i];
-      const FT t2r = a1r[i] + a3r[i], t2i = a1i[i] + a3i[i];
-      /* t3 = -i (a1 - a3) */
-      const FT t3r = a1i[i] - a3i[i], t3i = a3r[i] - a1r[i];
-      b0r[i] = t0r + t2r;
-      b0i[i] = t0i + t2i;
-      b1r[i] = CMUL_RE(t1r + t3r, t1i + t3i, w1r, w1i);
-      b1i[i] = CMUL_IM(t1r + t3r, t1i + t3i, w1r, w1i);
-      b2r[i] = CMUL_RE(t0r - t2r, t0i - t2i, w2r, w2i);
-      b2i[i] = CMUL_IM(t0r - t2r, t0i - t2i, w2r, w2i);
-      b3r[i] = CMUL_RE(t1r - t3r, t1i - t3i, w3r, w3i);
-      b3i[i] = CMUL_IM(t1r - t3r, t1i - t3i, w3r, w3i);
-    }
+FATTR FFT_INLINE void FN(bfly4)(BFLY_ARGS) {
+  TW(1);
+  TW(2);
+  TW(3);
+  IN(0);
+  IN(1);
+  IN(2);
+  IN(3);
+  OUT(4, 0);
+  OUT(4, 1);
+  OUT(4, 2);
+  OUT(4, 3);
+  FFT_IVDEP
+  for (int64_t i = 0; i < sw; i++) {
+    const FT t0r = a0r[i] + a2r[i], t0i = a0i[i] + a2i[i];
+    const FT t1r = a0r[i] - a2r[i], t1i = a0i[i] - a2i[i];
+    const FT t2r = a1r[i] + a3r[i], t2i = a1i[i] + a3i[i];
+    /* t3 = -i (a1 - a3) */
+    const FT t3r = a1i[i] - a3i[i], t3i = a3r[i] - a1r[i];
+    b0r[i] = t0r + t2r;
+    b0i[i] = t0i + t2i;
+    PUT(1, t1r + t3r, t1i + t3i);
+    PUT(2, t0r - t2r, t0i - t2i);
+    PUT(3, t1r - t3r, t1i - t3i);
   }
 }
+STAGE(4)
 
-FATTR static void FN(radix5)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,
-                             const FT* restrict xi, FT* restrict yr, FT* restrict yi) {
+FATTR FFT_INLINE void FN(bfly5)(BFLY_ARGS) {
   const FT c1 = (FT)0.30901699437494742410, c2 = (FT)-0.80901699437494742410;
   const FT s1 = (FT)0.95105651629515357212, s2 = (FT)0.58778525229247312917;
-  for (int64_t p = 0; p < m; p++) {
-    const FT* w = tw + 8 * p;
-    const FT w1r = w[0], w1i = w[1], w2r = w[2], w2i = w[3];
-    const FT w3r = w[4], w3i = w[5], w4r = w[6], w4i = w[7];
-    const FT *a0r = LEG_IN(xr, 0), *a0i = LEG_IN(xi, 0);
-    const FT *a1r = LEG_IN(xr, 1), *a1i = LEG_IN(xi, 1);
-    const FT *a2r = LEG_IN(xr, 2), *a2i = LEG_IN(xi, 2);
-    const FT *a3r = LEG_IN(xr, 3), *a3i = LEG_IN(xi, 3);
-    const FT *a4r = LEG_IN(xr, 4), *a4i = LEG_IN(xi, 4);
-    FT *b0r = LEG_OUT(yr, 5, 0), *b0i = LEG_OUT(yi, 5, 0);
-    FT *b1r = LEG_OUT(yr, 5, 1), *b1i = LEG_OUT(yi, 5, 1);
-    FT *b2r = LEG_OUT(yr, 5, 2), *b2i = LEG_OUT(yi, 5, 2);
-    FT *b3r = LEG_OUT(yr, 5, 3), *b3i = LEG_OUT(yi, 5, 3);
-    FT *b4r = LEG_OUT(yr, 5, 4), *b4i = LEG_OUT(yi, 5, 4);
-    FFT_IVDEP
-    for (int64_t i = 0; i < sw; i++) {
-      const FT x0r = a0r[i], x0i = a0i[i];
-      const FT t1r = a1r[i] + a4r[i], t1i = a1i[i] + a4i[i];
-      const FT t2r = a2r[i] + a3r[i], t2i = a2i[i] + a3i[i];
-      const FT t3r = a1r[i] - a4r[i], t3i = a1i[i] - a4i[i];
-      const FT t4r = a2r[i] - a3r[i], t4i = a2i[i] - a3i[i];
-      const FT u1r = x0r + c1 * t1r + c2 * t2r, u1i = x0i + c1 * t1i + c2 * t2i;
-      const FT u2r = x0r + c2 * t1r + c1 * t2r, u2i = x0i + c2 * t1i + c1 * t2i;
-      /* v1 = -i (s1 t3 + s2 t4), v2 = -i (s2 t3 - s1 t4) */
-      const FT v1r = s1 * t3i + s2 * t4i, v1i = -(s1 * t3r + s2 * t4r);
-      const FT v2r = s2 * t3i - s1 * t4i, v2i = -(s2 * t3r - s1 * t4r);
-      b0r[i] = x0r + t1r + t2r;
-      b0i[i] = x0i + t1i + t2i;
-      b1r[i] = CMUL_RE(u1r + v1r, u1i + v1i, w1r, w1i);
-      b1i[i] = CMUL_IM(u1r + v1r, u1i + v1i, w1r, w1i);
-      b2r[i] = CMUL_RE(u2r + v2r, u2i + v2i, w2r, w2i);
-      b2i[i] = CMUL_IM(u2r + v2r, u2i + v2i, w2r, w2i);
-      b3r[i] = CMUL_RE(u2r - v2r, u2i - v2i, w3r, w3i);
-      b3i[i] = CMUL_IM(u2r - v2r, u2i - v2i, w3r, w3i);
-      b4r[i] = CMUL_RE(u1r - v1r, u1i - v1i, w4r, w4i);
-      b4i[i] = CMUL_IM(u1r - v1r, u1i - v1i, w4r, w4i);
-    }
+  TW(1);
+  TW(2);
+  TW(3);
+  TW(4);
+  IN(0);
+  IN(1);
+  IN(2);
+  IN(3);
+  IN(4);
+  OUT(5, 0);
+  OUT(5, 1);
+  OUT(5, 2);
+  OUT(5, 3);
+  OUT(5, 4);
+  FFT_IVDEP
+  for (int64_t i = 0; i < sw; i++) {
+    const FT x0r = a0r[i], x0i = a0i[i];
+    const FT t1r = a1r[i] + a4r[i], t1i = a1i[i] + a4i[i];
+    const FT t2r = a2r[i] + a3r[i], t2i = a2i[i] + a3i[i];
+    const FT t3r = a1r[i] - a4r[i], t3i = a1i[i] - a4i[i];
+    const FT t4r = a2r[i] - a3r[i], t4i = a2i[i] - a3i[i];
+    const FT u1r = x0r + c1 * t1r + c2 * t2r, u1i = x0i + c1 * t1i + c2 * t2i;
+    const FT u2r = x0r + c2 * t1r + c1 * t2r, u2i = x0i + c2 * t1i + c1 * t2i;
+    /* v1 = -i (s1 t3 + s2 t4), v2 = -i (s2 t3 - s1 t4) */
+    const FT v1r = s1 * t3i + s2 * t4i, v1i = -(s1 * t3r + s2 * t4r);
+    const FT v2r = s2 * t3i - s1 * t4i, v2i = -(s2 * t3r - s1 * t4r);
+    b0r[i] = x0r + t1r + t2r;
+    b0i[i] = x0i + t1i + t2i;
+    PUT(1, u1r + v1r, u1i + v1i);
+    PUT(2, u2r + v2r, u2i + v2i);
+    PUT(3, u2r - v2r, u2i - v2i);
+    PUT(4, u1r - v1r, u1i - v1i);
   }
 }
+STAGE(5)
+
+#undef LEG_IN
+#undef LEG_OUT
+#undef PUT
+#undef TW
+#undef IN
+#undef OUT
+#undef STAGE
+#undef BFLY_ARGS
 
 /* Any odd radix up to FFT_MAX_DIRECT_RADIX, as a direct r-point DFT. */
 FATTR static void FN(radixg)(int r, int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,
