@@ -43,6 +43,8 @@
 /* the bytes a block's buffers aim to stay within (the L2 cache) */
 #define FFT_BLOCK_BYTES (512 << 10)
 #define FFT_PLAN_CACHE 16
+/* butterfly loops run in chunks of this many values where they can */
+#define FFT_VB 8
 
 typedef struct fft_plan {
   int64_t n;

@@ -36,18 +36,29 @@
 #define TW(k) const FT w##k##r = tw[2 * (k) - 2], w##k##i = tw[2 * (k) - 1]
 #define IN(k) const FT *a##k##r = LEG_IN(xr, k), *a##k##i = a##k##r + (xi - xr)
 #define OUT(n_, k) FT *b##k##r = LEG_OUT(yr, n_, k), *b##k##i = b##k##r + (yi - yr)
-/* the stage: butterfly 0 without twiddles, the others with theirs */
-#define STAGE(R)                                                                            \
-  FATTR static void FN(radix##R)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr, \
-                                 const FT* restrict xi, FT* restrict yr, FT* restrict yi) {  \
-    FN(bfly##R)(m, sw, 0, tw, xr, xi, yr, yi, false);                                       \
-    for (int64_t p = 1; p < m; p++)                                                         \
-      FN(bfly##R)(m, sw, p, tw + 2 * ((R) - 1) * p, xr, xi, yr, yi, true);                  \
+/* The stage: butterfly 0 without twiddles, the others with theirs. Where
+ * sw is a multiple of FFT_VB the loops run in chunks of FFT_VB values, whose
+ * fixed count vectorizes without remainder code (the first stages have short
+ * loops: sw = w lanes). */
+#define STAGE(R)                                                                              \
+  FATTR static void FN(radix##R)(int64_t m, int64_t sw, const FT* tw, const FT* restrict xr,   \
+                                 const FT* restrict xi, FT* restrict yr, FT* restrict yi) {    \
+    if (sw % FFT_VB == 0) {                                                                   \
+      for (int64_t i0 = 0; i0 < sw; i0 += FFT_VB)                                             \
+        FN(bfly##R)(m, sw, 0, tw, xr, xi, yr, yi, false, i0, FFT_VB);                         \
+      for (int64_t p = 1; p < m; p++)                                                         \
+        for (int64_t i0 = 0; i0 < sw; i0 += FFT_VB)                                           \
+          FN(bfly##R)(m, sw, p, tw + 2 * ((R) - 1) * p, xr, xi, yr, yi, true, i0, FFT_VB);    \
+    } else {                                                                                  \
+      FN(bfly##R)(m, sw, 0, tw, xr, xi, yr, yi, false, 0, sw);                                \
+      for (int64_t p = 1; p < m; p++)                                                         \
+        FN(bfly##R)(m, sw, p, tw + 2 * ((R) - 1) * p, xr, xi, yr, yi, true, 0, sw);           \
+    }                                                                                         \
   }
+/* butterfly p on the values [i0, i0 + cnt) of its legs */
 #define BFLY_ARGS                                                                         \
   int64_t m, int64_t sw, int64_t p, const FT* tw, const FT* xr, const FT* xi, FT* yr, FT* yi, \
-      bool twiddle
-
+      bool twiddle, int64_t i0, int64_t cnt
 FATTR FFT_INLINE void FN(bfly2)(BFLY_ARGS) {
   TW(1);
   IN(0);
@@ -55,7 +66,7 @@ FATTR FFT_INLINE void FN(bfly2)(BFLY_ARGS) {
   OUT(2, 0);
   OUT(2, 1);
   FFT_IVDEP
-  for (int64_t i = 0; i < sw; i++) {
+  for (int64_t i = i0; i < i0 + cnt; i++) {
     b0r[i] = a0r[i] + a1r[i];
     b0i[i] = a0i[i] + a1i[i];
     PUT(1, a0r[i] - a1r[i], a0i[i] - a1i[i]);
@@ -74,7 +85,7 @@ FATTR FFT_INLINE void FN(bfly3)(BFLY_ARGS) {
   OUT(3, 1);
   OUT(3, 2);
   FFT_IVDEP
-  for (int64_t i = 0; i < sw; i++) {
+  for (int64_t i = i0; i < i0 + cnt; i++) {
     const FT t1r = a1r[i] + a2r[i], t1i = a1i[i] + a2i[i];
     const FT t2r = a0r[i] + c * t1r, t2i = a0i[i] + c * t1i;
     /* t3 = -i s (a1 - a2) */
@@ -100,7 +111,7 @@ FATTR FFT_INLINE void FN(bfly4)(BFLY_ARGS) {
   OUT(4, 2);
   OUT(4, 3);
   FFT_IVDEP
-  for (int64_t i = 0; i < sw; i++) {
+  for (int64_t i = i0; i < i0 + cnt; i++) {
     const FT t0r = a0r[i] + a2r[i], t0i = a0i[i] + a2i[i];
     const FT t1r = a0r[i] - a2r[i], t1i = a0i[i] - a2i[i];
     const FT t2r = a1r[i] + a3r[i], t2i = a1i[i] + a3i[i];
@@ -133,7 +144,7 @@ FATTR FFT_INLINE void FN(bfly5)(BFLY_ARGS) {
   OUT(5, 3);
   OUT(5, 4);
   FFT_IVDEP
-  for (int64_t i = 0; i < sw; i++) {
+  for (int64_t i = i0; i < i0 + cnt; i++) {
     const FT x0r = a0r[i], x0i = a0i[i];
     const FT t1r = a1r[i] + a4r[i], t1i = a1i[i] + a4i[i];
     const FT t2r = a2r[i] + a3r[i], t2i = a2i[i] + a3i[i];
