@@ -41,8 +41,10 @@
 /* lines per block (per complex block; real blocks hold twice as many) */
 #define FFT_MAX_LANES 64
 /* the bytes a block's buffers aim to stay within (the L2 cache) */
-#define FFT_BLOCK_BYTES (512 << 10)
+#define FFT_BLOCK_BYTES (64 << 10)
 #define FFT_PLAN_CACHE 16
+/* output bytes per thread of a chunk of a multi-dim transform (see transform) */
+#define FFT_CHUNK_BYTES (512 << 10)
 /* butterfly loops run in chunks of this many values where they can */
 #define FFT_VB 8
 
@@ -448,7 +450,7 @@ static tpu_status_t along(const char* op, const tpu_tensor_t* src, const tpu_ten
   const int64_t lane_bytes = (4 * n + (plan->sub ? 4 * plan->m : 0)) * (dbl ? 8 : 4);
   const int64_t line_per_lane = kind == K_C2C ? 1 : 2;
   int64_t lanes = FFT_BLOCK_BYTES / lane_bytes;
-  lanes = lanes < 1 ? 1 : lanes > FFT_MAX_LANES ? FFT_MAX_LANES : lanes;
+  lanes = lanes < 8 ? 8 : lanes > FFT_MAX_LANES ? FFT_MAX_LANES : lanes;
   const int64_t want = (j.lines + line_per_lane - 1) / line_per_lane;
   j.lanes = lanes < want ? lanes : want;
   j.per_block = j.lanes * line_per_lane;
@@ -487,6 +489,78 @@ static tpu_status_t check_dtypes(const char* op, const tpu_tensor_t* in, const t
   return TPU_OK;
 }
 
+/* The passes of one op over in and out (or one chunk of them): c2c each dim
+ * in turn; r2c the last dim real-to-complex, then the others forward; c2r
+ * the dims but the last complex-to-complex backward into tmp (self is not
+ * written; tmp holds in's elements), then the last complex-to-real. */
+static tpu_status_t passes(const char* op, fft_kind_t kind, const tpu_tensor_t* in,
+                           const tpu_tensor_t* out, const int* dims, int nd, int64_t norm,
+                           bool forward, void* tmp_data) {
+  const int last = dims[nd - 1];
+  if (kind == K_C2C) {
+    for (int i = 0; i < nd; i++)
+      TPU_RETURN_IF_ERROR(along(op, i == 0 ? in : out, out, dims[i], out->sizes[dims[i]], K_C2C,
+                                forward, norm));
+    return TPU_OK;
+  }
+  if (kind == K_R2C) {
+    TPU_RETURN_IF_ERROR(along(op, in, out, last, in->sizes[last], K_R2C, true, norm));
+    for (int i = 0; i < nd - 1; i++)
+      TPU_RETURN_IF_ERROR(along(op, out, out, dims[i], out->sizes[dims[i]], K_C2C, true, norm));
+    return TPU_OK;
+  }
+  const int64_t n = out->sizes[last];
+  if (nd == 1) return along(op, in, out, last, n, K_C2R, false, norm);
+  tpu_tensor_t tmp;
+  tpu_tensor_make_contig(&tmp, tmp_data, in->dtype, in->ndim, in->sizes);
+  for (int i = 0; i < nd - 1; i++)
+    TPU_RETURN_IF_ERROR(along(op, i == 0 ? in : &tmp, &tmp, dims[i], in->sizes[dims[i]], K_C2C,
+                              false, norm));
+  return along(op, &tmp, out, last, n, K_C2R, false, norm);
+}
+
+/* Runs the passes. A transform over several dims of a batch larger than the
+ * caches runs chunk by chunk along the outermost batch dim (one not
+ * transformed), each chunk about FFT_CHUNK_BYTES of output per thread, so
+ * that every pass after the first finds its chunk in cache. */
+static tpu_status_t transform(const char* op, fft_kind_t kind, const tpu_tensor_t* in,
+                              const tpu_tensor_t* out, const int* dims, int nd, int64_t norm,
+                              bool forward) {
+  if (nd == 0) return tpu_copy_strided(out, in);
+  int b = -1;
+  for (int d = 0; d < out->ndim; d++) {
+    bool transformed = false;
+    for (int i = 0; i < nd; i++) transformed = transformed || dims[i] == d;
+    if (!transformed && out->sizes[d] > 1 && (b < 0 || out->strides[d] > out->strides[b])) b = d;
+  }
+  const int64_t numel = tpu_tensor_numel(out), nb = b < 0 ? 1 : out->sizes[b];
+  int64_t chunk = nb;
+  if (nd > 1 && b >= 0 && numel > 0) {
+    const int64_t slice = numel / nb * (int64_t)tpu_dtype_size(out->dtype);
+    chunk = FFT_CHUNK_BYTES * tpu_num_threads() / slice;
+    chunk = chunk < 1 ? 1 : chunk > nb ? nb : chunk;
+  }
+  void* tmp = NULL;
+  if (kind == K_C2R && nd > 1) {
+    const int64_t tmp_numel = tpu_tensor_numel(in) / nb * chunk;
+    tmp = malloc((size_t)(tmp_numel > 0 ? tmp_numel : 1) * tpu_dtype_size(in->dtype));
+    if (!tmp) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a %lld-element temporary",
+                             op, (long long)tmp_numel);
+  }
+  tpu_status_t s = TPU_OK;
+  for (int64_t c0 = 0; c0 < nb && !s; c0 += chunk) {
+    tpu_tensor_t ic = *in, oc = *out;
+    if (b >= 0) {
+      ic.sizes[b] = oc.sizes[b] = c0 + chunk < nb ? chunk : nb - c0;
+      ic.data = (char*)in->data + c0 * in->strides[b] * (int64_t)tpu_dtype_size(in->dtype);
+      oc.data = (char*)out->data + c0 * out->strides[b] * (int64_t)tpu_dtype_size(out->dtype);
+    }
+    s = passes(op, kind, &ic, &oc, dims, nd, norm, forward, tmp);
+  }
+  free(tmp);
+  return s;
+}
+
 /* _fft_c2c(self, dim, normalization, forward) */
 tpu_status_t tpu_k_fft_c2c(const tpu_call_t* c) {
   const char* op = "_fft_c2c";
@@ -495,17 +569,10 @@ tpu_status_t tpu_k_fft_c2c(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(check_dtypes(op, in, out, true, true));
   int dims[TPU_MAX_DIMS], nd;
   TPU_RETURN_IF_ERROR(read_dims(c, op, in, dims, &nd));
-  const int64_t norm = tpu_arg_i64(c, 2, 0);
-  const bool forward = tpu_arg_bool(c, 3, true);
-  if (nd == 0) return tpu_copy_strided(out, in);
-  for (int i = 0; i < nd; i++)
-    TPU_RETURN_IF_ERROR(along(op, i == 0 ? in : out, out, dims[i], out->sizes[dims[i]], K_C2C,
-                              forward, norm));
-  return TPU_OK;
+  return transform(op, K_C2C, in, out, dims, nd, tpu_arg_i64(c, 2, 0), tpu_arg_bool(c, 3, true));
 }
 
-/* _fft_r2c(self, dim, normalization, onesided): the last dim real-to-complex,
- * then the others complex-to-complex, all forward */
+/* _fft_r2c(self, dim, normalization, onesided) */
 tpu_status_t tpu_k_fft_r2c(const tpu_call_t* c) {
   const char* op = "_fft_r2c";
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
@@ -513,18 +580,10 @@ tpu_status_t tpu_k_fft_r2c(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(check_dtypes(op, in, out, false, true));
   int dims[TPU_MAX_DIMS], nd;
   TPU_RETURN_IF_ERROR(read_dims(c, op, in, dims, &nd));
-  const int64_t norm = tpu_arg_i64(c, 2, 0);
-  if (nd == 0) return tpu_copy_strided(out, in);
-  const int last = dims[nd - 1];
-  TPU_RETURN_IF_ERROR(along(op, in, out, last, in->sizes[last], K_R2C, true, norm));
-  for (int i = 0; i < nd - 1; i++)
-    TPU_RETURN_IF_ERROR(along(op, out, out, dims[i], out->sizes[dims[i]], K_C2C, true, norm));
-  return TPU_OK;
+  return transform(op, K_R2C, in, out, dims, nd, tpu_arg_i64(c, 2, 0), true);
 }
 
-/* _fft_c2r(self, dim, normalization, last_dim_size): the dims but the last
- * complex-to-complex backward (into a temporary: self is not written), then
- * the last complex-to-real */
+/* _fft_c2r(self, dim, normalization, last_dim_size) */
 tpu_status_t tpu_k_fft_c2r(const tpu_call_t* c) {
   const char* op = "_fft_c2r";
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
@@ -532,22 +591,7 @@ tpu_status_t tpu_k_fft_c2r(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(check_dtypes(op, in, out, true, false));
   int dims[TPU_MAX_DIMS], nd;
   TPU_RETURN_IF_ERROR(read_dims(c, op, in, dims, &nd));
-  const int64_t norm = tpu_arg_i64(c, 2, 0);
-  if (nd == 0) return tpu_copy_strided(out, in);
-  const int last = dims[nd - 1];
-  const int64_t n = out->sizes[last];
-  TPU_CHECK_ARG(n >= 1, "%s: invalid last_dim_size %lld", op, (long long)n);
-  if (nd == 1) return along(op, in, out, last, n, K_C2R, false, norm);
-  const int64_t numel = tpu_tensor_numel(in);
-  void* buf = malloc((size_t)(numel > 0 ? numel : 1) * tpu_dtype_size(in->dtype));
-  if (!buf) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a %lld-element temporary", op,
-                           (long long)numel);
-  tpu_tensor_t tmp;
-  tpu_tensor_make_contig(&tmp, buf, in->dtype, in->ndim, in->sizes);
-  tpu_status_t s = TPU_OK;
-  for (int i = 0; i < nd - 1 && !s; i++)
-    s = along(op, i == 0 ? in : &tmp, &tmp, dims[i], in->sizes[dims[i]], K_C2C, false, norm);
-  if (!s) s = along(op, &tmp, out, last, n, K_C2R, false, norm);
-  free(buf);
-  return s;
+  TPU_CHECK_ARG(nd == 0 || out->sizes[dims[nd - 1]] >= 1, "%s: invalid last_dim_size %lld", op,
+                (long long)(nd ? out->sizes[dims[nd - 1]] : 0));
+  return transform(op, K_C2R, in, out, dims, nd, tpu_arg_i64(c, 2, 0), false);
 }
