@@ -27,6 +27,7 @@
  */
 #include <complex.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -519,46 +520,73 @@ static tpu_status_t passes(const char* op, fft_kind_t kind, const tpu_tensor_t* 
   return along(op, &tmp, out, last, n, K_C2R, false, norm);
 }
 
+/* A transform cut into chunks along batch dim b (see transform). */
+typedef struct fft_chunks {
+  const char* op;
+  fft_kind_t kind;
+  const tpu_tensor_t *in, *out;
+  const int* dims;
+  int nd;
+  int64_t norm;
+  bool forward;
+  int b;
+  int64_t nb, chunk; /* slices along b, slices per chunk */
+  _Atomic(tpu_status_t) status; /* the first failure */
+} fft_chunks_t;
+
+static void chunks_range(void* vctx, int64_t begin, int64_t end) {
+  fft_chunks_t* cx = vctx;
+  const tpu_tensor_t *in = cx->in, *out = cx->out;
+  const int b = cx->b;
+  void* tmp = NULL;
+  tpu_status_t s = TPU_OK;
+  if (cx->kind == K_C2R && cx->nd > 1) {
+    const int64_t tmp_numel = tpu_tensor_numel(in) / cx->nb * cx->chunk;
+    tmp = malloc((size_t)(tmp_numel > 0 ? tmp_numel : 1) * tpu_dtype_size(in->dtype));
+    if (!tmp) s = TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a %lld-element temporary",
+                          cx->op, (long long)tmp_numel);
+  }
+  for (int64_t c = begin; c < end && !s; c++) {
+    const int64_t c0 = c * cx->chunk;
+    tpu_tensor_t ic = *in, oc = *out;
+    if (b >= 0) {
+      ic.sizes[b] = oc.sizes[b] = c0 + cx->chunk < cx->nb ? cx->chunk : cx->nb - c0;
+      ic.data = (char*)in->data + c0 * in->strides[b] * (int64_t)tpu_dtype_size(in->dtype);
+      oc.data = (char*)out->data + c0 * out->strides[b] * (int64_t)tpu_dtype_size(out->dtype);
+    }
+    s = passes(cx->op, cx->kind, &ic, &oc, cx->dims, cx->nd, cx->norm, cx->forward, tmp);
+  }
+  free(tmp);
+  tpu_status_t none = TPU_OK;
+  if (s && !atomic_compare_exchange_strong(&cx->status, &none, s)) tpu_status_free(s);
+}
+
 /* Runs the passes. A transform over several dims of a batch larger than the
- * caches runs chunk by chunk along the outermost batch dim (one not
- * transformed), each chunk about FFT_CHUNK_BYTES of output per thread, so
- * that every pass after the first finds its chunk in cache. */
+ * caches runs in chunks along the outermost batch dim (one not transformed),
+ * each about FFT_CHUNK_BYTES of output, so that every pass after the first
+ * finds its chunk in cache; the chunks split across the thread pool (the
+ * passes of one chunk then run on one thread). */
 static tpu_status_t transform(const char* op, fft_kind_t kind, const tpu_tensor_t* in,
                               const tpu_tensor_t* out, const int* dims, int nd, int64_t norm,
                               bool forward) {
   if (nd == 0) return tpu_copy_strided(out, in);
-  int b = -1;
+  fft_chunks_t cx = {op, kind, in, out, dims, nd, norm, forward, -1, 1, 1, TPU_OK};
   for (int d = 0; d < out->ndim; d++) {
     bool transformed = false;
     for (int i = 0; i < nd; i++) transformed = transformed || dims[i] == d;
-    if (!transformed && out->sizes[d] > 1 && (b < 0 || out->strides[d] > out->strides[b])) b = d;
+    if (!transformed && out->sizes[d] > 1 && (cx.b < 0 || out->strides[d] > out->strides[cx.b])) cx.b = d;
   }
-  const int64_t numel = tpu_tensor_numel(out), nb = b < 0 ? 1 : out->sizes[b];
-  int64_t chunk = nb;
-  if (nd > 1 && b >= 0 && numel > 0) {
-    const int64_t slice = numel / nb * (int64_t)tpu_dtype_size(out->dtype);
-    chunk = FFT_CHUNK_BYTES * tpu_num_threads() / slice;
-    chunk = chunk < 1 ? 1 : chunk > nb ? nb : chunk;
+  const int64_t numel = tpu_tensor_numel(out);
+  cx.nb = cx.chunk = cx.b < 0 ? 1 : out->sizes[cx.b];
+  if (nd > 1 && cx.b >= 0 && numel > 0) {
+    const int64_t slice = numel / cx.nb * (int64_t)tpu_dtype_size(out->dtype);
+    cx.chunk = FFT_CHUNK_BYTES / slice;
+    cx.chunk = cx.chunk < 1 ? 1 : cx.chunk > cx.nb ? cx.nb : cx.chunk;
   }
-  void* tmp = NULL;
-  if (kind == K_C2R && nd > 1) {
-    const int64_t tmp_numel = tpu_tensor_numel(in) / nb * chunk;
-    tmp = malloc((size_t)(tmp_numel > 0 ? tmp_numel : 1) * tpu_dtype_size(in->dtype));
-    if (!tmp) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a %lld-element temporary",
-                             op, (long long)tmp_numel);
-  }
-  tpu_status_t s = TPU_OK;
-  for (int64_t c0 = 0; c0 < nb && !s; c0 += chunk) {
-    tpu_tensor_t ic = *in, oc = *out;
-    if (b >= 0) {
-      ic.sizes[b] = oc.sizes[b] = c0 + chunk < nb ? chunk : nb - c0;
-      ic.data = (char*)in->data + c0 * in->strides[b] * (int64_t)tpu_dtype_size(in->dtype);
-      oc.data = (char*)out->data + c0 * out->strides[b] * (int64_t)tpu_dtype_size(out->dtype);
-    }
-    s = passes(op, kind, &ic, &oc, dims, nd, norm, forward, tmp);
-  }
-  free(tmp);
-  return s;
+  const int64_t nchunks = (cx.nb + cx.chunk - 1) / cx.chunk;
+  /* one chunk: its passes split their lines across the pool instead */
+  tpu_parallel_for(nchunks, nchunks < tpu_num_threads() ? nchunks : 1, chunks_range, &cx);
+  return atomic_load(&cx.status);
 }
 
 /* _fft_c2c(self, dim, normalization, forward) */
