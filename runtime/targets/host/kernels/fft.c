@@ -43,6 +43,7 @@
 #define FFT_MAX_LANES 64
 /* the bytes a block's buffers aim to stay within (the L2 cache) */
 #define FFT_BLOCK_BYTES (64 << 10)
+#define FFT_BLOCK_BYTES_STRIDED (256 << 10)
 #define FFT_PLAN_CACHE 16
 /* output bytes per thread of a chunk of a multi-dim transform (see transform) */
 #define FFT_CHUNK_BYTES (512 << 10)
@@ -450,7 +451,7 @@ static tpu_status_t along(const char* op, const tpu_tensor_t* src, const tpu_ten
   j.lines = tpu_tensor_numel(dst) / dst->sizes[dim];
   const int64_t lane_bytes = (4 * n + (plan->sub ? 4 * plan->m : 0)) * (dbl ? 8 : 4);
   const int64_t line_per_lane = kind == K_C2C ? 1 : 2;
-  int64_t lanes = FFT_BLOCK_BYTES / lane_bytes;
+  int64_t lanes = (src->strides[dim] == 1 ? FFT_BLOCK_BYTES : FFT_BLOCK_BYTES_STRIDED) / lane_bytes;
   lanes = lanes < 8 ? 8 : lanes > FFT_MAX_LANES ? FFT_MAX_LANES : lanes;
   const int64_t want = (j.lines + line_per_lane - 1) / line_per_lane;
   j.lanes = lanes < want ? lanes : want;
@@ -498,9 +499,18 @@ static tpu_status_t passes(const char* op, fft_kind_t kind, const tpu_tensor_t* 
                            const tpu_tensor_t* out, const int* dims, int nd, int64_t norm,
                            bool forward, void* tmp_data) {
   const int last = dims[nd - 1];
-  if (kind == K_C2C) {
+  if (kind == K_C2C) { /* the dims in any order: the one of smallest input stride first */
+    int order[TPU_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+      int at = i;
+      while (at > 0 && in->strides[order[at - 1]] > in->strides[dims[i]]) {
+        order[at] = order[at - 1];
+        at--;
+      }
+      order[at] = dims[i];
+    }
     for (int i = 0; i < nd; i++)
-      TPU_RETURN_IF_ERROR(along(op, i == 0 ? in : out, out, dims[i], out->sizes[dims[i]], K_C2C,
+      TPU_RETURN_IF_ERROR(along(op, i == 0 ? in : out, out, order[i], out->sizes[order[i]], K_C2C,
                                 forward, norm));
     return TPU_OK;
   }
