@@ -44,6 +44,7 @@
 /* the bytes a block's buffers aim to stay within (the L2 cache) */
 #define FFT_BLOCK_BYTES (64 << 10)
 #define FFT_BLOCK_BYTES_STRIDED (256 << 10)
+#define FFT_BLOCK_MAX_BYTES (8 << 20)
 #define FFT_PLAN_CACHE 16
 /* output bytes per thread of a chunk of a multi-dim transform (see transform) */
 #define FFT_CHUNK_BYTES (512 << 10)
@@ -451,8 +452,14 @@ static tpu_status_t along(const char* op, const tpu_tensor_t* src, const tpu_ten
   j.lines = tpu_tensor_numel(dst) / dst->sizes[dim];
   const int64_t lane_bytes = (4 * n + (plan->sub ? 4 * plan->m : 0)) * (dbl ? 8 : 4);
   const int64_t line_per_lane = kind == K_C2C ? 1 : 2;
+  /* lanes for the cache budget, at least FFT_VB (the chunked loops) where that
+   * stays within FFT_BLOCK_MAX_BYTES */
   int64_t lanes = (src->strides[dim] == 1 ? FFT_BLOCK_BYTES : FFT_BLOCK_BYTES_STRIDED) / lane_bytes;
-  lanes = lanes < 8 ? 8 : lanes > FFT_MAX_LANES ? FFT_MAX_LANES : lanes;
+  if (lanes < FFT_VB) {
+    lanes = FFT_BLOCK_MAX_BYTES / lane_bytes;
+    lanes = lanes < 1 ? 1 : lanes > FFT_VB ? FFT_VB : lanes;
+  }
+  lanes = lanes > FFT_MAX_LANES ? FFT_MAX_LANES : lanes;
   const int64_t want = (j.lines + line_per_lane - 1) / line_per_lane;
   j.lanes = lanes < want ? lanes : want;
   j.per_block = j.lanes * line_per_lane;
