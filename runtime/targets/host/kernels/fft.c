@@ -90,6 +90,55 @@ static void fft_unit(int64_t num, int64_t den, double* re, double* im) { /* exp(
   *im = sin(a);
 }
 
+/* Block buffers: each thread keeps its last one (up to FFT_SCRATCH_KEEP
+ * bytes) for the next call, freed when the thread exits; a fresh allocation
+ * per call would fault its pages in again, a large part of a call's time. */
+#define FFT_SCRATCH_KEEP ((size_t)4 << 20)
+typedef struct fft_scratch {
+  void* p;
+  size_t size;
+  bool busy; /* handed out (a nested caller gets its own allocation) */
+} fft_scratch_t;
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void* v) {
+  fft_scratch_t* s = v;
+  free(s->p);
+  free(s);
+}
+static void scratch_key_make(void) {
+  if (pthread_key_create(&g_scratch_key, scratch_free) != 0) g_scratch_key = (pthread_key_t)-1;
+}
+
+/* bytes of scratch, or NULL; give it back with scratch_put */
+static void* scratch_get(size_t bytes) {
+  pthread_once(&g_scratch_once, scratch_key_make);
+  if (bytes > FFT_SCRATCH_KEEP || g_scratch_key == (pthread_key_t)-1) return malloc(bytes);
+  fft_scratch_t* s = pthread_getspecific(g_scratch_key);
+  if (s && s->busy) return malloc(bytes);
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s || pthread_setspecific(g_scratch_key, s) != 0) {
+      free(s);
+      return malloc(bytes);
+    }
+  }
+  if (s->size < bytes) {
+    free(s->p);
+    s->p = malloc(bytes);
+    s->size = s->p ? bytes : 0;
+  }
+  s->busy = s->p != NULL;
+  return s->p;
+}
+
+static void scratch_put(void* p) {
+  fft_scratch_t* s = g_scratch_key == (pthread_key_t)-1 ? NULL : pthread_getspecific(g_scratch_key);
+  if (s && p && p == s->p) s->busy = false;
+  else free(p);
+}
+
 /* values (of the plan's precision) a block's buffers take: a and b (n per
  * lane each, real and imaginary), and Bluestein's work (4 m per lane) */
 static size_t fft_buf_elems(const fft_job_t* j) {

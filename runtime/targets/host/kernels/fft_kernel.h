@@ -594,7 +594,7 @@ static void FN(block)(const fft_job_t* j, int64_t l0, int64_t nl, FT* buf) {
 /* tpu_parallel_for body: blocks [begin, end) of the job */
 static void FN(blocks)(void* ctx, int64_t begin, int64_t end) {
   fft_job_t* j = ctx;
-  FT* buf = malloc(fft_buf_elems(j) * sizeof(FT));
+  FT* buf = scratch_get(fft_buf_elems(j) * sizeof(FT));
   if (!buf) {
     j->failed = 1;
     return;
@@ -603,5 +603,5 @@ static void FN(blocks)(void* ctx, int64_t begin, int64_t end) {
     const int64_t l0 = b * j->per_block, left = j->lines - l0;
     FN(block)(j, l0, left < j->per_block ? left : j->per_block, buf);
   }
-  free(buf);
+  scratch_put(buf);
 }
