@@ -22,7 +22,8 @@ Goals (issue 3): ratio >= 0.7 for float32 and >= 1.0 for bfloat16; the
 summary at the end lists every (op, dtype, size) below its goal. The FFT
 cases (issue 18) run for float32 only, on complex64 (or float32 for rfft)
 operands of the same element count: batched 1-D transforms of length 4096 and
-2-D transforms of 256 x 256, against PyTorch's pocketfft; goal >= 0.5.
+2-D transforms of 256 x 256, against PyTorch CPU's FFT (MKL where PyTorch is
+built with it, else pocketfft); goal >= 0.5.
 """
 import argparse
 import os

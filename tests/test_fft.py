@@ -2,6 +2,10 @@
 of every kind (powers of two, mixed radix 2/3/5, primes small and large through
 Bluestein), several dims, strided inputs, every norm, both precisions, and
 gradients."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -101,6 +105,79 @@ def test_large_batched():
     assert_same(torch.fft.rfft(x.to(DEV)), torch.fft.rfft(x), **t)
     y = rand((256, 256), torch.complex64, 7)
     assert_same(torch.fft.fft2(y.to(DEV)), torch.fft.fft2(y), **t)
+
+
+def rel_err(got, want):
+    got = got.cpu().to(want.dtype)
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("n", [64, 100, 243, 256, 1009, 4096])
+def test_float32_paths(n):
+    """complex64 / float32 transform in float: within float rounding of the
+    complex128 result, for line counts that fill the lane blocks or not, rows and
+    columns, every radix and Bluestein"""
+    x = rand((19, n), torch.complex128, n)
+    r = rand((19, n), torch.float64, n + 1)
+    F = torch.fft
+    for lines in (x, x.t().contiguous().t()):  # rows; columns of a [n, 19] tensor
+        xf = lines.to(torch.complex64)
+        assert rel_err(F.fft(xf.to(DEV)), F.fft(lines)) < 1e-6
+        assert rel_err(F.ifft(xf.to(DEV), norm="ortho"), F.ifft(lines, norm="ortho")) < 1e-6
+    rf = r.to(torch.float32)
+    assert rel_err(F.rfft(rf.to(DEV)), F.rfft(r)) < 1e-6
+    h = F.rfft(r)
+    assert rel_err(F.irfft(h.to(torch.complex64).to(DEV), n=n), F.irfft(h, n=n)) < 1e-6
+    assert_same(F.fft(xf.to(DEV)), F.fft(xf), atol=1e-4 * n ** 0.5, rtol=1e-4)
+
+
+def test_multi_dim_chunks(mode):
+    """multi-dim transforms of batches larger than a cache-sized chunk (run chunk
+    by chunk, the batch dim outermost or in the middle, c2r with its temporary)"""
+    t = dict(atol=2e-3, rtol=2e-4)
+    F = torch.fft
+    x = rand((5, 256, 256), torch.complex64, 12)
+    d = x.to(DEV)
+    assert_same(F.fft2(d), F.fft2(x), **t)
+    assert_same(F.ifftn(d, dim=(0, 2)), F.ifftn(x, dim=(0, 2)), **t)
+    y = rand((256, 5, 256), torch.complex64, 13)
+    assert_same(F.fftn(y.to(DEV), dim=(0, 2)), F.fftn(y, dim=(0, 2)), **t)
+    r = rand((5, 256, 256), torch.float32, 14)
+    assert_same(F.rfft2(r.to(DEV)), F.rfft2(r), **t)
+    h = F.rfft2(r)
+    assert_same(F.irfft2(h.to(DEV)), F.irfft2(h), atol=1e-5, rtol=1e-4)
+    z = rand((3, 300, 200), torch.complex128, 15)
+    assert_same(F.fft2(z.to(DEV)), F.fft2(z), **tol(torch.complex128))
+
+
+ISA_CHECK = r"""
+import torch, torch_tpu
+F = torch.fft
+g = torch.Generator().manual_seed(0)
+for dt, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12)):
+    for shape in ((19, 256), (8, 100), (3, 1009), (2, 64, 64)):
+        r = torch.randn(shape, generator=g, dtype=torch.float64)
+        x = torch.complex(r, torch.randn(shape, generator=g, dtype=torch.float64))
+        cdt = torch.complex64 if dt == torch.float32 else torch.complex128
+        for got, want in ((F.fftn(x.to(cdt).to("tpu")), F.fftn(x)),
+                          (F.fft(x.to(cdt).to("tpu"), dim=0), F.fft(x, dim=0)),
+                          (F.rfftn(r.to(dt).to("tpu")), F.rfftn(r)),
+                          (F.irfftn(x.to(cdt).to("tpu")), F.irfftn(x))):
+            err = ((got.cpu().to(want.dtype) - want).abs().max() / want.abs().max()).item()
+            assert err < tol, (dt, shape, err)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("isa", ["portable", "avx2"])
+def test_isa_paths(isa):
+    """the portable and AVX2 kernels (avx2 falls back to portable on CPUs
+    without it, so both runs are valid everywhere)"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TORCH_TPU_ISA=isa)
+    r = subprocess.run([sys.executable, "-c", ISA_CHECK], capture_output=True, text=True,
+                       env=env, timeout=600, cwd=root)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
 def test_gradients(mode):

@@ -6,52 +6,317 @@
  * butterfly for primes up to 13. A length with a larger prime factor is
  * computed by Bluestein's algorithm: the transform as a convolution with a
  * chirp, done by FFTs of a 2^a 3^b 5^c length of at least 2n - 1.
- * Everything computes in double complex; complex64 rounds once on store.
+ *
+ * Precision: complex64 / float32 tensors compute in float (as pocketfft and
+ * MKL do), complex128 / float64 in double; twiddles and chirps are computed
+ * in double and rounded once. Plans (factors, twiddles, Bluestein's chirp
+ * and its transform) are cached per (length, precision).
  *
  * A transform over several dims applies the 1-D transform along each dim in
- * turn; every line along a dim is gathered into a contiguous buffer, so
- * inputs and outputs may have any strides. Lines are split across the thread
- * pool. Real input (r2c) enters as complex with imaginary part 0; a real
- * output (c2r) is the real part of the inverse of the Hermitian extension of
- * its half spectrum. Normalization 0 is none, 1 scales by 1/sqrt(n) and 2 by
- * 1/n, n the signal length of each transformed dim.
+ * turn. Lines along a dim are transformed in blocks of up to FFT_MAX_LANES
+ * lines at once, in the lane layout of fft_kernel.h (split real and
+ * imaginary parts, the lines interleaved), so that the butterflies vectorize
+ * across lines; loading a block reads any strides (a strided dim reads runs
+ * of adjacent lines). Blocks split across the thread pool. Real transforms
+ * put two real lines in one complex lane (z = x1 + i x2, split or joined
+ * through conjugate symmetry); a real output (c2r) is the inverse of the
+ * Hermitian extension of its half spectrum. Normalization 0 is none, 1
+ * scales by 1/sqrt(n) and 2 by 1/n, n the signal length of each transformed
+ * dim. The kernels are compiled for the baseline ISA and for AVX2 + FMA
+ * (vecmath.h's tpu_host_isa() picks at run time).
  */
 #include <complex.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels.h"
-#include "zvalue.h"
 #include "tpu/parallel.h"
-
+#include "vecmath.h"
+#include "zvalue.h"
 
 #define FFT_MAX_FACTORS 64
 #define FFT_MAX_DIRECT_RADIX 13
+/* lines per block (per complex block; real blocks hold twice as many) */
+#define FFT_MAX_LANES 64
+/* the bytes a block's buffers aim to stay within (the L2 cache) */
+#define FFT_BLOCK_BYTES (64 << 10)
+#define FFT_BLOCK_BYTES_STRIDED (256 << 10)
+#define FFT_BLOCK_MAX_BYTES (8 << 20)
+#define FFT_PLAN_CACHE 16
+/* output bytes per thread of a chunk of a multi-dim transform (see transform) */
+#define FFT_CHUNK_BYTES (512 << 10)
+/* butterfly loops run in chunks of this many values where they can */
+#define FFT_VB 8
 
 typedef struct fft_plan {
   int64_t n;
+  bool dbl; /* double values (else float) */
   int nf;
   int fac[FFT_MAX_FACTORS];
-  zc_t* tw; /* per stage: m * (r - 1) twiddles, exp(-2 pi i p j / len) */
+  void* tw; /* per stage of length r * m: exp(-2 pi i p j / (r m)), p < m, 0 < j < r, as (re, im) */
   /* Bluestein (n has a prime factor above FFT_MAX_DIRECT_RADIX): */
   struct fft_plan* sub; /* length m */
   int64_t m;
-  zc_t* chirp; /* exp(-pi i k^2 / n), k < n */
-  zc_t* bfft;  /* FFT of the conjugate chirp, divided by m */
+  void* chirp; /* exp(-pi i k^2 / n), k < n, (re, im) */
+  void* bfft;  /* FFT of the conjugate chirp, divided by m, (re, im) */
+  /* the cache's bookkeeping, under g_plans.lock */
+  int refs;
+  uint64_t used;
 } fft_plan_t;
 
-/* Products written out: C's complex `*` checks for infinities (a call to
- * __muldc3 per product), which would dominate the butterflies. */
-static inline zc_t zmul(zc_t a, zc_t b) {
-  const double ar = creal(a), ai = cimag(a), br = creal(b), bi = cimag(b);
-  return CMPLX(ar * br - ai * bi, ar * bi + ai * br);
-}
-static inline zc_t rot_neg_i(zc_t a) { return CMPLX(cimag(a), -creal(a)); } /* -i * a */
+typedef enum { K_C2C, K_R2C, K_C2R } fft_kind_t;
 
-static zc_t unit(int64_t num, int64_t den) { /* exp(-2 pi i num / den) */
+typedef struct fft_job {
+  const tpu_tensor_t* src;
+  const tpu_tensor_t* dst;
+  int dim;
+  int64_t n; /* signal length */
+  fft_kind_t kind;
+  bool forward;
+  double scale;
+  const fft_plan_t* plan;
+  int64_t lines;
+  int64_t lanes;     /* complex lanes of a full block */
+  int64_t per_block; /* lines of a full block: lanes, or 2 lanes for real kinds */
+  _Atomic int failed;
+} fft_job_t;
+
+static void fft_unit(int64_t num, int64_t den, double* re, double* im) { /* exp(-2 pi i num / den) */
   const double a = -2.0 * M_PI * (double)(num % den) / (double)den;
-  return CMPLX(cos(a), sin(a));
+  *re = cos(a);
+  *im = sin(a);
 }
+
+/* Block buffers: each thread keeps its last one (up to FFT_SCRATCH_KEEP
+ * bytes) for the next call, freed when the thread exits; a fresh allocation
+ * per call would fault its pages in again, a large part of a call's time. */
+#define FFT_SCRATCH_KEEP ((size_t)4 << 20)
+typedef struct fft_scratch {
+  void* p;
+  size_t size;
+  bool busy; /* handed out (a nested caller gets its own allocation) */
+} fft_scratch_t;
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void* v) {
+  fft_scratch_t* s = v;
+  free(s->p);
+  free(s);
+}
+static void scratch_key_make(void) {
+  if (pthread_key_create(&g_scratch_key, scratch_free) != 0) g_scratch_key = (pthread_key_t)-1;
+}
+
+/* bytes of scratch, or NULL; give it back with scratch_put */
+static void* scratch_get(size_t bytes) {
+  pthread_once(&g_scratch_once, scratch_key_make);
+  if (bytes > FFT_SCRATCH_KEEP || g_scratch_key == (pthread_key_t)-1) return malloc(bytes);
+  fft_scratch_t* s = pthread_getspecific(g_scratch_key);
+  if (s && s->busy) return malloc(bytes);
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s || pthread_setspecific(g_scratch_key, s) != 0) {
+      free(s);
+      return malloc(bytes);
+    }
+  }
+  if (s->size < bytes) {
+    free(s->p);
+    s->p = malloc(bytes);
+    s->size = s->p ? bytes : 0;
+  }
+  s->busy = s->p != NULL;
+  return s->p;
+}
+
+static void scratch_put(void* p) {
+  fft_scratch_t* s = g_scratch_key == (pthread_key_t)-1 ? NULL : pthread_getspecific(g_scratch_key);
+  if (s && p && p == s->p) s->busy = false;
+  else free(p);
+}
+
+/* values (of the plan's precision) a block's buffers take: a and b (n per
+ * lane each, real and imaginary), and Bluestein's work (4 m per lane) */
+static size_t fft_buf_elems(const fft_job_t* j) {
+  const fft_plan_t* p = j->plan;
+  return (size_t)((4 * p->n + (p->sub ? 4 * p->m : 0)) * j->lanes);
+}
+
+/* Byte offsets of line l's first element in src and dst. */
+static void fft_line_offsets(const fft_job_t* j, int64_t l, int64_t* so, int64_t* dof) {
+  const tpu_tensor_t *src = j->src, *dst = j->dst;
+  int64_t rem = l, s = 0, d = 0;
+  for (int k = dst->ndim - 1; k >= 0; k--) {
+    if (k == j->dim) continue;
+    const int64_t i = rem % dst->sizes[k];
+    rem /= dst->sizes[k];
+    s += i * src->strides[k];
+    d += i * dst->strides[k];
+  }
+  *so = s * (int64_t)tpu_dtype_size(src->dtype);
+  *dof = d * (int64_t)tpu_dtype_size(dst->dtype);
+}
+
+/* The butterfly loops read one buffer and write the other: no dependences
+ * between iterations, whatever the vectorizer can prove about the legs. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define FFT_IVDEP _Pragma("GCC ivdep")
+#else
+#define FFT_IVDEP
+#endif
+#define FFT_INLINE static inline __attribute__((always_inline))
+#define CMUL_RE(ar, ai, br, bi) ((ar) * (br) - (ai) * (bi))
+#define CMUL_IM(ar, ai, br, bi) ((ar) * (bi) + (ai) * (br))
+
+/* One copy of the kernels per precision and ISA. */
+typedef struct fft_kernels {
+  const char* name;
+  /* the forward transforms of w lanes (see fft_kernel.h's exec) */
+  void (*exec)(const fft_plan_t* p, int64_t w, void* ar, void* ai, void* br, void* bi, void* work,
+               void** out_r, void** out_i);
+  void (*blocks)(void* job, int64_t begin, int64_t end);
+} fft_kernels_t;
+
+#ifdef TPU_HAVE_AVX2_BUILD
+/* ---- 8 x 8 float tiles between rows (a line each) and lanes, AVX2 ---- */
+
+TPU_VM_AVX2_INLINE void fft_transpose8_avx2(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; i++) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+/* De-interleaving 8 complex values with shuffle_ps leaves them in the order
+ * 0 1 4 5 2 3 6 7; the tiles keep that order through the transpose and
+ * place each row by it, so no lane-crossing permute is needed. */
+static const int k_fft_tile_order[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+
+/* elements k0..k0+7 of 8 complex64 rows -> rows 0..7 (stride w) of 8 lanes */
+TPU_VM_AVX2_INLINE void fft_c64_tile_load_avx2(const float* const* rows, int64_t k0, float* dr,
+                                               float* di, int64_t w) {
+  __m256 re[8], im[8];
+  for (int j = 0; j < 8; j++) {
+    const __m256 a = _mm256_loadu_ps(rows[j] + 2 * k0), b = _mm256_loadu_ps(rows[j] + 2 * k0 + 8);
+    re[j] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    im[j] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  fft_transpose8_avx2(re);
+  fft_transpose8_avx2(im);
+  for (int i = 0; i < 8; i++) {
+    _mm256_storeu_ps(dr + k_fft_tile_order[i] * w, re[i]);
+    _mm256_storeu_ps(di + k_fft_tile_order[i] * w, im[i]);
+  }
+}
+
+/* the inverse, times scale */
+TPU_VM_AVX2_INLINE void fft_c64_tile_store_avx2(float* const* rows, int64_t k0, const float* sr,
+                                                const float* si, int64_t w, float scale) {
+  __m256 re[8], im[8];
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int i = 0; i < 8; i++) {
+    re[i] = _mm256_mul_ps(_mm256_loadu_ps(sr + k_fft_tile_order[i] * w), sc);
+    im[i] = _mm256_mul_ps(_mm256_loadu_ps(si + k_fft_tile_order[i] * w), sc);
+  }
+  fft_transpose8_avx2(re);
+  fft_transpose8_avx2(im);
+  for (int j = 0; j < 8; j++) {
+    _mm256_storeu_ps(rows[j] + 2 * k0, _mm256_unpacklo_ps(re[j], im[j]));
+    _mm256_storeu_ps(rows[j] + 2 * k0 + 8, _mm256_unpackhi_ps(re[j], im[j]));
+  }
+}
+
+TPU_VM_AVX2_INLINE void fft_f32_tile_load_avx2(const float* const* rows, int64_t k0, float* d,
+                                               int64_t w) {
+  __m256 v[8];
+  for (int j = 0; j < 8; j++) v[j] = _mm256_loadu_ps(rows[j] + k0);
+  fft_transpose8_avx2(v);
+  for (int i = 0; i < 8; i++) _mm256_storeu_ps(d + i * w, v[i]);
+}
+
+TPU_VM_AVX2_INLINE void fft_f32_tile_store_avx2(float* const* rows, int64_t k0, const float* s,
+                                                int64_t w, float scale) {
+  __m256 v[8];
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int i = 0; i < 8; i++) v[i] = _mm256_mul_ps(_mm256_loadu_ps(s + i * w), sc);
+  fft_transpose8_avx2(v);
+  for (int j = 0; j < 8; j++) _mm256_storeu_ps(rows[j] + k0, v[j]);
+}
+#endif
+
+#define FT float
+#define FT_C TPU_C64
+#define FT_R TPU_F32
+#define FN(x) fft_f_p_##x
+#define FATTR TPU_VEC_PORTABLE
+#include "fft_kernel.h"
+#undef FN
+#undef FATTR
+#ifdef TPU_HAVE_AVX2_BUILD
+#define FN(x) fft_f_a_##x
+#define FATTR TPU_VEC_AVX2
+#define FFT_TILES
+#define FFT_TILE_LOAD_C fft_c64_tile_load_avx2
+#define FFT_TILE_STORE_C fft_c64_tile_store_avx2
+#define FFT_TILE_LOAD_R fft_f32_tile_load_avx2
+#define FFT_TILE_STORE_R fft_f32_tile_store_avx2
+#include "fft_kernel.h"
+#undef FFT_TILES
+#undef FN
+#undef FATTR
+#endif
+#undef FT
+#undef FT_C
+#undef FT_R
+#define FT double
+#define FT_C TPU_C128
+#define FT_R TPU_F64
+#define FN(x) fft_d_p_##x
+#define FATTR TPU_VEC_PORTABLE
+#include "fft_kernel.h"
+#undef FN
+#undef FATTR
+#ifdef TPU_HAVE_AVX2_BUILD
+#define FN(x) fft_d_a_##x
+#define FATTR TPU_VEC_AVX2
+#include "fft_kernel.h"
+#undef FN
+#undef FATTR
+#endif
+#undef FT
+#undef FT_C
+#undef FT_R
+
+static const fft_kernels_t k_fft_f_portable = {"portable", fft_f_p_exec_any, fft_f_p_blocks};
+static const fft_kernels_t k_fft_d_portable = {"portable", fft_d_p_exec_any, fft_d_p_blocks};
+#ifdef TPU_HAVE_AVX2_BUILD
+static const fft_kernels_t k_fft_f_avx2 = {"avx2", fft_f_a_exec_any, fft_f_a_blocks};
+static const fft_kernels_t k_fft_d_avx2 = {"avx2", fft_d_a_exec_any, fft_d_a_blocks};
+#endif
+
+static const fft_kernels_t* kernels_for(bool dbl) {
+#ifdef TPU_HAVE_AVX2_BUILD
+  if (tpu_host_isa() == TPU_ISA_AVX2) return dbl ? &k_fft_d_avx2 : &k_fft_f_avx2;
+#endif
+  return dbl ? &k_fft_d_portable : &k_fft_f_portable;
+}
+
+/* ---- plans ---- */
 
 static void plan_free(fft_plan_t* p) {
   if (!p) return;
@@ -60,6 +325,26 @@ static void plan_free(fft_plan_t* p) {
   free(p->bfft);
   plan_free(p->sub);
   free(p);
+}
+
+static void put_z(void* a, bool dbl, int64_t i, double re, double im) {
+  if (dbl) {
+    ((double*)a)[2 * i] = re;
+    ((double*)a)[2 * i + 1] = im;
+  } else {
+    ((float*)a)[2 * i] = (float)re;
+    ((float*)a)[2 * i + 1] = (float)im;
+  }
+}
+
+static void put_split(void* re_arr, void* im_arr, bool dbl, int64_t i, double re, double im) {
+  if (dbl) {
+    ((double*)re_arr)[i] = re;
+    ((double*)im_arr)[i] = im;
+  } else {
+    ((float*)re_arr)[i] = (float)re;
+    ((float*)im_arr)[i] = (float)im;
+  }
 }
 
 static int64_t smooth_at_least(int64_t n) {
@@ -72,12 +357,47 @@ static int64_t smooth_at_least(int64_t n) {
   }
 }
 
-static void plan_exec(const fft_plan_t* p, zc_t* x, zc_t* work);
+static fft_plan_t* plan_make(int64_t n, bool dbl);
 
-static fft_plan_t* plan_make(int64_t n) {
+/* Bluestein's chirp and the transform of its conjugate, for p->n */
+static bool plan_bluestein(fft_plan_t* p) {
+  const int64_t n = p->n, m = smooth_at_least(2 * n - 1);
+  const size_t vs = p->dbl ? sizeof(double) : sizeof(float);
+  p->m = m;
+  p->sub = plan_make(m, p->dbl);
+  p->chirp = malloc((size_t)n * 2 * vs);
+  p->bfft = malloc((size_t)m * 2 * vs);
+  char* work = malloc((size_t)m * 4 * vs);
+  if (!p->sub || !p->chirp || !p->bfft || !work) {
+    free(work);
+    return false;
+  }
+  char *ar = work, *ai = work + m * vs, *br = work + 2 * m * vs, *bi = work + 3 * m * vs;
+  memset(work, 0, (size_t)m * 2 * vs);
+  for (int64_t k = 0; k < n; k++) {
+    double re, im;
+    fft_unit((k * k) % (2 * n), 2 * n, &re, &im);
+    put_z(p->chirp, p->dbl, k, re, im);
+    /* b = conj(chirp), placed cyclically at k and m - k */
+    put_split(ar, ai, p->dbl, k, re, -im);
+    if (k > 0) put_split(ar, ai, p->dbl, m - k, re, -im);
+  }
+  void *zr, *zi;
+  kernels_for(p->dbl)->exec(p->sub, 1, ar, ai, br, bi, NULL, &zr, &zi);
+  for (int64_t k = 0; k < m; k++) {
+    const double re = p->dbl ? ((double*)zr)[k] : ((float*)zr)[k];
+    const double im = p->dbl ? ((double*)zi)[k] : ((float*)zi)[k];
+    put_z(p->bfft, p->dbl, k, re / (double)m, im / (double)m);
+  }
+  free(work);
+  return true;
+}
+
+static fft_plan_t* plan_make(int64_t n, bool dbl) {
   fft_plan_t* p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->n = n;
+  p->dbl = dbl;
   int64_t r = n;
   while (r % 4 == 0 && p->nf < FFT_MAX_FACTORS) { p->fac[p->nf++] = 4; r /= 4; }
   while (r % 2 == 0 && p->nf < FFT_MAX_FACTORS) { p->fac[p->nf++] = 2; r /= 2; }
@@ -92,278 +412,110 @@ static fft_plan_t* plan_make(int64_t n) {
   for (int i = 0; i < p->nf; i++) direct = direct && p->fac[i] <= FFT_MAX_DIRECT_RADIX;
   if (!direct) {
     p->nf = 0;
-    p->m = smooth_at_least(2 * n - 1);
-    p->sub = plan_make(p->m);
-    p->chirp = malloc((size_t)n * sizeof(zc_t));
-    p->bfft = calloc((size_t)p->m, sizeof(zc_t));
-    zc_t* work = malloc((size_t)p->m * 2 * sizeof(zc_t));
-    if (!p->sub || !p->chirp || !p->bfft || !work) {
-      free(work);
+    if (!plan_bluestein(p)) {
       plan_free(p);
       return NULL;
     }
-    for (int64_t k = 0; k < n; k++) p->chirp[k] = unit((k * k) % (2 * n), 2 * n);
-    p->bfft[0] = conj(p->chirp[0]);
-    for (int64_t k = 1; k < n; k++) p->bfft[k] = p->bfft[p->m - k] = conj(p->chirp[k]);
-    plan_exec(p->sub, p->bfft, work);
-    for (int64_t k = 0; k < p->m; k++) p->bfft[k] /= (double)p->m;
-    free(work);
     return p;
   }
-  p->tw = malloc((size_t)(2 * n + 1) * sizeof(zc_t));
+  p->tw = malloc((size_t)(2 * n + 2) * (dbl ? sizeof(double) : sizeof(float)));
   if (!p->tw) {
     plan_free(p);
     return NULL;
   }
-  zc_t* t = p->tw;
-  int64_t len = n;
+  int64_t t = 0, len = n;
   for (int i = 0; i < p->nf; i++) {
     const int rr = p->fac[i];
     const int64_t m = len / rr;
     for (int64_t q = 0; q < m; q++)
-      for (int j = 1; j < rr; j++) *t++ = unit(q * j, len);
+      for (int j = 1; j < rr; j++) {
+        double re, im;
+        fft_unit(q * j, len, &re, &im);
+        put_z(p->tw, dbl, t++, re, im);
+      }
     len = m;
   }
   return p;
 }
 
-/* One Stockham stage: len = r * m, s lines interleaved (stride s). */
-static void stage(int r, int64_t m, int64_t s, const zc_t* tw, const zc_t* x, zc_t* y) {
-  const double c3 = -0.5, s3 = 0.86602540378443864676; /* cos, sin(2 pi / 3) */
-  const double c51 = 0.30901699437494742410, c52 = -0.80901699437494742410;
-  const double s51 = 0.95105651629515357212, s52 = 0.58778525229247312917;
-  for (int64_t p = 0; p < m; p++) {
-    const zc_t* w = tw + p * (r - 1);
-    for (int64_t q = 0; q < s; q++) {
-      const zc_t* a = x + q + s * p;
-      zc_t* b = y + q + s * r * p;
-      switch (r) {
-        case 2: {
-          const zc_t a0 = a[0], a1 = a[s * m];
-          b[0] = a0 + a1;
-          b[s] = zmul(a0 - a1, w[0]);
-          break;
-        }
-        case 4: {
-          const zc_t a0 = a[0], a1 = a[s * m], a2 = a[2 * s * m], a3 = a[3 * s * m];
-          const zc_t t0 = a0 + a2, t1 = a0 - a2, t2 = a1 + a3, t3 = rot_neg_i(a1 - a3);
-          b[0] = t0 + t2;
-          b[s] = zmul(t1 + t3, w[0]);
-          b[2 * s] = zmul(t0 - t2, w[1]);
-          b[3 * s] = zmul(t1 - t3, w[2]);
-          break;
-        }
-        case 3: {
-          const zc_t a0 = a[0], a1 = a[s * m], a2 = a[2 * s * m];
-          const zc_t t1 = a1 + a2, t2 = a0 + c3 * t1, t3 = rot_neg_i(s3 * (a1 - a2));
-          b[0] = a0 + t1;
-          b[s] = zmul(t2 + t3, w[0]);
-          b[2 * s] = zmul(t2 - t3, w[1]);
-          break;
-        }
-        case 5: {
-          const zc_t a0 = a[0], a1 = a[s * m], a2 = a[2 * s * m], a3 = a[3 * s * m],
-                     a4 = a[4 * s * m];
-          const zc_t t1 = a1 + a4, t2 = a2 + a3, t3 = a1 - a4, t4 = a2 - a3;
-          const zc_t u1 = a0 + c51 * t1 + c52 * t2, v1 = rot_neg_i(s51 * t3 + s52 * t4);
-          const zc_t u2 = a0 + c52 * t1 + c51 * t2, v2 = rot_neg_i(s52 * t3 - s51 * t4);
-          b[0] = a0 + t1 + t2;
-          b[s] = zmul(u1 + v1, w[0]);
-          b[2 * s] = zmul(u2 + v2, w[1]);
-          b[3 * s] = zmul(u2 - v2, w[2]);
-          b[4 * s] = zmul(u1 - v1, w[3]);
-          break;
-        }
-        default: { /* direct odd radix */
-          zc_t in[FFT_MAX_DIRECT_RADIX], wr[FFT_MAX_DIRECT_RADIX];
-          for (int k = 0; k < r; k++) {
-            in[k] = a[k * s * m];
-            wr[k] = unit(k, r);
-          }
-          for (int j = 0; j < r; j++) {
-            zc_t acc = 0;
-            for (int k = 0; k < r; k++) acc += zmul(in[k], wr[(j * k) % r]);
-            b[j * s] = j ? zmul(acc, w[j - 1]) : acc;
-          }
-          break;
-        }
-      }
-    }
-  }
+/* The plan cache: the FFT_PLAN_CACHE plans used last, each with a count of
+ * holders (the cache is one); a plan is freed when its last holder lets go. */
+static struct {
+  pthread_mutex_t lock;
+  fft_plan_t* slot[FFT_PLAN_CACHE];
+  uint64_t clock;
+} g_plans = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+
+static void plan_release(fft_plan_t* p) {
+  pthread_mutex_lock(&g_plans.lock);
+  const bool last = --p->refs == 0;
+  pthread_mutex_unlock(&g_plans.lock);
+  if (last) plan_free(p);
 }
 
-/* Forward transform of x (length p->n) in place; work holds n (Bluestein:
- * 2m) elements. */
-static void plan_exec(const fft_plan_t* p, zc_t* x, zc_t* work) {
-  if (p->sub) {
-    const int64_t n = p->n, m = p->m;
-    zc_t* a = work;
-    zc_t* w2 = work + m;
-    for (int64_t k = 0; k < n; k++) a[k] = zmul(x[k], p->chirp[k]);
-    for (int64_t k = n; k < m; k++) a[k] = 0;
-    plan_exec(p->sub, a, w2);
-    for (int64_t k = 0; k < m; k++) a[k] = conj(zmul(a[k], p->bfft[k]));
-    plan_exec(p->sub, a, w2); /* the inverse, through conjugates */
-    for (int64_t k = 0; k < n; k++) x[k] = zmul(conj(a[k]), p->chirp[k]);
-    return;
+/* A plan for length n held by the caller (plan_release), or NULL when out of memory. */
+static fft_plan_t* plan_get(int64_t n, bool dbl) {
+  pthread_mutex_lock(&g_plans.lock);
+  for (int i = 0; i < FFT_PLAN_CACHE; i++) {
+    fft_plan_t* p = g_plans.slot[i];
+    if (p && p->n == n && p->dbl == dbl) {
+      p->refs++;
+      p->used = ++g_plans.clock;
+      pthread_mutex_unlock(&g_plans.lock);
+      return p;
+    }
   }
-  zc_t* src = x;
-  zc_t* dst = work;
-  const zc_t* tw = p->tw;
-  int64_t len = p->n, s = 1;
-  for (int i = 0; i < p->nf; i++) {
-    const int r = p->fac[i];
-    const int64_t m = len / r;
-    stage(r, m, s, tw, src, dst);
-    tw += m * (r - 1);
-    zc_t* t = src;
-    src = dst;
-    dst = t;
-    len = m;
-    s *= r;
+  pthread_mutex_unlock(&g_plans.lock);
+  fft_plan_t* p = plan_make(n, dbl);
+  if (!p) return NULL;
+  fft_plan_t* evicted = NULL;
+  pthread_mutex_lock(&g_plans.lock);
+  int at = 0;
+  for (int i = 0; i < FFT_PLAN_CACHE; i++) {
+    if (!g_plans.slot[i]) {
+      at = i;
+      break;
+    }
+    if (g_plans.slot[i]->used < g_plans.slot[at]->used) at = i;
   }
-  if (src != x) memcpy(x, src, (size_t)p->n * sizeof(zc_t));
+  if (g_plans.slot[at] && --g_plans.slot[at]->refs == 0) evicted = g_plans.slot[at];
+  g_plans.slot[at] = p;
+  p->refs = 2;
+  p->used = ++g_plans.clock;
+  pthread_mutex_unlock(&g_plans.lock);
+  plan_free(evicted);
+  return p;
 }
 
-static size_t work_elems(const fft_plan_t* p) { return (size_t)(p->sub ? 2 * p->m : p->n); }
-
-/* ---- lines along one dim ---- */
-typedef enum { K_C2C, K_R2C, K_C2R } fft_kind_t;
-
-typedef struct fft_job {
-  const tpu_tensor_t* src;
-  const tpu_tensor_t* dst;
-  int dim;
-  int64_t n; /* signal length */
-  fft_kind_t kind;
-  bool forward;
-  double scale;
-  const fft_plan_t* plan;
-  int64_t lines;
-  _Atomic int failed;
-} fft_job_t;
-
-/* Byte offsets of line l's first element in src and dst. */
-static void line_offsets(const fft_job_t* j, int64_t l, int64_t* so, int64_t* dof) {
-  const tpu_tensor_t *src = j->src, *dst = j->dst;
-  int64_t rem = l, s = 0, d = 0;
-  for (int k = dst->ndim - 1; k >= 0; k--) {
-    if (k == j->dim) continue;
-    const int64_t i = rem % dst->sizes[k];
-    rem /= dst->sizes[k];
-    s += i * src->strides[k];
-    d += i * dst->strides[k];
-  }
-  *so = s * (int64_t)tpu_dtype_size(src->dtype);
-  *dof = d * (int64_t)tpu_dtype_size(dst->dtype);
-}
-
-static inline zc_t mul_i(zc_t a) { return CMPLX(-cimag(a), creal(a)); } /* i * a */
-
-/* Two real lines as one complex transform: z = x1 + i x2. r2c splits Z into
- * X1 = (Z_k + conj Z_{n-k}) / 2 and X2 = -i (Z_k - conj Z_{n-k}) / 2; c2r
- * inverts Z = X1 + i X2 (each the Hermitian extension of its half, the
- * imaginary parts of its DC and Nyquist terms dropped, as a real inverse
- * ignores them) and takes x1 = Re z, x2 = Im z. */
-static void real_pair(const fft_job_t* j, int64_t l, zc_t* buf, zc_t* buf2, zc_t* work) {
-  const tpu_tensor_t *src = j->src, *dst = j->dst;
-  const int64_t n = j->n, sst = src->strides[j->dim] * (int64_t)tpu_dtype_size(src->dtype);
-  const int64_t dstr = dst->strides[j->dim] * (int64_t)tpu_dtype_size(dst->dtype);
-  const int64_t slen = src->sizes[j->dim], dlen = dst->sizes[j->dim];
-  int64_t so[2], dof[2];
-  line_offsets(j, l, &so[0], &dof[0]);
-  line_offsets(j, l + 1, &so[1], &dof[1]);
-  const char* sp[2] = {(const char*)src->data + so[0], (const char*)src->data + so[1]};
-  char* dp[2] = {(char*)dst->data + dof[0], (char*)dst->data + dof[1]};
-  if (j->kind == K_R2C) {
-    for (int64_t k = 0; k < n; k++)
-      buf[k] = k < slen ? CMPLX(tpu_load_f64(sp[0] + k * sst, src->dtype),
-                                tpu_load_f64(sp[1] + k * sst, src->dtype))
-                        : 0;
-    plan_exec(j->plan, buf, work);
-    for (int64_t k = 0; k < dlen; k++) {
-      const zc_t z = buf[k], zc = conj(buf[k == 0 ? 0 : n - k]);
-      tpu_store_z(dp[0] + k * dstr, dst->dtype, (z + zc) * (0.5 * j->scale));
-      tpu_store_z(dp[1] + k * dstr, dst->dtype, mul_i(zc - z) * (0.5 * j->scale));
-    }
-    return;
-  }
-  /* K_C2R */
-  const int64_t half = n / 2, h = half + 1 < slen ? half + 1 : slen;
-  for (int64_t k = 0; k <= half; k++) {
-    buf[k] = k < h ? tpu_load_z(sp[0] + k * sst, src->dtype) : 0;
-    buf2[k] = k < h ? tpu_load_z(sp[1] + k * sst, src->dtype) : 0;
-  }
-  buf[0] = creal(buf[0]);
-  buf2[0] = creal(buf2[0]);
-  if (n % 2 == 0) {
-    buf[half] = creal(buf[half]);
-    buf2[half] = creal(buf2[half]);
-  }
-  for (int64_t k = half + 1; k < n; k++) buf[k] = conj(buf[n - k]) + mul_i(conj(buf2[n - k]));
-  for (int64_t k = 0; k <= half; k++) buf[k] = buf[k] + mul_i(buf2[k]);
-  for (int64_t k = 0; k < n; k++) buf[k] = conj(buf[k]);
-  plan_exec(j->plan, buf, work);
-  for (int64_t k = 0; k < dlen; k++) { /* conj(result): re = x1, -im = x2 */
-    tpu_store_z(dp[0] + k * dstr, dst->dtype, creal(buf[k]) * j->scale);
-    tpu_store_z(dp[1] + k * dstr, dst->dtype, -cimag(buf[k]) * j->scale);
-  }
-}
-
-static void lines_range(void* vctx, int64_t begin, int64_t end) {
-  fft_job_t* j = vctx;
-  const tpu_tensor_t *src = j->src, *dst = j->dst;
-  const int64_t n = j->n;
-  zc_t* buf = malloc(((size_t)n * 2 + work_elems(j->plan)) * sizeof(zc_t));
-  if (!buf) {
-    j->failed = 1;
-    return;
-  }
-  zc_t* buf2 = buf + n;
-  zc_t* work = buf + 2 * n;
-  const int64_t sst = src->strides[j->dim] * (int64_t)tpu_dtype_size(src->dtype);
-  const int64_t dstr = dst->strides[j->dim] * (int64_t)tpu_dtype_size(dst->dtype);
-  const int64_t slen = src->sizes[j->dim], dlen = dst->sizes[j->dim];
-  for (int64_t l = begin; l < end; l++) {
-    if (j->kind != K_C2C && l + 1 < end) {
-      real_pair(j, l, buf, buf2, work);
-      l++;
-      continue;
-    }
-    int64_t so, dof;
-    line_offsets(j, l, &so, &dof);
-    const char* sp = (const char*)src->data + so;
-    char* dp = (char*)dst->data + dof;
-    if (j->kind == K_C2R) {
-      const int64_t h = n / 2 + 1 < slen ? n / 2 + 1 : slen;
-      for (int64_t k = 0; k < h; k++) buf[k] = tpu_load_z(sp + k * sst, src->dtype);
-      for (int64_t k = h; k < n; k++) buf[k] = k > n / 2 ? conj(buf[n - k]) : 0;
-    } else {
-      for (int64_t k = 0; k < n; k++) buf[k] = k < slen ? tpu_load_z(sp + k * sst, src->dtype) : 0;
-    }
-    if (j->forward) {
-      plan_exec(j->plan, buf, work);
-    } else {
-      for (int64_t k = 0; k < n; k++) buf[k] = conj(buf[k]);
-      plan_exec(j->plan, buf, work);
-      for (int64_t k = 0; k < n; k++) buf[k] = conj(buf[k]);
-    }
-    for (int64_t k = 0; k < dlen; k++) tpu_store_z(dp + k * dstr, dst->dtype, buf[k] * j->scale);
-  }
-  free(buf);
-}
+/* ---- transforms along one dim ---- */
 
 static tpu_status_t along(const char* op, const tpu_tensor_t* src, const tpu_tensor_t* dst, int dim,
                           int64_t n, fft_kind_t kind, bool forward, int64_t norm) {
   if (n == 0 || tpu_tensor_numel(dst) == 0) return TPU_OK;
-  fft_plan_t* plan = plan_make(n);
+  const bool dbl = tpu_dtype_size(dst->dtype) == (kind == K_C2R ? 8 : 16) ||
+                   tpu_dtype_size(src->dtype) == (kind == K_R2C ? 8 : 16);
+  fft_plan_t* plan = plan_get(n, dbl);
   if (!plan) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a length-%lld plan", op, (long long)n);
-  fft_job_t j = {src, dst, dim, n, kind, forward, 1.0, plan, 0, 0};
+  fft_job_t j = {src, dst, dim, n, kind, forward, 1.0, plan, 0, 0, 0, 0};
   j.scale = norm == 2 ? 1.0 / (double)n : norm == 1 ? 1.0 / sqrt((double)n) : 1.0;
   j.lines = tpu_tensor_numel(dst) / dst->sizes[dim];
-  const int64_t grain = n >= 4096 ? 1 : (4096 + n - 1) / n;
-  tpu_parallel_for(j.lines, grain, lines_range, &j);
-  plan_free(plan);
+  const int64_t lane_bytes = (4 * n + (plan->sub ? 4 * plan->m : 0)) * (dbl ? 8 : 4);
+  const int64_t line_per_lane = kind == K_C2C ? 1 : 2;
+  /* lanes for the cache budget, at least FFT_VB (the chunked loops) where that
+   * stays within FFT_BLOCK_MAX_BYTES */
+  int64_t lanes = (src->strides[dim] == 1 ? FFT_BLOCK_BYTES : FFT_BLOCK_BYTES_STRIDED) / lane_bytes;
+  if (lanes < FFT_VB) {
+    lanes = FFT_BLOCK_MAX_BYTES / lane_bytes;
+    lanes = lanes < 1 ? 1 : lanes > FFT_VB ? FFT_VB : lanes;
+  }
+  lanes = lanes > FFT_MAX_LANES ? FFT_MAX_LANES : lanes;
+  const int64_t want = (j.lines + line_per_lane - 1) / line_per_lane;
+  j.lanes = lanes < want ? lanes : want;
+  j.per_block = j.lanes * line_per_lane;
+  const int64_t blocks = (j.lines + j.per_block - 1) / j.per_block;
+  const int64_t per = n * j.per_block, grain = per >= 32768 ? 1 : (32768 + per - 1) / per;
+  tpu_parallel_for(blocks, grain, kernels_for(dbl)->blocks, &j);
+  plan_release(plan);
   if (j.failed) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a length-%lld line", op, (long long)n);
   return TPU_OK;
 }
@@ -395,6 +547,114 @@ static tpu_status_t check_dtypes(const char* op, const tpu_tensor_t* in, const t
   return TPU_OK;
 }
 
+/* The passes of one op over in and out (or one chunk of them): c2c each dim
+ * in turn; r2c the last dim real-to-complex, then the others forward; c2r
+ * the dims but the last complex-to-complex backward into tmp (self is not
+ * written; tmp holds in's elements), then the last complex-to-real. */
+static tpu_status_t passes(const char* op, fft_kind_t kind, const tpu_tensor_t* in,
+                           const tpu_tensor_t* out, const int* dims, int nd, int64_t norm,
+                           bool forward, void* tmp_data) {
+  const int last = dims[nd - 1];
+  if (kind == K_C2C) { /* the dims in any order: the one of smallest input stride first */
+    int order[TPU_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+      int at = i;
+      while (at > 0 && in->strides[order[at - 1]] > in->strides[dims[i]]) {
+        order[at] = order[at - 1];
+        at--;
+      }
+      order[at] = dims[i];
+    }
+    for (int i = 0; i < nd; i++)
+      TPU_RETURN_IF_ERROR(along(op, i == 0 ? in : out, out, order[i], out->sizes[order[i]], K_C2C,
+                                forward, norm));
+    return TPU_OK;
+  }
+  if (kind == K_R2C) {
+    TPU_RETURN_IF_ERROR(along(op, in, out, last, in->sizes[last], K_R2C, true, norm));
+    for (int i = 0; i < nd - 1; i++)
+      TPU_RETURN_IF_ERROR(along(op, out, out, dims[i], out->sizes[dims[i]], K_C2C, true, norm));
+    return TPU_OK;
+  }
+  const int64_t n = out->sizes[last];
+  if (nd == 1) return along(op, in, out, last, n, K_C2R, false, norm);
+  tpu_tensor_t tmp;
+  tpu_tensor_make_contig(&tmp, tmp_data, in->dtype, in->ndim, in->sizes);
+  for (int i = 0; i < nd - 1; i++)
+    TPU_RETURN_IF_ERROR(along(op, i == 0 ? in : &tmp, &tmp, dims[i], in->sizes[dims[i]], K_C2C,
+                              false, norm));
+  return along(op, &tmp, out, last, n, K_C2R, false, norm);
+}
+
+/* A transform cut into chunks along batch dim b (see transform). */
+typedef struct fft_chunks {
+  const char* op;
+  fft_kind_t kind;
+  const tpu_tensor_t *in, *out;
+  const int* dims;
+  int nd;
+  int64_t norm;
+  bool forward;
+  int b;
+  int64_t nb, chunk; /* slices along b, slices per chunk */
+  _Atomic(tpu_status_t) status; /* the first failure */
+} fft_chunks_t;
+
+static void chunks_range(void* vctx, int64_t begin, int64_t end) {
+  fft_chunks_t* cx = vctx;
+  const tpu_tensor_t *in = cx->in, *out = cx->out;
+  const int b = cx->b;
+  void* tmp = NULL;
+  tpu_status_t s = TPU_OK;
+  if (cx->kind == K_C2R && cx->nd > 1) {
+    const int64_t tmp_numel = tpu_tensor_numel(in) / cx->nb * cx->chunk;
+    tmp = malloc((size_t)(tmp_numel > 0 ? tmp_numel : 1) * tpu_dtype_size(in->dtype));
+    if (!tmp) s = TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a %lld-element temporary",
+                          cx->op, (long long)tmp_numel);
+  }
+  for (int64_t c = begin; c < end && !s; c++) {
+    const int64_t c0 = c * cx->chunk;
+    tpu_tensor_t ic = *in, oc = *out;
+    if (b >= 0) {
+      ic.sizes[b] = oc.sizes[b] = c0 + cx->chunk < cx->nb ? cx->chunk : cx->nb - c0;
+      ic.data = (char*)in->data + c0 * in->strides[b] * (int64_t)tpu_dtype_size(in->dtype);
+      oc.data = (char*)out->data + c0 * out->strides[b] * (int64_t)tpu_dtype_size(out->dtype);
+    }
+    s = passes(cx->op, cx->kind, &ic, &oc, cx->dims, cx->nd, cx->norm, cx->forward, tmp);
+  }
+  free(tmp);
+  tpu_status_t none = TPU_OK;
+  if (s && !atomic_compare_exchange_strong(&cx->status, &none, s)) tpu_status_free(s);
+}
+
+/* Runs the passes. A transform over several dims of a batch larger than the
+ * caches runs in chunks along the outermost batch dim (one not transformed),
+ * each about FFT_CHUNK_BYTES of output, so that every pass after the first
+ * finds its chunk in cache; the chunks split across the thread pool (the
+ * passes of one chunk then run on one thread). */
+static tpu_status_t transform(const char* op, fft_kind_t kind, const tpu_tensor_t* in,
+                              const tpu_tensor_t* out, const int* dims, int nd, int64_t norm,
+                              bool forward) {
+  if (nd == 0) return tpu_copy_strided(out, in);
+  fft_chunks_t cx = {op, kind, in, out, dims, nd, norm, forward, -1, 1, 1, TPU_OK};
+  for (int d = 0; d < out->ndim; d++) {
+    bool transformed = false;
+    for (int i = 0; i < nd; i++) transformed = transformed || dims[i] == d;
+    if (!transformed && out->sizes[d] > 1 && (cx.b < 0 || out->strides[d] > out->strides[cx.b])) cx.b = d;
+  }
+  const int64_t numel = tpu_tensor_numel(out);
+  cx.nb = cx.chunk = cx.b < 0 ? 1 : out->sizes[cx.b];
+  if (nd > 1 && cx.b >= 0 && numel > 0) {
+    const int64_t slice = numel / cx.nb * (int64_t)tpu_dtype_size(out->dtype);
+    cx.chunk = FFT_CHUNK_BYTES / slice;
+    cx.chunk = cx.chunk < 1 ? 1 : cx.chunk > cx.nb ? cx.nb : cx.chunk;
+  }
+  const int64_t nchunks = (cx.nb + cx.chunk - 1) / cx.chunk;
+  /* one chunk: its passes split their lines across the pool instead */
+  tpu_parallel_for(nchunks, nchunks < tpu_num_threads() ? nchunks : 1, chunks_range, &cx);
+  return atomic_load(&cx.status);
+}
+
 /* _fft_c2c(self, dim, normalization, forward) */
 tpu_status_t tpu_k_fft_c2c(const tpu_call_t* c) {
   const char* op = "_fft_c2c";
@@ -403,17 +663,10 @@ tpu_status_t tpu_k_fft_c2c(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(check_dtypes(op, in, out, true, true));
   int dims[TPU_MAX_DIMS], nd;
   TPU_RETURN_IF_ERROR(read_dims(c, op, in, dims, &nd));
-  const int64_t norm = tpu_arg_i64(c, 2, 0);
-  const bool forward = tpu_arg_bool(c, 3, true);
-  if (nd == 0) return tpu_copy_strided(out, in);
-  for (int i = 0; i < nd; i++)
-    TPU_RETURN_IF_ERROR(along(op, i == 0 ? in : out, out, dims[i], out->sizes[dims[i]], K_C2C,
-                              forward, norm));
-  return TPU_OK;
+  return transform(op, K_C2C, in, out, dims, nd, tpu_arg_i64(c, 2, 0), tpu_arg_bool(c, 3, true));
 }
 
-/* _fft_r2c(self, dim, normalization, onesided): the last dim real-to-complex,
- * then the others complex-to-complex, all forward */
+/* _fft_r2c(self, dim, normalization, onesided) */
 tpu_status_t tpu_k_fft_r2c(const tpu_call_t* c) {
   const char* op = "_fft_r2c";
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
@@ -421,18 +674,10 @@ tpu_status_t tpu_k_fft_r2c(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(check_dtypes(op, in, out, false, true));
   int dims[TPU_MAX_DIMS], nd;
   TPU_RETURN_IF_ERROR(read_dims(c, op, in, dims, &nd));
-  const int64_t norm = tpu_arg_i64(c, 2, 0);
-  if (nd == 0) return tpu_copy_strided(out, in);
-  const int last = dims[nd - 1];
-  TPU_RETURN_IF_ERROR(along(op, in, out, last, in->sizes[last], K_R2C, true, norm));
-  for (int i = 0; i < nd - 1; i++)
-    TPU_RETURN_IF_ERROR(along(op, out, out, dims[i], out->sizes[dims[i]], K_C2C, true, norm));
-  return TPU_OK;
+  return transform(op, K_R2C, in, out, dims, nd, tpu_arg_i64(c, 2, 0), true);
 }
 
-/* _fft_c2r(self, dim, normalization, last_dim_size): the dims but the last
- * complex-to-complex backward (into a temporary: self is not written), then
- * the last complex-to-real */
+/* _fft_c2r(self, dim, normalization, last_dim_size) */
 tpu_status_t tpu_k_fft_c2r(const tpu_call_t* c) {
   const char* op = "_fft_c2r";
   const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
@@ -440,22 +685,7 @@ tpu_status_t tpu_k_fft_c2r(const tpu_call_t* c) {
   TPU_RETURN_IF_ERROR(check_dtypes(op, in, out, true, false));
   int dims[TPU_MAX_DIMS], nd;
   TPU_RETURN_IF_ERROR(read_dims(c, op, in, dims, &nd));
-  const int64_t norm = tpu_arg_i64(c, 2, 0);
-  if (nd == 0) return tpu_copy_strided(out, in);
-  const int last = dims[nd - 1];
-  const int64_t n = out->sizes[last];
-  TPU_CHECK_ARG(n >= 1, "%s: invalid last_dim_size %lld", op, (long long)n);
-  if (nd == 1) return along(op, in, out, last, n, K_C2R, false, norm);
-  const int64_t numel = tpu_tensor_numel(in);
-  void* buf = malloc((size_t)(numel > 0 ? numel : 1) * tpu_dtype_size(in->dtype));
-  if (!buf) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a %lld-element temporary", op,
-                           (long long)numel);
-  tpu_tensor_t tmp;
-  tpu_tensor_make_contig(&tmp, buf, in->dtype, in->ndim, in->sizes);
-  tpu_status_t s = TPU_OK;
-  for (int i = 0; i < nd - 1 && !s; i++)
-    s = along(op, i == 0 ? in : &tmp, &tmp, dims[i], in->sizes[dims[i]], K_C2C, false, norm);
-  if (!s) s = along(op, &tmp, out, last, n, K_C2R, false, norm);
-  free(buf);
-  return s;
+  TPU_CHECK_ARG(nd == 0 || out->sizes[dims[nd - 1]] >= 1, "%s: invalid last_dim_size %lld", op,
+                (long long)(nd ? out->sizes[dims[nd - 1]] : 0));
+  return transform(op, K_C2R, in, out, dims, nd, tpu_arg_i64(c, 2, 0), false);
 }
