@@ -10,17 +10,10 @@ import torch
 
 import torch_tpu  # noqa: F401
 
-from util import assert_same
+from util import assert_same, crand
 
 DEV = "tpu"
 CDT = [torch.complex64, torch.complex128]
-
-
-def crand(shape, dtype=torch.complex64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    re = torch.randn(shape, generator=g, dtype=torch.float64)
-    im = torch.randn(shape, generator=g, dtype=torch.float64)
-    return torch.complex(re, im).to(dtype)
 
 
 def tol(dtype):

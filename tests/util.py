@@ -21,6 +21,14 @@ def make(shape, dtype, low=-3, high=3, seed=0, noncontig=False):
     return t
 
 
+def crand(shape, dtype=torch.complex64, seed=0, scale=1.0):
+    """Complex values with independent standard normal parts (times scale), made in float64."""
+    g = torch.Generator().manual_seed(seed)
+    re = torch.randn(shape, generator=g, dtype=torch.float64) * scale
+    im = torch.randn(shape, generator=g, dtype=torch.float64) * scale
+    return torch.complex(re, im).to(dtype)
+
+
 def gelu(x, approximate="none"):
     """F.gelu; on CPU, for float32 and narrower, computed in float64 and rounded back: PyTorch's
     AVX-512 kernels return NaN for gelu(+inf) (its AVX2 and float64 paths give inf), so the
