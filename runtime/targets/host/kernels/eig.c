@@ -39,6 +39,19 @@ static double cabs1(zc_t z) { return fabs(creal(z)) + fabs(cimag(z)); }
 
 /* ------------------------------------------------------------- balancing */
 
+/* Swaps columns p and q over rows 0..l and rows p and q over columns k..n-1:
+ * gebal's exchange of an isolated eigenvalue's row and column. */
+static void exchange(zc_t* a, int64_t n, int64_t p, int64_t q, int64_t k, int64_t l) {
+  for (int64_t r = 0; r <= l; r++) {
+    zc_t t = a[r * n + p];
+    a[r * n + p] = a[r * n + q], a[r * n + q] = t;
+  }
+  for (int64_t c = k; c < n; c++) {
+    zc_t t = a[p * n + c];
+    a[p * n + c] = a[q * n + c], a[q * n + c] = t;
+  }
+}
+
 /* gebal with job 'B' on the n x n complex matrix a (real input is a complex
  * matrix with zero imaginary parts: the same steps as dgebal). Sets *ilo,
  * *ihi (0-based, inclusive) and scale: the permutation index for rows
@@ -59,16 +72,7 @@ static void balance(zc_t* a, int64_t n, int64_t* ilo, int64_t* ihi, double* scal
         if (i != j && a[i * n + j] != 0.0) canswap = false;
       if (!canswap) continue;
       scale[l] = (double)i;
-      if (i != l) {
-        for (int64_t r = 0; r <= l; r++) {
-          zc_t t = a[r * n + i];
-          a[r * n + i] = a[r * n + l], a[r * n + l] = t;
-        }
-        for (int64_t c = k; c < n; c++) {
-          zc_t t = a[i * n + c];
-          a[i * n + c] = a[l * n + c], a[l * n + c] = t;
-        }
-      }
+      if (i != l) exchange(a, n, i, l, k, l);
       noconv = true;
       if (l == 0) {
         *ilo = 0, *ihi = 0;
@@ -86,16 +90,7 @@ static void balance(zc_t* a, int64_t n, int64_t* ilo, int64_t* ihi, double* scal
         if (i != j && a[i * n + j] != 0.0) canswap = false;
       if (!canswap) continue;
       scale[k] = (double)j;
-      if (j != k) {
-        for (int64_t r = 0; r <= l; r++) {
-          zc_t t = a[r * n + j];
-          a[r * n + j] = a[r * n + k], a[r * n + k] = t;
-        }
-        for (int64_t c = k; c < n; c++) {
-          zc_t t = a[j * n + c];
-          a[j * n + c] = a[k * n + c], a[k * n + c] = t;
-        }
-      }
+      if (j != k) exchange(a, n, j, k, k, l);
       noconv = true;
       k++;
     }
