@@ -306,6 +306,15 @@ def render_markdown(results, nsupported, samples, args):
             where = "; ".join(f"{n} ({', '.join(v)})" for n, v in ops.items())
             lines.append(f"- `{esc(key)}`: {esc(where)}" if key else f"- {esc(where)}")
         lines.append("")
+    noted = [(n, f"{d} {SHORT[k]}", r["detail"]) for n, res in results.items()
+             for (d, k), r in statuses(res) if r["status"] == "pass" and r.get("detail")]
+    lines += ["## Passing through the OpInfo's output convention", "",
+              "These differ from CPU in raw values but agree once the sample's",
+              "`output_process_fn_grad` is applied to both results, as PyTorch's own",
+              "device-vs-CPU test (`test_compare_cpu`) compares them: eigen- and singular",
+              "vectors whose sign or phase LAPACK libraries choose differently.", ""]
+    lines += [f"- {esc(n)} ({w}): {esc(detail[:160])}" for n, w, detail in noted] or ["- none"]
+    lines.append("")
     header = dtypes + [f"bwd {d}" for d in floats]
     lines += ["## Per OpInfo", "", "| OpInfo | " + " | ".join(header) + " | first problem |",
               "| --- " * (len(header) + 2) + "|"]
