@@ -79,7 +79,7 @@ def _prefer_cpp_meta_kernels():
         op = getattr(packet, overload or "default", None) if packet is not None else None
         fn = op.py_kernels.get(meta) if op is not None else None
         if fn is not None:
-            keep.impl(op, _everyday.deterministic_meta(qual, fn))
+            keep.impl(op, _everyday.meta_for_bridge(qual, fn))
     globals()["_meta_lib"] = keep  # keep the registrations alive
 
 

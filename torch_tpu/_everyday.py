@@ -5,7 +5,11 @@
   with a dim) raise "... does not have a deterministic implementation" under
   `torch.use_deterministic_algorithms(True)` because they cannot tell a meta tensor from a
   CUDA one. The tpu kernels of these ops are deterministic (fixed reduction order), so the
-  bridge uses shape-only meta kernels for them instead (`deterministic_meta`).
+  bridge uses shape-only meta kernels for them instead.
+- Argument checks: for a few ops (linalg.eig/eigvals) CPU checks arguments that PyTorch's
+  Python meta kernel does not; on meta tensors the bridge runs CPU's checks first.
+  `meta_for_bridge` picks the meta kernel the bridge registers for an op, with either
+  adjustment.
 - safetensors: its loader accepts a fixed list of device names and, for any other
   accelerator, the device index. `load_file(path, device="tpu")` and
   `safe_open(path, "pt", device="tpu:1")` are passed on with the index (`_install`).
@@ -97,7 +101,7 @@ _CHECKED = {
 }
 
 
-def deterministic_meta(qual_name, fn):
+def meta_for_bridge(qual_name, fn):
     """The meta kernel the bridge should use for `qual_name` ("aten::histc", with the
     overload when not default): for the ops whose Python meta kernel raises PyTorch's CUDA
     determinism alert on a meta tensor, one that checks the arguments and computes the shape
