@@ -9,8 +9,6 @@
  * the runtime version: a second definition with the same source (in this
  * process, another one, or a later run) loads instead of compiling. */
 #include <dlfcn.h>
-#include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -23,6 +21,7 @@
 
 #include "base/env.h"
 #include "base/subprocess.h"
+#include "targets/host/cc.h"
 #include "targets/host/custom.h"
 #include "targets/host/fuse_headers.h"
 #include "targets/host/kernels/vecmath.h"
@@ -51,78 +50,12 @@ struct tpu_host_kernel {
 };
 
 /* ---- compiling ---- */
-static const char* cc_command(void) {
-  const char* cc = tpu_env_str("TORCH_TPU_CC");
-  return cc && cc[strspn(cc, " \t")] ? cc : "cc";
-}
-
 /* The fused kernels' optimization and ISA flags, without their
  * floating-point contraction: a user kernel's arithmetic is what it says. */
 static const char* cc_flags(void) {
   return tpu_host_isa() == TPU_ISA_AVX2
              ? "-O3 -fPIC -shared -std=gnu11 -mavx2 -mfma -ffp-contract=off -fno-math-errno"
              : "-O3 -fPIC -shared -std=gnu11 -ffp-contract=off -fno-math-errno";
-}
-
-static int64_t compile_timeout_ms(void) {
-  const double s = tpu_env_double("TORCH_TPU_COMPILE_TIMEOUT_S", 120);
-  return s > 0 ? (int64_t)(s * 1000 + 0.5) : -1;
-}
-
-static const char* tmp_root(void) {
-  const char* t = tpu_env_str("TMPDIR");
-  return t && t[0] == '/' && strlen(t) < 3000 ? t : "/tmp";
-}
-
-static int split_words(char* s, const char** argv, int cap) {
-  int n = 0;
-  for (char* p = s; *p;) {
-    while (*p == ' ' || *p == '\t' || *p == '\n') *p++ = 0;
-    if (!*p) break;
-    if (n == cap) return -1;
-    argv[n++] = p;
-    while (*p && *p != ' ' && *p != '\t' && *p != '\n') p++;
-  }
-  return n;
-}
-
-static bool write_file(const char* path, const char* text, size_t len) {
-  FILE* f = fopen(path, "wb");
-  if (!f) return false;
-  bool ok = fwrite(text, 1, len, f) == len;
-  return fclose(f) == 0 && ok;
-}
-
-static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
-  (void)st;
-  (void)ftw;
-  if (flag == FTW_DP) rmdir(path);
-  else unlink(path);
-  return 0;
-}
-
-/* The compiler's output, at most cap - 1 bytes, with the compile directory's
- * path taken out of it (messages then name the user's file). */
-static void read_log(const char* path, const char* dir, char* out, size_t cap) {
-  out[0] = 0;
-  FILE* f = fopen(path, "r");
-  if (!f) return;
-  size_t n = fread(out, 1, cap - 1, f);
-  fclose(f);
-  out[n] = 0;
-  char prefix[4200];
-  snprintf(prefix, sizeof prefix, "%s/", dir);
-  const size_t pl = strlen(prefix);
-  char* w = out;
-  for (const char* r = out; *r;) {
-    if (strncmp(r, prefix, pl) == 0) {
-      r += pl;
-      continue;
-    }
-    *w++ = *r++;
-  }
-  *w = 0;
-  while (w > out && (w[-1] == '\n' || w[-1] == ' ')) *--w = 0;
 }
 
 static uint64_t headers_hash(void) {
@@ -165,79 +98,46 @@ static tpu_status_t load_kernel(const char* op_name, const char* key, const char
 
 static pthread_mutex_t g_compile_mu = PTHREAD_MUTEX_INITIALIZER; /* one definition at a time */
 
-/* Compiles src under key into a new temporary directory; on success the
- * library is published into the cache tiers and loaded. */
+/* Compiles src under key; on success the library is published into the
+ * cache tiers and loaded. */
 static tpu_status_t compile_into_cache(const char* op_name, const char* file_name,
                                        const char* src, const char* entry, const char* cflags,
                                        const char* key, tpu_host_kernel_t** out) {
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s/torch_tpu_cc_%ld_XXXXXX", tmp_root(), (long)getpid());
-  if (!mkdtemp(dir))
-    return TPU_ERR(INTERNAL, "custom kernel %s: cannot create a compile directory under %s: %s",
-                   op_name, tmp_root(), strerror(errno));
-  char hpath[4400], cpath[4400], sopath[4400], errpath[4400];
-  snprintf(hpath, sizeof hpath, "%s/%s", dir, tpu_kernel_headers[0].name);
-  snprintf(cpath, sizeof cpath, "%s/%s", dir, file_name);
-  snprintf(sopath, sizeof sopath, "%s/kernel.so", dir);
-  snprintf(errpath, sizeof errpath, "%s/log.txt", dir);
-  const char* remove[] = {hpath, cpath, sopath, errpath, dir, NULL};
+  const tpu_cc_job_t job = {.headers = tpu_kernel_headers, .nheaders = 1,
+                            .source_name = file_name, .source = src, .flags = cc_flags(),
+                            .extra_flags = cflags};
+  tpu_cc_run_t run;
+  tpu_cc_run(&job, &run);
   tpu_status_t st = TPU_OK;
-  char* words = NULL;
-  if (!write_file(hpath, tpu_kernel_headers[0].text, tpu_kernel_headers[0].len) ||
-      !write_file(cpath, src, strlen(src))) {
-    st = TPU_ERR(INTERNAL, "custom kernel %s: cannot write its source under %s", op_name, dir);
-    goto cleanup;
+  char log[8192];
+  switch (run.outcome) {
+    case TPU_CC_SETUP:
+      st = TPU_ERR(INTERNAL, "custom kernel %s: %s", op_name, run.why);
+      break;
+    case TPU_CC_NOT_RUN:
+      st = tpu_status_make(TPU_CODE_UNIMPLEMENTED,
+                           "custom kernel %s: the C compiler cannot be run (%s); set TORCH_TPU_CC",
+                           op_name, run.why);
+      break;
+    case TPU_CC_TIMEOUT:
+      st = TPU_ERR(INVALID_ARGUMENT,
+                   "custom kernel %s: the C compiler '%s' timed out after %.1f s "
+                   "(TORCH_TPU_COMPILE_TIMEOUT_S)",
+                   op_name, run.compiler, 1e-3 * (double)run.timeout_ms);
+      break;
+    case TPU_CC_FAILED:
+      tpu_cc_log(&run, log, sizeof log);
+      st = TPU_ERR(INVALID_ARGUMENT, "custom kernel %s: compilation failed (%s %s %d):\n%s",
+                   op_name, run.compiler, run.exited ? "exit status" : "signal", run.code, log);
+      break;
+    case TPU_CC_OK: {
+      char pub[4096];
+      st = tpu_cache_publish(key, run.so_path, pub, sizeof pub);
+      if (!st) st = load_kernel(op_name, key, pub, entry, out);
+      break;
+    }
   }
-  size_t wlen = strlen(cc_command()) + strlen(cc_flags()) + (cflags ? strlen(cflags) : 0) + 4;
-  words = malloc(wlen);
-  if (!words) {
-    st = TPU_ERR(RESOURCE_EXHAUSTED, "custom kernel %s: out of host memory", op_name);
-    goto cleanup;
-  }
-  snprintf(words, wlen, "%s %s %s", cc_command(), cc_flags(), cflags ? cflags : "");
-  const char* argv[256];
-  int n = split_words(words, argv, 256 - 7);
-  if (n <= 0) {
-    st = TPU_ERR(INVALID_ARGUMENT, "custom kernel %s: too many compiler flags", op_name);
-    goto cleanup;
-  }
-  argv[n++] = "-I";
-  argv[n++] = dir;
-  argv[n++] = "-o";
-  argv[n++] = sopath;
-  argv[n++] = cpath;
-  argv[n] = NULL;
-  const int64_t timeout = compile_timeout_ms();
-  const int64_t t0 = tpu_now_ns();
-  tpu_subprocess_result_t res;
-  st = tpu_subprocess_run(argv, errpath, timeout, remove, &res);
-  tpu_cache_note_compile(1e-9 * (double)(tpu_now_ns() - t0));
-  if (st) {
-    st = tpu_status_make(TPU_CODE_UNIMPLEMENTED,
-                         "custom kernel %s: the C compiler cannot be run (%s); set TORCH_TPU_CC",
-                         op_name, tpu_status_message(st));
-    goto cleanup;
-  }
-  if (res.timed_out) {
-    st = TPU_ERR(INVALID_ARGUMENT,
-                 "custom kernel %s: the C compiler '%s' timed out after %.1f s "
-                 "(TORCH_TPU_COMPILE_TIMEOUT_S)",
-                 op_name, argv[0], 1e-3 * (double)timeout);
-    goto cleanup;
-  }
-  if (!res.exited || res.code != 0) {
-    char log[8192];
-    read_log(errpath, dir, log, sizeof log);
-    st = TPU_ERR(INVALID_ARGUMENT, "custom kernel %s: compilation failed (%s %s %d):\n%s", op_name,
-                 argv[0], res.exited ? "exit status" : "signal", res.code, log);
-    goto cleanup;
-  }
-  char pub[4096];
-  st = tpu_cache_publish(key, sopath, pub, sizeof pub);
-  if (!st) st = load_kernel(op_name, key, pub, entry, out);
-cleanup:
-  free(words);
-  nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+  tpu_cc_done(&run);
   return st;
 }
 
@@ -265,7 +165,7 @@ tpu_status_t tpu_host_kernel_compile(const char* op_name, const char* file_name,
    * name only shapes messages and debug info) */
   char how[8192];
   snprintf(how, sizeof how, "custom-c|%s|%.4000s|%s|%.2000s|%s|%s|%016" PRIx64 "|", entry,
-           cc_command(), cc_flags(), cflags ? cflags : "", tpu_isa_name(tpu_host_isa()),
+           tpu_cc_command(), cc_flags(), cflags ? cflags : "", tpu_isa_name(tpu_host_isa()),
            TPU_RUNTIME_VERSION, headers_hash());
   char key[33];
   tpu_cache_make_key(source, strlen(source), how, key); /* the file name is left out */
@@ -292,7 +192,7 @@ tpu_status_t tpu_host_kernel_compile(const char* op_name, const char* file_name,
     tpu_cache_drop(key); /* a broken entry: compile it again */
   }
   tpu_cache_note_miss();
-  const int64_t timeout = compile_timeout_ms();
+  const int64_t timeout = tpu_cc_timeout_ms();
   int lock = tpu_cache_lock_wait(key, timeout > 0 ? timeout + 1000 : -1);
   if (tpu_cache_find(key, path, sizeof path, &tier)) { /* another process made it meanwhile */
     st = load_kernel(op_name, key, path, entry, &k);

@@ -6,19 +6,14 @@
  * temporary directory with a time limit. A signature memo in front skips
  * the source and the key for groups seen before. A failing compiler turns
  * fusion off with a one-time warning. */
-#include <dirent.h>
 #include <dlfcn.h>
-#include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +21,7 @@
 #include "base/env.h"
 #include "base/subprocess.h"
 #include "device/internal.h"
+#include "targets/host/cc.h"
 #include "targets/host/fuse_headers.h"
 #include "targets/host/fuse_internal.h"
 #include "targets/host/kernels/vecmath.h"
@@ -37,12 +33,6 @@ static const char* cc_flags(void) {
              ? "-O3 -fPIC -shared -std=c11 -mavx2 -mfma -ffp-contract=fast -fno-math-errno "
                "-fno-trapping-math"
              : "-O3 -fPIC -shared -std=c11 -fno-math-errno -fno-trapping-math";
-}
-
-/* The compiler command: TORCH_TPU_CC, default "cc". */
-static const char* cc_command(void) {
-  const char* cc = tpu_env_str("TORCH_TPU_CC");
-  return cc && cc[strspn(cc, " \t")] ? cc : "cc";
 }
 
 /* Hash of the headers embedded in the library (fuse_headers.h), names and
@@ -66,7 +56,7 @@ static void key_of(const char* src, char out[33]) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, hash_headers);
   char extra[4500];
-  snprintf(extra, sizeof extra, "|%.4000s|%s|%s|%s|%016" PRIx64 "|", cc_command(), cc_flags(),
+  snprintf(extra, sizeof extra, "|%.4000s|%s|%s|%s|%016" PRIx64 "|", tpu_cc_command(), cc_flags(),
            tpu_isa_name(tpu_host_isa()), TPU_RUNTIME_VERSION, g_headers_hash);
   tpu_cache_make_key(src, strlen(src), extra, out);
 }
@@ -127,202 +117,60 @@ static fused_fn_t load_cached(const char* key) {
   return fn;
 }
 
-/* TORCH_TPU_COMPILE_TIMEOUT_S: the longest one compile may run (and the
- * longest a process waits for another one's compile of the same key);
- * 0 or less: no limit. */
-static int64_t compile_timeout_ms(void) {
-  static _Atomic int64_t cached = -2;
-  int64_t v = atomic_load(&cached);
-  if (v == -2) {
-    const double s = tpu_env_double("TORCH_TPU_COMPILE_TIMEOUT_S", 120);
-    v = s > 0 ? (int64_t)(s * 1000 + 0.5) : -1;
-    atomic_store(&cached, v);
-  }
-  return v;
-}
-
-/* The directory for temporary compile directories: $TMPDIR when it is an
- * absolute path that leaves room for our names, else /tmp. */
-static const char* tmp_root(void) {
-  const char* t = tpu_env_str("TMPDIR");
-  return t && t[0] == '/' && strlen(t) < 3000 ? t : "/tmp";
-}
-
-#define CC_DIR_PREFIX "torch_tpu_cc_"
-
-/* Removes what a dead process left under tmp_root(): directories named
- * torch_tpu_cc_<pid>_XXXXXX owned by us whose pid no longer runs. */
-static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
-  (void)st;
-  (void)ftw;
-  if (flag == FTW_DP) rmdir(path);
-  else unlink(path);
-  return 0;
-}
-
-static void clean_stale_dirs(void) {
-  const char* root = tmp_root();
-  DIR* d = opendir(root);
-  if (!d) return;
-  struct dirent* ent;
-  while ((ent = readdir(d)) != NULL) {
-    const char* name = ent->d_name;
-    if (strncmp(name, CC_DIR_PREFIX, strlen(CC_DIR_PREFIX)) != 0) continue;
-    const char* p = name + strlen(CC_DIR_PREFIX);
-    char* end = NULL;
-    long pid = strtol(p, &end, 10);
-    if (end == p || *end != '_' || pid <= 0 || strlen(end + 1) != 6) continue;
-    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", root, name);
-    struct stat st;
-    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
-    nftw(path, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
-  }
-  closedir(d);
-}
-
-/* Splits TORCH_TPU_CC (default "cc") and the flags at blanks into argv
- * (no shell quoting: a word is a run of non-blank characters). */
-static int split_words(char* s, const char** argv, int cap) {
-  int n = 0;
-  for (char* p = s; *p;) {
-    while (*p == ' ' || *p == '\t') *p++ = 0;
-    if (!*p) break;
-    if (n == cap) return -1;
-    argv[n++] = p;
-    while (*p && *p != ' ' && *p != '\t') p++;
-  }
-  return n;
-}
-
-/* Writes len bytes of text to a new file at path. */
-static bool write_file(const char* path, const char* text, size_t len) {
-  FILE* f = fopen(path, "wb");
-  if (!f) return false;
-  bool ok = fwrite(text, 1, len, f) == len;
-  return fclose(f) == 0 && ok;
-}
-
-/* The first line of the compiler's output (for the warning). */
-static void first_line(const char* path, char* out, size_t cap) {
-  out[0] = 0;
-  FILE* f = fopen(path, "r");
-  if (!f) return;
-  if (fgets(out, (int)cap, f)) out[strcspn(out, "\r\n")] = 0;
-  fclose(f);
-}
-
 /* Compiles src under key (caller checked the tiers); NULL on failure. */
 static fused_fn_t compile_now(const char* key, const char* src) {
-  static pthread_once_t clean_once = PTHREAD_ONCE_INIT;
-  pthread_once(&clean_once, clean_stale_dirs);
   if (g_compiler_broken) return NULL;
-  int64_t timeout = compile_timeout_ms();
+  const int64_t timeout = tpu_cc_timeout_ms();
   /* A holder that died released the lock; one whose compile hangs holds it
    * until its own timeout: wait that long, then compile without it
    * (publishing is atomic, the lock only saves duplicate work). */
   int lock = tpu_cache_lock_wait(key, timeout > 0 ? timeout + 1000 : -1);
   fused_fn_t fn = NULL;
   if ((fn = load_cached(key))) goto done; /* another process made it */
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s/" CC_DIR_PREFIX "%ld_XXXXXX", tmp_root(), (long)getpid());
-  if (!mkdtemp(dir)) {
-    note_compiler_failure("cannot create a temporary directory");
-    goto done;
-  }
-  char cpath[4200], sopath[4200], errpath[4200];
-  snprintf(cpath, sizeof cpath, "%s/k.c", dir);
-  snprintf(sopath, sizeof sopath, "%s/k.so", dir);
-  snprintf(errpath, sizeof errpath, "%s/err.txt", dir);
-  /* the guard's clean-up list: the embedded headers, the source, the
-   * library, the log, then the directory */
-  enum { MAX_HDRS = 8 };
-  char hpaths[MAX_HDRS][4200];
-  const char* remove[MAX_HDRS + 5];
-  int nrm = 0;
-  if (tpu_fuse_nheaders > MAX_HDRS) {
-    note_compiler_failure("too many embedded headers");
-    rmdir(dir);
-    goto done;
-  }
-  for (int i = 0; i < tpu_fuse_nheaders; i++) {
-    snprintf(hpaths[i], sizeof hpaths[i], "%s/%s", dir, tpu_fuse_headers[i].name);
-    remove[nrm++] = hpaths[i];
-  }
-  remove[nrm++] = cpath;
-  remove[nrm++] = sopath;
-  remove[nrm++] = errpath;
-  remove[nrm++] = dir;
-  remove[nrm] = NULL;
-  for (int i = 0; i < tpu_fuse_nheaders; i++) {
-    if (!write_file(hpaths[i], tpu_fuse_headers[i].text, tpu_fuse_headers[i].len)) {
-      note_compiler_failure("cannot write the embedded headers");
-      goto cleanup;
-    }
-  }
-  FILE* f = fopen(cpath, "w");
-  if (!f) {
-    note_compiler_failure("cannot write the generated source");
-    rmdir(dir);
-    goto done;
-  }
-  bool wrote = fputs(src, f) >= 0;
-  if (fclose(f) != 0 || !wrote) {
-    note_compiler_failure("cannot write the generated source");
-    goto cleanup;
-  }
-  char words[4096];
-  snprintf(words, sizeof words, "%s %s", cc_command(), cc_flags());
-  const char* argv[96];
-  int n = split_words(words, argv, 96 - 7);
-  if (n <= 0) {
-    note_compiler_failure("TORCH_TPU_CC has too many words");
-    goto cleanup;
-  }
-  argv[n++] = "-I";
-  argv[n++] = dir; /* the embedded headers, written there above */
-  argv[n++] = "-o";
-  argv[n++] = sopath;
-  argv[n++] = cpath;
-  argv[n] = NULL;
-  int64_t t0 = tpu_now_ns();
-  tpu_subprocess_result_t res;
-  tpu_status_t st = tpu_subprocess_run(argv, errpath, timeout, remove, &res);
-  tpu_cache_note_compile(1e-9 * (double)(tpu_now_ns() - t0));
+  const tpu_cc_job_t job = {.headers = tpu_fuse_headers, .nheaders = tpu_fuse_nheaders,
+                            .source_name = "k.c", .source = src, .flags = cc_flags()};
+  tpu_cc_run_t run;
+  tpu_cc_run(&job, &run);
   char why[700], line[200];
-  if (st) {
-    snprintf(why, sizeof why, "the C compiler cannot be run: %s; set TORCH_TPU_CC",
-             tpu_status_message(st));
-    tpu_status_free(st);
-    note_compiler_failure(why);
-  } else if (res.timed_out) {
-    snprintf(why, sizeof why,
-             "the C compiler '%.100s' timed out after %.1f s and was killed with its process "
-             "group; TORCH_TPU_COMPILE_TIMEOUT_S sets the limit",
-             argv[0], 1e-3 * (double)timeout);
-    note_compiler_failure(why);
-  } else if (!res.exited || res.code != 0) {
-    first_line(errpath, line, sizeof line);
-    snprintf(why, sizeof why, "the C compiler '%.100s' %s %d%s%.200s; set TORCH_TPU_CC", argv[0],
-             res.exited ? "failed with exit status" : "was killed by signal", res.code,
-             line[0] ? ": " : "", line);
-    note_compiler_failure(why);
-  } else {
-    char pub[4096], err[300] = "";
-    st = tpu_cache_publish(key, sopath, pub, sizeof pub);
-    if (!st) fn = load_path(key, pub, err, sizeof err);
-    else snprintf(err, sizeof err, "%s", tpu_status_message(st));
-    tpu_status_free(st);
-    if (!fn) {
-      tpu_cache_drop(key); /* never leave an unloadable entry for the next process */
-      snprintf(why, sizeof why, "the C compiler '%.100s' produced a library that does not load: "
-               "%.300s; set TORCH_TPU_CC", argv[0], err);
+  switch (run.outcome) {
+    case TPU_CC_SETUP:
+      note_compiler_failure(run.why);
+      break;
+    case TPU_CC_NOT_RUN:
+      snprintf(why, sizeof why, "the C compiler cannot be run: %s; set TORCH_TPU_CC", run.why);
       note_compiler_failure(why);
+      break;
+    case TPU_CC_TIMEOUT:
+      snprintf(why, sizeof why,
+               "the C compiler '%.100s' timed out after %.1f s and was killed with its process "
+               "group; TORCH_TPU_COMPILE_TIMEOUT_S sets the limit",
+               run.compiler, 1e-3 * (double)run.timeout_ms);
+      note_compiler_failure(why);
+      break;
+    case TPU_CC_FAILED:
+      tpu_cc_log(&run, line, sizeof line);
+      line[strcspn(line, "\r\n")] = 0; /* the first line */
+      snprintf(why, sizeof why, "the C compiler '%.100s' %s %d%s%.200s; set TORCH_TPU_CC",
+               run.compiler, run.exited ? "failed with exit status" : "was killed by signal",
+               run.code, line[0] ? ": " : "", line);
+      note_compiler_failure(why);
+      break;
+    case TPU_CC_OK: {
+      char pub[4096], err[300] = "";
+      tpu_status_t st = tpu_cache_publish(key, run.so_path, pub, sizeof pub);
+      if (!st) fn = load_path(key, pub, err, sizeof err);
+      else snprintf(err, sizeof err, "%s", tpu_status_message(st));
+      tpu_status_free(st);
+      if (!fn) {
+        tpu_cache_drop(key); /* never leave an unloadable entry for the next process */
+        snprintf(why, sizeof why, "the C compiler '%.100s' produced a library that does not "
+                 "load: %.300s; set TORCH_TPU_CC", run.compiler, err);
+        note_compiler_failure(why);
+      }
+      break;
     }
   }
-cleanup:
-  nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+  tpu_cc_done(&run);
 done:
   if (lock >= 0) tpu_cache_unlock(lock);
   return fn;
