@@ -77,10 +77,13 @@ def assert_same(actual, expected, atol=None, rtol=None, check_stride=True, equal
 
 def check_op(fn, *inputs, grad=False, atol=None, rtol=None, check_stride=True, grad_atol=None):
     """Runs fn on CPU inputs and on their tpu copies; compares outputs and,
-    with grad=True, the gradients of floating inputs for one upstream grad."""
-    cpu_in = [x.detach().clone().requires_grad_(grad and x.is_floating_point())
+    with grad=True, the gradients of floating and complex inputs for one
+    upstream grad (complex where the output is: PyTorch's Wirtinger convention)."""
+    def differentiable(x):
+        return grad and (x.is_floating_point() or x.is_complex())
+    cpu_in = [x.detach().clone().requires_grad_(differentiable(x))
               if isinstance(x, torch.Tensor) else x for x in inputs]
-    tpu_in = [x.detach().to("tpu").requires_grad_(grad and x.is_floating_point())
+    tpu_in = [x.detach().to("tpu").requires_grad_(differentiable(x))
               if isinstance(x, torch.Tensor) else x for x in inputs]
     try:
         expected = fn(*cpu_in)
@@ -99,7 +102,8 @@ def check_op(fn, *inputs, grad=False, atol=None, rtol=None, check_stride=True, g
         outs_t = actual if isinstance(actual, (list, tuple)) else [actual]
         pairs = [(c, t) for c, t in zip(outs_c, outs_t) if c.requires_grad]
         g = torch.Generator().manual_seed(7)
-        ups = [torch.randn(c.shape, generator=g, dtype=torch.float64).to(c.dtype) for c, _ in pairs]
+        ups = [torch.randn(c.shape, generator=g, dtype=torch.complex128 if c.is_complex()
+                           else torch.float64).to(c.dtype) for c, _ in pairs]
         torch.autograd.backward([c for c, _ in pairs], ups)
         torch.autograd.backward([t for _, t in pairs], [u.to("tpu") for u in ups])
         for c, t in zip(cpu_in, tpu_in):
