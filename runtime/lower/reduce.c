@@ -86,7 +86,8 @@ static bool lower_var(node_t* n, const char* base, ref_t* outs) {
     int nr = red_dims(n, 1, x->ndim, dims);
     for (int k = 0; k < nr; k++) cnt *= x->sizes[dims[k]];
     const double corr = tpu_arg_is_none(c, 2) ? 1.0 : tpu_arg_f64(c, 2, 1.0);
-    tpu_dtype_t ct = acc_type(odt);
+    /* complex: the mean of the values, the squares of the magnitudes (a real result) */
+    tpu_dtype_t ct = tpu_dtype_is_complex(x->dtype) ? x->dtype : acc_type(odt);
     ref_t a = convert(e, arg(n, 0), ct);
     ref_t mean, xc;
     ref_t ss = centred_sum_squares(e, a, nr, dims, (double)cnt, &mean, &xc);
