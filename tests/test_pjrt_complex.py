@@ -150,6 +150,16 @@ for dt in CX:
             both(lambda a, v, c: torch.addmv(c, a, v, beta=0.5, alpha=1 + 1j), t, t[2], t[:, 1], what=f"addmv {name} {dt}")
             both(lambda a, b, c: torch.baddbmm(c, a, b, alpha=1 - 1j, beta=2), t.expand(2, 3, 4), y.t().expand(2, 4, 3),
                  y[:, :3].expand(2, 3, 3), what=f"baddbmm {name} {dt}")
+    # small batched products (contraction x rows x cols < 400) are CPU's float loop: the same
+    # bits where alpha and beta are exact (else XLA may fuse a product by them into an FMA)
+    a, b, s = rand(2, 5, 5, dtype=dt), rand(2, 5, 10, dtype=dt), rand(5, 10, dtype=dt)
+    for what, f in (("bmm", lambda a, b, s: torch.bmm(a, b)),
+                    ("baddbmm", lambda a, b, s: torch.baddbmm(s, a, b, beta=0.5 + 1j, alpha=1.5 - 2j)),
+                    ("baddbmm beta 0", lambda a, b, s: torch.baddbmm(s, a, b, beta=0, alpha=2))):
+        got, want = f(a.to("tpu"), b.to("tpu"), s.to("tpu")).cpu(), f(a, b, s)
+        assert torch.equal(got, want) if dt == torch.complex64 else torch.allclose(got, want, rtol=1e-12), what
+    both(lambda a, b, s: torch.baddbmm(s, a, b, beta=0.2 + 0.4j, alpha=1.2 + 1.8j), a, b, s, what="baddbmm",
+         scale=0.1)
 """)
 
 
