@@ -78,6 +78,11 @@ typedef struct fft_unit_table {
   int64_t mask;
   void* hi;
   void* lo;
+  /* for the four-step twiddles (else NULL): exp(-2 pi i k l / n) for rows
+   * k < the first pass's length and l < FFT_VB, at [k FFT_VB + l], real and
+   * imaginary parts apart */
+  void* lane_re;
+  void* lane_im;
 } fft_unit_table_t;
 
 typedef struct fft_job {
@@ -571,6 +576,26 @@ static tpu_status_t along_lines(const char* op, const tpu_tensor_t* src, const t
 static void unit_table_free(fft_unit_table_t* t) {
   free(t->hi);
   free(t->lo);
+  free(t->lane_re);
+  free(t->lane_im);
+}
+
+/* the lane table of t for rows < n1, from hi and lo (products in double) */
+static bool unit_table_lanes(fft_unit_table_t* t, int64_t n1, bool dbl) {
+  const size_t vs = dbl ? sizeof(double) : sizeof(float);
+  t->lane_re = malloc((size_t)(n1 * FFT_VB) * vs);
+  t->lane_im = malloc((size_t)(n1 * FFT_VB) * vs);
+  if (!t->lane_re || !t->lane_im) return false;
+  for (int64_t k = 0; k < n1; k++)
+    for (int64_t l = 0; l < FFT_VB; l++) {
+      const int64_t p = k * l % t->n, h = p >> t->sh, o = p & t->mask;
+      const double hr = dbl ? ((double*)t->hi)[2 * h] : ((float*)t->hi)[2 * h];
+      const double hi = dbl ? ((double*)t->hi)[2 * h + 1] : ((float*)t->hi)[2 * h + 1];
+      const double lr = dbl ? ((double*)t->lo)[2 * o] : ((float*)t->lo)[2 * o];
+      const double li = dbl ? ((double*)t->lo)[2 * o + 1] : ((float*)t->lo)[2 * o + 1];
+      put_split(t->lane_re, t->lane_im, dbl, k * FFT_VB + l, hr * lr - hi * li, hr * li + hi * lr);
+    }
+  return true;
 }
 
 static bool unit_table_make(fft_unit_table_t* t, int64_t n, bool dbl) {
@@ -578,7 +603,7 @@ static bool unit_table_make(fft_unit_table_t* t, int64_t n, bool dbl) {
   while (((int64_t)1 << (2 * sh)) < n) sh++;
   const int64_t s = (int64_t)1 << sh, nh = (n - 1) / s + 1;
   const size_t vs = dbl ? sizeof(double) : sizeof(float);
-  *t = (fft_unit_table_t){n, sh, s - 1, malloc((size_t)nh * 2 * vs), malloc((size_t)s * 2 * vs)};
+  *t = (fft_unit_table_t){n, sh, s - 1, malloc((size_t)nh * 2 * vs), malloc((size_t)s * 2 * vs), NULL, NULL};
   if (!t->hi || !t->lo) {
     unit_table_free(t);
     return false;
@@ -658,7 +683,8 @@ static tpu_status_t along_long(const char* op, const tpu_tensor_t* src, const tp
   const size_t cs = tpu_dtype_size(ct);
   void* tmp = malloc((size_t)m * cs);
   tpu_status_t s = TPU_OK;
-  if (!p1 || !p2 || !tmp || !unit_table_make(&tw4, m, dbl) || (real && !unit_table_make(&twr, n, dbl))) {
+  if (!p1 || !p2 || !tmp || !unit_table_make(&tw4, m, dbl) || !unit_table_lanes(&tw4, n1, dbl) ||
+      (real && !unit_table_make(&twr, n, dbl))) {
     s = TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a length-%lld line", op, (long long)n);
     goto done;
   }

@@ -541,25 +541,35 @@ FATTR static void FN(join_pair)(int64_t n, int64_t w, FT* restrict ar, FT* restr
   } while (0)
 
 /* The twiddles between the two passes of a long line: element k of lane l
- * (line l0 + l of the first pass) times exp(-+2 pi i k (l0 + l) / t->n). */
+ * (line l0 + l of the first pass) times exp(-+2 pi i k (l0 + l) / t->n),
+ * for each chunk of FFT_VB lanes from c the chunk's factor W^(k (l0 + c))
+ * (from the two tables) times the lane table's W^(k l'), l' < FFT_VB. */
 FATTR static void FN(twiddle_lanes)(const fft_unit_table_t* t, bool conj, int64_t rows, int64_t w,
                                     int64_t l0, FT* restrict xr, FT* restrict xi) {
-  int64_t pos[FFT_MAX_LANES], step[FFT_MAX_LANES];
-  for (int64_t l = 0; l < w; l++) {
-    step[l] = (l0 + l) % t->n;
-    pos[l] = 0;
-  }
-  for (int64_t k = 1; k < rows; k++)
-    for (int64_t l = 0; l < w; l++) {
-      int64_t p = pos[l] + step[l];
-      p = p >= t->n ? p - t->n : p;
-      pos[l] = p;
-      FT wr, wi;
-      UNIT_AT(t, p, conj, wr, wi);
-      const FT vr = xr[k * w + l], vi = xi[k * w + l];
-      xr[k * w + l] = CMUL_RE(vr, vi, wr, wi);
-      xi[k * w + l] = CMUL_IM(vr, vi, wr, wi);
+  const FT sg = conj ? (FT)-1 : (FT)1;
+  const int64_t n = t->n, d0 = l0 % n;
+  int64_t p0 = 0; /* k l0 mod n */
+  for (int64_t k = 1; k < rows; k++) {
+    p0 = p0 + d0 >= n ? p0 + d0 - n : p0 + d0;
+    const FT* ur = (const FT*)t->lane_re + k * FFT_VB;
+    const FT* ui = (const FT*)t->lane_im + k * FFT_VB;
+    const int64_t dc = FFT_VB * k % n;
+    int64_t pc = p0;
+    for (int64_t c = 0; c < w; c += FFT_VB) {
+      FT br, bi;
+      UNIT_AT(t, pc, conj, br, bi);
+      pc = pc + dc >= n ? pc + dc - n : pc + dc;
+      FT* yr = xr + k * w + c;
+      FT* yi = xi + k * w + c;
+      const int64_t cnt = w - c < FFT_VB ? w - c : FFT_VB;
+      for (int64_t l = 0; l < cnt; l++) {
+        const FT fr = CMUL_RE(br, bi, ur[l], sg * ui[l]), fi = CMUL_IM(br, bi, ur[l], sg * ui[l]);
+        const FT vr = yr[l], vi = yi[l];
+        yr[l] = CMUL_RE(vr, vi, fr, fi);
+        yi[l] = CMUL_IM(vr, vi, fr, fi);
+      }
     }
+  }
 }
 
 /* Lines [l0, l0 + nl) of the job. A complex job takes one line per lane; a
