@@ -160,6 +160,10 @@ for dt in CX:
         assert torch.equal(got, want) if dt == torch.complex64 else torch.allclose(got, want, rtol=1e-12), what
     both(lambda a, b, s: torch.baddbmm(s, a, b, beta=0.2 + 0.4j, alpha=1.2 + 1.8j), a, b, s, what="baddbmm",
          scale=0.1)
+r = torch.tensor([[inf, 1.0, 2.0], [1.0, 2.0, 3.0], [nan, 0.0, 1.0], [inf, -inf, 0.0]])
+for k in range(2):  # real var_mean: the same Welford mean
+    both(lambda a: torch.var_mean(a, 1)[k], r, what=f"var_mean[{k}] float32")
+    both(lambda a: torch.std_mean(a[:, :1], 1, correction=0)[k], r, what=f"std_mean[{k}] of one value")
 """)
 
 
