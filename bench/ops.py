@@ -21,8 +21,9 @@ the numbers are noise. On a loaded machine, compare single-threaded:
 Goals (issue 3): ratio >= 0.7 for float32 and >= 1.0 for bfloat16; the
 summary at the end lists every (op, dtype, size) below its goal. The FFT
 cases (issue 18) run for float32 only, on complex64 (or float32 for rfft)
-operands of the same element count: batched 1-D transforms of length 4096 and
-2-D transforms of 256 x 256, against PyTorch CPU's FFT (MKL where PyTorch is
+operands of the same element count: batched 1-D transforms of length 4096,
+2-D transforms of 256 x 256 and single lines of 2^18 and 2^20 points (the
+first 2^k elements of the operand; irfft reads 2^(k-1) + 1 of them), against PyTorch CPU's FFT (MKL where PyTorch is
 built with it, else pocketfft); goal >= 0.5.
 """
 import argparse
@@ -56,7 +57,8 @@ def make_inputs(n, dtype, device):
     if dtype == torch.float32:  # FFT operands: n complex64 / float32 elements
         re, im = torch.randn(2, n, generator=g)
         z = torch.complex(re, im)
-        d.update(c4096=z.view(-1, 4096), c256=z.view(-1, 256, 256), r4096=re.view(-1, 4096))
+        d.update(c4096=z.view(-1, 4096), c256=z.view(-1, 256, 256), r4096=re.view(-1, 4096),
+                 z=z, re=re)
     return {k: v.to(device) for k, v in d.items()}
 
 
@@ -95,7 +97,15 @@ OPS = {
     "irfft(4096)": lambda t, dt: torch.fft.irfft(t["c4096"][:, :2049]),
     "fft2(256x256)": lambda t, dt: torch.fft.fft2(t["c256"]),
 }
-FFT_OPS = {"fft(4096)", "rfft(4096)", "irfft(4096)", "fft2(256x256)"}
+# one long line, nothing to batch across: the first 2^k elements of the operand
+for _k in (18, 20):
+    _n = 1 << _k
+    OPS.update({
+        f"fft({_n})": lambda t, dt, n=_n: torch.fft.fft(t["z"][:n]),
+        f"rfft({_n})": lambda t, dt, n=_n: torch.fft.rfft(t["re"][:n]),
+        f"irfft({_n})": lambda t, dt, n=_n: torch.fft.irfft(t["z"][:n // 2 + 1]),
+    })
+FFT_OPS = {o for o in OPS if "fft" in o}
 
 
 def timer(fn, device):

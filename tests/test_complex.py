@@ -1,7 +1,7 @@
 """complex64 / complex128 on tpu against PyTorch CPU: creation, copies and casts,
 views over the same storage (view_as_real, view_as_complex, .real/.imag), the lazy
-conjugate bit, shape and index ops, element-wise math with real and complex operands,
-reductions, products, autograd, and refusals."""
+conjugate bit, shape and index ops, element-wise math with real and complex operands
+(products and quotients of special values as CPU's), reductions, products, autograd, and refusals."""
 import math
 import warnings
 
@@ -167,6 +167,20 @@ def test_binary(mode, dtype, op):
     z = x.to(DEV)
     z.mul_(y.to(DEV))
     assert_same(z, x * y, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", CDT)
+def test_mul_div_special_values(mode, dtype):
+    """products and quotients of infinities, NaNs and signed zeros as CPU's c10::complex
+    computes them (no C99 recovery: 1j * (inf + inf i) and 0 / (inf + inf i) are NaN)"""
+    v = torch.tensor([0.0, -0.0, 1.0, -1.0, 2.0, math.inf, -math.inf, math.nan], dtype=torch.float64)
+    z = torch.complex(v.repeat_interleave(len(v)), v.repeat(len(v))).to(dtype)
+    a, b = z.repeat_interleave(len(z)), z.repeat(len(z))
+    for op in (torch.mul, torch.div):
+        got, want = op(a.to(DEV), b.to(DEV)), op(a, b)
+        assert_same(got, want, **tol(dtype))
+        assert torch.equal(got.real.isnan().cpu(), want.real.isnan()), op
+        assert torch.equal(got.imag.isnan().cpu(), want.imag.isnan()), op
 
 
 UNARY = ["neg", "abs", "angle", "sgn", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "tanh",

@@ -131,6 +131,38 @@ def test_float32_paths(n):
     assert_same(F.fft(xf.to(DEV)), F.fft(xf), atol=1e-4 * n ** 0.5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("n", [1 << 17, 81000])
+def test_long_lines(n):
+    """single lines past the caches (the two-pass split n = n1 n2, real lines
+    through their half-length complex transform): within float rounding of the
+    complex128 result; strided lines, a batch of two, both directions, every
+    norm, two-sided r2c, c2r from a short or long half spectrum, an odd real
+    length (the one-pass route)"""
+    F = torch.fft
+    x = rand((2, n), torch.complex128, 20)
+    r = rand((2, n), torch.float64, 21)
+    xf, rf = x.to(torch.complex64), r.to(torch.float32)
+    for norm in (None, "ortho", "forward"):
+        assert rel_err(F.fft(xf[0].to(DEV), norm=norm), F.fft(x[0], norm=norm)) < 1e-6
+        assert rel_err(F.ifft(xf[0].to(DEV), norm=norm), F.ifft(x[0], norm=norm)) < 1e-6
+        assert rel_err(F.rfft(rf[0].to(DEV), norm=norm), F.rfft(r[0], norm=norm)) < 1e-6
+        h = F.rfft(r[0])
+        assert rel_err(F.irfft(h.to(torch.complex64).to(DEV), n=n, norm=norm),
+                       F.irfft(h, n=n, norm=norm)) < 1e-6
+    assert rel_err(F.fft(xf.t().contiguous().to(DEV), dim=0), F.fft(x.t(), dim=0)) < 1e-6
+    assert rel_err(F.fft(xf.to(DEV)), F.fft(x)) < 1e-6
+    assert rel_err(F.rfft(rf.t().contiguous().to(DEV), dim=0), F.rfft(r.t(), dim=0)) < 1e-6
+    assert rel_err(F.rfft(rf.to(DEV)), F.rfft(r)) < 1e-6
+    assert rel_err(F.fft(rf[1].to(DEV)), F.fft(r[1])) < 1e-6  # r2c, two-sided
+    for m in (n // 3, n // 2 + 1, n):  # c2r reads n / 2 + 1 values, zero-padded
+        assert rel_err(F.irfft(xf[0, :m].to(DEV), n=n), F.irfft(x[0, :m], n=n)) < 1e-6
+        assert rel_err(F.hfft(xf[1, :m].to(DEV), n=n), F.hfft(x[1, :m], n=n)) < 1e-6
+    assert rel_err(F.rfft(rf[0, :n - 1].to(DEV)), F.rfft(r[0, :n - 1])) < 1e-6
+    assert_same(F.fft(x[1].to(DEV)), F.fft(x[1]), **tol(torch.complex128))
+    assert_same(F.irfft(x[1, : n // 2 + 1].to(DEV)), F.irfft(x[1, : n // 2 + 1]), **tol(torch.float64))
+    assert_same(F.rfft(r[1].to(DEV)), F.rfft(r[1]), **tol(torch.float64))
+
+
 def test_multi_dim_chunks(mode):
     """multi-dim transforms of batches larger than a cache-sized chunk (run chunk
     by chunk, the batch dim outermost or in the middle, c2r with its temporary)"""
@@ -155,7 +187,7 @@ import torch, torch_tpu
 F = torch.fft
 g = torch.Generator().manual_seed(0)
 for dt, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12)):
-    for shape in ((19, 256), (8, 100), (3, 1009), (2, 64, 64)):
+    for shape in ((19, 256), (8, 100), (3, 1009), (2, 64, 64), (1, 1 << 17), (1 << 16, 2)):
         r = torch.randn(shape, generator=g, dtype=torch.float64)
         x = torch.complex(r, torch.randn(shape, generator=g, dtype=torch.float64))
         cdt = torch.complex64 if dt == torch.float32 else torch.complex128

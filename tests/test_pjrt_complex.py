@@ -4,7 +4,8 @@ hypot's NaN rules, pow's special exponents), casts to and from complex, complex 
 constants keyed by value, views of the parts (also inside one DeferAndFuse graph, where a
 float view reads a complex value the graph wrote), the conjugate bit, reductions, products,
 polar/complex, every torch.fft function with each norm mode, and complex randn / uniform_ /
-normal_ drawing the host target's numbers."""
+normal_ drawing the host target's numbers; special values (infinities, NaNs, signed zeros) in
+exp/sin/cos/log/sqrt/div, scans, variances and products as CPU gives them."""
 import os
 import subprocess
 import sys
@@ -89,6 +90,80 @@ for dt in CX:
     both(lambda a: torch.pow(a, torch.tensor([2 + 0j, 3 + 3j, 0.5 + 1j, 1j], dtype=dt, device=a.device)),
          zero, what="0 ** w")
     both(lambda a: torch.log2(a), zero, what="log2(0)")  # real scalings part by part: no NaN
+""")
+
+
+def test_special_values_match_cpu():
+    """exp, sin, cos, log, sqrt and division on every pair of special parts (signed zeros,
+    infinities, NaN, tiny and huge values): CPU's values, NaN where CPU's are, and the sign
+    of every zero (C99 Annex G for the functions, c10's Smith division for /)"""
+    run("""
+import math
+vals = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e-30, 1e30, -1e30, float("inf"), -float("inf"),
+                     float("nan")], dtype=torch.float64)
+re, im = vals.repeat_interleave(len(vals)), vals.repeat(len(vals))
+
+def exact(got, want, what):
+    g, w = torch.view_as_real(got.cpu()).flatten(), torch.view_as_real(want).flatten()
+    t = TOL[want.dtype]
+    for i in range(len(w)):
+        a, b = g[i].item(), w[i].item()
+        ok = (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b)) \
+            or (b != 0 and abs(a - b) <= t["atol"] + t["rtol"] * abs(b))
+        assert ok, (what, i // 2, "real imag".split()[i % 2], a, b)
+
+for dt in CX:
+    z = torch.complex(re, im).to(dt)
+    d = z.to("tpu")
+    for op in ["exp", "sin", "cos", "log", "sqrt"]:
+        exact(getattr(torch, op)(d), getattr(torch, op)(z), f"{op} {dt}")
+    a, b = z.repeat_interleave(len(z)), z.repeat(len(z))
+    exact(a.to("tpu") / b.to("tpu"), a / b, f"div {dt}")
+    exact(d / 2, z / 2, f"div by a number {dt}")
+    exact(torch.ones_like(d) * (1 - 2j) / d, torch.ones_like(z) * (1 - 2j) / z, f"number / z {dt}")
+""")
+
+
+def test_scans_variances_and_products_with_specials():
+    """cumsum/cumprod, var/std (and their _mean: CPU's Welford mean is NaN where an infinite
+    value meets another), addmv and baddbmm on complex values with infinities and NaNs"""
+    run("""
+inf, nan = float("inf"), float("nan")
+for dt in CX:
+    x = torch.tensor([[1 + 1j, complex(inf, 0), 2 - 1j, complex(nan, 1)],
+                      [complex(0, inf), 1, complex(inf, inf), 3j],
+                      [1, 2, 3, 4]], dtype=dt)
+    y = rand(3, 4, dtype=dt)
+    for t, name in ((x, "specials"), (y, "finite")):
+        both(lambda a: a.cumsum(1), t, what=f"cumsum {name} {dt}")
+        both(lambda a: a.cumprod(1), t, what=f"cumprod {name} {dt}")
+        both(lambda a: a.cumprod(0), t, what=f"cumprod dim 0 {name} {dt}")
+        both(lambda a: a.var(1), t, what=f"var {name} {dt}")
+        both(lambda a: a.var(), t, what=f"var all {name} {dt}")
+        both(lambda a: a.std(0, correction=0, keepdim=True), t, what=f"std {name} {dt}")
+        for f in (torch.var_mean, torch.std_mean):
+            for k in range(2):
+                both(lambda a: f(a, 1)[k], t, what=f"{f.__name__}[{k}] {name} {dt}")
+                both(lambda a: f(a, 0, correction=0)[k], t, what=f"{f.__name__}[{k}] dim 0 {name} {dt}")
+        with torch.tpu.precision("highest"):
+            both(lambda a, v, c: torch.addmv(c, a, v, beta=1j, alpha=2), t, y[2], y[:, 0], what=f"addmv {name} {dt}")
+            both(lambda a, v, c: torch.addmv(c, a, v, beta=0.5, alpha=1 + 1j), t, t[2], t[:, 1], what=f"addmv {name} {dt}")
+            both(lambda a, b, c: torch.baddbmm(c, a, b, alpha=1 - 1j, beta=2), t.expand(2, 3, 4), y.t().expand(2, 4, 3),
+                 y[:, :3].expand(2, 3, 3), what=f"baddbmm {name} {dt}")
+    # small batched products (contraction x rows x cols < 400) are CPU's float loop: the same
+    # bits where alpha and beta are exact (else XLA may fuse a product by them into an FMA)
+    a, b, s = rand(2, 5, 5, dtype=dt), rand(2, 5, 10, dtype=dt), rand(5, 10, dtype=dt)
+    for what, f in (("bmm", lambda a, b, s: torch.bmm(a, b)),
+                    ("baddbmm", lambda a, b, s: torch.baddbmm(s, a, b, beta=0.5 + 1j, alpha=1.5 - 2j)),
+                    ("baddbmm beta 0", lambda a, b, s: torch.baddbmm(s, a, b, beta=0, alpha=2))):
+        got, want = f(a.to("tpu"), b.to("tpu"), s.to("tpu")).cpu(), f(a, b, s)
+        assert torch.equal(got, want) if dt == torch.complex64 else torch.allclose(got, want, rtol=1e-12), what
+    both(lambda a, b, s: torch.baddbmm(s, a, b, beta=0.2 + 0.4j, alpha=1.2 + 1.8j), a, b, s, what="baddbmm",
+         scale=0.1)
+r = torch.tensor([[inf, 1.0, 2.0], [1.0, 2.0, 3.0], [nan, 0.0, 1.0], [inf, -inf, 0.0]])
+for k in range(2):  # real var_mean: the same Welford mean
+    both(lambda a: torch.var_mean(a, 1)[k], r, what=f"var_mean[{k}] float32")
+    both(lambda a: torch.std_mean(a[:, :1], 1, correction=0)[k], r, what=f"std_mean[{k}] of one value")
 """)
 
 

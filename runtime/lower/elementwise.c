@@ -67,11 +67,105 @@ static ref_t on_branch_cut(em_t* e, const char* op, ref_t x, bool odd) {
   return make_complex(e, fr, fi);
 }
 
-/* e^z as C's cexp where the real part is -inf (zero, whatever the imaginary
- * part; XLA's gives NaN for an infinite or NaN one) */
+static ref_t is_finite(em_t* e, ref_t x) {
+  return emit(e, "stablehlo.is_finite", 1, &x, mkref(TPU_BOOL, x.nd, x.sz), NULL);
+}
+static ref_t is_inf(em_t* e, ref_t x) { return compare(e, "EQ", unop(e, "stablehlo.abs", x), like(e, x, INFINITY)); }
+static ref_t mul(em_t* e, ref_t a, ref_t b) { return binop(e, "stablehlo.multiply", a, b); }
+static ref_t and2(em_t* e, ref_t a, ref_t b) { return binop(e, "stablehlo.and", a, b); }
+static ref_t not1(em_t* e, ref_t a) { return unop(e, "stablehlo.not", a); }
+
+/* The complex exp, sin and cos below follow C99 Annex G (glibc's cexp, csin,
+ * ccos, as PyTorch CPU) where a part is infinite, NaN or a signed zero: the
+ * textbook real formulas, which give C's value everywhere else, with the
+ * cases where they make a NaN or lose a zero's sign overridden by selects.
+ * (XLA's complex versions give NaN parts where C keeps an infinity or a zero,
+ * and its sin/cos lose tiny imaginary parts.) */
+
+/* e^(x + iy) = e^x cos y + i e^x sin y; y = 0 gives (e^x, y); x = +inf with
+ * y infinite or NaN gives (inf, NaN), x = -inf gives (0, +-0 by y's sign) */
 static ref_t complex_exp(em_t* e, ref_t z) {
-  ref_t re = re_part(e, z);
-  return select3(e, compare(e, "EQ", re, like(e, re, -INFINITY)), like(e, z, 0), unop(e, "stablehlo.exponential", z));
+  ref_t x = re_part(e, z), y = im_part(e, z), ex = unop(e, "stablehlo.exponential", x);
+  ref_t re = mul(e, ex, unop(e, "stablehlo.cosine", y)), im = mul(e, ex, unop(e, "stablehlo.sine", y));
+  ref_t y0 = compare(e, "EQ", y, like(e, y, 0)), ynf = not1(e, is_finite(e, y));
+  re = select3(e, y0, ex, re);
+  im = select3(e, y0, y, im);
+  ref_t pinf = and2(e, compare(e, "EQ", x, like(e, x, INFINITY)), ynf);
+  ref_t minf = and2(e, compare(e, "EQ", x, like(e, x, -INFINITY)), ynf);
+  re = select3(e, pinf, like(e, re, INFINITY), select3(e, minf, like(e, re, 0), re));
+  im = select3(e, minf, select3(e, sign_bit(e, y), like(e, im, -0.0), like(e, im, 0)), im);
+  return make_complex(e, re, im);
+}
+
+/* sin(x + iy) = sin x cosh y + i cos x sinh y; x = 0 keeps its zero as the
+ * real part; x infinite or NaN gives y as the imaginary part where y is 0 or
+ * infinite */
+static ref_t complex_sin(em_t* e, ref_t z) {
+  ref_t x = re_part(e, z), y = im_part(e, z);
+  ref_t re = mul(e, unop(e, "stablehlo.sine", x), unop(e, "chlo.cosh", y));
+  ref_t im = mul(e, unop(e, "stablehlo.cosine", x), unop(e, "chlo.sinh", y));
+  re = select3(e, compare(e, "EQ", x, like(e, x, 0)), x, re);
+  ref_t keep = binop(e, "stablehlo.or", compare(e, "EQ", y, like(e, y, 0)), is_inf(e, y));
+  im = select3(e, and2(e, not1(e, is_finite(e, x)), keep), y, im);
+  return make_complex(e, re, im);
+}
+
+/* cos(x + iy) = cos x cosh y - i sin x sinh y; x = 0 with an infinite
+ * product gives -x sign(y) (x where y is NaN) as the imaginary part; x
+ * infinite or NaN gives +0 there where y = 0, and (inf, NaN) where y is
+ * infinite */
+static ref_t complex_cos(em_t* e, ref_t z) {
+  ref_t x = re_part(e, z), y = im_part(e, z);
+  ref_t re = mul(e, unop(e, "stablehlo.cosine", x), unop(e, "chlo.cosh", y));
+  ref_t im = unop(e, "stablehlo.negate", mul(e, unop(e, "stablehlo.sine", x), unop(e, "chlo.sinh", y)));
+  ref_t x0 = and2(e, compare(e, "EQ", x, like(e, x, 0)), is_nan(e, im));
+  im = select3(e, x0, select3(e, is_nan(e, y), x, unop(e, "stablehlo.negate", mul(e, x, unop(e, "stablehlo.sign", y)))), im);
+  ref_t xnf = not1(e, is_finite(e, x));
+  im = select3(e, and2(e, xnf, compare(e, "EQ", y, like(e, y, 0))), like(e, im, 0), im);
+  re = select3(e, and2(e, xnf, is_inf(e, y)), like(e, re, INFINITY), re);
+  return make_complex(e, re, im);
+}
+
+/* log z, XLA's where both parts are finite; else C's: log|z| (inf where a
+ * part is infinite, else NaN) as the real part */
+static ref_t complex_log(em_t* e, ref_t z) {
+  ref_t l = unop(e, "stablehlo.log", z);
+  ref_t fin = and2(e, is_finite(e, re_part(e, z)), is_finite(e, im_part(e, z)));
+  return make_complex(e, select3(e, fin, re_part(e, l), unop(e, "stablehlo.log", abs_of(e, z))), im_part(e, l));
+}
+
+/* y = sqrt(z) with C's values where a part of z is infinite or NaN: (inf,
+ * b) for an infinite imaginary part b; for a NaN one, (inf, NaN) where the
+ * real part is +inf, (NaN, inf) where it is -inf, else NaN + i NaN */
+static ref_t sqrt_specials(em_t* e, ref_t z, ref_t y) {
+  ref_t a = re_part(e, z), b = im_part(e, z), re = re_part(e, y), im = im_part(e, y);
+  ref_t bnan = is_nan(e, b), binf = is_inf(e, b), nan = like(e, re, NAN), inf = like(e, re, INFINITY);
+  ref_t pinf = compare(e, "EQ", a, like(e, a, INFINITY)), minf = compare(e, "EQ", a, like(e, a, -INFINITY));
+  re = select3(e, binf, inf, select3(e, bnan, select3(e, pinf, inf, nan), re));
+  im = select3(e, binf, b, select3(e, bnan, select3(e, minf, inf, nan), im));
+  return make_complex(e, re, im);
+}
+
+/* a / b as c10::complex's division (Smith's: the ratio of the smaller part
+ * of b to the larger), which PyTorch CPU's kernels agree with on infinities
+ * and NaNs: (0, 0) divides each part by the zero magnitudes */
+static ref_t complex_div(em_t* e, ref_t a, ref_t b) {
+  ref_t ar = re_part(e, a), ai = im_part(e, a), c = re_part(e, b), d = im_part(e, b);
+  ref_t ac = unop(e, "stablehlo.abs", c), ad = unop(e, "stablehlo.abs", d);
+  ref_t big = compare(e, "GE", ac, ad);
+  ref_t rat = binop(e, "stablehlo.divide", select3(e, big, d, c), select3(e, big, c, d));
+  ref_t den = binop(e, "stablehlo.add", select3(e, big, c, d), mul(e, select3(e, big, d, c), rat));
+  ref_t scl = binop(e, "stablehlo.divide", like(e, den, 1), den);
+  /* big: (ar + ai rat, ai - ar rat); else (ar rat + ai, ai rat - ar) */
+  ref_t re = select3(e, big, binop(e, "stablehlo.add", ar, mul(e, ai, rat)), binop(e, "stablehlo.add", mul(e, ar, rat), ai));
+  ref_t im = select3(e, big, binop(e, "stablehlo.subtract", ai, mul(e, ar, rat)),
+                     binop(e, "stablehlo.subtract", mul(e, ai, rat), ar));
+  re = mul(e, re, scl);
+  im = mul(e, im, scl);
+  ref_t zero = and2(e, compare(e, "EQ", ac, like(e, ac, 0)), compare(e, "EQ", ad, like(e, ad, 0)));
+  re = select3(e, zero, binop(e, "stablehlo.divide", ar, ac), re);
+  im = select3(e, zero, binop(e, "stablehlo.divide", ai, ad), im);
+  return make_complex(e, re, im);
 }
 
 /* whether tensor argument i is complex */
@@ -93,12 +187,17 @@ static bool lower_unary(node_t* n, const char* base, ref_t* outs) {
     ref_t x = arg_out(n, 0, IS_OP(neg) ? odt : TPU_C128), y;
     if (IS_OP(exp)) {
       y = complex_exp(e, x);
+    } else if (IS_OP(sin) || IS_OP(cos)) {
+      y = IS_OP(sin) ? complex_sin(e, x) : complex_cos(e, x);
+    } else if (IS_OP(log)) {
+      y = complex_log(e, x);
     } else if (IS_OP(sgn)) { /* z / |z|, 0 at 0, as PyTorch's sgn (XLA's sign drops a NaN part) */
       ref_t m = abs_of(e, x);
       y = make_complex(e, binop(e, "stablehlo.divide", re_part(e, x), m), binop(e, "stablehlo.divide", im_part(e, x), m));
       y = select3(e, compare(e, "EQ", x, like(e, x, 0)), like(e, x, 0), y);
     } else if (odd || IS_OP(sqrt) || IS_OP(rsqrt) || IS_OP(acos) || IS_OP(acosh)) {
       y = on_branch_cut(e, r->op, x, odd);
+      if (IS_OP(sqrt)) y = sqrt_specials(e, x, y);
     } else {
       y = unop(e, r->op, x);
     }
@@ -148,7 +247,7 @@ static bool lower_div(node_t* n, const char* base, ref_t* outs) {
     const char* mode = IS_OP(floor_divide) ? "floor" : tpu_arg_str(c, 2, NULL);
     if (mode && (odt == TPU_BOOL || tpu_dtype_is_complex(odt))) return false;
     ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
-    ref_t q = binop(e, "stablehlo.divide", a, b); /* integers: truncated */
+    ref_t q = tpu_dtype_is_complex(odt) ? complex_div(e, a, b) : binop(e, "stablehlo.divide", a, b); /* integers: truncated */
     if (!tpu_dtype_is_float(odt) && !tpu_dtype_is_complex(odt)) {
       if (!mode) return false; /* true division of integers is float (odt says so) */
       if (!strcmp(mode, "floor")) { /* one less where the remainder is nonzero and the signs differ */

@@ -183,6 +183,8 @@ void check_range(em_t* e, ref_t idx, int64_t lo, int64_t size, int dim, bool ind
 /* The same for probabilities: every value of p in [0, 1] (NaN fails). */
 void check_prob(em_t* e, ref_t p);
 void pool_window(const tpu_call_t* c, int k, int ik, int is, int ip, int idl, const tpu_tensor_t* out, window_t* w);
+/* The sum over dims (kept, as size 1) of |a - mean|^2, a real value for a
+ * complex a; *mean the mean over dims (kept), *xc the centred values. */
 ref_t centred_sum_squares(em_t* e, ref_t a, int nr, const int64_t* dims, double cnt, ref_t* mean, ref_t* xc);
 ref_t dot_general(em_t* e, ref_t a, ref_t b, int nbatch, int ca, int cb, ref_t res, tpu_precision_t p);
 ref_t read_tensor(em_t* e, const tpu_tensor_t* t);

@@ -12,8 +12,88 @@
 
 #include "lower/emit.h"
 
+/* CPU's size below which bmm / baddbmm run its plain loop (contraction x rows x cols) */
+#define SMALL_BMM 400
+
+/* Arithmetic on the parts of complex values as CPU's float loop does it: the
+ * parts are held in f64 and, for complex64, each result rounded to f32's
+ * precision by reduce_precision (a product of f32 values is exact in f64, so
+ * this is f32 arithmetic; with a convert to f32 and back instead, XLA narrows
+ * the ops to f32 and fuses products into FMAs). A product by an inexact
+ * constant (alpha, beta) can still differ from CPU's by an ulp. */
+typedef struct {
+  em_t* e;
+  bool f32;
+} parts_t;
+
+static ref_t p_op(const parts_t* p, const char* op, ref_t a, ref_t b) {
+  ref_t r = binop(p->e, op, a, b);
+  return p->f32 ? emit(p->e, "stablehlo.reduce_precision", 1, &r, r, "exponent_bits = 8 : i32, mantissa_bits = 23 : i32")
+                : r;
+}
+
+/* (xr, xi) * (yr, yi) into (zr, zi), c10::complex's product */
+static void p_mul(const parts_t* p, ref_t xr, ref_t xi, ref_t yr, ref_t yi, ref_t* zr, ref_t* zi) {
+  *zr = p_op(p, "stablehlo.subtract", p_op(p, "stablehlo.multiply", xr, yr), p_op(p, "stablehlo.multiply", xi, yi));
+  *zi = p_op(p, "stablehlo.add", p_op(p, "stablehlo.multiply", xr, yi), p_op(p, "stablehlo.multiply", xi, yr));
+}
+
+/* Complex bmm / baddbmm below SMALL_BMM as CPU's loop computes them: per
+ * output, the products added in contraction order to a zero, then for
+ * baddbmm alpha * sum, plus self * beta unless beta is 0, alpha and beta
+ * complex numbers. (A dot_general sums in another order, which shows where
+ * the terms cancel.) */
+static bool bmm_in_order(node_t* n, bool add, ref_t* outs) {
+  LOWER_LOCALS;
+  const int i0 = add ? 1 : 0;
+  ref_t a = convert(e, arg(n, i0), odt), b = convert(e, arg(n, i0 + 1), odt);
+  if (a.nd != 3 || b.nd != 3) return false;
+  const int64_t nb = a.sz[0], m = a.sz[1], k = a.sz[2], nn = b.sz[2];
+  if (k * m * nn >= SMALL_BMM) return false;
+  const parts_t p = {e, odt == TPU_C64};
+  const int64_t osz[3] = {nb, m, nn}, asz[2] = {nb, m}, bsz[2] = {nb, nn};
+  const int64_t adims[2] = {0, 1}, bdims[2] = {0, 2};
+  ref_t ar = convert(e, re_part(e, a), TPU_F64), ai = convert(e, im_part(e, a), TPU_F64);
+  ref_t br = convert(e, re_part(e, b), TPU_F64), bi = convert(e, im_part(e, b), TPU_F64);
+  ref_t sr = cst_like(e, TPU_F64, 0, 3, osz), si = sr;
+  for (int64_t j = 0; j < k; j++) {
+    const int64_t a0[3] = {0, 0, j}, a1[3] = {nb, m, j + 1}, b0[3] = {0, j, 0}, b1[3] = {nb, j + 1, nn};
+    ref_t x[2], y[2], pr, pi;
+    for (int q = 0; q < 2; q++) {
+      x[q] = bcast_dims(e, reshape(e, slice(e, q ? ai : ar, a0, a1), 2, asz), 3, osz, adims);
+      y[q] = bcast_dims(e, reshape(e, slice(e, q ? bi : br, b0, b1), 2, bsz), 3, osz, bdims);
+    }
+    p_mul(&p, x[0], x[1], y[0], y[1], &pr, &pi);
+    sr = p_op(&p, "stablehlo.add", sr, pr);
+    si = p_op(&p, "stablehlo.add", si, pi);
+  }
+  if (add) {
+    double al[2] = {1, 0}, be[2] = {1, 0};
+    if (i0 + 3 < c->nargs) tpu_arg_complex(c, i0 + 3, al);
+    if (i0 + 2 < c->nargs) tpu_arg_complex(c, i0 + 2, be);
+    for (int q = 0; q < 2 && p.f32; q++) { /* CPU's alpha and beta are complex<float> */
+      al[q] = (float)al[q];
+      be[q] = (float)be[q];
+    }
+    p_mul(&p, cst_like(e, TPU_F64, al[0], 3, osz), cst_like(e, TPU_F64, al[1], 3, osz), sr, si, &sr, &si);
+    if (be[0] != 0 || be[1] != 0) {
+      ref_t s = arg_out(n, 0, odt), tr, ti;
+      p_mul(&p, convert(e, re_part(e, s), TPU_F64), convert(e, im_part(e, s), TPU_F64), cst_like(e, TPU_F64, be[0], 3, osz),
+            cst_like(e, TPU_F64, be[1], 3, osz), &tr, &ti);
+      sr = p_op(&p, "stablehlo.add", tr, sr);
+      si = p_op(&p, "stablehlo.add", ti, si);
+    }
+  }
+  const tpu_dtype_t part = tpu_dtype_complex_part(odt);
+  outs[0] = make_complex(e, convert(e, sr, part), convert(e, si, part));
+  return true;
+}
+
 static bool lower_mm(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
+  if ((!strcmp(base, "bmm") || !strcmp(base, "baddbmm")) && tpu_dtype_is_complex(odt) &&
+      bmm_in_order(n, base[0] == 'b' && base[1] == 'a', outs))
+    return true;
   /* matmuls */
   if (!strcmp(base, "mm") || !strcmp(base, "bmm") || !strcmp(base, "addmm") || !strcmp(base, "baddbmm") ||
       !strcmp(base, "mv") || !strcmp(base, "dot") || !strcmp(base, "vdot") || !strcmp(base, "addmv")) {

@@ -75,6 +75,15 @@ static bool lower_sum(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* the mean of one real part m (kept dims) as CPU's Welford pass leaves it: NaN
+ * where more than one value is reduced and one of a's is infinite (an
+ * infinite running mean meets inf - inf at the next value) */
+static ref_t welford_part(em_t* e, ref_t a, ref_t m, int nr, const int64_t* dims) {
+  ref_t inf = compare(e, "EQ", unop(e, "stablehlo.abs", a), cst_like(e, a.dt, INFINITY, a.nd, a.sz));
+  ref_t any = reduce_keep(e, convert(e, inf, a.dt), nr, dims, "stablehlo.maximum", 0);
+  return select3(e, compare(e, "GT", any, cst_like(e, a.dt, 0, any.nd, any.sz)), cst_like(e, m.dt, NAN, m.nd, m.sz), m);
+}
+
 static bool lower_var(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   /* ---- reductions ---- */
@@ -86,7 +95,8 @@ static bool lower_var(node_t* n, const char* base, ref_t* outs) {
     int nr = red_dims(n, 1, x->ndim, dims);
     for (int k = 0; k < nr; k++) cnt *= x->sizes[dims[k]];
     const double corr = tpu_arg_is_none(c, 2) ? 1.0 : tpu_arg_f64(c, 2, 1.0);
-    tpu_dtype_t ct = acc_type(odt);
+    /* complex: the mean of the values, the squares of the magnitudes (a real result) */
+    tpu_dtype_t ct = tpu_dtype_is_complex(x->dtype) ? x->dtype : acc_type(odt);
     ref_t a = convert(e, arg(n, 0), ct);
     ref_t mean, xc;
     ref_t ss = centred_sum_squares(e, a, nr, dims, (double)cnt, &mean, &xc);
@@ -94,8 +104,14 @@ static bool lower_var(node_t* n, const char* base, ref_t* outs) {
     ref_t v = scalar_op(e, "stablehlo.divide", ss, div > 0 ? div : 0.0);
     if (!strncmp(base, "std", 3)) v = unop(e, "stablehlo.sqrt", v);
     outs[0] = reshape(e, convert(e, v, odt), o->ndim, o->sizes);
-    if (c->nouts > 1)
+    if (c->nouts > 1) {
+      if (cnt > 1 && tpu_dtype_is_complex(ct))
+        mean = make_complex(e, welford_part(e, re_part(e, a), re_part(e, mean), nr, dims),
+                            welford_part(e, im_part(e, a), im_part(e, mean), nr, dims));
+      else if (cnt > 1)
+        mean = welford_part(e, a, mean, nr, dims);
       outs[1] = reshape(e, convert(e, mean, c->outs[1].dtype), c->outs[1].ndim, c->outs[1].sizes);
+    }
     return true;
   }
   return false;

@@ -829,6 +829,12 @@ ref_t centred_sum_squares(em_t* e, ref_t a, int nr, const int64_t* dims, double 
                                  ref_t* mean, ref_t* xc) {
   *mean = scalar_op(e, "stablehlo.divide", reduce_keep(e, a, nr, dims, "stablehlo.add", 0), cnt);
   *xc = binop(e, "stablehlo.subtract", a, bcast(e, *mean, a.nd, a.sz));
+  if (tpu_dtype_is_complex(a.dt)) { /* |xc|^2, a real sum */
+    ref_t re = re_part(e, *xc), im = im_part(e, *xc);
+    return reduce_keep(e, binop(e, "stablehlo.add", binop(e, "stablehlo.multiply", re, re),
+                                binop(e, "stablehlo.multiply", im, im)),
+                       nr, dims, "stablehlo.add", 0);
+  }
   return reduce_keep(e, binop(e, "stablehlo.multiply", *xc, *xc), nr, dims, "stablehlo.add", 0);
 }
 

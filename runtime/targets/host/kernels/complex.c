@@ -149,6 +149,20 @@ static inline zc_t zmul(zc_t a, zc_t b) {
   return CMPLX(creal(a) * creal(b) - cimag(a) * cimag(b), creal(a) * cimag(b) + cimag(a) * creal(b));
 }
 
+/* a / b as c10::complex divides (Smith's: the ratio of b's smaller part to
+ * its larger; a zero b divides each part by zero), whose infinities and NaNs
+ * CPU's kernels give (C's division recovers infinities where these are NaN) */
+static inline zc_t zdiv(zc_t a, zc_t b) {
+  const double ar = creal(a), ai = cimag(a), c = creal(b), d = cimag(b);
+  if (fabs(c) >= fabs(d)) {
+    if (c == 0 && d == 0) return CMPLX(ar / fabs(c), ai / fabs(d));
+    const double rat = d / c, scl = 1.0 / (c + d * rat);
+    return CMPLX((ar + ai * rat) * scl, (ai - ar * rat) * scl);
+  }
+  const double rat = c / d, scl = 1.0 / (d + c * rat);
+  return CMPLX((ar * rat + ai) * scl, (ai * rat - ar) * scl);
+}
+
 /* log(1 + z) as c10's CPU log1p computes it */
 static zc_t zlog1p(zc_t z) {
   const zc_t u = z + 1;
@@ -177,11 +191,11 @@ static void b_add(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
 }
 static void b_mul(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
   (void)v;
-  for (int64_t i = 0; i < n; i++) o[i] = in[0][i] * in[1][i];
+  for (int64_t i = 0; i < n; i++) o[i] = zmul(in[0][i], in[1][i]);
 }
 static void b_div(const void* v, int64_t n, zc_t* o, const zc_t* const* in) {
   (void)v;
-  for (int64_t i = 0; i < n; i++) o[i] = in[0][i] / in[1][i];
+  for (int64_t i = 0; i < n; i++) o[i] = zdiv(in[0][i], in[1][i]);
 }
 /* pow as CPU's kernels: std::pow of the dtype's complex (C's cpowf / cpow),
  * and for a Scalar exponent of 0, 1, 2, 3, -2, 0.5, -0.5 or -1 the fill,

@@ -69,6 +69,22 @@ typedef struct fft_plan {
 
 typedef enum { K_C2C, K_R2C, K_C2R } fft_kind_t;
 
+/* exp(-2 pi i p / n) for 0 <= p < n as hi[p >> sh] * lo[p & mask]: two
+ * tables of about sqrt(n) (re, im) pairs in the plan's precision instead of
+ * one of n. */
+typedef struct fft_unit_table {
+  int64_t n;
+  int sh;
+  int64_t mask;
+  void* hi;
+  void* lo;
+  /* for the four-step twiddles (else NULL): exp(-2 pi i k l / n) for rows
+   * k < the first pass's length and l < FFT_VB, at [k FFT_VB + l], real and
+   * imaginary parts apart */
+  void* lane_re;
+  void* lane_im;
+} fft_unit_table_t;
+
 typedef struct fft_job {
   const tpu_tensor_t* src;
   const tpu_tensor_t* dst;
@@ -81,8 +97,24 @@ typedef struct fft_job {
   int64_t lines;
   int64_t lanes;     /* complex lanes of a full block */
   int64_t per_block; /* lines of a full block: lanes, or 2 lanes for real kinds */
+  /* the first pass of a long line (see along_long): element k of line l is
+   * multiplied by exp(-+2 pi i k l / tw4->n) after its transform; else NULL */
+  const fft_unit_table_t* tw4;
   _Atomic int failed;
 } fft_job_t;
+
+/* The pass between a real long line and its half-length complex transform
+ * (see along_long): pairs (k, m - k) for k in [begin, end) of [0, m / 2]. */
+typedef struct fft_real_pass {
+  const fft_unit_table_t* t; /* n = 2 m */
+  int64_t m;
+  const void* x; /* r2c: unused; c2r: the half spectrum, xlen values at stride xs */
+  int64_t xs, xlen;
+  void* z; /* r2c: Z in, X out (stride zs); c2r: Z out (contiguous) */
+  int64_t zs;
+  bool two_sided; /* r2c: X has 2 m values, the upper half conjugates */
+  double scale;
+} fft_real_pass_t;
 
 static void fft_unit(int64_t num, int64_t den, double* re, double* im) { /* exp(-2 pi i num / den) */
   const double a = -2.0 * M_PI * (double)(num % den) / (double)den;
@@ -146,12 +178,12 @@ static size_t fft_buf_elems(const fft_job_t* j) {
   return (size_t)((4 * p->n + (p->sub ? 4 * p->m : 0)) * j->lanes);
 }
 
-/* Byte offsets of line l's first element in src and dst. */
-static void fft_line_offsets(const fft_job_t* j, int64_t l, int64_t* so, int64_t* dof) {
-  const tpu_tensor_t *src = j->src, *dst = j->dst;
+/* Byte offsets of the first element of line l along dim in src and dst. */
+static void fft_line_offsets(const tpu_tensor_t* src, const tpu_tensor_t* dst, int dim, int64_t l,
+                             int64_t* so, int64_t* dof) {
   int64_t rem = l, s = 0, d = 0;
   for (int k = dst->ndim - 1; k >= 0; k--) {
-    if (k == j->dim) continue;
+    if (k == dim) continue;
     const int64_t i = rem % dst->sizes[k];
     rem /= dst->sizes[k];
     s += i * src->strides[k];
@@ -179,6 +211,9 @@ typedef struct fft_kernels {
   void (*exec)(const fft_plan_t* p, int64_t w, void* ar, void* ai, void* br, void* bi, void* work,
                void** out_r, void** out_i);
   void (*blocks)(void* job, int64_t begin, int64_t end);
+  /* tpu_parallel_for bodies over a fft_real_pass_t */
+  void (*real_post)(void* pass, int64_t begin, int64_t end);
+  void (*real_pre)(void* pass, int64_t begin, int64_t end);
 } fft_kernels_t;
 
 #ifdef TPU_HAVE_AVX2_BUILD
@@ -302,11 +337,15 @@ TPU_VM_AVX2_INLINE void fft_f32_tile_store_avx2(float* const* rows, int64_t k0, 
 #undef FT_C
 #undef FT_R
 
-static const fft_kernels_t k_fft_f_portable = {"portable", fft_f_p_exec_any, fft_f_p_blocks};
-static const fft_kernels_t k_fft_d_portable = {"portable", fft_d_p_exec_any, fft_d_p_blocks};
+static const fft_kernels_t k_fft_f_portable = {"portable", fft_f_p_exec_any, fft_f_p_blocks,
+                                             fft_f_p_real_post, fft_f_p_real_pre};
+static const fft_kernels_t k_fft_d_portable = {"portable", fft_d_p_exec_any, fft_d_p_blocks,
+                                             fft_d_p_real_post, fft_d_p_real_pre};
 #ifdef TPU_HAVE_AVX2_BUILD
-static const fft_kernels_t k_fft_f_avx2 = {"avx2", fft_f_a_exec_any, fft_f_a_blocks};
-static const fft_kernels_t k_fft_d_avx2 = {"avx2", fft_d_a_exec_any, fft_d_a_blocks};
+static const fft_kernels_t k_fft_f_avx2 = {"avx2", fft_f_a_exec_any, fft_f_a_blocks,
+                                             fft_f_a_real_post, fft_f_a_real_pre};
+static const fft_kernels_t k_fft_d_avx2 = {"avx2", fft_d_a_exec_any, fft_d_a_blocks,
+                                             fft_d_a_real_post, fft_d_a_real_pre};
 #endif
 
 static const fft_kernels_t* kernels_for(bool dbl) {
@@ -489,15 +528,14 @@ static fft_plan_t* plan_get(int64_t n, bool dbl) {
 
 /* ---- transforms along one dim ---- */
 
-static tpu_status_t along(const char* op, const tpu_tensor_t* src, const tpu_tensor_t* dst, int dim,
-                          int64_t n, fft_kind_t kind, bool forward, int64_t norm) {
-  if (n == 0 || tpu_tensor_numel(dst) == 0) return TPU_OK;
-  const bool dbl = tpu_dtype_size(dst->dtype) == (kind == K_C2R ? 8 : 16) ||
-                   tpu_dtype_size(src->dtype) == (kind == K_R2C ? 8 : 16);
-  fft_plan_t* plan = plan_get(n, dbl);
-  if (!plan) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a length-%lld plan", op, (long long)n);
-  fft_job_t j = {src, dst, dim, n, kind, forward, 1.0, plan, 0, 0, 0, 0};
-  j.scale = norm == 2 ? 1.0 / (double)n : norm == 1 ? 1.0 / sqrt((double)n) : 1.0;
+/* The lines along dim, in blocks of lanes split across the thread pool,
+ * with a given plan (of length n), scale and four-step twiddles (or NULL). */
+static tpu_status_t along_lines(const char* op, const tpu_tensor_t* src, const tpu_tensor_t* dst,
+                                int dim, fft_kind_t kind, bool forward, double scale,
+                                const fft_plan_t* plan, const fft_unit_table_t* tw4) {
+  const int64_t n = plan->n;
+  const bool dbl = plan->dbl;
+  fft_job_t j = {src, dst, dim, n, kind, forward, scale, plan, 0, 0, 0, tw4, 0};
   j.lines = tpu_tensor_numel(dst) / dst->sizes[dim];
   const int64_t lane_bytes = (4 * n + (plan->sub ? 4 * plan->m : 0)) * (dbl ? 8 : 4);
   const int64_t line_per_lane = kind == K_C2C ? 1 : 2;
@@ -515,9 +553,193 @@ static tpu_status_t along(const char* op, const tpu_tensor_t* src, const tpu_ten
   const int64_t blocks = (j.lines + j.per_block - 1) / j.per_block;
   const int64_t per = n * j.per_block, grain = per >= 32768 ? 1 : (32768 + per - 1) / per;
   tpu_parallel_for(blocks, grain, kernels_for(dbl)->blocks, &j);
-  plan_release(plan);
   if (j.failed) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a length-%lld line", op, (long long)n);
   return TPU_OK;
+}
+
+/* ---- long lines: the four-step split ----
+ * A line of n = n1 n2 complex values longer than the caches is viewed as an
+ * n1 x n2 matrix, x_{a n2 + b} at (a, b). Pass 1 transforms its n2 columns
+ * (n1 points each, blocks of adjacent columns as lanes) into a temporary,
+ * multiplying (k1, b) by W^(k1 b), W = exp(-2 pi i / n); pass 2 transforms
+ * the temporary's n1 rows (n2 points) into X_{k1 + n1 k2}. Each pass keeps
+ * a block of lanes in cache and splits its blocks across the pool. A real
+ * line of even length n goes through the complex transform of length n / 2
+ * of its value pairs (fft_kernel.h's real_post and real_pre). */
+
+/* the smallest line (values of a complex transform) taken in two passes:
+ * where one lane's buffers (16 n bytes for float) outgrow the L2 cache */
+#define FFT_LONG_MIN_BYTES (1 << 20)
+/* neither factor of the split below this */
+#define FFT_LONG_MIN_FACTOR 16
+
+static void unit_table_free(fft_unit_table_t* t) {
+  free(t->hi);
+  free(t->lo);
+  free(t->lane_re);
+  free(t->lane_im);
+}
+
+/* the lane table of t for rows < n1, from hi and lo (products in double) */
+static bool unit_table_lanes(fft_unit_table_t* t, int64_t n1, bool dbl) {
+  const size_t vs = dbl ? sizeof(double) : sizeof(float);
+  t->lane_re = malloc((size_t)(n1 * FFT_VB) * vs);
+  t->lane_im = malloc((size_t)(n1 * FFT_VB) * vs);
+  if (!t->lane_re || !t->lane_im) return false;
+  for (int64_t k = 0; k < n1; k++)
+    for (int64_t l = 0; l < FFT_VB; l++) {
+      const int64_t p = k * l % t->n, h = p >> t->sh, o = p & t->mask;
+      const double hr = dbl ? ((double*)t->hi)[2 * h] : ((float*)t->hi)[2 * h];
+      const double hi = dbl ? ((double*)t->hi)[2 * h + 1] : ((float*)t->hi)[2 * h + 1];
+      const double lr = dbl ? ((double*)t->lo)[2 * o] : ((float*)t->lo)[2 * o];
+      const double li = dbl ? ((double*)t->lo)[2 * o + 1] : ((float*)t->lo)[2 * o + 1];
+      put_split(t->lane_re, t->lane_im, dbl, k * FFT_VB + l, hr * lr - hi * li, hr * li + hi * lr);
+    }
+  return true;
+}
+
+static bool unit_table_make(fft_unit_table_t* t, int64_t n, bool dbl) {
+  int sh = 0;
+  while (((int64_t)1 << (2 * sh)) < n) sh++;
+  const int64_t s = (int64_t)1 << sh, nh = (n - 1) / s + 1;
+  const size_t vs = dbl ? sizeof(double) : sizeof(float);
+  *t = (fft_unit_table_t){n, sh, s - 1, malloc((size_t)nh * 2 * vs), malloc((size_t)s * 2 * vs), NULL, NULL};
+  if (!t->hi || !t->lo) {
+    unit_table_free(t);
+    return false;
+  }
+  double re, im;
+  for (int64_t i = 0; i < nh; i++) {
+    fft_unit(i * s, n, &re, &im);
+    put_z(t->hi, dbl, i, re, im);
+  }
+  for (int64_t i = 0; i < s; i++) {
+    fft_unit(i, n, &re, &im);
+    put_z(t->lo, dbl, i, re, im);
+  }
+  return true;
+}
+
+/* The split n = n1 n2 with n1 >= n2 as close as it gets to sqrt(n), or
+ * false when n is too short for two passes or has no such split. */
+static bool long_split(int64_t n, bool dbl, int64_t* n1, int64_t* n2) {
+  if (n * 4 * (dbl ? 8 : 4) < FFT_LONG_MIN_BYTES) return false;
+  int64_t d = 1;
+  for (int64_t f = 2; f * f <= n; f++)
+    if (n % f == 0) d = f;
+  *n1 = n / d;
+  *n2 = d;
+  return d >= FFT_LONG_MIN_FACTOR;
+}
+
+/* 2-D views of a line at byte offset off: (rows, cols) with element
+ * strides (rs, cs) */
+static tpu_tensor_t line_view(const tpu_tensor_t* t, tpu_dtype_t dtype, int64_t off, int64_t rows,
+                              int64_t cols, int64_t rs, int64_t cs) {
+  tpu_tensor_t v = *t;
+  v.data = (char*)t->data + off;
+  v.dtype = dtype;
+  v.ndim = 2;
+  v.sizes[0] = rows;
+  v.sizes[1] = cols;
+  v.strides[0] = rs;
+  v.strides[1] = cs;
+  return v;
+}
+
+/* One complex line of n1 n2 values, src view (n1, n2) to dst view (n1, n2)
+ * holding X_{k1 + n1 k2} at (k1, k2), through tmp (n1 n2 values of the
+ * plan's complex dtype). */
+static tpu_status_t long_c2c(const char* op, const tpu_tensor_t* src, const tpu_tensor_t* dst,
+                             bool forward, double scale, const fft_plan_t* p1, const fft_plan_t* p2,
+                             const fft_unit_table_t* tw4, void* tmp) {
+  const int64_t n1 = p1->n, n2 = p2->n;
+  tpu_tensor_t t;
+  const int64_t sizes[2] = {n1, n2};
+  tpu_tensor_make_contig(&t, tmp, p1->dbl ? TPU_C128 : TPU_C64, 2, sizes);
+  TPU_RETURN_IF_ERROR(along_lines(op, src, &t, 0, K_C2C, forward, 1.0, p1, tw4));
+  return along_lines(op, &t, dst, 1, K_C2C, forward, scale, p2, NULL);
+}
+
+/* Every line along dim through the four-step split of the complex length
+ * n / 2 (real kinds) or n; false in *done where this route does not apply
+ * (short lines, no split, or a real line that is odd, strided or of
+ * another precision). */
+static tpu_status_t along_long(const char* op, const tpu_tensor_t* src, const tpu_tensor_t* dst,
+                               int dim, int64_t n, fft_kind_t kind, bool forward, double scale,
+                               bool dbl, bool* done) {
+  *done = false;
+  const tpu_dtype_t ct = dbl ? TPU_C128 : TPU_C64, rt = dbl ? TPU_F64 : TPU_F32;
+  const bool real = kind != K_C2C;
+  if (real && (n % 2 || (kind == K_R2C ? src : dst)->strides[dim] != 1 ||
+               (kind == K_R2C ? src : dst)->dtype != rt || (kind == K_R2C ? dst : src)->dtype != ct))
+    return TPU_OK;
+  const int64_t m = real ? n / 2 : n;
+  int64_t n1, n2;
+  if (!long_split(m, dbl, &n1, &n2)) return TPU_OK;
+  *done = true;
+  fft_plan_t *p1 = plan_get(n1, dbl), *p2 = plan_get(n2, dbl);
+  fft_unit_table_t tw4 = {0}, twr = {0};
+  const size_t cs = tpu_dtype_size(ct);
+  void* tmp = malloc((size_t)m * cs);
+  tpu_status_t s = TPU_OK;
+  if (!p1 || !p2 || !tmp || !unit_table_make(&tw4, m, dbl) || !unit_table_lanes(&tw4, n1, dbl) ||
+      (real && !unit_table_make(&twr, n, dbl))) {
+    s = TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a length-%lld line", op, (long long)n);
+    goto done;
+  }
+  const fft_kernels_t* kern = kernels_for(dbl);
+  const int64_t lines = tpu_tensor_numel(dst) / dst->sizes[dim];
+  const int64_t ss = src->strides[dim], ds = dst->strides[dim];
+  const int64_t grain = 4096;
+  for (int64_t l = 0; l < lines && !s; l++) {
+    int64_t so, dof;
+    fft_line_offsets(src, dst, dim, l, &so, &dof);
+    if (kind == K_C2C) {
+      const tpu_tensor_t sv = line_view(src, src->dtype, so, n1, n2, n2 * ss, ss);
+      const tpu_tensor_t dv = line_view(dst, dst->dtype, dof, n1, n2, ds, n1 * ds);
+      s = long_c2c(op, &sv, &dv, forward, scale, p1, p2, &tw4, tmp);
+    } else if (kind == K_R2C) {
+      /* the real values as m complex pairs; Z into the first m rows of dst */
+      const tpu_tensor_t sv = line_view(src, ct, so, n1, n2, n2, 1);
+      const tpu_tensor_t dv = line_view(dst, ct, dof, n1, n2, ds, n1 * ds);
+      s = long_c2c(op, &sv, &dv, true, 1.0, p1, p2, &tw4, tmp);
+      fft_real_pass_t q = {&twr, m, NULL, 0, 0, (char*)dst->data + dof, ds,
+                           dst->sizes[dim] == n, scale};
+      if (!s) tpu_parallel_for(m / 2 + 1, grain, kern->real_post, &q);
+    } else {
+      /* Z into dst (m complex pairs), then its inverse in place */
+      const tpu_tensor_t dv = line_view(dst, ct, dof, n1, n2, 1, n1);
+      fft_real_pass_t q = {&twr, m, (const char*)src->data + so, ss, src->sizes[dim],
+                           (char*)dst->data + dof, 1, false, 1.0};
+      tpu_parallel_for(m / 2 + 1, grain, kern->real_pre, &q);
+      const tpu_tensor_t zv = line_view(dst, ct, dof, n1, n2, n2, 1);
+      s = long_c2c(op, &zv, &dv, false, scale, p1, p2, &tw4, tmp);
+    }
+  }
+done:
+  if (p1) plan_release(p1);
+  if (p2) plan_release(p2);
+  unit_table_free(&tw4);
+  unit_table_free(&twr);
+  free(tmp);
+  return s;
+}
+
+static tpu_status_t along(const char* op, const tpu_tensor_t* src, const tpu_tensor_t* dst, int dim,
+                          int64_t n, fft_kind_t kind, bool forward, int64_t norm) {
+  if (n == 0 || tpu_tensor_numel(dst) == 0) return TPU_OK;
+  const bool dbl = tpu_dtype_size(dst->dtype) == (kind == K_C2R ? 8 : 16) ||
+                   tpu_dtype_size(src->dtype) == (kind == K_R2C ? 8 : 16);
+  const double scale = norm == 2 ? 1.0 / (double)n : norm == 1 ? 1.0 / sqrt((double)n) : 1.0;
+  bool done;
+  TPU_RETURN_IF_ERROR(along_long(op, src, dst, dim, n, kind, forward, scale, dbl, &done));
+  if (done) return TPU_OK;
+  fft_plan_t* plan = plan_get(n, dbl);
+  if (!plan) return TPU_ERR(RESOURCE_EXHAUSTED, "%s: no host memory for a length-%lld plan", op, (long long)n);
+  const tpu_status_t s = along_lines(op, src, dst, dim, kind, forward, scale, plan, NULL);
+  plan_release(plan);
+  return s;
 }
 
 /* dims argument (index 1) wrapped and checked against t */

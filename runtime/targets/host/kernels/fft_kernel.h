@@ -530,6 +530,48 @@ FATTR static void FN(join_pair)(int64_t n, int64_t w, FT* restrict ar, FT* restr
     }
 }
 
+/* exp(-+2 pi i p / t->n) from the two tables (the sign + when conj) */
+#define UNIT_AT(t, p, conj, wr, wi)                                               \
+  do {                                                                            \
+    const FT* h_ = (const FT*)(t)->hi + 2 * ((p) >> (t)->sh);                     \
+    const FT* o_ = (const FT*)(t)->lo + 2 * ((p) & (t)->mask);                    \
+    wr = CMUL_RE(h_[0], h_[1], o_[0], o_[1]);                                     \
+    wi = CMUL_IM(h_[0], h_[1], o_[0], o_[1]);                                     \
+    if (conj) wi = -wi;                                                           \
+  } while (0)
+
+/* The twiddles between the two passes of a long line: element k of lane l
+ * (line l0 + l of the first pass) times exp(-+2 pi i k (l0 + l) / t->n),
+ * for each chunk of FFT_VB lanes from c the chunk's factor W^(k (l0 + c))
+ * (from the two tables) times the lane table's W^(k l'), l' < FFT_VB. */
+FATTR static void FN(twiddle_lanes)(const fft_unit_table_t* t, bool conj, int64_t rows, int64_t w,
+                                    int64_t l0, FT* restrict xr, FT* restrict xi) {
+  const FT sg = conj ? (FT)-1 : (FT)1;
+  const int64_t n = t->n, d0 = l0 % n;
+  int64_t p0 = 0; /* k l0 mod n */
+  for (int64_t k = 1; k < rows; k++) {
+    p0 = p0 + d0 >= n ? p0 + d0 - n : p0 + d0;
+    const FT* ur = (const FT*)t->lane_re + k * FFT_VB;
+    const FT* ui = (const FT*)t->lane_im + k * FFT_VB;
+    const int64_t dc = FFT_VB * k % n;
+    int64_t pc = p0;
+    for (int64_t c = 0; c < w; c += FFT_VB) {
+      FT br, bi;
+      UNIT_AT(t, pc, conj, br, bi);
+      pc = pc + dc >= n ? pc + dc - n : pc + dc;
+      FT* yr = xr + k * w + c;
+      FT* yi = xi + k * w + c;
+      const int64_t cnt = w - c < FFT_VB ? w - c : FFT_VB;
+      for (int64_t l = 0; l < cnt; l++) {
+        const FT fr = CMUL_RE(br, bi, ur[l], sg * ui[l]), fi = CMUL_IM(br, bi, ur[l], sg * ui[l]);
+        const FT vr = yr[l], vi = yi[l];
+        yr[l] = CMUL_RE(vr, vi, fr, fi);
+        yi[l] = CMUL_IM(vr, vi, fr, fi);
+      }
+    }
+  }
+}
+
 /* Lines [l0, l0 + nl) of the job. A complex job takes one line per lane; a
  * real one two per lane (the even lines in the real parts, the odd ones in
  * the imaginary parts). buf: fft_buf_elems values. */
@@ -543,7 +585,7 @@ static void FN(block)(const fft_job_t* j, int64_t l0, int64_t nl, FT* buf) {
   int64_t so[2 * FFT_MAX_LANES], dof[2 * FFT_MAX_LANES];
   for (int64_t i = 0; i < nl; i++) {
     const int64_t at = cplx ? i : i % 2 ? w + i / 2 : i / 2;
-    fft_line_offsets(j, l0 + i, &so[at], &dof[at]);
+    fft_line_offsets(src, dst, dim, l0 + i, &so[at], &dof[at]);
   }
   FT *ar = buf, *ai = ar + n * w, *br = ai + n * w, *bi = br + n * w, *work = bi + n * w;
   FT *zr, *zi;
@@ -555,6 +597,7 @@ static void FN(block)(const fft_job_t* j, int64_t l0, int64_t nl, FT* buf) {
     FN(zero_rows)(ai, cnt, n, w);
     if (j->forward) FN(exec)(j->plan, w, ar, ai, br, bi, work, &zr, &zi);
     else FN(exec)(j->plan, w, ai, ar, bi, br, work, &zi, &zr);
+    if (j->tw4) FN(twiddle_lanes)(j->tw4, !j->forward, n, w, l0, zr, zi);
     FN(store_c)(dst, dim, dof, w, dlen, zr, zi, w, scale);
   } else if (j->kind == K_R2C) {
     const int64_t cnt = slen < n ? slen : n;
@@ -605,3 +648,85 @@ static void FN(blocks)(void* ctx, int64_t begin, int64_t end) {
   }
   scratch_put(buf);
 }
+
+
+/* ---- real long lines <-> their half-length complex transform ----
+ * x real of length n = 2 m, z_j = x_2j + i x_2j+1, Z its m-point transform.
+ * With E_k = (Z_k + conj Z_{m-k}) / 2 and O_k = -i (Z_k - conj Z_{m-k}) / 2
+ * (the transforms of the even and the odd samples), X_k = E_k + W^k O_k
+ * (W = exp(-2 pi i / n)) and X_{m-k} = conj(E_k - W^k O_k). Pair (k, m - k)
+ * is one iteration; each reads and writes only its own two rows. */
+
+/* r2c: Z (rows < m of z) to X in place, times scale; X_m from row 0 and,
+ * two-sided, X_{n-k} = conj X_k */
+static void FN(real_post)(void* ctx, int64_t begin, int64_t end) {
+  const fft_real_pass_t* q = ctx;
+  const int64_t m = q->m, zs = 2 * q->zs;
+  FT* z = q->z;
+  const FT sc = (FT)q->scale, h = (FT)0.5;
+  for (int64_t k = begin; k < end; k++) {
+    FT* a = z + k * zs;
+    if (k == 0) {
+      const FT re = a[0], im = a[1];
+      FT* xm = z + m * zs;
+      a[0] = (re + im) * sc;
+      a[1] = 0;
+      xm[0] = (re - im) * sc;
+      xm[1] = 0;
+      continue;
+    }
+    FT* b = z + (m - k) * zs;
+    const FT er = h * (a[0] + b[0]), ei = h * (a[1] - b[1]); /* E */
+    const FT dr = a[0] - b[0], di = a[1] + b[1];             /* Z_k - conj Z_{m-k} */
+    const FT or_ = h * di, oi = -h * dr;                      /* O = -i D / 2 */
+    FT wr, wi;
+    UNIT_AT(q->t, k, false, wr, wi);
+    const FT tr = CMUL_RE(or_, oi, wr, wi), ti = CMUL_IM(or_, oi, wr, wi);
+    a[0] = (er + tr) * sc;
+    a[1] = (ei + ti) * sc;
+    if (b != a) {
+      b[0] = (er - tr) * sc;
+      b[1] = (ti - ei) * sc;
+    }
+    if (q->two_sided) {
+      FT *ua = z + (2 * m - k) * zs, *ub = z + (m + k) * zs;
+      ua[0] = a[0];
+      ua[1] = -a[1];
+      if (b != a) {
+        ub[0] = b[0];
+        ub[1] = -b[1];
+      }
+    }
+  }
+}
+
+/* c2r: the half spectrum X (xlen rows, zero beyond; the imaginary parts of
+ * X_0 and X_m ignored) to Z in z (m contiguous rows), whose inverse
+ * m-point transform is z: Z_k = E'_k + i O'_k with E'_k = X_k + conj
+ * X_{m-k} and O'_k = (X_k - conj X_{m-k}) conj(W^k), and Z_{m-k} = conj E'_k
+ * + i conj O'_k. */
+static void FN(real_pre)(void* ctx, int64_t begin, int64_t end) {
+  const fft_real_pass_t* q = ctx;
+  const int64_t m = q->m, xs = 2 * q->xs;
+  const FT* x = q->x;
+  FT* z = q->z;
+  for (int64_t k = begin; k < end; k++) {
+    const int64_t k2 = m - k;
+    const FT* a = x + k * xs;
+    const FT* b = x + k2 * xs;
+    const FT ar = k < q->xlen ? a[0] : 0, ai = k < q->xlen && k > 0 ? a[1] : 0;
+    const FT br = k2 < q->xlen ? b[0] : 0, bi = k2 < q->xlen && k2 < m ? b[1] : 0;
+    const FT er = ar + br, ei = ai - bi, dr = ar - br, di = ai + bi;
+    FT wr, wi;
+    UNIT_AT(q->t, k, true, wr, wi);
+    const FT or_ = CMUL_RE(dr, di, wr, wi), oi = CMUL_IM(dr, di, wr, wi);
+    z[2 * k] = er - oi;
+    z[2 * k + 1] = ei + or_;
+    if (k2 != k && k2 < m) {
+      z[2 * k2] = er + oi;
+      z[2 * k2 + 1] = or_ - ei;
+    }
+  }
+}
+
+#undef UNIT_AT
