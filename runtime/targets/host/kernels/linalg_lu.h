@@ -15,7 +15,7 @@
  *   LA_SGN(x)        torch.sgn: x / |x|, 0 for 0 (real: -1, 0 or 1; 0 for NaN)
  *   LA_NAN           NaN (complex: NaN in both parts)
  *   LA_COMPLEX       whether the instance's inputs are complex (0 or 1)
- * (undefined again at the end of the file)
+ * (linalg_qr.h, included right after this file, undefines them)
  * and the helpers of linalg.c: mat_view_t, mat_of, vec_of, elem_ptr,
  * batch_offset, batch_count, OOM, has_elems, unsqueeze_last, check_dtype,
  * check_matrix_of, load_pivots, info_error and not_pd_error.
@@ -953,18 +953,3 @@ static tpu_status_t LA(k_linalg_matrix_exp)(const tpu_call_t* call) {
   free(a), free(piv);
   return NULL;
 }
-
-/* The parameters end with the instance. */
-#undef LA
-#undef LA_T
-#undef LA_LOAD
-#undef LA_STORE
-#undef LA_MUL
-#undef LA_CONJ
-#undef LA_REAL
-#undef LA_ABS
-#undef LA_ABS2
-#undef LA_ABS1
-#undef LA_SGN
-#undef LA_NAN
-#undef LA_COMPLEX
