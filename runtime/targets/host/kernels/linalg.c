@@ -84,14 +84,14 @@ static tpu_status_t load_pivots(const char* op, const mat_view_t* pv, int64_t of
 }
 
 static tpu_status_t info_error(const char* op, int info) {
-  return TPU_ERR(INVALID_ARGUMENT,
+  return TPU_ERR(LINALG,
                  "%s: The diagonal element %d is zero, the inversion could not be completed "
                  "because the input matrix is singular.",
                  op, info);
 }
 
 static tpu_status_t not_pd_error(const char* op, int info) {
-  return TPU_ERR(INVALID_ARGUMENT,
+  return TPU_ERR(LINALG,
                  "%s: The factorization could not be completed because the input is not "
                  "positive-definite (the leading minor of order %d is not positive-definite).",
                  op, info);

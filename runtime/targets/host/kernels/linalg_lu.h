@@ -805,7 +805,7 @@ static tpu_status_t LA(k_linalg_ldl_factor_ex)(const tpu_call_t* call) {
   }
   free(a), free(p);
   if (first && tpu_arg_bool(call, 2, false))
-    return TPU_ERR(INVALID_ARGUMENT,
+    return TPU_ERR(LINALG,
                    "%s: The factorization could not be completed because the input is not "
                    "invertible: D(%d,%d) is exactly zero.",
                    op, first, first);

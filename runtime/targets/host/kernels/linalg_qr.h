@@ -276,7 +276,8 @@ typedef struct LA(lsq_work) {
 
 /* Solves min ||A X - C|| for one matrix: a (m x n), c (m x nrhs) row-major;
  * x (n x nrhs) receives the solution. gels: Householder QR (m >= n) or QR of
- * A^H (m < n, the minimum-norm solution), no rank test; returns the 1-based
+ * A^H (m < n, the minimum-norm solution), no rank test (an all-zero A gives
+ * 0, as LAPACK's); returns the 1-based
  * index of an exactly zero diagonal entry of R (LAPACK's info), 0 if none, and
  * leaves in c rows n..m of Q^H C (the residual part). The others: the
  * minimum-norm solution through the SVD truncated at rank `*rank` (singular
@@ -289,6 +290,12 @@ static int LA(lsq_solve_one)(lsq_driver_t drv, LA(lsq_work_t)* w, int64_t m, int
   for (int64_t i = 0; i < n * nrhs; i++) x[i] = 0.0;
   if (drv == LSQ_GELS) {
     *rank = k;
+    bool zero = true; /* LAPACK's gels: an all-zero A has the solution 0, residuals 0 */
+    for (int64_t i = 0; i < m * n && zero; i++) zero = a[i] == 0.0;
+    if (zero) {
+      for (int64_t i = 0; i < m * nrhs; i++) c[i] = 0.0;
+      return 0;
+    }
     if (m >= n) {
       LA(house_qr)(a, m, n, w->tau);
       for (int64_t j = 0; j < k; j++) LA(apply_reflector)(a, n, m, j, w->tau[j], MAT_H, true, c, nrhs);
@@ -393,7 +400,7 @@ static tpu_status_t LA(k_linalg_lstsq)(const tpu_call_t* call) {
     int64_t rank = 0;
     int info = k == 0 ? 0 : LA(lsq_solve_one)(drv, &w, m, n, nrhs, rcond, &rank);
     if (info) {
-      st = TPU_ERR(INVALID_ARGUMENT,
+      st = TPU_ERR(LINALG,
                    "%s: The least squares solution could not be computed because the input "
                    "matrix does not have full rank (error code: %d).",
                    op, info);
