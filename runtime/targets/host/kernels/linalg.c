@@ -1,13 +1,14 @@
 /* Dense linear algebra kernels: LU (factor, solve, inverse, determinants,
- * unpacking), Cholesky (factor, inverse, solve), triangular solves,
- * Householder QR (linalg_qr, householder_product, ormqr), one-sided
- * Jacobi SVD, cyclic Jacobi symmetric eigendecomposition, and the 3-vector
- * cross product.
+ * unpacking), Cholesky (factor, inverse, solve), triangular solves, the
+ * matrix exponential, Bunch-Kaufman LDL^T, Householder QR (linalg_qr, geqrf,
+ * householder_product, ormqr), least squares, one-sided Jacobi SVD, cyclic
+ * Jacobi symmetric eigendecomposition, and the 3-vector cross product.
  *
  * Every matrix kernel works on float32/float64 matrices batched over leading
- * dims; the LU / Cholesky / triangular family and the matrix exponential
- * (linalg_lu.h) also on complex64/complex128, in double complex; the QR,
- * SVD and eigh kernels hand complex matrices to zlinalg.c.
+ * dims; the families written once for a scalar type (linalg_lu.h: LU /
+ * Cholesky / triangular / matrix exponential / LDL^T; linalg_qr.h: QR and
+ * least squares) also on complex64/complex128, in double complex; the SVD and
+ * eigh kernels hand complex matrices to zlinalg.c.
  * Each matrix is gathered into a row-major double buffer, factored there, and
  * written back through the output's strides (the bridge allocates outputs
  * with the meta kernel's strides, often column-major). Batch dims of inputs
@@ -17,8 +18,9 @@
  * 1-based int32 row interchanges (row j swapped with row piv[j]-1, in order),
  * info outputs are int32 (0 on success, k for a zero pivot U(k,k) or a
  * leading minor of order k that is not positive-definite), Householder
- * reflectors are H = I - tau v v^T with v[0] = 1 and beta = -sign(alpha) *
- * norm (so R's diagonal may be negative, as from geqrf).
+ * reflectors are H = I - tau v v^H with v[0] = 1 and beta = -sign(Re alpha) *
+ * norm (so R's diagonal is real and may be negative, as from geqrf). Inputs
+ * the factorization cannot take raise TPU_CODE_LINALG (LinAlgError).
  */
 #include <float.h>
 #include <stdatomic.h>
