@@ -7,7 +7,7 @@ normalized as LAPACK's geev)."""
 import pytest
 import torch
 
-from util import assert_same, check_op, make
+from util import assert_same, check_op, crand, make
 
 CDTYPES = [torch.complex64, torch.complex128]
 TOL = {torch.complex64: dict(atol=2e-5, rtol=2e-5), torch.complex128: dict(atol=1e-11, rtol=1e-11),
@@ -245,3 +245,131 @@ def test_eig_backward():
     """PyTorch's formula (linalg_eig_backward) over tpu ops, complex solves included."""
     a = make((4, 4), torch.float64, seed=15)
     check_op(lambda x: torch.linalg.eigvals(x).abs(), a, grad=True, atol=1e-8, rtol=1e-8)
+
+
+# ------------------------------------------------------------------ LDL^T
+def ldl_cases(dtype, herm):
+    """Symmetric (herm=False) or Hermitian matrices whose Bunch-Kaufman pivoting takes 1x1
+    blocks, 2x2 blocks and interchanges, and one exactly singular matrix."""
+    def sym(shape, seed):
+        a = crand(shape, torch.complex128, seed=seed)
+        return a + (a.mH if herm else a.mT)
+    yield sym((3, 6, 6), 20).to(dtype)
+    s = sym((2, 5, 5), 21)
+    s[..., 0, 0] = 0.01  # a small leading diagonal: a 2x2 pivot first
+    yield s.to(dtype)
+    s = sym((7, 7), 22)
+    s.diagonal().mul_(0.001)  # small diagonal throughout: 2x2 blocks and interchanges
+    yield s.to(dtype)
+    yield torch.tensor([[0, 1 + 2j], [1 + (-2 if herm else 2) * 1j, 0]], dtype=dtype)
+    yield torch.zeros(3, 3, dtype=dtype)  # info 1, D(1,1) = 0
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+@pytest.mark.parametrize("herm", [False, True])
+def test_ldl_factor_and_solve(dtype, herm):
+    for i, a in enumerate(ldl_cases(dtype, herm)):
+        ld, piv, info = torch.linalg.ldl_factor_ex(a, hermitian=herm)
+        if i == 2:
+            assert (piv < 0).any()  # the case exercises 2x2 blocks on CPU
+        ldt, pivt, infot = check_op(lambda x: torch.linalg.ldl_factor_ex(x, hermitian=herm), a,
+                                    **TOL[dtype])
+        assert torch.equal(pivt.cpu(), piv) and torch.equal(infot.cpu(), info)  # same pivots
+        if info.any():
+            continue
+        b = crand(a.shape[:-1] + (3,), dtype, seed=23)
+        x = check_op(lambda l, p, y: torch.linalg.ldl_solve(l, p, y, hermitian=herm), ld, piv, b,
+                     atol=1e-4 if dtype == torch.complex64 else 1e-10, rtol=1e-4)
+        # the factors solve A x = b: Hermitian matrices with hermitian=True, symmetric without
+        torch.testing.assert_close(a @ x.cpu(), b, atol=1e-3 if dtype == torch.complex64 else 1e-9,
+                                   rtol=0)
+
+
+def test_ldl_hermitian_reads_lower_triangle_and_real_diagonal():
+    a = crand((5, 5), torch.complex128, seed=24)  # neither symmetric nor Hermitian
+    for herm in (False, True):
+        check_op(lambda x: torch.linalg.ldl_factor(x, hermitian=herm), a, **TOL[torch.complex128])
+    ld, piv = torch.linalg.ldl_factor(a.to("tpu"), hermitian=True)
+    assert (torch.diagonal(ld.cpu()).imag == 0).all()
+
+
+def test_ldl_errors():
+    z = torch.zeros(2, 3, 3, dtype=torch.complex64)
+    with pytest.raises(RuntimeError, match="ldl_factor"):
+        torch.linalg.ldl_factor_ex(z.to("tpu"), check_errors=True)
+        torch.tpu.synchronize()
+    check_op(torch.linalg.ldl_factor, z)  # CPU raises for singular input: tpu the same type
+    ld, piv = torch.linalg.ldl_factor(crand((3, 3), torch.complex64, seed=25))
+    check_op(torch.linalg.ldl_solve, ld, piv, crand((3, 2), torch.complex128, seed=26))
+
+
+# ------------------------------------------------------------------ least squares
+LSTSQ_DRIVERS = ["gels", "gelsy", "gelsd", "gelss"]
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+@pytest.mark.parametrize("driver", LSTSQ_DRIVERS)
+@pytest.mark.parametrize("shapes", [((2, 5, 3), (2, 5, 2)), ((2, 3, 5), (2, 3, 2)), ((4, 4), (4,)),
+                                    ((1, 5, 3), (2, 5, 2)), ((2, 5, 3), (2, 5)), ((0, 4, 3), (0, 4, 1))])
+def test_lstsq(dtype, driver, shapes):
+    a, b = crand(shapes[0], dtype, seed=30), crand(shapes[1], dtype, seed=31)
+    r = check_op(lambda x, y: torch.linalg.lstsq(x, y, driver=driver), a, b,
+                 atol=1e-4 if dtype == torch.complex64 else 1e-10, rtol=1e-4)
+    # residuals and singular values are real, as CPU's
+    assert not r.residuals.is_complex() and not r.singular_values.is_complex()
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+@pytest.mark.parametrize("driver", ["gelsy", "gelsd", "gelss"])
+def test_lstsq_rank_deficient(dtype, driver):
+    a = crand((4, 4), torch.complex128, seed=32)
+    a[:, 3] = a[:, 0] + 1j * a[:, 1]  # rank 3: the minimum-norm solution
+    a, b = a.to(dtype), crand((4, 2), dtype, seed=33)
+    tol = dict(atol=1e-3, rtol=1e-3) if dtype == torch.complex64 else dict(atol=1e-8, rtol=1e-8)
+    check_op(lambda x, y: torch.linalg.lstsq(x, y, driver=driver), a, b, **tol)
+    assert torch.linalg.lstsq(a.to("tpu"), b.to("tpu"), driver=driver).rank.item() == 3
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+@pytest.mark.parametrize("shapes,driver", [(((2, 5, 3), (2, 5, 2)), None),
+                                           (((2, 3, 5), (2, 3, 2)), "gelsd"),
+                                           (((4, 4), (4,)), "gels")])
+def test_lstsq_grad(dtype, shapes, driver):
+    """PyTorch's backward formula (through pinv: the complex SVD) over tpu ops."""
+    a, b = crand(shapes[0], dtype, seed=34), crand(shapes[1], dtype, seed=35)
+    grads = []
+    for dev in ("cpu", "tpu"):
+        x, y = a.detach().to(dev).requires_grad_(), b.detach().to(dev).requires_grad_()
+        s = torch.linalg.lstsq(x, y, driver=driver).solution
+        s.backward(crand(s.shape, dtype, seed=36).to(dev))
+        grads.append((x.grad.cpu(), y.grad.cpu()))
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.complex64 else TOL[dtype]
+    torch.testing.assert_close(grads[1], grads[0], **tol)
+
+
+def test_lstsq_errors():
+    a = crand((5, 3), torch.complex64, seed=37)
+    check_op(torch.linalg.lstsq, a, crand((5, 2), torch.complex128, seed=38))  # dtype mismatch
+    check_op(torch.linalg.lstsq, a, crand((4, 2), torch.complex64, seed=38))  # rows differ
+    z = torch.zeros(3, 3, dtype=torch.complex64)
+    check_op(lambda x, y: torch.linalg.lstsq(x, y, driver="gels"), z, crand((3, 1), seed=39))
+    # an all-zero A: LAPACK's gels returns the zero solution and zero residuals
+    check_op(lambda x, y: torch.linalg.lstsq(x, y, driver="gels"), torch.zeros(4, 3), torch.ones(4, 1))
+    # a singular A: CPU refuses, naming the zero diagonal entry of R
+    s = crand((3, 3), torch.complex64, seed=40)
+    s[:, 1] = 0
+    check_op(lambda x, y: torch.linalg.lstsq(x, y, driver="gels"), s, crand((3, 1), seed=39))
+
+
+def test_linalg_errors_are_linalg_errors():
+    """Singular / not positive-definite input raises torch.linalg.LinAlgError, as on CPU."""
+    z = torch.zeros(2, 3, 3, dtype=torch.complex64)
+    for fn in (lambda x: torch.linalg.inv_ex(x, check_errors=True), torch.cholesky):
+        with pytest.raises(torch.linalg.LinAlgError):
+            fn(z)  # CPU
+        with pytest.raises(torch.linalg.LinAlgError):
+            fn(z.to("tpu"))
+            torch.tpu.synchronize()
+    # CPU's ldl_factor_ex(check_errors=True) raises a plain RuntimeError (an internal assert
+    # on LAPACK's info); tpu's LinAlgError is one
+    check_op(lambda x: torch.linalg.ldl_factor_ex(x, check_errors=True), z)

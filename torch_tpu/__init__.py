@@ -145,10 +145,12 @@ def _register_missing_meta_kernels():
         sol = self.new_empty(batch + (nrhs, mx)).mT[..., :n, :]
         if vector:
             sol = sol.squeeze(-1)
-        res = self.new_empty(batch + (nrhs,) if m > n and driver != "gelsy" else (0,))
+        real = self.dtype.to_real()  # residuals and singular values of complex input are real
+        res = self.new_empty(batch + (nrhs,) if m > n and driver != "gelsy" else (0,), dtype=real)
         abatch = self.shape[:-2]  # rank and singular values: A's batch shape, not broadcast
         rank = self.new_empty(abatch if driver != "gels" else (0,), dtype=torch.int64)
-        sv = self.new_empty(abatch + (min(m, n),) if driver in ("gelsd", "gelss") else (0,))
+        sv = self.new_empty(abatch + (min(m, n),) if driver in ("gelsd", "gelss") else (0,),
+                            dtype=real)
         return sol, res, rank, sv
 
     def histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=False):

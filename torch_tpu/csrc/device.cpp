@@ -33,6 +33,8 @@ void throw_status(tpu_status_t st) {
       TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
     case TPU_CODE_UNIMPLEMENTED:
       TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
+    case TPU_CODE_LINALG:
+      TORCH_CHECK_WITH(LinAlgError, false, msg);
     default:
       TORCH_CHECK(false, msg);
   }

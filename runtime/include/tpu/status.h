@@ -21,6 +21,8 @@ typedef enum tpu_status_code {
   TPU_CODE_RESOURCE_EXHAUSTED = 3,/* device memory exhausted -> torch.OutOfMemoryError */
   TPU_CODE_UNIMPLEMENTED = 4,     /* op or dtype not implemented -> NotImplementedError */
   TPU_CODE_INTERNAL = 5,          /* runtime bug or system failure -> RuntimeError */
+  TPU_CODE_LINALG = 6,            /* a matrix the algorithm cannot take (singular, not
+                                     positive-definite) -> torch.linalg.LinAlgError */
 } tpu_status_code_t;
 
 typedef struct tpu_status_s* tpu_status_t;

@@ -1,13 +1,14 @@
 /* Dense linear algebra kernels: LU (factor, solve, inverse, determinants,
- * unpacking), Cholesky (factor, inverse, solve), triangular solves,
- * Householder QR (linalg_qr, householder_product, ormqr), one-sided
- * Jacobi SVD, cyclic Jacobi symmetric eigendecomposition, and the 3-vector
- * cross product.
+ * unpacking), Cholesky (factor, inverse, solve), triangular solves, the
+ * matrix exponential, Bunch-Kaufman LDL^T, Householder QR (linalg_qr, geqrf,
+ * householder_product, ormqr), least squares, one-sided Jacobi SVD, cyclic
+ * Jacobi symmetric eigendecomposition, and the 3-vector cross product.
  *
  * Every matrix kernel works on float32/float64 matrices batched over leading
- * dims; the LU / Cholesky / triangular family and the matrix exponential
- * (linalg_lu.h) also on complex64/complex128, in double complex; the QR,
- * SVD and eigh kernels hand complex matrices to zlinalg.c.
+ * dims; the families written once for a scalar type (linalg_lu.h: LU /
+ * Cholesky / triangular / matrix exponential / LDL^T; linalg_qr.h: QR and
+ * least squares) also on complex64/complex128, in double complex; the SVD and
+ * eigh kernels hand complex matrices to zlinalg.c.
  * Each matrix is gathered into a row-major double buffer, factored there, and
  * written back through the output's strides (the bridge allocates outputs
  * with the meta kernel's strides, often column-major). Batch dims of inputs
@@ -17,8 +18,9 @@
  * 1-based int32 row interchanges (row j swapped with row piv[j]-1, in order),
  * info outputs are int32 (0 on success, k for a zero pivot U(k,k) or a
  * leading minor of order k that is not positive-definite), Householder
- * reflectors are H = I - tau v v^T with v[0] = 1 and beta = -sign(alpha) *
- * norm (so R's diagonal may be negative, as from geqrf).
+ * reflectors are H = I - tau v v^H with v[0] = 1 and beta = -sign(Re alpha) *
+ * norm (so R's diagonal is real and may be negative, as from geqrf). Inputs
+ * the factorization cannot take raise TPU_CODE_LINALG (LinAlgError).
  */
 #include <float.h>
 #include <stdatomic.h>
@@ -36,10 +38,6 @@ static tpu_status_t check_dtype(const char* op, const tpu_tensor_t* t, bool comp
                  tpu_dtype_name(t->dtype), complex_ok ? ", complex64, complex128" : "");
 }
 
-static tpu_status_t check_float(const char* op, const tpu_tensor_t* t) {
-  return check_dtype(op, t, false);
-}
-
 static tpu_status_t check_matrix_of(const char* op, const tpu_tensor_t* t, bool square,
                                     bool complex_ok) {
   tpu_status_t st = check_dtype(op, t, complex_ok);
@@ -55,6 +53,13 @@ static tpu_status_t check_matrix_of(const char* op, const tpu_tensor_t* t, bool 
 
 static tpu_status_t check_matrix(const char* op, const tpu_tensor_t* t, bool square) {
   return check_matrix_of(op, t, square, false);
+}
+
+static tpu_status_t check_same_dtype(const char* op, const tpu_tensor_t* a, const char* what,
+                                     const tpu_tensor_t* b) {
+  if (a->dtype == b->dtype) return NULL;
+  return TPU_ERR(INVALID_ARGUMENT, "%s: expected %s to have dtype %s, got %s", op, what,
+                 tpu_dtype_name(a->dtype), tpu_dtype_name(b->dtype));
 }
 
 /* A descriptor of t with a trailing size-1 dim: a vector right-hand side
@@ -81,14 +86,14 @@ static tpu_status_t load_pivots(const char* op, const mat_view_t* pv, int64_t of
 }
 
 static tpu_status_t info_error(const char* op, int info) {
-  return TPU_ERR(INVALID_ARGUMENT,
+  return TPU_ERR(LINALG,
                  "%s: The diagonal element %d is zero, the inversion could not be completed "
                  "because the input matrix is singular.",
                  op, info);
 }
 
 static tpu_status_t not_pd_error(const char* op, int info) {
-  return TPU_ERR(INVALID_ARGUMENT,
+  return TPU_ERR(LINALG,
                  "%s: The factorization could not be completed because the input is not "
                  "positive-definite (the leading minor of order %d is not positive-definite).",
                  op, info);
@@ -97,109 +102,6 @@ static tpu_status_t not_pd_error(const char* op, int info) {
 /* How a matrix is read or applied: transposed (MAT_T), conjugated (MAT_C),
  * or both (MAT_H, the adjoint). */
 typedef enum mat_op { MAT_N = 0, MAT_T = 1, MAT_C = 2, MAT_H = 3 } mat_op_t;
-
-/* The LU / Cholesky / triangular family (linalg_lu.h): the real instance
- * keeps the plain names (QR, eigh and lstsq below use its load_mat,
- * store_mat, tri_solve and lower_from), the complex one is z_-prefixed. */
-#define LA(name) name
-#define LA_T double
-#define LA_LOAD(p, dt) tpu_load_f64(p, dt)
-#define LA_STORE(p, dt, v) tpu_store_f64(p, dt, v)
-#define LA_MUL(a, b) ((a) * (b))
-#define LA_CONJ(x) (x)
-#define LA_REAL(x) (x)
-#define LA_ABS(x) fabs(x)
-#define LA_ABS2(x) ((x) * (x))
-#define LA_ABS1(x) fabs(x)
-#define LA_SGN(x) (double)(((x) > 0) - ((x) < 0))
-#define LA_NAN NAN
-#define LA_COMPLEX 0
-#include "linalg_lu.h"
-
-static inline zc_t z_mul(zc_t a, zc_t b) {
-  double ar = creal(a), ai = cimag(a), br = creal(b), bi = cimag(b);
-  return CMPLX(ar * br - ai * bi, ar * bi + ai * br);
-}
-
-#define LA(name) z_##name
-#define LA_T zc_t
-#define LA_LOAD(p, dt) tpu_load_z(p, dt)
-#define LA_STORE(p, dt, v) tpu_store_z(p, dt, v)
-#define LA_MUL(a, b) z_mul(a, b)
-#define LA_CONJ(x) conj(x)
-#define LA_REAL(x) creal(x)
-#define LA_ABS(x) cabs(x)
-#define LA_ABS2(x) (creal(x) * creal(x) + cimag(x) * cimag(x))
-#define LA_ABS1(x) (fabs(creal(x)) + fabs(cimag(x)))
-#define LA_SGN(x) (cabs(x) == 0.0 ? 0.0 : (x) / cabs(x))
-#define LA_NAN CMPLX(NAN, NAN)
-#define LA_COMPLEX 1
-#include "linalg_lu.h"
-
-/* Householder QR of the m x n matrix a in place (LAPACK geqrf layout: R on
- * and above the diagonal, reflector j's v below it with v[j] = 1 implied);
- * tau[0..min(m,n)). */
-static void householder_qr(double* a, int64_t m, int64_t n, double* tau) {
-  int64_t k = m < n ? m : n;
-  for (int64_t j = 0; j < k; j++) {
-    double alpha = a[j * n + j], xnorm = 0.0;
-    for (int64_t i = j + 1; i < m; i++) xnorm = hypot(xnorm, a[i * n + j]);
-    if (xnorm == 0.0) {
-      tau[j] = 0.0;
-      continue;
-    }
-    double beta = -copysign(hypot(alpha, xnorm), alpha);
-    tau[j] = (beta - alpha) / beta;
-    for (int64_t i = j + 1; i < m; i++) a[i * n + j] /= alpha - beta;
-    a[j * n + j] = beta;
-    /* Apply H = I - tau v v^T to the trailing columns. */
-    for (int64_t c = j + 1; c < n; c++) {
-      double s = a[j * n + c];
-      for (int64_t i = j + 1; i < m; i++) s += a[i * n + j] * a[i * n + c];
-      s *= tau[j];
-      a[j * n + c] -= s;
-      for (int64_t i = j + 1; i < m; i++) a[i * n + c] -= s * a[i * n + j];
-    }
-  }
-}
-
-/* Applies reflector j (v stored below the diagonal in column j of the
- * lda-column matrix a, m rows) to c (m x nc row-major) from the left:
- * c = (I - tau v v^T) c. */
-static void reflect_left(const double* a, int64_t lda, int64_t m, int64_t j, double tau, double* c,
-                         int64_t nc) {
-  if (tau == 0.0) return;
-  for (int64_t col = 0; col < nc; col++) {
-    double s = c[j * nc + col];
-    for (int64_t i = j + 1; i < m; i++) s += a[i * lda + j] * c[i * nc + col];
-    s *= tau;
-    c[j * nc + col] -= s;
-    for (int64_t i = j + 1; i < m; i++) c[i * nc + col] -= s * a[i * lda + j];
-  }
-}
-
-/* Same from the right on c (nr x m row-major): c = c (I - tau v v^T). */
-static void reflect_right(const double* a, int64_t lda, int64_t m, int64_t j, double tau,
-                          double* c, int64_t nr) {
-  if (tau == 0.0) return;
-  for (int64_t r = 0; r < nr; r++) {
-    double* row = c + r * m;
-    double s = row[j];
-    for (int64_t i = j + 1; i < m; i++) s += a[i * lda + j] * row[i];
-    s *= tau;
-    row[j] -= s;
-    for (int64_t i = j + 1; i < m; i++) row[i] -= s * a[i * lda + j];
-  }
-}
-
-/* q (m x qc) = first qc columns of H_0 H_1 ... H_{k-1} (reflectors from a,
- * lda columns). */
-static void form_q(const double* a, int64_t lda, int64_t m, const double* tau, int64_t k,
-                   double* q, int64_t qc) {
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < qc; j++) q[i * qc + j] = i == j ? 1.0 : 0.0;
-  for (int64_t j = k - 1; j >= 0; j--) reflect_left(a, lda, m, j, tau[j], q, qc);
-}
 
 /* Fills column j of the m x ld row-major matrix u with a unit vector
  * orthogonal to its columns listed in `done` (ndone of them): the standard
@@ -372,10 +274,86 @@ static void jacobi_eigh(double* a, int64_t n, double* w, double* v) {
     }
 }
 
-/* ------------------------------------------- LU / Cholesky / triangular */
+/* How a least-squares problem is solved: the LAPACK driver named. */
+typedef enum lsq_driver { LSQ_GELS, LSQ_GELSY, LSQ_GELSD, LSQ_GELSS } lsq_driver_t;
 
-/* The family's kernels: a call with a complex tensor runs the complex
- * instance of linalg_lu.h, any other the real one. */
+static tpu_status_t lsq_driver(const char* op, const char* name, lsq_driver_t* out) {
+  static const char* const names[] = {"gels", "gelsy", "gelsd", "gelss"};
+  for (int i = 0; i < 4; i++)
+    if (strcmp(name, names[i]) == 0) {
+      *out = (lsq_driver_t)i;
+      return NULL;
+    }
+  return TPU_ERR(INVALID_ARGUMENT,
+                 "%s: parameter `driver` should be one of (gels, gelsy, gelsd, gelss), got %s", op,
+                 name);
+}
+
+/* The LU / Cholesky / triangular / LDL^T family (linalg_lu.h) and the
+ * Householder QR family with least squares (linalg_qr.h), one instance each
+ * for real and complex matrices: the real instance keeps the plain names
+ * (the spectral kernels below use its load_mat, store_mat and lower_from),
+ * the complex one is z_-prefixed. */
+#define LA(name) name
+#define LA_T double
+#define LA_LOAD(p, dt) tpu_load_f64(p, dt)
+#define LA_STORE(p, dt, v) tpu_store_f64(p, dt, v)
+#define LA_MUL(a, b) ((a) * (b))
+#define LA_CONJ(x) (x)
+#define LA_REAL(x) (x)
+#define LA_IMAG(x) 0.0
+#define LA_ABS(x) fabs(x)
+#define LA_ABS2(x) ((x) * (x))
+#define LA_ABS1(x) fabs(x)
+#define LA_SGN(x) (double)(((x) > 0) - ((x) < 0))
+#define LA_NAN NAN
+#define LA_COMPLEX 0
+#define LA_QUOT(x, d) ((x) / (d))
+#define LA_SVD jacobi_svd
+#include "linalg_lu.h"
+#include "linalg_qr.h"
+
+static inline zc_t z_mul(zc_t a, zc_t b) {
+  double ar = creal(a), ai = cimag(a), br = creal(b), bi = cimag(b);
+  return CMPLX(ar * br - ai * bi, ar * bi + ai * br);
+}
+
+#define LA(name) z_##name
+#define LA_T zc_t
+#define LA_LOAD(p, dt) tpu_load_z(p, dt)
+#define LA_STORE(p, dt, v) tpu_store_z(p, dt, v)
+#define LA_MUL(a, b) z_mul(a, b)
+#define LA_CONJ(x) conj(x)
+#define LA_REAL(x) creal(x)
+#define LA_IMAG(x) cimag(x)
+#define LA_ABS(x) cabs(x)
+#define LA_ABS2(x) (creal(x) * creal(x) + cimag(x) * cimag(x))
+#define LA_ABS1(x) (fabs(creal(x)) + fabs(cimag(x)))
+#define LA_SGN(x) (cabs(x) == 0.0 ? 0.0 : (x) / cabs(x))
+#define LA_NAN CMPLX(NAN, NAN)
+#define LA_COMPLEX 1
+#define LA_QUOT(x, d) ((x) * (1.0 / (d)))
+#define LA_SVD tpu_zjacobi_svd
+#include "linalg_lu.h"
+#include "linalg_qr.h"
+
+/* The reflectors of the complex instance, for eig.c (linalg.h). */
+zc_t tpu_zlarfg(zc_t* x, int64_t n, int64_t s) { return z_larfg(x, n, s); }
+
+void tpu_zreflect_left(const zc_t* v, int64_t vs, int64_t len, zc_t tau, zc_t* c, int64_t ldc,
+                       int64_t r0, int64_t c0, int64_t c1) {
+  z_reflect_left(v, vs, len, tau, c, ldc, r0, c0, c1);
+}
+
+void tpu_zreflect_right(const zc_t* v, int64_t vs, int64_t len, zc_t tau, zc_t* c, int64_t ldc,
+                        int64_t r0, int64_t q0, int64_t q1) {
+  z_reflect_right(v, vs, len, tau, c, ldc, r0, q0, q1);
+}
+
+/* ---------------------------------------------- instance entry points */
+
+/* The families' kernels: a call with a complex tensor runs the complex
+ * instance of linalg_lu.h / linalg_qr.h, any other the real one. */
 #define LA_ENTRY(name)                                                           \
   tpu_status_t tpu_k_##name(const tpu_call_t* call) {                            \
     return tpu_call_has_complex(call) ? z_k_##name(call) : k_##name(call);       \
@@ -395,125 +373,14 @@ LA_ENTRY(cholesky_solve_helper)
 LA_ENTRY(linalg_solve_triangular)
 LA_ENTRY(triangular_solve)
 LA_ENTRY(linalg_matrix_exp)
+LA_ENTRY(linalg_ldl_factor_ex)
+LA_ENTRY(linalg_ldl_solve)
+LA_ENTRY(linalg_qr)
+LA_ENTRY(geqrf)
+LA_ENTRY(linalg_householder_product)
+LA_ENTRY(ormqr)
+LA_ENTRY(linalg_lstsq)
 #undef LA_ENTRY
-
-/* ------------------------------------------------------------ QR kernels */
-
-/* linalg_qr(A, mode) -> (Q, R); mode "reduced", "complete" or "r" (Q empty). */
-tpu_status_t tpu_k_linalg_qr(const tpu_call_t* call) {
-  const char* op = "linalg.qr";
-  const tpu_tensor_t *A = tpu_arg_tensor(call, 0), *Q = &call->outs[0], *R = &call->outs[1];
-  if (tpu_dtype_is_complex(A->dtype)) return tpu_zk_linalg_qr(call);
-  tpu_status_t st = check_matrix(op, A, false);
-  if (st) return st;
-  mat_view_t av = mat_of(A), qv = mat_of(Q), rv = mat_of(R);
-  int64_t m = av.rows, n = av.cols, k = m < n ? m : n;
-  bool want_q = has_elems(Q);
-  int64_t qc = want_q ? qv.cols : 0;
-  int nb = A->ndim - 2;
-  int64_t nbatch = batch_count(nb, A->sizes);
-  double *a = scratch(m * n), *tau = scratch(k), *q = scratch(m * qc);
-  if (!a || !tau || !q) {
-    free(a), free(tau), free(q);
-    return OOM(op);
-  }
-  for (int64_t b = 0; b < nbatch; b++) {
-    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
-    householder_qr(a, m, n, tau);
-    if (want_q) {
-      form_q(a, n, m, tau, k, q, qc);
-      store_mat(&qv, batch_offset(Q, 2, nb, A->sizes, b), false, q);
-    }
-    int64_t roff = batch_offset(R, 2, nb, A->sizes, b);
-    for (int64_t i = 0; i < rv.rows; i++)
-      for (int64_t j = 0; j < n; j++)
-        tpu_store_f64(elem_ptr(&rv, roff, i, j), R->dtype, j >= i ? a[i * n + j] : 0.0);
-  }
-  free(a), free(tau), free(q);
-  return NULL;
-}
-
-/* Loads the reflectors (m x n) and k taus of batch b. */
-static void load_reflectors(const tpu_tensor_t* V, const tpu_tensor_t* T, int nb,
-                            const int64_t* bsizes, int64_t b, double* v, double* tau, int64_t k) {
-  mat_view_t vv = mat_of(V), tv = vec_of(T);
-  load_mat(&vv, batch_offset(V, 2, nb, bsizes, b), false, v);
-  int64_t toff = batch_offset(T, 1, nb, bsizes, b);
-  for (int64_t j = 0; j < k; j++) tau[j] = tpu_load_f64(elem_ptr(&tv, toff, j, 0), T->dtype);
-}
-
-/* linalg_householder_product(input, tau) -> out (m x n) */
-tpu_status_t tpu_k_linalg_householder_product(const tpu_call_t* call) {
-  const char* op = "linalg.householder_product";
-  const tpu_tensor_t *V = tpu_arg_tensor(call, 0), *T = tpu_arg_tensor(call, 1);
-  const tpu_tensor_t* out = &call->outs[0];
-  if (tpu_dtype_is_complex(V->dtype) || tpu_dtype_is_complex(T->dtype))
-    return tpu_zk_linalg_householder_product(call);
-  tpu_status_t st = check_matrix(op, V, false);
-  if (!st) st = check_float(op, T);
-  if (st) return st;
-  mat_view_t vv = mat_of(V), ov = mat_of(out);
-  int64_t m = vv.rows, n = vv.cols, k = T->ndim ? T->sizes[T->ndim - 1] : 1;
-  if (k > n || n > m)
-    return TPU_ERR(INVALID_ARGUMENT, "%s: expected m >= n >= k, got %lld, %lld, %lld", op,
-                   (long long)m, (long long)n, (long long)k);
-  int nb = out->ndim - 2;
-  int64_t nbatch = batch_count(nb, out->sizes);
-  double *v = scratch(m * n), *tau = scratch(k), *q = scratch(m * n);
-  if (!v || !tau || !q) {
-    free(v), free(tau), free(q);
-    return OOM(op);
-  }
-  for (int64_t b = 0; b < nbatch; b++) {
-    load_reflectors(V, T, nb, out->sizes, b, v, tau, k);
-    form_q(v, n, m, tau, k, q, n);
-    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, q);
-  }
-  free(v), free(tau), free(q);
-  return NULL;
-}
-
-/* ormqr(self=reflectors, input2=tau, input3=C, left, transpose) -> out:
- * op(Q) C (left) or C op(Q) with Q = H_0 ... H_{k-1}. */
-tpu_status_t tpu_k_ormqr(const tpu_call_t* call) {
-  const char* op = "ormqr";
-  const tpu_tensor_t *V = tpu_arg_tensor(call, 0), *T = tpu_arg_tensor(call, 1);
-  const tpu_tensor_t *C = tpu_arg_tensor(call, 2), *out = &call->outs[0];
-  if (tpu_call_has_complex(call)) return tpu_zk_ormqr(call);
-  tpu_status_t st = check_matrix(op, V, false);
-  if (!st) st = check_matrix(op, C, false);
-  if (!st) st = check_float(op, T);
-  if (st) return st;
-  bool left = tpu_arg_bool(call, 3, true), trans = tpu_arg_bool(call, 4, false);
-  mat_view_t vv = mat_of(V), cv = mat_of(C), ov = mat_of(out);
-  int64_t mv = vv.rows, nv = vv.cols, k = T->ndim ? T->sizes[T->ndim - 1] : 1;
-  int64_t mc = cv.rows, nc = cv.cols;
-  if (mv != (left ? mc : nc) || k > nv || k > mv)
-    return TPU_ERR(INVALID_ARGUMENT, "%s: reflectors %lldx%lld (k %lld) do not fit C %lldx%lld",
-                   op, (long long)mv, (long long)nv, (long long)k, (long long)mc, (long long)nc);
-  int nb = out->ndim - 2;
-  int64_t nbatch = batch_count(nb, out->sizes);
-  double *v = scratch(mv * nv), *tau = scratch(k), *c = scratch(mc * nc);
-  if (!v || !tau || !c) {
-    free(v), free(tau), free(c);
-    return OOM(op);
-  }
-  /* Q C applies H_{k-1} first; Q^T C applies H_0 first; from the right the
-   * order flips. */
-  bool ascending = left == trans;
-  for (int64_t b = 0; b < nbatch; b++) {
-    load_reflectors(V, T, nb, out->sizes, b, v, tau, k);
-    load_mat(&cv, batch_offset(C, 2, nb, out->sizes, b), false, c);
-    for (int64_t s = 0; s < k; s++) {
-      int64_t j = ascending ? s : k - 1 - s;
-      if (left) reflect_left(v, nv, mv, j, tau[j], c, nc);
-      else reflect_right(v, nv, mv, j, tau[j], c, mc);
-    }
-    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, c);
-  }
-  free(v), free(tau), free(c);
-  return NULL;
-}
 
 /* ---------------------------------------------------- spectral kernels */
 
@@ -683,464 +550,4 @@ tpu_status_t tpu_k_linalg_cross(const tpu_call_t* call) {
     }
   }
   return NULL;
-}
-
-/* ------------------------------------------------------------------ geqrf */
-
-/* geqrf(self) -> (a, tau): the Householder QR in LAPACK's compact form,
- * R on and above the diagonal, reflector j's vector below it (v[j] = 1
- * implied), H_j = I - tau[j] v v^T. */
-tpu_status_t tpu_k_geqrf(const tpu_call_t* call) {
-  const char* op = "geqrf";
-  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
-  const tpu_tensor_t *QR = &call->outs[0], *T = &call->outs[1];
-  if (tpu_dtype_is_complex(A->dtype)) return tpu_zk_geqrf(call);
-  tpu_status_t st = check_matrix(op, A, false);
-  if (st) return st;
-  mat_view_t av = mat_of(A), qv = mat_of(QR), tv = vec_of(T);
-  int64_t m = av.rows, n = av.cols, k = m < n ? m : n;
-  int nb = A->ndim - 2;
-  int64_t nbatch = batch_count(nb, A->sizes);
-  double *a = scratch(m * n), *tau = scratch(k);
-  if (!a || !tau) {
-    free(a), free(tau);
-    return OOM(op);
-  }
-  for (int64_t b = 0; b < nbatch; b++) {
-    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
-    householder_qr(a, m, n, tau);
-    store_mat(&qv, batch_offset(QR, 2, nb, A->sizes, b), false, a);
-    int64_t toff = batch_offset(T, 1, nb, A->sizes, b);
-    for (int64_t j = 0; j < k; j++) tpu_store_f64(elem_ptr(&tv, toff, j, 0), T->dtype, tau[j]);
-  }
-  free(a), free(tau);
-  return NULL;
-}
-
-/* ------------------------------------------------------------ LDL^T kernels */
-
-/* Bunch-Kaufman factorization of the symmetric n x n matrix a (row-major,
- * lower triangle read) in place: A = P L D L^T P^T in LAPACK sytrf's lower
- * layout. D has 1x1 and 2x2 blocks (a 2x2 block's off-diagonal at (k+1, k));
- * L is unit lower triangular below the blocks. piv[k] = p + 1 (1-based) when
- * step k is a 1x1 block that exchanged rows/columns k and p; for a 2x2 block at
- * k, k+1 that exchanged k+1 and p, piv[k] = piv[k+1] = -(p + 1). The
- * exchanges touch only the trailing submatrix, as in LAPACK. Returns info:
- * the 1-based index of the first zero diagonal block of D, 0 if none. The
- * pivot tests follow Bunch and Kaufman (1977) with alpha = (1 + sqrt(17)) / 8. */
-static int bunch_kaufman(double* a, int64_t n, int32_t* piv) {
-  const double alpha = (1.0 + sqrt(17.0)) / 8.0;
-#define A_(i, j) a[(i) * n + (j)]
-  int info = 0;
-  int64_t k = 0;
-  while (k < n) {
-    int64_t kstep = 1, kp, imax = k;
-    double absakk = fabs(A_(k, k)), colmax = 0.0;
-    for (int64_t i = k + 1; i < n; i++)
-      if (fabs(A_(i, k)) > colmax) colmax = fabs(A_(i, k)), imax = i;
-    if ((absakk > colmax ? absakk : colmax) == 0.0 || isnan(absakk)) {
-      if (!info) info = (int)(k + 1);
-      kp = k;
-    } else {
-      if (absakk >= alpha * colmax) {
-        kp = k;
-      } else {
-        /* largest off-diagonal magnitude in row/column imax of the trailing
-         * matrix */
-        double rowmax = 0.0;
-        for (int64_t j = k; j < imax; j++)
-          if (fabs(A_(imax, j)) > rowmax) rowmax = fabs(A_(imax, j));
-        for (int64_t j = imax + 1; j < n; j++)
-          if (fabs(A_(j, imax)) > rowmax) rowmax = fabs(A_(j, imax));
-        if (absakk >= alpha * colmax * (colmax / rowmax)) {
-          kp = k;
-        } else if (fabs(A_(imax, imax)) >= alpha * rowmax) {
-          kp = imax;
-        } else {
-          kp = imax;
-          kstep = 2;
-        }
-      }
-      int64_t kk = k + kstep - 1;
-      if (kp != kk) { /* symmetric exchange of kk and kp within A(k:n, k:n) */
-        double t;
-        for (int64_t i = kp + 1; i < n; i++) t = A_(i, kk), A_(i, kk) = A_(i, kp), A_(i, kp) = t;
-        for (int64_t j = kk + 1; j < kp; j++) t = A_(j, kk), A_(j, kk) = A_(kp, j), A_(kp, j) = t;
-        t = A_(kk, kk), A_(kk, kk) = A_(kp, kp), A_(kp, kp) = t;
-        if (kstep == 2) t = A_(k + 1, k), A_(k + 1, k) = A_(kp, k), A_(kp, k) = t;
-      }
-      if (kstep == 1) {
-        double r = 1.0 / A_(k, k);
-        for (int64_t j = k + 1; j < n; j++) {
-          double ajk = A_(j, k);
-          if (ajk != 0.0)
-            for (int64_t i = j; i < n; i++) A_(i, j) -= r * A_(i, k) * ajk;
-        }
-        for (int64_t i = k + 1; i < n; i++) A_(i, k) *= r;
-      } else if (k + 2 < n) {
-        /* columns k, k+1 of L = (columns k, k+1 of A) D^-1, D the 2x2 block,
-         * with D^-1 written through its scaled entries to avoid overflow */
-        double d21 = A_(k + 1, k);
-        double d11 = A_(k + 1, k + 1) / d21, d22 = A_(k, k) / d21;
-        double t = 1.0 / (d11 * d22 - 1.0);
-        d21 = t / d21;
-        for (int64_t j = k + 2; j < n; j++) {
-          double wk = d21 * (d11 * A_(j, k) - A_(j, k + 1));
-          double wk1 = d21 * (d22 * A_(j, k + 1) - A_(j, k));
-          for (int64_t i = j; i < n; i++) A_(i, j) -= A_(i, k) * wk + A_(i, k + 1) * wk1;
-          A_(j, k) = wk;
-          A_(j, k + 1) = wk1;
-        }
-      }
-    }
-    if (kstep == 1) {
-      piv[k] = (int32_t)(kp + 1);
-    } else {
-      piv[k] = piv[k + 1] = (int32_t)(-(kp + 1));
-    }
-    k += kstep;
-  }
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = i + 1; j < n; j++) A_(i, j) = 0.0;
-#undef A_
-  return info;
-}
-
-static void swap_rows(double* c, int64_t nrhs, int64_t i, int64_t j) {
-  if (i == j) return;
-  for (int64_t r = 0; r < nrhs; r++) {
-    double t = c[i * nrhs + r];
-    c[i * nrhs + r] = c[j * nrhs + r];
-    c[j * nrhs + r] = t;
-  }
-}
-
-/* Solves A X = C in place (C: n x nrhs row-major) from bunch_kaufman's
- * factors ld and pivots (validated by the caller): P L applied forward, the
- * blocks of D, then L^T P^T backward. */
-static void bk_solve(const double* ld, int64_t n, const int32_t* piv, double* c, int64_t nrhs) {
-#define L_(i, j) ld[(i) * n + (j)]
-  for (int64_t k = 0; k < n;) {
-    if (piv[k] > 0) {
-      swap_rows(c, nrhs, k, piv[k] - 1);
-      for (int64_t i = k + 1; i < n; i++)
-        for (int64_t r = 0; r < nrhs; r++) c[i * nrhs + r] -= L_(i, k) * c[k * nrhs + r];
-      for (int64_t r = 0; r < nrhs; r++) c[k * nrhs + r] /= L_(k, k);
-      k++;
-    } else {
-      swap_rows(c, nrhs, k + 1, -piv[k] - 1);
-      for (int64_t i = k + 2; i < n; i++)
-        for (int64_t r = 0; r < nrhs; r++)
-          c[i * nrhs + r] -= L_(i, k) * c[k * nrhs + r] + L_(i, k + 1) * c[(k + 1) * nrhs + r];
-      double e = L_(k + 1, k), p = L_(k, k) / e, q = L_(k + 1, k + 1) / e, den = p * q - 1.0;
-      for (int64_t r = 0; r < nrhs; r++) {
-        double x0 = c[k * nrhs + r] / e, x1 = c[(k + 1) * nrhs + r] / e;
-        c[k * nrhs + r] = (q * x0 - x1) / den;
-        c[(k + 1) * nrhs + r] = (p * x1 - x0) / den;
-      }
-      k += 2;
-    }
-  }
-  for (int64_t k = n - 1; k >= 0;) {
-    int64_t first = piv[k] > 0 ? k : k - 1; /* first column of the block ending at k */
-    for (int64_t j = first; j <= k; j++)
-      for (int64_t i = k + 1; i < n; i++)
-        for (int64_t r = 0; r < nrhs; r++) c[j * nrhs + r] -= L_(i, j) * c[i * nrhs + r];
-    swap_rows(c, nrhs, k, (piv[k] > 0 ? piv[k] : -piv[k]) - 1);
-    k = first - 1;
-  }
-#undef L_
-}
-
-/* linalg_ldl_factor_ex(self, *, hermitian, check_errors) -> (LD, pivots, info) */
-tpu_status_t tpu_k_linalg_ldl_factor_ex(const tpu_call_t* call) {
-  const char* op = "linalg.ldl_factor_ex";
-  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
-  const tpu_tensor_t *LD = &call->outs[0], *piv = &call->outs[1], *info = &call->outs[2];
-  tpu_status_t st = check_matrix(op, A, true);
-  if (st) return st;
-  mat_view_t av = mat_of(A), lv = mat_of(LD), pv = vec_of(piv);
-  int64_t n = av.rows;
-  int nb = A->ndim - 2;
-  int64_t nbatch = batch_count(nb, A->sizes);
-  double* a = scratch(n * n);
-  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
-  if (!a || !p) {
-    free(a), free(p);
-    return OOM(op);
-  }
-  int first = 0;
-  for (int64_t b = 0; b < nbatch; b++) {
-    load_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
-    int inf = bunch_kaufman(a, n, p);
-    if (inf && !first) first = inf;
-    store_mat(&lv, batch_offset(LD, 2, nb, A->sizes, b), false, a);
-    int64_t poff = batch_offset(piv, 1, nb, A->sizes, b);
-    for (int64_t j = 0; j < n; j++) tpu_store_i64(elem_ptr(&pv, poff, j, 0), piv->dtype, p[j]);
-    if (has_elems(info)) tpu_store_i64(tpu_tensor_elem_ptr(info, b), info->dtype, inf);
-  }
-  free(a), free(p);
-  if (first && tpu_arg_bool(call, 2, false))
-    return TPU_ERR(INVALID_ARGUMENT,
-                   "%s: The factorization could not be completed because the input is not "
-                   "invertible: D(%d,%d) is exactly zero.",
-                   op, first, first);
-  return NULL;
-}
-
-/* linalg_ldl_solve(LD, pivots, B, *, hermitian) -> out; batch dims broadcast. */
-tpu_status_t tpu_k_linalg_ldl_solve(const tpu_call_t* call) {
-  const char* op = "linalg.ldl_solve";
-  const tpu_tensor_t *LD = tpu_arg_tensor(call, 0), *piv = tpu_arg_tensor(call, 1);
-  const tpu_tensor_t *B = tpu_arg_tensor(call, 2), *out = &call->outs[0];
-  tpu_status_t st = check_matrix(op, LD, true);
-  if (!st) st = check_matrix(op, B, false);
-  if (st) return st;
-  mat_view_t lv = mat_of(LD), pv = vec_of(piv), bv = mat_of(B), ov = mat_of(out);
-  int64_t n = lv.rows, nrhs = ov.cols;
-  int nb = out->ndim - 2;
-  int64_t nbatch = batch_count(nb, out->sizes);
-  double *a = scratch(n * n), *c = scratch(n * nrhs);
-  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
-  if (!a || !c || !p) st = OOM(op);
-  for (int64_t b = 0; b < nbatch && !st; b++) {
-    load_mat(&lv, batch_offset(LD, 2, nb, out->sizes, b), false, a);
-    int64_t poff = batch_offset(piv, 1, nb, out->sizes, b);
-    for (int64_t j = 0; j < n && !st; j++) {
-      int64_t x = tpu_load_i64(elem_ptr(&pv, poff, j, 0), piv->dtype);
-      bool two = x < 0; /* a 2x2 block: both of its pivots negative and equal */
-      if (x == 0 || (x < 0 ? -x : x) > n ||
-          (two && !((j + 1 < n && tpu_load_i64(elem_ptr(&pv, poff, j + 1, 0), piv->dtype) == x))))
-        st = TPU_ERR(INVALID_ARGUMENT, "%s: invalid pivot %lld at position %lld", op,
-                     (long long)x, (long long)j);
-      p[j] = (int32_t)x;
-      if (two && !st) p[++j] = (int32_t)x;
-    }
-    if (st) break;
-    load_mat(&bv, batch_offset(B, 2, nb, out->sizes, b), false, c);
-    bk_solve(a, n, p, c, nrhs);
-    store_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, c);
-  }
-  free(a), free(c), free(p);
-  return st;
-}
-
-/* --------------------------------------------------------- least squares */
-
-/* Numerical rank of the m x n matrix a (destroyed) by Householder QR with
- * column pivoting (the column of largest remaining norm first, as gelsy's
- * factorization): the leading diagonal entries of R with |R(j,j)| > rcond *
- * |R(0,0)|. */
-static int64_t qrcp_rank(double* a, int64_t m, int64_t n, double rcond, double* norms) {
-  int64_t k = m < n ? m : n, rank = 0;
-  double r00 = 0.0;
-  for (int64_t j = 0; j < k; j++) {
-    int64_t best = j;
-    for (int64_t c = j; c < n; c++) {
-      double s = 0.0;
-      for (int64_t i = j; i < m; i++) s = hypot(s, a[i * n + c]);
-      norms[c] = s;
-      if (s > norms[best]) best = c;
-    }
-    if (best != j)
-      for (int64_t i = 0; i < m; i++) {
-        double t = a[i * n + j];
-        a[i * n + j] = a[i * n + best];
-        a[i * n + best] = t;
-      }
-    double alpha = a[j * n + j], xnorm = 0.0;
-    for (int64_t i = j + 1; i < m; i++) xnorm = hypot(xnorm, a[i * n + j]);
-    double rjj = alpha;
-    if (xnorm != 0.0) {
-      double beta = -copysign(hypot(alpha, xnorm), alpha), tau = (beta - alpha) / beta;
-      for (int64_t i = j + 1; i < m; i++) a[i * n + j] /= alpha - beta;
-      rjj = beta;
-      for (int64_t c = j + 1; c < n; c++) {
-        double s = a[j * n + c];
-        for (int64_t i = j + 1; i < m; i++) s += a[i * n + j] * a[i * n + c];
-        s *= tau;
-        a[j * n + c] -= s;
-        for (int64_t i = j + 1; i < m; i++) a[i * n + c] -= s * a[i * n + j];
-      }
-    }
-    if (j == 0) r00 = fabs(rjj);
-    if (r00 == 0.0 || !(fabs(rjj) > rcond * r00)) break;
-    rank++;
-  }
-  return rank;
-}
-
-typedef enum lsq_driver { LSQ_GELS, LSQ_GELSY, LSQ_GELSD, LSQ_GELSS } lsq_driver_t;
-
-/* Scratch of one least-squares solve (m x n system, nrhs columns). */
-typedef struct lsq_work {
-  double *a, *c, *x, *tau, *s, *u, *v, *w;
-} lsq_work_t;
-
-/* Solves min ||A X - C|| for one matrix: a (m x n), c (m x nrhs) row-major;
- * x (n x nrhs) receives the solution. gels: Householder QR (m >= n) or QR of
- * A^T (m < n, the minimum-norm solution), no rank test; returns the 1-based
- * index of an exactly zero diagonal entry of R (LAPACK's info), 0 if none, and
- * leaves in c rows n..m of Q^T C (the residual part). The others: the
- * minimum-norm solution through the SVD truncated at rank `*rank` (singular
- * values > rcond * s[0]; gelsy takes its rank from QR with column pivoting).
- * s receives the min(m, n) singular values. */
-static int lsq_solve_one(lsq_driver_t drv, lsq_work_t* w, int64_t m, int64_t n, int64_t nrhs,
-                         double rcond, int64_t* rank) {
-  int64_t k = m < n ? m : n;
-  double *a = w->a, *c = w->c, *x = w->x;
-  for (int64_t i = 0; i < n * nrhs; i++) x[i] = 0.0;
-  if (drv == LSQ_GELS) {
-    *rank = k;
-    if (m >= n) {
-      householder_qr(a, m, n, w->tau);
-      for (int64_t j = 0; j < k; j++) reflect_left(a, n, m, j, w->tau[j], c, nrhs);
-      for (int64_t j = 0; j < n; j++)
-        if (a[j * n + j] == 0.0) return (int)(j + 1);
-      for (int64_t i = 0; i < n * nrhs; i++) x[i] = c[i];
-      tri_solve(a, n, x, nrhs, false, false, false); /* R is the top n x n block, stride n */
-    } else {
-      double* at = w->w; /* A^T = Q R (n x m); A = R^T Q^T */
-      for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++) at[j * m + i] = a[i * n + j];
-      householder_qr(at, n, m, w->tau);
-      for (int64_t j = 0; j < m; j++)
-        if (at[j * m + j] == 0.0) return (int)(j + 1);
-      for (int64_t i = 0; i < m * nrhs; i++) x[i] = c[i];
-      tri_solve(at, m, x, nrhs, false, true, false); /* R^T z = C */
-      for (int64_t j = k - 1; j >= 0; j--) reflect_left(at, m, n, j, w->tau[j], x, nrhs);
-    }
-    return 0;
-  }
-  /* SVD: A = P diag(s) Q^T with P m x k, Q n x k (row-major). */
-  bool wide = m < n;
-  int64_t M = wide ? n : m, N = k;
-  double *p, *q;
-  if (!wide) {
-    for (int64_t i = 0; i < m * n; i++) w->w[i] = a[i];
-    jacobi_svd(w->w, M, N, w->s, w->u, N, w->v);
-    p = w->u, q = w->v; /* u: m x k, v: n x k (k = n) */
-  } else {
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < n; j++) w->w[j * m + i] = a[i * n + j];
-    jacobi_svd(w->w, M, N, w->s, w->u, N, w->v);
-    p = w->v, q = w->u; /* A^T = u s v^T: P = v (m x k), Q = u (n x k) */
-  }
-  double* s = w->s;
-  if (drv == LSQ_GELSY) {
-    for (int64_t i = 0; i < m * n; i++) w->w[i] = a[i];
-    *rank = qrcp_rank(w->w, m, n, rcond, w->tau);
-  } else {
-    int64_t r = 0;
-    while (r < k && s[0] > 0.0 && s[r] > rcond * s[0]) r++;
-    *rank = r;
-  }
-  for (int64_t j = 0; j < *rank; j++)
-    for (int64_t col = 0; col < nrhs; col++) {
-      double d = 0.0;
-      for (int64_t i = 0; i < m; i++) d += p[i * k + j] * c[i * nrhs + col];
-      d /= s[j];
-      for (int64_t i = 0; i < n; i++) x[i * nrhs + col] += q[i * k + j] * d;
-    }
-  return 0;
-}
-
-static tpu_status_t lsq_driver(const char* op, const char* name, lsq_driver_t* out) {
-  static const char* const names[] = {"gels", "gelsy", "gelsd", "gelss"};
-  for (int i = 0; i < 4; i++)
-    if (strcmp(name, names[i]) == 0) {
-      *out = (lsq_driver_t)i;
-      return NULL;
-    }
-  return TPU_ERR(INVALID_ARGUMENT,
-                 "%s: parameter `driver` should be one of (gels, gelsy, gelsd, gelss), got %s", op,
-                 name);
-}
-
-/* linalg_lstsq(self, b, rcond, *, driver) -> (solution, residuals, rank,
- * singular_values). Outputs the meta kernel sized empty are not written:
- * residuals exist for m > n and drivers other than gelsy, rank for every
- * driver but gels, singular values for gelsd and gelss. Residuals are the
- * squared norms of the columns of A X - B (gels: of rows n..m of Q^T B, as
- * LAPACK leaves them). */
-tpu_status_t tpu_k_linalg_lstsq(const tpu_call_t* call) {
-  const char* op = "linalg.lstsq";
-  const tpu_tensor_t *A = tpu_arg_tensor(call, 0), *B = tpu_arg_tensor(call, 1);
-  tpu_status_t st = check_matrix(op, A, false);
-  if (!st) st = check_float(op, B);
-  if (st) return st;
-  lsq_driver_t drv = LSQ_GELSY;
-  st = lsq_driver(op, tpu_arg_str(call, 3, "gelsy"), &drv);
-  if (st) return st;
-  mat_view_t av = mat_of(A);
-  int64_t m = av.rows, n = av.cols, k = m < n ? m : n, mx = m > n ? m : n;
-  double eps = A->dtype == TPU_F32 ? (double)FLT_EPSILON : DBL_EPSILON;
-  double rcond = tpu_arg_is_none(call, 2) ? eps * (double)mx : tpu_arg_f64(call, 2, 0.0);
-  if (rcond < 0) rcond = eps;
-  /* A vector right-hand side (b of shape A.shape[:-1], or 1-d) is an m x 1
-   * matrix; the solution then drops its last dim. */
-  bool vec = B->ndim == 1;
-  if (B->ndim == A->ndim - 1) {
-    vec = true;
-    for (int d = 0; d < B->ndim; d++) vec = vec && B->sizes[d] == A->sizes[d];
-  }
-  tpu_tensor_t b2 = vec ? unsqueeze_last(B) : *B;
-  tpu_tensor_t x2 = vec ? unsqueeze_last(&call->outs[0]) : call->outs[0];
-  const tpu_tensor_t *res = &call->outs[1], *rk = &call->outs[2], *sv = &call->outs[3];
-  mat_view_t bv = mat_of(&b2), xv = mat_of(&x2), rv = vec_of(res), sview = vec_of(sv);
-  if (bv.rows != m)
-    return TPU_ERR(INVALID_ARGUMENT, "%s: input.size(-2) should match other.size(-2)", op);
-  int64_t nrhs = bv.cols;
-  int nb = x2.ndim - 2;
-  int64_t nbatch = batch_count(nb, x2.sizes);
-  bool want_res = has_elems(res), want_rank = has_elems(rk), want_sv = has_elems(sv);
-  lsq_work_t w = {scratch(m * n), scratch(m * nrhs), scratch(n * nrhs), scratch(mx),
-                  scratch(k), scratch(mx * k), scratch(k * k), scratch(m * n)};
-  double* ax = scratch(m * nrhs);
-  if (!w.a || !w.c || !w.x || !w.tau || !w.s || !w.u || !w.v || !w.w || !ax) st = OOM(op);
-  for (int64_t b = 0; b < nbatch && !st; b++) {
-    load_mat(&av, batch_offset(A, 2, nb, x2.sizes, b), false, w.a);
-    load_mat(&bv, batch_offset(&b2, 2, nb, x2.sizes, b), false, w.c);
-    for (int64_t i = 0; i < m * nrhs; i++) ax[i] = w.c[i];
-    int64_t rank = 0;
-    int info = k == 0 ? 0 : lsq_solve_one(drv, &w, m, n, nrhs, rcond, &rank);
-    if (info) {
-      st = TPU_ERR(INVALID_ARGUMENT,
-                   "%s: The least squares solution could not be computed because the input "
-                   "matrix does not have full rank (error code: %d).",
-                   op, info);
-      break;
-    }
-    if (k == 0)
-      for (int64_t i = 0; i < n * nrhs; i++) w.x[i] = 0.0;
-    store_mat(&xv, batch_offset(&x2, 2, nb, x2.sizes, b), false, w.x);
-    if (want_res) {
-      int64_t roff = batch_offset(res, 1, nb, x2.sizes, b);
-      for (int64_t col = 0; col < nrhs; col++) {
-        double r2 = 0.0;
-        if (drv == LSQ_GELS) {
-          for (int64_t i = n; i < m; i++) r2 += w.c[i * nrhs + col] * w.c[i * nrhs + col];
-        } else {
-          /* b is read back from ax: A x - b in double */
-          for (int64_t i = 0; i < m; i++) {
-            double e = -ax[i * nrhs + col];
-            for (int64_t j = 0; j < n; j++) e += w.a[i * n + j] * w.x[j * nrhs + col];
-            r2 += e * e;
-          }
-        }
-        tpu_store_f64(elem_ptr(&rv, roff, col, 0), res->dtype, r2);
-      }
-    }
-    if (want_rank) /* rank and singular values have A's batch shape */
-      tpu_store_i64((char*)rk->data + batch_offset(rk, 0, nb, x2.sizes, b) *
-                                          (int64_t)tpu_dtype_size(rk->dtype),
-                    rk->dtype, rank);
-    if (want_sv) {
-      int64_t soff = batch_offset(sv, 1, nb, x2.sizes, b);
-      for (int64_t j = 0; j < k; j++) tpu_store_f64(elem_ptr(&sview, soff, j, 0), sv->dtype, w.s[j]);
-    }
-  }
-  free(w.a), free(w.c), free(w.x), free(w.tau), free(w.s), free(w.u), free(w.v), free(w.w);
-  free(ax);
-  return st;
 }

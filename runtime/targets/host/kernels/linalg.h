@@ -1,6 +1,7 @@
-/* Shared internals of the dense linear algebra kernels (linalg.c: real
- * matrices; zlinalg.c: complex QR, SVD and Hermitian eigh; eig.c: general
- * eigendecomposition).
+/* Shared internals of the dense linear algebra kernels (linalg.c: the
+ * LU / Cholesky / LDL^T / QR / least-squares families for real and complex
+ * matrices, real SVD and eigh; zlinalg.c: complex SVD and Hermitian eigh;
+ * eig.c: general eigendecomposition).
  *
  * A matrix kernel gathers each matrix of a batch into a row-major double (or
  * double complex) buffer, works there, and writes the result back through the
@@ -107,10 +108,11 @@ static inline void zstore_mat(const mat_view_t* v, int64_t off, bool adj, const 
                   adj ? conj(src[j * v->rows + i]) : src[i * v->cols + j]);
 }
 
-/* Complex elementary reflectors (zlinalg.c), H = I - tau v v^H with v[0] = 1.
- * tpu_zlarfg generates the one with H^H x = (beta, 0, ...)^T, beta real, for
- * the n entries of x at stride s (LAPACK zlarfg): x[0] becomes beta, x[1..]
- * v[1..]; returns tau (0 when x is already (real, 0, ...)). */
+/* Complex elementary reflectors (linalg_qr.h's complex instance, linalg.c),
+ * H = I - tau v v^H with v[0] = 1. tpu_zlarfg generates the one with
+ * H^H x = (beta, 0, ...)^T, beta real, for the n entries of x at stride s
+ * (LAPACK zlarfg): x[0] becomes beta, x[1..] v[1..]; returns tau (0 when x is
+ * already (real, 0, ...)). */
 zc_t tpu_zlarfg(zc_t* x, int64_t n, int64_t s);
 /* c = (I - tau v v^H) c on rows r0 .. r0+len-1 and columns [c0, c1) of the
  * row-major c (ldc columns); v[i] at v + i * vs, v[0] = 1 is not read. */
@@ -120,13 +122,15 @@ void tpu_zreflect_left(const zc_t* v, int64_t vs, int64_t len, zc_t tau, zc_t* c
 void tpu_zreflect_right(const zc_t* v, int64_t vs, int64_t len, zc_t tau, zc_t* c, int64_t ldc,
                         int64_t r0, int64_t q0, int64_t q1);
 
-/* The complex kernels of the linalg families (zlinalg.c). Each kernel of
- * linalg.c whose op takes complex matrices hands a call with a complex input
- * to its counterpart; the calls and results are those of the real kernels. */
-tpu_status_t tpu_zk_linalg_qr(const tpu_call_t* call);
-tpu_status_t tpu_zk_geqrf(const tpu_call_t* call);
-tpu_status_t tpu_zk_linalg_householder_product(const tpu_call_t* call);
-tpu_status_t tpu_zk_ormqr(const tpu_call_t* call);
+/* One-sided Jacobi SVD of the complex m x n matrix w (m >= n), destroyed
+ * (zlinalg.c): s[0..n) descending, v (n x n, columns the right singular
+ * vectors, row 0 real and non-negative) and, when u is not NULL, u (m x uc,
+ * uc = n or m: the extra columns complete a unitary basis). */
+void tpu_zjacobi_svd(zc_t* w, int64_t m, int64_t n, double* s, zc_t* u, int64_t uc, zc_t* v);
+
+/* The complex SVD and eigh kernels (zlinalg.c): linalg.c's kernels hand a
+ * call with a complex input to them; the calls and results are those of the
+ * real kernels. */
 tpu_status_t tpu_zk_linalg_svd(const tpu_call_t* call);
 tpu_status_t tpu_zk_linalg_eigh(const tpu_call_t* call);
 

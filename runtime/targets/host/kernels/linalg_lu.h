@@ -15,7 +15,7 @@
  *   LA_SGN(x)        torch.sgn: x / |x|, 0 for 0 (real: -1, 0 or 1; 0 for NaN)
  *   LA_NAN           NaN (complex: NaN in both parts)
  *   LA_COMPLEX       whether the instance's inputs are complex (0 or 1)
- * (undefined again at the end of the file)
+ * (linalg_qr.h, included right after this file, undefines them)
  * and the helpers of linalg.c: mat_view_t, mat_of, vec_of, elem_ptr,
  * batch_offset, batch_count, OOM, has_elems, unsqueeze_last, check_dtype,
  * check_matrix_of, load_pivots, info_error and not_pd_error.
@@ -116,17 +116,22 @@ static void LA(tri_solve)(const LA_T* a, int64_t n, LA_T* c, int64_t nrhs, bool 
   }
 }
 
+/* Swaps rows i and j of c (nrhs columns). */
+static void LA(swap_rows)(LA_T* c, int64_t nrhs, int64_t i, int64_t j) {
+  if (i == j) return;
+  for (int64_t r = 0; r < nrhs; r++) {
+    LA_T t = c[i * nrhs + r];
+    c[i * nrhs + r] = c[j * nrhs + r];
+    c[j * nrhs + r] = t;
+  }
+}
+
 /* Swaps rows j and piv[j]-1 of c (n x nrhs) for j ascending, or descending
  * with `reverse`. */
 static void LA(apply_pivots)(LA_T* c, int64_t nrhs, const int32_t* piv, int64_t k, bool reverse) {
   for (int64_t s = 0; s < k; s++) {
-    int64_t j = reverse ? k - 1 - s : s, p = piv[j] - 1;
-    if (p != j)
-      for (int64_t r = 0; r < nrhs; r++) {
-        LA_T t = c[j * nrhs + r];
-        c[j * nrhs + r] = c[p * nrhs + r];
-        c[p * nrhs + r] = t;
-      }
+    int64_t j = reverse ? k - 1 - s : s;
+    LA(swap_rows)(c, nrhs, j, piv[j] - 1);
   }
 }
 
@@ -610,6 +615,242 @@ static tpu_status_t LA(k_triangular_solve)(const tpu_call_t* call) {
                                tpu_arg_bool(call, 4, false));
 }
 
+/* ------------------------------------------------------ LDL^T (Bunch-Kaufman) */
+
+/* x, conjugated in a Hermitian factorization */
+#define HC(x) (herm ? LA_CONJ(x) : (x))
+
+/* Bunch-Kaufman factorization of the n x n matrix a (row-major, lower
+ * triangle read) in place: A = P L D L^T P^T (symmetric, LAPACK sytf2) or,
+ * with `herm` (complex instance only), A = P L D L^H P^T for a Hermitian A
+ * (hetf2: the diagonal is real, its imaginary parts are ignored), in
+ * LAPACK's lower layout. D has 1x1 and 2x2 blocks (a 2x2 block's
+ * off-diagonal at (k+1, k)); L is unit lower triangular below the blocks.
+ * piv[k] = p + 1 (1-based) when step k is a 1x1 block that exchanged
+ * rows/columns k and p; for a 2x2 block at k, k+1 that exchanged k+1 and p,
+ * piv[k] = piv[k+1] = -(p + 1). The exchanges touch only the trailing
+ * submatrix, as in LAPACK. Returns info: the 1-based index of the first zero
+ * diagonal block of D, 0 if none. Pivot sizes are LA_ABS1 (LAPACK's cabs1;
+ * a Hermitian diagonal entry: |re|); the tests follow Bunch and Kaufman
+ * (1977) with alpha = (1 + sqrt(17)) / 8. */
+static int LA(bunch_kaufman)(LA_T* a, int64_t n, int32_t* piv, bool herm) {
+  const double alpha = (1.0 + sqrt(17.0)) / 8.0;
+#define A_(i, j) a[(i) * n + (j)]
+#define DIAG_ABS(x) (herm ? fabs(LA_REAL(x)) : LA_ABS1(x))
+  int info = 0;
+  int64_t k = 0;
+  while (k < n) {
+    int64_t kstep = 1, kp, imax = k;
+    double absakk = DIAG_ABS(A_(k, k)), colmax = 0.0;
+    for (int64_t i = k + 1; i < n; i++)
+      if (LA_ABS1(A_(i, k)) > colmax) colmax = LA_ABS1(A_(i, k)), imax = i;
+    if ((absakk > colmax ? absakk : colmax) == 0.0 || isnan(absakk)) {
+      if (!info) info = (int)(k + 1);
+      kp = k;
+      if (herm) A_(k, k) = LA_REAL(A_(k, k));
+    } else {
+      if (absakk >= alpha * colmax) {
+        kp = k;
+      } else {
+        /* largest off-diagonal size in row/column imax of the trailing
+         * matrix */
+        double rowmax = 0.0;
+        for (int64_t j = k; j < imax; j++)
+          if (LA_ABS1(A_(imax, j)) > rowmax) rowmax = LA_ABS1(A_(imax, j));
+        for (int64_t j = imax + 1; j < n; j++)
+          if (LA_ABS1(A_(j, imax)) > rowmax) rowmax = LA_ABS1(A_(j, imax));
+        if (absakk >= alpha * colmax * (colmax / rowmax)) {
+          kp = k;
+        } else if (DIAG_ABS(A_(imax, imax)) >= alpha * rowmax) {
+          kp = imax;
+        } else {
+          kp = imax;
+          kstep = 2;
+        }
+      }
+      int64_t kk = k + kstep - 1;
+      if (kp != kk) { /* symmetric exchange of kk and kp within A(k:n, k:n) */
+        LA_T t;
+        for (int64_t i = kp + 1; i < n; i++) t = A_(i, kk), A_(i, kk) = A_(i, kp), A_(i, kp) = t;
+        for (int64_t j = kk + 1; j < kp; j++)
+          t = HC(A_(j, kk)), A_(j, kk) = HC(A_(kp, j)), A_(kp, j) = t;
+        A_(kp, kk) = HC(A_(kp, kk));
+        t = A_(kk, kk), A_(kk, kk) = A_(kp, kp), A_(kp, kp) = t;
+        if (kstep == 2) t = A_(k + 1, k), A_(k + 1, k) = A_(kp, k), A_(kp, k) = t;
+      }
+      if (herm) /* the diagonal entries of the pivot block are real */
+        for (int64_t d = k; d < k + kstep; d++) A_(d, d) = LA_REAL(A_(d, d));
+      if (herm && kp != kk) A_(kp, kp) = LA_REAL(A_(kp, kp));
+      if (kstep == 1) {
+        /* A -= w r w^T (w^H), w column k, r = 1 / D(k); then L(:, k) = w r */
+        LA_T r = herm ? (LA_T)(1.0 / LA_REAL(A_(k, k))) : 1.0 / A_(k, k);
+        for (int64_t j = k + 1; j < n; j++) {
+          LA_T ajk = A_(j, k);
+          if (ajk != 0.0) {
+            LA_T t = LA_MUL(-r, HC(ajk));
+            A_(j, j) += LA_MUL(ajk, t);
+            for (int64_t i = j + 1; i < n; i++) A_(i, j) += LA_MUL(A_(i, k), t);
+          }
+          if (herm) A_(j, j) = LA_REAL(A_(j, j));
+        }
+        for (int64_t i = k + 1; i < n; i++) A_(i, k) = LA_MUL(A_(i, k), r);
+      } else if (k + 2 < n) {
+        /* columns k, k+1 of L = (columns k, k+1 of A) D^-1, D = [d e'; e f]
+         * the 2x2 block (e' = e, Hermitian: conj(e)), with D^-1 written
+         * through entries scaled by s = e (Hermitian: |e|, the unit u = e / s
+         * then left) to avoid overflow */
+        LA_T e = A_(k + 1, k), s = herm ? (LA_T)LA_ABS(e) : e, u = herm ? e / s : 1.0;
+        LA_T d11 = A_(k + 1, k + 1) / s, d22 = A_(k, k) / s;
+        LA_T dd = (1.0 / (LA_MUL(d11, d22) - 1.0)) / s;
+        for (int64_t j = k + 2; j < n; j++) {
+          LA_T ak = A_(j, k), ak1 = A_(j, k + 1);
+          LA_T wk = LA_MUL(dd, LA_MUL(d11, ak) - (herm ? LA_MUL(u, ak1) : ak1));
+          LA_T wk1 = LA_MUL(dd, LA_MUL(d22, ak1) - (herm ? LA_MUL(LA_CONJ(u), ak) : ak));
+          for (int64_t i = j; i < n; i++)
+            A_(i, j) = A_(i, j) - LA_MUL(A_(i, k), HC(wk)) - LA_MUL(A_(i, k + 1), HC(wk1));
+          A_(j, k) = wk;
+          A_(j, k + 1) = wk1;
+          if (herm) A_(j, j) = LA_REAL(A_(j, j));
+        }
+      }
+    }
+    if (kstep == 1) {
+      piv[k] = (int32_t)(kp + 1);
+    } else {
+      piv[k] = piv[k + 1] = (int32_t)(-(kp + 1));
+    }
+    k += kstep;
+  }
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = i + 1; j < n; j++) A_(i, j) = 0.0;
+#undef DIAG_ABS
+#undef A_
+  return info;
+}
+
+/* Solves A X = C in place (C: n x nrhs row-major) from bunch_kaufman's
+ * factors ld and pivots (validated by the caller; `herm` as there): P L
+ * applied forward, the blocks of D, then L^T (L^H) P^T backward, as LAPACK's
+ * sytrs / hetrs. */
+static void LA(bk_solve)(const LA_T* ld, int64_t n, const int32_t* piv, LA_T* c, int64_t nrhs,
+                         bool herm) {
+#define L_(i, j) ld[(i) * n + (j)]
+#define C_(i, r) c[(i) * nrhs + (r)]
+  for (int64_t k = 0; k < n;) {
+    if (piv[k] > 0) {
+      LA(swap_rows)(c, nrhs, k, piv[k] - 1);
+      for (int64_t i = k + 1; i < n; i++)
+        for (int64_t r = 0; r < nrhs; r++) C_(i, r) -= LA_MUL(L_(i, k), C_(k, r));
+      LA_T d = herm ? (LA_T)LA_REAL(L_(k, k)) : L_(k, k);
+      for (int64_t r = 0; r < nrhs; r++) C_(k, r) /= d;
+      k++;
+    } else {
+      LA(swap_rows)(c, nrhs, k + 1, -piv[k] - 1);
+      for (int64_t i = k + 2; i < n; i++)
+        for (int64_t r = 0; r < nrhs; r++)
+          C_(i, r) = C_(i, r) - LA_MUL(L_(i, k), C_(k, r)) - LA_MUL(L_(i, k + 1), C_(k + 1, r));
+      /* D = [d e'; f e]: rows divided by e' and e, then 2x2 Cramer */
+      LA_T e = L_(k + 1, k), ec = HC(e);
+      LA_T p = L_(k, k) / ec, q = L_(k + 1, k + 1) / e, den = LA_MUL(p, q) - 1.0;
+      for (int64_t r = 0; r < nrhs; r++) {
+        LA_T x0 = C_(k, r) / ec, x1 = C_(k + 1, r) / e;
+        C_(k, r) = (LA_MUL(q, x0) - x1) / den;
+        C_(k + 1, r) = (LA_MUL(p, x1) - x0) / den;
+      }
+      k += 2;
+    }
+  }
+  for (int64_t k = n - 1; k >= 0;) {
+    int64_t first = piv[k] > 0 ? k : k - 1; /* first column of the block ending at k */
+    for (int64_t j = first; j <= k; j++)
+      for (int64_t i = k + 1; i < n; i++)
+        for (int64_t r = 0; r < nrhs; r++) C_(j, r) -= LA_MUL(HC(L_(i, j)), C_(i, r));
+    LA(swap_rows)(c, nrhs, k, (piv[k] > 0 ? piv[k] : -piv[k]) - 1);
+    k = first - 1;
+  }
+#undef C_
+#undef L_
+}
+#undef HC
+
+/* linalg_ldl_factor_ex(self, *, hermitian, check_errors) -> (LD, pivots,
+ * info). `hermitian` matters for complex matrices only (CPU: sytrf for real
+ * ones either way). */
+static tpu_status_t LA(k_linalg_ldl_factor_ex)(const tpu_call_t* call) {
+  const char* op = "linalg.ldl_factor_ex";
+  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
+  const tpu_tensor_t *LD = &call->outs[0], *piv = &call->outs[1], *info = &call->outs[2];
+  tpu_status_t st = check_matrix_of(op, A, true, LA_COMPLEX);
+  if (st) return st;
+  bool herm = LA_COMPLEX && tpu_arg_bool(call, 1, false);
+  mat_view_t av = mat_of(A), lv = mat_of(LD), pv = vec_of(piv);
+  int64_t n = av.rows;
+  int nb = A->ndim - 2;
+  int64_t nbatch = batch_count(nb, A->sizes);
+  LA_T* a = LA(new_buf)(n * n);
+  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+  if (!a || !p) {
+    free(a), free(p);
+    return OOM(op);
+  }
+  int first = 0;
+  for (int64_t b = 0; b < nbatch; b++) {
+    LA(load_mat)(&av, batch_offset(A, 2, nb, A->sizes, b), MAT_N, a);
+    int inf = LA(bunch_kaufman)(a, n, p, herm);
+    if (inf && !first) first = inf;
+    LA(store_mat)(&lv, batch_offset(LD, 2, nb, A->sizes, b), MAT_N, a);
+    int64_t poff = batch_offset(piv, 1, nb, A->sizes, b);
+    for (int64_t j = 0; j < n; j++) tpu_store_i64(elem_ptr(&pv, poff, j, 0), piv->dtype, p[j]);
+    if (has_elems(info)) tpu_store_i64(tpu_tensor_elem_ptr(info, b), info->dtype, inf);
+  }
+  free(a), free(p);
+  if (first && tpu_arg_bool(call, 2, false))
+    return TPU_ERR(LINALG,
+                   "%s: The factorization could not be completed because the input is not "
+                   "invertible: D(%d,%d) is exactly zero.",
+                   op, first, first);
+  return NULL;
+}
+
+/* linalg_ldl_solve(LD, pivots, B, *, hermitian) -> out; batch dims
+ * broadcast. */
+static tpu_status_t LA(k_linalg_ldl_solve)(const tpu_call_t* call) {
+  const char* op = "linalg.ldl_solve";
+  const tpu_tensor_t *LD = tpu_arg_tensor(call, 0), *piv = tpu_arg_tensor(call, 1);
+  const tpu_tensor_t *B = tpu_arg_tensor(call, 2), *out = &call->outs[0];
+  tpu_status_t st = check_matrix_of(op, LD, true, LA_COMPLEX);
+  if (!st) st = check_matrix_of(op, B, false, LA_COMPLEX);
+  if (st) return st;
+  bool herm = LA_COMPLEX && tpu_arg_bool(call, 3, false);
+  mat_view_t lv = mat_of(LD), pv = vec_of(piv), bv = mat_of(B), ov = mat_of(out);
+  int64_t n = lv.rows, nrhs = ov.cols;
+  int nb = out->ndim - 2;
+  int64_t nbatch = batch_count(nb, out->sizes);
+  LA_T *a = LA(new_buf)(n * n), *c = LA(new_buf)(n * nrhs);
+  int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+  if (!a || !c || !p) st = OOM(op);
+  for (int64_t b = 0; b < nbatch && !st; b++) {
+    LA(load_mat)(&lv, batch_offset(LD, 2, nb, out->sizes, b), MAT_N, a);
+    int64_t poff = batch_offset(piv, 1, nb, out->sizes, b);
+    for (int64_t j = 0; j < n && !st; j++) {
+      int64_t x = tpu_load_i64(elem_ptr(&pv, poff, j, 0), piv->dtype);
+      bool two = x < 0; /* a 2x2 block: both of its pivots negative and equal */
+      if (x == 0 || (x < 0 ? -x : x) > n ||
+          (two && !((j + 1 < n && tpu_load_i64(elem_ptr(&pv, poff, j + 1, 0), piv->dtype) == x))))
+        st = TPU_ERR(INVALID_ARGUMENT, "%s: invalid pivot %lld at position %lld", op,
+                     (long long)x, (long long)j);
+      p[j] = (int32_t)x;
+      if (two && !st) p[++j] = (int32_t)x;
+    }
+    if (st) break;
+    LA(load_mat)(&bv, batch_offset(B, 2, nb, out->sizes, b), MAT_N, c);
+    LA(bk_solve)(a, n, p, c, nrhs, herm);
+    LA(store_mat)(&ov, batch_offset(out, 2, nb, out->sizes, b), MAT_N, c);
+  }
+  free(a), free(c), free(p);
+  return st;
+}
+
 /* ------------------------------------------------------ matrix exponential */
 
 /* c = a @ b for n x n row-major matrices (c distinct from a and b) */
@@ -712,18 +953,3 @@ static tpu_status_t LA(k_linalg_matrix_exp)(const tpu_call_t* call) {
   free(a), free(piv);
   return NULL;
 }
-
-/* The parameters end with the instance. */
-#undef LA
-#undef LA_T
-#undef LA_LOAD
-#undef LA_STORE
-#undef LA_MUL
-#undef LA_CONJ
-#undef LA_REAL
-#undef LA_ABS
-#undef LA_ABS2
-#undef LA_ABS1
-#undef LA_SGN
-#undef LA_NAN
-#undef LA_COMPLEX

@@ -1,15 +1,10 @@
-/* Complex dense linear algebra: Householder QR (linalg_qr, geqrf,
- * householder_product, ormqr), one-sided Jacobi SVD and Hermitian Jacobi
- * eigendecomposition of complex64/complex128 matrices.
+/* Complex dense linear algebra: one-sided Jacobi SVD and Hermitian Jacobi
+ * eigendecomposition of complex64/complex128 matrices (the QR family and
+ * least squares are linalg_qr.h's complex instance in linalg.c).
  *
- * The kernels of linalg.c hand calls with complex inputs here; everything
- * computes in double complex on row-major copies (linalg.h) and rounds once
- * on store.
- *
- * Reflectors are LAPACK's complex ones (zlarfg): H = I - tau v v^H with
- * v[0] = 1, tau complex, and H^H (alpha; x) = (beta; 0) with beta real,
- * -sign(Re alpha) * norm. QR applies H^H to the trailing columns, so R's
- * diagonal is real and Q = H_0 H_1 ... H_{k-1} is CPU's (zgeqrf/zungqr).
+ * The SVD and eigh kernels of linalg.c hand calls with complex inputs here;
+ * everything computes in double complex on row-major copies (linalg.h) and
+ * rounds once on store.
  *
  * Phases of singular and eigen vectors: LAPACK reduces a complex matrix to
  * a real bidiagonal / tridiagonal one by reflectors that leave one row of the
@@ -27,67 +22,6 @@
 
 static double zabs2(zc_t z) { return creal(z) * creal(z) + cimag(z) * cimag(z); }
 
-/* ------------------------------------------------------------- reflectors */
-
-zc_t tpu_zlarfg(zc_t* x, int64_t n, int64_t s) {
-  zc_t alpha = x[0];
-  double xnorm = 0.0;
-  for (int64_t i = 1; i < n; i++) xnorm = hypot(xnorm, cabs(x[i * s]));
-  if (xnorm == 0.0 && cimag(alpha) == 0.0) return 0.0;
-  double ar = creal(alpha), ai = cimag(alpha);
-  double beta = -copysign(hypot(hypot(ar, ai), xnorm), ar);
-  zc_t tau = CMPLX((beta - ar) / beta, -ai / beta);
-  zc_t scal = 1.0 / (alpha - beta);
-  for (int64_t i = 1; i < n; i++) x[i * s] *= scal;
-  x[0] = beta;
-  return tau;
-}
-
-void tpu_zreflect_left(const zc_t* v, int64_t vs, int64_t len, zc_t tau, zc_t* c, int64_t ldc,
-                       int64_t r0, int64_t c0, int64_t c1) {
-  if (tau == 0.0) return;
-  c += r0 * ldc;
-  for (int64_t col = c0; col < c1; col++) {
-    zc_t s = c[col];
-    for (int64_t i = 1; i < len; i++) s += conj(v[i * vs]) * c[i * ldc + col];
-    s *= tau;
-    c[col] -= s;
-    for (int64_t i = 1; i < len; i++) c[i * ldc + col] -= s * v[i * vs];
-  }
-}
-
-void tpu_zreflect_right(const zc_t* v, int64_t vs, int64_t len, zc_t tau, zc_t* c, int64_t ldc,
-                        int64_t r0, int64_t q0, int64_t q1) {
-  if (tau == 0.0) return;
-  for (int64_t r = q0; r < q1; r++) {
-    zc_t* row = c + r * ldc + r0;
-    zc_t s = row[0];
-    for (int64_t i = 1; i < len; i++) s += row[i] * v[i * vs];
-    s *= tau;
-    row[0] -= s;
-    for (int64_t i = 1; i < len; i++) row[i] -= s * conj(v[i * vs]);
-  }
-}
-
-/* Householder QR of the m x n matrix a in place (zgeqrf's layout: R on and
- * above the diagonal, reflector j's v below it); tau[0..min(m,n)). */
-static void zhouse_qr(zc_t* a, int64_t m, int64_t n, zc_t* tau) {
-  int64_t k = m < n ? m : n;
-  for (int64_t j = 0; j < k; j++) {
-    tau[j] = tpu_zlarfg(a + j * n + j, m - j, n);
-    tpu_zreflect_left(a + j * n + j, n, m - j, conj(tau[j]), a, n, j, j + 1, n);
-  }
-}
-
-/* q (m x qc) = the first qc columns of H_0 H_1 ... H_{k-1}. */
-static void zform_q(const zc_t* a, int64_t lda, int64_t m, const zc_t* tau, int64_t k, zc_t* q,
-                    int64_t qc) {
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < qc; j++) q[i * qc + j] = i == j ? 1.0 : 0.0;
-  for (int64_t j = k - 1; j >= 0; j--)
-    tpu_zreflect_left(a + j * lda + j, lda, m - j, tau[j], q, qc, j, 0, qc);
-}
-
 static tpu_status_t check_complex_matrix(const char* op, const tpu_tensor_t* t, bool square) {
   if (!tpu_dtype_is_complex(t->dtype))
     return TPU_ERR(INVALID_ARGUMENT, "%s: expected a complex tensor, got %s", op,
@@ -98,153 +32,6 @@ static tpu_status_t check_complex_matrix(const char* op, const tpu_tensor_t* t, 
   if (square && t->sizes[t->ndim - 1] != t->sizes[t->ndim - 2])
     return TPU_ERR(INVALID_ARGUMENT, "%s: A must be batches of square matrices, got %lld by %lld",
                    op, (long long)t->sizes[t->ndim - 2], (long long)t->sizes[t->ndim - 1]);
-  return NULL;
-}
-
-static tpu_status_t check_same_dtype(const char* op, const tpu_tensor_t* a, const char* what,
-                                     const tpu_tensor_t* b) {
-  if (a->dtype == b->dtype) return NULL;
-  return TPU_ERR(INVALID_ARGUMENT, "%s: expected %s to have dtype %s, got %s", op, what,
-                 tpu_dtype_name(a->dtype), tpu_dtype_name(b->dtype));
-}
-
-/* ------------------------------------------------------------ QR kernels */
-
-tpu_status_t tpu_zk_linalg_qr(const tpu_call_t* call) {
-  const char* op = "linalg.qr";
-  const tpu_tensor_t *A = tpu_arg_tensor(call, 0), *Q = &call->outs[0], *R = &call->outs[1];
-  tpu_status_t st = check_complex_matrix(op, A, false);
-  if (st) return st;
-  mat_view_t av = mat_of(A), qv = mat_of(Q), rv = mat_of(R);
-  int64_t m = av.rows, n = av.cols, k = m < n ? m : n;
-  bool want_q = has_elems(Q);
-  int64_t qc = want_q ? qv.cols : 0;
-  int nb = A->ndim - 2;
-  int64_t nbatch = batch_count(nb, A->sizes);
-  zc_t *a = zscratch(m * n), *tau = zscratch(k), *q = zscratch(m * qc);
-  if (!a || !tau || !q) {
-    free(a), free(tau), free(q);
-    return OOM(op);
-  }
-  for (int64_t b = 0; b < nbatch; b++) {
-    zload_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
-    zhouse_qr(a, m, n, tau);
-    if (want_q) {
-      zform_q(a, n, m, tau, k, q, qc);
-      zstore_mat(&qv, batch_offset(Q, 2, nb, A->sizes, b), false, q);
-    }
-    int64_t roff = batch_offset(R, 2, nb, A->sizes, b);
-    for (int64_t i = 0; i < rv.rows; i++)
-      for (int64_t j = 0; j < n; j++)
-        tpu_store_z((char*)elem_ptr(&rv, roff, i, j), R->dtype, j >= i ? a[i * n + j] : 0.0);
-  }
-  free(a), free(tau), free(q);
-  return NULL;
-}
-
-tpu_status_t tpu_zk_geqrf(const tpu_call_t* call) {
-  const char* op = "geqrf";
-  const tpu_tensor_t* A = tpu_arg_tensor(call, 0);
-  const tpu_tensor_t *QR = &call->outs[0], *T = &call->outs[1];
-  tpu_status_t st = check_complex_matrix(op, A, false);
-  if (st) return st;
-  mat_view_t av = mat_of(A), qv = mat_of(QR), tv = vec_of(T);
-  int64_t m = av.rows, n = av.cols, k = m < n ? m : n;
-  int nb = A->ndim - 2;
-  int64_t nbatch = batch_count(nb, A->sizes);
-  zc_t *a = zscratch(m * n), *tau = zscratch(k);
-  if (!a || !tau) {
-    free(a), free(tau);
-    return OOM(op);
-  }
-  for (int64_t b = 0; b < nbatch; b++) {
-    zload_mat(&av, batch_offset(A, 2, nb, A->sizes, b), false, a);
-    zhouse_qr(a, m, n, tau);
-    zstore_mat(&qv, batch_offset(QR, 2, nb, A->sizes, b), false, a);
-    int64_t toff = batch_offset(T, 1, nb, A->sizes, b);
-    for (int64_t j = 0; j < k; j++) tpu_store_z((char*)elem_ptr(&tv, toff, j, 0), T->dtype, tau[j]);
-  }
-  free(a), free(tau);
-  return NULL;
-}
-
-/* Loads the reflectors (m x n) and k taus of batch b. */
-static void zload_reflectors(const tpu_tensor_t* V, const tpu_tensor_t* T, int nb,
-                             const int64_t* bsizes, int64_t b, zc_t* v, zc_t* tau, int64_t k) {
-  mat_view_t vv = mat_of(V), tv = vec_of(T);
-  zload_mat(&vv, batch_offset(V, 2, nb, bsizes, b), false, v);
-  int64_t toff = batch_offset(T, 1, nb, bsizes, b);
-  for (int64_t j = 0; j < k; j++) tau[j] = tpu_load_z((const char*)elem_ptr(&tv, toff, j, 0), T->dtype);
-}
-
-tpu_status_t tpu_zk_linalg_householder_product(const tpu_call_t* call) {
-  const char* op = "linalg.householder_product";
-  const tpu_tensor_t *V = tpu_arg_tensor(call, 0), *T = tpu_arg_tensor(call, 1);
-  const tpu_tensor_t* out = &call->outs[0];
-  tpu_status_t st = check_complex_matrix(op, V, false);
-  if (!st) st = check_same_dtype(op, V, "tau", T);
-  if (st) return st;
-  mat_view_t vv = mat_of(V), ov = mat_of(out);
-  int64_t m = vv.rows, n = vv.cols, k = T->ndim ? T->sizes[T->ndim - 1] : 1;
-  if (k > n || n > m)
-    return TPU_ERR(INVALID_ARGUMENT, "%s: expected m >= n >= k, got %lld, %lld, %lld", op,
-                   (long long)m, (long long)n, (long long)k);
-  int nb = out->ndim - 2;
-  int64_t nbatch = batch_count(nb, out->sizes);
-  zc_t *v = zscratch(m * n), *tau = zscratch(k), *q = zscratch(m * n);
-  if (!v || !tau || !q) {
-    free(v), free(tau), free(q);
-    return OOM(op);
-  }
-  for (int64_t b = 0; b < nbatch; b++) {
-    zload_reflectors(V, T, nb, out->sizes, b, v, tau, k);
-    zform_q(v, n, m, tau, k, q, n);
-    zstore_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, q);
-  }
-  free(v), free(tau), free(q);
-  return NULL;
-}
-
-/* ormqr: op(Q) C or C op(Q), op(Q) = Q^H with `transpose`. */
-tpu_status_t tpu_zk_ormqr(const tpu_call_t* call) {
-  const char* op = "ormqr";
-  const tpu_tensor_t *V = tpu_arg_tensor(call, 0), *T = tpu_arg_tensor(call, 1);
-  const tpu_tensor_t *C = tpu_arg_tensor(call, 2), *out = &call->outs[0];
-  tpu_status_t st = check_complex_matrix(op, V, false);
-  if (!st) st = check_same_dtype(op, V, "tau", T);
-  if (!st) st = check_same_dtype(op, V, "other", C);
-  if (!st) st = check_complex_matrix(op, C, false);
-  if (st) return st;
-  bool left = tpu_arg_bool(call, 3, true), trans = tpu_arg_bool(call, 4, false);
-  mat_view_t vv = mat_of(V), cv = mat_of(C), ov = mat_of(out);
-  int64_t mv = vv.rows, nv = vv.cols, k = T->ndim ? T->sizes[T->ndim - 1] : 1;
-  int64_t mc = cv.rows, nc = cv.cols;
-  if (mv != (left ? mc : nc) || k > nv || k > mv)
-    return TPU_ERR(INVALID_ARGUMENT, "%s: reflectors %lldx%lld (k %lld) do not fit C %lldx%lld",
-                   op, (long long)mv, (long long)nv, (long long)k, (long long)mc, (long long)nc);
-  int nb = out->ndim - 2;
-  int64_t nbatch = batch_count(nb, out->sizes);
-  zc_t *v = zscratch(mv * nv), *tau = zscratch(k), *c = zscratch(mc * nc);
-  if (!v || !tau || !c) {
-    free(v), free(tau), free(c);
-    return OOM(op);
-  }
-  /* Q C applies H_{k-1} first, Q^H C applies H_0^H first; from the right the
-   * order flips. H^H has tau conjugated. */
-  bool ascending = left == trans;
-  for (int64_t b = 0; b < nbatch; b++) {
-    zload_reflectors(V, T, nb, out->sizes, b, v, tau, k);
-    zload_mat(&cv, batch_offset(C, 2, nb, out->sizes, b), false, c);
-    for (int64_t s = 0; s < k; s++) {
-      int64_t j = ascending ? s : k - 1 - s;
-      zc_t t = trans ? conj(tau[j]) : tau[j];
-      const zc_t* vj = v + j * nv + j;
-      if (left) tpu_zreflect_left(vj, nv, mv - j, t, c, nc, j, 0, nc);
-      else tpu_zreflect_right(vj, nv, mv - j, t, c, nc, j, 0, mc);
-    }
-    zstore_mat(&ov, batch_offset(out, 2, nb, out->sizes, b), false, c);
-  }
-  free(v), free(tau), free(c);
   return NULL;
 }
 
@@ -305,12 +92,9 @@ static void zcomplete_column(zc_t* u, int64_t m, int64_t ld, int64_t j, const in
   for (int64_t i = 0; i < m; i++) u[i * ld + j] = tmp[i] / nrm;
 }
 
-/* One-sided Jacobi SVD of the complex m x n matrix w (m >= n), destroyed:
- * s[0..n) descending, v (n x n, columns the right singular vectors, row 0
- * real and non-negative) and, when u is not NULL, u (m x uc, uc = n or m:
- * the extra columns complete a unitary basis). Each rotation first turns
- * column q by the phase of w_p^H w_q, then rotates as in the real case. */
-static void zjacobi_svd(zc_t* w, int64_t m, int64_t n, double* s, zc_t* u, int64_t uc, zc_t* v) {
+/* (linalg.h) Each rotation first turns column q by the phase of w_p^H w_q,
+ * then rotates as in the real case. */
+void tpu_zjacobi_svd(zc_t* w, int64_t m, int64_t n, double* s, zc_t* u, int64_t uc, zc_t* v) {
   for (int64_t i = 0; i < n; i++)
     for (int64_t j = 0; j < n; j++) v[i * n + j] = i == j ? 1.0 : 0.0;
   for (int sweep = 0; sweep < 80; sweep++) {
@@ -464,7 +248,7 @@ static void zsvd_range(void* vctx, int64_t begin, int64_t end) {
   if (!w || !s || !u || !v) cx->oom = 1;
   for (int64_t b = begin; b < end && !cx->oom; b++) {
     zload_mat(&av, batch_offset(A, 2, cx->nb, A->sizes, b), wide, w);
-    zjacobi_svd(w, M, N, s, uv ? u : NULL, tc, v);
+    tpu_zjacobi_svd(w, M, N, s, uv ? u : NULL, tc, v);
     int64_t soff = batch_offset(S, 1, cx->nb, A->sizes, b);
     for (int64_t j = 0; j < N; j++) tpu_store_f64(elem_ptr(&so, soff, j, 0), S->dtype, s[j]);
     if (!uv) continue;
