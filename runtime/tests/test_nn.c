@@ -285,6 +285,92 @@ static void test_gemm_transforms(void) {
   }
   tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO);
   CHECK(bad == 0);
+  /* the bfloat16 packer: the same layouts, values widened exactly (every
+   * one-pass transform keeps them), multi-pass transforms declined */
+  static uint16_t h[NV];
+  for (int i = 0; i < NV; i++) h[i] = tpu_f32_to_bf16(v[i]);
+  for (int u = 0; u < (int)(sizeof uks / sizeof uks[0]); u++) {
+    if (!uks[u]->pack_bf16) continue;
+    for (int c = 0; c < 4; c++) {
+      int np = c >= 2 ? 2 : 1;
+      for (int layout = 0; layout < 6; layout++) {
+        /* layouts 4, 5: lines kept as lines (w = 1), as rows of A */
+        int w = layout >= 4 ? 1 : layout % 2 == 0 ? uks[u]->mr : uks[u]->nr;
+        int64_t lines = layout >= 4 ? 5 : 3 * w - 1, kc = NV / lines - layout % 2;
+        int64_t sl = layout < 2 || layout >= 4 ? kc + layout % 2 : 1, sk = layout < 2 || layout >= 4 ? 1 : lines;
+        bool took = uks[u]->pack_bf16(packed, h, sl, sk, lines, kc, w, combos[c], np);
+        if (np == 2) {
+          bad += took;
+          continue;
+        }
+        CHECK(took);
+        for (int64_t l = 0; l < (lines + w - 1) / w * w; l++)
+          for (int64_t k = 0; k < kc; k++) {
+            float got = packed[(l / w) * w * kc + k * w + l % w];
+            float want = l < lines ? tpu_bf16_to_f32(h[l * sl + k * sk]) : 0.0f;
+            if (gemm_f2u(got) != gemm_f2u(want) && bad++ < 3)
+              fprintf(stderr, "%s bf16 pack layout %d: line %lld step %lld: %a, want %a\n",
+                      uks[u]->name, layout, (long long)l, (long long)k, got, want);
+          }
+      }
+    }
+  }
+  CHECK(bad == 0);
+}
+
+/* A bfloat16 product (c = a @ b + beta * self, batched) equals the float32
+ * product of the same values rounded once to bfloat16, bit for bit, on
+ * every micro-kernel: the packers widen exactly, the sums run in the same
+ * order, and the float result is rounded on store. ta/tb: a, b stored
+ * transposed; self a broadcast row. */
+static void gemm_bf16_case(int64_t batch, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                           double beta) {
+  buf_t a = ta ? bmake(TPU_BF16, 3, batch, k, m, 0) : bmake(TPU_BF16, 3, batch, m, k, 0);
+  buf_t b = tb ? bmake(TPU_BF16, 3, batch, n, k, 0) : bmake(TPU_BF16, 3, batch, k, n, 0);
+  buf_t self = bmake(TPU_BF16, 1, n, 0, 0, 0), c = bmake(TPU_BF16, 3, batch, m, n, 0);
+  bfill(&a, 4);
+  bfill(&b, 4);
+  bfill(&self, 4);
+  buf_t a32 = ta ? bmake(TPU_F32, 3, batch, k, m, 0) : bmake(TPU_F32, 3, batch, m, k, 0);
+  buf_t b32 = tb ? bmake(TPU_F32, 3, batch, n, k, 0) : bmake(TPU_F32, 3, batch, k, n, 0);
+  buf_t self32 = bmake(TPU_F32, 1, n, 0, 0, 0), c32 = bmake(TPU_F32, 3, batch, m, n, 0);
+  const buf_t* from[3] = {&a, &b, &self};
+  buf_t* to[3] = {&a32, &b32, &self32};
+  for (int v = 0; v < 3; v++)
+    for (int64_t i = 0; i < tpu_tensor_numel(&from[v]->t); i++)
+      ((float*)to[v]->mem)[i] = tpu_bf16_to_f32(((const uint16_t*)from[v]->mem)[i]);
+  tpu_tensor_t av = ta ? transposed(&a.t) : a.t, bv = tb ? transposed(&b.t) : b.t;
+  tpu_tensor_t av32 = ta ? transposed(&a32.t) : a32.t, bv32 = tb ? transposed(&b32.t) : b32.t;
+  for (int isa = TPU_GEMM_ISA_AVX512; isa >= TPU_GEMM_ISA_PORTABLE; isa--) {
+    if (!tpu_gemm_set_isa((tpu_gemm_isa_t)isa)) continue;
+    CHECK_OK(tpu_gemm_batched(&av, &bv, &c.t, 1, beta, &self.t));
+    CHECK_OK(tpu_gemm_batched(&av32, &bv32, &c32.t, 1, beta, &self32.t));
+    int bad = 0;
+    for (int64_t i = 0; i < batch * m * n; i++) {
+      uint16_t got = ((const uint16_t*)c.mem)[i];
+      uint16_t want = tpu_f32_to_bf16(((const float*)c32.mem)[i]);
+      if (got != want && bad++ < 3)
+        fprintf(stderr, "bf16 gemm %s %lldx%lldx%lldx%lld ta %d tb %d: c[%lld] = %a, want %a\n",
+                tpu_gemm_isa_name(), (long long)batch, (long long)m, (long long)n,
+                (long long)k, ta, tb, (long long)i, tpu_bf16_to_f32(got),
+                tpu_bf16_to_f32(want));
+    }
+    CHECK(bad == 0);
+  }
+  CHECK(tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO));
+  buf_t* all[8] = {&a, &b, &self, &c, &a32, &b32, &self32, &c32};
+  for (int v = 0; v < 8; v++) free(all[v]->mem);
+}
+
+static void test_gemm_bf16(void) {
+  gemm_bf16_case(1, 37, 19, 53, false, false, 0);    /* rows of A, edge tiles */
+  gemm_bf16_case(1, 37, 19, 53, true, true, 1);      /* A by columns, B by columns */
+  gemm_bf16_case(1, 70, 300, 600, false, true, 1);   /* packed panels, k blocks, bias */
+  gemm_bf16_case(1, 70, 300, 600, true, false, 0);
+  gemm_bf16_case(1, 130, 257, 33, false, false, 0.5);
+  gemm_bf16_case(6, 40, 64, 72, false, true, 0);     /* attention-like batches */
+  gemm_bf16_case(6, 40, 72, 64, true, false, 1);
+  gemm_bf16_case(1, 1, 300, 77, false, true, 1);     /* vector-matrix */
 }
 
 /* mm under each precision and micro-kernel against float64 sums of the
@@ -899,6 +985,7 @@ int main(void) {
   test_gemm_shapes();
   test_gemm_semantics();
   test_gemm_transforms();
+  test_gemm_bf16();
   test_gemm_precision();
   test_mm_ops();
   test_softmax();

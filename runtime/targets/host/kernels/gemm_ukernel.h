@@ -81,6 +81,11 @@ typedef struct gemm_ukernel {
   void (*tile_rows)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
                     int64_t ldc, bool accumulate, const float* s, int64_t lds,
                     const void* const* pf, int64_t npf);
+  /* pack_f32 for bfloat16 lines (strides in elements), widened exactly;
+   * false for layouts or multi-pass transforms it leaves to the generic
+   * packer; NULL: none. */
+  bool (*pack_bf16)(float* dst, const uint16_t* src, int64_t sl, int64_t sk, int64_t lines,
+                    int64_t kc, int w, const gemm_xform_t* xf, int np);
 } gemm_ukernel_t;
 
 extern const gemm_ukernel_t tpu_gemm_ukernel_portable;

@@ -32,6 +32,7 @@
 #include "base/cpu.h"
 #include "base/env.h"
 #include "tpu/float8.h"
+#include "vecmath.h"
 
 /* ---- strided run conversions ---- */
 #define CONV_ID(x) (x)
@@ -62,15 +63,47 @@
 #define TO_F8E4M3FNUZ(x) tpu_f32_to_f8e4m3fnuz((float)(x))
 #define TO_F8E8M0FNU(x) tpu_f32_to_f8e8m0fnu((float)(x))
 
+/* Contiguous bfloat16 runs to and from float32 with vector widening and
+ * packing (vecmath.h) where the host ISA has them; false: left to the
+ * element loops (the same values). */
+static bool run_load_bf16_rows(float* dst, int64_t dstride, const void* src, int64_t sstride,
+                               tpu_dtype_t dt, int64_t n) {
+#ifdef TPU_HAVE_AVX2_BUILD
+  if (dt == TPU_BF16 && dstride == 1 && sstride == 1 && tpu_host_isa() == TPU_ISA_AVX2) {
+    tpu_vm_bf16_row_load_avx2(dst, src, n);
+    return true;
+  }
+#endif
+  (void)dst, (void)dstride, (void)src, (void)sstride, (void)dt, (void)n;
+  return false;
+}
+
+static bool run_store_bf16_rows(void* dst, int64_t dstride, tpu_dtype_t dt, const float* src,
+                                int64_t n) {
+#ifdef TPU_HAVE_AVX2_BUILD
+  if (dt == TPU_BF16 && dstride == 1 && tpu_host_isa() == TPU_ISA_AVX2) {
+    tpu_vm_bf16_row_store_avx2(dst, src, n);
+    return true;
+  }
+#endif
+  (void)dst, (void)dstride, (void)dt, (void)src, (void)n;
+  return false;
+}
+
+#define RUN_NO_FAST_LOAD(dst, dstride, src, sstride, dt, n) false
+#define RUN_NO_FAST_STORE(dst, dstride, dt, src, n) false
+
 /* Defines tpu_run_load_SUF / tpu_run_store_SUF for compute type CT whose
- * storage dtype is NATIVE (plain copies take memcpy). */
-#define DEFINE_RUN_IO(SUF, CT, NATIVE)                                                     \
+ * storage dtype is NATIVE (plain copies take memcpy); FAST_LOAD and
+ * FAST_STORE may take a run first (true: done). */
+#define DEFINE_RUN_IO(SUF, CT, NATIVE, FAST_LOAD, FAST_STORE)                              \
   void tpu_run_load_##SUF(CT* dst, int64_t dstride, const void* src, int64_t sstride,      \
                           tpu_dtype_t dt, int64_t n) {                                      \
     if (dt == NATIVE && dstride == 1 && sstride == 1) {                                    \
       memcpy(dst, src, (size_t)n * sizeof(CT));                                            \
       return;                                                                               \
     }                                                                                       \
+    if (FAST_LOAD(dst, dstride, src, sstride, dt, n)) return;                              \
     switch (dt) {                                                                           \
       case TPU_U8: LOAD_LOOP(uint8_t, CONV_ID); break;                                      \
       case TPU_I8: LOAD_LOOP(int8_t, CONV_ID); break;                                       \
@@ -96,6 +129,7 @@
       memcpy(dst, src, (size_t)n * sizeof(CT));                                            \
       return;                                                                               \
     }                                                                                       \
+    if (FAST_STORE(dst, dstride, dt, src, n)) return;                                      \
     switch (dt) {                                                                           \
       case TPU_U8: STORE_LOOP(uint8_t, TO_U8); break;                                       \
       case TPU_I8: STORE_LOOP(int8_t, TO_I8); break;                                        \
@@ -117,13 +151,13 @@
   }
 
 #define CT float
-DEFINE_RUN_IO(f32, float, TPU_F32)
+DEFINE_RUN_IO(f32, float, TPU_F32, run_load_bf16_rows, run_store_bf16_rows)
 #undef CT
 #define CT double
-DEFINE_RUN_IO(f64, double, TPU_F64)
+DEFINE_RUN_IO(f64, double, TPU_F64, RUN_NO_FAST_LOAD, RUN_NO_FAST_STORE)
 #undef CT
 #define CT int64_t
-DEFINE_RUN_IO(i64, int64_t, TPU_I64)
+DEFINE_RUN_IO(i64, int64_t, TPU_I64, RUN_NO_FAST_LOAD, RUN_NO_FAST_STORE)
 #undef CT
 
 /* ---- problem description ---- */
@@ -488,7 +522,8 @@ static void load_step(float* dst, const mat_t* x, const char* p, int64_t sl, int
 
 /* Packs `lines` lines of kc steps (line l, step k at src + (l * sl + k *
  * sk) elements of x) into panels of w lines, as gemm_ukernel_t.pack_f32
- * describes. Float32 layouts the micro-kernel's packer knows go there; any
+ * describes. Float32 and bfloat16 layouts the micro-kernel's packers know
+ * go there; any
  * other dtype or layout converts one run at a time through `line`
  * (max(kc, w) floats): float8 and float4 codes are decoded there, and
  * multiplied by their scales (sc) when the operand has them. For a float4
@@ -500,6 +535,9 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
                         int64_t l0, int64_t k0) {
   if (!sc && x->dt == TPU_F32 && uk->pack_f32 &&
       uk->pack_f32(dst, (const float*)src, sl, sk, lines, kc, w, xf, np))
+    return;
+  if (!sc && x->dt == TPU_BF16 && uk->pack_bf16 &&
+      uk->pack_bf16(dst, (const uint16_t*)src, sl, sk, lines, kc, w, xf, np))
     return;
   const int64_t ph = x->pairs ? k0 & 1 : 0; /* float4: nibble of the first step */
   const int64_t kcp = kc * np;
@@ -534,18 +572,22 @@ static void ftile_store(const gemm_t* g, int64_t bi, int64_t i0, int64_t j0, int
   float* srow = row + nlen;
   for (int64_t i = 0; i < mlen; i++) {
     const float* ar = g->has_product ? acc + i * ldc : NULL;
+    const float* out = row;
     if (g->use_self) {
       tpu_run_load_f32(srow, 1, mat_ptr(&g->self, bi, i0 + i, j0), g->self.sc, g->self.dt, nlen);
       if (g->has_product)
         for (int64_t j = 0; j < nlen; j++) row[j] = al * ar[j] + be * srow[j];
       else
         for (int64_t j = 0; j < nlen; j++) row[j] = be * srow[j];
+    } else if (g->has_product && al == 1.0f) {
+      out = ar; /* stored as it is */
     } else if (g->has_product) {
       for (int64_t j = 0; j < nlen; j++) row[j] = al * ar[j];
     } else {
       memset(row, 0, sizeof(float) * (size_t)nlen);
     }
-    tpu_run_store_f32(mat_ptr(&g->c, bi, i0 + i, j0), g->c.sc, g->c.dt, row, nlen);
+    void* dst = mat_ptr(&g->c, bi, i0 + i, j0);
+    if (dst != out) tpu_run_store_f32(dst, g->c.sc, g->c.dt, out, nlen);
   }
 }
 
@@ -662,7 +704,8 @@ enum { PF_STRIPS = 1 };
 static void rows_a_strips(const fblock_t* blk, float* strip, int64_t i0, int64_t mlen,
                           int64_t jp0, int64_t jp1, float* tgt, int64_t ldt, int64_t cw,
                           const float* sv, int64_t lds, float* tmp, float* line) {
-  /* source lines of a strip: MR rows of at most KC floats (A is float32) */
+  /* source lines of a strip: MR rows of at most KC floats (A is float32 or
+   * bfloat16) */
   const void* pf[GEMM_MAX_MR * (ROWS_A_KC * sizeof(float) / 64 + 1)];
   const fgemm_t* f = blk->f;
   const gemm_t* g = f->g;
@@ -953,7 +996,8 @@ static tpu_status_t gemm_float(const gemm_t* g) {
    * panels, so transposing it into panels costs more than it saves; keep its
    * rows for tile_rows (see rows_a_strips). */
   f.rows_a = f.uk->tile_rows && f.uk->mr <= GEMM_MAX_MR && ps.np <= 2 && !g->scale[0] &&
-             g->a.dt == TPU_F32 && g->a.sc == 1 && g->n <= ROWS_A_MAX_N && rows_a_allowed();
+             (g->a.dt == TPU_F32 || g->a.dt == TPU_BF16) && g->a.sc == 1 &&
+             g->n <= ROWS_A_MAX_N && rows_a_allowed();
   /* balanced blocks: equal k blocks, A blocks and B blocks within their caps */
   const int64_t kcap = (f.rows_a ? ROWS_A_KC : KC) / ps.np; /* source steps per k block */
   f.nkb = (g->k + kcap - 1) / kcap;
