@@ -364,6 +364,39 @@ static bool rows_a_allowed(void) {
   return v;
 }
 
+/* Two-step bfloat16 dot products (gemm_dot2_t): TORCH_TPU_GEMM_DOT2=0 turns
+ * them off (for comparisons), tpu_gemm_allow_dot2 overrides. */
+static _Atomic int g_dot2_forced = -1;
+
+void tpu_gemm_allow_dot2(int on) { atomic_store(&g_dot2_forced, on < 0 ? -1 : on != 0); }
+
+static bool dot2_allowed(void) {
+  static _Atomic int cached = -1; /* bit 0: the CPU has them, bit 1: the environment allows */
+  int v = atomic_load(&cached);
+  if (v < 0) {
+    const char* e = tpu_env_str("TORCH_TPU_GEMM_DOT2");
+    const tpu_cpu_features_t* cpu = tpu_cpu_features();
+    v = (cpu->avx512bf16 && cpu->avx512bw && cpu->avx512vl) | (!(e && e[0] == '0')) << 1;
+    atomic_store(&cached, v);
+  }
+  const int forced = atomic_load(&g_dot2_forced);
+  return (v & 1) && (forced >= 0 ? forced : v >> 1);
+}
+
+/* The micro-kernel's two-step dot products for a product of one bfloat16
+ * pass: each operand bfloat16, or float32 rounded to it (precision medium);
+ * NULL where they do not apply or the CPU lacks them. */
+static const gemm_dot2_t* dot2_for(const gemm_t* g, const gemm_ukernel_t* uk,
+                                   const gemm_passes_t* ps) {
+  if (!uk->dot2 || ps->np != 1 || g->scale[0] || g->scale[1] || g->a.pairs || g->b.pairs)
+    return NULL;
+  const mat_t* x[2] = {&g->a, &g->b};
+  const gemm_xform_t xf[2] = {ps->a[0], ps->b[0]};
+  for (int i = 0; i < 2; i++)
+    if (x[i]->dt != TPU_BF16 && !(x[i]->dt == TPU_F32 && xf[i] == GEMM_XF_BF16)) return NULL;
+  return dot2_allowed() ? uk->dot2 : NULL;
+}
+
 /* Work (multiply-adds) below which a product runs on the calling thread. */
 #define PARALLEL_MIN_WORK (1 << 17)
 /* Batched products whose entries are at most this much work each run one
@@ -609,6 +642,7 @@ typedef struct {
   bool direct;       /* accumulate in c */
   bool epi;          /* direct, and the last k block adds self (alpha = beta = 1) */
   bool rows_a;       /* A blocks kept by rows (uk->tile_rows): few columns */
+  const gemm_dot2_t* dot2; /* packed in bfloat16 step pairs for its tiles, or NULL */
   _Atomic int64_t next_entry; /* per-entry split: the next entry to claim */
   _Atomic int oom;
 } fgemm_t;
@@ -626,6 +660,39 @@ typedef struct {
 /* Packing units: PACK_PANELS panels. */
 enum { PACK_PANELS = 16 };
 
+/* Packed steps (floats or words) of a line of klen source steps. */
+static inline int64_t packed_steps(const fgemm_t* f, int64_t klen) {
+  return f->dot2 ? (klen + 1) / 2 : klen * f->ps.np;
+}
+
+/* pack_panels, or the dot2 packer's step pairs (A's missing step -0, B's
+ * +0: see gemm_dot2_t) */
+static void pack_lines(const fgemm_t* f, bool is_a, float* dst, const char* src, int64_t sl,
+                       int64_t sk, int64_t lines, int64_t kc, int w, float* line, int64_t l0,
+                       int64_t k0) {
+  const mat_t* x = is_a ? &f->g->a : &f->g->b;
+  if (f->dot2)
+    f->dot2->pack((uint32_t*)dst, src, x->dt == TPU_BF16, sl, sk, lines, kc, w,
+                  is_a ? 0x8000 : 0);
+  else
+    pack_panels(f->uk, dst, x, src, sl, sk, lines, kc, w, is_a ? f->ps.a : f->ps.b, f->ps.np,
+                line, f->g->scale[is_a ? 0 : 1], l0, k0);
+}
+
+/* One micro-kernel tile of kcp packed steps: A a packed panel (lda 0) or
+ * rows lda apart (the rows path, which passes its prefetches). */
+static inline void run_tile(const fgemm_t* f, int64_t kcp, const float* a, int64_t lda,
+                            const float* b, float* c, int64_t ldc, bool accumulate,
+                            const float* s, int64_t lds, const void* const* pf, int64_t npf) {
+  if (f->dot2)
+    f->dot2->tile(kcp, (const uint32_t*)a, lda, (const uint32_t*)b, c, ldc, accumulate, s, lds,
+                  pf, npf);
+  else if (lda)
+    f->uk->tile_rows(kcp, a, lda, b, c, ldc, accumulate, s, lds, pf, npf);
+  else
+    f->uk->tile(kcp, a, b, c, ldc, accumulate, s, lds);
+}
+
 /* Both phases run as workers (the range passed is ignored) that claim units
  * or items one at a time until none are left: the threads stay busy to the
  * end whatever else the machine runs. */
@@ -633,32 +700,32 @@ static void fblock_pack_b(void* ctx, int64_t begin, int64_t end) {
   fblock_t* blk = ctx;
   const fgemm_t* f = blk->f;
   const gemm_t* g = f->g;
-  const int nr = f->uk->nr, np = f->ps.np;
+  const int nr = f->uk->nr;
   const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0);
   float line[LINE_FLOATS > 64 ? LINE_FLOATS : 64];
   for (int64_t u; (u = atomic_fetch_add(&blk->next_unit, 1)) < blk->units;) {
     int64_t jp = u * PACK_PANELS;
-    pack_panels(f->uk, blk->pb + jp * klen * np * nr, &g->b,
-                mat_ptr(&g->b, blk->bi, k0, blk->j0 + jp * nr), g->b.sc, g->b.sr,
-                min64(PACK_PANELS * nr, blk->nlen - jp * nr), klen, nr, f->ps.b, np, line,
-                g->scale[1], blk->j0 + jp * nr, k0);
+    pack_lines(f, false, blk->pb + jp * packed_steps(f, klen) * nr,
+               mat_ptr(&g->b, blk->bi, k0, blk->j0 + jp * nr), g->b.sc, g->b.sr,
+               min64(PACK_PANELS * nr, blk->nlen - jp * nr), klen, nr, line, blk->j0 + jp * nr,
+               k0);
   }
 }
 
 /* One micro-kernel tile of the direct path that crosses c's edge: computed
  * in `tmp` (mr x nr) and its rows x cols corner copied to / from c, with
  * the epilogue operand s (see gemm_ukernel_t.tile) added to that corner. */
-static void edge_tile(const gemm_ukernel_t* uk, int64_t kcp, const float* a, int64_t lda,
+static void edge_tile(const fgemm_t* f, int64_t kcp, const float* a, int64_t lda,
                       const float* b, float* c, int64_t ldc, bool accumulate, const float* s,
                       int64_t lds, int64_t rows, int64_t cols, float* tmp,
                       const void* const* pf, int64_t npf) {
+  const int nr = f->uk->nr;
   if (accumulate)
     for (int64_t i = 0; i < rows; i++)
-      memcpy(tmp + i * uk->nr, c + i * ldc, sizeof(float) * (size_t)cols);
-  if (lda) uk->tile_rows(kcp, a, lda, b, tmp, uk->nr, accumulate, NULL, 0, pf, npf);
-  else uk->tile(kcp, a, b, tmp, uk->nr, accumulate, NULL, 0);
+      memcpy(tmp + i * nr, c + i * ldc, sizeof(float) * (size_t)cols);
+  run_tile(f, kcp, a, lda, b, tmp, nr, accumulate, NULL, 0, pf, npf);
   for (int64_t i = 0; i < rows; i++) {
-    float* t = tmp + i * uk->nr;
+    float* t = tmp + i * nr;
     if (s)
       for (int64_t j = 0; j < cols; j++) t[j] += s[i * lds + j];
     memcpy(c + i * ldc, t, sizeof(float) * (size_t)cols);
@@ -674,7 +741,7 @@ static void packed_tiles(const fblock_t* blk, const float* pa, int64_t mlen, int
   const fgemm_t* f = blk->f;
   const gemm_ukernel_t* uk = f->uk;
   const int mr = uk->mr, nr = uk->nr;
-  const int64_t kcp = min64(f->kcs, f->g->k - blk->kb * f->kcs) * f->ps.np;
+  const int64_t kcp = packed_steps(f, min64(f->kcs, f->g->k - blk->kb * f->kcs));
   const bool first = blk->kb == 0;
   for (int64_t jp = jp0; jp < jp1; jp++) {
     const float* bp = blk->pb + jp * kcp * nr;
@@ -684,10 +751,10 @@ static void packed_tiles(const fblock_t* blk, const float* pa, int64_t mlen, int
       float* ct = tgt + r * ldt + cc;
       const float* st = sv ? sv + r * lds + cc : NULL;
       if (f->direct && (r + mr > mlen || cc + nr > cw))
-        edge_tile(uk, kcp, ap, 0, bp, ct, ldt, !first, st, lds, min64(mr, mlen - r),
+        edge_tile(f, kcp, ap, 0, bp, ct, ldt, !first, st, lds, min64(mr, mlen - r),
                   min64(nr, cw - cc), tmp, NULL, 0);
       else
-        uk->tile(kcp, ap, bp, ct, ldt, !first, st, lds);
+        run_tile(f, kcp, ap, 0, bp, ct, ldt, !first, st, lds, NULL, 0);
     }
   }
 }
@@ -710,13 +777,14 @@ static void rows_a_strips(const fblock_t* blk, float* strip, int64_t i0, int64_t
   const fgemm_t* f = blk->f;
   const gemm_t* g = f->g;
   const gemm_ukernel_t* uk = f->uk;
-  const int mr = uk->mr, nr = uk->nr, np = f->ps.np;
-  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0), kcp = klen * np;
+  const int mr = uk->mr, nr = uk->nr;
+  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0);
+  const int64_t kcp = packed_steps(f, klen);
   const bool first = blk->kb == 0;
   for (int64_t r = 0; r < mlen; r += mr) {
     const int64_t rows = min64(mr, mlen - r);
-    pack_panels(uk, strip, &g->a, mat_ptr(&g->a, blk->bi, i0 + r, k0), g->a.sr, g->a.sc, rows,
-                klen, 1, f->ps.a, np, line, g->scale[0], i0 + r, k0);
+    pack_lines(f, true, strip, mat_ptr(&g->a, blk->bi, i0 + r, k0), g->a.sr, g->a.sc, rows,
+               klen, 1, line, i0 + r, k0);
     if (rows < mr) memset(strip + rows * kcp, 0, sizeof(float) * (size_t)((mr - rows) * kcp));
     /* the next strip's source lines, prefetched a few at a time by the
      * micro-kernel over this strip's tiles; any left over, at the end. After
@@ -749,10 +817,10 @@ static void rows_a_strips(const fblock_t* blk, float* strip, int64_t i0, int64_t
       const int64_t cc = (jp - jp0) * nr;
       const float* st = sv ? sv + r * lds + cc : NULL;
       if (f->direct && (rows < mr || cc + nr > cw))
-        edge_tile(uk, kcp, strip, kcp, bp, ct, ldt, !first, st, lds, rows, min64(nr, cw - cc),
+        edge_tile(f, kcp, strip, kcp, bp, ct, ldt, !first, st, lds, rows, min64(nr, cw - cc),
                   tmp, pf + done, n);
       else
-        uk->tile_rows(kcp, strip, kcp, bp, ct, ldt, !first, st, lds, pf + done, n);
+        run_tile(f, kcp, strip, kcp, bp, ct, ldt, !first, st, lds, pf + done, n);
       done += n;
     }
     for (; done < npf; done++) __builtin_prefetch(pf[done]);
@@ -764,8 +832,9 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
   fgemm_t* f = blk->f;
   const gemm_t* g = f->g;
   const gemm_ukernel_t* uk = f->uk;
-  const int mr = uk->mr, nr = uk->nr, np = f->ps.np;
-  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0), kcp = klen * np;
+  const int mr = uk->mr, nr = uk->nr;
+  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0);
+  const int64_t kcp = packed_steps(f, klen);
   const bool last = blk->kb == f->nkb - 1;
   const int64_t gp = (blk->npan + f->jgroups - 1) / f->jgroups; /* panels per group */
   const int64_t mcp = round_up(f->mc, mr);
@@ -792,8 +861,8 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
     if (f->rows_a) {
       rows_a_strips(blk, pa, i0, mlen, jp0, jp1, tgt, ldt, cw, sv, g->self.sr, tmp, line);
     } else {
-      pack_panels(uk, pa, &g->a, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen, klen,
-                  mr, f->ps.a, np, line, g->scale[0], i0, k0);
+      pack_lines(f, true, pa, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen, klen, mr,
+                 line, i0, k0);
       packed_tiles(blk, pa, mlen, jp0, jp1, tgt, ldt, cw, sv, g->self.sr, tmp);
     }
     if (last && !f->epi && (!f->direct || g->use_self || g->alpha != 1))
@@ -806,7 +875,7 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
  * float tiles for a block of columns of all rows. */
 static float* fgemm_alloc_scratch(const fgemm_t* f, float** acc) {
   const int64_t ncp = round_up(f->nc, f->uk->nr);
-  const int64_t pb = f->kcs * f->ps.np * ncp, tiles = f->direct ? 0 : f->nmb * f->mc * ncp;
+  const int64_t pb = packed_steps(f, f->kcs) * ncp, tiles = f->direct ? 0 : f->nmb * f->mc * ncp;
   float* buf = aligned_alloc(64, ((size_t)(pb + tiles) * sizeof(float) + 63) / 64 * 64);
   *acc = buf ? buf + pb : NULL;
   return buf;
@@ -995,6 +1064,7 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   /* Few columns (attention's P @ V): each A block serves at most a few B
    * panels, so transposing it into panels costs more than it saves; keep its
    * rows for tile_rows (see rows_a_strips). */
+  f.dot2 = dot2_for(g, f.uk, &ps);
   f.rows_a = f.uk->tile_rows && f.uk->mr <= GEMM_MAX_MR && ps.np <= 2 && !g->scale[0] &&
              (g->a.dt == TPU_F32 || g->a.dt == TPU_BF16) && g->a.sc == 1 &&
              g->n <= ROWS_A_MAX_N && rows_a_allowed();
