@@ -65,8 +65,9 @@ typedef struct gemm_passes {
  * high half's product first, so every sum runs over k in order; products of
  * bfloat16 values are exact in float32 and each addition rounds to nearest
  * even, so the sums equal the float tiles' on the same values, except that
- * denormal inputs and sums are flushed to zero. A missing last step is -0
- * in A and +0 in B: their product, -0, leaves any sum as it is. */
+ * denormal inputs and sums are flushed to zero (matmul.c uses them only
+ * where no input or sum can be denormal: see min_abs). A missing last step
+ * is -0 in A and +0 in B: their product, -0, leaves any sum as it is. */
 typedef struct gemm_dot2 {
   /* tile_rows on words: c[i * ldc + j] = ((accumulate ? c : 0) + sum_k
    * a_ik * b_kj) + s[i * lds + j] over the mr x nr tile, A a panel
@@ -82,6 +83,10 @@ typedef struct gemm_dot2 {
    * the bits `pad`. */
   void (*pack)(uint32_t* dst, const void* src, bool bf16, int64_t sl, int64_t sk,
                int64_t lines, int64_t kc, int w, uint16_t pad);
+  /* The smallest magnitude among the nonzero values of a contiguous run of n
+   * float32 (bf16 false) or bfloat16 values, NaN and infinities included
+   * (as the largest), as float32; INFINITY where all are zero or n is 0. */
+  float (*min_abs)(const void* src, bool bf16, int64_t n);
 } gemm_dot2_t;
 
 typedef struct gemm_ukernel {

@@ -197,5 +197,38 @@ ATTR static void dot2_pack(uint32_t* restrict dst, const void* restrict src, boo
   }
 }
 
-const gemm_dot2_t tpu_gemm_dot2_avx512bf16 = {dot2_tile, dot2_pack};
+/* Magnitudes compared as integers (the bits without the sign order like the
+ * values, NaN above infinity); zeros count as the largest. */
+ATTR static float dot2_min_abs(const void* src, bool bf16, int64_t n) {
+  uint32_t best = 0x7f800000u; /* infinity */
+  if (bf16) {
+    const uint16_t* p = src;
+    const __m512i mag = _mm512_set1_epi16(0x7fff);
+    __m512i m = _mm512_set1_epi16(0x7f80);
+    for (int64_t i = 0; i < n; i += 32) {
+      const __mmask32 lanes = n - i >= 32 ? 0xffffffffu : (__mmask32)((1u << (n - i)) - 1);
+      __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi16(lanes, p + i), mag);
+      v = _mm512_mask_mov_epi16(v, _mm512_cmpeq_epi16_mask(v, _mm512_setzero_si512()), mag);
+      m = _mm512_min_epu16(m, v);
+    }
+    uint16_t t[32];
+    _mm512_storeu_si512(t, m);
+    for (int i = 0; i < 32; i++)
+      if ((uint32_t)t[i] << 16 < best) best = (uint32_t)t[i] << 16;
+  } else {
+    const float* p = src;
+    const __m512i mag = _mm512_set1_epi32(0x7fffffff);
+    __m512i m = _mm512_set1_epi32(0x7f800000);
+    for (int64_t i = 0; i < n; i += 16) {
+      __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi32(lanes16(n - i), p + i), mag);
+      v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()), mag);
+      m = _mm512_min_epu32(m, v);
+    }
+    uint32_t r = (uint32_t)_mm512_reduce_min_epu32(m);
+    if (r < best) best = r;
+  }
+  return gemm_u2f(best);
+}
+
+const gemm_dot2_t tpu_gemm_dot2_avx512bf16 = {dot2_tile, dot2_pack, dot2_min_abs};
 #endif

@@ -20,6 +20,7 @@
  * Float64 and integer path: tiles of RB rows x NB columns accumulated with
  * scalar axpys over k, in double or in wrapping 64-bit integer arithmetic.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -383,9 +384,30 @@ static bool dot2_allowed(void) {
   return (v & 1) && (forced >= 0 ? forced : v >> 1);
 }
 
+/* The smallest nonzero magnitude among x's values (INFINITY: none), scanned
+ * by runs along a contiguous dim; 0 where it has none. */
+static float mat_min_abs(const gemm_dot2_t* d2, const mat_t* x) {
+  const bool bf16 = x->dt == TPU_BF16, by_cols = x->sc == 1 || (x->nc == 1 && x->sr != 1);
+  if (!by_cols && x->sr != 1 && x->nr != 1) return 0;
+  const int64_t entries = x->sb ? x->nb : 1, lines = by_cols ? x->nr : x->nc;
+  float m = INFINITY;
+  for (int64_t bi = 0; bi < entries; bi++)
+    for (int64_t l = 0; l < lines; l++) {
+      const char* p = by_cols ? mat_ptr(x, bi, l, 0) : mat_ptr(x, bi, 0, l);
+      const float r = d2->min_abs(p, bf16, by_cols ? x->nc : x->nr);
+      if (r < m) m = r;
+    }
+  return m;
+}
+
 /* The micro-kernel's two-step dot products for a product of one bfloat16
  * pass: each operand bfloat16, or float32 rounded to it (precision medium);
- * NULL where they do not apply or the CPU lacks them. */
+ * NULL where they do not apply, the CPU lacks them, or they could give
+ * other results than the float tiles. They flush denormals, so every
+ * nonzero input must be normal after rounding (at least 2^-125 before it)
+ * and every product at least 2^-108: products of bfloat16 values are then
+ * multiples of a power of two of at least 2^-125 (16 significant bits), and
+ * so is every rounded partial sum that is not zero. */
 static const gemm_dot2_t* dot2_for(const gemm_t* g, const gemm_ukernel_t* uk,
                                    const gemm_passes_t* ps) {
   if (!uk->dot2 || ps->np != 1 || g->scale[0] || g->scale[1] || g->a.pairs || g->b.pairs)
@@ -394,7 +416,11 @@ static const gemm_dot2_t* dot2_for(const gemm_t* g, const gemm_ukernel_t* uk,
   const gemm_xform_t xf[2] = {ps->a[0], ps->b[0]};
   for (int i = 0; i < 2; i++)
     if (x[i]->dt != TPU_BF16 && !(x[i]->dt == TPU_F32 && xf[i] == GEMM_XF_BF16)) return NULL;
-  return dot2_allowed() ? uk->dot2 : NULL;
+  if (!dot2_allowed()) return NULL;
+  const float ma = mat_min_abs(uk->dot2, &g->a), mb = mat_min_abs(uk->dot2, &g->b);
+  const float low = 0x1p-125f;
+  if (ma < low || mb < low || (double)ma * (double)mb < 0x1p-108) return NULL;
+  return uk->dot2;
 }
 
 /* Work (multiply-adds) below which a product runs on the calling thread. */
