@@ -120,6 +120,53 @@ ATTR static inline __m512i line_words(const void* src, bool bf16, int64_t off, i
                             _mm512_cvtepi64_epi32(hi), 1);
 }
 
+/* Transposes the 8 x 8 block of 32-bit words r[0..7] in place. */
+ATTR static inline void transpose8(__m256i r[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+  }
+}
+
+/* Lines contiguous along k (A by rows, B by columns) into panels of w > 1:
+ * 16 words of each line at a time, written pair-major through 8 x 8
+ * transposes. */
+ATTR static void pack_by_lines(uint32_t* restrict d, const void* restrict src, bool bf16,
+                               int64_t sl, int64_t rows, int64_t kc, int w, uint16_t pad) {
+  const int64_t kp = (kc + 1) / 2;
+  uint32_t t[NR][VL];
+  for (int64_t l = rows; l < (w + 7) / 8 * 8; l++) _mm512_storeu_si512(t[l], _mm512_setzero_si512());
+  for (int64_t j = 0; j < kp; j += VL) {
+    const int64_t n = kp - j < VL ? kp - j : VL; /* words */
+    for (int64_t l = 0; l < rows; l++) {
+      __m512i v = line_words(src, bf16, l * sl + 2 * j, kc - 2 * j);
+      if (2 * (j + n) > kc) /* the last word lacks its second step */
+        v = _mm512_mask_or_epi32(v, (__mmask16)(1u << (n - 1)), v, _mm512_set1_epi32(pad));
+      _mm512_storeu_si512(t[l], v);
+    }
+    for (int64_t c8 = 0; c8 < n; c8 += 8)
+      for (int l0 = 0; l0 < w; l0 += 8) {
+        __m256i r[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i*)&t[l0 + i][c8]);
+        transpose8(r);
+        const __mmask8 m = w - l0 >= 8 ? 0xff : (__mmask8)((1u << (w - l0)) - 1);
+        for (int64_t i = 0; i < 8 && c8 + i < n; i++)
+          _mm256_mask_storeu_epi32(d + (j + c8 + i) * w + l0, m, r[i]);
+      }
+  }
+}
+
 /* Lines contiguous at each step (B by rows, A by columns): a pair of steps'
  * runs of lines makes their words; whole groups of panels at a time, the
  * words of a pair staged in `run` and copied to each panel's slot. */
@@ -160,7 +207,7 @@ ATTR static void pack_by_steps(uint32_t* restrict dst, const void* restrict src,
 ATTR static void dot2_pack(uint32_t* restrict dst, const void* restrict src, bool bf16,
                            int64_t sl, int64_t sk, int64_t lines, int64_t kc, int w,
                            uint16_t pad) {
-  const int64_t kp = (kc + 1) / 2;
+  const int64_t kp = (kc + 1) / 2, es = bf16 ? 2 : 4;
   if (sl == 1 && w <= NR) {
     pack_by_steps(dst, src, bf16, sk, lines, kc, w, pad);
     return;
@@ -169,23 +216,17 @@ ATTR static void dot2_pack(uint32_t* restrict dst, const void* restrict src, boo
     const int64_t rows = lines - q0 < w ? lines - q0 : w;
     uint32_t* d = dst + q0 * kp;
     if (rows < w) memset(d, 0, sizeof(uint32_t) * (size_t)(w * kp));
-    if (sk == 1) { /* lines contiguous along k: words in order, scattered by line */
-      for (int64_t l = 0; l < rows; l++) {
-        const int64_t off = (q0 + l) * sl;
+    if (sk == 1 && w > 1 && w <= NR) {
+      pack_by_lines(d, (const char*)src + q0 * sl * es, bf16, sl, rows, kc, w, pad);
+    } else if (sk == 1) { /* lines kept as lines (w 1): words in order */
+      for (int64_t l = 0; l < rows; l++)
         for (int64_t j = 0; j < kp; j += VL) {
           const int64_t n = kp - j < VL ? kp - j : VL; /* words */
-          __m512i v = line_words(src, bf16, off + 2 * j, kc - 2 * j);
+          __m512i v = line_words(src, bf16, (q0 + l) * sl + 2 * j, kc - 2 * j);
           if (2 * (j + n) > kc) /* the last word lacks its second step */
             v = _mm512_mask_or_epi32(v, (__mmask16)(1u << (n - 1)), v, _mm512_set1_epi32(pad));
-          if (w == 1) {
-            _mm512_mask_storeu_epi32(d + l * kp + j, lanes16(n), v);
-          } else {
-            uint32_t t[VL];
-            _mm512_storeu_si512(t, v);
-            for (int64_t m = 0; m < n; m++) d[(j + m) * w + l] = t[m];
-          }
+          _mm512_mask_storeu_epi32(d + l * kp + j, lanes16(n), v);
         }
-      }
     } else {
       for (int64_t l = 0; l < rows; l++)
         for (int64_t j = 0; j < kp; j++) {
