@@ -385,19 +385,40 @@ static bool dot2_allowed(void) {
 }
 
 /* The smallest nonzero magnitude among x's values (INFINITY: none), scanned
- * by runs along a contiguous dim; 0 where it has none. */
-static float mat_min_abs(const gemm_dot2_t* d2, const mat_t* x) {
-  const bool bf16 = x->dt == TPU_BF16, by_cols = x->sc == 1 || (x->nc == 1 && x->sr != 1);
-  if (!by_cols && x->sr != 1 && x->nr != 1) return 0;
-  const int64_t entries = x->sb ? x->nb : 1, lines = by_cols ? x->nr : x->nc;
+ * by runs along a contiguous dim, split between the threads; 0 where x has
+ * no contiguous dim. Magnitudes are positive, so their bits order like them. */
+typedef struct {
+  const gemm_dot2_t* d2;
+  const mat_t* x;
+  bool by_cols;
+  int64_t lines;            /* runs per batch entry */
+  _Atomic uint32_t least;   /* bits of the smallest magnitude so far */
+} min_scan_t;
+
+static void min_scan_runs(void* ctx, int64_t begin, int64_t end) {
+  min_scan_t* sc = ctx;
+  const mat_t* x = sc->x;
   float m = INFINITY;
-  for (int64_t bi = 0; bi < entries; bi++)
-    for (int64_t l = 0; l < lines; l++) {
-      const char* p = by_cols ? mat_ptr(x, bi, l, 0) : mat_ptr(x, bi, 0, l);
-      const float r = d2->min_abs(p, bf16, by_cols ? x->nc : x->nr);
-      if (r < m) m = r;
-    }
-  return m;
+  for (int64_t t = begin; t < end; t++) {
+    const int64_t bi = t / sc->lines, l = t % sc->lines;
+    const char* p = sc->by_cols ? mat_ptr(x, bi, l, 0) : mat_ptr(x, bi, 0, l);
+    const float r = sc->d2->min_abs(p, x->dt == TPU_BF16, sc->by_cols ? x->nc : x->nr);
+    if (r < m) m = r;
+  }
+  const uint32_t bits = gemm_f2u(m);
+  uint32_t cur = atomic_load(&sc->least);
+  while (bits < cur && !atomic_compare_exchange_weak(&sc->least, &cur, bits)) {
+  }
+}
+
+static float mat_min_abs(const gemm_dot2_t* d2, const mat_t* x) {
+  const bool by_cols = x->sc == 1 || (x->nc == 1 && x->sr != 1);
+  if (!by_cols && x->sr != 1 && x->nr != 1) return 0;
+  min_scan_t sc = {d2, x, by_cols, by_cols ? x->nr : x->nc, gemm_f2u(INFINITY)};
+  const int64_t runs = (x->sb ? x->nb : 1) * sc.lines, len = by_cols ? x->nc : x->nr;
+  /* chunks of at least 64K values */
+  tpu_parallel_for(runs, len >= (1 << 16) ? 1 : ((1 << 16) + len - 1) / len, min_scan_runs, &sc);
+  return gemm_u2f(atomic_load(&sc.least));
 }
 
 /* The micro-kernel's two-step dot products for a product of one bfloat16
