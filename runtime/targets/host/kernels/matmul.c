@@ -646,17 +646,30 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
 /* c[rows i0.., columns j0..] = alpha * acc + beta * self for mlen x nlen
  * (acc: row stride ldc, ignored without a product; it may be c itself);
  * `row` is scratch for two rows. */
+/* r = al * a + be * s over n values (whole chunks of 8 vectorize at -O2) */
+static void axpby_row(float* restrict r, float al, const float* restrict a, float be,
+                      const float* restrict s, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int h = 0; h < 8; h++) r[j + h] = al * a[j + h] + be * s[j + h];
+  for (; j < n; j++) r[j] = al * a[j] + be * s[j];
+}
+
 static void ftile_store(const gemm_t* g, int64_t bi, int64_t i0, int64_t j0, int64_t mlen,
                         int64_t nlen, const float* acc, int64_t ldc, float* row) {
   const float al = (float)g->alpha, be = (float)g->beta;
   float* srow = row + nlen;
+  /* a self broadcast along rows (a bias) is converted once */
+  const bool self_row = g->use_self && g->self.sr == 0;
   for (int64_t i = 0; i < mlen; i++) {
     const float* ar = g->has_product ? acc + i * ldc : NULL;
     const float* out = row;
     if (g->use_self) {
-      tpu_run_load_f32(srow, 1, mat_ptr(&g->self, bi, i0 + i, j0), g->self.sc, g->self.dt, nlen);
+      if (!self_row || i == 0)
+        tpu_run_load_f32(srow, 1, mat_ptr(&g->self, bi, i0 + i, j0), g->self.sc, g->self.dt,
+                         nlen);
       if (g->has_product)
-        for (int64_t j = 0; j < nlen; j++) row[j] = al * ar[j] + be * srow[j];
+        axpby_row(row, al, ar, be, srow, nlen);
       else
         for (int64_t j = 0; j < nlen; j++) row[j] = be * srow[j];
     } else if (g->has_product && al == 1.0f) {
