@@ -1,9 +1,10 @@
 """Shared by bench/defer_and_fuse.py and bench/compile.py: the example GPT's training step
 timed in a fresh process per configuration.
 
-As a script (the child): gpt_step.py MODE COMPILE STEPS [train_gpt options...]
+As a script (the child): gpt_step.py MODE COMPILE STEPS [--autocast DTYPE] [train_gpt options...]
   MODE     eager mode of tpu: strict | debug | defer_and_fuse; "cpu" runs on CPU tensors
   COMPILE  none | tpu | inductor (torch.compile backend for the model)
+  --autocast bfloat16|float16: forward and loss under torch.autocast(device, dtype)
 prints one JSON line: per-step times and losses, tokens per step, peak device memory,
 compile-cache and trace statistics, and (tpu) the kernel time of the last half of the steps
 split into matrix-unit ops and the rest (torch_tpu.debug.kernel_profile).
@@ -80,6 +81,8 @@ def tokens_per_second(result, warmup):
 
 
 def _child(mode, compile_with, steps, options):
+    import argparse
+    import contextlib
     import torch
     import torch_tpu
     import torch_tpu.debug
@@ -88,6 +91,9 @@ def _child(mode, compile_with, steps, options):
     device = "cpu" if mode == "cpu" else "tpu"
     if device == "tpu":
         torch_tpu.set_eager_mode(mode)
+    amp = argparse.ArgumentParser(add_help=False)
+    amp.add_argument("--autocast", default=None, choices=["bfloat16", "float16"])
+    amp, options = amp.parse_known_args(options)
     args = train_gpt.parser().parse_args(["--device", device, "--steps", str(steps),
                                           "--log-every", "1000000"] + options)
     if args.precision:
@@ -105,7 +111,6 @@ def _child(mode, compile_with, steps, options):
     if device == "tpu":
         torch.tpu.synchronize()
         torch.tpu.reset_peak_memory_stats()
-    import contextlib
     profile = contextlib.nullcontext()
     for step in range(steps):
         if device == "tpu" and step == steps // 2:
@@ -114,7 +119,9 @@ def _child(mode, compile_with, steps, options):
         x, y = next(batches)
         t0 = time.perf_counter()
         x, y = x.to(device), y.to(device)
-        _, loss = step_model(x, y)
+        with (torch.autocast(device, dtype=getattr(torch, amp.autocast)) if amp.autocast
+              else contextlib.nullcontext()):
+            _, loss = step_model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

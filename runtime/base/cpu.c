@@ -31,11 +31,16 @@ static void detect(void) {
   const uint64_t xcr0 = read_xcr0();
   const bool ymm = (xcr0 & 0x6) == 0x6;    /* SSE + AVX state */
   const bool zmm = (xcr0 & 0xe6) == 0xe6;  /* + opmask, ZMM_Hi256, Hi16_ZMM */
-  unsigned b7 = 0;
+  unsigned b7 = 0, a71 = 0;
   if (__get_cpuid_max(0, NULL) >= 7) {
     unsigned a7, c7, d7;
     __cpuid_count(7, 0, a7, b7, c7, d7);
-    (void)a7, (void)c7, (void)d7;
+    if (a7 >= 1) { /* subleaf 1: EAX bit 5 is AVX512_BF16 */
+      unsigned b71, c71, d71;
+      __cpuid_count(7, 1, a71, b71, c71, d71);
+      (void)b71, (void)c71, (void)d71;
+    }
+    (void)c7, (void)d7;
   }
   g_features.avx = ymm && cpu_avx;
   g_features.fma = ymm && cpu_avx && cpu_fma;
@@ -44,6 +49,7 @@ static void detect(void) {
   g_features.avx512bw = g_features.avx512f && (b7 & bit_AVX512BW);
   g_features.avx512dq = g_features.avx512f && (b7 & bit_AVX512DQ);
   g_features.avx512vl = g_features.avx512f && (b7 & bit_AVX512VL);
+  g_features.avx512bf16 = g_features.avx512f && (a71 & (1u << 5));
 #endif
 }
 

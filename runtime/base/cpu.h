@@ -18,6 +18,7 @@ typedef struct tpu_cpu_features {
   bool avx512bw; /* byte and word instructions */
   bool avx512dq; /* doubleword and quadword instructions */
   bool avx512vl; /* 128/256-bit forms of the AVX-512 instructions */
+  bool avx512bf16; /* bfloat16 dot products and conversions (VDPBF16PS) */
 } tpu_cpu_features_t;
 
 /* The features of the CPU running the process, detected on first call; all

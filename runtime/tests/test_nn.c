@@ -3,6 +3,7 @@
 
 #include "targets/host/kernels/gemm_ukernel.h"
 #include "targets/host/kernels/matmul.h"
+#include "base/cpu.h"
 #include "test_util.h"
 
 static uint64_t g_rng = 88172645463325252ull;
@@ -285,6 +286,181 @@ static void test_gemm_transforms(void) {
   }
   tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO);
   CHECK(bad == 0);
+  /* the bfloat16 packer: the same layouts, values widened exactly (every
+   * one-pass transform keeps them), multi-pass transforms declined */
+  static uint16_t h[NV];
+  for (int i = 0; i < NV; i++) h[i] = tpu_f32_to_bf16(v[i]);
+  for (int u = 0; u < (int)(sizeof uks / sizeof uks[0]); u++) {
+    if (!uks[u]->pack_bf16) continue;
+    for (int c = 0; c < 4; c++) {
+      int np = c >= 2 ? 2 : 1;
+      for (int layout = 0; layout < 6; layout++) {
+        /* layouts 4, 5: lines kept as lines (w = 1), as rows of A */
+        int w = layout >= 4 ? 1 : layout % 2 == 0 ? uks[u]->mr : uks[u]->nr;
+        int64_t lines = layout >= 4 ? 5 : 3 * w - 1, kc = NV / lines - layout % 2;
+        int64_t sl = layout < 2 || layout >= 4 ? kc + layout % 2 : 1, sk = layout < 2 || layout >= 4 ? 1 : lines;
+        bool took = uks[u]->pack_bf16(packed, h, sl, sk, lines, kc, w, combos[c], np);
+        if (np == 2) {
+          bad += took;
+          continue;
+        }
+        CHECK(took);
+        for (int64_t l = 0; l < (lines + w - 1) / w * w; l++)
+          for (int64_t k = 0; k < kc; k++) {
+            float got = packed[(l / w) * w * kc + k * w + l % w];
+            float want = l < lines ? tpu_bf16_to_f32(h[l * sl + k * sk]) : 0.0f;
+            if (gemm_f2u(got) != gemm_f2u(want) && bad++ < 3)
+              fprintf(stderr, "%s bf16 pack layout %d: line %lld step %lld: %a, want %a\n",
+                      uks[u]->name, layout, (long long)l, (long long)k, got, want);
+          }
+      }
+    }
+  }
+  CHECK(bad == 0);
+  /* the two-step packer: words of (step 2j, step 2j + 1) bits as
+   * tpu_f32_to_bf16 rounds them (float32 source, the specials included) or
+   * as stored (bfloat16), the missing odd step `pad`, partial panels zero;
+   * every layout, odd and even step counts */
+  const tpu_cpu_features_t* cpu = tpu_cpu_features();
+  const bool have_dot2 = cpu->avx512bf16 && cpu->avx512bw && cpu->avx512vl;
+  static uint32_t words[2 * NV];
+  for (int u = 0; u < (int)(sizeof uks / sizeof uks[0]) && have_dot2; u++) {
+    const gemm_dot2_t* d2 = uks[u]->dot2;
+    if (!d2) continue;
+    for (int src16 = 0; src16 < 2; src16++)
+      for (int layout = 0; layout < 9; layout++) {
+        /* by steps (sl 1), by lines (sk 1), strided (neither); w = MR, NR, 1 */
+        const int wv[3] = {uks[u]->mr, uks[u]->nr, 1};
+        int w = wv[layout % 3];
+        int64_t lines = w == 1 ? 3 : 3 * w - 1 + 40 * (layout == 0), kc = 2 * (NV / lines / 4) - (layout & 1);
+        int64_t sl = layout < 3 ? 1 : layout < 6 ? kc + 3 : 2 * kc, sk = layout < 3 ? lines + 5 : layout < 6 ? 1 : 2 * kc * lines;
+        if (layout >= 6) { sl = 1 + 2 * kc; sk = 2; lines = (NV - kc * 2) / sl; }
+        if ((lines - 1) * sl + (kc - 1) * sk >= NV) kc = ((NV - 1 - (lines - 1) * sl) / sk + 1) & ~(int64_t)(layout & 1 ? 0 : 1);
+        const uint16_t pad = (uint16_t)(layout % 2 ? 0x8000 : 0);
+        const int64_t kp = (kc + 1) / 2, panels = (lines + w - 1) / w;
+        memset(words, 0xab, sizeof words);
+        d2->pack(words, src16 ? (const void*)h : (const void*)v, src16, sl, sk, lines, kc, w, pad);
+        for (int64_t l = 0; l < panels * w; l++)
+          for (int64_t j = 0; j < kp; j++) {
+            uint32_t got = words[(l / w) * w * kp + j * w + l % w], want = 0;
+            if (l < lines) {
+              int64_t o = l * sl + 2 * j * sk;
+              uint16_t hi = src16 ? h[o] : tpu_f32_to_bf16(v[o]);
+              uint16_t lo = 2 * j + 1 >= kc ? pad : src16 ? h[o + sk] : tpu_f32_to_bf16(v[o + sk]);
+              want = (uint32_t)hi << 16 | lo;
+            }
+            if (got != want && bad++ < 3)
+              fprintf(stderr, "dot2 pack src16 %d layout %d (w %d, kc %lld): line %lld word %lld: %08x, want %08x\n",
+                      src16, layout, w, (long long)kc, (long long)l, (long long)j, got, want);
+          }
+      }
+  }
+  CHECK(bad == 0);
+}
+
+/* A bfloat16 product (c = a @ b + beta * self, batched) equals the float32
+ * product of the same values (float tiles: precision highest outside a call)
+ * rounded once to bfloat16, bit for bit, on every micro-kernel, with and
+ * without two-step dot products: the packers widen exactly, the sums run in
+ * the same order, and the float result is rounded on store. ta/tb: a, b stored
+ * transposed; self a broadcast row. */
+static void gemm_bf16_case(int64_t batch, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                           double beta) {
+  buf_t a = ta ? bmake(TPU_BF16, 3, batch, k, m, 0) : bmake(TPU_BF16, 3, batch, m, k, 0);
+  buf_t b = tb ? bmake(TPU_BF16, 3, batch, n, k, 0) : bmake(TPU_BF16, 3, batch, k, n, 0);
+  buf_t self = bmake(TPU_BF16, 1, n, 0, 0, 0), c = bmake(TPU_BF16, 3, batch, m, n, 0);
+  bfill(&a, 4);
+  bfill(&b, 4);
+  bfill(&self, 4);
+  buf_t a32 = ta ? bmake(TPU_F32, 3, batch, k, m, 0) : bmake(TPU_F32, 3, batch, m, k, 0);
+  buf_t b32 = tb ? bmake(TPU_F32, 3, batch, n, k, 0) : bmake(TPU_F32, 3, batch, k, n, 0);
+  buf_t self32 = bmake(TPU_F32, 1, n, 0, 0, 0), c32 = bmake(TPU_F32, 3, batch, m, n, 0);
+  const buf_t* from[3] = {&a, &b, &self};
+  buf_t* to[3] = {&a32, &b32, &self32};
+  for (int v = 0; v < 3; v++)
+    for (int64_t i = 0; i < tpu_tensor_numel(&from[v]->t); i++)
+      ((float*)to[v]->mem)[i] = tpu_bf16_to_f32(((const uint16_t*)from[v]->mem)[i]);
+  tpu_tensor_t av = ta ? transposed(&a.t) : a.t, bv = tb ? transposed(&b.t) : b.t;
+  tpu_tensor_t av32 = ta ? transposed(&a32.t) : a32.t, bv32 = tb ? transposed(&b32.t) : b32.t;
+  for (int run = 2 * TPU_GEMM_ISA_AVX512 + 1; run >= 0; run--) {
+    const int isa = run / 2; /* each ISA with and without two-step dot products */
+    if (!tpu_gemm_set_isa((tpu_gemm_isa_t)isa)) continue;
+    tpu_gemm_allow_dot2(run % 2);
+    CHECK_OK(tpu_gemm_batched(&av, &bv, &c.t, 1, beta, &self.t));
+    CHECK_OK(tpu_gemm_batched(&av32, &bv32, &c32.t, 1, beta, &self32.t));
+    int bad = 0;
+    for (int64_t i = 0; i < batch * m * n; i++) {
+      uint16_t got = ((const uint16_t*)c.mem)[i];
+      uint16_t want = tpu_f32_to_bf16(((const float*)c32.mem)[i]);
+      if (got != want && bad++ < 3)
+        fprintf(stderr, "bf16 gemm %s dot2 %d %lldx%lldx%lldx%lld ta %d tb %d: c[%lld] = %a, want %a\n",
+                tpu_gemm_isa_name(), run % 2, (long long)batch, (long long)m, (long long)n,
+                (long long)k, ta, tb, (long long)i, tpu_bf16_to_f32(got),
+                tpu_bf16_to_f32(want));
+    }
+    CHECK(bad == 0);
+  }
+  tpu_gemm_allow_dot2(-1);
+  CHECK(tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO));
+  buf_t* all[8] = {&a, &b, &self, &c, &a32, &b32, &self32, &c32};
+  for (int v = 0; v < 8; v++) free(all[v]->mem);
+}
+
+static void test_gemm_bf16(void) {
+  gemm_bf16_case(1, 37, 19, 53, false, false, 0);    /* rows of A, edge tiles */
+  gemm_bf16_case(1, 37, 19, 53, true, true, 1);      /* A by columns, B by columns */
+  gemm_bf16_case(1, 70, 300, 600, false, true, 1);   /* packed panels, k blocks, bias */
+  gemm_bf16_case(1, 70, 300, 600, true, false, 0);
+  gemm_bf16_case(1, 130, 257, 33, false, false, 0.5);
+  gemm_bf16_case(6, 40, 64, 72, false, true, 0);     /* attention-like batches */
+  gemm_bf16_case(6, 40, 72, 64, true, false, 1);
+  gemm_bf16_case(1, 1, 300, 77, false, true, 1);     /* vector-matrix */
+  gemm_bf16_case(1, 50, 40, 1201, false, false, 0);  /* odd k blocks (3 x 401 steps) */
+  gemm_bf16_case(2, 30, 700, 1031, true, true, 1);
+}
+
+/* Float32 at precision medium: the same results with two-step dot products
+ * as with float tiles, bit for bit (both multiply the bfloat16-rounded
+ * values and add in k order), through mm and addmm, odd and even K,
+ * transposed operands. */
+static void test_gemm_dot2_medium(void) {
+  const int64_t shapes[4][3] = {{37, 19, 53}, {100, 300, 600}, {64, 129, 1025}, {30, 40, 2}};
+  for (int sh = 0; sh < 4; sh++)
+    for (int t = 0; t < 4; t++) {
+      const int64_t m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
+      buf_t a = t & 1 ? bmake(TPU_F32, 2, k, m, 0, 0) : bmake(TPU_F32, 2, m, k, 0, 0);
+      buf_t b = t & 2 ? bmake(TPU_F32, 2, n, k, 0, 0) : bmake(TPU_F32, 2, k, n, 0, 0);
+      buf_t bias = bmake(TPU_F32, 1, n, 0, 0, 0);
+      buf_t c[2] = {bmake(TPU_F32, 2, m, n, 0, 0), bmake(TPU_F32, 2, m, n, 0, 0)};
+      bfill(&a, 4);
+      bfill(&b, 4);
+      bfill(&bias, 4);
+      tpu_tensor_t av = t & 1 ? transposed(&a.t) : a.t, bv = t & 2 ? transposed(&b.t) : b.t;
+      for (int d = 0; d < 2; d++) {
+        tpu_gemm_allow_dot2(d);
+        if (sh % 2) {
+          tpu_arg_t args[5] = {ta_t(&bias.t), ta_t(&av), ta_t(&bv), ta_i(1), ta_i(1)};
+          CHECK_OK(run_prec("addmm", args, 5, &c[d].t, 1, TPU_PRECISION_MEDIUM));
+        } else {
+          tpu_arg_t args[2] = {ta_t(&av), ta_t(&bv)};
+          CHECK_OK(run_prec("mm", args, 2, &c[d].t, 1, TPU_PRECISION_MEDIUM));
+        }
+      }
+      tpu_gemm_allow_dot2(-1);
+      int bad = 0;
+      for (int64_t i = 0; i < m * n; i++) {
+        float x = ((float*)c[0].mem)[i], y = ((float*)c[1].mem)[i];
+        if (gemm_f2u(x) != gemm_f2u(y) && bad++ < 3)
+          fprintf(stderr, "medium %lldx%lldx%lld t %d: [%lld] float tiles %a, dot2 %a\n",
+                  (long long)m, (long long)n, (long long)k, t, (long long)i, x, y);
+      }
+      CHECK(bad == 0);
+      free(a.mem);
+      free(b.mem);
+      free(bias.mem);
+      free(c[0].mem);
+      free(c[1].mem);
+    }
 }
 
 /* mm under each precision and micro-kernel against float64 sums of the
@@ -899,6 +1075,8 @@ int main(void) {
   test_gemm_shapes();
   test_gemm_semantics();
   test_gemm_transforms();
+  test_gemm_bf16();
+  test_gemm_dot2_medium();
   test_gemm_precision();
   test_mm_ops();
   test_softmax();

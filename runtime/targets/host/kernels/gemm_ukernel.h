@@ -54,6 +54,41 @@ typedef struct gemm_passes {
   gemm_xform_t a[GEMM_MAX_PASSES], b[GEMM_MAX_PASSES];
 } gemm_passes_t;
 
+/* Products of one bfloat16 pass (bfloat16 operands, or float32 ones at
+ * precision medium) with two-step dot products (AVX-512 BF16's VDPBF16PS),
+ * for the micro-kernel of the same MR x NR that points to it.
+ *
+ * Packed operands are 32-bit words, each holding two steps of a line as
+ * bfloat16: step 2j in the high half, 2j + 1 in the low half; a line of kc
+ * steps takes kp = ceil(kc / 2) words (word j of line l of a panel at
+ * panel[j * w + l], like a float panel's steps). The instruction adds the
+ * high half's product first, so every sum runs over k in order; products of
+ * bfloat16 values are exact in float32 and each addition rounds to nearest
+ * even, so the sums equal the float tiles' on the same values, except that
+ * denormal inputs and sums are flushed to zero (matmul.c uses them only
+ * where no input or sum can be denormal: see min_abs). A missing last step
+ * is -0 in A and +0 in B: their product, -0, leaves any sum as it is. */
+typedef struct gemm_dot2 {
+  /* tile_rows on words: c[i * ldc + j] = ((accumulate ? c : 0) + sum_k
+   * a_ik * b_kj) + s[i * lds + j] over the mr x nr tile, A a panel
+   * (a[j * mr + i], lda 0) or rows (a[i * lda + j]), B a panel; pf/npf as
+   * for tile_rows. */
+  void (*tile)(int64_t kp, const uint32_t* a, int64_t lda, const uint32_t* b, float* c,
+               int64_t ldc, bool accumulate, const float* s, int64_t lds,
+               const void* const* pf, int64_t npf);
+  /* Packs `lines` lines of kc steps (line l, step k at element l * sl + k *
+   * sk of src: float32, rounded to nearest even with NaN quieted, or
+   * bfloat16 when bf16) into panels of w words per pair of steps, w <= nr; a
+   * last partial panel is padded with zero words, a missing last step with
+   * the bits `pad`. */
+  void (*pack)(uint32_t* dst, const void* src, bool bf16, int64_t sl, int64_t sk,
+               int64_t lines, int64_t kc, int w, uint16_t pad);
+  /* The smallest magnitude among the nonzero values of a contiguous run of n
+   * float32 (bf16 false) or bfloat16 values, NaN and infinities included
+   * (as the largest), as float32; INFINITY where all are zero or n is 0. */
+  float (*min_abs)(const void* src, bool bf16, int64_t n);
+} gemm_dot2_t;
+
 typedef struct gemm_ukernel {
   const char* name; /* "avx512", "avx2", "portable" */
   int mr, nr;
@@ -81,6 +116,14 @@ typedef struct gemm_ukernel {
   void (*tile_rows)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
                     int64_t ldc, bool accumulate, const float* s, int64_t lds,
                     const void* const* pf, int64_t npf);
+  /* pack_f32 for bfloat16 lines (strides in elements), widened exactly;
+   * false for layouts or multi-pass transforms it leaves to the generic
+   * packer; NULL: none. */
+  bool (*pack_bf16)(float* dst, const uint16_t* src, int64_t sl, int64_t sk, int64_t lines,
+                    int64_t kc, int w, const gemm_xform_t* xf, int np);
+  /* two-step bfloat16 dot products, used only where the CPU has them
+   * (matmul.c); NULL: none */
+  const gemm_dot2_t* dot2;
 } gemm_ukernel_t;
 
 extern const gemm_ukernel_t tpu_gemm_ukernel_portable;
@@ -88,6 +131,7 @@ extern const gemm_ukernel_t tpu_gemm_ukernel_portable;
 #define TPU_GEMM_HAVE_X86 1
 extern const gemm_ukernel_t tpu_gemm_ukernel_avx2;
 extern const gemm_ukernel_t tpu_gemm_ukernel_avx512;
+extern const gemm_dot2_t tpu_gemm_dot2_avx512bf16;
 #endif
 
 /* ---- scalar transforms (the reference for the vector versions) ---- */

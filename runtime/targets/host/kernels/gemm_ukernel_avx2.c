@@ -33,9 +33,12 @@
   _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n)), \
                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)))
 #define V_STORE_N(p, v, n) avx2_store_n(p, v, n)
+#define V_LOAD_BF16(p) \
+  _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(p))), 16))
 
 #include "gemm_ukernel_simd.h"
 
 const gemm_ukernel_t tpu_gemm_ukernel_avx2 = {"avx2", MR, 2 * VL, avx2_tile, avx2_dot,
-                                              avx2_pack_f32, avx2_tile_rows};
+                                              avx2_pack_f32, avx2_tile_rows,
+                                              avx2_pack_bf16, NULL};
 #endif

@@ -32,9 +32,13 @@
 #define VM_AND(m, n) ((__mmask16)((m) & (n)))
 #define V_LOAD_N(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1), p)
 #define V_STORE_N(p, v, n) _mm512_mask_storeu_ps(p, (__mmask16)((1u << (n)) - 1), v)
+#define V_LOAD_BF16(p)                                                                   \
+  _mm512_castsi512_ps(                                                                   \
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(p))), 16))
 
 #include "gemm_ukernel_simd.h"
 
 const gemm_ukernel_t tpu_gemm_ukernel_avx512 = {"avx512", MR, 2 * VL, avx512_tile, avx512_dot,
-                                                avx512_pack_f32, avx512_tile_rows};
+                                                avx512_pack_f32, avx512_tile_rows,
+                                                avx512_pack_bf16, &tpu_gemm_dot2_avx512bf16};
 #endif

@@ -34,4 +34,4 @@ static float dot_portable(const float* restrict x, const float* restrict y, int6
 }
 
 const gemm_ukernel_t tpu_gemm_ukernel_portable = {"portable", MR, NR, tile_portable,
-                                                  dot_portable, NULL, NULL};
+                                                  dot_portable, NULL, NULL, NULL, NULL};

@@ -14,6 +14,7 @@
  *                      lane masks
  *   V_LOAD_N(p, n)     the first n lanes from p, zeros above (n <= VL)
  *   V_STORE_N(p, v, n) the first n lanes of v to p
+ *   V_LOAD_BF16(p)     VL bfloat16 values from p, widened to float32
  * The transforms match the scalar ones in gemm_ukernel.h bit for bit.
  */
 #include <math.h>
@@ -146,15 +147,35 @@ ATTR static float UK(dot)(const float* restrict x, const float* restrict y, int6
   return s;
 }
 
+/* Source values for the packers: element i of a float32 (bf16 false) or
+ * bfloat16 (bf16 true) run at p, as float32; bf16 is a constant of each
+ * inlined copy. Widening bfloat16 is exact, so both share the transforms. */
+ATTR __attribute__((always_inline)) static inline float UK(ld1)(const void* p, int64_t i,
+                                                               bool bf16) {
+  return bf16 ? gemm_u2f((uint32_t)((const uint16_t*)p)[i] << 16) : ((const float*)p)[i];
+}
+/* VL values from element i on */
+ATTR __attribute__((always_inline)) static inline VF UK(ld)(const void* p, int64_t i, bool bf16) {
+  return bf16 ? V_LOAD_BF16((const uint16_t*)p + i) : V_LOAD((const float*)p + i);
+}
+/* the first n (< VL) values from element i on, zeros above */
+ATTR __attribute__((always_inline)) static inline VF UK(ld_n)(const void* p, int64_t i, int64_t n,
+                                                             bool bf16) {
+  if (!bf16) return V_LOAD_N((const float*)p + i, n);
+  uint16_t t[VL] = {0};
+  memcpy(t, (const uint16_t*)p + i, sizeof(uint16_t) * (size_t)n);
+  return V_LOAD_BF16(t);
+}
+
 /* Steps [k0, kc) of one panel of `rows` lines, one value at a time. */
 ATTR __attribute__((always_inline)) static inline void UK(pack_steps)(
-    float* restrict dst, const float* restrict src, int64_t sl, int64_t sk, int64_t rows,
-    int64_t k0, int64_t kc, int w, const gemm_xform_t* xf, int np) {
+    float* restrict dst, const void* restrict src, bool bf16, int64_t sl, int64_t sk,
+    int64_t rows, int64_t k0, int64_t kc, int w, const gemm_xform_t* xf, int np) {
   for (int64_t k = k0; k < kc; k++)
     for (int p = 0; p < np; p++) {
       float* d = dst + (k * np + p) * w;
       int64_t l = 0;
-      for (; l < rows; l++) d[l] = gemm_xform(xf[p], src[l * sl + k * sk]);
+      for (; l < rows; l++) d[l] = gemm_xform(xf[p], UK(ld1)(src, l * sl + k * sk, bf16));
       for (; l < w; l++) d[l] = 0;
     }
 }
@@ -211,19 +232,19 @@ ATTR static inline void UK(store_n)(float* d, __m256 v, int64_t n) {
  * panels; A stored by columns: runs of MR copied one step at a time); and
  * lines contiguous along k (A stored by rows, B by columns). */
 ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
-    float* restrict dst, const float* restrict src, int64_t sl, int64_t sk, int64_t lines,
-    int64_t kc, int w, const gemm_xform_t* xf, int np) {
-  const int64_t kcp = kc * np;
+    float* restrict dst, const void* restrict src, bool bf16, int64_t sl, int64_t sk,
+    int64_t lines, int64_t kc, int w, const gemm_xform_t* xf, int np) {
+  const int64_t kcp = kc * np, es = bf16 ? 2 : 4; /* source bytes per value */
   if (sl == 1) {
     /* step k outermost: each step's run of lines is read front to back */
     const int64_t full = w == NR ? lines / w * w : 0; /* whole panels of two vectors */
     for (int64_t k = 0; k < kc; k++) {
-      const float* s = src + k * sk;
+      const void* s = (const char*)src + k * sk * es;
       if (k + PACK_AHEAD < kc) /* rows far apart defeat the hardware prefetcher */
-        for (int64_t q = 0; q < lines; q += 64 / sizeof(float))
-          __builtin_prefetch(s + PACK_AHEAD * sk + q);
+        for (int64_t q = 0; q < lines; q += 64 / es)
+          __builtin_prefetch((const char*)s + (PACK_AHEAD * sk + q) * es);
       for (int64_t q = 0; q < full; q += NR) {
-        VF v0 = V_LOAD(s + q), v1 = V_LOAD(s + q + VL);
+        VF v0 = UK(ld)(s, q, bf16), v1 = UK(ld)(s, q + VL, bf16);
 #pragma GCC unroll 2 /* the passes share their split */
         for (int p = 0; p < np; p++) {
           float* d = dst + q * kcp + (k * np + p) * NR;
@@ -238,13 +259,13 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
          * may spill into the panel's next slot, written later; only the
          * panel's last slot takes a partial store */
         float run[PACK_RUN_MAX + VL];
-        const float* sr = s + full;
         const int64_t left = lines - full;
         V_STORE(run + (left + VL - 1) / VL * VL, V_ZERO()); /* read by spilling stores */
         for (int p = 0; p < np; p++) {
           for (int64_t q = 0; q < left; q += VL)
-            V_STORE(run + q, UK(xform)(xf[p], q + VL <= left ? V_LOAD(sr + q)
-                                                             : V_LOAD_N(sr + q, left - q)));
+            V_STORE(run + q, UK(xform)(xf[p], q + VL <= left ? UK(ld)(s, full + q, bf16)
+                                                             : UK(ld_n)(s, full + q, left - q,
+                                                                        bf16)));
           const int64_t slot = k * np + p;
           float* d = dst + full * kcp + slot * w;
           if (slot + 1 < kcp)
@@ -259,7 +280,7 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
         for (int64_t h = 0; h < w; h += VL) { /* one or two vectors */
           const int64_t n = rows - h < 0 ? 0 : rows - h < VL ? rows - h : VL;
           /* a whole vector where the run goes on, else zeros beyond n */
-          VF v = q + h + VL <= lines ? V_LOAD(s + q + h) : V_LOAD_N(s + q + h, n);
+          VF v = q + h + VL <= lines ? UK(ld)(s, q + h, bf16) : UK(ld_n)(s, q + h, n, bf16);
 #pragma GCC unroll 2
           for (int p = 0; p < np; p++)
             V_STORE_N(dst + q * kcp + (k * np + p) * w + h, UK(xform)(xf[p], v),
@@ -272,15 +293,15 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
   if (sk != 1 || w > NR) return false;
   if (w == 1) { /* lines kept as lines (tile_rows): transform only */
     for (int64_t l = 0; l < lines; l++) {
-      const float* s = src + l * sl;
+      const void* s = (const char*)src + l * sl * es;
       float* d = dst + l * kcp;
       int64_t k = 0;
       if (np == 1) {
-        for (; k + VL <= kc; k += VL) V_STORE(d + k, UK(xform)(xf[0], V_LOAD(s + k)));
+        for (; k + VL <= kc; k += VL) V_STORE(d + k, UK(xform)(xf[0], UK(ld)(s, k, bf16)));
       } else if (np == 2) { /* transforms in vectors, passes interleaved by lane */
 #if VL == 8
         for (; k + VL <= kc; k += VL) {
-          VF x = V_LOAD(s + k);
+          VF x = UK(ld)(s, k, bf16);
           __m256 p0 = UK(xform)(xf[0], x), p1 = UK(xform)(xf[1], x);
           __m256 lo = _mm256_unpacklo_ps(p0, p1), hi = _mm256_unpackhi_ps(p0, p1);
           _mm256_storeu_ps(d + 2 * k, _mm256_permute2f128_ps(lo, hi, 0x20));
@@ -289,7 +310,7 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
 #else
         float t0[VL], t1[VL];
         for (; k + VL <= kc; k += VL) {
-          VF x = V_LOAD(s + k);
+          VF x = UK(ld)(s, k, bf16);
           V_STORE(t0, UK(xform)(xf[0], x));
           V_STORE(t1, UK(xform)(xf[1], x));
           for (int l = 0; l < VL; l++) {
@@ -300,7 +321,7 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
 #endif
       }
       for (; k < kc; k++)
-        for (int p = 0; p < np; p++) d[k * np + p] = gemm_xform(xf[p], s[k]);
+        for (int p = 0; p < np; p++) d[k * np + p] = gemm_xform(xf[p], UK(ld1)(s, k, bf16));
     }
     return true;
   }
@@ -309,14 +330,14 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
   float t[GEMM_MAX_PASSES][NR][VL]; /* [pass][line][step] */
   for (int64_t q = 0; q < lines; q += w) {
     const int64_t rows = lines - q < w ? lines - q : w;
-    const float* s = src + q * sl;
+    const void* s = (const char*)src + q * sl * es;
     float* dq = dst + q * kcp;
     for (int p = 0; p < np; p++)
       for (int64_t l = rows; l < (w + 7) / 8 * 8; l++) V_STORE(t[p][l], V_ZERO());
     int64_t k = 0;
     for (; k + VL <= kc; k += VL) {
       for (int64_t l = 0; l < rows; l++) {
-        VF v = V_LOAD(s + l * sl + k);
+        VF v = UK(ld)(s, l * sl + k, bf16);
 #pragma GCC unroll 2
         for (int p = 0; p < np; p++) V_STORE(t[p][l], UK(xform)(xf[p], v));
       }
@@ -330,7 +351,7 @@ ATTR __attribute__((always_inline)) static inline bool UK(pack_layouts)(
               UK(store_n)(dq + ((k + c8 + i) * np + p) * w + l0, r[i], w - l0);
           }
     }
-    UK(pack_steps)(dq, s, sl, 1, rows, k, kc, w, xf, np);
+    UK(pack_steps)(dq, s, bf16, sl, 1, rows, k, kc, w, xf, np);
   }
   return true;
 }
@@ -344,14 +365,24 @@ ATTR static bool UK(pack_f32)(float* restrict dst, const float* restrict src, in
                             split_a[2] = {GEMM_XF_HI, GEMM_XF_LO},
                             split_b[2] = {GEMM_XF_HI16, GEMM_XF_HI};
   if (np == 1 && xf[0] == GEMM_XF_EXACT)
-    return UK(pack_layouts)(dst, src, sl, sk, lines, kc, w, exact, 1);
+    return UK(pack_layouts)(dst, src, false, sl, sk, lines, kc, w, exact, 1);
   if (np == 1 && xf[0] == GEMM_XF_BF16)
-    return UK(pack_layouts)(dst, src, sl, sk, lines, kc, w, bf16, 1);
+    return UK(pack_layouts)(dst, src, false, sl, sk, lines, kc, w, bf16, 1);
   if (np == 2 && xf[0] == GEMM_XF_HI && xf[1] == GEMM_XF_LO)
-    return UK(pack_layouts)(dst, src, sl, sk, lines, kc, w, split_a, 2);
+    return UK(pack_layouts)(dst, src, false, sl, sk, lines, kc, w, split_a, 2);
   if (np == 2 && xf[0] == GEMM_XF_HI16 && xf[1] == GEMM_XF_HI)
-    return UK(pack_layouts)(dst, src, sl, sk, lines, kc, w, split_b, 2);
-  return UK(pack_layouts)(dst, src, sl, sk, lines, kc, w, xf, np);
+    return UK(pack_layouts)(dst, src, false, sl, sk, lines, kc, w, split_b, 2);
+  return UK(pack_layouts)(dst, src, false, sl, sk, lines, kc, w, xf, np);
+}
+
+/* bfloat16 lines: widened, no transform (every one-pass transform keeps a
+ * bfloat16 value as it is); multi-pass layouts go to the generic packer. */
+ATTR static bool UK(pack_bf16)(float* restrict dst, const uint16_t* restrict src, int64_t sl,
+                               int64_t sk, int64_t lines, int64_t kc, int w,
+                               const gemm_xform_t* xf, int np) {
+  static const gemm_xform_t exact[1] = {GEMM_XF_EXACT};
+  if (np != 1 || (xf[0] != GEMM_XF_EXACT && xf[0] != GEMM_XF_BF16)) return false;
+  return UK(pack_layouts)(dst, src, true, sl, sk, lines, kc, w, exact, 1);
 }
 
 #undef NR

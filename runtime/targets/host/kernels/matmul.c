@@ -20,6 +20,7 @@
  * Float64 and integer path: tiles of RB rows x NB columns accumulated with
  * scalar axpys over k, in double or in wrapping 64-bit integer arithmetic.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@
 #include "base/cpu.h"
 #include "base/env.h"
 #include "tpu/float8.h"
+#include "vecmath.h"
 
 /* ---- strided run conversions ---- */
 #define CONV_ID(x) (x)
@@ -62,15 +64,47 @@
 #define TO_F8E4M3FNUZ(x) tpu_f32_to_f8e4m3fnuz((float)(x))
 #define TO_F8E8M0FNU(x) tpu_f32_to_f8e8m0fnu((float)(x))
 
+/* Contiguous bfloat16 runs to and from float32 with vector widening and
+ * packing (vecmath.h) where the host ISA has them; false: left to the
+ * element loops (the same values). */
+static bool run_load_bf16_rows(float* dst, int64_t dstride, const void* src, int64_t sstride,
+                               tpu_dtype_t dt, int64_t n) {
+#ifdef TPU_HAVE_AVX2_BUILD
+  if (dt == TPU_BF16 && dstride == 1 && sstride == 1 && tpu_host_isa() == TPU_ISA_AVX2) {
+    tpu_vm_bf16_row_load_avx2(dst, src, n);
+    return true;
+  }
+#endif
+  (void)dst, (void)dstride, (void)src, (void)sstride, (void)dt, (void)n;
+  return false;
+}
+
+static bool run_store_bf16_rows(void* dst, int64_t dstride, tpu_dtype_t dt, const float* src,
+                                int64_t n) {
+#ifdef TPU_HAVE_AVX2_BUILD
+  if (dt == TPU_BF16 && dstride == 1 && tpu_host_isa() == TPU_ISA_AVX2) {
+    tpu_vm_bf16_row_store_avx2(dst, src, n);
+    return true;
+  }
+#endif
+  (void)dst, (void)dstride, (void)dt, (void)src, (void)n;
+  return false;
+}
+
+#define RUN_NO_FAST_LOAD(dst, dstride, src, sstride, dt, n) false
+#define RUN_NO_FAST_STORE(dst, dstride, dt, src, n) false
+
 /* Defines tpu_run_load_SUF / tpu_run_store_SUF for compute type CT whose
- * storage dtype is NATIVE (plain copies take memcpy). */
-#define DEFINE_RUN_IO(SUF, CT, NATIVE)                                                     \
+ * storage dtype is NATIVE (plain copies take memcpy); FAST_LOAD and
+ * FAST_STORE may take a run first (true: done). */
+#define DEFINE_RUN_IO(SUF, CT, NATIVE, FAST_LOAD, FAST_STORE)                              \
   void tpu_run_load_##SUF(CT* dst, int64_t dstride, const void* src, int64_t sstride,      \
                           tpu_dtype_t dt, int64_t n) {                                      \
     if (dt == NATIVE && dstride == 1 && sstride == 1) {                                    \
       memcpy(dst, src, (size_t)n * sizeof(CT));                                            \
       return;                                                                               \
     }                                                                                       \
+    if (FAST_LOAD(dst, dstride, src, sstride, dt, n)) return;                              \
     switch (dt) {                                                                           \
       case TPU_U8: LOAD_LOOP(uint8_t, CONV_ID); break;                                      \
       case TPU_I8: LOAD_LOOP(int8_t, CONV_ID); break;                                       \
@@ -96,6 +130,7 @@
       memcpy(dst, src, (size_t)n * sizeof(CT));                                            \
       return;                                                                               \
     }                                                                                       \
+    if (FAST_STORE(dst, dstride, dt, src, n)) return;                                      \
     switch (dt) {                                                                           \
       case TPU_U8: STORE_LOOP(uint8_t, TO_U8); break;                                       \
       case TPU_I8: STORE_LOOP(int8_t, TO_I8); break;                                        \
@@ -117,13 +152,13 @@
   }
 
 #define CT float
-DEFINE_RUN_IO(f32, float, TPU_F32)
+DEFINE_RUN_IO(f32, float, TPU_F32, run_load_bf16_rows, run_store_bf16_rows)
 #undef CT
 #define CT double
-DEFINE_RUN_IO(f64, double, TPU_F64)
+DEFINE_RUN_IO(f64, double, TPU_F64, RUN_NO_FAST_LOAD, RUN_NO_FAST_STORE)
 #undef CT
 #define CT int64_t
-DEFINE_RUN_IO(i64, int64_t, TPU_I64)
+DEFINE_RUN_IO(i64, int64_t, TPU_I64, RUN_NO_FAST_LOAD, RUN_NO_FAST_STORE)
 #undef CT
 
 /* ---- problem description ---- */
@@ -330,6 +365,85 @@ static bool rows_a_allowed(void) {
   return v;
 }
 
+/* Two-step bfloat16 dot products (gemm_dot2_t): TORCH_TPU_GEMM_DOT2=0 turns
+ * them off (for comparisons), tpu_gemm_allow_dot2 overrides. */
+static _Atomic int g_dot2_forced = -1;
+
+void tpu_gemm_allow_dot2(int on) { atomic_store(&g_dot2_forced, on < 0 ? -1 : on != 0); }
+
+static bool dot2_allowed(void) {
+  static _Atomic int cached = -1; /* bit 0: the CPU has them, bit 1: the environment allows */
+  int v = atomic_load(&cached);
+  if (v < 0) {
+    const char* e = tpu_env_str("TORCH_TPU_GEMM_DOT2");
+    const tpu_cpu_features_t* cpu = tpu_cpu_features();
+    v = (cpu->avx512bf16 && cpu->avx512bw && cpu->avx512vl) | (!(e && e[0] == '0')) << 1;
+    atomic_store(&cached, v);
+  }
+  const int forced = atomic_load(&g_dot2_forced);
+  return (v & 1) && (forced >= 0 ? forced : v >> 1);
+}
+
+/* The smallest nonzero magnitude among x's values (INFINITY: none), scanned
+ * by runs along a contiguous dim, split between the threads; 0 where x has
+ * no contiguous dim. Magnitudes are positive, so their bits order like them. */
+typedef struct {
+  const gemm_dot2_t* d2;
+  const mat_t* x;
+  bool by_cols;
+  int64_t lines;            /* runs per batch entry */
+  _Atomic uint32_t least;   /* bits of the smallest magnitude so far */
+} min_scan_t;
+
+static void min_scan_runs(void* ctx, int64_t begin, int64_t end) {
+  min_scan_t* sc = ctx;
+  const mat_t* x = sc->x;
+  float m = INFINITY;
+  for (int64_t t = begin; t < end; t++) {
+    const int64_t bi = t / sc->lines, l = t % sc->lines;
+    const char* p = sc->by_cols ? mat_ptr(x, bi, l, 0) : mat_ptr(x, bi, 0, l);
+    const float r = sc->d2->min_abs(p, x->dt == TPU_BF16, sc->by_cols ? x->nc : x->nr);
+    if (r < m) m = r;
+  }
+  const uint32_t bits = gemm_f2u(m);
+  uint32_t cur = atomic_load(&sc->least);
+  while (bits < cur && !atomic_compare_exchange_weak(&sc->least, &cur, bits)) {
+  }
+}
+
+static float mat_min_abs(const gemm_dot2_t* d2, const mat_t* x) {
+  const bool by_cols = x->sc == 1 || (x->nc == 1 && x->sr != 1);
+  if (!by_cols && x->sr != 1 && x->nr != 1) return 0;
+  min_scan_t sc = {d2, x, by_cols, by_cols ? x->nr : x->nc, gemm_f2u(INFINITY)};
+  const int64_t runs = (x->sb ? x->nb : 1) * sc.lines, len = by_cols ? x->nc : x->nr;
+  /* chunks of at least 64K values */
+  tpu_parallel_for(runs, len >= (1 << 16) ? 1 : ((1 << 16) + len - 1) / len, min_scan_runs, &sc);
+  return gemm_u2f(atomic_load(&sc.least));
+}
+
+/* The micro-kernel's two-step dot products for a product of one bfloat16
+ * pass: each operand bfloat16, or float32 rounded to it (precision medium);
+ * NULL where they do not apply, the CPU lacks them, or they could give
+ * other results than the float tiles. They flush denormals, so every
+ * nonzero input must be normal after rounding (at least 2^-125 before it)
+ * and every product at least 2^-108: products of bfloat16 values are then
+ * multiples of a power of two of at least 2^-125 (16 significant bits), and
+ * so is every rounded partial sum that is not zero. */
+static const gemm_dot2_t* dot2_for(const gemm_t* g, const gemm_ukernel_t* uk,
+                                   const gemm_passes_t* ps) {
+  if (!uk->dot2 || ps->np != 1 || g->scale[0] || g->scale[1] || g->a.pairs || g->b.pairs)
+    return NULL;
+  const mat_t* x[2] = {&g->a, &g->b};
+  const gemm_xform_t xf[2] = {ps->a[0], ps->b[0]};
+  for (int i = 0; i < 2; i++)
+    if (x[i]->dt != TPU_BF16 && !(x[i]->dt == TPU_F32 && xf[i] == GEMM_XF_BF16)) return NULL;
+  if (!dot2_allowed()) return NULL;
+  const float ma = mat_min_abs(uk->dot2, &g->a), mb = mat_min_abs(uk->dot2, &g->b);
+  const float low = 0x1p-125f;
+  if (ma < low || mb < low || (double)ma * (double)mb < 0x1p-108) return NULL;
+  return uk->dot2;
+}
+
 /* Work (multiply-adds) below which a product runs on the calling thread. */
 #define PARALLEL_MIN_WORK (1 << 17)
 /* Batched products whose entries are at most this much work each run one
@@ -488,7 +602,8 @@ static void load_step(float* dst, const mat_t* x, const char* p, int64_t sl, int
 
 /* Packs `lines` lines of kc steps (line l, step k at src + (l * sl + k *
  * sk) elements of x) into panels of w lines, as gemm_ukernel_t.pack_f32
- * describes. Float32 layouts the micro-kernel's packer knows go there; any
+ * describes. Float32 and bfloat16 layouts the micro-kernel's packers know
+ * go there; any
  * other dtype or layout converts one run at a time through `line`
  * (max(kc, w) floats): float8 and float4 codes are decoded there, and
  * multiplied by their scales (sc) when the operand has them. For a float4
@@ -500,6 +615,9 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
                         int64_t l0, int64_t k0) {
   if (!sc && x->dt == TPU_F32 && uk->pack_f32 &&
       uk->pack_f32(dst, (const float*)src, sl, sk, lines, kc, w, xf, np))
+    return;
+  if (!sc && x->dt == TPU_BF16 && uk->pack_bf16 &&
+      uk->pack_bf16(dst, (const uint16_t*)src, sl, sk, lines, kc, w, xf, np))
     return;
   const int64_t ph = x->pairs ? k0 & 1 : 0; /* float4: nibble of the first step */
   const int64_t kcp = kc * np;
@@ -528,24 +646,41 @@ static void pack_panels(const gemm_ukernel_t* uk, float* dst, const mat_t* x, co
 /* c[rows i0.., columns j0..] = alpha * acc + beta * self for mlen x nlen
  * (acc: row stride ldc, ignored without a product; it may be c itself);
  * `row` is scratch for two rows. */
+/* r = al * a + be * s over n values (whole chunks of 8 vectorize at -O2) */
+static void axpby_row(float* restrict r, float al, const float* restrict a, float be,
+                      const float* restrict s, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int h = 0; h < 8; h++) r[j + h] = al * a[j + h] + be * s[j + h];
+  for (; j < n; j++) r[j] = al * a[j] + be * s[j];
+}
+
 static void ftile_store(const gemm_t* g, int64_t bi, int64_t i0, int64_t j0, int64_t mlen,
                         int64_t nlen, const float* acc, int64_t ldc, float* row) {
   const float al = (float)g->alpha, be = (float)g->beta;
   float* srow = row + nlen;
+  /* a self broadcast along rows (a bias) is converted once */
+  const bool self_row = g->use_self && g->self.sr == 0;
   for (int64_t i = 0; i < mlen; i++) {
     const float* ar = g->has_product ? acc + i * ldc : NULL;
+    const float* out = row;
     if (g->use_self) {
-      tpu_run_load_f32(srow, 1, mat_ptr(&g->self, bi, i0 + i, j0), g->self.sc, g->self.dt, nlen);
+      if (!self_row || i == 0)
+        tpu_run_load_f32(srow, 1, mat_ptr(&g->self, bi, i0 + i, j0), g->self.sc, g->self.dt,
+                         nlen);
       if (g->has_product)
-        for (int64_t j = 0; j < nlen; j++) row[j] = al * ar[j] + be * srow[j];
+        axpby_row(row, al, ar, be, srow, nlen);
       else
         for (int64_t j = 0; j < nlen; j++) row[j] = be * srow[j];
+    } else if (g->has_product && al == 1.0f) {
+      out = ar; /* stored as it is */
     } else if (g->has_product) {
       for (int64_t j = 0; j < nlen; j++) row[j] = al * ar[j];
     } else {
       memset(row, 0, sizeof(float) * (size_t)nlen);
     }
-    tpu_run_store_f32(mat_ptr(&g->c, bi, i0 + i, j0), g->c.sc, g->c.dt, row, nlen);
+    void* dst = mat_ptr(&g->c, bi, i0 + i, j0);
+    if (dst != out) tpu_run_store_f32(dst, g->c.sc, g->c.dt, out, nlen);
   }
 }
 
@@ -567,6 +702,7 @@ typedef struct {
   bool direct;       /* accumulate in c */
   bool epi;          /* direct, and the last k block adds self (alpha = beta = 1) */
   bool rows_a;       /* A blocks kept by rows (uk->tile_rows): few columns */
+  const gemm_dot2_t* dot2; /* packed in bfloat16 step pairs for its tiles, or NULL */
   _Atomic int64_t next_entry; /* per-entry split: the next entry to claim */
   _Atomic int oom;
 } fgemm_t;
@@ -584,6 +720,39 @@ typedef struct {
 /* Packing units: PACK_PANELS panels. */
 enum { PACK_PANELS = 16 };
 
+/* Packed steps (floats or words) of a line of klen source steps. */
+static inline int64_t packed_steps(const fgemm_t* f, int64_t klen) {
+  return f->dot2 ? (klen + 1) / 2 : klen * f->ps.np;
+}
+
+/* pack_panels, or the dot2 packer's step pairs (A's missing step -0, B's
+ * +0: see gemm_dot2_t) */
+static void pack_lines(const fgemm_t* f, bool is_a, float* dst, const char* src, int64_t sl,
+                       int64_t sk, int64_t lines, int64_t kc, int w, float* line, int64_t l0,
+                       int64_t k0) {
+  const mat_t* x = is_a ? &f->g->a : &f->g->b;
+  if (f->dot2)
+    f->dot2->pack((uint32_t*)dst, src, x->dt == TPU_BF16, sl, sk, lines, kc, w,
+                  is_a ? 0x8000 : 0);
+  else
+    pack_panels(f->uk, dst, x, src, sl, sk, lines, kc, w, is_a ? f->ps.a : f->ps.b, f->ps.np,
+                line, f->g->scale[is_a ? 0 : 1], l0, k0);
+}
+
+/* One micro-kernel tile of kcp packed steps: A a packed panel (lda 0) or
+ * rows lda apart (the rows path, which passes its prefetches). */
+static inline void run_tile(const fgemm_t* f, int64_t kcp, const float* a, int64_t lda,
+                            const float* b, float* c, int64_t ldc, bool accumulate,
+                            const float* s, int64_t lds, const void* const* pf, int64_t npf) {
+  if (f->dot2)
+    f->dot2->tile(kcp, (const uint32_t*)a, lda, (const uint32_t*)b, c, ldc, accumulate, s, lds,
+                  pf, npf);
+  else if (lda)
+    f->uk->tile_rows(kcp, a, lda, b, c, ldc, accumulate, s, lds, pf, npf);
+  else
+    f->uk->tile(kcp, a, b, c, ldc, accumulate, s, lds);
+}
+
 /* Both phases run as workers (the range passed is ignored) that claim units
  * or items one at a time until none are left: the threads stay busy to the
  * end whatever else the machine runs. */
@@ -591,32 +760,32 @@ static void fblock_pack_b(void* ctx, int64_t begin, int64_t end) {
   fblock_t* blk = ctx;
   const fgemm_t* f = blk->f;
   const gemm_t* g = f->g;
-  const int nr = f->uk->nr, np = f->ps.np;
+  const int nr = f->uk->nr;
   const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0);
   float line[LINE_FLOATS > 64 ? LINE_FLOATS : 64];
   for (int64_t u; (u = atomic_fetch_add(&blk->next_unit, 1)) < blk->units;) {
     int64_t jp = u * PACK_PANELS;
-    pack_panels(f->uk, blk->pb + jp * klen * np * nr, &g->b,
-                mat_ptr(&g->b, blk->bi, k0, blk->j0 + jp * nr), g->b.sc, g->b.sr,
-                min64(PACK_PANELS * nr, blk->nlen - jp * nr), klen, nr, f->ps.b, np, line,
-                g->scale[1], blk->j0 + jp * nr, k0);
+    pack_lines(f, false, blk->pb + jp * packed_steps(f, klen) * nr,
+               mat_ptr(&g->b, blk->bi, k0, blk->j0 + jp * nr), g->b.sc, g->b.sr,
+               min64(PACK_PANELS * nr, blk->nlen - jp * nr), klen, nr, line, blk->j0 + jp * nr,
+               k0);
   }
 }
 
 /* One micro-kernel tile of the direct path that crosses c's edge: computed
  * in `tmp` (mr x nr) and its rows x cols corner copied to / from c, with
  * the epilogue operand s (see gemm_ukernel_t.tile) added to that corner. */
-static void edge_tile(const gemm_ukernel_t* uk, int64_t kcp, const float* a, int64_t lda,
+static void edge_tile(const fgemm_t* f, int64_t kcp, const float* a, int64_t lda,
                       const float* b, float* c, int64_t ldc, bool accumulate, const float* s,
                       int64_t lds, int64_t rows, int64_t cols, float* tmp,
                       const void* const* pf, int64_t npf) {
+  const int nr = f->uk->nr;
   if (accumulate)
     for (int64_t i = 0; i < rows; i++)
-      memcpy(tmp + i * uk->nr, c + i * ldc, sizeof(float) * (size_t)cols);
-  if (lda) uk->tile_rows(kcp, a, lda, b, tmp, uk->nr, accumulate, NULL, 0, pf, npf);
-  else uk->tile(kcp, a, b, tmp, uk->nr, accumulate, NULL, 0);
+      memcpy(tmp + i * nr, c + i * ldc, sizeof(float) * (size_t)cols);
+  run_tile(f, kcp, a, lda, b, tmp, nr, accumulate, NULL, 0, pf, npf);
   for (int64_t i = 0; i < rows; i++) {
-    float* t = tmp + i * uk->nr;
+    float* t = tmp + i * nr;
     if (s)
       for (int64_t j = 0; j < cols; j++) t[j] += s[i * lds + j];
     memcpy(c + i * ldc, t, sizeof(float) * (size_t)cols);
@@ -632,7 +801,7 @@ static void packed_tiles(const fblock_t* blk, const float* pa, int64_t mlen, int
   const fgemm_t* f = blk->f;
   const gemm_ukernel_t* uk = f->uk;
   const int mr = uk->mr, nr = uk->nr;
-  const int64_t kcp = min64(f->kcs, f->g->k - blk->kb * f->kcs) * f->ps.np;
+  const int64_t kcp = packed_steps(f, min64(f->kcs, f->g->k - blk->kb * f->kcs));
   const bool first = blk->kb == 0;
   for (int64_t jp = jp0; jp < jp1; jp++) {
     const float* bp = blk->pb + jp * kcp * nr;
@@ -642,10 +811,10 @@ static void packed_tiles(const fblock_t* blk, const float* pa, int64_t mlen, int
       float* ct = tgt + r * ldt + cc;
       const float* st = sv ? sv + r * lds + cc : NULL;
       if (f->direct && (r + mr > mlen || cc + nr > cw))
-        edge_tile(uk, kcp, ap, 0, bp, ct, ldt, !first, st, lds, min64(mr, mlen - r),
+        edge_tile(f, kcp, ap, 0, bp, ct, ldt, !first, st, lds, min64(mr, mlen - r),
                   min64(nr, cw - cc), tmp, NULL, 0);
       else
-        uk->tile(kcp, ap, bp, ct, ldt, !first, st, lds);
+        run_tile(f, kcp, ap, 0, bp, ct, ldt, !first, st, lds, NULL, 0);
     }
   }
 }
@@ -662,18 +831,20 @@ enum { PF_STRIPS = 1 };
 static void rows_a_strips(const fblock_t* blk, float* strip, int64_t i0, int64_t mlen,
                           int64_t jp0, int64_t jp1, float* tgt, int64_t ldt, int64_t cw,
                           const float* sv, int64_t lds, float* tmp, float* line) {
-  /* source lines of a strip: MR rows of at most KC floats (A is float32) */
+  /* source lines of a strip: MR rows of at most KC floats (A is float32 or
+   * bfloat16) */
   const void* pf[GEMM_MAX_MR * (ROWS_A_KC * sizeof(float) / 64 + 1)];
   const fgemm_t* f = blk->f;
   const gemm_t* g = f->g;
   const gemm_ukernel_t* uk = f->uk;
-  const int mr = uk->mr, nr = uk->nr, np = f->ps.np;
-  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0), kcp = klen * np;
+  const int mr = uk->mr, nr = uk->nr;
+  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0);
+  const int64_t kcp = packed_steps(f, klen);
   const bool first = blk->kb == 0;
   for (int64_t r = 0; r < mlen; r += mr) {
     const int64_t rows = min64(mr, mlen - r);
-    pack_panels(uk, strip, &g->a, mat_ptr(&g->a, blk->bi, i0 + r, k0), g->a.sr, g->a.sc, rows,
-                klen, 1, f->ps.a, np, line, g->scale[0], i0 + r, k0);
+    pack_lines(f, true, strip, mat_ptr(&g->a, blk->bi, i0 + r, k0), g->a.sr, g->a.sc, rows,
+               klen, 1, line, i0 + r, k0);
     if (rows < mr) memset(strip + rows * kcp, 0, sizeof(float) * (size_t)((mr - rows) * kcp));
     /* the next strip's source lines, prefetched a few at a time by the
      * micro-kernel over this strip's tiles; any left over, at the end. After
@@ -706,10 +877,10 @@ static void rows_a_strips(const fblock_t* blk, float* strip, int64_t i0, int64_t
       const int64_t cc = (jp - jp0) * nr;
       const float* st = sv ? sv + r * lds + cc : NULL;
       if (f->direct && (rows < mr || cc + nr > cw))
-        edge_tile(uk, kcp, strip, kcp, bp, ct, ldt, !first, st, lds, rows, min64(nr, cw - cc),
+        edge_tile(f, kcp, strip, kcp, bp, ct, ldt, !first, st, lds, rows, min64(nr, cw - cc),
                   tmp, pf + done, n);
       else
-        uk->tile_rows(kcp, strip, kcp, bp, ct, ldt, !first, st, lds, pf + done, n);
+        run_tile(f, kcp, strip, kcp, bp, ct, ldt, !first, st, lds, pf + done, n);
       done += n;
     }
     for (; done < npf; done++) __builtin_prefetch(pf[done]);
@@ -721,8 +892,9 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
   fgemm_t* f = blk->f;
   const gemm_t* g = f->g;
   const gemm_ukernel_t* uk = f->uk;
-  const int mr = uk->mr, nr = uk->nr, np = f->ps.np;
-  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0), kcp = klen * np;
+  const int mr = uk->mr, nr = uk->nr;
+  const int64_t k0 = blk->kb * f->kcs, klen = min64(f->kcs, g->k - k0);
+  const int64_t kcp = packed_steps(f, klen);
   const bool last = blk->kb == f->nkb - 1;
   const int64_t gp = (blk->npan + f->jgroups - 1) / f->jgroups; /* panels per group */
   const int64_t mcp = round_up(f->mc, mr);
@@ -749,8 +921,8 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
     if (f->rows_a) {
       rows_a_strips(blk, pa, i0, mlen, jp0, jp1, tgt, ldt, cw, sv, g->self.sr, tmp, line);
     } else {
-      pack_panels(uk, pa, &g->a, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen, klen,
-                  mr, f->ps.a, np, line, g->scale[0], i0, k0);
+      pack_lines(f, true, pa, mat_ptr(&g->a, blk->bi, i0, k0), g->a.sr, g->a.sc, mlen, klen, mr,
+                 line, i0, k0);
       packed_tiles(blk, pa, mlen, jp0, jp1, tgt, ldt, cw, sv, g->self.sr, tmp);
     }
     if (last && !f->epi && (!f->direct || g->use_self || g->alpha != 1))
@@ -763,7 +935,7 @@ static void fblock_items(void* ctx, int64_t begin, int64_t end) {
  * float tiles for a block of columns of all rows. */
 static float* fgemm_alloc_scratch(const fgemm_t* f, float** acc) {
   const int64_t ncp = round_up(f->nc, f->uk->nr);
-  const int64_t pb = f->kcs * f->ps.np * ncp, tiles = f->direct ? 0 : f->nmb * f->mc * ncp;
+  const int64_t pb = packed_steps(f, f->kcs) * ncp, tiles = f->direct ? 0 : f->nmb * f->mc * ncp;
   float* buf = aligned_alloc(64, ((size_t)(pb + tiles) * sizeof(float) + 63) / 64 * 64);
   *acc = buf ? buf + pb : NULL;
   return buf;
@@ -952,8 +1124,10 @@ static tpu_status_t gemm_float(const gemm_t* g) {
   /* Few columns (attention's P @ V): each A block serves at most a few B
    * panels, so transposing it into panels costs more than it saves; keep its
    * rows for tile_rows (see rows_a_strips). */
+  f.dot2 = dot2_for(g, f.uk, &ps);
   f.rows_a = f.uk->tile_rows && f.uk->mr <= GEMM_MAX_MR && ps.np <= 2 && !g->scale[0] &&
-             g->a.dt == TPU_F32 && g->a.sc == 1 && g->n <= ROWS_A_MAX_N && rows_a_allowed();
+             (g->a.dt == TPU_F32 || g->a.dt == TPU_BF16) && g->a.sc == 1 &&
+             g->n <= ROWS_A_MAX_N && rows_a_allowed();
   /* balanced blocks: equal k blocks, A blocks and B blocks within their caps */
   const int64_t kcap = (f.rows_a ? ROWS_A_KC : KC) / ps.np; /* source steps per k block */
   f.nkb = (g->k + kcap - 1) / kcap;

@@ -80,6 +80,12 @@ typedef enum tpu_gemm_isa {
 bool tpu_gemm_set_isa(tpu_gemm_isa_t isa);
 /* Name of the float micro-kernel in use: "portable", "avx2", "avx512". */
 const char* tpu_gemm_isa_name(void);
+/* Products of one bfloat16 pass (bfloat16 operands, float32 ones at
+ * precision medium) run on AVX-512 BF16 two-step dot products where the CPU
+ * has them, unless TORCH_TPU_GEMM_DOT2=0. on = 0 / 1 turns them off / on
+ * (on only takes effect where the CPU has them; tests, benchmarks), -1
+ * returns to the default. */
+void tpu_gemm_allow_dot2(int on);
 
 /* Converting copies of strided runs of n elements. `src`/`dst` address the
  * run's first element of storage dtype dt; strides are in elements (may be
