@@ -70,7 +70,8 @@ tpu_status_t tpu_trace_run_recipes_for(tpu_call_t* call, tpu_stream_t* s,
                                        bool* out_ran) TPU_MUST_USE;
 /* Takes slot id's recipe for the trace (NULL when it has none); the slot is
  * recomputed from now on (it will not get another recipe). The caller
- * appends the node, then calls tpu_lazy_unpin_inputs(node). */
+ * appends a resolved copy of the node, then calls tpu_lazy_unpin_inputs on
+ * the recipe itself (which names the pinned placeholders). */
 tpu_call_t* tpu_lazy_take_recipe(int id);
 /* Ends the pins a taken recipe held on its inputs; an input the host dropped
  * and no trace names is released. */

@@ -156,14 +156,15 @@ static void collect_recipes(void* ctx, tpu_tensor_t* t, bool write) {
 static tpu_status_t push_recipe(trace_t* tr, tpu_stream_t* s, int id) {
   tpu_call_t* r = tpu_lazy_take_recipe(id);
   if (!r) return TPU_OK;
-  tpu_status_t st = tpu_call_resolve_lazy(r, false);
-  if (!st) st = push_node(tr, s, r);
-  if (st) { /* the value is lost: nothing can compute it any more */
-    tpu_lazy_unpin_inputs(r);
-    free(r);
-    return tpu_status_annotate(st, "recomputing a value left without memory");
-  }
+  tpu_call_t* node = tpu_call_clone(r); /* resolved; r keeps the pinned placeholders */
+  tpu_status_t st = node ? tpu_call_resolve_lazy(node, false)
+                         : TPU_ERR(RESOURCE_EXHAUSTED, "out of host memory");
+  if (!st) st = push_node(tr, s, node);
+  else free(node);
   tpu_lazy_unpin_inputs(r);
+  free(r);
+  if (st) /* the value is lost: nothing can compute it any more */
+    return tpu_status_annotate(st, "recomputing a value left without memory");
   atomic_fetch_add(&g_stats.recomputed, 1);
   return TPU_OK;
 }

@@ -214,6 +214,7 @@ static void test_flush_oom_keeps_trace(void) {
  * recipe still reads it keeps a's memory until then. */
 static void test_recompute(void) {
   enum { M = 1 << 16 }; /* 256 KiB: the smallest value worth recomputing */
+  const int slots_before = tpu_lazy_count();
   int64_t n[1] = {M};
   float* x = NULL;
   CHECK_OK(tpu_device_malloc(0, M * sizeof(float), (void**)&x));
@@ -256,6 +257,7 @@ static void test_recompute(void) {
     tpu_device_free(0, tpu_lazy_detach(bufs[k]));
     tpu_lazy_free(bufs[k]);
   }
+  CHECK(tpu_lazy_count() == slots_before); /* a went once the recipe ran */
   tpu_device_free(0, x);
 }
 
