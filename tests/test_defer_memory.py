@@ -66,8 +66,8 @@ def test_training_step_peaks_below_strict():
     assert after["recipes"] - before["recipes"] >= 4 * 3
     assert after["recomputed"] - before["recomputed"] >= 4 * 3
     # memory is deterministic: Strict holds every GELU output and every intermediate;
-    # DeferAndFuse holds neither
-    assert defer_peak <= 0.9 * strict_peak, (defer_peak, strict_peak)
+    # DeferAndFuse holds neither (5.26 MiB against 3.76 MiB, 0.71x, when written)
+    assert defer_peak <= 0.8 * strict_peak, (defer_peak, strict_peak)
 
 
 def make_recipe(n=1 << 18):
