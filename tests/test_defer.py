@@ -32,15 +32,19 @@ def test_dead_intermediates_allocate_nothing(defer):
     base = torch.tpu.memory_allocated()
     torch.tpu.reset_peak_memory_stats()
     y = ((x * 2 + 1).exp() * 0.5).sigmoid()  # four dead intermediates
-    # before a materialization y's bytes are reserved (counted as allocated, as in strict),
-    # and the dead intermediates' stay reserved until the flush: the trace may still compute
-    # them, so an allocation that does not fit beside them flushes first (issue 13)
-    assert torch.tpu.memory_allocated() - base == 5 * (4 << 20)
+    # before a materialization nothing has memory: y's bytes are promised (they count
+    # against the capacity, as in strict), and the dead intermediates' stay promised until
+    # the flush: the trace may still compute them, so an allocation that does not fit
+    # beside them flushes first (issue 13)
+    assert torch.tpu.memory_allocated() == base
+    assert torch.tpu.memory_stats()["promised_bytes.all.current"] == 5 * (4 << 20)
     assert torch_tpu._C.trace_length(0) > 0
     torch_tpu.materialize()
     torch.tpu.synchronize()
-    # only y got memory; with fusion the intermediates never did
+    # only y got memory; with fusion the intermediates never did, not even for a moment
     assert torch.tpu.memory_allocated() - base == 4 << 20
+    assert torch.tpu.max_memory_allocated() - base == 4 << 20
+    assert torch.tpu.memory_stats()["promised_bytes.all.current"] == 0
     expected = ((x.cpu() * 2 + 1).exp() * 0.5).sigmoid()
     torch.testing.assert_close(y.cpu(), expected)
 

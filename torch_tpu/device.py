@@ -224,7 +224,9 @@ def empty_cache() -> None:
 
 def mem_get_info(device: _DeviceLike = None):
     s = _C.memory_stats(_index(device))
-    return (s["capacity_bytes"] - s["reserved_bytes.all.current"], s["capacity_bytes"])
+    # DeferAndFuse's unbacked placeholders are no memory, but their bytes are promised
+    used = s["reserved_bytes.all.current"] + s["promised_bytes.all.current"]
+    return (max(s["capacity_bytes"] - used, 0), s["capacity_bytes"])
 
 
 # ---- streams and events ----

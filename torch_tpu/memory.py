@@ -98,6 +98,8 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
                  s["allocated_bytes.all.freed"], _fmt_bytes),
              row("Reserved memory", s["reserved_bytes.all.current"],
                  s["reserved_bytes.all.peak"], None, None, _fmt_bytes),
+             row("Promised (deferred)", s["promised_bytes.all.current"], None, None, None,
+                 _fmt_bytes),
              row("Cached (inactive) memory", sum(b[2] for b in cached), None, None, None,
                  _fmt_bytes),
              thin,
@@ -194,7 +196,8 @@ def _snapshot(device=None) -> Dict[str, Any]:
             elif action == "oom":
                 s = _C.memory_stats(dev)
                 out.append(dict(base, action="oom", size=requested,
-                                device_free=s["capacity_bytes"] - s["reserved_bytes.all.current"]))
+                                device_free=s["capacity_bytes"] - s["reserved_bytes.all.current"]
+                                - s["promised_bytes.all.current"]))
             else:
                 out.append(dict(base, action=action))
         device_traces.append(out)

@@ -6,7 +6,8 @@
  * target's memory need not be host-addressable: a pjrt target hands out
  * handle addresses), that records its address, size and owner; the sorted
  * block registry maps an address back to its header. The capacity bounds reserved bytes (live plus
- * cached); when a request does not fit, the device's streams are drained and
+ * cached) plus the reservations of unbacked DeferAndFuse placeholders (which
+ * the statistics leave out: they are no memory); when a request does not fit, the device's streams are drained and
  * the cache released before giving up with RESOURCE_EXHAUSTED.
  *
  * Reuse is stream-ordered (see block_fence below and tpu/device.h).
@@ -340,26 +341,18 @@ static void note_alloc(tpu_allocator_t* a, size_t size) {
   s->num_allocs++;
 }
 
-/* Caller holds a->mu: counts or uncounts a reservation of `size` rounded
- * bytes; `as_free` books the removal as a free, else as an allocation that
- * did not happen (a real block replaces it). */
-static void reservation_add(tpu_allocator_t* a, size_t size) {
-  a->stats.reserved_bytes += (int64_t)size;
-  note_alloc(a, size);
-}
+/* Caller holds a->mu. A reservation (an unbacked placeholder's promise) is
+ * capacity only: it is not device memory, so the statistics (allocated,
+ * reserved, their peaks, allocation counts) never see it; the real block that
+ * replaces it books itself. */
+static void reservation_add(tpu_allocator_t* a, size_t size) { a->promised += size; }
 
-static void reservation_remove(tpu_allocator_t* a, size_t size, bool as_free) {
-  tpu_memory_stats_t* s = &a->stats;
-  s->reserved_bytes -= (int64_t)size;
-  s->allocated_bytes -= (int64_t)size;
-  s->active_allocations--;
-  if (as_free) {
-    s->total_freed_bytes += (int64_t)size;
-    s->num_frees++;
-  } else { /* becomes a real allocation, which books itself */
-    s->total_allocated_bytes -= (int64_t)size;
-    s->num_allocs--;
-  }
+static void reservation_remove(tpu_allocator_t* a, size_t size) { a->promised -= size; }
+
+/* Caller holds a->mu: whether `size` more bytes fit beside the real blocks
+ * (live and cached) and the reservations. */
+static bool fits_locked(const tpu_allocator_t* a, size_t size) {
+  return (size_t)a->stats.reserved_bytes + a->promised + size <= a->capacity;
 }
 
 tpu_status_t tpu_device_reserve(int device, size_t bytes, bool force) {
@@ -368,7 +361,7 @@ tpu_status_t tpu_device_reserve(int device, size_t bytes, bool force) {
   tpu_allocator_t* a = &d->alloc;
   size_t size = round_size(bytes);
   pthread_mutex_lock(&a->mu);
-  if (!force && (size < bytes || (size_t)a->stats.reserved_bytes + size > a->capacity)) {
+  if (!force && (size < bytes || !fits_locked(a, size))) {
     pthread_mutex_unlock(&a->mu);
     return TPU_ERR(RESOURCE_EXHAUSTED, "tpu:%d: %zu bytes do not fit without draining the cache",
                    device, bytes);
@@ -382,7 +375,7 @@ void tpu_device_unreserve(int device, size_t bytes) {
   tpu_device_state_t* d = tpu_device_state(device);
   if (!d) return;
   pthread_mutex_lock(&d->alloc.mu);
-  reservation_remove(&d->alloc, round_size(bytes), true);
+  reservation_remove(&d->alloc, round_size(bytes));
   pthread_mutex_unlock(&d->alloc.mu);
 }
 
@@ -405,13 +398,13 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
                    "tpu:%d out of memory: tried to allocate %zu bytes, which exceeds any "
                    "device capacity (capacity %zu bytes)", device, bytes, a->capacity);
   pthread_mutex_lock(&a->mu);
-  if (reserved) reservation_remove(a, size, false); /* the block takes the reservation's place */
+  if (reserved) reservation_remove(a, size); /* the block takes the reservation's place */
   tpu_block_header_t* h = cache_pop(a, size, user);
   bool fresh = false;
   if (h) {
     a->stats.num_cache_hits++;
   } else {
-    if ((size_t)a->stats.reserved_bytes + size > a->capacity) {
+    if (!fits_locked(a, size)) {
       /* Let the streams drain so cached blocks are truly idle, then free
        * them (their errors stay for the next synchronization). */
       pthread_mutex_unlock(&a->mu);
@@ -420,17 +413,19 @@ static tpu_status_t malloc_impl(int device, const tpu_stream_t* user, size_t byt
       release_cache(a);
       pthread_mutex_lock(&a->mu);
     }
-    if ((size_t)a->stats.reserved_bytes + size > a->capacity) {
+    if (!fits_locked(a, size)) {
       a->stats.num_ooms++;
       if (reserved) reservation_add(a, size); /* kept for a retry */
-      int64_t alloc = a->stats.allocated_bytes;
+      const size_t promised = a->promised;
+      const size_t alloc = (size_t)a->stats.allocated_bytes + promised;
       pthread_mutex_unlock(&a->mu);
       observe(device, TPU_MEM_OOM, NULL, size, bytes, user);
       return TPU_ERR(RESOURCE_EXHAUSTED,
-                     "tpu:%d out of memory: tried to allocate %zu bytes; %" PRId64
-                     " bytes already allocated, %zu bytes free of a capacity of %zu bytes "
-                     "(TORCH_TPU_HBM_BYTES)",
-                     device, bytes, alloc, a->capacity - (size_t)alloc, a->capacity);
+                     "tpu:%d out of memory: tried to allocate %zu bytes; %zu bytes already "
+                     "allocated (%zu of them promised to deferred work), %zu bytes free of a "
+                     "capacity of %zu bytes (TORCH_TPU_HBM_BYTES)",
+                     device, bytes, alloc, promised,
+                     alloc < a->capacity ? a->capacity - alloc : 0, a->capacity);
     }
     /* a new block from the target, its header in host memory */
     void* mem = NULL;
@@ -667,6 +662,7 @@ void tpu_device_memory_stats(int device, tpu_memory_stats_t* out) {
   }
   pthread_mutex_lock(&d->alloc.mu);
   *out = d->alloc.stats;
+  out->promised_bytes = (int64_t)d->alloc.promised;
   pthread_mutex_unlock(&d->alloc.mu);
 }
 

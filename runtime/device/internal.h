@@ -15,6 +15,9 @@ typedef struct tpu_allocator {
   pthread_mutex_t mu;
   size_t capacity;
   tpu_memory_stats_t stats;
+  /* Reservations of unbacked placeholders (DeferAndFuse): rounded bytes that
+   * count against the capacity but are no memory, so not in `stats`. */
+  size_t promised;
   tpu_size_bin_t* bins[1024]; /* cached free blocks, hashed by rounded size */
   /* Blocks freed while a DeferAndFuse trace is pending: they return to the
    * cache after the trace is queued, since its nodes may still read them. */
@@ -61,14 +64,15 @@ void tpu_device_free_held(void* ptr, tpu_stream_t* s);
  * its stream's work queued so far (the graph, once it is queued) and may
  * serve any stream after that. */
 void tpu_device_release_held(int device);
-/* Placeholder reservations (DeferAndFuse): `bytes` counted as allocated and
- * against the capacity without memory behind them, so that allocations
- * beyond the capacity fail at the op as in Strict and the memory statistics
- * include unbacked buffers. tpu_device_reserve fails (RESOURCE_EXHAUSTED)
- * when the bytes do not fit, unless `force` (re-reserving after a failed
- * flush undid a backing). tpu_device_unreserve drops one (the placeholder
- * died unbacked); tpu_device_malloc_reserved turns one into real memory and
- * keeps it when the allocation fails. */
+/* Placeholder reservations (DeferAndFuse): `bytes` counted against the
+ * capacity without memory behind them, so that allocations beyond the
+ * capacity fail at the op as in Strict. They are not memory and the memory
+ * statistics (allocated, reserved, peaks) leave them out: those count the
+ * blocks a flush really backs, in the graph's node order. tpu_device_reserve
+ * fails (RESOURCE_EXHAUSTED) when the bytes do not fit, unless `force`
+ * (re-reserving after a failed flush undid a backing). tpu_device_unreserve
+ * drops one (the placeholder died unbacked); tpu_device_malloc_reserved turns
+ * one into real memory and keeps it when the allocation fails. */
 tpu_status_t tpu_device_reserve(int device, size_t bytes, bool force) TPU_MUST_USE;
 void tpu_device_unreserve(int device, size_t bytes);
 tpu_status_t tpu_device_malloc_reserved(int device, tpu_stream_t* stream, size_t bytes,

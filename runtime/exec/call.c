@@ -190,6 +190,8 @@ tpu_status_t tpu_stream_submit(tpu_stream_t* s, const tpu_call_t* call) {
   if (mode == TPU_MODE_DEFER) return tpu_trace_append(s, call);
   /* another thread's deferred ops come first in program order */
   if (tpu_trace_length(device) > 0) TPU_RETURN_IF_ERROR(tpu_trace_flush(device));
+  /* values left without memory that the call reads, or whose inputs it writes */
+  TPU_RETURN_IF_ERROR(tpu_trace_run_recipes_for((tpu_call_t*)call, s, NULL));
   if (call_has_lazy(call)) { /* tensors made in DeferAndFuse mode, used after it */
     TPU_RETURN_IF_ERROR(tpu_trace_flush(device)); /* another thread may have traced since */
     tpu_call_t* c = tpu_call_clone(call);

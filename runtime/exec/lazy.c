@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -26,6 +27,9 @@ static tpu_lazy_slot_t g_slots[TPU_LAZY_SLOTS];
 static int g_free[TPU_LAZY_SLOTS];
 static int g_nfree;
 static _Atomic int g_used;
+/* slots with a recipe (tpu_lazy_set_recipe), under g_mu */
+static int g_recipes[TPU_LAZY_SLOTS];
+static _Atomic int g_nrecipes;
 
 static void reserve_region(void) {
   tpu_exec_register_hooks(); /* placeholders exist from here on */
@@ -79,9 +83,35 @@ void* tpu_lazy_alloc(int device, size_t bytes) {
   return (void*)(g_base + ((uintptr_t)id << SLOT_SHIFT));
 }
 
+static void unpin_locked(tpu_call_t* recipe);
+
+/* Caller holds g_mu: takes slot id's recipe (NULL when none) off the list. */
+static tpu_call_t* unlist_recipe_locked(int id) {
+  tpu_call_t* r = g_slots[id].recipe;
+  if (!r) return NULL;
+  g_slots[id].recipe = NULL;
+  const int n = atomic_load(&g_nrecipes);
+  for (int k = 0; k < n; k++)
+    if (g_recipes[k] == id) {
+      g_recipes[k] = g_recipes[n - 1];
+      atomic_store(&g_nrecipes, n - 1);
+      break;
+    }
+  return r;
+}
+
+/* Caller holds g_mu: drops slot id's recipe, if any, and its pins. */
+static void drop_recipe_locked(int id) {
+  tpu_call_t* r = unlist_recipe_locked(id);
+  if (!r) return;
+  unpin_locked(r);
+  free(r);
+}
+
 /* Caller holds g_mu. */
 static void release_locked(int id) {
   tpu_lazy_slot_t* s = &g_slots[id];
+  drop_recipe_locked(id);
   if (s->reserved) tpu_device_unreserve(s->device, s->bytes);
   if (s->real && !s->detached) tpu_device_free(s->device, s->real);
   memset(s, 0, sizeof *s);
@@ -96,12 +126,13 @@ void tpu_lazy_free(void* base) {
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
   if (s->state == TPU_LAZY_LIVE) {
-    if (s->in_trace && !s->detached) {
+    if ((s->in_trace && !s->detached) || s->pins) {
       /* the next flush releases it. An unbacked one keeps its reservation:
        * the pending trace still computes it (as a graph temporary), so its
        * bytes are in use when the trace runs, as they were in Strict at the
        * op. A later allocation that does not fit then flushes the trace
-       * instead of being admitted ahead of it (and failing it). */
+       * instead of being admitted ahead of it (and failing it). A pinned
+       * one keeps its memory for the recipes that read it. */
       s->state = TPU_LAZY_DEAD;
     } else {
       release_locked(id);
@@ -112,8 +143,107 @@ void tpu_lazy_free(void* base) {
 
 void tpu_lazy_release_dead(int id) {
   pthread_mutex_lock(&g_mu);
-  if (g_slots[id].state == TPU_LAZY_DEAD) release_locked(id);
-  else g_slots[id].in_trace = false;
+  g_slots[id].in_trace = false;
+  if (g_slots[id].state == TPU_LAZY_DEAD && !g_slots[id].pins) release_locked(id);
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* ---- recomputation ---- */
+typedef struct {
+  int self, delta;
+} pin_walk_t;
+
+/* Counts (delta +1) or ends (-1) a recipe's pin on each placeholder it
+ * reads; an input the host dropped and nothing else holds goes. */
+static void pin_input(void* ctx, tpu_tensor_t* t, bool write) {
+  const pin_walk_t* w = ctx;
+  const int id = tpu_lazy_slot_of(t->data);
+  if (write || id < 0 || id == w->self) return;
+  tpu_lazy_slot_t* s = &g_slots[id];
+  s->pins += w->delta;
+  if (!s->pins && s->state == TPU_LAZY_DEAD && !s->in_trace) release_locked(id);
+}
+
+static void unpin_locked(tpu_call_t* recipe) {
+  pin_walk_t w = {-1, -1};
+  tpu_call_visit_tensors(recipe, pin_input, &w);
+}
+
+void tpu_lazy_set_recipe(int id, tpu_call_t* recipe) {
+  pthread_mutex_lock(&g_mu);
+  tpu_lazy_slot_t* s = &g_slots[id];
+  pin_walk_t w = {id, +1};
+  tpu_call_visit_tensors(recipe, pin_input, &w);
+  drop_recipe_locked(id);
+  s->recipe = recipe;
+  const int n = atomic_load(&g_nrecipes);
+  g_recipes[n] = id;
+  atomic_store(&g_nrecipes, n + 1);
+  if (s->reserved) { /* no memory, and none promised, until it is recomputed */
+    tpu_device_unreserve(s->device, s->bytes);
+    s->reserved = false;
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* The real bytes [begin, end) of slot id's memory overlap [lo, hi). */
+static bool slot_overlaps(const tpu_lazy_slot_t* s, const char* lo, const char* hi) {
+  const char* b = s->real;
+  return b && lo < b + s->bytes && b < hi;
+}
+
+typedef struct {
+  const char *lo, *hi; /* written memory (real addresses) */
+  int written;         /* or the written placeholder slot, -1 */
+  bool hit;
+} reads_walk_t;
+
+static void reads_written(void* ctx, tpu_tensor_t* t, bool write) {
+  reads_walk_t* w = ctx;
+  if (write || w->hit) return;
+  const int id = tpu_lazy_slot_of(t->data);
+  if (id >= 0) w->hit = id == w->written || slot_overlaps(&g_slots[id], w->lo, w->hi);
+}
+
+int tpu_lazy_recipes_for(const tpu_tensor_t* t, bool write, int* out, int cap) {
+  if (!atomic_load_explicit(&g_nrecipes, memory_order_relaxed) || !t->data) return 0;
+  int n = 0;
+  pthread_mutex_lock(&g_mu);
+  const int id = tpu_lazy_slot_of(t->data);
+  if (id >= 0 && g_slots[id].recipe && n < cap) out[n++] = id;
+  if (write) {
+    reads_walk_t w = {NULL, NULL, id, false};
+    if (id < 0) { /* real memory: its span (an over-estimate for a strided view) */
+      int64_t last = 0;
+      for (int d = 0; d < t->ndim; d++)
+        if (t->sizes[d] > 0) last += (t->sizes[d] - 1) * (t->strides[d] < 0 ? 0 : t->strides[d]);
+      w.lo = t->data;
+      w.hi = w.lo + (size_t)(last + 1) * tpu_dtype_size(t->dtype);
+    }
+    const int nr = atomic_load(&g_nrecipes);
+    for (int k = 0; k < nr && n < cap; k++) {
+      w.hit = false;
+      tpu_call_visit_tensors(g_slots[g_recipes[k]].recipe, reads_written, &w);
+      if (w.hit && g_recipes[k] != id) out[n++] = g_recipes[k];
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
+bool tpu_lazy_has_recipes(void) { return atomic_load_explicit(&g_nrecipes, memory_order_relaxed) > 0; }
+
+tpu_call_t* tpu_lazy_take_recipe(int id) {
+  pthread_mutex_lock(&g_mu);
+  tpu_call_t* r = unlist_recipe_locked(id);
+  if (r) g_slots[id].no_recompute = true;
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+
+void tpu_lazy_unpin_inputs(tpu_call_t* recipe) {
+  pthread_mutex_lock(&g_mu);
+  unpin_locked(recipe);
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -159,7 +289,30 @@ void* tpu_lazy_resolve(const void* p) {
  * flush of a trace that names it. */
 tpu_status_t tpu_lazy_realize(const void* p, void** out) { return tpu_lazy_realize_on(p, NULL, out); }
 
+/* Before memory is used outside a trace (a copy, a Strict call, another
+ * library): a value left without memory is computed now, and so are the
+ * values computed from memory that may be about to change. */
+static tpu_status_t run_recipes_touching(const void* p, tpu_stream_t* stream) {
+  if (!tpu_lazy_has_recipes()) return TPU_OK;
+  tpu_tensor_t t;
+  memset(&t, 0, sizeof t);
+  t.data = (void*)p;
+  t.dtype = TPU_U8;
+  t.ndim = 1;
+  t.sizes[0] = t.strides[0] = 1;
+  tpu_call_t c;
+  memset(&c, 0, sizeof c);
+  c.nouts = 1;
+  c.outs = &t;
+  bool ran = false;
+  TPU_RETURN_IF_ERROR(tpu_trace_run_recipes_for(&c, stream, &ran));
+  if (!ran || stream) return TPU_OK; /* queued on `stream`, before the caller's use */
+  const int device = tpu_is_lazy(p) ? g_slots[tpu_lazy_slot_of(p)].device : tpu_device_of_ptr(p);
+  return device < 0 ? TPU_OK : tpu_stream_synchronize(tpu_stream_get(device, 0));
+}
+
 tpu_status_t tpu_lazy_realize_on(const void* p, tpu_stream_t* stream, void** out) {
+  TPU_RETURN_IF_ERROR(run_recipes_touching(p, stream));
   int id = tpu_lazy_slot_of(p);
   if (id < 0) {
     *out = (void*)p;
@@ -209,7 +362,7 @@ void* tpu_lazy_detach(void* base) {
   pthread_mutex_lock(&g_mu);
   tpu_lazy_slot_t* s = &g_slots[id];
   void* real = NULL;
-  if (s->state == TPU_LAZY_LIVE && s->real && !s->in_trace && !s->detached) {
+  if (s->state == TPU_LAZY_LIVE && s->real && !s->in_trace && !s->detached && !s->pins) {
     s->detached = true;
     real = s->real;
   }

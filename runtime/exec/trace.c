@@ -55,13 +55,14 @@ static trace_t g_traces[MAX_TRACE_DEVICES];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_max_nodes;
 static bool g_repeat_on;
+static bool g_recompute_on;
 static _Atomic int g_whole_graph; /* > 0: a compiled graph is being traced: no cuts */
 
 void tpu_trace_set_whole_graph(bool on) { atomic_fetch_add(&g_whole_graph, on ? 1 : -1); }
 
 static struct {
   _Atomic int64_t flushes, nodes, dropped, fused, temps, temp_bytes, elided, repeat_cuts,
-      reduction_groups, epilogue_groups;
+      reduction_groups, epilogue_groups, recipes, recipe_bytes, recomputed;
 } g_stats;
 
 static void traces_init(void) {
@@ -69,6 +70,7 @@ static void traces_init(void) {
   g_max_nodes = (int)tpu_env_int("TORCH_TPU_DEFER_MAX_NODES", 2048);
   if (g_max_nodes < 1) g_max_nodes = 1;
   g_repeat_on = tpu_env_int("TORCH_TPU_DEFER_REPEAT", 1) != 0;
+  g_recompute_on = tpu_env_int("TORCH_TPU_DEFER_RECOMPUTE", 1) != 0;
   tpu_graph_init_dump_from_env();
   tpu_exec_register_hooks();
 }
@@ -110,6 +112,119 @@ static void trace_unlock(trace_t* tr) {
 
 static tpu_status_t flush_locked(trace_t* tr, int device);
 
+/* Appends node c (taken) to the held trace, for stream s. */
+static tpu_status_t push_node(trace_t* tr, tpu_stream_t* s, tpu_call_t* c) {
+  if (tr->n == tr->cap) {
+    int cap = tr->cap ? 2 * tr->cap : 256;
+    tpu_call_t** nodes = realloc(tr->nodes, sizeof(*nodes) * (size_t)cap);
+    if (!nodes)
+      return TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory tracing the op", c->op->name);
+    tr->nodes = nodes;
+    tr->cap = cap;
+  }
+  tpu_lazy_lock();
+  tpu_call_visit_tensors(c, mark_in_trace, NULL);
+  tpu_lazy_unlock();
+  tr->nodes[tr->n++] = c;
+  tr->stream = s;
+  atomic_store(&tr->length, tr->n);
+  return TPU_OK;
+}
+
+/* ---- recomputation (see tpu_lazy_set_recipe) ---- */
+#define RECIPE_BATCH 64
+
+typedef struct {
+  int ids[RECIPE_BATCH];
+  int n;
+} recipe_ids_t;
+
+static void collect_recipes(void* ctx, tpu_tensor_t* t, bool write) {
+  recipe_ids_t* r = ctx;
+  int got[RECIPE_BATCH];
+  const int k = tpu_lazy_recipes_for(t, write, got, RECIPE_BATCH);
+  for (int i = 0; i < k; i++) {
+    bool dup = false;
+    for (int j = 0; j < r->n && !dup; j++) dup = r->ids[j] == got[i];
+    if (!dup && r->n < RECIPE_BATCH) r->ids[r->n++] = got[i];
+  }
+}
+
+/* Appends slot id's recipe, if it still has one, to the held trace: the node
+ * computes the value again; the inputs' pins end once the trace names them
+ * (a dropped input's memory is then freed behind the trace). */
+static tpu_status_t push_recipe(trace_t* tr, tpu_stream_t* s, int id) {
+  tpu_call_t* r = tpu_lazy_take_recipe(id);
+  if (!r) return TPU_OK;
+  tpu_call_t* node = tpu_call_clone(r); /* resolved; r keeps the pinned placeholders */
+  tpu_status_t st = node ? tpu_call_resolve_lazy(node, false)
+                         : TPU_ERR(RESOURCE_EXHAUSTED, "out of host memory");
+  if (!st) st = push_node(tr, s, node);
+  else free(node);
+  tpu_lazy_unpin_inputs(r);
+  free(r);
+  if (st) /* the value is lost: nothing can compute it any more */
+    return tpu_status_annotate(st, "recomputing a value left without memory");
+  atomic_fetch_add(&g_stats.recomputed, 1);
+  return TPU_OK;
+}
+
+/* Before node c joins the held trace: the recipes of the values it reads
+ * and of those computed from memory it writes run first. */
+static tpu_status_t append_recipes_for(trace_t* tr, tpu_stream_t* s, tpu_call_t* c) {
+  if (!tpu_lazy_has_recipes()) return TPU_OK;
+  for (;;) { /* in batches: a pushed recipe leaves the list */
+    recipe_ids_t r = {.n = 0};
+    tpu_call_visit_tensors(c, collect_recipes, &r);
+    if (!r.n) return TPU_OK;
+    for (int i = 0; i < r.n; i++) TPU_RETURN_IF_ERROR(push_recipe(tr, s, r.ids[i]));
+  }
+}
+
+/* Runs the recipes ids[0..n) now: per device, appended to its trace, which
+ * is then flushed on stream s (NULL or another device's: the default one). */
+static tpu_status_t run_recipes(const int* ids, int n, tpu_stream_t* s) {
+  bool done[RECIPE_BATCH] = {false};
+  for (int i = 0; i < n; i++) {
+    if (done[i]) continue;
+    tpu_lazy_lock();
+    const int device = tpu_lazy_slot(ids[i])->device;
+    tpu_lazy_unlock();
+    trace_t* tr = trace_of(device);
+    if (!tr) continue;
+    if (held_by_me(tr))
+      return TPU_ERR(INTERNAL, "a value left without memory is needed while its trace flushes");
+    tpu_stream_t* on = s && tpu_stream_device(s) == device ? s : tpu_stream_get(device, 0);
+    trace_lock(tr);
+    tpu_status_t st = tr->n && tr->stream != on ? flush_locked(tr, device) : TPU_OK;
+    for (int j = i; j < n && !st; j++) {
+      tpu_lazy_lock();
+      const bool same = tpu_lazy_slot(ids[j])->device == device;
+      tpu_lazy_unlock();
+      if (same && !done[j]) {
+        done[j] = true;
+        st = push_recipe(tr, on, ids[j]);
+      }
+    }
+    if (!st) st = flush_locked(tr, device);
+    trace_unlock(tr);
+    TPU_RETURN_IF_ERROR(st);
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_trace_run_recipes_for(tpu_call_t* call, tpu_stream_t* s, bool* out_ran) {
+  if (out_ran) *out_ran = false;
+  while (tpu_lazy_has_recipes()) { /* in batches: a run recipe leaves the list */
+    recipe_ids_t r = {.n = 0};
+    tpu_call_visit_tensors(call, collect_recipes, &r);
+    if (!r.n) break;
+    if (out_ran) *out_ran = true;
+    TPU_RETURN_IF_ERROR(run_recipes(r.ids, r.n, s));
+  }
+  return TPU_OK;
+}
+
 tpu_status_t tpu_trace_append(tpu_stream_t* s, const tpu_call_t* call) {
   const int device = tpu_stream_device(s);
   trace_t* tr = trace_of(device);
@@ -122,27 +237,13 @@ tpu_status_t tpu_trace_append(tpu_stream_t* s, const tpu_call_t* call) {
   tpu_status_t st = TPU_OK;
   if (tr->n && tr->stream != s) st = flush_locked(tr, device); /* one stream per graph */
   if (!st) st = tpu_call_resolve_lazy(c, false);
-  if (!st && tr->n == tr->cap) {
-    int cap = tr->cap ? 2 * tr->cap : 256;
-    tpu_call_t** nodes = realloc(tr->nodes, sizeof(*nodes) * (size_t)cap);
-    if (nodes) {
-      tr->nodes = nodes;
-      tr->cap = cap;
-    } else {
-      st = TPU_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory tracing the op", call->op->name);
-    }
-  }
+  if (!st) st = append_recipes_for(tr, s, c);
+  if (!st) st = push_node(tr, s, c);
   if (st) {
     trace_unlock(tr);
     free(c);
     return st;
   }
-  tpu_lazy_lock();
-  tpu_call_visit_tensors(c, mark_in_trace, NULL);
-  tpu_lazy_unlock();
-  tr->nodes[tr->n++] = c;
-  tr->stream = s;
-  atomic_store(&tr->length, tr->n);
   const bool whole = atomic_load(&g_whole_graph) > 0;
   const bool cut = !whole && g_repeat_on && tpu_repeat_observe(&tr->repeat, c->op);
   const bool full = !whole && tr->n >= g_max_nodes;
@@ -157,8 +258,12 @@ tpu_status_t tpu_trace_append(tpu_stream_t* s, const tpu_call_t* call) {
 typedef struct {
   int slot;
   int first, last; /* kept nodes that name it */
+  int writers, last_write; /* kept nodes that write it, the last one */
+  size_t bytes;
   bool live, observed, backed, temp, freed, fused_only;
   bool realized; /* backed by this flush (undone if it fails) */
+  bool no_recompute;
+  tpu_call_t* recipe; /* live, but only a temporary here: recomputed when used */
   void* real;
 } entry_t;
 
@@ -181,7 +286,7 @@ static int entry_of(entries_t* es, int slot) {
   entry_t* x = &es->e[es->n];
   memset(x, 0, sizeof *x);
   x->slot = slot;
-  x->first = -1;
+  x->first = x->last_write = -1;
   es->index[slot] = ++es->n;
   return es->n - 1;
 }
@@ -246,6 +351,69 @@ static void note_use(void* ctx, tpu_tensor_t* t, bool write) {
   if (!e) return;
   if (e->first < 0 || w->node < e->first) e->first = w->node;
   if (w->node > e->last) e->last = w->node;
+}
+
+/* Note writes: count an entry's writers and its last writer. */
+static void note_write(void* ctx, tpu_tensor_t* t, bool write) {
+  walk_t* w = ctx;
+  entry_t* e = write ? placeholder_entry(w, t) : NULL;
+  if (!e) return;
+  e->writers++;
+  e->last_write = w->node;
+}
+
+/* Recomputation: a live value that one cheap elementwise node computes from
+ * inputs the host keeps (which stay unchanged in this graph) is worth no
+ * memory until it is used again: this flush gives it a temporary and leaves
+ * the node as its recipe (tpu_lazy_set_recipe). Autograd's pre-activation
+ * and activation are the case: a GELU's input and output are both saved for
+ * the backward, and the output is the GELU of the input. */
+#define RECOMPUTE_MIN_BYTES ((size_t)256 << 10)
+
+static bool cheap_elementwise(const tpu_op_t* op) {
+  if (op->flags & (TPU_OP_RANDOM | TPU_OP_CUSTOM)) return false;
+  switch (op->id) {
+    case TPU_OPID_gelu: case TPU_OPID_relu: case TPU_OPID_silu: case TPU_OPID_sigmoid:
+    case TPU_OPID_tanh: case TPU_OPID_mish: case TPU_OPID_hardswish:
+    case TPU_OPID_hardsigmoid: case TPU_OPID_leaky_relu: case TPU_OPID_elu:
+    case TPU_OPID_softplus:
+      return true;
+    default:
+      return false;
+  }
+}
+
+typedef struct {
+  walk_t* w;
+  const entry_t* out;
+  bool ok;
+} inputs_walk_t;
+
+/* Each input must be a placeholder the host keeps, backed after this graph,
+ * written by no later node. */
+static void check_recipe_input(void* ctx, tpu_tensor_t* t, bool write) {
+  inputs_walk_t* iw = ctx;
+  if (write || (t->flags & TPU_TENSOR_CPU_SCALAR)) return;
+  const entry_t* e = placeholder_entry(iw->w, t);
+  if (!e || e == iw->out || !e->live || e->recipe || e->last_write > iw->w->node) iw->ok = false;
+}
+
+static void choose_recipes(tpu_call_t** nodes, int m, walk_t* w) {
+  for (int i = 0; i < m; i++) {
+    tpu_call_t* c = nodes[i];
+    if (c->nouts != 1 || c->mutated_args || !cheap_elementwise(c->op)) continue;
+    const tpu_tensor_t* t = &c->outs[0];
+    entry_t* e = placeholder_entry(w, t);
+    if (!e || !e->live || e->backed || e->writers != 1 || e->no_recompute ||
+        e->bytes < RECOMPUTE_MIN_BYTES || t->data != tpu_lazy_slot_base(e->slot) ||
+        !tpu_tensor_is_contiguous(t) ||
+        (size_t)tpu_tensor_numel(t) * tpu_dtype_size(t->dtype) != e->bytes)
+      continue;
+    inputs_walk_t iw = {w, e, true};
+    w->node = i;
+    tpu_call_visit_tensors(c, check_recipe_input, &iw);
+    if (iw.ok) e->recipe = tpu_call_clone(c); /* before the addresses are patched */
+  }
 }
 
 /* Patch: a placeholder address becomes the same offset in its real block. */
@@ -404,6 +572,8 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     tpu_lazy_slot_t* sl = tpu_lazy_slot(es.e[k].slot);
     es.e[k].live = sl->state == TPU_LAZY_LIVE;
     es.e[k].backed = sl->real != NULL;
+    es.e[k].bytes = sl->bytes;
+    es.e[k].no_recompute = sl->no_recompute;
     if (es.e[k].backed) es.e[k].real = sl->real;
   }
   tpu_lazy_unlock();
@@ -447,10 +617,18 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     if (!e->live && !e->backed && tpu_graph_is_internal(&g, tpu_lazy_slot_base(e->slot)))
       e->fused_only = true;
   }
+  const bool dumping = tpu_graph_dumping();
+  /* values to recompute when used again, not kept (the printer names values
+   * by their memory, so not while printing) */
+  if (g_recompute_on && !dumping && !atomic_load(&g_whole_graph)) {
+    visit_nodes(nodes, m, note_write, &w);
+    choose_recipes(nodes, m, &w);
+  }
   /* 4. backing in node order, as eager execution would allocate: a live
    * placeholder gets its memory at its first use and keeps it; a dead one a
-   * kept node needs gets a temporary from its first to its last use. Events
-   * sorted by (node, allocation before free, entry). */
+   * kept node needs, or a live one to recompute, gets a temporary from its
+   * first to its last use. Events sorted by (node, allocation before free,
+   * entry). */
   int nev = 0;
   temp_event_t* ev = malloc(sizeof(temp_event_t) * (size_t)(2 * es.n + 1));
   if (!ev && !st) st = TPU_ERR(RESOURCE_EXHAUSTED, "trace flush: out of host memory");
@@ -458,10 +636,9 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
     const entry_t* e = &es.e[k];
     if (e->first < 0 || e->backed || e->fused_only) continue;
     ev[nev++] = (temp_event_t){e->first, 0, k};
-    if (!e->live) ev[nev++] = (temp_event_t){e->last, 1, k};
+    if (!e->live || e->recipe) ev[nev++] = (temp_event_t){e->last, 1, k};
   }
   if (ev) qsort(ev, (size_t)nev, sizeof *ev, temp_event_cmp);
-  const bool dumping = tpu_graph_dumping();
   named_t named = {nodes, m, NULL, 0, 0, false, false};
   for (int q = 0; q < nev && !st; q++) {
     entry_t* e = &es.e[ev[q].entry];
@@ -476,14 +653,15 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
       e->freed = true;
       continue;
     }
-    if (e->live) {
+    if (e->live && !e->recipe) {
       st = tpu_lazy_realize_on(tpu_lazy_slot_base(e->slot), s, &e->real); /* graph's stream */
       if (st && release_unnamed(&st, device, &named))
         st = tpu_lazy_realize_on(tpu_lazy_slot_base(e->slot), s, &e->real);
       e->realized = !st;
       continue;
     }
-    size_t bytes = tpu_lazy_take_dead(e->slot);
+    /* (a value to recompute keeps its reservation until the graph is queued) */
+    size_t bytes = e->recipe ? e->bytes : tpu_lazy_take_dead(e->slot);
     st = tpu_device_malloc_on(s, bytes, &e->real); /* for the graph's stream */
     if (st && release_unnamed(&st, device, &named)) st = tpu_device_malloc_on(s, bytes, &e->real);
     if (!st) {
@@ -506,6 +684,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
       if (es.e[k].temp && !es.e[k].freed) tpu_device_free_unused(es.e[k].real);
     goto failed;
   }
+
   /* for the printer: which outputs outlive the graph */
   if (dumping) {
     g.visible = calloc((size_t)m + 1, sizeof(uint32_t));
@@ -527,6 +706,17 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
   atomic_fetch_add(&g_stats.epilogue_groups, info.epilogue_groups);
   st = tpu_graph_enqueue(&g, s); /* takes the nodes, also when it fails */
   atomic_store(&tr->length, 0);
+  for (int k = 0; k < es.n; k++) {
+    entry_t* e = &es.e[k];
+    if (!e->recipe) continue;
+    if (st) {
+      free(e->recipe);
+      continue;
+    }
+    tpu_lazy_set_recipe(e->slot, e->recipe); /* the slot stays unbacked */
+    atomic_fetch_add(&g_stats.recipes, 1);
+    atomic_fetch_add(&g_stats.recipe_bytes, (int64_t)e->bytes);
+  }
   for (int k = 0; k < es.n; k++) tpu_lazy_release_dead(es.e[k].slot);
   free(es.e);
   free(es.index);
@@ -536,6 +726,7 @@ static tpu_status_t flush_locked(trace_t* tr, int device) {
   atomic_fetch_add(&tr->epoch, 1);
   return st;
 failed:
+  for (int k = 0; es.e && k < es.n; k++) free(es.e[k].recipe);
   tpu_device_release_held(device); /* nothing was queued: no work names them */
   tpu_graph_release_exe(&g);
   restore_trace(tr, nodes, m, cap, &es);
@@ -556,6 +747,9 @@ void tpu_trace_get_stats(tpu_trace_stats_t* out) {
   out->repeat_cuts = atomic_load(&g_stats.repeat_cuts);
   out->reduction_groups = atomic_load(&g_stats.reduction_groups);
   out->epilogue_groups = atomic_load(&g_stats.epilogue_groups);
+  out->recipes = atomic_load(&g_stats.recipes);
+  out->recipe_bytes = atomic_load(&g_stats.recipe_bytes);
+  out->recomputed = atomic_load(&g_stats.recomputed);
 }
 
 void tpu_trace_reset_stats(void) {
@@ -569,4 +763,7 @@ void tpu_trace_reset_stats(void) {
   atomic_store(&g_stats.repeat_cuts, 0);
   atomic_store(&g_stats.reduction_groups, 0);
   atomic_store(&g_stats.epilogue_groups, 0);
+  atomic_store(&g_stats.recipes, 0);
+  atomic_store(&g_stats.recipe_bytes, 0);
+  atomic_store(&g_stats.recomputed, 0);
 }

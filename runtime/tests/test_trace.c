@@ -36,10 +36,13 @@ static void test_placeholders(void) {
   CHECK(tpu_lazy_resolve(p) == NULL); /* nothing behind it yet */
   tpu_memory_stats_t s;
   tpu_device_memory_stats(0, &s);
-  CHECK(s.allocated_bytes >= 4096); /* reserved against the capacity at once */
+  const int64_t alloc_before = s.allocated_bytes;
+  CHECK(s.promised_bytes >= 4096); /* reserved against the capacity at once */
   char* real = NULL;
   CHECK_OK(tpu_lazy_realize(p + 100, (void**)&real)); /* an interior pointer */
   CHECK(real != NULL && !tpu_is_lazy(real));
+  tpu_device_memory_stats(0, &s); /* memory now: allocated, no longer promised */
+  CHECK(s.allocated_bytes >= alloc_before + 4096 && s.promised_bytes == 0);
   char* base = tpu_lazy_resolve(p);
   CHECK(base != NULL && real == base + 100);
   CHECK(tpu_device_of_ptr(base) == 0);
@@ -55,10 +58,12 @@ static void test_placeholders(void) {
   int64_t alloc0 = s.allocated_bytes;
   void* q = tpu_lazy_alloc(0, 1 << 20);
   CHECK(q != NULL);
+  tpu_device_memory_stats(0, &s);
+  CHECK(s.allocated_bytes == alloc0 && s.promised_bytes == 1 << 20); /* no memory yet */
   tpu_lazy_free(q);
   CHECK_OK(tpu_trace_flush(0));
   tpu_device_memory_stats(0, &s);
-  CHECK(s.allocated_bytes == alloc0);
+  CHECK(s.allocated_bytes == alloc0 && s.promised_bytes == 0);
   CHECK(tpu_lazy_count() == before);
 }
 
@@ -203,6 +208,59 @@ static void test_flush_oom_keeps_trace(void) {
   tpu_device_free(0, x);
 }
 
+/* Recomputation: g = relu(a) with a and g both kept, g read in the same
+ * graph: the flush leaves g without memory (a recipe) and keeps a. A later
+ * node reading g runs the recipe first; the host's drop of a while the
+ * recipe still reads it keeps a's memory until then. */
+static void test_recompute(void) {
+  enum { M = 1 << 16 }; /* 256 KiB: the smallest value worth recomputing */
+  const int slots_before = tpu_lazy_count();
+  int64_t n[1] = {M};
+  float* x = NULL;
+  CHECK_OK(tpu_device_malloc(0, M * sizeof(float), (void**)&x));
+  for (int i = 0; i < M; i++) x[i] = (float)(i % 7) - 3.0f;
+  void *a = tpu_lazy_alloc(0, M * 4), *g = tpu_lazy_alloc(0, M * 4);
+  void *s = tpu_lazy_alloc(0, M * 4), *h = tpu_lazy_alloc(0, M * 4);
+  CHECK(a && g && s && h);
+  tpu_tensor_t tx = tt_make(x, TPU_F32, 1, n), ta = tt_make(a, TPU_F32, 1, n);
+  tpu_tensor_t tg = tt_make(g, TPU_F32, 1, n), ts = tt_make(s, TPU_F32, 1, n);
+  tpu_tensor_t th = tt_make(h, TPU_F32, 1, n), ia = ta, ig = tg, ig2 = tg;
+  tpu_trace_reset_stats();
+  tpu_arg_t a1[3] = {ta_t(&tx), ta_d(0.5), ta_d(1.0)};
+  submit("add.Scalar", a1, 3, &ta); /* a = x + 0.5 */
+  tpu_arg_t a2[1] = {ta_t(&ia)};
+  submit("relu", a2, 1, &tg); /* g = relu(a) */
+  tpu_arg_t a3[2] = {ta_t(&ig), ta_d(2.0)};
+  submit("mul.Scalar", a3, 2, &ts); /* s = 2 g */
+  CHECK_OK(tpu_trace_flush(0));
+  tpu_trace_stats_t st;
+  tpu_trace_get_stats(&st);
+  CHECK(st.recipes == 1 && st.recipe_bytes == M * 4 && st.recomputed == 0);
+  CHECK(tpu_lazy_resolve(g) == NULL); /* no memory: recomputed when used */
+  CHECK(tpu_lazy_resolve(a) != NULL && tpu_lazy_detach(a) == NULL); /* pinned */
+  tpu_lazy_free(a); /* the recipe still reads it */
+  tpu_arg_t a4[2] = {ta_t(&ig2), ta_d(3.0)};
+  submit("mul.Scalar", a4, 2, &th); /* h = 3 g: the recipe runs first */
+  CHECK_OK(tpu_trace_flush(0));
+  CHECK_OK(tpu_stream_synchronize(dflt()));
+  tpu_trace_get_stats(&st);
+  CHECK(st.recomputed == 1);
+  const float *rg = tpu_lazy_resolve(g), *rs = tpu_lazy_resolve(s), *rh = tpu_lazy_resolve(h);
+  CHECK(rg && rs && rh);
+  if (rg && rs && rh)
+    for (int i = 0; i < M; i++) {
+      const float v = (float)(i % 7) - 3.0f + 0.5f, r = v > 0 ? v : 0;
+      CHECK(rg[i] == r && rs[i] == 2 * r && rh[i] == 3 * r);
+    }
+  void* bufs[3] = {g, s, h};
+  for (int k = 0; k < 3; k++) {
+    tpu_device_free(0, tpu_lazy_detach(bufs[k]));
+    tpu_lazy_free(bufs[k]);
+  }
+  CHECK(tpu_lazy_count() == slots_before); /* a went once the recipe ran */
+  tpu_device_free(0, x);
+}
+
 int main(void) {
   setenv("TORCH_TPU_FUSION", "0", 1);
   setenv("TORCH_TPU_HBM_BYTES", "8388608", 1);
@@ -211,5 +269,6 @@ int main(void) {
   test_placeholders();
   test_liveness_and_order();
   test_flush_oom_keeps_trace();
+  test_recompute();
   TEST_MAIN_END();
 }

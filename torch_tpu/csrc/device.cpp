@@ -324,7 +324,9 @@ class TpuAllocator final : public c10::DeviceAllocator {
     ensure_runtime();
     tpu_memory_stats_t s;
     tpu_device_memory_stats(d, &s);
-    return {(size_t)(s.capacity_bytes - s.reserved_bytes), (size_t)s.capacity_bytes};
+    const int64_t used = s.reserved_bytes + s.promised_bytes;
+    return {(size_t)(used < s.capacity_bytes ? s.capacity_bytes - used : 0),
+            (size_t)s.capacity_bytes};
   }
 
   static void deleter(void* p) {

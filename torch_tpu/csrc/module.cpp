@@ -35,6 +35,7 @@ py::dict memory_stats(int device) {
   d["num_device_alloc"] = s.num_device_alloc;
   d["num_device_free"] = s.num_device_free;
   d["capacity_bytes"] = s.capacity_bytes;
+  d["promised_bytes.all.current"] = s.promised_bytes;
   return d;
 }
 
@@ -157,6 +158,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     r["repeat_cuts"] = s.repeat_cuts;
     r["reduction_groups"] = s.reduction_groups;
     r["epilogue_groups"] = s.epilogue_groups;
+    r["recipes"] = s.recipes;
+    r["recipe_bytes"] = s.recipe_bytes;
+    r["recomputed"] = s.recomputed;
     return r;
   });
   m.def("reset_trace_stats", [] { tpu_trace_reset_stats(); });

@@ -65,6 +65,10 @@ typedef struct tpu_memory_stats {
   int64_t num_allocs, num_frees, num_ooms, num_cache_hits, num_device_alloc,
       num_device_free;
   int64_t capacity_bytes;
+  /* DeferAndFuse: bytes promised to placeholders not backed yet. They count
+   * against the capacity (an allocation beyond it fails at the op) but are
+   * no memory, so the counts above leave them out. */
+  int64_t promised_bytes;
 } tpu_memory_stats_t;
 
 /* Allocates `bytes` of device memory for work on the device's default

@@ -80,6 +80,9 @@ typedef struct tpu_trace_stats {
   int64_t repeat_cuts;      /* flushes at a repeated-sequence boundary */
   int64_t reduction_groups; /* fused kernels around a softmax / layer norm */
   int64_t epilogue_groups;  /* matmuls run with a fused elementwise epilogue */
+  int64_t recipes;          /* live values a flush left without memory, to recompute */
+  int64_t recipe_bytes;     /* their bytes */
+  int64_t recomputed;       /* recipes run again (a later use needed the value) */
 } tpu_trace_stats_t;
 void tpu_trace_get_stats(tpu_trace_stats_t* out);
 void tpu_trace_reset_stats(void);
