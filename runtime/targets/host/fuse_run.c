@@ -48,15 +48,16 @@ static void row_chunks(void* ctx, int64_t b, int64_t e) {
 }
 
 /* Column sum k of a row group into dst: its blocks' float partials added in
- * double in block order, as the library's layer norm backward adds its
- * weight and bias gradients. */
+ * double in block order (acc: len doubles), as the library's layer norm
+ * backward adds its weight and bias gradients. */
 static void add_col_partials(const float* part, int64_t nblk, int ncols, int k, int64_t len,
-                             float* dst) {
-  for (int64_t i = 0; i < len; i++) {
-    double v = 0;
-    for (int64_t b = 0; b < nblk; b++) v += (double)part[(b * ncols + k) * len + i];
-    dst[i] = (float)v;
+                             double* acc, float* dst) {
+  for (int64_t i = 0; i < len; i++) acc[i] = 0;
+  for (int64_t b = 0; b < nblk; b++) {
+    const float* p = part + (b * ncols + k) * len;
+    for (int64_t i = 0; i < len; i++) acc[i] += (double)p[i];
   }
+  for (int64_t i = 0; i < len; i++) dst[i] = (float)acc[i];
 }
 
 static tpu_status_t run_row_group(const group_t* g) {
@@ -64,6 +65,7 @@ static tpu_status_t run_row_group(const group_t* g) {
   void** out = malloc(sizeof(void*) * (size_t)(g->nout + 1));
   int64_t* per = malloc(sizeof(int64_t) * (size_t)(g->nbufs + 1));
   rrun_t r = {g, in, (void* const*)out, per, (1 << 14) / g->len, 1, NULL, 0};
+  double* acc = NULL; /* adds the column sums' block partials */
   tpu_status_t st = TPU_OK;
   if (!in || !out || !per) {
     st = TPU_ERR(RESOURCE_EXHAUSTED, "fused row kernel: out of host memory");
@@ -82,7 +84,8 @@ static tpu_status_t run_row_group(const group_t* g) {
     r.grain = (r.grain + r.blk - 1) / r.blk * r.blk;
     nblk = (g->rows + r.blk - 1) / r.blk;
     r.part = malloc(sizeof(float) * (size_t)(nblk * g->ncols * g->len));
-    if (!r.part) {
+    acc = malloc(sizeof(double) * (size_t)g->len);
+    if (!r.part || !acc) {
       st = TPU_ERR(RESOURCE_EXHAUSTED, "fused row kernel: out of host memory for %" PRId64
                    " x %d column sums of %" PRId64, nblk, g->ncols, g->len);
       goto done;
@@ -95,9 +98,10 @@ static tpu_status_t run_row_group(const group_t* g) {
   for (int k = 0; k < g->nbufs && !st; k++) {
     const gbuf_t* b = &g->bufs[k];
     if (b->col >= 0 && b->out_slot >= 0)
-      add_col_partials(r.part, nblk, g->ncols, b->col, g->len, b->t->data);
+      add_col_partials(r.part, nblk, g->ncols, b->col, g->len, acc, b->t->data);
   }
 done:
+  free(acc);
   free(r.part);
   free(in);
   free(out);
