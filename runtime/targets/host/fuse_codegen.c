@@ -357,17 +357,6 @@ static bool reduction_node(group_t* g, const tpu_call_t* c, int red, sbuf_t* bod
   const tpu_tensor_t* o = &c->outs[0];
   char x[32], a2[32] = "0", a3[32] = "0", a4[32] = "0", a5[32] = "0";
   bool ok;
-  if (red == RED_COL_SUM) { /* the whole buffer, read row by row */
-    const tpu_tensor_t* in = tpu_arg_tensor(c, 0);
-    ok = row_operand(g, in, in, false, x, sizeof x) && col_output(g, o, a2, sizeof a2);
-    sig_mix(&g->sig, 0x500);
-    sig_mix(&g->sig, tpu_cache_hash64(x, strlen(x), 2));
-    sig_mix(&g->sig, tpu_cache_hash64(a2, strlen(a2), 3));
-    if (ok && body)
-      sb_printf(body, "    { float* restrict c_ = %s + c0; for (int64_t i = 0; i < M; i++) c_[i] += %s[i]; }\n",
-                a2, x);
-    return ok;
-  }
   /* x: the input (softmax, layer norm) or grad_output (backward) */
   ok = row_operand(g, tpu_arg_tensor(c, 0), o, false, x, sizeof x);
   if (ok && (red == RED_SOFTMAX_BWD || red == RED_LOG_SOFTMAX_BWD)) /* a2: the output */
@@ -402,11 +391,9 @@ static bool reduction_node(group_t* g, const tpu_call_t* c, int red, sbuf_t* bod
   } else if (red == RED_LAYER_NORM_BWD) {
     /* the weight and bias sums where wanted, else scratch rows */
     char pw[32] = "D", pb[32] = "D + L";
-    const tpu_arg_t* m = c->nargs > 7 && c->args[7].kind == TPU_ARG_BOOLLIST ? &c->args[7] : NULL;
-    for (int k = 1; k < 3; k++) {
-      if (c->outs[k].dtype == TPU_DTYPE_NONE || (m && k < m->n && !m->v.blist[k])) continue;
-      if (!col_output(g, &c->outs[k], k == 1 ? pw : pb, sizeof pw)) return false;
-    }
+    for (int k = 1; k < 3; k++)
+      if (fuse_output_wanted(c, 7, k) && !col_output(g, &c->outs[k], k == 1 ? pw : pb, sizeof pw))
+        return false;
     sig_mix(&g->sig, tpu_cache_hash64(pw, strlen(pw), 8));
     sig_mix(&g->sig, tpu_cache_hash64(pb, strlen(pb), 9));
     if (body)
@@ -430,7 +417,7 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
   sig_mix(&g->sig, 0x726f7773); /* "rows" */
   sbuf_t body = {0};
   int nvar = 0, nstat = 0;
-  bool ok = true, whole = false; /* whole: a node reduces each row */
+  bool ok = true;
   for (int m = 0; m < g->nnodes && ok; m++) {
     tpu_call_t* c = gr->nodes[g->nodes[m]];
     tpu_tensor_t* o = &c->outs[0];
@@ -439,7 +426,6 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
     if (red != RED_NONE) {
       ok = R == g->rows && L == g->len &&
            reduction_node(g, c, red, emit ? &body : NULL, &nvar, &nstat);
-      whole |= red != RED_COL_SUM;
       continue;
     }
     int bop;
@@ -477,7 +463,7 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
     for (int k = 0; k < 3; k++) sig_mix(&g->sig, tpu_cache_hash64(names[k], strlen(names[k]), 1));
     if (emit) { /* operands read unconditionally (a select vectorizes, a masked load not) */
       static const char* const vn[5] = {"A_", "B_", "C_", "S0_", "S1_"};
-      sb_printf(&body, "    for (int64_t i = 0; i < M; i++) {");
+      sb_printf(&body, "    for (int64_t i = 0; i < L; i++) {");
       for (int k = 0; k < 5; k++) {
         np[k] = vn[k];
         if (k >= 3 || f->t[k] >= 0) sb_printf(&body, " const float %s = %s;", vn[k], names[k]);
@@ -503,7 +489,7 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
       } else if (emit && b->rowstat) {
         sb_printf(&st, "    q%d[r] = u%d;\n", b->out_slot, b->var);
       } else if (emit)
-        sb_printf(&st, "    memcpy(q%d + r * L + c0, t%d, sizeof(float) * (size_t)M);\n", b->out_slot,
+        sb_printf(&st, "    memcpy(q%d + r * L, t%d, sizeof(float) * (size_t)L);\n", b->out_slot,
                   b->var);
     }
     sig_mix(&g->sig, 0x20000 + (uint64_t)k * 128 + (uint64_t)b->kind * 16 + b->loaded * 8 +
@@ -522,8 +508,7 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
     const char* ty = b->is_bool ? "unsigned char" : "float";
     if (b->loaded && b->kind == IN_FULL) {
       sb_printf(&pro, "  const %s* p%d = (const %s*)in[%d];\n", ty, k, ty, k);
-      if (!b->rowstat)
-        sb_printf(&rowp, "    const %s* P%d = p%d + (r %% per[%d]) * L + c0;\n", ty, k, k, k);
+      if (!b->rowstat) sb_printf(&rowp, "    const %s* P%d = p%d + (r %% per[%d]) * L;\n", ty, k, k, k);
     }
     if (b->loaded && b->kind == IN_DEVSCALAR)
       sb_printf(&pro, "  const float d%d = ((const float*)in[%d])[0];\n", k, k);
@@ -558,13 +543,8 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
               "    if (r == r0 || r %% blk == 0) memset(C, 0, sizeof(float) * (size_t)L * %d);\n",
               g->ncols, g->ncols);
   for (int q = 0; q < nstat; q++) sb_printf(&src, "    float u%d;\n", q);
-  /* a row at once when a node reduces it, else in chunks of columns that
-   * stay in L1 */
-  sb_printf(&src,
-            "    for (int64_t c0 = 0, CH = %s; c0 < L; c0 += CH) {\n"
-            "    const int64_t M = L - c0 < CH ? L - c0 : CH;\n%s%s%s    }\n  }\n  free(T);\n"
-            "  return 0;\n}\n",
-            whole ? "L" : "512", rowp.p ? rowp.p : "", body.p ? body.p : "", st.p ? st.p : "");
+  sb_printf(&src, "%s%s%s  }\n  free(T);\n  return 0;\n}\n", rowp.p ? rowp.p : "",
+            body.p ? body.p : "", st.p ? st.p : "");
   bool oom = src.oom || body.oom || pro.oom || rowp.oom || st.oom;
   free(body.p);
   free(pro.p);

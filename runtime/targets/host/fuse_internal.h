@@ -17,8 +17,7 @@
 /* Fusion for the host target: chains of float32 elementwise nodes become one
  * generated C kernel; so do row reductions (softmax, log_softmax, layer norm
  * over the last dim, and their backward passes) with their elementwise
- * prologue and epilogue and the column sums of what they write ("row
- * groups", fuse_plan.c), and mm/addmm run block by block with the generated
+ * prologue and epilogue ("row groups", fuse_plan.c), and mm/addmm run block by block with the generated
  * kernel of their elementwise epilogue ("matmul epilogues", fuse_plan.c).
  * Row groups are planned first, then foreach blocks, epilogues and plain
  * chains over the nodes left. TORCH_TPU_FUSE_REDUCTIONS=0 /
@@ -135,9 +134,8 @@ struct tpu_fusion_plan {
 };
 
 /* reductions a row group takes: over each row (softmax, log_softmax, layer
- * norm and their backward passes), or over the rows (a column sum: sum over
- * the leading dims; layer norm's backward also sums its weight and bias
- * gradients over the rows) */
+ * norm and their backward passes; layer norm's backward also sums its weight
+ * and bias gradients over the rows: column sums) */
 enum {
   RED_NONE = 0,
   RED_SOFTMAX,
@@ -145,8 +143,7 @@ enum {
   RED_LAYER_NORM,
   RED_SOFTMAX_BWD,
   RED_LOG_SOFTMAX_BWD,
-  RED_LAYER_NORM_BWD,
-  RED_COL_SUM
+  RED_LAYER_NORM_BWD
 };
 
 /* TORCH_TPU_FUSION, TORCH_TPU_ASYNC_COMPILE, TORCH_TPU_FUSE_REDUCTIONS,
@@ -173,6 +170,9 @@ const fop_t* fuse_find_row_op(const tpu_call_t* c, int* bool_operand);
 /* The reduction kind of c (RED_*) with its rows *R and row length *L,
  * RED_NONE if it is not one the row groups take. */
 int fuse_row_reduction(const tpu_call_t* c, int64_t* R, int64_t* L);
+/* Whether output k of c is computed: it has a dtype and the bool list at
+ * argument mask_arg (an output_mask), if any, does not say false for it. */
+bool fuse_output_wanted(const tpu_call_t* c, int mask_arg, int k);
 /* Period in rows of operand t of a node whose output o has R rows of L;
  * false when t is not broadcast over o's leading dims only. */
 bool fuse_operand_period(const tpu_tensor_t* t, const tpu_tensor_t* o, int64_t R, int64_t L,

@@ -71,7 +71,7 @@ static const fuse_family_t k_families[TPU_OPID_COUNT] = {
 /* k_families' overloads as ops of the table, and the planner's other ops */
 static const tpu_op_t* g_family_ops[TPU_OPID_COUNT][MAX_OVERLOADS];
 static const tpu_op_t *g_softmax, *g_log_softmax, *g_layer_norm, *g_mm, *g_addmm;
-static const tpu_op_t *g_softmax_bwd, *g_log_softmax_bwd, *g_layer_norm_bwd, *g_sum_dim;
+static const tpu_op_t *g_softmax_bwd, *g_log_softmax_bwd, *g_layer_norm_bwd;
 static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
 
 static void resolve_ops(void) {
@@ -84,7 +84,6 @@ static void resolve_ops(void) {
   g_softmax_bwd = tpu_op_lookup("_softmax_backward_data");
   g_log_softmax_bwd = tpu_op_lookup("_log_softmax_backward_data");
   g_layer_norm_bwd = tpu_op_lookup("native_layer_norm_backward");
-  g_sum_dim = tpu_op_lookup("sum.dim_IntList");
   g_mm = tpu_op_lookup("mm");
   g_addmm = tpu_op_lookup("addmm");
 }
@@ -194,37 +193,10 @@ static bool f32_numel(const tpu_tensor_t* t, int64_t n) {
   return t && t->dtype == TPU_F32 && tpu_tensor_is_contiguous(t) && tpu_tensor_numel(t) == n;
 }
 
-/* output k of c is computed (layer norm backward's output_mask at arg
- * mask_arg) */
-static bool out_wanted(const tpu_call_t* c, int mask_arg, int k) {
+bool fuse_output_wanted(const tpu_call_t* c, int mask_arg, int k) {
   if (k >= c->nouts || c->outs[k].dtype == TPU_DTYPE_NONE) return false;
   const tpu_arg_t* m = mask_arg < c->nargs ? &c->args[mask_arg] : NULL;
   return !(m && m->kind == TPU_ARG_BOOLLIST && k < m->n && !m->v.blist[k]);
-}
-
-/* sum.dim_IntList over the leading dims of a contiguous float32 tensor
- * (R rows of the trailing dims' L elements) into L float32 sums */
-static int col_sum(const tpu_call_t* c, int64_t* R, int64_t* L) {
-  const tpu_tensor_t* x = tpu_arg_tensor(c, 0);
-  if (c->op != g_sum_dim || !flat_f32(x) || x->ndim < 2 || c->nargs < 2 ||
-      c->args[1].kind != TPU_ARG_INTLIST || !tpu_arg_is_none(c, 3) || c->nouts != 1)
-    return RED_NONE;
-  uint64_t dims = 0;
-  for (int k = 0; k < c->args[1].n; k++) {
-    int64_t d = c->args[1].v.ilist[k];
-    if (d < 0) d += x->ndim;
-    if (d < 0 || d >= x->ndim || (dims >> d & 1)) return RED_NONE;
-    dims |= 1ull << d;
-  }
-  const int k = c->args[1].n; /* the reduced dims must be 0 .. k - 1 */
-  if (k < 1 || k >= x->ndim || dims != (1ull << k) - 1) return RED_NONE;
-  int64_t r = 1;
-  for (int d = 0; d < k; d++) r *= x->sizes[d];
-  const int64_t numel = tpu_tensor_numel(x);
-  if (r < 1 || numel < 1 || !f32_numel(&c->outs[0], numel / r)) return RED_NONE;
-  *R = r;
-  *L = numel / r;
-  return RED_COL_SUM;
 }
 
 /* The reduction kind of c with its rows and row length, RED_NONE if it is
@@ -233,10 +205,9 @@ int fuse_row_reduction(const tpu_call_t* c, int64_t* R, int64_t* L) {
   const tpu_op_id_t id = c->op->id;
   if (id != TPU_OPID__softmax && id != TPU_OPID__log_softmax && id != TPU_OPID_native_layer_norm &&
       id != TPU_OPID__softmax_backward_data && id != TPU_OPID__log_softmax_backward_data &&
-      id != TPU_OPID_native_layer_norm_backward && id != TPU_OPID_sum)
+      id != TPU_OPID_native_layer_norm_backward)
     return RED_NONE;
   pthread_once(&g_ops_once, resolve_ops);
-  if (id == TPU_OPID_sum) return col_sum(c, R, L);
   const bool bwd = c->op == g_softmax_bwd || c->op == g_log_softmax_bwd || c->op == g_layer_norm_bwd;
   const tpu_tensor_t* x = tpu_arg_tensor(c, bwd ? 1 : 0); /* the forward's input or output */
   if (!flat_f32(x) || c->nouts < 1 || !flat_f32(&c->outs[0])) return RED_NONE;
@@ -260,11 +231,11 @@ int fuse_row_reduction(const tpu_call_t* c, int64_t* R, int64_t* L) {
       if (!tpu_arg_is_none(c, a) && !f32_numel(tpu_arg_tensor(c, a), len)) return RED_NONE;
     if (bwd) { /* grad_out; mean and rstd in; grad_input, and the wanted sums, out */
       if (!f32_numel(tpu_arg_tensor(c, 0), numel) || !f32_numel(tpu_arg_tensor(c, 3), numel / len) ||
-          !f32_numel(tpu_arg_tensor(c, 4), numel / len) || !out_wanted(c, 7, 0))
+          !f32_numel(tpu_arg_tensor(c, 4), numel / len) || !fuse_output_wanted(c, 7, 0))
         return RED_NONE;
       for (int o = 1; o < 3; o++)
-        if (out_wanted(c, 7, o) && !f32_numel(&c->outs[o], len)) return RED_NONE;
-      if (out_wanted(c, 7, 1) && tpu_arg_is_none(c, 5)) return RED_NONE;
+        if (fuse_output_wanted(c, 7, o) && !f32_numel(&c->outs[o], len)) return RED_NONE;
+      if (fuse_output_wanted(c, 7, 1) && tpu_arg_is_none(c, 5)) return RED_NONE;
       kind = RED_LAYER_NORM_BWD;
     } else {
       for (int o = 1; o < 3; o++) /* mean and rstd: one float per row */
@@ -525,18 +496,6 @@ static bool conflicts(tpu_call_t* x, tpu_call_t* y) {
   return false;
 }
 
-/* c is a column sum over R rows of L that reads a buffer one of the nodes
- * idx[0 .. cnt) writes */
-static bool col_sum_of(tpu_graph_t* gr, const tpu_call_t* c, int64_t R, int64_t L, const int* idx,
-                       int cnt) {
-  int64_t r, l;
-  if (fuse_row_reduction(c, &r, &l) != RED_COL_SUM || r != R || l != L) return false;
-  const void* x = tpu_arg_tensor(c, 0)->data;
-  for (int k = 0; k < cnt; k++)
-    if (gr->nodes[idx[k]]->outs[0].data == x) return true;
-  return false;
-}
-
 /* whether node p conflicts with one of the nodes idx[0 .. cnt) */
 static bool conflicts_any(tpu_graph_t* gr, int p, const int* idx, int cnt) {
   for (int k = 0; k < cnt; k++)
@@ -544,34 +503,21 @@ static bool conflicts_any(tpu_graph_t* gr, int p, const int* idx, int cnt) {
   return false;
 }
 
-/* Forms row groups. A row reduction takes the elementwise nodes over its
+/* Forms row groups: each row reduction with the elementwise nodes over its
  * rows among the ROW_WINDOW nodes before it (others in between must not
  * touch what those write, or write what they read: the group runs at its
  * last node) and after it, where the nodes it passes over do not touch what
  * the members before them write or write what they read (a mask's fill
- * between softmax's backward and its where). A column sum takes the
- * elementwise nodes before it the same way, and runs with them. Then the
- * group takes the column sums of what it writes among the ROW_WINDOW nodes
- * after its last member, run early: the nodes they pass over must not
- * write what they read or touch what they write (the two products of a
- * linear layer's backward between its bias gradient and its input). */
+ * between softmax's backward and its where). */
 static void plan_rows(tpu_graph_t* gr, tpu_fusion_plan_t** pp, bool* taken, int* idx) {
   int bound = 0; /* nodes before it belong to earlier row groups' windows */
   bool mem[ROW_WINDOW];
   for (int j = 0; j < gr->n; j++) {
     int64_t R, L;
-    if (taken[j]) continue;
-    const int red = fuse_row_reduction(gr->nodes[j], &R, &L);
-    if (red == RED_NONE) continue;
-    const bool col = red == RED_COL_SUM;
+    if (taken[j] || fuse_row_reduction(gr->nodes[j], &R, &L) == RED_NONE) continue;
     int lo = j - ROW_WINDOW < bound ? bound : j - ROW_WINDOW;
-    int trig = col ? -1 : j; /* where the group runs: its last member before the sums */
+    for (int p = lo; p < j; p++) mem[p - lo] = !taken[p] && row_elementwise(gr->nodes[p], R, L);
     for (int p = lo; p < j; p++) {
-      mem[p - lo] = !taken[p] && row_elementwise(gr->nodes[p], R, L);
-      if (col && mem[p - lo]) trig = p;
-    }
-    if (trig < 0) continue;
-    for (int p = lo; p < trig; p++) {
       if (mem[p - lo]) continue;
       for (int q = lo; q < p; q++)
         if (mem[q - lo] && conflicts(gr->nodes[p], gr->nodes[q])) {
@@ -579,35 +525,22 @@ static void plan_rows(tpu_graph_t* gr, tpu_fusion_plan_t** pp, bool* taken, int*
           break;
         }
     }
-    int cnt = 0;
-    for (int p = lo; p <= trig && p < j; p++)
+    int cnt = 0, trig = j; /* the group runs at its last member */
+    for (int p = lo; p < j; p++)
       if (mem[p - lo]) idx[cnt++] = p;
-    if (!col) {
-      idx[cnt++] = j;
-      for (int e = j + 1; e < gr->n && e - j <= ROW_WINDOW && !taken[e]; e++) {
-        int64_t r2, l2;
-        if (row_elementwise(gr->nodes[e], R, L)) {
-          idx[cnt++] = trig = e;
-          continue;
-        }
-        /* another reduction starts its own group; a node that touches the
-         * members' data ends the epilogue */
-        if (fuse_row_reduction(gr->nodes[e], &r2, &l2) != RED_NONE ||
-            conflicts_any(gr, e, idx, cnt))
-          break;
+    idx[cnt++] = j;
+    for (int e = j + 1; e < gr->n && e - j <= ROW_WINDOW && !taken[e]; e++) {
+      int64_t r2, l2;
+      if (row_elementwise(gr->nodes[e], R, L)) {
+        idx[cnt++] = trig = e;
+        continue;
       }
+      /* another reduction starts its own group; a node that touches the
+       * members' data ends the epilogue */
+      if (fuse_row_reduction(gr->nodes[e], &r2, &l2) != RED_NONE || conflicts_any(gr, e, idx, cnt))
+        break;
     }
-    const int core = cnt; /* members up to the trigger */
-    for (int h = trig + 1; h < gr->n && h - trig <= ROW_WINDOW; h++) {
-      if (taken[h] || !col_sum_of(gr, gr->nodes[h], R, L, idx, core)) continue;
-      bool moves = true; /* over the nodes between the trigger and it */
-      for (int p = trig + 1, k = core; p < h && moves; p++) {
-        if (k < cnt && idx[k] == p) k++;
-        else moves = !conflicts(gr->nodes[p], gr->nodes[h]);
-      }
-      if (moves) idx[cnt++] = h;
-    }
-    if (cnt < 2 || (col && cnt == core)) continue;
+    if (cnt < 2) continue;
     if (!add_group_kind(gr, pp, idx, cnt, trig, R * L, G_ROWS, R, L)) continue;
     for (int k = 0; k < cnt; k++) taken[idx[k]] = true;
     bound = trig + 1;
