@@ -17,8 +17,9 @@
 /* Fusion for the host target: chains of float32 elementwise nodes become one
  * generated C kernel; so do row reductions (softmax, log_softmax, layer norm
  * over the last dim, and their backward passes) with their elementwise
- * prologue and epilogue ("row groups", fuse_plan.c), and mm/addmm run block by block with the generated
- * kernel of their elementwise epilogue ("matmul epilogues", fuse_plan.c).
+ * prologue and epilogue ("row groups", fuse_plan.c), and mm/addmm run block
+ * by block with the generated kernel of their elementwise epilogue ("matmul
+ * epilogues", fuse_plan.c).
  * Row groups are planned first, then foreach blocks, epilogues and plain
  * chains over the nodes left. TORCH_TPU_FUSE_REDUCTIONS=0 /
  * TORCH_TPU_FUSE_EPILOGUES=0 turn the two new kinds off.
