@@ -1,5 +1,6 @@
-"""Reduction fusion in DeferAndFuse: softmax / log_softmax / layer norm with their
-elementwise prologue and epilogue become one generated row kernel.
+"""Reduction fusion in DeferAndFuse: softmax / log_softmax / layer norm and their backward
+passes with their elementwise prologue and epilogue become one generated row kernel (layer
+norm's backward with its weight and bias gradients: sums over rows).
 
 Tolerances: the fused kernels follow the library's float32 row paths (float runs summed in
 double, normalization in float32) but are compiled separately, so multiply-add contraction
@@ -10,12 +11,14 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
+import torch_tpu.debug
 from conftest import run_python
 
 
-def _twice(fn, *args):
+def _twice(fn, *args, profile=False):
     """Runs fn in Strict, then twice in DeferAndFuse (the first run may compile in the
-    background); returns (strict result, fused result, reduction groups of the 2nd run)."""
+    background); returns (strict result, fused result, reduction groups of the 2nd run), and
+    with profile the 2nd run's kernel profile (op -> (calls, seconds)) too."""
     ref = fn(*args)
     torch.tpu.synchronize()
     with torch_tpu.eager_mode("defer_and_fuse"):
@@ -24,10 +27,11 @@ def _twice(fn, *args):
         torch_tpu.modes.wait_compiles()
         del first
         torch_tpu.modes.reset_trace_stats()
-        out = fn(*args)
-        torch.tpu.synchronize()
+        with torch_tpu.debug.kernel_profile() as prof:
+            out = fn(*args)
+            torch.tpu.synchronize()
         groups = torch_tpu.modes.trace_stats()["reduction_groups"]
-    return ref, out, groups
+    return (ref, out, groups, prof.ops) if profile else (ref, out, groups)
 
 
 def _close(a, b, rtol=1e-5, atol=1e-5):
@@ -238,3 +242,127 @@ def test_matmul_epilogues():
         _close(ref, out, rtol=1e-6, atol=1e-6)  # the same GEMM, the same epilogue rounding
     cpu = F.gelu(F.linear(x.cpu(), w1.cpu(), b1.cpu()))
     _close(out[0], cpu, rtol=2e-2, atol=2e-2)  # medium precision: bf16-split products
+
+
+def test_softmax_backward_with_mask_and_scale_epilogue():
+    # attention's backward as AOTAutograd writes it: the mask's fill between the softmax
+    # backward and its where does not touch the group's data, so the where and the scale join
+    torch.manual_seed(7)
+    B, H, T = 2, 3, 40
+    g = torch.randn(B, H, T, T, device="tpu")
+    y = torch.softmax(torch.randn(B, H, T, T, device="tpu"), -1)
+    causal = torch.ones(T, T, dtype=torch.bool, device="tpu").tril()
+
+    def f(g):
+        gi = torch.ops.aten._softmax_backward_data(g, y, -1, torch.float32)
+        zero = torch.zeros((), device="tpu")
+        return torch.where(~causal, zero, gi) * 0.125
+
+    ref, out, groups, ops = _twice(f, g, profile=True)
+    assert groups >= 1
+    assert not {"_softmax_backward_data", "where.self", "mul.Tensor"} & set(ops), ops
+    _close(ref, out, rtol=1e-6, atol=1e-7)  # the library's row code
+    yc = y.cpu()
+    cpu = torch.ops.aten._softmax_backward_data(g.cpu(), yc, -1, torch.float32)
+    _close(out, torch.where(~causal.cpu(), torch.zeros(()), cpu) * 0.125)
+
+
+def test_log_softmax_backward_with_residual_epilogue():
+    torch.manual_seed(8)
+    g = torch.randn(50, 44, device="tpu")
+    y = F.log_softmax(torch.randn(50, 44, device="tpu"), -1)
+    res = torch.randn(50, 44, device="tpu")
+
+    def f(g):
+        return torch.ops.aten._log_softmax_backward_data(g * 0.5, y, 1, torch.float32) + res
+
+    ref, out, groups, ops = _twice(f, g, profile=True)
+    assert groups >= 1 and "_log_softmax_backward_data" not in ops, ops
+    _close(ref, out, rtol=1e-6, atol=1e-7)
+    cpu = torch.ops.aten._log_softmax_backward_data(g.cpu() * 0.5, y.cpu(), 1, torch.float32)
+    _close(out, cpu + res.cpu())
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_backward_with_residual_epilogue(affine):
+    # the backward of a pre-norm block's layer norm: grad_input + the residual's gradient,
+    # and its weight and bias gradients (sums over rows, in the library's blocks)
+    torch.manual_seed(9)
+    B, T, C = 6, 70, 96  # 420 rows: several blocks of the sums over rows
+    x = torch.randn(B, T, C, device="tpu") * 2 + 1
+    w = torch.randn(C, device="tpu") if affine else None
+    b = torch.randn(C, device="tpu") if affine else None
+    _, mean, rstd = torch.native_layer_norm(x, [C], w, b, 1e-5)
+    res = torch.randn(B, T, C, device="tpu")
+    mask = [True, affine, affine]
+
+    def f(dy):
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, [C], mean, rstd, w, b, mask)
+        return [dx + res] + ([dw, db] if affine else [])
+
+    dy = torch.randn(B, T, C, device="tpu")
+    ref, out, groups, ops = _twice(f, dy, profile=True)
+    assert groups >= 1 and "native_layer_norm_backward" not in ops, ops
+    _close(ref, out)
+    cpu = torch.ops.aten.native_layer_norm_backward(
+        dy.cpu(), x.cpu(), [C], mean.cpu(), rstd.cpu(), None if w is None else w.cpu(),
+        None if b is None else b.cpu(), mask)
+    _close(out[0], cpu[0] + res.cpu(), rtol=1e-4, atol=1e-4)
+    if affine:
+        _close(out[1:], cpu[1:], rtol=1e-4, atol=1e-3)
+
+
+def test_compiled_transformer_block_backward_fuses():
+    # torch.compile's backward graph: softmax backward with the mask and scale, layer norm
+    # backward with the residual gradient run fused
+    code = """
+import torch, torch.nn as nn, torch.nn.functional as F, torch_tpu, torch_tpu.debug
+torch.manual_seed(0)
+torch.set_float32_matmul_precision('highest')
+class Block(nn.Module):
+    def __init__(s, C, T):
+        super().__init__()
+        s.ln1, s.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        s.qkv, s.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        s.fc, s.out = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+        s.register_buffer('mask', torch.tril(torch.ones(T, T)).view(1, 1, T, T))
+    def forward(s, x):
+        B, T, C = x.shape
+        q, k, v = s.qkv(s.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, 2, C // 2).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (C // 2) ** 0.5)
+        att = F.softmax(att.masked_fill(s.mask[:, :, :T, :T] == 0, float('-inf')), dim=-1)
+        x = x + s.proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+        return x + s.out(F.gelu(s.fc(s.ln2(x))))
+ref = Block(64, 32)
+dev = Block(64, 32)
+dev.load_state_dict(ref.state_dict())
+dev = dev.to('tpu')
+step = torch.compile(dev, backend='tpu')
+x = torch.randn(4, 32, 64)
+def run():
+    for p in dev.parameters():
+        p.grad = None
+    xd = x.to('tpu').requires_grad_()  # the first layer norm's input gradient too
+    (step(xd) ** 2).mean().backward()
+    torch.tpu.synchronize()
+    return xd.grad
+run()
+torch_tpu.modes.wait_compiles()
+torch_tpu.modes.reset_trace_stats()
+with torch_tpu.debug.kernel_profile() as prof:
+    gx = run()
+xc = x.clone().requires_grad_()
+(ref(xc) ** 2).mean().backward()
+err = max(((a.cpu() - b).abs().max() / (b.abs().max() + 1e-6)).item() for a, b in
+          [(gx, xc.grad)] + [(pd.grad, pr.grad) for pr, pd in zip(ref.parameters(), dev.parameters())])
+ops = prof.ops
+print(err, torch_tpu.modes.trace_stats()['reduction_groups'],
+      ops.get('native_layer_norm_backward', (0, 0))[0], ops.get('_softmax_backward_data', (0, 0))[0])
+"""
+    r = run_python(code, env={"TORCH_TPU_ASYNC_COMPILE": "0"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    err, groups, ln_bwd, sm_bwd = r.stdout.strip().splitlines()[-1].split()
+    assert float(err) < 1e-4
+    assert int(groups) >= 3  # backward: softmax, 2 layer norms
+    assert int(ln_bwd) == 0 and int(sm_bwd) == 0, r.stdout

@@ -55,6 +55,7 @@ static int buf_index(group_t* g, const tpu_tensor_t* t, int kind) {
   b->kind = kind;
   b->var = -1;
   b->in_slot = b->out_slot = -1;
+  b->col = -1;
   return g->nbufs++;
 }
 
@@ -277,7 +278,8 @@ static bool row_operand(group_t* g, const tpu_tensor_t* t, const tpu_tensor_t* o
   else if (!fuse_operand_period(t, o, g->rows, g->len, &per)) return false;
   int bi = row_buf(g, t, kind, per, is_bool);
   gbuf_t* b = &g->bufs[bi];
-  if (b->per != per || b->is_bool != is_bool || b->kind != kind || b->rowstat) return false;
+  if (b->per != per || b->is_bool != is_bool || b->kind != kind || b->rowstat || b->col >= 0)
+    return false;
   if (b->var >= 0) {
     if (per != g->rows) return false; /* a broadcast read of a row the group writes */
     snprintf(name, cap, "t%d", b->var);
@@ -290,6 +292,120 @@ static bool row_operand(group_t* g, const tpu_tensor_t* t, const tpu_tensor_t* o
   }
   snprintf(name, cap, kind == IN_DEVSCALAR ? "d%d" : "P%d", bi);
   return true;
+}
+
+/* Output o of a row group's node computed in row array t<var>; false when
+ * its buffer cannot take it (a statistic, a column sum, a mask, or read
+ * earlier with a period) */
+static bool row_output(group_t* g, const tpu_tensor_t* o, int var) {
+  gbuf_t* b = &g->bufs[buf_index(g, o, IN_FULL)];
+  if (b->rowstat || b->col >= 0 || b->is_bool || (b->loaded && b->per != g->rows)) return false;
+  b->var = var;
+  b->written = true;
+  b->t = (tpu_tensor_t*)o;
+  b->per = g->rows;
+  return true;
+}
+
+/* Output o holding one value per row, computed in u<var> */
+static bool stat_output(group_t* g, const tpu_tensor_t* o, int var) {
+  gbuf_t* b = &g->bufs[buf_index(g, o, IN_FULL)];
+  if (b->loaded || b->col >= 0 || (b->written && !b->rowstat)) return false;
+  b->rowstat = true;
+  b->written = true;
+  b->var = var;
+  b->t = (tpu_tensor_t*)o;
+  b->per = g->rows;
+  return true;
+}
+
+/* Input t holding one value per row (layer norm's mean or rstd): the
+ * group's u<var> when it computed it, else p<k>[r] */
+static bool stat_input(group_t* g, const tpu_tensor_t* t, char* name, size_t cap) {
+  const int bi = buf_index(g, t, IN_FULL);
+  gbuf_t* b = &g->bufs[bi];
+  if (b->col >= 0 || b->is_bool || (!b->rowstat && (b->loaded || b->written))) return false;
+  if (b->written) {
+    snprintf(name, cap, "u%d", b->var);
+    return true;
+  }
+  if (!b->loaded) {
+    b->loaded = b->rowstat = true;
+    b->per = g->rows;
+    sig_mix(&g->sig, 0x400 + (uint64_t)bi);
+  }
+  snprintf(name, cap, "p%d[r]", bi);
+  return true;
+}
+
+/* Output o, a sum over the group's rows: partial `col` of each block
+ * (written by the executor); its name in the kernel */
+static bool col_output(group_t* g, const tpu_tensor_t* o, char* name, size_t cap) {
+  gbuf_t* b = &g->bufs[buf_index(g, o, IN_FULL)];
+  if (b->loaded || b->written) return false;
+  b->col = g->ncols++;
+  b->written = true;
+  b->t = (tpu_tensor_t*)o;
+  snprintf(name, cap, "C + (size_t)L * %d", b->col);
+  return true;
+}
+
+/* Reduction node c (kind red) of a row group: its operands' names, its
+ * outputs' buffers and, with body, its code. */
+static bool reduction_node(group_t* g, const tpu_call_t* c, int red, sbuf_t* body, int* nvar,
+                           int* nstat) {
+  const tpu_tensor_t* o = &c->outs[0];
+  char x[32], a2[32] = "0", a3[32] = "0", a4[32] = "0", a5[32] = "0";
+  bool ok;
+  /* x: the input (softmax, layer norm) or grad_output (backward) */
+  ok = row_operand(g, tpu_arg_tensor(c, 0), o, false, x, sizeof x);
+  if (ok && (red == RED_SOFTMAX_BWD || red == RED_LOG_SOFTMAX_BWD)) /* a2: the output */
+    ok = row_operand(g, tpu_arg_tensor(c, 1), o, false, a2, sizeof a2);
+  if (ok && red == RED_LAYER_NORM) { /* a2, a3: weight, bias */
+    if (!tpu_arg_is_none(c, 2)) ok = row_operand(g, tpu_arg_tensor(c, 2), o, false, a2, sizeof a2);
+    if (ok && !tpu_arg_is_none(c, 3))
+      ok = row_operand(g, tpu_arg_tensor(c, 3), o, false, a3, sizeof a3);
+  }
+  if (ok && red == RED_LAYER_NORM_BWD) { /* a2: input; a3, a4: mean, rstd; a5: weight */
+    ok = row_operand(g, tpu_arg_tensor(c, 1), o, false, a2, sizeof a2) &&
+         stat_input(g, tpu_arg_tensor(c, 3), a3, sizeof a3) &&
+         stat_input(g, tpu_arg_tensor(c, 4), a4, sizeof a4);
+    if (ok && !tpu_arg_is_none(c, 5))
+      ok = row_operand(g, tpu_arg_tensor(c, 5), o, false, a5, sizeof a5);
+  }
+  if (!ok) return false;
+  const int ov = (*nvar)++;
+  sig_mix(&g->sig, 0x300 + (uint64_t)red);
+  const char* names[5] = {x, a2, a3, a4, a5};
+  for (int k = 0; k < 5; k++) sig_mix(&g->sig, tpu_cache_hash64(names[k], strlen(names[k]), 2 + k));
+  if (red == RED_LAYER_NORM) {
+    double eps = tpu_arg_f64(c, 4, 1e-5);
+    uint64_t bits;
+    memcpy(&bits, &eps, sizeof bits);
+    sig_mix(&g->sig, bits);
+    const int sm = (*nstat)++, sr = (*nstat)++;
+    if (body)
+      sb_printf(body, "    tpu_fr_layer_norm(%s, t%d, L, %.17g, %s, %s, &u%d, &u%d);\n", x, ov, eps,
+                a2, a3, sm, sr);
+    if (!stat_output(g, &c->outs[1], sm) || !stat_output(g, &c->outs[2], sr)) return false;
+  } else if (red == RED_LAYER_NORM_BWD) {
+    /* the weight and bias sums where wanted, else scratch rows */
+    char pw[32] = "D", pb[32] = "D + L";
+    for (int k = 1; k < 3; k++)
+      if (fuse_output_wanted(c, 7, k) && !col_output(g, &c->outs[k], k == 1 ? pw : pb, sizeof pw))
+        return false;
+    sig_mix(&g->sig, tpu_cache_hash64(pw, strlen(pw), 8));
+    sig_mix(&g->sig, tpu_cache_hash64(pb, strlen(pb), 9));
+    if (body)
+      sb_printf(body, "    tpu_fr_layer_norm_backward(%s, %s, %s, %s, %s, t%d, tmp, %s, %s, L);\n", x,
+                a2, a5, a3, a4, ov, pw, pb);
+  } else if (body && (red == RED_SOFTMAX_BWD || red == RED_LOG_SOFTMAX_BWD)) {
+    sb_printf(body, "    tpu_fr_softmax_backward(%s, %s, t%d, L, %d);\n", x, a2, ov,
+              red == RED_LOG_SOFTMAX_BWD);
+  } else if (body) {
+    sb_printf(body, "    tpu_fr_softmax(%s, t%d, tmp, L, %d);\n", x, ov, red == RED_LOG_SOFTMAX);
+  }
+  return row_output(g, o, ov);
 }
 
 /* Builds a row group; false when it cannot be formed. */
@@ -308,51 +424,8 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
     int64_t R, L;
     int red = fuse_row_reduction(c, &R, &L);
     if (red != RED_NONE) {
-      char x[32], w[32] = "0", b[32] = "0";
-      ok = R == g->rows && L == g->len && row_operand(g, tpu_arg_tensor(c, 0), o, false, x, sizeof x);
-      if (ok && red == RED_LAYER_NORM) {
-        if (!tpu_arg_is_none(c, 2)) ok = row_operand(g, tpu_arg_tensor(c, 2), o, false, w, sizeof w);
-        if (ok && !tpu_arg_is_none(c, 3))
-          ok = row_operand(g, tpu_arg_tensor(c, 3), o, false, b, sizeof b);
-      }
-      if (!ok) break;
-      int ov = nvar++;
-      sig_mix(&g->sig, 0x300 + (uint64_t)red);
-      sig_mix(&g->sig, tpu_cache_hash64(x, strlen(x), 2));
-      if (red == RED_LAYER_NORM) {
-        double eps = tpu_arg_f64(c, 4, 1e-5);
-        uint64_t bits;
-        memcpy(&bits, &eps, sizeof bits);
-        sig_mix(&g->sig, bits);
-        sig_mix(&g->sig, tpu_cache_hash64(w, strlen(w), 3));
-        sig_mix(&g->sig, tpu_cache_hash64(b, strlen(b), 4));
-        int sm = nstat++, sr = nstat++;
-        if (emit)
-          sb_printf(&body, "    tpu_fr_layer_norm(%s, t%d, L, %.17g, %s, %s, &u%d, &u%d);\n", x, ov,
-                    eps, w, b, sm, sr);
-        for (int k = 1; k < 3; k++) {
-          int si = buf_index(g, &c->outs[k], IN_FULL);
-          gbuf_t* sb = &g->bufs[si];
-          if (sb->loaded || (sb->written && !sb->rowstat)) {
-            ok = false;
-            break;
-          }
-          sb->rowstat = true;
-          sb->written = true;
-          sb->var = k == 1 ? sm : sr;
-          sb->t = &c->outs[k];
-          sb->per = g->rows;
-        }
-      } else if (emit) {
-        sb_printf(&body, "    tpu_fr_softmax(%s, t%d, tmp, L, %d);\n", x, ov,
-                  red == RED_LOG_SOFTMAX);
-      }
-      int bi = buf_index(g, o, IN_FULL);
-      if (g->bufs[bi].rowstat || (g->bufs[bi].loaded && g->bufs[bi].per != g->rows)) ok = false;
-      g->bufs[bi].var = ov;
-      g->bufs[bi].written = true;
-      g->bufs[bi].t = o;
-      g->bufs[bi].per = g->rows;
+      ok = R == g->rows && L == g->len &&
+           reduction_node(g, c, red, emit ? &body : NULL, &nvar, &nstat);
       continue;
     }
     int bop;
@@ -399,16 +472,7 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
       emit_expr(&body, f->expr, np);
       sb_printf(&body, "); }\n");
     }
-    int bi = buf_index(g, o, IN_FULL);
-    gbuf_t* ob = &g->bufs[bi];
-    if (ob->rowstat || (ob->loaded && ob->per != g->rows) || ob->is_bool) {
-      ok = false;
-      break;
-    }
-    ob->var = ov;
-    ob->written = true;
-    ob->t = o;
-    ob->per = g->rows;
+    ok = row_output(g, o, ov);
   }
   if (!ok) {
     free(body.p);
@@ -421,13 +485,16 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
     if (b->loaded) b->in_slot = k;
     if (b->written && !b->internal) {
       b->out_slot = g->nout++;
-      if (emit && b->rowstat) sb_printf(&st, "    q%d[r] = u%d;\n", b->out_slot, b->var);
-      else if (emit)
+      if (b->col >= 0) { /* the executor adds the blocks' partials */
+      } else if (emit && b->rowstat) {
+        sb_printf(&st, "    q%d[r] = u%d;\n", b->out_slot, b->var);
+      } else if (emit)
         sb_printf(&st, "    memcpy(q%d + r * L, t%d, sizeof(float) * (size_t)L);\n", b->out_slot,
                   b->var);
     }
     sig_mix(&g->sig, 0x20000 + (uint64_t)k * 128 + (uint64_t)b->kind * 16 + b->loaded * 8 +
                          b->written * 4 + b->internal * 2 + b->rowstat);
+    sig_mix(&g->sig, (uint64_t)(b->col + 1));
   }
   g->nin = g->nbufs;
   if (!emit) {
@@ -441,15 +508,18 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
     const char* ty = b->is_bool ? "unsigned char" : "float";
     if (b->loaded && b->kind == IN_FULL) {
       sb_printf(&pro, "  const %s* p%d = (const %s*)in[%d];\n", ty, k, ty, k);
-      sb_printf(&rowp, "    const %s* P%d = p%d + (r %% per[%d]) * L;\n", ty, k, k, k);
+      if (!b->rowstat) sb_printf(&rowp, "    const %s* P%d = p%d + (r %% per[%d]) * L;\n", ty, k, k, k);
     }
     if (b->loaded && b->kind == IN_DEVSCALAR)
       sb_printf(&pro, "  const float d%d = ((const float*)in[%d])[0];\n", k, k);
     if (b->out_slot >= 0) sb_printf(&pro, "  float* q%d = (float*)out[%d];\n", b->out_slot, b->out_slot);
   }
-  /* row arrays: disjoint from each other and from every operand */
+  /* row arrays: disjoint from each other and from every operand; tmp:
+   * three scratch rows; D: two rows of sums nobody wants */
   sb_printf(&pro, "  float* T = (float*)malloc(sizeof(float) * (size_t)L * %d + 64);\n"
-                  "  if (!T) return 1;\n  float* restrict tmp = T + (size_t)L * %d;\n", nvar + 1, nvar);
+                  "  if (!T) return 1;\n  float* restrict tmp = T + (size_t)L * %d;\n"
+                  "  float* restrict D = tmp + (size_t)L * 3;\n"
+                  "  memset(D, 0, sizeof(float) * (size_t)L * 2);\n", nvar + 5, nvar);
   for (int v = 0; v < nvar; v++)
     sb_printf(&pro, "  float* restrict t%d = T + (size_t)L * %d;\n", v, v);
   sbuf_t src = {0};
@@ -463,9 +533,15 @@ static bool build_row_group(tpu_graph_t* gr, group_t* g, bool emit) {
             "#define ERF(x) tpu_vm_erff(x)\n#define sqrt sqrtf\n#define fabs fabsf\n"
             "#include \"ew_exprs.h\"\n"
             "int tpu_fused(const void* const* in, void* const* out, const float* s,\n"
-            "              int64_t r0, int64_t r1, int64_t L, const int64_t* per) {\n%s"
+            "              int64_t r0, int64_t r1, int64_t L, const int64_t* per,\n"
+            "              int64_t blk, float* part) {\n%s"
             "  for (int64_t r = r0; r < r1; r++) {\n",
             pro.p ? pro.p : "");
+  if (g->ncols) /* this block's column partials, zeroed at its first row */
+    sb_printf(&src,
+              "    float* restrict C = part + (size_t)(r / blk) * (size_t)L * %d;\n"
+              "    if (r == r0 || r %% blk == 0) memset(C, 0, sizeof(float) * (size_t)L * %d);\n",
+              g->ncols, g->ncols);
   for (int q = 0; q < nstat; q++) sb_printf(&src, "    float u%d;\n", q);
   sb_printf(&src, "%s%s%s  }\n  free(T);\n  return 0;\n}\n", rowp.p ? rowp.p : "",
             body.p ? body.p : "", st.p ? st.p : "");

@@ -16,9 +16,10 @@
 
 /* Fusion for the host target: chains of float32 elementwise nodes become one
  * generated C kernel; so do row reductions (softmax, log_softmax, layer norm
- * over the last dim) with their elementwise prologue and epilogue ("row
- * groups", fuse_plan.c), and mm/addmm run block by block with the generated
- * kernel of their elementwise epilogue ("matmul epilogues", fuse_plan.c).
+ * over the last dim, and their backward passes) with their elementwise
+ * prologue and epilogue ("row groups", fuse_plan.c), and mm/addmm run block
+ * by block with the generated kernel of their elementwise epilogue ("matmul
+ * epilogues", fuse_plan.c).
  * Row groups are planned first, then foreach blocks, epilogues and plain
  * chains over the nodes left. TORCH_TPU_FUSE_REDUCTIONS=0 /
  * TORCH_TPU_FUSE_EPILOGUES=0 turn the two new kinds off.
@@ -60,10 +61,11 @@ typedef void (*fused_fn_t)(const float* const* in, float* const* out, const floa
                            int64_t begin, int64_t end);
 
 /* a generated row kernel: rows [r0, r1) of `len` elements; per[k] is
- * buffer k's period in rows; nonzero when its scratch rows could not be
- * allocated */
+ * buffer k's period in rows; column sums (sums over rows) add rows r of
+ * block r / blk into part[r / blk][column][len], in float32 (r0 and r1 are
+ * block bounds); nonzero when its scratch rows could not be allocated */
 typedef int (*rows_fn_t)(const void* const* in, void* const* out, const float* s, int64_t r0,
-                         int64_t r1, int64_t len, const int64_t* per);
+                         int64_t r1, int64_t len, const int64_t* per, int64_t blk, float* part);
 
 /* a fusible op: a row of the element-wise inventory (tpu/ew_ops.def, as
  * fuse_plan.c reads it) */
@@ -89,9 +91,11 @@ typedef struct {
   int in_slot, out_slot;
   /* row groups: rows in the buffer's period (row r reads row r % per);
    * bool: a mask operand; rowstat: one value per row (layer norm's mean
-   * and rstd), held in scalar u<var> */
+   * and rstd), held in scalar u<var> when the group writes it, else read
+   * as p<k>[r]; col >= 0: a column sum, partial `col` of each block */
   int64_t per;
   bool is_bool, rowstat;
+  int col;
 } gbuf_t;
 
 typedef struct {
@@ -107,9 +111,11 @@ typedef struct {
   char* src; /* generated source (until compiled) */
   fused_fn_t fn;
   int nin, nout;
-  /* G_ROWS: rows x len, each row computed through all nodes at once */
+  /* G_ROWS: rows x len, each row computed through all nodes at once;
+   * ncols column sums (in blocks of rows, tpu_fr_col_block) */
   int kind;
   int64_t rows, len;
+  int ncols;
   /* G_MM: the mm/addmm node whose output the chain reads; its output
    * buffer's entry, and whether that output needs no memory (then each
    * row block of the product goes to a scratch block) */
@@ -128,8 +134,18 @@ struct tpu_fusion_plan {
   int* runpos; /* per node: where its work runs (its group's trigger) */
 };
 
-/* row reductions a row group takes */
-enum { RED_NONE = 0, RED_SOFTMAX, RED_LOG_SOFTMAX, RED_LAYER_NORM };
+/* reductions a row group takes: over each row (softmax, log_softmax, layer
+ * norm and their backward passes; layer norm's backward also sums its weight
+ * and bias gradients over the rows: column sums) */
+enum {
+  RED_NONE = 0,
+  RED_SOFTMAX,
+  RED_LOG_SOFTMAX,
+  RED_LAYER_NORM,
+  RED_SOFTMAX_BWD,
+  RED_LOG_SOFTMAX_BWD,
+  RED_LAYER_NORM_BWD
+};
 
 /* TORCH_TPU_FUSION, TORCH_TPU_ASYNC_COMPILE, TORCH_TPU_FUSE_REDUCTIONS,
  * TORCH_TPU_FUSE_EPILOGUES and TORCH_TPU_EPILOGUE_ROWS, read once */
@@ -152,9 +168,12 @@ bool fuse_operand_is_number(const tpu_call_t* c, int arg);
 /* The same for the elementwise nodes of row groups, which also take masks;
  * *bool_operand: the index (0..2) of the bool operand, -1 if none. */
 const fop_t* fuse_find_row_op(const tpu_call_t* c, int* bool_operand);
-/* The row reduction kind of c (RED_*) with its rows *R and row length *L,
+/* The reduction kind of c (RED_*) with its rows *R and row length *L,
  * RED_NONE if it is not one the row groups take. */
 int fuse_row_reduction(const tpu_call_t* c, int64_t* R, int64_t* L);
+/* Whether output k of c is computed: it has a dtype and the bool list at
+ * argument mask_arg (an output_mask), if any, does not say false for it. */
+bool fuse_output_wanted(const tpu_call_t* c, int mask_arg, int k);
 /* Period in rows of operand t of a node whose output o has R rows of L;
  * false when t is not broadcast over o's leading dims only. */
 bool fuse_operand_period(const tpu_tensor_t* t, const tpu_tensor_t* o, int64_t R, int64_t L,

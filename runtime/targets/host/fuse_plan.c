@@ -71,6 +71,7 @@ static const fuse_family_t k_families[TPU_OPID_COUNT] = {
 /* k_families' overloads as ops of the table, and the planner's other ops */
 static const tpu_op_t* g_family_ops[TPU_OPID_COUNT][MAX_OVERLOADS];
 static const tpu_op_t *g_softmax, *g_log_softmax, *g_layer_norm, *g_mm, *g_addmm;
+static const tpu_op_t *g_softmax_bwd, *g_log_softmax_bwd, *g_layer_norm_bwd;
 static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
 
 static void resolve_ops(void) {
@@ -80,6 +81,9 @@ static void resolve_ops(void) {
   g_softmax = tpu_op_lookup("_softmax");
   g_log_softmax = tpu_op_lookup("_log_softmax");
   g_layer_norm = tpu_op_lookup("native_layer_norm");
+  g_softmax_bwd = tpu_op_lookup("_softmax_backward_data");
+  g_log_softmax_bwd = tpu_op_lookup("_log_softmax_backward_data");
+  g_layer_norm_bwd = tpu_op_lookup("native_layer_norm_backward");
   g_mm = tpu_op_lookup("mm");
   g_addmm = tpu_op_lookup("addmm");
 }
@@ -184,14 +188,28 @@ static bool flat_f32(const tpu_tensor_t* t) {
   return t && t->dtype == TPU_F32 && t->ndim >= 1 && tpu_tensor_is_contiguous(t);
 }
 
-/* The row reduction kind of c with its rows and row length, RED_NONE if
- * it is not one the row groups take. */
+/* t is float32, contiguous, with n elements */
+static bool f32_numel(const tpu_tensor_t* t, int64_t n) {
+  return t && t->dtype == TPU_F32 && tpu_tensor_is_contiguous(t) && tpu_tensor_numel(t) == n;
+}
+
+bool fuse_output_wanted(const tpu_call_t* c, int mask_arg, int k) {
+  if (k >= c->nouts || c->outs[k].dtype == TPU_DTYPE_NONE) return false;
+  const tpu_arg_t* m = mask_arg < c->nargs ? &c->args[mask_arg] : NULL;
+  return !(m && m->kind == TPU_ARG_BOOLLIST && k < m->n && !m->v.blist[k]);
+}
+
+/* The reduction kind of c with its rows and row length, RED_NONE if it is
+ * not one the row groups take. */
 int fuse_row_reduction(const tpu_call_t* c, int64_t* R, int64_t* L) {
   const tpu_op_id_t id = c->op->id;
-  if (id != TPU_OPID__softmax && id != TPU_OPID__log_softmax && id != TPU_OPID_native_layer_norm)
+  if (id != TPU_OPID__softmax && id != TPU_OPID__log_softmax && id != TPU_OPID_native_layer_norm &&
+      id != TPU_OPID__softmax_backward_data && id != TPU_OPID__log_softmax_backward_data &&
+      id != TPU_OPID_native_layer_norm_backward)
     return RED_NONE;
   pthread_once(&g_ops_once, resolve_ops);
-  const tpu_tensor_t* x = tpu_arg_tensor(c, 0);
+  const bool bwd = c->op == g_softmax_bwd || c->op == g_log_softmax_bwd || c->op == g_layer_norm_bwd;
+  const tpu_tensor_t* x = tpu_arg_tensor(c, bwd ? 1 : 0); /* the forward's input or output */
   if (!flat_f32(x) || c->nouts < 1 || !flat_f32(&c->outs[0])) return RED_NONE;
   const int64_t len = x->sizes[x->ndim - 1], numel = tpu_tensor_numel(x);
   if (len < 1 || tpu_tensor_numel(&c->outs[0]) != numel) return RED_NONE;
@@ -200,20 +218,30 @@ int fuse_row_reduction(const tpu_call_t* c, int64_t* R, int64_t* L) {
     int64_t d = tpu_arg_i64(c, 1, -1);
     if ((d != -1 && d != x->ndim - 1) || tpu_arg_bool(c, 2, false)) return RED_NONE;
     kind = c->op == g_log_softmax ? RED_LOG_SOFTMAX : RED_SOFTMAX;
-  } else if (c->op == g_layer_norm) {
-    if (c->nargs < 5 || c->args[1].kind != TPU_ARG_INTLIST || c->args[1].n != 1 ||
-        c->args[1].v.ilist[0] != len || c->nouts != 3)
+  } else if (c->op == g_softmax_bwd || c->op == g_log_softmax_bwd) {
+    int64_t d = tpu_arg_i64(c, 2, -1);
+    if ((d != -1 && d != x->ndim - 1) || !f32_numel(tpu_arg_tensor(c, 0), numel)) return RED_NONE;
+    kind = c->op == g_log_softmax_bwd ? RED_LOG_SOFTMAX_BWD : RED_SOFTMAX_BWD;
+  } else if (c->op == g_layer_norm || c->op == g_layer_norm_bwd) {
+    if (c->nargs < 5 || c->args[1 + bwd].kind != TPU_ARG_INTLIST || c->args[1 + bwd].n != 1 ||
+        c->args[1 + bwd].v.ilist[0] != len || c->nouts != 3)
       return RED_NONE;
-    for (int a = 2; a < 4; a++) {
-      if (tpu_arg_is_none(c, a)) continue;
-      const tpu_tensor_t* p = tpu_arg_tensor(c, a);
-      if (!flat_f32(p) || tpu_tensor_numel(p) != len) return RED_NONE;
-    }
-    for (int o = 1; o < 3; o++) /* mean and rstd: one float per row */
-      if (c->outs[o].dtype != TPU_F32 || !tpu_tensor_is_contiguous(&c->outs[o]) ||
-          tpu_tensor_numel(&c->outs[o]) != numel / len)
+    const int w_arg = bwd ? 5 : 2;
+    for (int a = w_arg; a < w_arg + 2 - bwd; a++) /* weight and bias (forward) */
+      if (!tpu_arg_is_none(c, a) && !f32_numel(tpu_arg_tensor(c, a), len)) return RED_NONE;
+    if (bwd) { /* grad_out; mean and rstd in; grad_input, and the wanted sums, out */
+      if (!f32_numel(tpu_arg_tensor(c, 0), numel) || !f32_numel(tpu_arg_tensor(c, 3), numel / len) ||
+          !f32_numel(tpu_arg_tensor(c, 4), numel / len) || !fuse_output_wanted(c, 7, 0))
         return RED_NONE;
-    kind = RED_LAYER_NORM;
+      for (int o = 1; o < 3; o++)
+        if (fuse_output_wanted(c, 7, o) && !f32_numel(&c->outs[o], len)) return RED_NONE;
+      if (fuse_output_wanted(c, 7, 1) && tpu_arg_is_none(c, 5)) return RED_NONE;
+      kind = RED_LAYER_NORM_BWD;
+    } else {
+      for (int o = 1; o < 3; o++) /* mean and rstd: one float per row */
+        if (!f32_numel(&c->outs[o], numel / len)) return RED_NONE;
+      kind = RED_LAYER_NORM;
+    }
   }
   if (kind != RED_NONE) {
     *L = len;
@@ -468,10 +496,19 @@ static bool conflicts(tpu_call_t* x, tpu_call_t* y) {
   return false;
 }
 
+/* whether node p conflicts with one of the nodes idx[0 .. cnt) */
+static bool conflicts_any(tpu_graph_t* gr, int p, const int* idx, int cnt) {
+  for (int k = 0; k < cnt; k++)
+    if (conflicts(gr->nodes[p], gr->nodes[idx[k]])) return true;
+  return false;
+}
+
 /* Forms row groups: each row reduction with the elementwise nodes over its
  * rows among the ROW_WINDOW nodes before it (others in between must not
  * touch what those write, or write what they read: the group runs at its
- * last node) and the consecutive ones after it. */
+ * last node) and after it, where the nodes it passes over do not touch what
+ * the members before them write or write what they read (a mask's fill
+ * between softmax's backward and its where). */
 static void plan_rows(tpu_graph_t* gr, tpu_fusion_plan_t** pp, bool* taken, int* idx) {
   int bound = 0; /* nodes before it belong to earlier row groups' windows */
   bool mem[ROW_WINDOW];
@@ -488,19 +525,26 @@ static void plan_rows(tpu_graph_t* gr, tpu_fusion_plan_t** pp, bool* taken, int*
           break;
         }
     }
-    int e = j + 1;
-    while (e < gr->n && e - j <= ROW_WINDOW && !taken[e] && row_elementwise(gr->nodes[e], R, L))
-      e++;
-    int cnt = 0;
+    int cnt = 0, trig = j; /* the group runs at its last member */
     for (int p = lo; p < j; p++)
       if (mem[p - lo]) idx[cnt++] = p;
     idx[cnt++] = j;
-    for (int p = j + 1; p < e; p++) idx[cnt++] = p;
+    for (int e = j + 1; e < gr->n && e - j <= ROW_WINDOW && !taken[e]; e++) {
+      int64_t r2, l2;
+      if (row_elementwise(gr->nodes[e], R, L)) {
+        idx[cnt++] = trig = e;
+        continue;
+      }
+      /* another reduction starts its own group; a node that touches the
+       * members' data ends the epilogue */
+      if (fuse_row_reduction(gr->nodes[e], &r2, &l2) != RED_NONE || conflicts_any(gr, e, idx, cnt))
+        break;
+    }
     if (cnt < 2) continue;
-    if (!add_group_kind(gr, pp, idx, cnt, e - 1, R * L, G_ROWS, R, L)) continue;
+    if (!add_group_kind(gr, pp, idx, cnt, trig, R * L, G_ROWS, R, L)) continue;
     for (int k = 0; k < cnt; k++) taken[idx[k]] = true;
-    bound = e;
-    j = e - 1;
+    bound = trig + 1;
+    j = trig;
   }
 }
 

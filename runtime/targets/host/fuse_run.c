@@ -11,6 +11,8 @@
 
 #include "device/internal.h"
 #include "targets/host/fuse_internal.h"
+#include "targets/host/kernels/vecmath.h"
+#include "targets/host/kernels/fuse_rows.h"
 
 typedef struct {
   const group_t* g;
@@ -31,7 +33,8 @@ typedef struct {
   const void* const* in;
   void* const* out;
   const int64_t* per;
-  int64_t grain;
+  int64_t grain, blk;
+  float* part;
   _Atomic int oom;
 } rrun_t;
 
@@ -39,14 +42,30 @@ static void row_chunks(void* ctx, int64_t b, int64_t e) {
   rrun_t* r = ctx;
   int64_t lo = b * r->grain, hi = e * r->grain;
   if (hi > r->g->rows) hi = r->g->rows;
-  if (((rows_fn_t)(void*)r->g->fn)(r->in, r->out, r->g->scalars, lo, hi, r->g->len, r->per))
+  if (((rows_fn_t)(void*)r->g->fn)(r->in, r->out, r->g->scalars, lo, hi, r->g->len, r->per,
+                                   r->blk, r->part))
     atomic_store(&r->oom, 1);
+}
+
+/* Column sum k of a row group into dst: its blocks' float partials added in
+ * double in block order (acc: len doubles), as the library's layer norm
+ * backward adds its weight and bias gradients. */
+static void add_col_partials(const float* part, int64_t nblk, int ncols, int k, int64_t len,
+                             double* acc, float* dst) {
+  for (int64_t i = 0; i < len; i++) acc[i] = 0;
+  for (int64_t b = 0; b < nblk; b++) {
+    const float* p = part + (b * ncols + k) * len;
+    for (int64_t i = 0; i < len; i++) acc[i] += (double)p[i];
+  }
+  for (int64_t i = 0; i < len; i++) dst[i] = (float)acc[i];
 }
 
 static tpu_status_t run_row_group(const group_t* g) {
   const void** in = malloc(sizeof(void*) * (size_t)(g->nbufs + 1));
   void** out = malloc(sizeof(void*) * (size_t)(g->nout + 1));
   int64_t* per = malloc(sizeof(int64_t) * (size_t)(g->nbufs + 1));
+  rrun_t r = {g, in, (void* const*)out, per, (1 << 14) / g->len, 1, NULL, 0};
+  double* acc = NULL; /* adds the column sums' block partials */
   tpu_status_t st = TPU_OK;
   if (!in || !out || !per) {
     st = TPU_ERR(RESOURCE_EXHAUSTED, "fused row kernel: out of host memory");
@@ -58,13 +77,32 @@ static tpu_status_t run_row_group(const group_t* g) {
     per[k] = b->per > 0 ? b->per : g->rows;
     if (b->out_slot >= 0) out[b->out_slot] = b->t->data;
   }
-  rrun_t r = {g, in, (void* const*)out, per, (1 << 14) / g->len, 0};
   if (r.grain < 1) r.grain = 1;
+  int64_t nblk = 0;
+  if (g->ncols) { /* chunks of whole blocks, each block's partials its own */
+    r.blk = tpu_fr_col_block(g->rows, g->len);
+    r.grain = (r.grain + r.blk - 1) / r.blk * r.blk;
+    nblk = (g->rows + r.blk - 1) / r.blk;
+    r.part = malloc(sizeof(float) * (size_t)(nblk * g->ncols * g->len));
+    acc = malloc(sizeof(double) * (size_t)g->len);
+    if (!r.part || !acc) {
+      st = TPU_ERR(RESOURCE_EXHAUSTED, "fused row kernel: out of host memory for %" PRId64
+                   " x %d column sums of %" PRId64, nblk, g->ncols, g->len);
+      goto done;
+    }
+  }
   tpu_parallel_for((g->rows + r.grain - 1) / r.grain, 1, row_chunks, &r);
   if (atomic_load(&r.oom))
     st = TPU_ERR(RESOURCE_EXHAUSTED, "fused row kernel: out of host memory for %" PRId64
                  " rows of %" PRId64, g->rows, g->len);
+  for (int k = 0; k < g->nbufs && !st; k++) {
+    const gbuf_t* b = &g->bufs[k];
+    if (b->col >= 0 && b->out_slot >= 0)
+      add_col_partials(r.part, nblk, g->ncols, b->col, g->len, acc, b->t->data);
+  }
 done:
+  free(acc);
+  free(r.part);
   free(in);
   free(out);
   free(per);

@@ -1,4 +1,5 @@
-/* Float32 row kernels of softmax, log_softmax and layer norm, shared by the
+/* Float32 row kernels of softmax, log_softmax and layer norm and of their
+ * backward passes, shared by the
  * library (nn.c) and the C source the fusion compiler generates
  * (targets/host/fuse_codegen.c), so that a fused row gives the library's
  * values: the same run length, lane layout and summation order (runs of
@@ -211,6 +212,88 @@ TPU_FR_INLINE void tpu_fr_layer_norm(const float* x, float* y, int64_t n, double
   *mean = (float)m;
   *rstd = (float)rsd;
   tpu_fr_normalize(x, y, n, mh, ml, (float)rsd, w, b);
+}
+
+/* Rows per block of a column sum (a sum over `rows` rows of `len` columns,
+ * as layer norm's weight and bias gradients): each block adds its rows in
+ * float32, the blocks' partials then add in double in block order. From
+ * the shape only (at most 64 blocks, at most 2^21 partials of each sum), so
+ * a fused kernel and the library sum alike at any thread count. */
+TPU_FR_INLINE int64_t tpu_fr_col_block(int64_t rows, int64_t len) {
+  int64_t nblk = (int64_t)1 << 22;
+  nblk = len > 0 ? nblk / (2 * len) : nblk;
+  if (nblk > 64) nblk = 64;
+  if (nblk > rows) nblk = rows;
+  if (nblk < 1) nblk = 1;
+  const int64_t blk = (rows + nblk - 1) / nblk;
+  return blk < 1 ? 1 : blk;
+}
+
+/* The backward of softmax (gi = y * (g - sum(g * y))) or log_softmax
+ * (gi = g - exp(y) * sum(g)) over a row: the sum in tpu_fr_dot's order,
+ * split as sh + sl in float so that g - sh keeps its digits where it
+ * cancels, the rest in float32. gi may be g's row (it is written after
+ * the sum). */
+TPU_FR_INLINE void tpu_fr_softmax_backward(const float* g, const float* y, float* gi, int64_t n,
+                                           int take_log) {
+  const double s = take_log ? tpu_fr_dot(g, NULL, n) : tpu_fr_dot(g, y, n);
+  const float sh = (float)s, sl = (float)(s - (double)sh);
+  if (take_log) {
+    for (int64_t i = 0; i < n; i++) {
+      const float e = tpu_vm_expf(y[i]);
+      gi[i] = (g[i] - e * sh) - e * sl;
+    }
+  } else {
+    for (int64_t i = 0; i < n; i++) gi[i] = y[i] * ((g[i] - sh) - sl);
+  }
+}
+
+/* One row's terms of layer norm's backward: x_hat = (x - mu) * rs (xh holds
+ * x on entry), g = dy * w (w may be NULL), g * x_hat, and the weight and
+ * bias partials pw += dy * x_hat, pb += dy, all in float32. */
+TPU_FR_INLINE void tpu_fr_norm_bwd_terms(const float* restrict dy, const float* restrict w,
+                                         float mu, float rs, float* restrict xh,
+                                         float* restrict g, float* restrict gx,
+                                         float* restrict pw, float* restrict pb, int64_t n) {
+  if (w) {
+    for (int64_t i = 0; i < n; i++) {
+      const float h = (xh[i] - mu) * rs, gi = dy[i] * w[i];
+      xh[i] = h;
+      g[i] = gi;
+      gx[i] = gi * h;
+      pw[i] += dy[i] * h;
+      pb[i] += dy[i];
+    }
+  } else {
+    for (int64_t i = 0; i < n; i++) {
+      const float h = (xh[i] - mu) * rs;
+      xh[i] = h;
+      g[i] = dy[i];
+      gx[i] = dy[i] * h;
+      pw[i] += dy[i] * h;
+      pb[i] += dy[i];
+    }
+  }
+}
+
+/* dx = rs * ((g - mean(g)) - x_hat * mean(g * x_hat)) of a row from its
+ * terms, the means in tpu_fr_dot's order; dx may be gx's row */
+TPU_FR_INLINE void tpu_fr_norm_bwd_dx(const float* g, const float* gx, const float* xh, float rs,
+                                      float* dx, int64_t n) {
+  const float mg = (float)(tpu_fr_dot(g, NULL, n) / (double)n);
+  const float mgx = (float)(tpu_fr_dot(gx, NULL, n) / (double)n);
+  for (int64_t i = 0; i < n; i++) dx[i] = rs * ((g[i] - mg) - xh[i] * mgx);
+}
+
+/* layer norm's backward of a row x (statistics mu, rs): dx, and the weight
+ * and bias partials added to pw and pb; tmp holds three rows */
+TPU_FR_INLINE void tpu_fr_layer_norm_backward(const float* dy, const float* x, const float* w,
+                                              float mu, float rs, float* dx, float* tmp,
+                                              float* pw, float* pb, int64_t n) {
+  float *xh = tmp, *g = tmp + n, *gx = tmp + 2 * n;
+  memcpy(xh, x, sizeof(float) * (size_t)n);
+  tpu_fr_norm_bwd_terms(dy, w, mu, rs, xh, g, gx, pw, pb, n);
+  tpu_fr_norm_bwd_dx(g, gx, xh, rs, dx, n);
 }
 
 #endif

@@ -463,10 +463,8 @@ static void softmax_range(void* ctx, int64_t begin, int64_t end) {
   free(x);
 }
 
-/* Backward over lanes [begin, end) of contiguous single-precision rows; buf
- * holds two rows. softmax: gi = y * (g - sum(g * y)); log_softmax:
- * gi = g - exp(y) * sum(g); sums in tpu_fr_dot's order, the rest in float32
- * with the sum split in two floats. */
+/* Backward over lanes [begin, end) of contiguous single-precision rows
+ * (tpu_fr_softmax_backward); buf holds two rows. */
 TPU_VR_INLINE void softmax_backward_flat_body(const softmax_job_t* job, int64_t begin,
                                               int64_t end, float* buf, bool avx2) {
   const int64_t n = job->a.len;
@@ -486,18 +484,7 @@ TPU_VR_INLINE void softmax_backward_flat_body(const softmax_job_t* job, int64_t 
     }
     /* elementwise after the sum: the result may overwrite g's row */
     float* o = job->out.dt == TPU_F32 ? (float*)dst : buf;
-    /* the sum as sh + sl in float: g - sh is exact where g is close to
-     * it, so the difference keeps its digits when it cancels */
-    const double s = job->log ? tpu_fr_dot(g, NULL, n) : tpu_fr_dot(g, y, n);
-    const float sh = (float)s, sl = (float)(s - (double)sh);
-    if (job->log) {
-      for (int64_t i = 0; i < n; i++) {
-        const float e = tpu_vm_expf(y[i]);
-        o[i] = (g[i] - e * sh) - e * sl;
-      }
-    } else {
-      for (int64_t i = 0; i < n; i++) o[i] = y[i] * ((g[i] - sh) - sl);
-    }
+    tpu_fr_softmax_backward(g, y, o, n, job->log);
     vrow_from_f32(dst, job->out.dt, o, n, avx2);
   }
 }
@@ -846,33 +833,6 @@ typedef struct {
   _Atomic int oom;
 } norm_bwd_job_t;
 
-/* One row's terms: x_hat (xh holds x on entry), g = dy * w (w may be NULL),
- * g * x_hat, and the weight and bias partials. */
-TPU_VR_INLINE void norm_bwd_flat_terms(const float* restrict dy, const float* restrict w,
-                                       float mu, float rs, float* restrict xh,
-                                       float* restrict g, float* restrict gx,
-                                       float* restrict pwf, float* restrict pbf, int64_t n) {
-  if (w) {
-    for (int64_t i = 0; i < n; i++) {
-      const float h = (xh[i] - mu) * rs, gi = dy[i] * w[i];
-      xh[i] = h;
-      g[i] = gi;
-      gx[i] = gi * h;
-      pwf[i] += dy[i] * h;
-      pbf[i] += dy[i];
-    }
-  } else {
-    for (int64_t i = 0; i < n; i++) {
-      const float h = (xh[i] - mu) * rs;
-      xh[i] = h;
-      g[i] = dy[i];
-      gx[i] = dy[i] * h;
-      pwf[i] += dy[i] * h;
-      pbf[i] += dy[i];
-    }
-  }
-}
-
 /* The backward of layer norm over contiguous single-precision rows, for
  * blocks [begin, end): x_hat and g = dy * w in float32, the row sums of g
  * and g * x_hat in tpu_fr_dot's order, dx in float32; a block's weight and
@@ -896,13 +856,11 @@ TPU_VR_INLINE void norm_bwd_flat_body(norm_bwd_job_t* job, int64_t begin, int64_
       }
       vrow_to_f32(xh, rows_lane_ptr(&job->x, lane), job->x.dt, n, avx2);
       const float mu = (float)job->mean[lane], rs = (float)job->rstd[lane];
-      norm_bwd_flat_terms(dy, w, mu, rs, xh, g, gx, pwf, pbf, n);
+      tpu_fr_norm_bwd_terms(dy, w, mu, rs, xh, g, gx, pwf, pbf, n);
       if (!job->want_dx) continue;
-      const float mg = (float)(tpu_fr_dot(g, NULL, n) / (double)n);
-      const float mgx = (float)(tpu_fr_dot(gx, NULL, n) / (double)n);
       char* dst = rows_lane_ptr(&job->dx, lane);
       float* dx = job->dx.dt == TPU_F32 ? (float*)dst : gx;
-      for (int64_t i = 0; i < n; i++) dx[i] = rs * ((g[i] - mg) - xh[i] * mgx);
+      tpu_fr_norm_bwd_dx(g, gx, xh, rs, dx, n);
       vrow_from_f32(dst, job->dx.dt, dx, n, avx2);
     }
     if (job->want_dwb) {
@@ -968,14 +926,8 @@ static tpu_status_t norm_backward(const char* op, const tpu_call_t* call, int ma
   job->want_dwb = want_dw || want_db;
   if (want_dw) TPU_RETURN_IF_ERROR(check_numel(op, "grad_weight", &call->outs[1], np));
   if (want_db) TPU_RETURN_IF_ERROR(check_numel(op, "grad_bias", &call->outs[2], np));
-  /* block count from the shape only: at most 64, partials at most 4M doubles */
-  int64_t nblk = (int64_t)1 << 22;
-  nblk = np > 0 ? nblk / (2 * np) : nblk;
-  if (nblk > 64) nblk = 64;
-  if (nblk > lanes) nblk = lanes;
-  if (nblk < 1) nblk = 1;
-  job->blk = (lanes + nblk - 1) / nblk;
-  if (job->blk < 1) job->blk = 1;
+  /* blocks from the shape only, as a fused kernel's column sums */
+  job->blk = tpu_fr_col_block(lanes, np);
   job->nblk = (lanes + job->blk - 1) / job->blk;
   if (job->want_dwb) {
     job->part = calloc((size_t)((job->nblk > 0 ? job->nblk : 1) * 2 * (np > 0 ? np : 1)),
