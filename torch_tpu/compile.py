@@ -152,13 +152,16 @@ def _make_compiler(options, what, layouts):
 
 # Ops that core ATen decompositions split into pieces although the host target runs each as
 # one kernel (the ones Strict runs): layer norm's backward (row and column sums), the softmax
-# backwards, embedding's backward (an accumulating index_put when decomposed) and the NLL loss.
+# backwards, embedding's backward (an accumulating index_put when decomposed), the NLL loss,
+# and the activations and their backwards that the element-wise inventory computes in one
+# step (gelu_backward alone decomposes into 11 nodes, each a fused-kernel operand).
 # Graphs of static sizes on the host target keep them whole; graphs with symbolic sizes take
 # the pieces, whose padding rules dynamic.py knows. TORCH_TPU_COMPILE_DECOMPOSE=all takes the
 # pieces everywhere (comparisons, bisecting).
 HOST_KEPT_OPS = ("native_layer_norm_backward", "_softmax_backward_data",
                  "_log_softmax_backward_data", "embedding_dense_backward", "nll_loss_forward",
-                 "nll_loss_backward")
+                 "nll_loss_backward", "gelu_backward", "silu", "silu_backward",
+                 "sigmoid_backward", "tanh_backward", "hardtanh_backward", "hardsigmoid_backward")
 
 
 def _dynamo_graph_is_static(gm):
