@@ -160,15 +160,27 @@ static void pack_src(const gemm_ukernel_t* uk, float* dst, const char* src, tpu_
   }
 }
 
-/* c (+)= A @ B over whole micro-kernel tiles: A is packed in panels of mr
- * rows (kcp packed steps each, `rows` rows), B's panels of nr columns start
- * at b0, bps floats apart (`cols` columns); c has row stride ldc and room for
- * rows and columns rounded up to whole tiles. */
-static void tiles(const gemm_ukernel_t* uk, int64_t kcp, const float* a, int64_t rows,
-                  const float* b0, int64_t bps, int64_t cols, float* c, int64_t ldc, bool acc) {
+/* How tiles() reads A: packed in panels of mr rows, or a block left in
+ * rows (row i at a + i * lda, tile_rows) or in columns (row i of step k at
+ * a + k * lda + i, tile_cols). */
+typedef enum { A_PANELS, A_ROWS, A_COLS } alayout_t;
+
+/* c (+)= A @ B over whole micro-kernel tiles: A has `rows` rows of kcp
+ * packed steps in layout al (A_PANELS: kcp floats per row of a panel), rows
+ * rounded up to whole tiles readable; B's panels of nr columns start at b0,
+ * bps floats apart (`cols` columns); c has row stride ldc and room for rows
+ * and columns rounded up to whole tiles. */
+static void tiles(const gemm_ukernel_t* uk, int64_t kcp, const float* a, alayout_t al,
+                  int64_t lda, int64_t rows, const float* b0, int64_t bps, int64_t cols, float* c,
+                  int64_t ldc, bool acc) {
   for (int64_t j = 0, jp = 0; j < cols; j += uk->nr, jp++)
-    for (int64_t r = 0; r < rows; r += uk->mr)
-      uk->tile(kcp, a + r * kcp, b0 + jp * bps, c + r * ldc + j, ldc, acc, NULL, 0);
+    for (int64_t r = 0; r < rows; r += uk->mr) {
+      const float* b = b0 + jp * bps;
+      float* cr = c + r * ldc + j;
+      if (al == A_ROWS) uk->tile_rows(kcp, a + r * lda, lda, b, cr, ldc, acc, NULL, 0, NULL, 0);
+      else if (al == A_COLS) uk->tile_cols(kcp, a + r, lda, b, cr, ldc, acc, NULL, 0);
+      else uk->tile(kcp, a + r * kcp, b, cr, ldc, acc, NULL, 0);
+    }
 }
 
 /* ---- row loops, vectorized (one copy per ISA, chosen at run time) ---- */
@@ -378,6 +390,32 @@ static void row_dropout(const attn_t* a, float* s, float* also, int64_t b, int64
   }
 }
 
+/* A computed block (rows x n floats, row stride ld) as the A operand of a
+ * product with an input, in layout al (A_ROWS: steps along its rows; A_COLS:
+ * its rows are the steps): itself where the precision leaves it exact, else
+ * transformed into dst (room for rows * n * np floats and mr more); *lda
+ * gets the layout's stride. Streams the block once, no transposition. */
+static const float* computed_a(const attn_t* a, float* dst, const float* src, int64_t ld,
+                               int64_t rows, int64_t n, alayout_t al, int64_t* lda) {
+  const gemm_passes_t* px = &a->px;
+  if (px->np == 1 && px->a[0] == GEMM_XF_EXACT) {
+    *lda = ld;
+    return src;
+  }
+  *lda = al == A_ROWS ? n * px->np : n;
+  if (al == A_ROWS || px->np == 1) { /* row i at dst + i * n * np, passes interleaved */
+    pack_src(a->uk, dst, (const char*)src, TPU_F32, ld, 1, rows, n, 1, px, true);
+    return dst;
+  }
+  for (int64_t i = 0; i < rows; i++) /* step (i, pass p) is the line i * np + p */
+    for (int p = 0; p < px->np; p++) {
+      const gemm_passes_t one = {1, {px->a[p]}, {px->a[p]}};
+      pack_src(a->uk, dst + (i * px->np + p) * n, (const char*)(src + i * ld), TPU_F32, ld, 1, 1,
+               n, 1, &one, true);
+    }
+  return dst;
+}
+
 /* ---- forward ---- */
 /* Packs key and value panels of (batch, kv head) entries claimed one by one. */
 static void fwd_pack(void* ctx, int64_t begin, int64_t end) {
@@ -400,17 +438,18 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
   const int mr = uk->mr, nr = uk->nr;
   const int npd = a->pd.np, npx = a->px.np;
   const int64_t ldS = a->bk, evp = rup(a->Ev, nr), ldO = evp;
-  const size_t floats = (size_t)(a->bq * a->E * npd + a->bq * ldS + a->bq * a->bk * npx +
+  const size_t floats = (size_t)(a->bq * a->E * npd + a->bq * ldS + a->bq * a->bk * npx + mr +
                                  a->bq * ldO + 2 * a->bq + evp);
   float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
   if (!buf) {
     a->oom = 1;
     return;
   }
+  memset(buf, 0, floats * sizeof(float)); /* whole tiles read past the blocks' edges */
   float* qp = buf;
   float* S = qp + a->bq * a->E * npd;
   float* pp = S + a->bq * ldS;
-  float* O = pp + a->bq * a->bk * npx;
+  float* O = pp + a->bq * a->bk * npx + mr;
   float* mx = O + a->bq * ldO;
   float* sum = mx + a->bq;
   float* row = sum + a->bq;
@@ -429,8 +468,8 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
     const int64_t kend = a->causal ? min64(a->Tk, q0 + qcur) : a->Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += a->bk) {
       const int64_t kcur = min64(a->bk, a->Tk - k0);
-      tiles(uk, a->E * npd, qp, qcur, kp + k0 * a->E * npd, nr * a->E * npd, kcur, S, ldS,
-            false);
+      tiles(uk, a->E * npd, qp, A_PANELS, 0, qcur, kp + k0 * a->E * npd, nr * a->E * npd, kcur,
+            S, ldS, false);
       for (int64_t i = 0; i < qcur; i++) {
         float* s = S + i * ldS;
         row_mask(a, s, b, h, q0 + i, k0, kcur);
@@ -447,8 +486,10 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
         if (alpha != 1.0f) ROW_CALL(a->rowisa, row_scale, O + i * ldO, evp, alpha);
         if (a->dropout) row_dropout(a, s, NULL, b, h, q0 + i, k0, kcur);
       }
-      pack_src(uk, pp, (const char*)S, TPU_F32, ldS, 1, qcur, kcur, mr, &a->px, true);
-      tiles(uk, kcur * npx, pp, qcur, vp + k0 * npx * nr, nr * a->Tk * npx, a->Ev, O, ldO, true);
+      int64_t lda;
+      const float* pa = computed_a(a, pp, S, ldS, qcur, kcur, A_ROWS, &lda);
+      tiles(uk, kcur * npx, pa, A_ROWS, lda, qcur, vp + k0 * npx * nr, nr * a->Tk * npx, a->Ev,
+            O, ldO, true);
     }
     for (int64_t i = 0; i < qcur; i++) {
       const float inv = sum[i] > 0 ? 1.0f / sum[i] : 0.0f;
@@ -556,10 +597,12 @@ typedef struct {
 
 static float* bwd_buf_alloc(const attn_t* a, bwd_buf_t* w, int64_t acc, int64_t acc2) {
   const int64_t n_blk = a->bq * a->bk;
-  const int64_t n_pk = max64(a->bq, a->bk) * max64(a->bq, a->bk) * a->px.np;
+  const int64_t n_pk = a->bq * a->bk * a->px.np + a->uk->mr; /* computed_a's */
   const size_t floats = (size_t)(3 * n_blk + n_pk + acc + acc2 + max64(a->ep, a->evp));
   float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
   if (!buf) return NULL;
+  /* whole tiles read past the blocks' edges: finite values there */
+  memset(buf, 0, floats * sizeof(float));
   w->S = buf;
   w->dP = w->S + n_blk;
   w->Pd = w->dP + n_blk;
@@ -577,9 +620,9 @@ static void bwd_block(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64
   const gemm_ukernel_t* uk = a->uk;
   const int nr = uk->nr, npd = a->pd.np;
   const int64_t E = a->E, Ev = a->Ev, ldS = a->bk, bh = b * a->H + h, kv = b * a->Hk + h / a->g;
-  tiles(uk, E * npd, a->qA + bh * a->n_qA + q0 * E * npd, qcur,
+  tiles(uk, E * npd, a->qA + bh * a->n_qA + q0 * E * npd, A_PANELS, 0, qcur,
         a->kS + kv * a->n_kS + k0 * E * npd, nr * E * npd, kcur, w->S, ldS, false);
-  tiles(uk, Ev * npd, a->doA + bh * a->n_doA + q0 * Ev * npd, qcur,
+  tiles(uk, Ev * npd, a->doA + bh * a->n_doA + q0 * Ev * npd, A_PANELS, 0, qcur,
         a->vP + kv * a->n_vP + k0 * Ev * npd, nr * Ev * npd, kcur, w->dP, ldS, false);
   const float* L = a->L + bh * a->tqp + q0;
   const float* Dr = a->Dr + bh * a->tqp + q0;
@@ -627,29 +670,32 @@ static void bwd_rowsum(void* ctx, int64_t begin, int64_t end) {
 }
 
 /* dV += Pd^T dO and dK += dS^T Q for the block's kcur keys (rows of dv and
- * dk, row strides evp and ep); A's lines are keys, contiguous in a row. */
+ * dk, row strides evp and ep): A's rows are keys, its steps queries, so the
+ * blocks are read by columns. */
 static void bwd_dkdv(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
                      int64_t qcur, int64_t kcur, float* dk, float* dv) {
   const gemm_ukernel_t* uk = a->uk;
-  const int mr = uk->mr, nr = uk->nr, npx = a->px.np;
+  const int nr = uk->nr, npx = a->px.np;
   const int64_t bh = b * a->H + h, ldS = a->bk;
-  pack_src(uk, w->pk, (const char*)w->Pd, TPU_F32, 1, ldS, kcur, qcur, mr, &a->px, true);
-  tiles(uk, qcur * npx, w->pk, kcur, a->doB + bh * a->n_doB + q0 * npx * nr, nr * a->Tq * npx,
-        a->Ev, dv, a->evp, true);
-  pack_src(uk, w->pk, (const char*)w->dP, TPU_F32, 1, ldS, kcur, qcur, mr, &a->px, true);
-  tiles(uk, qcur * npx, w->pk, kcur, a->qB + bh * a->n_qB + q0 * npx * nr, nr * a->Tq * npx,
-        a->E, dk, a->ep, true);
+  int64_t lda;
+  const float* pa = computed_a(a, w->pk, w->Pd, ldS, qcur, kcur, A_COLS, &lda);
+  tiles(uk, qcur * npx, pa, A_COLS, lda, kcur, a->doB + bh * a->n_doB + q0 * npx * nr,
+        nr * a->Tq * npx, a->Ev, dv, a->evp, true);
+  pa = computed_a(a, w->pk, w->dP, ldS, qcur, kcur, A_COLS, &lda);
+  tiles(uk, qcur * npx, pa, A_COLS, lda, kcur, a->qB + bh * a->n_qB + q0 * npx * nr,
+        nr * a->Tq * npx, a->E, dk, a->ep, true);
 }
 
 /* dQ += dS K for the block's qcur queries (rows of dq, row stride ep). */
 static void bwd_dq(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t qcur, int64_t k0,
                    int64_t kcur, float* dq) {
   const gemm_ukernel_t* uk = a->uk;
-  const int mr = uk->mr, nr = uk->nr, npx = a->px.np;
+  const int nr = uk->nr, npx = a->px.np;
   const int64_t kv = b * a->Hk + h / a->g;
-  pack_src(uk, w->pk, (const char*)w->dP, TPU_F32, a->bk, 1, qcur, kcur, mr, &a->px, true);
-  tiles(uk, kcur * npx, w->pk, qcur, a->kQ + kv * a->n_kQ + k0 * npx * nr, nr * a->Tk * npx,
-        a->E, dq, a->ep, true);
+  int64_t lda;
+  const float* pa = computed_a(a, w->pk, w->dP, a->bk, qcur, kcur, A_ROWS, &lda);
+  tiles(uk, kcur * npx, pa, A_ROWS, lda, qcur, a->kQ + kv * a->n_kQ + k0 * npx * nr,
+        nr * a->Tk * npx, a->E, dq, a->ep, true);
 }
 
 /* The additive mask's gradient is dS itself (the scores are scale * Q K^T +

@@ -37,5 +37,5 @@
 #include "gemm_ukernel_simd.h"
 
 const gemm_ukernel_t tpu_gemm_ukernel_avx2 = {"avx2", MR, 2 * VL, avx2_tile, avx2_dot,
-                                              avx2_pack_f32, avx2_tile_rows};
+                                              avx2_pack_f32, avx2_tile_rows, avx2_tile_cols};
 #endif
