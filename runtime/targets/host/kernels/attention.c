@@ -416,6 +416,17 @@ static const float* computed_a(const attn_t* a, float* dst, const float* src, in
   return dst;
 }
 
+/* Rows of a float accumulator, times scale (in place), to rows [t0, t0 + n)
+ * of (batch b, head h) of v. */
+static void store_rows(const attn_t* a, const aview_t* v, int64_t b, int64_t h, int64_t t0,
+                       int64_t n, float* src, int64_t ld, int64_t cols, float scale) {
+  for (int64_t i = 0; i < n; i++) {
+    float* r = src + i * ld;
+    if (scale != 1.0f) ROW_CALL(a->rowisa, row_scale, r, cols, scale);
+    tpu_run_store_f32((char*)aptr(v, b, h, t0 + i, 0), v->se, v->dt, r, cols);
+  }
+}
+
 /* ---- forward ---- */
 /* Packs key and value panels of (batch, kv head) entries claimed one by one. */
 static void fwd_pack(void* ctx, int64_t begin, int64_t end) {
@@ -439,7 +450,7 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
   const int npd = a->pd.np, npx = a->px.np;
   const int64_t ldS = a->bk, evp = rup(a->Ev, nr), ldO = evp;
   const size_t floats = (size_t)(a->bq * a->E * npd + a->bq * ldS + a->bq * a->bk * npx + mr +
-                                 a->bq * ldO + 2 * a->bq + evp);
+                                 a->bq * ldO + 2 * a->bq);
   float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
   if (!buf) {
     a->oom = 1;
@@ -452,14 +463,13 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
   float* O = pp + a->bq * a->bk * npx + mr;
   float* mx = O + a->bq * ldO;
   float* sum = mx + a->bq;
-  float* row = sum + a->bq;
   for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < a->items;) {
     const int64_t bh = it / a->nqb, qb = it % a->nqb, b = bh / a->H, h = bh % a->H;
     const int64_t hk = h / a->g, q0 = qb * a->bq, qcur = min64(a->bq, a->Tq - q0);
     const float* kp = a->kpack + (b * a->Hk + hk) * a->kps;
     const float* vp = a->vpack + (b * a->Hk + hk) * a->vps;
-    pack_src(uk, qp, aptr(&a->q, b, h, q0, 0), a->q.dt, a->q.st, a->q.se, qcur, a->E, mr,
-             &a->pd, true);
+    pack_src(uk, qp, aptr(&a->q, b, h, q0, 0), a->q.dt, a->q.st, a->q.se, qcur, a->E, 1, &a->pd,
+             true); /* by rows: transformed, not transposed */
     for (int64_t i = 0; i < qcur; i++) {
       mx[i] = -INFINITY;
       sum[i] = 0;
@@ -468,8 +478,8 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
     const int64_t kend = a->causal ? min64(a->Tk, q0 + qcur) : a->Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += a->bk) {
       const int64_t kcur = min64(a->bk, a->Tk - k0);
-      tiles(uk, a->E * npd, qp, A_PANELS, 0, qcur, kp + k0 * a->E * npd, nr * a->E * npd, kcur,
-            S, ldS, false);
+      tiles(uk, a->E * npd, qp, A_ROWS, a->E * npd, qcur, kp + k0 * a->E * npd, nr * a->E * npd,
+            kcur, S, ldS, false);
       for (int64_t i = 0; i < qcur; i++) {
         float* s = S + i * ldS;
         row_mask(a, s, b, h, q0 + i, k0, kcur);
@@ -492,9 +502,8 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
             O, ldO, true);
     }
     for (int64_t i = 0; i < qcur; i++) {
-      const float inv = sum[i] > 0 ? 1.0f / sum[i] : 0.0f;
-      for (int64_t e = 0; e < a->Ev; e++) row[e] = O[i * ldO + e] * inv;
-      tpu_run_store_f32((char*)aptr(&a->o, b, h, q0 + i, 0), a->o.se, a->o.dt, row, a->Ev);
+      store_rows(a, &a->o, b, h, q0 + i, 1, O + i * ldO, ldO, a->Ev,
+                 sum[i] > 0 ? 1.0f / sum[i] : 0.0f);
       a->lse[b * a->lsb + h * a->lsh + (q0 + i) * a->lst] =
           sum[i] > 0 ? mx[i] + logf(sum[i]) : -INFINITY;
     }
@@ -550,7 +559,7 @@ tpu_status_t tpu_k_sdpa_fwd(const tpu_call_t* c) {
 static void bwd_pack(void* ctx, int64_t begin, int64_t end) {
   attn_t* a = ctx;
   const gemm_ukernel_t* uk = a->uk;
-  const int mr = uk->mr, nr = uk->nr;
+  const int nr = uk->nr;
   const int64_t E = a->E, Ev = a->Ev, Tq = a->Tq, Tk = a->Tk, nkv = a->B * a->Hk;
   for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < nkv + a->B * a->H;) {
     if (it < nkv) {
@@ -565,9 +574,13 @@ static void bwd_pack(void* ctx, int64_t begin, int64_t end) {
     const int64_t bh = it - nkv, b = bh / a->H, h = bh % a->H;
     const char* q = aptr(&a->q, b, h, 0, 0);
     const char* d = aptr(&a->dout, b, h, 0, 0);
-    pack_src(uk, a->qA + bh * a->n_qA, q, a->q.dt, a->q.st, a->q.se, Tq, E, mr, &a->pd, true);
-    pack_src(uk, a->doA + bh * a->n_doA, d, a->dout.dt, a->dout.st, a->dout.se, Tq, Ev, mr,
-             &a->pd, true);
+    /* Q and dO as A, by rows (tile_rows): transformed, not transposed; the
+     * rows up to a whole tile are zeros */
+    float *qA = a->qA + bh * a->n_qA, *doA = a->doA + bh * a->n_doA;
+    pack_src(uk, qA, q, a->q.dt, a->q.st, a->q.se, Tq, E, 1, &a->pd, true);
+    pack_src(uk, doA, d, a->dout.dt, a->dout.st, a->dout.se, Tq, Ev, 1, &a->pd, true);
+    memset(qA + Tq * E * a->pd.np, 0, sizeof(float) * (size_t)((a->tqp - Tq) * E * a->pd.np));
+    memset(doA + Tq * Ev * a->pd.np, 0, sizeof(float) * (size_t)((a->tqp - Tq) * Ev * a->pd.np));
     pack_src(uk, a->qB + bh * a->n_qB, q, a->q.dt, a->q.se, a->q.st, E, Tq, nr, &a->px, false);
     pack_src(uk, a->doB + bh * a->n_doB, d, a->dout.dt, a->dout.se, a->dout.st, Ev, Tq, nr,
              &a->px, false);
@@ -575,10 +588,13 @@ static void bwd_pack(void* ctx, int64_t begin, int64_t end) {
     float* L = a->L + bh * a->tqp;
     for (int64_t i = 0; i < Tq; i++) {
       float s = 0;
-      if (a->o.dt == TPU_F32) /* else bwd_rowsum, from unrounded P */
-        for (int64_t e = 0; e < Ev; e++)
-          s += load_f(aptr(&a->dout, b, h, i, e), a->dout.dt) *
-               load_f(aptr(&a->o, b, h, i, e), a->o.dt);
+      if (a->o.dt == TPU_F32) { /* else bwd_rowsum, from unrounded P */
+        const float* x = (const float*)aptr(&a->dout, b, h, i, 0);
+        const float* y = (const float*)aptr(&a->o, b, h, i, 0);
+        if (a->dout.se == 1 && a->o.se == 1) s = uk->dot(x, y, Ev);
+        else
+          for (int64_t e = 0; e < Ev; e++) s += x[e * a->dout.se] * y[e * a->o.se];
+      }
       Dr[i] = s;
       L[i] = a->lse[b * a->lsb + h * a->lsh + i * a->lst];
     }
@@ -592,24 +608,23 @@ static inline int64_t first_q(const attn_t* a, int64_t k0) {
 
 /* Per-thread blocks of the backward. */
 typedef struct {
-  float *S, *dP, *Pd, *pk, *acc, *acc2, *row;
+  float *S, *dP, *Pd, *pk, *acc, *acc2;
 } bwd_buf_t;
 
 static float* bwd_buf_alloc(const attn_t* a, bwd_buf_t* w, int64_t acc, int64_t acc2) {
   const int64_t n_blk = a->bq * a->bk;
   const int64_t n_pk = a->bq * a->bk * a->px.np + a->uk->mr; /* computed_a's */
-  const size_t floats = (size_t)(3 * n_blk + n_pk + acc + acc2 + max64(a->ep, a->evp));
+  const size_t floats = (size_t)(3 * n_blk + n_pk + acc + acc2);
   float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
   if (!buf) return NULL;
   /* whole tiles read past the blocks' edges: finite values there */
-  memset(buf, 0, floats * sizeof(float));
+  memset(buf, 0, sizeof(float) * (size_t)(3 * n_blk + n_pk));
   w->S = buf;
   w->dP = w->S + n_blk;
   w->Pd = w->dP + n_blk;
   w->pk = w->Pd + n_blk;
   w->acc = w->pk + n_pk;
   w->acc2 = w->acc + acc;
-  w->row = w->acc2 + acc2;
   return buf;
 }
 
@@ -620,9 +635,9 @@ static void bwd_block(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64
   const gemm_ukernel_t* uk = a->uk;
   const int nr = uk->nr, npd = a->pd.np;
   const int64_t E = a->E, Ev = a->Ev, ldS = a->bk, bh = b * a->H + h, kv = b * a->Hk + h / a->g;
-  tiles(uk, E * npd, a->qA + bh * a->n_qA + q0 * E * npd, A_PANELS, 0, qcur,
+  tiles(uk, E * npd, a->qA + bh * a->n_qA + q0 * E * npd, A_ROWS, E * npd, qcur,
         a->kS + kv * a->n_kS + k0 * E * npd, nr * E * npd, kcur, w->S, ldS, false);
-  tiles(uk, Ev * npd, a->doA + bh * a->n_doA + q0 * Ev * npd, A_PANELS, 0, qcur,
+  tiles(uk, Ev * npd, a->doA + bh * a->n_doA + q0 * Ev * npd, A_ROWS, Ev * npd, qcur,
         a->vP + kv * a->n_vP + k0 * Ev * npd, nr * Ev * npd, kcur, w->dP, ldS, false);
   const float* L = a->L + bh * a->tqp + q0;
   const float* Dr = a->Dr + bh * a->tqp + q0;
@@ -717,14 +732,6 @@ static void zero_db(const attn_t* a, int64_t b, int64_t h, int64_t k0, int64_t k
                         min64(64, kcur - j));
 }
 
-static void store_rows(const aview_t* v, int64_t b, int64_t h, int64_t t0, int64_t n,
-                       const float* src, int64_t ld, int64_t cols, float scale, float* row) {
-  for (int64_t i = 0; i < n; i++) {
-    for (int64_t e = 0; e < cols; e++) row[e] = src[i * ld + e] * scale;
-    tpu_run_store_f32((char*)aptr(v, b, h, t0 + i, 0), v->se, v->dt, row, cols);
-  }
-}
-
 /* Whole (batch, kv head) items: dK and dV over all of the group's heads and
  * blocks, and each head's dQ, in one pass over the blocks. */
 static void bwd_whole(void* ctx, int64_t begin, int64_t end) {
@@ -754,10 +761,10 @@ static void bwd_whole(void* ctx, int64_t begin, int64_t end) {
           bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ + q0 * a->ep);
         }
       }
-      store_rows(&a->dq, b, h, 0, a->Tq, dQ, a->ep, a->E, a->scale, w.row);
+      store_rows(a, &a->dq, b, h, 0, a->Tq, dQ, a->ep, a->E, a->scale);
     }
-    store_rows(&a->dk, b, hk, 0, a->Tk, dK, a->ep, a->E, a->scale, w.row);
-    store_rows(&a->dv, b, hk, 0, a->Tk, dV, a->evp, a->Ev, 1.0f, w.row);
+    store_rows(a, &a->dk, b, hk, 0, a->Tk, dK, a->ep, a->E, a->scale);
+    store_rows(a, &a->dv, b, hk, 0, a->Tk, dV, a->evp, a->Ev, 1.0f);
   }
   free(buf);
 }
@@ -790,8 +797,8 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
           bwd_dkdv(a, &w, b, hk * a->g + gi, q0, qcur, kcur, dK, dV);
         }
       }
-      store_rows(&a->dk, b, hk, k0, kcur, dK, a->ep, a->E, a->scale, w.row);
-      store_rows(&a->dv, b, hk, k0, kcur, dV, a->evp, a->Ev, 1.0f, w.row);
+      store_rows(a, &a->dk, b, hk, k0, kcur, dK, a->ep, a->E, a->scale);
+      store_rows(a, &a->dv, b, hk, k0, kcur, dV, a->evp, a->Ev, 1.0f);
     } else {
       const int64_t t = it - nk, bh = t / a->nqb, b = bh / a->H, h = bh % a->H;
       const int64_t q0 = t % a->nqb * a->bq, qcur = min64(a->bq, a->Tq - q0);
@@ -803,7 +810,7 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
         bwd_block(a, &w, b, h, q0, qcur, k0, kcur, false);
         bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ);
       }
-      store_rows(&a->dq, b, h, q0, qcur, dQ, a->ep, a->E, a->scale, w.row);
+      store_rows(a, &a->dq, b, h, q0, qcur, dQ, a->ep, a->E, a->scale);
     }
   }
   free(buf);
