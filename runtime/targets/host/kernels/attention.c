@@ -184,21 +184,66 @@ static void tiles(const gemm_ukernel_t* uk, int64_t kcp, const float* a, alayout
 }
 
 /* ---- row loops, vectorized (one copy per ISA, chosen at run time) ---- */
+/* Maxima and sums of a row run in ROW_LANES interleaved lanes (element j in
+ * lane j % ROW_LANES), then across the lanes in a fixed order: vectors on
+ * every ISA, the same bits on all of them. */
+enum { ROW_LANES = 16 };
+
+/* ROW_LANES floats (any alignment) and their lane masks, for the maximum,
+ * whose select the compiler leaves scalar when written element-wise */
+typedef float rowv_t __attribute__((vector_size(ROW_LANES * 4), aligned(4)));
+typedef int32_t rowvi_t __attribute__((vector_size(ROW_LANES * 4)));
+
+/* gemm_round_bf16 in 32-bit lanes, inlined into the row loops */
+TPU_VM_INLINE float row_bf16(float x) {
+  const uint32_t u = tpu_vm_bits(x);
+  const float r = tpu_vm_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+  return x != x ? x : r;
+}
+
+static inline float lanes_max(const float* m) {
+  float r = m[0];
+  for (int l = 1; l < ROW_LANES; l++) r = m[l] > r ? m[l] : r;
+  return r;
+}
+
+static inline float lanes_sum(float* t) {
+  for (int w = ROW_LANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) t[l] += t[l + w];
+  return t[0];
+}
+
 #define ATTN_ROW_FNS(SUF, ATTR)                                                              \
   static ATTR float row_max_##SUF(const float* s, int64_t n) {                               \
-    float m = -INFINITY;                                                                     \
-    for (int64_t j = 0; j < n; j++) m = s[j] > m ? s[j] : m;                                 \
-    return m;                                                                                \
-  }                                                                                          \
-  /* s = exp(s - m); returns the sum */                                                      \
-  static ATTR float row_exp_##SUF(float* s, int64_t n, float m) {                            \
-    float sum = 0;                                                                           \
-    for (int64_t j = 0; j < n; j++) {                                                        \
-      float e = tpu_vm_expf(s[j] - m);                                                       \
-      s[j] = e;                                                                              \
-      sum += e;                                                                              \
+    rowv_t v = (rowv_t){0} - INFINITY;                                                       \
+    int64_t j = 0;                                                                           \
+    for (; j + ROW_LANES <= n; j += ROW_LANES) {                                             \
+      const rowv_t x = *(const rowv_t*)(s + j);                                              \
+      const rowvi_t gt = x > v;                                                              \
+      v = (rowv_t)((gt & (rowvi_t)x) | (~gt & (rowvi_t)v));                                  \
     }                                                                                        \
-    return sum;                                                                              \
+    float m[ROW_LANES];                                                                      \
+    memcpy(m, &v, sizeof m);                                                                 \
+    for (int l = 0; j + l < n; l++) m[l] = s[j + l] > m[l] ? s[j + l] : m[l];                \
+    return lanes_max(m);                                                                     \
+  }                                                                                          \
+  /* s = exp(s - m), rounded to bfloat16 with `round` (the sum is of the  */                 \
+  /* unrounded values); returns the sum */                                                   \
+  static ATTR float row_exp_##SUF(float* s, int64_t n, float m, bool round) {                \
+    float t[ROW_LANES] = {0};                                                                \
+    int64_t j = 0;                                                                           \
+    for (; j + ROW_LANES <= n; j += ROW_LANES)                                               \
+      for (int l = 0; l < ROW_LANES; l++) {                                                  \
+        float e = tpu_vm_expf(s[j + l] - m);                                                 \
+        t[l] += e;                                                                           \
+        s[j + l] = round ? row_bf16(e) : e;                                                       \
+      }                                                                                      \
+    for (int l = 0; j + l < n; l++) {                                                        \
+      float e = tpu_vm_expf(s[j + l] - m);                                                   \
+      t[l] += e;                                                                             \
+      s[j + l] = round ? row_bf16(e) : e;                                                         \
+    }                                                                                        \
+    return lanes_sum(t);                                                                     \
   }                                                                                          \
   /* s = exp(s * scale - lse) (backward's P) */                                              \
   static ATTR void row_p_##SUF(float* s, int64_t n, float lse) {                             \
@@ -210,6 +255,9 @@ static void tiles(const gemm_ukernel_t* uk, int64_t kcp, const float* a, alayout
   /* ds = p * (dp - d) */                                                                    \
   static ATTR void row_ds_##SUF(float* ds, const float* p, int64_t n, float d) {             \
     for (int64_t j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - d);                              \
+  }                                                                                          \
+  static ATTR void row_round_##SUF(float* s, int64_t n) {                                    \
+    for (int64_t j = 0; j < n; j++) s[j] = row_bf16(s[j]);                                   \
   }
 
 ATTN_ROW_FNS(p, TPU_VEC_PORTABLE)
@@ -231,6 +279,7 @@ typedef struct {
   const gemm_ukernel_t* uk;
   gemm_passes_t pd, px; /* input x input, computed x input */
   int rowisa;           /* row loops' ISA: 0 portable, 1 AVX2, 2 AVX-512 */
+  bool round_p;         /* computed operands (P, dS) as A are rounded to bfloat16 in place */
   int64_t B, H, Hk, g, Tq, Tk, E, Ev;
   int64_t bq, bk, nqb, nkb;
   float scale;
@@ -300,6 +349,7 @@ static tpu_status_t attn_init(attn_t* a, const char* op, const tpu_tensor_t* q,
   a->g = a->H / a->Hk;
   a->uk = attn_ukernel();
   attn_passes(q->dtype, prec, &a->pd, &a->px);
+  a->round_p = a->px.np == 1 && a->px.a[0] == GEMM_XF_BF16;
 #ifdef TPU_HAVE_AVX2_BUILD
   if (tpu_host_isa() == TPU_ISA_AVX2) a->rowisa = a->uk == &tpu_gemm_ukernel_avx512 ? 2 : 1;
 #endif
@@ -392,21 +442,23 @@ static void row_dropout(const attn_t* a, float* s, float* also, int64_t b, int64
 
 /* A computed block (rows x n floats, row stride ld) as the A operand of a
  * product with an input, in layout al (A_ROWS: steps along its rows; A_COLS:
- * its rows are the steps): itself where the precision leaves it exact, else
- * transformed into dst (room for rows * n * np floats and mr more); *lda
- * gets the layout's stride. Streams the block once, no transposition. */
+ * its rows are the steps): itself with one packed step per step (the row
+ * loops applied the transform, round_p), else its passes written into dst
+ * (room for rows * n * np floats and mr more); *lda gets the layout's
+ * stride. Streams the block once, no transposition. */
 static const float* computed_a(const attn_t* a, float* dst, const float* src, int64_t ld,
                                int64_t rows, int64_t n, alayout_t al, int64_t* lda) {
   const gemm_passes_t* px = &a->px;
-  if (px->np == 1 && px->a[0] == GEMM_XF_EXACT) {
+  if (px->np == 1) {
     *lda = ld;
     return src;
   }
-  *lda = al == A_ROWS ? n * px->np : n;
-  if (al == A_ROWS || px->np == 1) { /* row i at dst + i * n * np, passes interleaved */
+  if (al == A_ROWS) { /* row i at dst + i * n * np, passes interleaved */
+    *lda = n * px->np;
     pack_src(a->uk, dst, (const char*)src, TPU_F32, ld, 1, rows, n, 1, px, true);
     return dst;
   }
+  *lda = n;
   for (int64_t i = 0; i < rows; i++) /* step (i, pass p) is the line i * np + p */
     for (int p = 0; p < px->np; p++) {
       const gemm_passes_t one = {1, {px->a[p]}, {px->a[p]}};
@@ -490,11 +542,14 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
           continue;
         }
         const float alpha = expf(mx[i] - mnew);
-        const float bs = ROW_CALL(a->rowisa, row_exp, s, kcur, mnew);
+        const float bs = ROW_CALL(a->rowisa, row_exp, s, kcur, mnew, a->round_p && !a->dropout);
         sum[i] = sum[i] * alpha + bs;
         mx[i] = mnew;
         if (alpha != 1.0f) ROW_CALL(a->rowisa, row_scale, O + i * ldO, evp, alpha);
-        if (a->dropout) row_dropout(a, s, NULL, b, h, q0 + i, k0, kcur);
+        if (a->dropout) {
+          row_dropout(a, s, NULL, b, h, q0 + i, k0, kcur);
+          if (a->round_p) ROW_CALL(a->rowisa, row_round, s, kcur);
+        }
       }
       int64_t lda;
       const float* pa = computed_a(a, pp, S, ldS, qcur, kcur, A_ROWS, &lda);
@@ -628,8 +683,19 @@ static float* bwd_buf_alloc(const attn_t* a, bwd_buf_t* w, int64_t acc, int64_t 
   return buf;
 }
 
+/* The additive mask's gradient is dS itself (the scores are scale * Q K^T +
+ * mask): rows of the block's dS (w->dP) go to the (B, H, Tq, Tk) output. */
+static void store_db(const attn_t* a, const bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
+                     int64_t qcur, int64_t k0, int64_t kcur) {
+  for (int64_t i = 0; i < qcur; i++)
+    tpu_run_store_f32((char*)aptr(&a->db, b, h, q0 + i, k0), a->db.se, a->db.dt,
+                      w->dP + i * a->bk, kcur);
+}
+
 /* One (query block, key block) of head h: P into S, dS into dP, P with the
- * dropout applied into Pd; `partial` leaves dP as dO V^T. */
+ * dropout applied into Pd; `partial` leaves dP as dO V^T. Else dS goes to
+ * the mask's gradient (want_db), then Pd and dS are rounded for the
+ * products they enter as A (round_p). */
 static void bwd_block(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
                       int64_t qcur, int64_t k0, int64_t kcur, bool partial) {
   const gemm_ukernel_t* uk = a->uk;
@@ -650,6 +716,13 @@ static void bwd_block(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64
     if (a->dropout) row_dropout(a, pd, partial ? NULL : dp, b, h, q0 + i, k0, kcur);
     if (!partial) ROW_CALL(a->rowisa, row_ds, dp, s, kcur, Dr[i]);
   }
+  if (partial) return;
+  if (a->want_db) store_db(a, w, b, h, q0, qcur, k0, kcur);
+  if (a->round_p)
+    for (int64_t i = 0; i < qcur; i++) {
+      ROW_CALL(a->rowisa, row_round, w->Pd + i * ldS, kcur);
+      ROW_CALL(a->rowisa, row_round, w->dP + i * ldS, kcur);
+    }
 }
 
 /* rowsum(dO * O) = sum_j Pd_ij dP_ij, from the blocks, for 16-bit outputs:
@@ -713,15 +786,6 @@ static void bwd_dq(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t 
         nr * a->Tk * npx, a->E, dq, a->ep, true);
 }
 
-/* The additive mask's gradient is dS itself (the scores are scale * Q K^T +
- * mask): rows of the block's dS (w->dP) go to the (B, H, Tq, Tk) output. */
-static void store_db(const attn_t* a, const bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
-                     int64_t qcur, int64_t k0, int64_t kcur) {
-  for (int64_t i = 0; i < qcur; i++)
-    tpu_run_store_f32((char*)aptr(&a->db, b, h, q0 + i, k0), a->db.se, a->db.dt,
-                      w->dP + i * a->bk, kcur);
-}
-
 /* Zeros of the mask's gradient where the causal mask skips whole blocks:
  * rows [0, first_q(k0)) of key block k0. */
 static void zero_db(const attn_t* a, int64_t b, int64_t h, int64_t k0, int64_t kcur) {
@@ -756,7 +820,6 @@ static void bwd_whole(void* ctx, int64_t begin, int64_t end) {
         for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
           const int64_t qcur = min64(a->bq, a->Tq - q0);
           bwd_block(a, &w, b, h, q0, qcur, k0, kcur, false);
-          if (a->want_db) store_db(a, &w, b, h, q0, qcur, k0, kcur);
           bwd_dkdv(a, &w, b, h, q0, qcur, kcur, dK + k0 * a->ep, dV + k0 * a->evp);
           bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ + q0 * a->ep);
         }
@@ -793,7 +856,6 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
         for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
           const int64_t qcur = min64(a->bq, a->Tq - q0);
           bwd_block(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur, false);
-          if (a->want_db) store_db(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur);
           bwd_dkdv(a, &w, b, hk * a->g + gi, q0, qcur, kcur, dK, dV);
         }
       }
