@@ -160,26 +160,45 @@ static void pack_src(const gemm_ukernel_t* uk, float* dst, const char* src, tpu_
   }
 }
 
-/* How tiles() reads A: packed in panels of mr rows, or a block left in
- * rows (row i at a + i * lda, tile_rows) or in columns (row i of step k at
- * a + k * lda + i, tile_cols). */
-typedef enum { A_PANELS, A_ROWS, A_COLS } alayout_t;
+/* How tiles() reads A: a block left in rows (row i at a + i * lda,
+ * tile_rows) or in columns (row i of step k at a + k * lda + i, tile_cols). */
+typedef enum { A_ROWS, A_COLS } alayout_t;
 
-/* c (+)= A @ B over whole micro-kernel tiles: A has `rows` rows of kcp
- * packed steps in layout al (A_PANELS: kcp floats per row of a panel), rows
+/* The causal mask's zeros in a product of one (query block, key block)
+ * pair, where query i meets key j (block-local) iff j <= i + d: tiles()
+ * skips the tiles and steps that only meet masked pairs. Z_COLS: A's rows
+ * are queries, the columns keys (S = Q K^T; skipped tiles are left as they
+ * were); Z_STEPS_TO: rows queries, steps keys (P V); Z_STEPS_FROM: rows keys,
+ * steps queries (P^T dO). The skipped steps must be products with zeros. */
+typedef enum { Z_NONE, Z_COLS, Z_STEPS_TO, Z_STEPS_FROM } zkind_t;
+typedef struct {
+  zkind_t kind;
+  int64_t d;
+} zone_t;
+
+/* c (+)= A @ B over whole micro-kernel tiles: A has `rows` rows of ks
+ * source steps, np packed steps each, in layout al (stride lda), rows
  * rounded up to whole tiles readable; B's panels of nr columns start at b0,
  * bps floats apart (`cols` columns); c has row stride ldc and room for rows
- * and columns rounded up to whole tiles. */
-static void tiles(const gemm_ukernel_t* uk, int64_t kcp, const float* a, alayout_t al,
-                  int64_t lda, int64_t rows, const float* b0, int64_t bps, int64_t cols, float* c,
-                  int64_t ldc, bool acc) {
+ * and columns rounded up to whole tiles. Steps are skipped only where c
+ * accumulates. */
+static void tiles(const gemm_ukernel_t* uk, const float* a, alayout_t al, int64_t lda,
+                  int64_t rows, int64_t ks, int np, const float* b0, int64_t bps, int64_t cols,
+                  float* c, int64_t ldc, bool acc, zone_t z) {
   for (int64_t j = 0, jp = 0; j < cols; j += uk->nr, jp++)
     for (int64_t r = 0; r < rows; r += uk->mr) {
-      const float* b = b0 + jp * bps;
+      const int64_t last = min64(r + uk->mr, rows) - 1;
+      int64_t s0 = 0, s1 = ks;
+      if (z.kind == Z_COLS && j > last + z.d) continue;
+      if (acc && z.kind == Z_STEPS_TO) s1 = min64(ks, max64(0, last + z.d + 1));
+      if (acc && z.kind == Z_STEPS_FROM) s0 = min64(ks, max64(0, r - z.d));
+      if (s0 >= s1 && acc) continue;
+      const float* b = b0 + jp * bps + s0 * np * uk->nr;
       float* cr = c + r * ldc + j;
-      if (al == A_ROWS) uk->tile_rows(kcp, a + r * lda, lda, b, cr, ldc, acc, NULL, 0, NULL, 0);
-      else if (al == A_COLS) uk->tile_cols(kcp, a + r, lda, b, cr, ldc, acc, NULL, 0);
-      else uk->tile(kcp, a + r * kcp, b, cr, ldc, acc, NULL, 0);
+      if (al == A_ROWS)
+        uk->tile_rows((s1 - s0) * np, a + r * lda + s0 * np, lda, b, cr, ldc, acc, NULL, 0, NULL,
+                      0);
+      else uk->tile_cols((s1 - s0) * np, a + r + s0 * np * lda, lda, b, cr, ldc, acc, NULL, 0);
     }
 }
 
@@ -201,13 +220,13 @@ TPU_VM_INLINE float row_bf16(float x) {
   return x != x ? x : r;
 }
 
-static inline float lanes_max(const float* m) {
+TPU_VM_INLINE float lanes_max(const float* m) {
   float r = m[0];
   for (int l = 1; l < ROW_LANES; l++) r = m[l] > r ? m[l] : r;
   return r;
 }
 
-static inline float lanes_sum(float* t) {
+TPU_VM_INLINE float lanes_sum(float* t) {
   for (int w = ROW_LANES / 2; w > 0; w /= 2)
     for (int l = 0; l < w; l++) t[l] += t[l + w];
   return t[0];
@@ -479,6 +498,18 @@ static void store_rows(const attn_t* a, const aview_t* v, int64_t b, int64_t h, 
   }
 }
 
+/* How many of a block's n keys row i (of `rows`) must hold for the
+ * products that tiles() runs with the causal zone's offset d: P V and dS K
+ * read the keys up to the diagonal of the row's last tile row, P^T dO and
+ * dS^T Q the key tiles that start at or before its own diagonal. The keys
+ * between the row's diagonal and that extent are masked (zeros in P). */
+static int64_t row_extent(const attn_t* a, int64_t i, int64_t rows, int64_t d, int64_t n) {
+  if (!a->causal || a->want_db) return n;
+  const int64_t mr = a->uk->mr, last = min64((i / mr + 1) * mr, rows) - 1;
+  const int64_t e = max64(last + d + 1, i + d < 0 ? 0 : ((i + d) / mr + 1) * mr);
+  return min64(n, max64(e, 0));
+}
+
 /* ---- forward ---- */
 /* Packs key and value panels of (batch, kv head) entries claimed one by one. */
 static void fwd_pack(void* ctx, int64_t begin, int64_t end) {
@@ -530,31 +561,33 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
     const int64_t kend = a->causal ? min64(a->Tk, q0 + qcur) : a->Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += a->bk) {
       const int64_t kcur = min64(a->bk, a->Tk - k0);
-      tiles(uk, a->E * npd, qp, A_ROWS, a->E * npd, qcur, kp + k0 * a->E * npd, nr * a->E * npd,
-            kcur, S, ldS, false);
+      const int64_t d = q0 - k0;
+      tiles(uk, qp, A_ROWS, a->E * npd, qcur, a->E, npd, kp + k0 * a->E * npd, nr * a->E * npd,
+            kcur, S, ldS, false, (zone_t){a->causal ? Z_COLS : Z_NONE, d});
       for (int64_t i = 0; i < qcur; i++) {
         float* s = S + i * ldS;
-        row_mask(a, s, b, h, q0 + i, k0, kcur);
-        const float bm = ROW_CALL(a->rowisa, row_max, s, kcur);
+        const int64_t n = row_extent(a, i, qcur, d, kcur);
+        row_mask(a, s, b, h, q0 + i, k0, n);
+        const float bm = ROW_CALL(a->rowisa, row_max, s, n);
         const float mnew = bm > mx[i] ? bm : mx[i];
         if (mnew == -INFINITY) { /* nothing seen yet */
-          memset(s, 0, sizeof(float) * (size_t)kcur);
+          memset(s, 0, sizeof(float) * (size_t)n);
           continue;
         }
         const float alpha = expf(mx[i] - mnew);
-        const float bs = ROW_CALL(a->rowisa, row_exp, s, kcur, mnew, a->round_p && !a->dropout);
+        const float bs = ROW_CALL(a->rowisa, row_exp, s, n, mnew, a->round_p && !a->dropout);
         sum[i] = sum[i] * alpha + bs;
         mx[i] = mnew;
         if (alpha != 1.0f) ROW_CALL(a->rowisa, row_scale, O + i * ldO, evp, alpha);
         if (a->dropout) {
-          row_dropout(a, s, NULL, b, h, q0 + i, k0, kcur);
-          if (a->round_p) ROW_CALL(a->rowisa, row_round, s, kcur);
+          row_dropout(a, s, NULL, b, h, q0 + i, k0, n);
+          if (a->round_p) ROW_CALL(a->rowisa, row_round, s, n);
         }
       }
       int64_t lda;
       const float* pa = computed_a(a, pp, S, ldS, qcur, kcur, A_ROWS, &lda);
-      tiles(uk, kcur * npx, pa, A_ROWS, lda, qcur, vp + k0 * npx * nr, nr * a->Tk * npx, a->Ev,
-            O, ldO, true);
+      tiles(uk, pa, A_ROWS, lda, qcur, kcur, npx, vp + k0 * npx * nr, nr * a->Tk * npx, a->Ev, O,
+            ldO, true, (zone_t){a->causal ? Z_STEPS_TO : Z_NONE, d});
     }
     for (int64_t i = 0; i < qcur; i++) {
       store_rows(a, &a->o, b, h, q0 + i, 1, O + i * ldO, ldO, a->Ev,
@@ -684,12 +717,11 @@ static float* bwd_buf_alloc(const attn_t* a, bwd_buf_t* w, int64_t acc, int64_t 
 }
 
 /* The additive mask's gradient is dS itself (the scores are scale * Q K^T +
- * mask): rows of the block's dS (w->dP) go to the (B, H, Tq, Tk) output. */
+ * mask): row qi of the block's dS (w->dP) goes to the (B, H, Tq, Tk) output. */
 static void store_db(const attn_t* a, const bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
-                     int64_t qcur, int64_t k0, int64_t kcur) {
-  for (int64_t i = 0; i < qcur; i++)
-    tpu_run_store_f32((char*)aptr(&a->db, b, h, q0 + i, k0), a->db.se, a->db.dt,
-                      w->dP + i * a->bk, kcur);
+                     int64_t i, int64_t k0, int64_t kcur) {
+  tpu_run_store_f32((char*)aptr(&a->db, b, h, q0 + i, k0), a->db.se, a->db.dt,
+                    w->dP + i * a->bk, kcur);
 }
 
 /* One (query block, key block) of head h: P into S, dS into dP, P with the
@@ -701,28 +733,30 @@ static void bwd_block(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64
   const gemm_ukernel_t* uk = a->uk;
   const int nr = uk->nr, npd = a->pd.np;
   const int64_t E = a->E, Ev = a->Ev, ldS = a->bk, bh = b * a->H + h, kv = b * a->Hk + h / a->g;
-  tiles(uk, E * npd, a->qA + bh * a->n_qA + q0 * E * npd, A_ROWS, E * npd, qcur,
-        a->kS + kv * a->n_kS + k0 * E * npd, nr * E * npd, kcur, w->S, ldS, false);
-  tiles(uk, Ev * npd, a->doA + bh * a->n_doA + q0 * Ev * npd, A_ROWS, Ev * npd, qcur,
-        a->vP + kv * a->n_vP + k0 * Ev * npd, nr * Ev * npd, kcur, w->dP, ldS, false);
+  const int64_t d = q0 - k0;
+  const zone_t z = {a->causal ? Z_COLS : Z_NONE, d};
+  tiles(uk, a->qA + bh * a->n_qA + q0 * E * npd, A_ROWS, E * npd, qcur, E, npd,
+        a->kS + kv * a->n_kS + k0 * E * npd, nr * E * npd, kcur, w->S, ldS, false, z);
+  tiles(uk, a->doA + bh * a->n_doA + q0 * Ev * npd, A_ROWS, Ev * npd, qcur, Ev, npd,
+        a->vP + kv * a->n_vP + k0 * Ev * npd, nr * Ev * npd, kcur, w->dP, ldS, false, z);
   const float* L = a->L + bh * a->tqp + q0;
   const float* Dr = a->Dr + bh * a->tqp + q0;
   for (int64_t i = 0; i < qcur; i++) {
     float *s = w->S + i * ldS, *dp = w->dP + i * ldS, *pd = w->Pd + i * ldS;
-    row_mask(a, s, b, h, q0 + i, k0, kcur);
-    if (L[i] == -INFINITY) memset(s, 0, sizeof(float) * (size_t)kcur);
-    else ROW_CALL(a->rowisa, row_p, s, kcur, L[i]);
-    memcpy(pd, s, sizeof(float) * (size_t)kcur);
-    if (a->dropout) row_dropout(a, pd, partial ? NULL : dp, b, h, q0 + i, k0, kcur);
-    if (!partial) ROW_CALL(a->rowisa, row_ds, dp, s, kcur, Dr[i]);
-  }
-  if (partial) return;
-  if (a->want_db) store_db(a, w, b, h, q0, qcur, k0, kcur);
-  if (a->round_p)
-    for (int64_t i = 0; i < qcur; i++) {
-      ROW_CALL(a->rowisa, row_round, w->Pd + i * ldS, kcur);
-      ROW_CALL(a->rowisa, row_round, w->dP + i * ldS, kcur);
+    const int64_t n = row_extent(a, i, qcur, d, kcur);
+    row_mask(a, s, b, h, q0 + i, k0, n);
+    if (L[i] == -INFINITY) memset(s, 0, sizeof(float) * (size_t)n);
+    else ROW_CALL(a->rowisa, row_p, s, n, L[i]);
+    memcpy(pd, s, sizeof(float) * (size_t)n);
+    if (a->dropout) row_dropout(a, pd, partial ? NULL : dp, b, h, q0 + i, k0, n);
+    if (partial) continue;
+    ROW_CALL(a->rowisa, row_ds, dp, s, n, Dr[i]);
+    if (a->want_db) store_db(a, w, b, h, q0, i, k0, kcur);
+    if (a->round_p) {
+      ROW_CALL(a->rowisa, row_round, pd, n);
+      ROW_CALL(a->rowisa, row_round, dp, n);
     }
+  }
 }
 
 /* rowsum(dO * O) = sum_j Pd_ij dP_ij, from the blocks, for 16-bit outputs:
@@ -747,8 +781,9 @@ static void bwd_rowsum(void* ctx, int64_t begin, int64_t end) {
         bwd_block(a, &w, b, h, q0, qcur, k0, kcur, true);
         for (int64_t i = 0; i < qcur; i++) {
           const float *pd = w.Pd + i * a->bk, *dp = w.dP + i * a->bk;
+          const int64_t n = row_extent(a, i, qcur, q0 - k0, kcur);
           float s = 0;
-          for (int64_t j = 0; j < kcur; j++) s += pd[j] * dp[j];
+          for (int64_t j = 0; j < n; j++) s += pd[j] * dp[j];
           Dr[q0 + i] += s;
         }
       }
@@ -761,29 +796,31 @@ static void bwd_rowsum(void* ctx, int64_t begin, int64_t end) {
  * dk, row strides evp and ep): A's rows are keys, its steps queries, so the
  * blocks are read by columns. */
 static void bwd_dkdv(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
-                     int64_t qcur, int64_t kcur, float* dk, float* dv) {
+                     int64_t qcur, int64_t k0, int64_t kcur, float* dk, float* dv) {
   const gemm_ukernel_t* uk = a->uk;
   const int nr = uk->nr, npx = a->px.np;
   const int64_t bh = b * a->H + h, ldS = a->bk;
+  const zone_t z = {a->causal ? Z_STEPS_FROM : Z_NONE, q0 - k0};
   int64_t lda;
   const float* pa = computed_a(a, w->pk, w->Pd, ldS, qcur, kcur, A_COLS, &lda);
-  tiles(uk, qcur * npx, pa, A_COLS, lda, kcur, a->doB + bh * a->n_doB + q0 * npx * nr,
-        nr * a->Tq * npx, a->Ev, dv, a->evp, true);
+  tiles(uk, pa, A_COLS, lda, kcur, qcur, npx, a->doB + bh * a->n_doB + q0 * npx * nr,
+        nr * a->Tq * npx, a->Ev, dv, a->evp, true, z);
   pa = computed_a(a, w->pk, w->dP, ldS, qcur, kcur, A_COLS, &lda);
-  tiles(uk, qcur * npx, pa, A_COLS, lda, kcur, a->qB + bh * a->n_qB + q0 * npx * nr,
-        nr * a->Tq * npx, a->E, dk, a->ep, true);
+  tiles(uk, pa, A_COLS, lda, kcur, qcur, npx, a->qB + bh * a->n_qB + q0 * npx * nr,
+        nr * a->Tq * npx, a->E, dk, a->ep, true, z);
 }
 
 /* dQ += dS K for the block's qcur queries (rows of dq, row stride ep). */
-static void bwd_dq(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t qcur, int64_t k0,
-                   int64_t kcur, float* dq) {
+static void bwd_dq(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t q0, int64_t qcur,
+                   int64_t k0, int64_t kcur, float* dq) {
   const gemm_ukernel_t* uk = a->uk;
   const int nr = uk->nr, npx = a->px.np;
   const int64_t kv = b * a->Hk + h / a->g;
   int64_t lda;
   const float* pa = computed_a(a, w->pk, w->dP, a->bk, qcur, kcur, A_ROWS, &lda);
-  tiles(uk, kcur * npx, pa, A_ROWS, lda, qcur, a->kQ + kv * a->n_kQ + k0 * npx * nr,
-        nr * a->Tk * npx, a->E, dq, a->ep, true);
+  tiles(uk, pa, A_ROWS, lda, qcur, kcur, npx, a->kQ + kv * a->n_kQ + k0 * npx * nr,
+        nr * a->Tk * npx, a->E, dq, a->ep, true,
+        (zone_t){a->causal ? Z_STEPS_TO : Z_NONE, q0 - k0});
 }
 
 /* Zeros of the mask's gradient where the causal mask skips whole blocks:
@@ -820,8 +857,8 @@ static void bwd_whole(void* ctx, int64_t begin, int64_t end) {
         for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
           const int64_t qcur = min64(a->bq, a->Tq - q0);
           bwd_block(a, &w, b, h, q0, qcur, k0, kcur, false);
-          bwd_dkdv(a, &w, b, h, q0, qcur, kcur, dK + k0 * a->ep, dV + k0 * a->evp);
-          bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ + q0 * a->ep);
+          bwd_dkdv(a, &w, b, h, q0, qcur, k0, kcur, dK + k0 * a->ep, dV + k0 * a->evp);
+          bwd_dq(a, &w, b, h, q0, qcur, k0, kcur, dQ + q0 * a->ep);
         }
       }
       store_rows(a, &a->dq, b, h, 0, a->Tq, dQ, a->ep, a->E, a->scale);
@@ -856,7 +893,7 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
         for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
           const int64_t qcur = min64(a->bq, a->Tq - q0);
           bwd_block(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur, false);
-          bwd_dkdv(a, &w, b, hk * a->g + gi, q0, qcur, kcur, dK, dV);
+          bwd_dkdv(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur, dK, dV);
         }
       }
       store_rows(a, &a->dk, b, hk, k0, kcur, dK, a->ep, a->E, a->scale);
@@ -870,7 +907,7 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
         if (first_q(a, k0) > q0) break;
         const int64_t kcur = min64(a->bk, a->Tk - k0);
         bwd_block(a, &w, b, h, q0, qcur, k0, kcur, false);
-        bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ);
+        bwd_dq(a, &w, b, h, q0, qcur, k0, kcur, dQ);
       }
       store_rows(a, &a->dq, b, h, q0, qcur, dQ, a->ep, a->E, a->scale);
     }
