@@ -22,13 +22,20 @@
  * do not depend on the thread count.
  *
  * Products go through the GEMM micro-kernels of matmul.c (gemm_ukernel.h,
- * the instance matmul uses, chosen by CPUID): operands are packed into panels
- * with the transforms of the float32 matmul precision (medium: bfloat16
- * inputs, high: the bf16x3 split, highest: float32). Products of two input
- * operands follow the precision for float32 inputs and are exact for 16-bit
- * ones; for 16-bit inputs the computed operands (P, dS) stay float32 (the
- * products are exact float32 ones: closer to float64 than the math path,
- * which rounds P to the input dtype).
+ * the instance matmul uses, chosen by CPUID) with the transforms of the
+ * float32 matmul precision (medium: bfloat16 inputs, high: the bf16x3 split,
+ * highest: float32). No operand is transposed inside the block loops: the
+ * B operands (keys, values, and for the backward queries and dO) are packed
+ * into panels once per call; queries and dO as A are only transformed, row
+ * by row, and read by rows (tile_rows); the computed P and dS are read where
+ * the score products left them, by rows (P V, dS K: tile_rows) or by columns
+ * (P^T dO, dS^T Q: tile_cols), rounded in place by the row loops at medium
+ * precision (the split of high precision writes its two passes out first).
+ * Under the causal mask, tiles and steps that only meet masked pairs are
+ * skipped. Products of two input operands follow the precision for float32
+ * inputs and are exact for 16-bit ones; for 16-bit inputs the computed
+ * operands (P, dS) stay float32 (the products are exact float32 ones: closer
+ * to float64 than the math path, which rounds P to the input dtype).
  *
  * Masks: is_causal (query i sees keys j <= i, aligned at the top left as the
  * math path's tril), and attn_bias broadcastable to (B, H, Tq, Tk), boolean
