@@ -35,6 +35,8 @@
 
 #include "gemm_ukernel_simd.h"
 
-const gemm_ukernel_t tpu_gemm_ukernel_avx512 = {"avx512", MR, 2 * VL, avx512_tile, avx512_dot,
-                                                avx512_pack_f32, avx512_tile_rows, avx512_tile_cols};
+const gemm_ukernel_t tpu_gemm_ukernel_avx512 = {"avx512",         MR,
+                                                2 * VL,           avx512_tile,
+                                                avx512_dot,       avx512_pack_f32,
+                                                avx512_tile_rows, avx512_tile_cols};
 #endif
