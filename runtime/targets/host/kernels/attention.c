@@ -262,12 +262,12 @@ TPU_VM_INLINE float lanes_sum(float* t) {
       for (int l = 0; l < ROW_LANES; l++) {                                                  \
         float e = tpu_vm_expf(s[j + l] - m);                                                 \
         t[l] += e;                                                                           \
-        s[j + l] = round ? row_bf16(e) : e;                                                       \
+        s[j + l] = round ? row_bf16(e) : e;                                                  \
       }                                                                                      \
     for (int l = 0; j + l < n; l++) {                                                        \
       float e = tpu_vm_expf(s[j + l] - m);                                                   \
       t[l] += e;                                                                             \
-      s[j + l] = round ? row_bf16(e) : e;                                                         \
+      s[j + l] = round ? row_bf16(e) : e;                                                    \
     }                                                                                        \
     return lanes_sum(t);                                                                     \
   }                                                                                          \
