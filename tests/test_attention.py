@@ -565,9 +565,16 @@ def test_defer_and_fuse_gpt_attention_matches_cpu():
 
 def test_short_sequences_default_to_math():
     """With every backend enabled, fewer than TORCH_TPU_SDPA_FUSED_MIN_SCORES queries x keys
-    (default 512 x 512; 256 x 256 here) take the math path, which is faster there on the host target; the
+    (default 256 x 256) take the math path, which is faster there on the host target; the
     fused kernel still runs where the user asks for it, with dropout, and from that size."""
-    torch_tpu._C.set_sdpa_fused_min_scores(256 * 256)
+    prev = torch_tpu._C.set_sdpa_fused_min_scores(256 * 256)
+    try:
+        _short_sequences_take_math()
+    finally:
+        torch_tpu._C.set_sdpa_fused_min_scores(prev)
+
+
+def _short_sequences_take_math():
     q, k, v = (rand((1, 2, 64, 16), torch.float32, s) for s in (1, 2, 3))
     grad = rand((1, 2, 64, 16), torch.float32, 4)
     want = reference(q, k, v, grad, torch.float32, is_causal=True)

@@ -463,6 +463,47 @@ static void test_gemm_dot2_medium(void) {
     }
 }
 
+/* The tile variants that read A in place (by rows, by columns) give the
+ * bits of the packed tile on the same values, on every micro-kernel. */
+static void test_gemm_tile_layouts(void) {
+  enum { KC = 37, MAXR = 16, MAXC = 32, LD = KC + 3 };
+  static float pa[KC * MAXR], rows[MAXR * LD], cols[KC * (MAXR + 5)], b[KC * MAXC];
+  static float want[MAXR * MAXC], got[MAXR * MAXC];
+  for (int i = 0; i < KC * MAXC; i++) b[i] = (float)urand() - 0.5f;
+  const gemm_ukernel_t* uks[] = {&tpu_gemm_ukernel_portable,
+#ifdef TPU_GEMM_HAVE_X86
+                                 &tpu_gemm_ukernel_avx2, &tpu_gemm_ukernel_avx512
+#endif
+  };
+  int bad = 0;
+  for (int u = 0; u < (int)(sizeof uks / sizeof uks[0]); u++) {
+    const gemm_ukernel_t* uk = uks[u];
+    if (!tpu_gemm_set_isa((tpu_gemm_isa_t)u)) continue;
+    CHECK(uk->tile_rows && uk->tile_cols && uk->mr <= MAXR && uk->nr <= MAXC);
+    const int mr = uk->mr, nr = uk->nr, ldc = nr;
+    for (int i = 0; i < mr; i++)
+      for (int k = 0; k < KC; k++) {
+        float x = (float)urand() - 0.5f;
+        pa[k * mr + i] = x;
+        rows[i * LD + k] = x;
+        cols[k * (mr + 5) + i] = x;
+      }
+    for (int acc = 0; acc < 2; acc++) {
+      for (int i = 0; i < mr * nr; i++) want[i] = got[i] = (float)i;
+      uk->tile(KC, pa, b, want, ldc, acc, NULL, 0);
+      uk->tile_rows(KC, rows, LD, b, got, ldc, acc, NULL, 0, NULL, 0);
+      for (int i = 0; i < mr * nr; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+      for (int i = 0; i < mr * nr; i++) got[i] = (float)i;
+      uk->tile_cols(KC, cols, mr + 5, b, got, ldc, acc, NULL, 0);
+      for (int i = 0; i < mr * nr; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+    }
+    if (bad) fprintf(stderr, "%s: tile_rows/tile_cols differ from tile in %d values\n", uk->name,
+                     bad);
+  }
+  tpu_gemm_set_isa(TPU_GEMM_ISA_AUTO);
+  CHECK(bad == 0);
+}
+
 /* mm under each precision and micro-kernel against float64 sums of the
  * transformed inputs, within float32 accumulation error (K + 2) * 2^-24 *
  * sum |a||b|: medium = bf16(a) @ bf16(b); high = the 3-pass split a_hi @ b_hi
@@ -1077,6 +1118,7 @@ int main(void) {
   test_gemm_transforms();
   test_gemm_bf16();
   test_gemm_dot2_medium();
+  test_gemm_tile_layouts();
   test_gemm_precision();
   test_mm_ops();
   test_softmax();

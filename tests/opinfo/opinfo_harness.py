@@ -74,6 +74,9 @@ TOLERANCES = {
     ("nn.functional.scaled_dot_product_attention", torch.bfloat16): (
         1e-2, 1.6e-2, "fused attention kernel: softmax, P and dS in float32, rounded to "
                       "bfloat16 once; CPU rounds every intermediate (tpu closer to float64)"),
+    ("nn.functional.scaled_dot_product_attention", torch.float16): (
+        1e-4, 1e-3, "fused attention kernel: softmax, P and dS in float32, rounded to float16 "
+                    "once; query gradients 7.6e-5 from CPU's, both 5.9e-4 from float64"),
     ("rsqrt", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
     ("softmax", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),
     ("log_softmax", torch.bfloat16): (1e-2, 1.6e-2, _BF16_ONCE),

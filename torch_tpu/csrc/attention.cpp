@@ -98,17 +98,18 @@ bool fused_takes(const Tensor& q, const Tensor& k, const Tensor& v,
 }  // namespace
 
 // The fewest scores (queries x keys) for which the fused kernel is the default
-// choice when the math path is enabled too. Below it the math path is faster on
-// the host target: its few large GEMMs amortize their operand packing, while
-// the fused kernel packs every block's queries, probabilities and gradients
-// (bench/attention.py, head dim 64, B * T = 1024 to 2048: one thread, fused
-// 0.76x the math path at T = 128, 0.95x at 256, 1.3x at 512; two threads
-// 0.78x at 256, 0.89x at 384, 1.05x at 512). TORCH_TPU_SDPA_FUSED_MIN_SCORES overrides it
+// choice when the math path is enabled too: 256 x 256. The kernel reads its
+// computed operands where the score products leave them (no packing inside the
+// block loops) and skips the causal mask's zeros; bench/attention.py (6 heads of
+// 64, two threads, medians against the math path): float32 causal 1.5x at T = 64,
+// 1.03x at 128 (1.2x with batch 8), 1.55x at 256, 1.85x at 512; without the
+// causal mask 0.8-0.95x at 128, 1.0-1.2x at 256; bfloat16 causal 0.8x at 128
+// and 256 (its extra rowsum pass). TORCH_TPU_SDPA_FUSED_MIN_SCORES overrides it
 // (0: fused whenever it takes the inputs).
 std::atomic<int64_t>& fused_min_scores() {
   static std::atomic<int64_t> v{[] {
     const char* e = std::getenv("TORCH_TPU_SDPA_FUSED_MIN_SCORES");
-    return e && e[0] ? std::strtoll(e, nullptr, 10) : int64_t{512 * 512};
+    return e && e[0] ? std::strtoll(e, nullptr, 10) : int64_t{256 * 256};
   }()};
   return v;
 }

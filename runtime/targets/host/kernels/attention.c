@@ -22,13 +22,20 @@
  * do not depend on the thread count.
  *
  * Products go through the GEMM micro-kernels of matmul.c (gemm_ukernel.h,
- * the instance matmul uses, chosen by CPUID): operands are packed into panels
- * with the transforms of the float32 matmul precision (medium: bfloat16
- * inputs, high: the bf16x3 split, highest: float32). Products of two input
- * operands follow the precision for float32 inputs and are exact for 16-bit
- * ones; for 16-bit inputs the computed operands (P, dS) stay float32 (the
- * products are exact float32 ones: closer to float64 than the math path,
- * which rounds P to the input dtype).
+ * the instance matmul uses, chosen by CPUID) with the transforms of the
+ * float32 matmul precision (medium: bfloat16 inputs, high: the bf16x3 split,
+ * highest: float32). No operand is transposed inside the block loops: the
+ * B operands (keys, values, and for the backward queries and dO) are packed
+ * into panels once per call; queries and dO as A are only transformed, row
+ * by row, and read by rows (tile_rows); the computed P and dS are read where
+ * the score products left them, by rows (P V, dS K: tile_rows) or by columns
+ * (P^T dO, dS^T Q: tile_cols), rounded in place by the row loops at medium
+ * precision (the split of high precision writes its two passes out first).
+ * Under the causal mask, tiles and steps that only meet masked pairs are
+ * skipped. Products of two input operands follow the precision for float32
+ * inputs and are exact for 16-bit ones; for 16-bit inputs the computed
+ * operands (P, dS) stay float32 (the products are exact float32 ones: closer
+ * to float64 than the math path, which rounds P to the input dtype).
  *
  * Masks: is_causal (query i sees keys j <= i, aligned at the top left as the
  * math path's tril), and attn_bias broadcastable to (B, H, Tq, Tk), boolean
@@ -160,33 +167,109 @@ static void pack_src(const gemm_ukernel_t* uk, float* dst, const char* src, tpu_
   }
 }
 
-/* c (+)= A @ B over whole micro-kernel tiles: A is packed in panels of mr
- * rows (kcp packed steps each, `rows` rows), B's panels of nr columns start
- * at b0, bps floats apart (`cols` columns); c has row stride ldc and room for
- * rows and columns rounded up to whole tiles. */
-static void tiles(const gemm_ukernel_t* uk, int64_t kcp, const float* a, int64_t rows,
-                  const float* b0, int64_t bps, int64_t cols, float* c, int64_t ldc, bool acc) {
+/* How tiles() reads A: a block left in rows (row i at a + i * lda,
+ * tile_rows) or in columns (row i of step k at a + k * lda + i, tile_cols). */
+typedef enum { A_ROWS, A_COLS } alayout_t;
+
+/* The causal mask's zeros in a product of one (query block, key block)
+ * pair, where query i meets key j (block-local) iff j <= i + d: tiles()
+ * skips the tiles and steps that only meet masked pairs. Z_COLS: A's rows
+ * are queries, the columns keys (S = Q K^T; skipped tiles are left as they
+ * were); Z_STEPS_TO: rows queries, steps keys (P V); Z_STEPS_FROM: rows keys,
+ * steps queries (P^T dO). The skipped steps must be products with zeros. */
+typedef enum { Z_NONE, Z_COLS, Z_STEPS_TO, Z_STEPS_FROM } zkind_t;
+typedef struct {
+  zkind_t kind;
+  int64_t d;
+} zone_t;
+
+/* c (+)= A @ B over whole micro-kernel tiles: A has `rows` rows of ks
+ * source steps, np packed steps each, in layout al (stride lda), rows
+ * rounded up to whole tiles readable; B's panels of nr columns start at b0,
+ * bps floats apart (`cols` columns); c has row stride ldc and room for rows
+ * and columns rounded up to whole tiles. Steps are skipped only where c
+ * accumulates. */
+static void tiles(const gemm_ukernel_t* uk, const float* a, alayout_t al, int64_t lda,
+                  int64_t rows, int64_t ks, int np, const float* b0, int64_t bps, int64_t cols,
+                  float* c, int64_t ldc, bool acc, zone_t z) {
   for (int64_t j = 0, jp = 0; j < cols; j += uk->nr, jp++)
-    for (int64_t r = 0; r < rows; r += uk->mr)
-      uk->tile(kcp, a + r * kcp, b0 + jp * bps, c + r * ldc + j, ldc, acc, NULL, 0);
+    for (int64_t r = 0; r < rows; r += uk->mr) {
+      const int64_t last = min64(r + uk->mr, rows) - 1;
+      int64_t s0 = 0, s1 = ks;
+      if (z.kind == Z_COLS && j > last + z.d) continue;
+      if (acc && z.kind == Z_STEPS_TO) s1 = min64(ks, max64(0, last + z.d + 1));
+      if (acc && z.kind == Z_STEPS_FROM) s0 = min64(ks, max64(0, r - z.d));
+      if (s0 >= s1 && acc) continue;
+      const float* b = b0 + jp * bps + s0 * np * uk->nr;
+      float* cr = c + r * ldc + j;
+      if (al == A_ROWS)
+        uk->tile_rows((s1 - s0) * np, a + r * lda + s0 * np, lda, b, cr, ldc, acc, NULL, 0, NULL,
+                      0);
+      else uk->tile_cols((s1 - s0) * np, a + r + s0 * np * lda, lda, b, cr, ldc, acc, NULL, 0);
+    }
 }
 
 /* ---- row loops, vectorized (one copy per ISA, chosen at run time) ---- */
+/* Maxima and sums of a row run in ROW_LANES interleaved lanes (element j in
+ * lane j % ROW_LANES), then across the lanes in a fixed order: vectors on
+ * every ISA, the same bits on all of them. */
+enum { ROW_LANES = 16 };
+
+/* ROW_LANES floats (any alignment) and their lane masks, for the maximum,
+ * whose select the compiler leaves scalar when written element-wise */
+typedef float rowv_t __attribute__((vector_size(ROW_LANES * 4), aligned(4)));
+typedef int32_t rowvi_t __attribute__((vector_size(ROW_LANES * 4)));
+
+/* gemm_round_bf16 in 32-bit lanes, inlined into the row loops */
+TPU_VM_INLINE float row_bf16(float x) {
+  const uint32_t u = tpu_vm_bits(x);
+  const float r = tpu_vm_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+  return x != x ? x : r;
+}
+
+TPU_VM_INLINE float lanes_max(const float* m) {
+  float r = m[0];
+  for (int l = 1; l < ROW_LANES; l++) r = m[l] > r ? m[l] : r;
+  return r;
+}
+
+TPU_VM_INLINE float lanes_sum(float* t) {
+  for (int w = ROW_LANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) t[l] += t[l + w];
+  return t[0];
+}
+
 #define ATTN_ROW_FNS(SUF, ATTR)                                                              \
   static ATTR float row_max_##SUF(const float* s, int64_t n) {                               \
-    float m = -INFINITY;                                                                     \
-    for (int64_t j = 0; j < n; j++) m = s[j] > m ? s[j] : m;                                 \
-    return m;                                                                                \
-  }                                                                                          \
-  /* s = exp(s - m); returns the sum */                                                      \
-  static ATTR float row_exp_##SUF(float* s, int64_t n, float m) {                            \
-    float sum = 0;                                                                           \
-    for (int64_t j = 0; j < n; j++) {                                                        \
-      float e = tpu_vm_expf(s[j] - m);                                                       \
-      s[j] = e;                                                                              \
-      sum += e;                                                                              \
+    rowv_t v = (rowv_t){0} - INFINITY;                                                       \
+    int64_t j = 0;                                                                           \
+    for (; j + ROW_LANES <= n; j += ROW_LANES) {                                             \
+      const rowv_t x = *(const rowv_t*)(s + j);                                              \
+      const rowvi_t gt = x > v;                                                              \
+      v = (rowv_t)((gt & (rowvi_t)x) | (~gt & (rowvi_t)v));                                  \
     }                                                                                        \
-    return sum;                                                                              \
+    float m[ROW_LANES];                                                                      \
+    memcpy(m, &v, sizeof m);                                                                 \
+    for (int l = 0; j + l < n; l++) m[l] = s[j + l] > m[l] ? s[j + l] : m[l];                \
+    return lanes_max(m);                                                                     \
+  }                                                                                          \
+  /* s = exp(s - m), rounded to bfloat16 with `round` (the sum is of the  */                 \
+  /* unrounded values); returns the sum */                                                   \
+  static ATTR float row_exp_##SUF(float* s, int64_t n, float m, bool round) {                \
+    float t[ROW_LANES] = {0};                                                                \
+    int64_t j = 0;                                                                           \
+    for (; j + ROW_LANES <= n; j += ROW_LANES)                                               \
+      for (int l = 0; l < ROW_LANES; l++) {                                                  \
+        float e = tpu_vm_expf(s[j + l] - m);                                                 \
+        t[l] += e;                                                                           \
+        s[j + l] = round ? row_bf16(e) : e;                                                  \
+      }                                                                                      \
+    for (int l = 0; j + l < n; l++) {                                                        \
+      float e = tpu_vm_expf(s[j + l] - m);                                                   \
+      t[l] += e;                                                                             \
+      s[j + l] = round ? row_bf16(e) : e;                                                    \
+    }                                                                                        \
+    return lanes_sum(t);                                                                     \
   }                                                                                          \
   /* s = exp(s * scale - lse) (backward's P) */                                              \
   static ATTR void row_p_##SUF(float* s, int64_t n, float lse) {                             \
@@ -198,6 +281,9 @@ static void tiles(const gemm_ukernel_t* uk, int64_t kcp, const float* a, int64_t
   /* ds = p * (dp - d) */                                                                    \
   static ATTR void row_ds_##SUF(float* ds, const float* p, int64_t n, float d) {             \
     for (int64_t j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - d);                              \
+  }                                                                                          \
+  static ATTR void row_round_##SUF(float* s, int64_t n) {                                    \
+    for (int64_t j = 0; j < n; j++) s[j] = row_bf16(s[j]);                                   \
   }
 
 ATTN_ROW_FNS(p, TPU_VEC_PORTABLE)
@@ -219,6 +305,7 @@ typedef struct {
   const gemm_ukernel_t* uk;
   gemm_passes_t pd, px; /* input x input, computed x input */
   int rowisa;           /* row loops' ISA: 0 portable, 1 AVX2, 2 AVX-512 */
+  bool round_p;         /* computed operands (P, dS) as A are rounded to bfloat16 in place */
   int64_t B, H, Hk, g, Tq, Tk, E, Ev;
   int64_t bq, bk, nqb, nkb;
   float scale;
@@ -288,6 +375,7 @@ static tpu_status_t attn_init(attn_t* a, const char* op, const tpu_tensor_t* q,
   a->g = a->H / a->Hk;
   a->uk = attn_ukernel();
   attn_passes(q->dtype, prec, &a->pd, &a->px);
+  a->round_p = a->px.np == 1 && a->px.a[0] == GEMM_XF_BF16;
 #ifdef TPU_HAVE_AVX2_BUILD
   if (tpu_host_isa() == TPU_ISA_AVX2) a->rowisa = a->uk == &tpu_gemm_ukernel_avx512 ? 2 : 1;
 #endif
@@ -378,6 +466,57 @@ static void row_dropout(const attn_t* a, float* s, float* also, int64_t b, int64
   }
 }
 
+/* A computed block (rows x n floats, row stride ld) as the A operand of a
+ * product with an input, in layout al (A_ROWS: steps along its rows; A_COLS:
+ * its rows are the steps): itself with one packed step per step (the row
+ * loops applied the transform, round_p), else its passes written into dst
+ * (room for rows * n * np floats and mr more); *lda gets the layout's
+ * stride. Streams the block once, no transposition. */
+static const float* computed_a(const attn_t* a, float* dst, const float* src, int64_t ld,
+                               int64_t rows, int64_t n, alayout_t al, int64_t* lda) {
+  const gemm_passes_t* px = &a->px;
+  if (px->np == 1) {
+    *lda = ld;
+    return src;
+  }
+  if (al == A_ROWS) { /* row i at dst + i * n * np, passes interleaved */
+    *lda = n * px->np;
+    pack_src(a->uk, dst, (const char*)src, TPU_F32, ld, 1, rows, n, 1, px, true);
+    return dst;
+  }
+  *lda = n;
+  for (int64_t i = 0; i < rows; i++) /* step (i, pass p) is the line i * np + p */
+    for (int p = 0; p < px->np; p++) {
+      const gemm_passes_t one = {1, {px->a[p]}, {px->a[p]}};
+      pack_src(a->uk, dst + (i * px->np + p) * n, (const char*)(src + i * ld), TPU_F32, ld, 1, 1,
+               n, 1, &one, true);
+    }
+  return dst;
+}
+
+/* Rows of a float accumulator, times scale (in place), to rows [t0, t0 + n)
+ * of (batch b, head h) of v. */
+static void store_rows(const attn_t* a, const aview_t* v, int64_t b, int64_t h, int64_t t0,
+                       int64_t n, float* src, int64_t ld, int64_t cols, float scale) {
+  for (int64_t i = 0; i < n; i++) {
+    float* r = src + i * ld;
+    if (scale != 1.0f) ROW_CALL(a->rowisa, row_scale, r, cols, scale);
+    tpu_run_store_f32((char*)aptr(v, b, h, t0 + i, 0), v->se, v->dt, r, cols);
+  }
+}
+
+/* How many of a block's n keys row i (of `rows`) must hold for the
+ * products that tiles() runs with the causal zone's offset d: P V and dS K
+ * read the keys up to the diagonal of the row's last tile row, P^T dO and
+ * dS^T Q the key tiles that start at or before its own diagonal. The keys
+ * between the row's diagonal and that extent are masked (zeros in P). */
+static int64_t row_extent(const attn_t* a, int64_t i, int64_t rows, int64_t d, int64_t n) {
+  if (!a->causal || a->want_db) return n;
+  const int64_t mr = a->uk->mr, last = min64((i / mr + 1) * mr, rows) - 1;
+  const int64_t e = max64(last + d + 1, i + d < 0 ? 0 : ((i + d) / mr + 1) * mr);
+  return min64(n, max64(e, 0));
+}
+
 /* ---- forward ---- */
 /* Packs key and value panels of (batch, kv head) entries claimed one by one. */
 static void fwd_pack(void* ctx, int64_t begin, int64_t end) {
@@ -400,27 +539,27 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
   const int mr = uk->mr, nr = uk->nr;
   const int npd = a->pd.np, npx = a->px.np;
   const int64_t ldS = a->bk, evp = rup(a->Ev, nr), ldO = evp;
-  const size_t floats = (size_t)(a->bq * a->E * npd + a->bq * ldS + a->bq * a->bk * npx +
-                                 a->bq * ldO + 2 * a->bq + evp);
+  const size_t floats = (size_t)(a->bq * a->E * npd + a->bq * ldS + a->bq * a->bk * npx + mr +
+                                 a->bq * ldO + 2 * a->bq);
   float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
   if (!buf) {
     a->oom = 1;
     return;
   }
+  memset(buf, 0, floats * sizeof(float)); /* whole tiles read past the blocks' edges */
   float* qp = buf;
   float* S = qp + a->bq * a->E * npd;
   float* pp = S + a->bq * ldS;
-  float* O = pp + a->bq * a->bk * npx;
+  float* O = pp + a->bq * a->bk * npx + mr;
   float* mx = O + a->bq * ldO;
   float* sum = mx + a->bq;
-  float* row = sum + a->bq;
   for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < a->items;) {
     const int64_t bh = it / a->nqb, qb = it % a->nqb, b = bh / a->H, h = bh % a->H;
     const int64_t hk = h / a->g, q0 = qb * a->bq, qcur = min64(a->bq, a->Tq - q0);
     const float* kp = a->kpack + (b * a->Hk + hk) * a->kps;
     const float* vp = a->vpack + (b * a->Hk + hk) * a->vps;
-    pack_src(uk, qp, aptr(&a->q, b, h, q0, 0), a->q.dt, a->q.st, a->q.se, qcur, a->E, mr,
-             &a->pd, true);
+    pack_src(uk, qp, aptr(&a->q, b, h, q0, 0), a->q.dt, a->q.st, a->q.se, qcur, a->E, 1, &a->pd,
+             true); /* by rows: transformed, not transposed */
     for (int64_t i = 0; i < qcur; i++) {
       mx[i] = -INFINITY;
       sum[i] = 0;
@@ -429,31 +568,37 @@ static void fwd_items(void* ctx, int64_t begin, int64_t end) {
     const int64_t kend = a->causal ? min64(a->Tk, q0 + qcur) : a->Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += a->bk) {
       const int64_t kcur = min64(a->bk, a->Tk - k0);
-      tiles(uk, a->E * npd, qp, qcur, kp + k0 * a->E * npd, nr * a->E * npd, kcur, S, ldS,
-            false);
+      const int64_t d = q0 - k0;
+      tiles(uk, qp, A_ROWS, a->E * npd, qcur, a->E, npd, kp + k0 * a->E * npd, nr * a->E * npd,
+            kcur, S, ldS, false, (zone_t){a->causal ? Z_COLS : Z_NONE, d});
       for (int64_t i = 0; i < qcur; i++) {
         float* s = S + i * ldS;
-        row_mask(a, s, b, h, q0 + i, k0, kcur);
-        const float bm = ROW_CALL(a->rowisa, row_max, s, kcur);
+        const int64_t n = row_extent(a, i, qcur, d, kcur);
+        row_mask(a, s, b, h, q0 + i, k0, n);
+        const float bm = ROW_CALL(a->rowisa, row_max, s, n);
         const float mnew = bm > mx[i] ? bm : mx[i];
         if (mnew == -INFINITY) { /* nothing seen yet */
-          memset(s, 0, sizeof(float) * (size_t)kcur);
+          memset(s, 0, sizeof(float) * (size_t)n);
           continue;
         }
         const float alpha = expf(mx[i] - mnew);
-        const float bs = ROW_CALL(a->rowisa, row_exp, s, kcur, mnew);
+        const float bs = ROW_CALL(a->rowisa, row_exp, s, n, mnew, a->round_p && !a->dropout);
         sum[i] = sum[i] * alpha + bs;
         mx[i] = mnew;
         if (alpha != 1.0f) ROW_CALL(a->rowisa, row_scale, O + i * ldO, evp, alpha);
-        if (a->dropout) row_dropout(a, s, NULL, b, h, q0 + i, k0, kcur);
+        if (a->dropout) {
+          row_dropout(a, s, NULL, b, h, q0 + i, k0, n);
+          if (a->round_p) ROW_CALL(a->rowisa, row_round, s, n);
+        }
       }
-      pack_src(uk, pp, (const char*)S, TPU_F32, ldS, 1, qcur, kcur, mr, &a->px, true);
-      tiles(uk, kcur * npx, pp, qcur, vp + k0 * npx * nr, nr * a->Tk * npx, a->Ev, O, ldO, true);
+      int64_t lda;
+      const float* pa = computed_a(a, pp, S, ldS, qcur, kcur, A_ROWS, &lda);
+      tiles(uk, pa, A_ROWS, lda, qcur, kcur, npx, vp + k0 * npx * nr, nr * a->Tk * npx, a->Ev, O,
+            ldO, true, (zone_t){a->causal ? Z_STEPS_TO : Z_NONE, d});
     }
     for (int64_t i = 0; i < qcur; i++) {
-      const float inv = sum[i] > 0 ? 1.0f / sum[i] : 0.0f;
-      for (int64_t e = 0; e < a->Ev; e++) row[e] = O[i * ldO + e] * inv;
-      tpu_run_store_f32((char*)aptr(&a->o, b, h, q0 + i, 0), a->o.se, a->o.dt, row, a->Ev);
+      store_rows(a, &a->o, b, h, q0 + i, 1, O + i * ldO, ldO, a->Ev,
+                 sum[i] > 0 ? 1.0f / sum[i] : 0.0f);
       a->lse[b * a->lsb + h * a->lsh + (q0 + i) * a->lst] =
           sum[i] > 0 ? mx[i] + logf(sum[i]) : -INFINITY;
     }
@@ -509,7 +654,7 @@ tpu_status_t tpu_k_sdpa_fwd(const tpu_call_t* c) {
 static void bwd_pack(void* ctx, int64_t begin, int64_t end) {
   attn_t* a = ctx;
   const gemm_ukernel_t* uk = a->uk;
-  const int mr = uk->mr, nr = uk->nr;
+  const int nr = uk->nr;
   const int64_t E = a->E, Ev = a->Ev, Tq = a->Tq, Tk = a->Tk, nkv = a->B * a->Hk;
   for (int64_t it; (it = atomic_fetch_add(&a->next, 1)) < nkv + a->B * a->H;) {
     if (it < nkv) {
@@ -524,9 +669,13 @@ static void bwd_pack(void* ctx, int64_t begin, int64_t end) {
     const int64_t bh = it - nkv, b = bh / a->H, h = bh % a->H;
     const char* q = aptr(&a->q, b, h, 0, 0);
     const char* d = aptr(&a->dout, b, h, 0, 0);
-    pack_src(uk, a->qA + bh * a->n_qA, q, a->q.dt, a->q.st, a->q.se, Tq, E, mr, &a->pd, true);
-    pack_src(uk, a->doA + bh * a->n_doA, d, a->dout.dt, a->dout.st, a->dout.se, Tq, Ev, mr,
-             &a->pd, true);
+    /* Q and dO as A, by rows (tile_rows): transformed, not transposed; the
+     * rows up to a whole tile are zeros */
+    float *qA = a->qA + bh * a->n_qA, *doA = a->doA + bh * a->n_doA;
+    pack_src(uk, qA, q, a->q.dt, a->q.st, a->q.se, Tq, E, 1, &a->pd, true);
+    pack_src(uk, doA, d, a->dout.dt, a->dout.st, a->dout.se, Tq, Ev, 1, &a->pd, true);
+    memset(qA + Tq * E * a->pd.np, 0, sizeof(float) * (size_t)((a->tqp - Tq) * E * a->pd.np));
+    memset(doA + Tq * Ev * a->pd.np, 0, sizeof(float) * (size_t)((a->tqp - Tq) * Ev * a->pd.np));
     pack_src(uk, a->qB + bh * a->n_qB, q, a->q.dt, a->q.se, a->q.st, E, Tq, nr, &a->px, false);
     pack_src(uk, a->doB + bh * a->n_doB, d, a->dout.dt, a->dout.se, a->dout.st, Ev, Tq, nr,
              &a->px, false);
@@ -534,10 +683,13 @@ static void bwd_pack(void* ctx, int64_t begin, int64_t end) {
     float* L = a->L + bh * a->tqp;
     for (int64_t i = 0; i < Tq; i++) {
       float s = 0;
-      if (a->o.dt == TPU_F32) /* else bwd_rowsum, from unrounded P */
-        for (int64_t e = 0; e < Ev; e++)
-          s += load_f(aptr(&a->dout, b, h, i, e), a->dout.dt) *
-               load_f(aptr(&a->o, b, h, i, e), a->o.dt);
+      if (a->o.dt == TPU_F32) { /* else bwd_rowsum, from unrounded P */
+        const float* x = (const float*)aptr(&a->dout, b, h, i, 0);
+        const float* y = (const float*)aptr(&a->o, b, h, i, 0);
+        if (a->dout.se == 1 && a->o.se == 1) s = uk->dot(x, y, Ev);
+        else
+          for (int64_t e = 0; e < Ev; e++) s += x[e * a->dout.se] * y[e * a->o.se];
+      }
       Dr[i] = s;
       L[i] = a->lse[b * a->lsb + h * a->lsh + i * a->lst];
     }
@@ -551,46 +703,66 @@ static inline int64_t first_q(const attn_t* a, int64_t k0) {
 
 /* Per-thread blocks of the backward. */
 typedef struct {
-  float *S, *dP, *Pd, *pk, *acc, *acc2, *row;
+  float *S, *dP, *Pd, *pk, *acc, *acc2;
 } bwd_buf_t;
 
 static float* bwd_buf_alloc(const attn_t* a, bwd_buf_t* w, int64_t acc, int64_t acc2) {
   const int64_t n_blk = a->bq * a->bk;
-  const int64_t n_pk = max64(a->bq, a->bk) * max64(a->bq, a->bk) * a->px.np;
-  const size_t floats = (size_t)(3 * n_blk + n_pk + acc + acc2 + max64(a->ep, a->evp));
+  const int64_t n_pk = a->bq * a->bk * a->px.np + a->uk->mr; /* computed_a's */
+  const size_t floats = (size_t)(3 * n_blk + n_pk + acc + acc2);
   float* buf = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
   if (!buf) return NULL;
+  /* whole tiles read past the blocks' edges: finite values there */
+  memset(buf, 0, sizeof(float) * (size_t)(3 * n_blk + n_pk));
   w->S = buf;
   w->dP = w->S + n_blk;
   w->Pd = w->dP + n_blk;
   w->pk = w->Pd + n_blk;
   w->acc = w->pk + n_pk;
   w->acc2 = w->acc + acc;
-  w->row = w->acc2 + acc2;
   return buf;
 }
 
+/* The additive mask's gradient is dS itself (the scores are scale * Q K^T +
+ * mask): row qi of the block's dS (w->dP) goes to the (B, H, Tq, Tk) output. */
+static void store_db(const attn_t* a, const bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
+                     int64_t i, int64_t k0, int64_t kcur) {
+  tpu_run_store_f32((char*)aptr(&a->db, b, h, q0 + i, k0), a->db.se, a->db.dt,
+                    w->dP + i * a->bk, kcur);
+}
+
 /* One (query block, key block) of head h: P into S, dS into dP, P with the
- * dropout applied into Pd; `partial` leaves dP as dO V^T. */
+ * dropout applied into Pd; `partial` leaves dP as dO V^T. Else dS goes to
+ * the mask's gradient (want_db), then Pd and dS are rounded for the
+ * products they enter as A (round_p). */
 static void bwd_block(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
                       int64_t qcur, int64_t k0, int64_t kcur, bool partial) {
   const gemm_ukernel_t* uk = a->uk;
   const int nr = uk->nr, npd = a->pd.np;
   const int64_t E = a->E, Ev = a->Ev, ldS = a->bk, bh = b * a->H + h, kv = b * a->Hk + h / a->g;
-  tiles(uk, E * npd, a->qA + bh * a->n_qA + q0 * E * npd, qcur,
-        a->kS + kv * a->n_kS + k0 * E * npd, nr * E * npd, kcur, w->S, ldS, false);
-  tiles(uk, Ev * npd, a->doA + bh * a->n_doA + q0 * Ev * npd, qcur,
-        a->vP + kv * a->n_vP + k0 * Ev * npd, nr * Ev * npd, kcur, w->dP, ldS, false);
+  const int64_t d = q0 - k0;
+  const zone_t z = {a->causal ? Z_COLS : Z_NONE, d};
+  tiles(uk, a->qA + bh * a->n_qA + q0 * E * npd, A_ROWS, E * npd, qcur, E, npd,
+        a->kS + kv * a->n_kS + k0 * E * npd, nr * E * npd, kcur, w->S, ldS, false, z);
+  tiles(uk, a->doA + bh * a->n_doA + q0 * Ev * npd, A_ROWS, Ev * npd, qcur, Ev, npd,
+        a->vP + kv * a->n_vP + k0 * Ev * npd, nr * Ev * npd, kcur, w->dP, ldS, false, z);
   const float* L = a->L + bh * a->tqp + q0;
   const float* Dr = a->Dr + bh * a->tqp + q0;
   for (int64_t i = 0; i < qcur; i++) {
     float *s = w->S + i * ldS, *dp = w->dP + i * ldS, *pd = w->Pd + i * ldS;
-    row_mask(a, s, b, h, q0 + i, k0, kcur);
-    if (L[i] == -INFINITY) memset(s, 0, sizeof(float) * (size_t)kcur);
-    else ROW_CALL(a->rowisa, row_p, s, kcur, L[i]);
-    memcpy(pd, s, sizeof(float) * (size_t)kcur);
-    if (a->dropout) row_dropout(a, pd, partial ? NULL : dp, b, h, q0 + i, k0, kcur);
-    if (!partial) ROW_CALL(a->rowisa, row_ds, dp, s, kcur, Dr[i]);
+    const int64_t n = row_extent(a, i, qcur, d, kcur);
+    row_mask(a, s, b, h, q0 + i, k0, n);
+    if (L[i] == -INFINITY) memset(s, 0, sizeof(float) * (size_t)n);
+    else ROW_CALL(a->rowisa, row_p, s, n, L[i]);
+    memcpy(pd, s, sizeof(float) * (size_t)n);
+    if (a->dropout) row_dropout(a, pd, partial ? NULL : dp, b, h, q0 + i, k0, n);
+    if (partial) continue;
+    ROW_CALL(a->rowisa, row_ds, dp, s, n, Dr[i]);
+    if (a->want_db) store_db(a, w, b, h, q0, i, k0, kcur);
+    if (a->round_p) {
+      ROW_CALL(a->rowisa, row_round, pd, n);
+      ROW_CALL(a->rowisa, row_round, dp, n);
+    }
   }
 }
 
@@ -616,8 +788,9 @@ static void bwd_rowsum(void* ctx, int64_t begin, int64_t end) {
         bwd_block(a, &w, b, h, q0, qcur, k0, kcur, true);
         for (int64_t i = 0; i < qcur; i++) {
           const float *pd = w.Pd + i * a->bk, *dp = w.dP + i * a->bk;
+          const int64_t n = row_extent(a, i, qcur, q0 - k0, kcur);
           float s = 0;
-          for (int64_t j = 0; j < kcur; j++) s += pd[j] * dp[j];
+          for (int64_t j = 0; j < n; j++) s += pd[j] * dp[j];
           Dr[q0 + i] += s;
         }
       }
@@ -627,38 +800,34 @@ static void bwd_rowsum(void* ctx, int64_t begin, int64_t end) {
 }
 
 /* dV += Pd^T dO and dK += dS^T Q for the block's kcur keys (rows of dv and
- * dk, row strides evp and ep); A's lines are keys, contiguous in a row. */
+ * dk, row strides evp and ep): A's rows are keys, its steps queries, so the
+ * blocks are read by columns. */
 static void bwd_dkdv(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
-                     int64_t qcur, int64_t kcur, float* dk, float* dv) {
+                     int64_t qcur, int64_t k0, int64_t kcur, float* dk, float* dv) {
   const gemm_ukernel_t* uk = a->uk;
-  const int mr = uk->mr, nr = uk->nr, npx = a->px.np;
+  const int nr = uk->nr, npx = a->px.np;
   const int64_t bh = b * a->H + h, ldS = a->bk;
-  pack_src(uk, w->pk, (const char*)w->Pd, TPU_F32, 1, ldS, kcur, qcur, mr, &a->px, true);
-  tiles(uk, qcur * npx, w->pk, kcur, a->doB + bh * a->n_doB + q0 * npx * nr, nr * a->Tq * npx,
-        a->Ev, dv, a->evp, true);
-  pack_src(uk, w->pk, (const char*)w->dP, TPU_F32, 1, ldS, kcur, qcur, mr, &a->px, true);
-  tiles(uk, qcur * npx, w->pk, kcur, a->qB + bh * a->n_qB + q0 * npx * nr, nr * a->Tq * npx,
-        a->E, dk, a->ep, true);
+  const zone_t z = {a->causal ? Z_STEPS_FROM : Z_NONE, q0 - k0};
+  int64_t lda;
+  const float* pa = computed_a(a, w->pk, w->Pd, ldS, qcur, kcur, A_COLS, &lda);
+  tiles(uk, pa, A_COLS, lda, kcur, qcur, npx, a->doB + bh * a->n_doB + q0 * npx * nr,
+        nr * a->Tq * npx, a->Ev, dv, a->evp, true, z);
+  pa = computed_a(a, w->pk, w->dP, ldS, qcur, kcur, A_COLS, &lda);
+  tiles(uk, pa, A_COLS, lda, kcur, qcur, npx, a->qB + bh * a->n_qB + q0 * npx * nr,
+        nr * a->Tq * npx, a->E, dk, a->ep, true, z);
 }
 
 /* dQ += dS K for the block's qcur queries (rows of dq, row stride ep). */
-static void bwd_dq(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t qcur, int64_t k0,
-                   int64_t kcur, float* dq) {
+static void bwd_dq(const attn_t* a, bwd_buf_t* w, int64_t b, int64_t h, int64_t q0, int64_t qcur,
+                   int64_t k0, int64_t kcur, float* dq) {
   const gemm_ukernel_t* uk = a->uk;
-  const int mr = uk->mr, nr = uk->nr, npx = a->px.np;
+  const int nr = uk->nr, npx = a->px.np;
   const int64_t kv = b * a->Hk + h / a->g;
-  pack_src(uk, w->pk, (const char*)w->dP, TPU_F32, a->bk, 1, qcur, kcur, mr, &a->px, true);
-  tiles(uk, kcur * npx, w->pk, qcur, a->kQ + kv * a->n_kQ + k0 * npx * nr, nr * a->Tk * npx,
-        a->E, dq, a->ep, true);
-}
-
-/* The additive mask's gradient is dS itself (the scores are scale * Q K^T +
- * mask): rows of the block's dS (w->dP) go to the (B, H, Tq, Tk) output. */
-static void store_db(const attn_t* a, const bwd_buf_t* w, int64_t b, int64_t h, int64_t q0,
-                     int64_t qcur, int64_t k0, int64_t kcur) {
-  for (int64_t i = 0; i < qcur; i++)
-    tpu_run_store_f32((char*)aptr(&a->db, b, h, q0 + i, k0), a->db.se, a->db.dt,
-                      w->dP + i * a->bk, kcur);
+  int64_t lda;
+  const float* pa = computed_a(a, w->pk, w->dP, a->bk, qcur, kcur, A_ROWS, &lda);
+  tiles(uk, pa, A_ROWS, lda, qcur, kcur, npx, a->kQ + kv * a->n_kQ + k0 * npx * nr,
+        nr * a->Tk * npx, a->E, dq, a->ep, true,
+        (zone_t){a->causal ? Z_STEPS_TO : Z_NONE, q0 - k0});
 }
 
 /* Zeros of the mask's gradient where the causal mask skips whole blocks:
@@ -669,14 +838,6 @@ static void zero_db(const attn_t* a, int64_t b, int64_t h, int64_t k0, int64_t k
     for (int64_t j = 0; j < kcur; j += 64)
       tpu_run_store_f32((char*)aptr(&a->db, b, h, i, k0 + j), a->db.se, a->db.dt, zeros,
                         min64(64, kcur - j));
-}
-
-static void store_rows(const aview_t* v, int64_t b, int64_t h, int64_t t0, int64_t n,
-                       const float* src, int64_t ld, int64_t cols, float scale, float* row) {
-  for (int64_t i = 0; i < n; i++) {
-    for (int64_t e = 0; e < cols; e++) row[e] = src[i * ld + e] * scale;
-    tpu_run_store_f32((char*)aptr(v, b, h, t0 + i, 0), v->se, v->dt, row, cols);
-  }
 }
 
 /* Whole (batch, kv head) items: dK and dV over all of the group's heads and
@@ -703,15 +864,14 @@ static void bwd_whole(void* ctx, int64_t begin, int64_t end) {
         for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
           const int64_t qcur = min64(a->bq, a->Tq - q0);
           bwd_block(a, &w, b, h, q0, qcur, k0, kcur, false);
-          if (a->want_db) store_db(a, &w, b, h, q0, qcur, k0, kcur);
-          bwd_dkdv(a, &w, b, h, q0, qcur, kcur, dK + k0 * a->ep, dV + k0 * a->evp);
-          bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ + q0 * a->ep);
+          bwd_dkdv(a, &w, b, h, q0, qcur, k0, kcur, dK + k0 * a->ep, dV + k0 * a->evp);
+          bwd_dq(a, &w, b, h, q0, qcur, k0, kcur, dQ + q0 * a->ep);
         }
       }
-      store_rows(&a->dq, b, h, 0, a->Tq, dQ, a->ep, a->E, a->scale, w.row);
+      store_rows(a, &a->dq, b, h, 0, a->Tq, dQ, a->ep, a->E, a->scale);
     }
-    store_rows(&a->dk, b, hk, 0, a->Tk, dK, a->ep, a->E, a->scale, w.row);
-    store_rows(&a->dv, b, hk, 0, a->Tk, dV, a->evp, a->Ev, 1.0f, w.row);
+    store_rows(a, &a->dk, b, hk, 0, a->Tk, dK, a->ep, a->E, a->scale);
+    store_rows(a, &a->dv, b, hk, 0, a->Tk, dV, a->evp, a->Ev, 1.0f);
   }
   free(buf);
 }
@@ -740,12 +900,11 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
         for (int64_t q0 = first_q(a, k0); q0 < a->Tq; q0 += a->bq) {
           const int64_t qcur = min64(a->bq, a->Tq - q0);
           bwd_block(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur, false);
-          if (a->want_db) store_db(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur);
-          bwd_dkdv(a, &w, b, hk * a->g + gi, q0, qcur, kcur, dK, dV);
+          bwd_dkdv(a, &w, b, hk * a->g + gi, q0, qcur, k0, kcur, dK, dV);
         }
       }
-      store_rows(&a->dk, b, hk, k0, kcur, dK, a->ep, a->E, a->scale, w.row);
-      store_rows(&a->dv, b, hk, k0, kcur, dV, a->evp, a->Ev, 1.0f, w.row);
+      store_rows(a, &a->dk, b, hk, k0, kcur, dK, a->ep, a->E, a->scale);
+      store_rows(a, &a->dv, b, hk, k0, kcur, dV, a->evp, a->Ev, 1.0f);
     } else {
       const int64_t t = it - nk, bh = t / a->nqb, b = bh / a->H, h = bh % a->H;
       const int64_t q0 = t % a->nqb * a->bq, qcur = min64(a->bq, a->Tq - q0);
@@ -755,9 +914,9 @@ static void bwd_split(void* ctx, int64_t begin, int64_t end) {
         if (first_q(a, k0) > q0) break;
         const int64_t kcur = min64(a->bk, a->Tk - k0);
         bwd_block(a, &w, b, h, q0, qcur, k0, kcur, false);
-        bwd_dq(a, &w, b, h, qcur, k0, kcur, dQ);
+        bwd_dq(a, &w, b, h, q0, qcur, k0, kcur, dQ);
       }
-      store_rows(&a->dq, b, h, q0, qcur, dQ, a->ep, a->E, a->scale, w.row);
+      store_rows(a, &a->dq, b, h, q0, qcur, dQ, a->ep, a->E, a->scale);
     }
   }
   free(buf);

@@ -124,6 +124,13 @@ typedef struct gemm_ukernel {
   /* two-step bfloat16 dot products, used only where the CPU has them
    * (matmul.c); NULL: none */
   const gemm_dot2_t* dot2;
+  /* tile with A kept by columns: row i of step k at a[k * lda + i] (a
+   * packed panel is the case lda == mr), for an A that some other product
+   * left in that layout (attention's P^T and dS^T, the probabilities and
+   * their gradients computed by query rows), which would otherwise be
+   * repacked for every block; NULL: not provided. */
+  void (*tile_cols)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                    int64_t ldc, bool accumulate, const float* s, int64_t lds);
 } gemm_ukernel_t;
 
 extern const gemm_ukernel_t tpu_gemm_ukernel_portable;

@@ -40,5 +40,5 @@
 
 const gemm_ukernel_t tpu_gemm_ukernel_avx2 = {"avx2", MR, 2 * VL, avx2_tile, avx2_dot,
                                               avx2_pack_f32, avx2_tile_rows,
-                                              avx2_pack_bf16, NULL};
+                                              avx2_pack_bf16, NULL, avx2_tile_cols};
 #endif

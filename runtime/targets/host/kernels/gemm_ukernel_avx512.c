@@ -40,5 +40,6 @@
 
 const gemm_ukernel_t tpu_gemm_ukernel_avx512 = {"avx512", MR, 2 * VL, avx512_tile, avx512_dot,
                                                 avx512_pack_f32, avx512_tile_rows,
-                                                avx512_pack_bf16, &tpu_gemm_dot2_avx512bf16};
+                                                avx512_pack_bf16, &tpu_gemm_dot2_avx512bf16,
+                                                avx512_tile_cols};
 #endif

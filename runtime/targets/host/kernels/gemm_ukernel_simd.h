@@ -131,6 +131,13 @@ ATTR static void UK(tile_rows)(int64_t kc, const float* restrict a, int64_t lda,
   UK(tile_strided)(kc, a, lda, 1, b, c, ldc, accumulate, s, lds, pf, npf);
 }
 
+/* The same tile with A read by columns (row i of step k at a + k * lda + i). */
+ATTR static void UK(tile_cols)(int64_t kc, const float* restrict a, int64_t lda,
+                               const float* restrict b, float* restrict c, int64_t ldc,
+                               bool accumulate, const float* s, int64_t lds) {
+  UK(tile_strided)(kc, a, 1, lda, b, c, ldc, accumulate, s, lds, NULL, 0);
+}
+
 ATTR static float UK(dot)(const float* restrict x, const float* restrict y, int64_t n) {
   VF acc[4] = {V_ZERO(), V_ZERO(), V_ZERO(), V_ZERO()};
   int64_t k = 0;
