@@ -204,7 +204,12 @@ static bool lower_unary(node_t* n, const char* base, ref_t* outs) {
     outs[0] = convert(e, y, odt);
     return true;
   }
-  outs[0] = unop(e, r->op, arg_out(n, 0, odt));
+  if (IS_OP(abs) && (odt == TPU_U8 || odt == TPU_BOOL)) { /* stablehlo.abs takes signed types only */
+    outs[0] = arg_out(n, 0, odt);
+    return true;
+  }
+  /* 16-bit floats in float32, rounded once, as CPU's kernels */
+  outs[0] = convert(e, unop(e, r->op, arg_out(n, 0, acc_type(odt))), odt);
   return true;
 }
 
@@ -213,6 +218,19 @@ static bool lower_binary(node_t* n, const char* base, ref_t* outs) {
   const recipe_t* r = recipe_of(n, R_BINARY);
   if (!r || !(is_tensor(n, 0) || is_number(n, 0)) || !(is_tensor(n, 1) || is_number(n, 1))) return false;
   outs[0] = binop(e, r->op, arg_out(n, 0, odt), arg_out(n, 1, odt));
+  return true;
+}
+
+/* Integer shifts (__lshift__, bitwise_left_shift and the right ones): a shift
+ * by a negative count or by the width or more gives 0 (left) or the sign fill
+ * (right), as StableHLO's shifts do. */
+static bool lower_shift(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (tpu_dtype_is_float(odt) || tpu_dtype_is_complex(odt) || odt == TPU_BOOL) return false;
+  const bool left = strstr(base, "lshift") || strstr(base, "left");
+  const char* op = left ? "stablehlo.shift_left" : odt == TPU_U8 ? "stablehlo.shift_right_logical"
+                                                                   : "stablehlo.shift_right_arithmetic";
+  outs[0] = binop(e, op, arg_out(n, 0, odt), arg_out(n, 1, odt));
   return true;
 }
 
@@ -338,8 +356,8 @@ static bool lower_relu(node_t* n, const char* base, ref_t* outs) {
 static bool lower_silu(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (IS_OP(silu)) {
-    ref_t x = arg_out(n, 0, odt);
-    outs[0] = binop(e, "stablehlo.multiply", x, unop(e, "stablehlo.logistic", x));
+    ref_t x = arg_out(n, 0, acc_type(odt));
+    outs[0] = convert(e, binop(e, "stablehlo.multiply", x, unop(e, "stablehlo.logistic", x)), odt);
     return true;
   }
   return false;
@@ -736,6 +754,10 @@ static bool lower_remainder_any(node_t* n, const char* base, ref_t* outs) {
 
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
+    {"__ilshift_", lower_shift},
+    {"__irshift_", lower_shift},
+    {"__lshift_", lower_shift},
+    {"__rshift_", lower_shift},
     {"_conj_physical", lower_complex},
     {"abs", lower_unary},
     {"acos", lower_unary},
@@ -750,8 +772,10 @@ static const tpu_lower_entry_t k_entries[] = {
     {"atan2", lower_binary},
     {"atanh", lower_unary},
     {"bitwise_and", lower_binary},
+    {"bitwise_left_shift", lower_shift},
     {"bitwise_not", lower_unary},
     {"bitwise_or", lower_binary},
+    {"bitwise_right_shift", lower_shift},
     {"bitwise_xor", lower_binary},
     {"ceil", lower_unary},
     {"clamp", lower_clamp},

@@ -872,6 +872,32 @@ static bool lower_tanh_backward(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* The gradients of the activations hardtanh (zero where self lies outside
+ * (min, max)), leaky_relu (scaled by the slope where self is not positive) and
+ * silu (s * (1 + x * (1 - s)), s = sigmoid(x)), in float32 for 16-bit floats. */
+static bool lower_act_backward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!tpu_dtype_is_float(odt) || !is_tensor(n, 0) || !is_tensor(n, 1)) return false;
+  tpu_dtype_t ct = acc_type(odt);
+  ref_t g = arg_out(n, 0, ct), x = arg_out(n, 1, ct), r;
+  if (!strcmp(base, "hardtanh_backward")) { /* (grad, self, min_val, max_val) */
+    ref_t out = binop(e, "stablehlo.or", compare(e, "LE", x, cst_like(e, ct, tpu_arg_f64(c, 2, -1), x.nd, x.sz)),
+                      compare(e, "GE", x, cst_like(e, ct, tpu_arg_f64(c, 3, 1), x.nd, x.sz)));
+    r = select3(e, out, cst_like(e, ct, 0, g.nd, g.sz), g);
+  } else if (!strcmp(base, "leaky_relu_backward")) { /* (grad, self, negative_slope, self_is_result) */
+    ref_t pos = compare(e, "GT", x, cst_like(e, ct, 0, x.nd, x.sz));
+    r = select3(e, pos, g, scalar_op(e, "stablehlo.multiply", g, tpu_arg_f64(c, 2, 0.01)));
+  } else { /* silu_backward (grad, self) */
+    ref_t sg = unop(e, "stablehlo.logistic", x);
+    ref_t one_m = binop(e, "stablehlo.subtract", cst_like(e, ct, 1, x.nd, x.sz), sg);
+    ref_t d = binop(e, "stablehlo.multiply", sg,
+                    scalar_op(e, "stablehlo.add", binop(e, "stablehlo.multiply", x, one_m), 1));
+    r = binop(e, "stablehlo.multiply", g, d);
+  }
+  outs[0] = convert(e, r, odt);
+  return true;
+}
+
 static bool lower_threshold_backward(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "threshold_backward")) { /* (grad, self, threshold): grad where self > threshold */
@@ -927,6 +953,8 @@ static bool lower_nll_loss_forward(node_t* n, const char* base, ref_t* outs) {
     ref_t tgt = arg(n, xi + 1);
     ref_t hot = one_hot(e, tgt, C, cdim); /* x's shape */
     ref_t valid = compare(e, "NE", tgt, cst_like(e, tgt.dt, (double)ignore, tgt.nd, tgt.sz));
+    /* a target other than ignore_index outside [0, C) is CPU's IndexError */
+    check_range(e, select3(e, valid, tgt, cst_like(e, tgt.dt, 0, tgt.nd, tgt.sz)), 0, C, cdim, true);
     ref_t w = convert(e, valid, ct); /* per sample: weight[target] if not ignored */
     if (is_tensor(n, xi + 2)) {
       int64_t cd = cdim, cn = C;
@@ -1057,9 +1085,11 @@ static const tpu_lower_entry_t k_entries[] = {
     {"hardsigmoid", lower_leaky_relu},
     {"hardswish", lower_leaky_relu},
     {"hardtanh", lower_leaky_relu},
+    {"hardtanh_backward", lower_act_backward},
     {"huber_loss", lower_mse_loss},
     {"im2col", lower_im2col},
     {"leaky_relu", lower_leaky_relu},
+    {"leaky_relu_backward", lower_act_backward},
     {"log_sigmoid_forward", lower_log_sigmoid_forward},
     {"max_pool2d_with_indices", lower_max_pool2d_with_indices},
     {"max_pool3d_with_indices", lower_max_pool2d_with_indices},
@@ -1077,6 +1107,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"nll_loss_forward", lower_nll_loss_forward},
     {"relu6", lower_leaky_relu},
     {"sigmoid_backward", lower_tanh_backward},
+    {"silu_backward", lower_act_backward},
     {"smooth_l1_loss", lower_mse_loss},
     {"softplus", lower_leaky_relu},
     {"softshrink", lower_threshold},
