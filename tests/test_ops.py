@@ -6,6 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torch_tpu
+
 from util import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, assert_same, check_op, gelu, make
 
 SHAPES = [(), (0,), (7,), (3, 5), (2, 3, 4)]
@@ -47,7 +49,12 @@ def test_unary_int_promotes(dtype):
 
 
 def test_unary_special_values():
-    x = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -2.0])
+    vals = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -2.0]
+    if torch_tpu._C.target() == "pjrt":
+        # XLA's CPU plugin runs every program with subnormals flushed to zero (FTZ/DAZ, as
+        # TPUs do), so 1e-40 reads as 0 there; the other special values still apply
+        vals.remove(1e-40)
+    x = torch.tensor(vals)
     for fn in (torch.exp, torch.log, torch.sqrt, torch.tanh, torch.sigmoid, torch.relu, torch.abs,
                torch.isnan, torch.isinf, torch.isfinite, torch.sign, F.silu,
                lambda t: torch.nan_to_num(t), lambda t: torch.clamp(t, -1, 1)):

@@ -1457,7 +1457,11 @@ ref_t gelu(em_t* e, ref_t x, const char* approx) {
   } else {
     inner = unop(e, "chlo.erf", scalar_op(e, "stablehlo.multiply", x, M_SQRT1_2));
   }
-  return binop(e, "stablehlo.multiply", half, scalar_op(e, "stablehlo.add", inner, 1.0));
+  ref_t y = binop(e, "stablehlo.multiply", half, scalar_op(e, "stablehlo.add", inner, 1.0));
+  if (approx && !strcmp(approx, "tanh")) return y;
+  /* -inf * (1 + erf(-inf)) is -inf * 0, NaN, as on CPU; XLA's float32 erf stops short of -1 */
+  ref_t ninf = compare(e, "EQ", x, cst_like(e, x.dt, -INFINITY, x.nd, x.sz));
+  return select3(e, ninf, cst_like(e, x.dt, NAN, x.nd, x.sz), y);
 }
 
 /* d gelu(x) / dx */
