@@ -47,7 +47,9 @@ static bool lower_native_layer_norm(node_t* n, const char* base, ref_t* outs) {
       dims[i] = x->ndim - k + i;
       cnt *= x->sizes[dims[i]];
     }
-    tpu_dtype_t ct = acc_type(odt);
+    /* float64 statistics for every float type, as CPU's kernel: a row's mean far from
+     * zero keeps its digits */
+    tpu_dtype_t ct = tpu_dtype_is_float(odt) ? TPU_F64 : odt;
     ref_t a = convert(e, arg(n, 0), ct);
     ref_t mean, xc;
     ref_t var = scalar_op(e, "stablehlo.divide", centred_sum_squares(e, a, k, dims, (double)cnt, &mean, &xc),
