@@ -1002,7 +1002,7 @@ static bool lower_embedding_dense_backward(node_t* n, const char* base, ref_t* o
     /* (grad_output [..., E], indices [...], num_weights, padding_idx, scale_grad): the
      * one-hot of the indices, transposed, times the gradient rows */
     const tpu_tensor_t* gt = c->args[0].v.t;
-    if (tpu_arg_bool(c, 4, false) || gt->ndim < 1) return false;
+    if (gt->ndim < 1) return false;
     const int64_t V = tpu_arg_i64(c, 2, 0), E = gt->sizes[gt->ndim - 1];
     ref_t idx = arg(n, 1);
     int64_t nrow = numel(&idx);
@@ -1015,6 +1015,10 @@ static bool lower_embedding_dense_backward(node_t* n, const char* base, ref_t* o
     }
     ref_t g = reshape(e, arg(n, 0), 2, (int64_t[]){nrow, E});
     ref_t h = convert(e, hot, g.dt);
+    if (tpu_arg_bool(c, 4, false)) { /* scale_grad_by_freq: each row over its index's count */
+      ref_t cnt = reduce_keep(e, convert(e, one_hot(e, idx, V, 1), g.dt), 1, (int64_t[]){0}, "stablehlo.add", 0);
+      h = binop(e, "stablehlo.divide", h, bcast(e, binop(e, "stablehlo.maximum", cnt, cst_like(e, g.dt, 1, 2, cnt.sz)), 2, h.sz));
+    }
     ref_t hT = transpose(e, h, (int64_t[]){1, 0});
     outs[0] = convert(e, dot_general(e, hT, g, 0, 1, 0, mkref(g.dt, 2, (int64_t[]){V, E}), TPU_PRECISION_HIGHEST), odt);
     return true;
