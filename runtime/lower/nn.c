@@ -69,7 +69,9 @@ static bool lower_native_layer_norm(node_t* n, const char* base, ref_t* outs) {
 static bool lower_leaky_relu(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   /* ---- activations ---- */
-  if (tpu_dtype_is_float(odt) && is_tensor(n, 0) &&
+  const bool clamp_int = !tpu_dtype_is_float(odt) && !tpu_dtype_is_complex(odt) && odt != TPU_BOOL &&
+                         (!strcmp(base, "hardtanh") || !strcmp(base, "relu6")); /* a clamp of integers too */
+  if ((tpu_dtype_is_float(odt) || clamp_int) && is_tensor(n, 0) &&
       (!strcmp(base, "leaky_relu") || !strcmp(base, "elu") || !strcmp(base, "hardswish") ||
        !strcmp(base, "softplus") || !strcmp(base, "mish") || !strcmp(base, "hardsigmoid") ||
        !strcmp(base, "hardtanh") || !strcmp(base, "relu6"))) {
