@@ -53,6 +53,23 @@ static ref_t trunc_of(em_t* e, ref_t q) {
 
 static ref_t sign_bit(em_t* e, ref_t x);
 
+/* a / b rounded down, as CPU's floating floor division: (a - fmod(a, b)) / b,
+ * one less where the remainder's sign differs from b's, rounded to the nearest
+ * integer; a signed zero for a zero quotient; a / b where b is 0 */
+static ref_t floor_div_float(em_t* e, ref_t a, ref_t b) {
+  ref_t zero = like(e, a, 0), q = binop(e, "stablehlo.divide", a, b);
+  ref_t mod = binop(e, "stablehlo.remainder", a, b);
+  ref_t div = binop(e, "stablehlo.divide", binop(e, "stablehlo.subtract", a, mod), b);
+  ref_t fix = binop(e, "stablehlo.and", compare(e, "NE", mod, zero),
+                    compare(e, "NE", compare(e, "LT", b, zero), compare(e, "LT", mod, zero)));
+  div = select3(e, fix, binop(e, "stablehlo.subtract", div, like(e, div, 1)), div);
+  ref_t fl = unop(e, "stablehlo.floor", div);
+  ref_t up = compare(e, "GT", binop(e, "stablehlo.subtract", div, fl), like(e, div, 0.5));
+  fl = select3(e, up, binop(e, "stablehlo.add", fl, like(e, fl, 1)), fl);
+  fl = select3(e, compare(e, "EQ", div, zero), select3(e, sign_bit(e, q), like(e, q, -0.0), zero), fl);
+  return select3(e, compare(e, "EQ", b, zero), q, fl);
+}
+
 /* Complex op `op` of x with C's signed zeros on its branch cuts, which XLA's
  * square root and inverse functions ignore. Each is conjugate-symmetric,
  * f(conj z) = conj f(z), and the odd ones f(-z) = -f(z) too: f is computed
@@ -204,7 +221,17 @@ static bool lower_unary(node_t* n, const char* base, ref_t* outs) {
     outs[0] = convert(e, y, odt);
     return true;
   }
-  outs[0] = unop(e, r->op, arg_out(n, 0, odt));
+  if (IS_OP(abs) && (odt == TPU_U8 || odt == TPU_BOOL)) { /* stablehlo.abs takes signed types only */
+    outs[0] = arg_out(n, 0, odt);
+    return true;
+  }
+  ref_t x = arg_out(n, 0, acc_type(odt)); /* 16-bit floats in float32, rounded once, as CPU's kernels */
+  if ((IS_OP(sign) || IS_OP(sgn)) && tpu_dtype_is_float(odt)) { /* (x > 0) - (x < 0): +0 for -0 and NaN, as CPU */
+    ref_t pos = convert(e, compare(e, "GT", x, like(e, x, 0)), x.dt);
+    outs[0] = convert(e, binop(e, "stablehlo.subtract", pos, convert(e, compare(e, "LT", x, like(e, x, 0)), x.dt)), odt);
+    return true;
+  }
+  outs[0] = convert(e, unop(e, r->op, x), odt);
   return true;
 }
 
@@ -213,6 +240,19 @@ static bool lower_binary(node_t* n, const char* base, ref_t* outs) {
   const recipe_t* r = recipe_of(n, R_BINARY);
   if (!r || !(is_tensor(n, 0) || is_number(n, 0)) || !(is_tensor(n, 1) || is_number(n, 1))) return false;
   outs[0] = binop(e, r->op, arg_out(n, 0, odt), arg_out(n, 1, odt));
+  return true;
+}
+
+/* Integer shifts (__lshift__, bitwise_left_shift and the right ones): a shift
+ * by a negative count or by the width or more gives 0 (left) or the sign fill
+ * (right), as StableHLO's shifts do. */
+static bool lower_shift(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (tpu_dtype_is_float(odt) || tpu_dtype_is_complex(odt) || odt == TPU_BOOL) return false;
+  const bool left = strstr(base, "lshift") || strstr(base, "left");
+  const char* op = left ? "stablehlo.shift_left" : odt == TPU_U8 ? "stablehlo.shift_right_logical"
+                                                                   : "stablehlo.shift_right_arithmetic";
+  outs[0] = binop(e, op, arg_out(n, 0, odt), arg_out(n, 1, odt));
   return true;
 }
 
@@ -246,7 +286,14 @@ static bool lower_div(node_t* n, const char* base, ref_t* outs) {
   if (IS_OP(div) || IS_OP(floor_divide)) {
     const char* mode = IS_OP(floor_divide) ? "floor" : tpu_arg_str(c, 2, NULL);
     if (mode && (odt == TPU_BOOL || tpu_dtype_is_complex(odt))) return false;
-    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
+    /* 16-bit floats in float32 and floor division of floats in float64, as CPU's kernels */
+    const bool ffloor = tpu_dtype_is_float(odt) && mode && !strcmp(mode, "floor");
+    const tpu_dtype_t ct = ffloor ? TPU_F64 : acc_type(odt);
+    ref_t a = arg_out(n, 0, ct), b = arg_out(n, 1, ct);
+    if (ffloor) {
+      outs[0] = convert(e, floor_div_float(e, a, b), odt);
+      return true;
+    }
     ref_t q = tpu_dtype_is_complex(odt) ? complex_div(e, a, b) : binop(e, "stablehlo.divide", a, b); /* integers: truncated */
     if (!tpu_dtype_is_float(odt) && !tpu_dtype_is_complex(odt)) {
       if (!mode) return false; /* true division of integers is float (odt says so) */
@@ -256,12 +303,10 @@ static bool lower_div(node_t* n, const char* base, ref_t* outs) {
                           compare(e, "NE", compare(e, "LT", a, zero), compare(e, "LT", b, zero)));
         q = select3(e, fix, binop(e, "stablehlo.subtract", q, like(e, q, 1)), q);
       }
-    } else if (mode && !strcmp(mode, "floor")) {
-      q = unop(e, "stablehlo.floor", q);
-    } else if (mode && !strcmp(mode, "trunc")) {
-      q = trunc_of(e, q);
+    } else if (mode && !strcmp(mode, "trunc")) { /* of the quotient rounded to odt, as CPU */
+      q = trunc_of(e, convert(e, q, odt));
     }
-    outs[0] = q;
+    outs[0] = convert(e, q, odt);
     return true;
   }
   return false;
@@ -338,8 +383,8 @@ static bool lower_relu(node_t* n, const char* base, ref_t* outs) {
 static bool lower_silu(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (IS_OP(silu)) {
-    ref_t x = arg_out(n, 0, odt);
-    outs[0] = binop(e, "stablehlo.multiply", x, unop(e, "stablehlo.logistic", x));
+    ref_t x = arg_out(n, 0, acc_type(odt));
+    outs[0] = convert(e, binop(e, "stablehlo.multiply", x, unop(e, "stablehlo.logistic", x)), odt);
     return true;
   }
   return false;
@@ -702,24 +747,16 @@ static bool lower_isin(node_t* n, const char* base, ref_t* outs) {
 
 static bool lower_remainder(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
-  if (IS_OP(remainder) && tpu_dtype_is_float(odt)) { /* a - floor(a / b) * b */
-    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
-    ref_t q = unop(e, "stablehlo.floor", binop(e, "stablehlo.divide", a, b));
-    outs[0] = binop(e, "stablehlo.subtract", a, binop(e, "stablehlo.multiply", q, b));
-    return true;
-  }
-  return false;
-}
-
-static bool lower_remainder_2(node_t* n, const char* base, ref_t* outs) {
-  LOWER_LOCALS;
-  if (IS_OP(remainder) && (odt == TPU_I64 || odt == TPU_I32 || odt == TPU_I16 || odt == TPU_I8)) {
-    /* the truncated remainder, moved to the divisor's sign (Python's %) */
-    ref_t a = arg_out(n, 0, odt), b = arg_out(n, 1, odt);
-    ref_t r = binop(e, "stablehlo.remainder", a, b), zero = cst_like(e, odt, 0, r.nd, r.sz);
+  if (IS_OP(remainder) && (tpu_dtype_is_float(odt) || odt == TPU_I64 || odt == TPU_I32 || odt == TPU_I16 ||
+                           odt == TPU_I8)) {
+    /* the truncated remainder (fmod), moved to the divisor's sign (Python's %), as
+     * CPU computes it; 16-bit floats in float32 */
+    const tpu_dtype_t ct = acc_type(odt);
+    ref_t a = arg_out(n, 0, ct), b = arg_out(n, 1, ct);
+    ref_t r = binop(e, "stablehlo.remainder", a, b), zero = cst_like(e, ct, 0, r.nd, r.sz);
     ref_t fix = binop(e, "stablehlo.and", compare(e, "NE", r, zero),
                       compare(e, "NE", compare(e, "LT", r, zero), compare(e, "LT", b, zero)));
-    outs[0] = select3(e, fix, binop(e, "stablehlo.add", r, b), r);
+    outs[0] = convert(e, select3(e, fix, binop(e, "stablehlo.add", r, b), r), odt);
     return true;
   }
   return false;
@@ -729,13 +766,12 @@ static bool lower_round_any(node_t* n, const char* base, ref_t* outs) {
   return lower_round(n, base, outs) || lower_formula(n, base, outs);
 }
 
-/* the former chain tried these in turn; the first that lowers wins */
-static bool lower_remainder_any(node_t* n, const char* base, ref_t* outs) {
-  return lower_remainder(n, base, outs) || lower_remainder_2(n, base, outs);
-}
-
 /* sorted by name (strcmp); tests/test_lower.c checks it */
 static const tpu_lower_entry_t k_entries[] = {
+    {"__ilshift_", lower_shift},
+    {"__irshift_", lower_shift},
+    {"__lshift_", lower_shift},
+    {"__rshift_", lower_shift},
     {"_conj_physical", lower_complex},
     {"abs", lower_unary},
     {"acos", lower_unary},
@@ -750,8 +786,10 @@ static const tpu_lower_entry_t k_entries[] = {
     {"atan2", lower_binary},
     {"atanh", lower_unary},
     {"bitwise_and", lower_binary},
+    {"bitwise_left_shift", lower_shift},
     {"bitwise_not", lower_unary},
     {"bitwise_or", lower_binary},
+    {"bitwise_right_shift", lower_shift},
     {"bitwise_xor", lower_binary},
     {"ceil", lower_unary},
     {"clamp", lower_clamp},
@@ -816,7 +854,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"pow", lower_pow},
     {"reciprocal", lower_reciprocal},
     {"relu", lower_relu},
-    {"remainder", lower_remainder_any},
+    {"remainder", lower_remainder},
     {"round", lower_round_any},
     {"rsqrt", lower_unary},
     {"rsub", lower_add},

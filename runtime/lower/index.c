@@ -72,39 +72,52 @@ static bool lower_sort(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
-/* Advanced indexing of x by the index tensors of list il on adjacent dims
- * p..p+k-1 (None elsewhere): they broadcast to B (nb dims, the indexed
- * result being x.shape[:p] + B + x.shape[p+k:], of rank rnd), and the
- * coordinates are B + [k] (negative indices wrapped). False for index lists
- * this does not express (boolean masks, indices not adjacent). */
+/* Advanced indexing of x by the index tensors of list il (None elsewhere):
+ * they broadcast to B (nb dims) and the indexed result is x's other dims with
+ * B inserted where the indexed dims were when those are adjacent, else first
+ * (PyTorch's rule), of rank rnd and sizes rsz. The coordinates are B + [k]
+ * (negative indices wrapped), one per indexed dim in x's order. False for index
+ * lists this does not express (boolean masks). */
 typedef struct {
-  int p, k, nb;
+  int k, nb, bpos;            /* indexed dims, B's rank, B's first dim in the result */
+  int64_t dims[TPU_MAX_DIMS]; /* x's indexed dims, ascending */
   ref_t coords;
 } index_coords_t;
+
+/* x's indexed dims (il's tensors, not None) into ic->dims and ic->k, and where B
+ * goes in the result (ic->bpos); false for none, or a dtype that is no index */
+static bool index_dims(const tpu_tensor_t* x, const tpu_arg_t* il, index_coords_t* ic) {
+  ic->k = 0;
+  for (int i = 0; i < il->n; i++) {
+    if (il->v.tlist[i].dtype == TPU_DTYPE_NONE) continue;
+    if (il->v.tlist[i].dtype != TPU_I64 && il->v.tlist[i].dtype != TPU_I32) return false;
+    ic->dims[ic->k++] = i;
+  }
+  if (ic->k == 0 || ic->dims[ic->k - 1] >= x->ndim) return false;
+  ic->bpos = ic->dims[ic->k - 1] - ic->dims[0] == ic->k - 1 ? (int)ic->dims[0] : 0;
+  return true;
+}
+
+/* the m-th of x's dims that are not indexed: its dim in the indexed result */
+static int kept_dim_pos(const index_coords_t* ic, int m) { return m < ic->bpos ? m : m + ic->nb; }
 
 static bool index_coords(node_t* n, const tpu_tensor_t* x, const tpu_arg_t* il, int rnd, const int64_t* rsz,
                          index_coords_t* ic) {
   em_t* e = n->e;
-  int p = -1, k = 0;
-  for (int i = 0; i < il->n; i++) {
-    if (il->v.tlist[i].dtype == TPU_DTYPE_NONE) continue;
-    if (p < 0) p = i;
-    else if (i != p + k) return false; /* not adjacent: B would go first */
-    if (il->v.tlist[i].dtype != TPU_I64 && il->v.tlist[i].dtype != TPU_I32) return false;
-    k++;
-  }
-  if (p < 0 || p + k > x->ndim) return false;
+  if (!index_dims(x, il, ic)) return false;
+  const int k = ic->k;
   const int nb = rnd - (x->ndim - k); /* dims of B */
   if (nb < 0 || nb > TPU_MAX_DIMS - 1) return false;
   int64_t bsz[TPU_MAX_DIMS + 1];
-  memcpy(bsz, rsz + p, sizeof(int64_t) * (size_t)nb);
+  memcpy(bsz, rsz + ic->bpos, sizeof(int64_t) * (size_t)nb);
   bsz[nb] = 1;
   ref_t parts[TPU_MAX_DIMS];
   for (int j = 0; j < k; j++) {
-    ref_t ix = convert(e, read_tensor(e, &il->v.tlist[p + j]), TPU_I64);
-    check_range(e, ix, -x->sizes[p + j], x->sizes[p + j], p + j, true);
+    const int d = (int)ic->dims[j];
+    ref_t ix = convert(e, read_tensor(e, &il->v.tlist[d]), TPU_I64);
+    check_range(e, ix, -x->sizes[d], x->sizes[d], d, true);
     ix = bcast(e, ix, nb, bsz);
-    const double len = (double)x->sizes[p + j];
+    const double len = (double)x->sizes[d];
     ref_t neg = compare(e, "LT", ix, cst_like(e, TPU_I64, 0, ix.nd, ix.sz));
     ix = select3(e, neg, scalar_op(e, "stablehlo.add", ix, len), ix);
     parts[j] = reshape(e, ix, nb + 1, bsz);
@@ -114,8 +127,6 @@ static bool index_coords(node_t* n, const tpu_tensor_t* x, const tpu_arg_t* il, 
   csz[nb] = k;
   ic->coords = k == 1 ? parts[0]
                       : emit(e, "stablehlo.concatenate", k, parts, mkref(TPU_I64, nb + 1, csz), "dimension = %d : i64", nb);
-  ic->p = p;
-  ic->k = k;
   ic->nb = nb;
   return true;
 }
@@ -185,22 +196,21 @@ static bool lower_index(node_t* n, const char* base, ref_t* outs) {
     const tpu_tensor_t* x = c->args[0].v.t;
     index_coords_t ic;
     if (!index_coords(n, x, &c->args[1], o->ndim, o->sizes, &ic)) return false;
-    const int p = ic.p, k = ic.k, nb = ic.nb;
-    ref_t coords = ic.coords;
-    int64_t offs[TPU_MAX_DIMS], coll[TPU_MAX_DIMS], ssz[TPU_MAX_DIMS];
+    const int k = ic.k, nb = ic.nb;
+    int64_t offs[TPU_MAX_DIMS], ssz[TPU_MAX_DIMS];
     int no = 0;
-    for (int d = 0; d < x->ndim; d++) {
-      const bool indexed = d >= p && d < p + k;
+    for (int d = 0, j = 0; d < x->ndim; d++) {
+      const bool indexed = j < k && ic.dims[j] == d;
+      j += indexed;
       ssz[d] = indexed ? 1 : x->sizes[d];
-      if (indexed) coll[d - p] = d;
-      else offs[no++] = d < p ? d : d - k + nb;
+      if (!indexed) offs[no] = kept_dim_pos(&ic, no), no++;
     }
-    ref_t in[2] = {arg(n, 0), coords};
+    ref_t in[2] = {arg(n, 0), ic.coords};
     char b1[256], b2[256], b3[256], b4[256];
     outs[0] = emit(e, "stablehlo.gather", 2, in, out_ref(n, x->dtype),
                    "dimension_numbers = #stablehlo.gather<offset_dims = [%s], collapsed_slice_dims = [%s], "
                    "start_index_map = [%s], index_vector_dim = %d>, slice_sizes = %s, indices_are_sorted = false",
-                   ints(b1, sizeof b1, no, offs), ints(b2, sizeof b2, k, coll), ints(b3, sizeof b3, k, coll), nb,
+                   ints(b1, sizeof b1, no, offs), ints(b2, sizeof b2, k, ic.dims), ints(b3, sizeof b3, k, ic.dims), nb,
                    i64arr(b4, sizeof b4, x->ndim, ssz));
     return true;
   }
@@ -331,14 +341,15 @@ static bool lower_index_put(node_t* n, const char* base, ref_t* outs) {
      * shape) go to self at the coordinates, replacing or adding */
     const tpu_tensor_t* x = c->args[0].v.t;
     const tpu_arg_t* il = &c->args[1];
-    /* the indexed shape: x.shape[:p] + B + x.shape[p+k:], B the indices' broadcast */
+    /* the indexed shape: x's other dims with B, the indices' broadcast, at ic.bpos */
+    index_coords_t ic;
+    if (!index_dims(x, il, &ic)) return false;
     int64_t bsz[TPU_MAX_DIMS] = {0}, rsz[TPU_MAX_DIMS];
-    int bnd = 0, p = -1, k = 0;
+    int bnd = 0;
+    const int k = ic.k;
     for (int i = 0; i < il->n; i++) {
       const tpu_tensor_t* t = &il->v.tlist[i];
       if (t->dtype == TPU_DTYPE_NONE) continue;
-      if (p < 0) p = i;
-      k++;
       if (t->ndim > bnd) {
         memmove(bsz + (t->ndim - bnd), bsz, sizeof(int64_t) * (size_t)bnd);
         for (int d = 0; d < t->ndim - bnd; d++) bsz[d] = 1;
@@ -350,23 +361,24 @@ static bool lower_index_put(node_t* n, const char* base, ref_t* outs) {
         else if (t->sizes[d] != 1 && t->sizes[d] != *b) return false;
       }
     }
-    if (p < 0 || x->ndim - k + bnd > TPU_MAX_DIMS) return false;
+    if (x->ndim - k + bnd > TPU_MAX_DIMS) return false;
     const int rnd = x->ndim - k + bnd;
-    memcpy(rsz, x->sizes, sizeof(int64_t) * (size_t)p);
-    memcpy(rsz + p, bsz, sizeof(int64_t) * (size_t)bnd);
-    memcpy(rsz + p + bnd, x->sizes + p + k, sizeof(int64_t) * (size_t)(x->ndim - p - k));
-    index_coords_t ic;
+    ic.nb = bnd;
+    memcpy(rsz + ic.bpos, bsz, sizeof(int64_t) * (size_t)bnd);
+    for (int d = 0, j = 0, m = 0; d < x->ndim; d++) {
+      if (j < k && ic.dims[j] == d) j++;
+      else rsz[kept_dim_pos(&ic, m++)] = x->sizes[d];
+    }
     if (!index_coords(n, x, il, rnd, rsz, &ic)) return false;
     ref_t upd = bcast(e, convert(e, arg(n, 2), x->dtype), rnd, rsz);
-    int64_t win[TPU_MAX_DIMS], ins[TPU_MAX_DIMS];
+    int64_t win[TPU_MAX_DIMS];
     int nw = 0;
     for (int d = 0; d < rnd; d++)
-      if (d < ic.p || d >= ic.p + ic.nb) win[nw++] = d;
-    for (int j = 0; j < ic.k; j++) ins[j] = ic.p + j;
+      if (d < ic.bpos || d >= ic.bpos + ic.nb) win[nw++] = d;
     char b1[256], b2[256], b3[256], dn[900];
     snprintf(dn, sizeof dn, "update_window_dims = [%s], inserted_window_dims = [%s], scatter_dims_to_operand_dims "
-             "= [%s], index_vector_dim = %d", ints(b1, sizeof b1, nw, win), ints(b2, sizeof b2, ic.k, ins),
-             ints(b3, sizeof b3, ic.k, ins), ic.nb);
+             "= [%s], index_vector_dim = %d", ints(b1, sizeof b1, nw, win), ints(b2, sizeof b2, ic.k, ic.dims),
+             ints(b3, sizeof b3, ic.k, ic.dims), ic.nb);
     const bool accumulate = c->nargs > 3 && c->args[3].kind == TPU_ARG_BOOL && c->args[3].v.b;
     outs[0] = scatter(e, arg(n, 0), ic.coords, upd, accumulate ? "stablehlo.add" : NULL, dn);
     return true;

@@ -39,7 +39,8 @@ const tpu_lower_entry_t* tpu_lower_find(const char* base) {
 
 bool tpu_lower_supports(const char* aten_name) {
   if (!aten_name) return false;
-  return tpu_lower_find_id(tpu_op_id_of(aten_name)) != NULL;
+  /* a base name as the tables spell it ("__lshift_", whose ATen name ends in "__") as is */
+  return tpu_lower_find_id(tpu_op_id_of(aten_name)) != NULL || tpu_lower_find(aten_name) != NULL;
 }
 
 /* The next entry of the merged walk: the least head among the tables. */

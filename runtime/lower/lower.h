@@ -35,6 +35,14 @@ bool tpu_lower_is_random(const char* aten_name);
  * lift_numbers): the floating ones; the others are constants of the program. */
 bool tpu_lower_lifts_scalar(const tpu_tensor_t* t);
 
+/* Whether one program of graph g gives what its nodes give in turn: false when
+ * a node reads or writes memory that an earlier node of g wrote through
+ * another view, in a way the printer's value model does not carry (the ranges
+ * overlap without one view lying inside the other, or a strided write spans an
+ * earlier write's range); the target then runs g node by node. */
+struct tpu_graph;
+bool tpu_lower_graph_is_exact(const struct tpu_graph* g);
+
 /* The StableHLO element type of a dtype ("f32", "bf16", "ui8", "i1"),
  * "none" for one without. */
 const char* tpu_lower_elt_type(tpu_dtype_t dt);

@@ -47,7 +47,9 @@ static bool lower_native_layer_norm(node_t* n, const char* base, ref_t* outs) {
       dims[i] = x->ndim - k + i;
       cnt *= x->sizes[dims[i]];
     }
-    tpu_dtype_t ct = acc_type(odt);
+    /* float64 statistics for every float type, as CPU's kernel: a row's mean far from
+     * zero keeps its digits */
+    tpu_dtype_t ct = tpu_dtype_is_float(odt) ? TPU_F64 : odt;
     ref_t a = convert(e, arg(n, 0), ct);
     ref_t mean, xc;
     ref_t var = scalar_op(e, "stablehlo.divide", centred_sum_squares(e, a, k, dims, (double)cnt, &mean, &xc),
@@ -67,7 +69,9 @@ static bool lower_native_layer_norm(node_t* n, const char* base, ref_t* outs) {
 static bool lower_leaky_relu(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   /* ---- activations ---- */
-  if (tpu_dtype_is_float(odt) && is_tensor(n, 0) &&
+  const bool clamp_int = !tpu_dtype_is_float(odt) && !tpu_dtype_is_complex(odt) && odt != TPU_BOOL &&
+                         (!strcmp(base, "hardtanh") || !strcmp(base, "relu6")); /* a clamp of integers too */
+  if ((tpu_dtype_is_float(odt) || clamp_int) && is_tensor(n, 0) &&
       (!strcmp(base, "leaky_relu") || !strcmp(base, "elu") || !strcmp(base, "hardswish") ||
        !strcmp(base, "softplus") || !strcmp(base, "mish") || !strcmp(base, "hardsigmoid") ||
        !strcmp(base, "hardtanh") || !strcmp(base, "relu6"))) {
@@ -872,6 +876,32 @@ static bool lower_tanh_backward(node_t* n, const char* base, ref_t* outs) {
   return false;
 }
 
+/* The gradients of the activations hardtanh (zero where self lies outside
+ * (min, max)), leaky_relu (scaled by the slope where self is not positive) and
+ * silu (s * (1 + x * (1 - s)), s = sigmoid(x)), in float32 for 16-bit floats. */
+static bool lower_act_backward(node_t* n, const char* base, ref_t* outs) {
+  LOWER_LOCALS;
+  if (!tpu_dtype_is_float(odt) || !is_tensor(n, 0) || !is_tensor(n, 1)) return false;
+  tpu_dtype_t ct = acc_type(odt);
+  ref_t g = arg_out(n, 0, ct), x = arg_out(n, 1, ct), r;
+  if (!strcmp(base, "hardtanh_backward")) { /* (grad, self, min_val, max_val) */
+    ref_t out = binop(e, "stablehlo.or", compare(e, "LE", x, cst_like(e, ct, tpu_arg_f64(c, 2, -1), x.nd, x.sz)),
+                      compare(e, "GE", x, cst_like(e, ct, tpu_arg_f64(c, 3, 1), x.nd, x.sz)));
+    r = select3(e, out, cst_like(e, ct, 0, g.nd, g.sz), g);
+  } else if (!strcmp(base, "leaky_relu_backward")) { /* (grad, self, negative_slope, self_is_result) */
+    ref_t pos = compare(e, "GT", x, cst_like(e, ct, 0, x.nd, x.sz));
+    r = select3(e, pos, g, scalar_op(e, "stablehlo.multiply", g, tpu_arg_f64(c, 2, 0.01)));
+  } else { /* silu_backward (grad, self) */
+    ref_t sg = unop(e, "stablehlo.logistic", x);
+    ref_t one_m = binop(e, "stablehlo.subtract", cst_like(e, ct, 1, x.nd, x.sz), sg);
+    ref_t d = binop(e, "stablehlo.multiply", sg,
+                    scalar_op(e, "stablehlo.add", binop(e, "stablehlo.multiply", x, one_m), 1));
+    r = binop(e, "stablehlo.multiply", g, d);
+  }
+  outs[0] = convert(e, r, odt);
+  return true;
+}
+
 static bool lower_threshold_backward(node_t* n, const char* base, ref_t* outs) {
   LOWER_LOCALS;
   if (!strcmp(base, "threshold_backward")) { /* (grad, self, threshold): grad where self > threshold */
@@ -927,6 +957,8 @@ static bool lower_nll_loss_forward(node_t* n, const char* base, ref_t* outs) {
     ref_t tgt = arg(n, xi + 1);
     ref_t hot = one_hot(e, tgt, C, cdim); /* x's shape */
     ref_t valid = compare(e, "NE", tgt, cst_like(e, tgt.dt, (double)ignore, tgt.nd, tgt.sz));
+    /* a target other than ignore_index outside [0, C) is CPU's IndexError */
+    check_range(e, select3(e, valid, tgt, cst_like(e, tgt.dt, 0, tgt.nd, tgt.sz)), 0, C, cdim, true);
     ref_t w = convert(e, valid, ct); /* per sample: weight[target] if not ignored */
     if (is_tensor(n, xi + 2)) {
       int64_t cd = cdim, cn = C;
@@ -972,7 +1004,7 @@ static bool lower_embedding_dense_backward(node_t* n, const char* base, ref_t* o
     /* (grad_output [..., E], indices [...], num_weights, padding_idx, scale_grad): the
      * one-hot of the indices, transposed, times the gradient rows */
     const tpu_tensor_t* gt = c->args[0].v.t;
-    if (tpu_arg_bool(c, 4, false) || gt->ndim < 1) return false;
+    if (gt->ndim < 1) return false;
     const int64_t V = tpu_arg_i64(c, 2, 0), E = gt->sizes[gt->ndim - 1];
     ref_t idx = arg(n, 1);
     int64_t nrow = numel(&idx);
@@ -985,6 +1017,10 @@ static bool lower_embedding_dense_backward(node_t* n, const char* base, ref_t* o
     }
     ref_t g = reshape(e, arg(n, 0), 2, (int64_t[]){nrow, E});
     ref_t h = convert(e, hot, g.dt);
+    if (tpu_arg_bool(c, 4, false)) { /* scale_grad_by_freq: each row over its index's count */
+      ref_t cnt = reduce_keep(e, convert(e, one_hot(e, idx, V, 1), g.dt), 1, (int64_t[]){0}, "stablehlo.add", 0);
+      h = binop(e, "stablehlo.divide", h, bcast(e, binop(e, "stablehlo.maximum", cnt, cst_like(e, g.dt, 1, 2, cnt.sz)), 2, h.sz));
+    }
     ref_t hT = transpose(e, h, (int64_t[]){1, 0});
     outs[0] = convert(e, dot_general(e, hT, g, 0, 1, 0, mkref(g.dt, 2, (int64_t[]){V, E}), TPU_PRECISION_HIGHEST), odt);
     return true;
@@ -1057,9 +1093,11 @@ static const tpu_lower_entry_t k_entries[] = {
     {"hardsigmoid", lower_leaky_relu},
     {"hardswish", lower_leaky_relu},
     {"hardtanh", lower_leaky_relu},
+    {"hardtanh_backward", lower_act_backward},
     {"huber_loss", lower_mse_loss},
     {"im2col", lower_im2col},
     {"leaky_relu", lower_leaky_relu},
+    {"leaky_relu_backward", lower_act_backward},
     {"log_sigmoid_forward", lower_log_sigmoid_forward},
     {"max_pool2d_with_indices", lower_max_pool2d_with_indices},
     {"max_pool3d_with_indices", lower_max_pool2d_with_indices},
@@ -1077,6 +1115,7 @@ static const tpu_lower_entry_t k_entries[] = {
     {"nll_loss_forward", lower_nll_loss_forward},
     {"relu6", lower_leaky_relu},
     {"sigmoid_backward", lower_tanh_backward},
+    {"silu_backward", lower_act_backward},
     {"smooth_l1_loss", lower_mse_loss},
     {"softplus", lower_leaky_relu},
     {"softshrink", lower_threshold},

@@ -37,7 +37,11 @@ static ref_t reduce_extreme(em_t* e, ref_t a, int nr, const int64_t* dims, bool 
   if (int_min(a.dt, mx))
     return unop(e, "stablehlo.not", reduce(e, unop(e, "stablehlo.not", a), nr, dims, "stablehlo.maximum",
                                           extreme_init(a.dt, true)));
-  return reduce(e, a, nr, dims, mx ? "stablehlo.maximum" : "stablehlo.minimum", extreme_init(a.dt, mx));
+  ref_t r = reduce(e, a, nr, dims, mx ? "stablehlo.maximum" : "stablehlo.minimum", extreme_init(a.dt, mx));
+  if (!tpu_dtype_is_float(a.dt)) return r;
+  /* a NaN anywhere makes the result NaN, as on CPU (XLA's CPU reduction may skip it) */
+  ref_t nan = reduce(e, compare(e, "NE", a, a), nr, dims, "stablehlo.or", 0);
+  return select3(e, nan, cst_like(e, r.dt, NAN, r.nd, r.sz), r);
 }
 
 static bool lower_sum(node_t* n, const char* base, ref_t* outs) {
@@ -262,7 +266,10 @@ static bool lower_argmax(node_t* n, const char* base, ref_t* outs) {
     const tpu_tensor_t* x = c->args[0].v.t;
     const bool mx = !strcmp(base, "argmax") || !strcmp(base, "max");
     const bool has_dim = c->nargs > 1 && c->args[1].kind == TPU_ARG_INT;
-    if (!tpu_dtype_is_float(x->dtype) && x->dtype != TPU_BOOL && x->dtype != TPU_I64) return false;
+    if (tpu_dtype_is_complex(x->dtype) || (!tpu_dtype_is_float(x->dtype) && x->dtype != TPU_BOOL &&
+                                            x->dtype != TPU_U8 && x->dtype != TPU_I8 && x->dtype != TPU_I16 &&
+                                            x->dtype != TPU_I32 && x->dtype != TPU_I64))
+      return false;
     ref_t a = arg(n, 0);
     if (!has_dim) { /* over the flattened tensor */
       int64_t flat[1] = {numel(&a)};
@@ -276,9 +283,7 @@ static bool lower_argmax(node_t* n, const char* base, ref_t* outs) {
       dims[0] = 0;
     }
     ref_t idx = emit(e, "stablehlo.iota", 0, NULL, mkref(TPU_I64, a.nd, a.sz), "iota_dimension = %d : i64", (int)dims[0]);
-    double init_v = tpu_dtype_is_float(a.dt) ? (mx ? -INFINITY : INFINITY)
-                    : a.dt == TPU_BOOL ? (mx ? 0 : 1) : (mx ? -9223372036854775807.0 - 1 : 9223372036854775807.0);
-    ref_t in[2] = {a, idx}, init[2] = {cst(e, a.dt, init_v), cst(e, TPU_I64, BIG_INDEX)};
+    ref_t in[2] = {a, idx}, init[2] = {cst(e, a.dt, extreme_init(a.dt, mx)), cst(e, TPU_I64, BIG_INDEX)};
     ref_t r[2];
     reduce_pair(e, in, init, 1, dims, mx ? argmax_first_body : argmin_first_body, r);
     if (c->nouts == 2) {

@@ -1158,6 +1158,45 @@ static ref_t param_for(em_t* e, const tpu_tensor_t* t) {
 
 static bool overlaps(const val_t* v, uintptr_t lo, uintptr_t hi) { return v->lo < hi && lo < v->hi; }
 
+static bool same_geometry(const tpu_tensor_t* a, const tpu_tensor_t* b) {
+  if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->sizes[d] != b->sizes[d] || (a->sizes[d] > 1 && a->strides[d] != b->strides[d])) return false;
+  return true;
+}
+
+/* whether access t (a write when `write`) after the write w is one the value
+ * model carries: disjoint, the same view, inside w, or a read or dense write
+ * holding all of w */
+static bool access_is_exact(const tpu_tensor_t* t, bool write, const tpu_tensor_t* w) {
+  uintptr_t lo, hi, wlo, whi;
+  geom_range(t, &lo, &hi);
+  geom_range(w, &wlo, &whi);
+  if (!(lo < whi && wlo < hi) || same_geometry(t, w)) return true;
+  if (t->dtype != w->dtype) return true; /* a retyped read: read_retyped */
+  if (wlo <= lo && hi <= whi) return true;
+  return lo <= wlo && whi <= hi && (!write || tpu_tensor_is_contiguous(t));
+}
+
+bool tpu_lower_graph_is_exact(const tpu_graph_t* g) {
+  for (int i = 1; i < g->n; i++) {
+    const tpu_call_t* c = g->nodes[i];
+    for (int j = 0; j < i; j++) {
+      const tpu_call_t* p = g->nodes[j];
+      for (int k = 0; k < p->nouts; k++) {
+        const tpu_tensor_t* w = &p->outs[k];
+        for (int a = 0; a < c->nargs; a++)
+          if (c->args[a].kind == TPU_ARG_TENSOR &&
+              !access_is_exact(c->args[a].v.t, a < 64 && (c->mutated_args >> a & 1), w))
+            return false;
+        for (int o = 0; o < c->nouts; o++)
+          if (!access_is_exact(&c->outs[o], true, w)) return false;
+      }
+    }
+  }
+  return true;
+}
+
 /* The n elements of 1-D `flat` (a value's memory in order) as elements of dt,
  * the same bytes: a complex value as its (real, imag) pairs, widths changed
  * by bitcast_convert. NO_REF for booleans (no bit pattern to reinterpret) or
@@ -1457,7 +1496,11 @@ ref_t gelu(em_t* e, ref_t x, const char* approx) {
   } else {
     inner = unop(e, "chlo.erf", scalar_op(e, "stablehlo.multiply", x, M_SQRT1_2));
   }
-  return binop(e, "stablehlo.multiply", half, scalar_op(e, "stablehlo.add", inner, 1.0));
+  ref_t y = binop(e, "stablehlo.multiply", half, scalar_op(e, "stablehlo.add", inner, 1.0));
+  if (approx && !strcmp(approx, "tanh")) return y;
+  /* -inf * (1 + erf(-inf)) is -inf * 0, NaN, as on CPU; XLA's float32 erf stops short of -1 */
+  ref_t ninf = compare(e, "EQ", x, cst_like(e, x.dt, -INFINITY, x.nd, x.sz));
+  return select3(e, ninf, cst_like(e, x.dt, NAN, x.nd, x.sz), y);
 }
 
 /* d gelu(x) / dx */

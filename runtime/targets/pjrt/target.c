@@ -484,9 +484,12 @@ static tpu_status_t pj_graph_prepare(void* ctx, struct tpu_graph* g, void** out_
 
 static tpu_status_t pj_graph_run(void* ctx, void* exe, const struct tpu_graph* g, const char** out_failed_op) {
   *out_failed_op = NULL;
-  tpu_status_t st = run_graph(ctx, g);
-  if (!st || tpu_status_code(st) != TPU_CODE_UNIMPLEMENTED) return st;
-  tpu_status_free(st); /* part of it has no lowering: node by node, to name the op */
+  tpu_status_t st = TPU_OK;
+  if (tpu_lower_graph_is_exact(g)) { /* else overlapping views: node by node */
+    st = run_graph(ctx, g);
+    if (!st || tpu_status_code(st) != TPU_CODE_UNIMPLEMENTED) return st;
+    tpu_status_free(st); /* part of it has no lowering: node by node, to name the op */
+  }
   for (int i = 0; i < g->n; i++) {
     st = pj_kernel(g->nodes[i]);
     if (st) {
