@@ -1,10 +1,14 @@
 /* Measured float32 FMA peak of this machine: every thread runs a register-
  * resident loop of independent 256-bit fused multiply-adds (AVX2+FMA), or
- * 512-bit ones with --avx512. Prints GFLOP/s (2 flops per lane per FMA)
- * summed over threads. Built and run by bench/gemm.py:
+ * 512-bit ones with --avx512, or AVX-512 BF16 two-step dot products
+ * (VDPBF16PS: two bfloat16 multiply-adds into each float32 lane, the
+ * instruction the host target's matrix unit uses for one-bfloat16-pass
+ * products at precision medium where the CPU has it) with --bf16dot. Prints
+ * GFLOP/s (2 flops per multiply-add) summed over threads. Built and run by
+ * bench/gemm.py and bench/peak.py:
  *
  *     gcc -O2 -mavx2 -mfma -pthread bench/fma_peak.c -o fma_peak
- *     ./fma_peak [threads] [seconds] [--avx512]
+ *     ./fma_peak [threads] [seconds] [--avx512 | --bf16dot]
  */
 #include <immintrin.h>
 #include <pthread.h>
@@ -19,7 +23,7 @@ enum { CHAINS = 12, ITERS = 1 << 20 };
 typedef struct {
   double seconds;
   double flops;
-  int avx512;
+  int avx512; /* 1: 512-bit FMAs, 2: bfloat16 dot products */
   float sink;
 } worker_t;
 
@@ -61,13 +65,31 @@ __attribute__((target("avx512f"))) static float run_avx512(long iters) {
   return s;
 }
 
+__attribute__((target("avx512f,avx512bf16"))) static float run_bf16dot(long iters) {
+  __m512 acc[CHAINS];
+#pragma GCC unroll 12
+  for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_set1_ps((float)i);
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380);
+  for (long it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+    for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+  }
+  float s = 0;
+#pragma GCC unroll 12
+  for (int i = 0; i < CHAINS; i++) s += acc[i][0];
+  return s;
+}
+
 static void* worker(void* arg) {
   worker_t* w = arg;
-  int lanes = w->avx512 ? 16 : 8;
+  /* multiply-adds per instruction */
+  int lanes = w->avx512 == 2 ? 32 : w->avx512 ? 16 : 8;
   double start = now(), t = 0;
   long done = 0;
   while ((t = now() - start) < w->seconds) {
-    w->sink += w->avx512 ? run_avx512(ITERS / 16) : run_avx2(ITERS / 16);
+    w->sink += w->avx512 == 2 ? run_bf16dot(ITERS / 16)
+               : w->avx512   ? run_avx512(ITERS / 16)
+                             : run_avx2(ITERS / 16);
     done += ITERS / 16;
   }
   w->flops = (double)done * CHAINS * lanes * 2 / t;
@@ -81,6 +103,7 @@ int main(int argc, char** argv) {
   int pos = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--avx512") == 0) avx512 = 1;
+    else if (strcmp(argv[i], "--bf16dot") == 0) avx512 = 2;
     else if (pos++ == 0) threads = atol(argv[i]);
     else seconds = atof(argv[i]);
   }
