@@ -565,7 +565,7 @@ def test_defer_and_fuse_gpt_attention_matches_cpu():
 
 def test_short_sequences_default_to_math():
     """With every backend enabled, fewer than TORCH_TPU_SDPA_FUSED_MIN_SCORES queries x keys
-    (default 256 x 256) take the math path, which is faster there on the host target; the
+    (default 512 x 512) take the math path, which is faster there on the host target; the
     fused kernel still runs where the user asks for it, with dropout, and from that size."""
     prev = torch_tpu._C.set_sdpa_fused_min_scores(256 * 256)
     try:

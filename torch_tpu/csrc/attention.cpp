@@ -98,18 +98,20 @@ bool fused_takes(const Tensor& q, const Tensor& k, const Tensor& v,
 }  // namespace
 
 // The fewest scores (queries x keys) for which the fused kernel is the default
-// choice when the math path is enabled too: 256 x 256. The kernel reads its
+// choice when the math path is enabled too: 512 x 512. The kernel reads its
 // computed operands where the score products leave them (no packing inside the
 // block loops) and skips the causal mask's zeros; bench/attention.py (6 heads of
-// 64, two threads, medians against the math path): float32 causal 1.5x at T = 64,
-// 1.03x at 128 (1.2x with batch 8), 1.55x at 256, 1.85x at 512; without the
-// causal mask 0.8-0.95x at 128, 1.0-1.2x at 256; bfloat16 causal 0.8x at 128
-// and 256 (its extra rowsum pass). TORCH_TPU_SDPA_FUSED_MIN_SCORES overrides it
-// (0: fused whenever it takes the inputs).
+// 64, two threads, medians against the math path): float32 causal 0.90x at
+// T = 128 (batch 8), 1.07x at 256 (batch 8), 1.85x at 512, 1.96x at 2048;
+// without the causal mask 0.8-0.95x at 128, 1.0-1.2x at 256; bfloat16 causal
+// 0.8x at 128 and 256. In the width-768 GPT (12 heads, context 256) the
+// compiled step with attention fused from 256 x 256 ran 0.83x Strict (hand-written
+// attention) and 0.97x with 512 x 512, so the default stays at 512 x 512.
+// TORCH_TPU_SDPA_FUSED_MIN_SCORES overrides it (0: fused whenever it takes the inputs).
 std::atomic<int64_t>& fused_min_scores() {
   static std::atomic<int64_t> v{[] {
     const char* e = std::getenv("TORCH_TPU_SDPA_FUSED_MIN_SCORES");
-    return e && e[0] ? std::strtoll(e, nullptr, 10) : int64_t{256 * 256};
+    return e && e[0] ? std::strtoll(e, nullptr, 10) : int64_t{512 * 512};
   }()};
   return v;
 }
